@@ -1,0 +1,653 @@
+//! The endpoint: one process's port on one or more NICs (rails).
+
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use crate::filter::{self, pkttype, FilterSpec};
+use crate::node::{NodeId, NodeList, Port};
+use crate::port::PortLock;
+use crate::stats::{DropReason, Stats};
+use crate::sys::{self, InterfaceInfo, PacketSocket, RingGeometry, Rings, RxFrame};
+use crate::wait::{self, WaitPhases, WaitPolicy};
+use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, WireError, DEFAULT_ETHERTYPE, ETHERNET_HEADER_LEN, MCD_HEADER_LEN};
+use crate::{Error, Result};
+
+/// The job key used when none is configured.
+pub const DEFAULT_JOB_KEY: u32 = 0x4d43_4400; // "MCD\0"
+/// The most rails one endpoint drives.
+pub const MAX_RAILS: usize = 8;
+/// How long a send waits for a free send-ring slot before giving up.
+const SEND_RING_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where a message goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Destination {
+    /// One node (its port is the one in the node list).
+    Node(NodeId),
+    /// Every member of a multicast group except the sender.
+    Group(GroupId),
+}
+
+impl Destination {
+    /// Every other node of the job: the paper's `MCD_DST_MULTICAST`.
+    pub const ALL_NODES: Destination = Destination::Group(GroupId::ALL);
+}
+
+/// How to open an [`Endpoint`]. [`EndpointConfig::new`] fills in the defaults.
+#[derive(Clone, Debug)]
+pub struct EndpointConfig {
+    /// One interface per rail, rail 0 first.
+    pub interfaces: Vec<String>,
+    /// The port this endpoint holds; with the rail-0 MAC it names this node in `nodes`.
+    pub port: Port,
+    /// The job's nodes.
+    pub nodes: NodeList,
+    /// EtherType of the job's frames.
+    pub ethertype: u16,
+    /// Key that keeps two jobs on one LAN apart.
+    pub job_key: u32,
+    /// How receives wait.
+    pub wait: WaitPolicy,
+    /// How many of the job's processes share this host (for [`WaitPolicy::Adaptive`]).
+    pub local_processes: usize,
+    /// Receive-ring slots per rail.
+    pub rx_slots: usize,
+    /// Send-ring slots per rail.
+    pub tx_slots: usize,
+    /// Socket receive buffer in bytes (raised past `rmem_max` when allowed).
+    pub receive_buffer: usize,
+    /// Demultiplex in the kernel with a BPF filter (on by default; turning it
+    /// off makes user space see, count and drop every frame of the EtherType).
+    pub kernel_filter: bool,
+}
+
+impl EndpointConfig {
+    /// A configuration with defaults: EtherType 0x88B5, the default job key,
+    /// adaptive waiting, 1024 receive and 256 send slots per rail.
+    pub fn new<S: Into<String>>(interfaces: impl IntoIterator<Item = S>, port: Port, nodes: NodeList) -> EndpointConfig {
+        EndpointConfig {
+            interfaces: interfaces.into_iter().map(Into::into).collect(),
+            port,
+            nodes,
+            ethertype: DEFAULT_ETHERTYPE,
+            job_key: DEFAULT_JOB_KEY,
+            wait: WaitPolicy::Adaptive,
+            local_processes: wait::local_processes_from_env(),
+            rx_slots: 1024,
+            tx_slots: 256,
+            receive_buffer: 4 << 20,
+            kernel_filter: true,
+        }
+    }
+
+    /// A configuration from the environment: `MCD_IFACES` (comma-separated,
+    /// default `eth0`), `MCD_PORT` (default 0), `MCD_NODES` / `MCD_NODE_FILE`,
+    /// `MCD_JOB`, `MCD_ETHERTYPE`, `MCD_WAIT`.
+    pub fn from_env() -> Result<EndpointConfig> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let nodes = NodeList::from_env()?.ok_or(Error::NoNodeList)?;
+        let interfaces: Vec<String> =
+            var("MCD_IFACES").unwrap_or_else(|| "eth0".into()).split(',').map(|s| s.trim().to_string()).collect();
+        let port = match var("MCD_PORT") {
+            Some(p) => p.trim().parse().map_err(|_| Error::Config(format!("MCD_PORT={p} is not a port 0..=255")))?,
+            None => 0,
+        };
+        let mut config = EndpointConfig::new(interfaces, port, nodes);
+        if let Some(job) = var("MCD_JOB") {
+            config.job_key = job_key_from_str(&job);
+        }
+        if let Some(t) = var("MCD_ETHERTYPE") {
+            config.ethertype = parse_number(&t)
+                .and_then(|v| u16::try_from(v).ok())
+                .filter(|&v| v >= 0x0600)
+                .ok_or_else(|| Error::Config(format!("MCD_ETHERTYPE={t} is not an EtherType (0x0600..=0xffff)")))?;
+        }
+        if let Some(w) = var("MCD_WAIT") {
+            config.wait = w.parse().map_err(|e| Error::Config(format!("MCD_WAIT: {e}")))?;
+        }
+        Ok(config)
+    }
+}
+
+fn parse_number(s: &str) -> Option<u64> {
+    let s = s.trim();
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// The job key for a job name or number: a number (decimal or `0x` hex) that
+/// fits 32 bits is the key itself; anything else is hashed (FNV-1a).
+pub fn job_key_from_str(job: &str) -> u32 {
+    if let Some(n) = parse_number(job).and_then(|n| u32::try_from(n).ok()) {
+        return n;
+    }
+    job.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193))
+}
+
+/// What [`Endpoint::try_recv`] delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// The rail it arrived on.
+    pub rail: usize,
+    /// The sending node.
+    pub from: NodeId,
+    /// The message kind the sender gave.
+    pub kind: u8,
+    /// The sequence / epoch the sender gave.
+    pub seq: u32,
+    /// Payload length (the bytes copied into the buffer).
+    pub len: usize,
+    /// The group it was multicast to, or `None` for a unicast message.
+    pub group: Option<GroupId>,
+}
+
+/// A posted send, to test or wait for completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendToken {
+    rail: usize,
+    slot: usize,
+    generation: u32,
+}
+
+struct Rail {
+    interface: String,
+    info: InterfaceInfo,
+    socket: PacketSocket,
+    rings: Rings,
+    rx_next: usize,
+    tx_next: usize,
+    /// Posts per send slot, so that a token of an earlier post of a reused slot reads as sent.
+    tx_generation: Vec<u32>,
+    /// Another node of the job shares this NIC: accept its `PACKET_OUTGOING` frames.
+    has_siblings: bool,
+    _lock: PortLock,
+}
+
+impl Rail {
+    fn max_payload(&self) -> usize {
+        (self.info.mtu - MCD_HEADER_LEN).min(self.rings.tx_capacity() - ETHERNET_HEADER_LEN - MCD_HEADER_LEN)
+    }
+}
+
+/// What a received frame must satisfy to be delivered (the user-space half of demux).
+struct Demux {
+    ethertype: u16,
+    job_key: u32,
+    port: Port,
+    nodes: NodeList,
+    /// Joined groups, sorted; group 0 always.
+    groups: Vec<u8>,
+}
+
+impl Demux {
+    fn accept(&self, frame: &RxFrame<'_>, rail: usize, my_mac: MacAddr) -> Result<Received, DropReason> {
+        if frame.wire_len > frame.data.len() {
+            return Err(DropReason::Truncated);
+        }
+        let view = Frame::new_checked(frame.data).map_err(|_| DropReason::Truncated)?;
+        let repr = FrameRepr::parse(&view, self.ethertype).map_err(|e| match e {
+            WireError::WrongEtherType { .. } => DropReason::ForeignEtherType,
+            WireError::BadVersion(_) => DropReason::BadVersion,
+            WireError::Truncated { .. } | WireError::BadLength { .. } => DropReason::Truncated,
+        })?;
+        if repr.job_key != self.job_key {
+            return Err(DropReason::WrongJob);
+        }
+        let group = if repr.dst_mac.is_multicast() {
+            match repr.dst_mac.as_mcd_group(self.job_key) {
+                Some(g) if self.groups.binary_search(&g.0).is_ok() => Some(g),
+                _ => return Err(DropReason::NotForMe),
+            }
+        } else {
+            let to_this_host = frame.packet_type == pkttype::HOST || frame.packet_type == pkttype::OUTGOING;
+            if !to_this_host || repr.dst_mac != my_mac || repr.dst_port != self.port {
+                return Err(DropReason::NotForMe);
+            }
+            None
+        };
+        let from = repr.src_node as NodeId;
+        match self.nodes.get(from) {
+            Some(n) if n.macs.get(rail) == Some(&repr.src_mac) && n.port == repr.src_port => {}
+            _ => return Err(DropReason::UnknownSource),
+        }
+        Ok(Received { rail, from, kind: repr.kind, seq: repr.seq, len: repr.payload_len, group })
+    }
+
+    fn filter_program(&self, mac: MacAddr, accept_outgoing: bool) -> Vec<filter::BpfInsn> {
+        filter::build(&FilterSpec {
+            ethertype: self.ethertype,
+            job_key: self.job_key,
+            mac,
+            port: self.port,
+            groups: &self.groups,
+            accept_outgoing,
+        })
+    }
+}
+
+/// One process's endpoint: a port on one NIC per rail, with mmap'd receive and
+/// send rings. Receiving costs no system call while frames are waiting;
+/// sending is one system call (the kick) per post.
+pub struct Endpoint {
+    rails: Vec<Rail>,
+    fds: Vec<RawFd>,
+    demux: Demux,
+    me: NodeId,
+    wait: WaitPolicy,
+    phases: WaitPhases,
+    kernel_filter: bool,
+    /// The rail `try_recv` looks at first (round robin, so no rail starves).
+    rx_rail: usize,
+    stats: Stats,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("node", &self.me)
+            .field("port", &self.demux.port)
+            .field("interfaces", &self.rails.iter().map(|r| r.interface.as_str()).collect::<Vec<_>>())
+            .field("wait", &self.wait)
+            .finish()
+    }
+}
+
+impl Endpoint {
+    /// Opens the endpoint: takes the port on every rail, sets up filter and
+    /// rings, and joins the all-nodes group. Interfaces are looked up in the
+    /// calling thread's network namespace.
+    pub fn open(config: EndpointConfig) -> Result<Endpoint> {
+        let EndpointConfig { interfaces, port, nodes, ethertype, job_key, wait, local_processes, .. } = config.clone();
+        if interfaces.is_empty() || interfaces.len() > MAX_RAILS {
+            return Err(Error::Config(format!("an endpoint drives 1 to {MAX_RAILS} rails, not {}", interfaces.len())));
+        }
+        if nodes.rails() < interfaces.len() {
+            return Err(Error::Config(format!(
+                "{} interfaces given but the node list has only {} MAC(s) on some line",
+                interfaces.len(),
+                nodes.rails()
+            )));
+        }
+        let infos = interfaces
+            .iter()
+            .map(|name| match sys::interface_info(name) {
+                Ok(Some(info)) => Ok(info),
+                Ok(None) => {
+                    Err(Error::NoSuchInterface { name: name.clone(), available: sys::interface_names().join(", ") })
+                }
+                Err(source) => Err(Error::Io { what: format!("querying interface {name}"), source }),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let me = nodes.find(infos[0].mac, port).ok_or_else(|| Error::NotInNodeList {
+            mac: infos[0].mac,
+            port,
+            interface: interfaces[0].clone(),
+        })?;
+        let demux = Demux { ethertype, job_key, port, nodes, groups: vec![GroupId::ALL.0] };
+        let mut rails = Vec::with_capacity(interfaces.len());
+        for (r, (interface, info)) in interfaces.into_iter().zip(infos).enumerate() {
+            let listed = demux.nodes.get(me).expect("found above").macs[r];
+            if listed != info.mac {
+                return Err(Error::RailMismatch { interface, rail: r, node: me, actual: info.mac, listed });
+            }
+            if info.mtu <= MCD_HEADER_LEN {
+                return Err(Error::Config(format!("{interface} has an MTU of {} bytes", info.mtu)));
+            }
+            let has_siblings = demux.nodes.iter().enumerate().any(|(i, n)| i != me && n.macs[r] == info.mac);
+            rails.push(open_rail(&config, &demux, interface, info, has_siblings)?);
+        }
+        let fds = rails.iter().map(|r| r.socket.raw_fd()).collect();
+        let phases = wait.phases(local_processes, sys::online_cpus());
+        Ok(Endpoint {
+            rails,
+            fds,
+            demux,
+            me,
+            wait,
+            phases,
+            kernel_filter: config.kernel_filter,
+            rx_rail: 0,
+            stats: Stats::default(),
+        })
+    }
+
+    /// This endpoint's node number.
+    pub fn node_id(&self) -> NodeId {
+        self.me
+    }
+
+    /// Number of nodes in the job.
+    pub fn node_count(&self) -> usize {
+        self.demux.nodes.len()
+    }
+
+    /// The job's node list.
+    pub fn nodes(&self) -> &NodeList {
+        &self.demux.nodes
+    }
+
+    /// Number of rails this endpoint drives.
+    pub fn rails(&self) -> usize {
+        self.rails.len()
+    }
+
+    /// The port this endpoint holds.
+    pub fn port(&self) -> Port {
+        self.demux.port
+    }
+
+    /// The interface of rail `rail`.
+    pub fn interface(&self, rail: usize) -> Option<&str> {
+        self.rails.get(rail).map(|r| r.interface.as_str())
+    }
+
+    /// The largest payload one message carries on rail `rail`: the MTU minus the MCD header.
+    pub fn max_payload(&self, rail: usize) -> Result<usize> {
+        Ok(self.rail(rail)?.max_payload())
+    }
+
+    /// The wait policy receives use.
+    pub fn wait_policy(&self) -> WaitPolicy {
+        self.wait
+    }
+
+    /// Changes the wait policy.
+    pub fn set_wait_policy(&mut self, wait: WaitPolicy, local_processes: usize) {
+        self.wait = wait;
+        self.phases = wait.phases(local_processes, sys::online_cpus());
+    }
+
+    fn rail(&self, rail: usize) -> Result<&Rail> {
+        self.rails.get(rail).ok_or(Error::UnknownRail { rail, count: self.rails.len() })
+    }
+
+    /// Joins multicast group `group` on every rail.
+    pub fn join(&mut self, group: GroupId) -> Result<()> {
+        if let Err(at) = self.demux.groups.binary_search(&group.0) {
+            self.demux.groups.insert(at, group.0);
+            self.apply_groups(Some((group, true)))?;
+        }
+        Ok(())
+    }
+
+    /// Leaves multicast group `group` on every rail (the all-nodes group cannot be left).
+    pub fn leave(&mut self, group: GroupId) -> Result<()> {
+        if group == GroupId::ALL {
+            return Err(Error::Config("every endpoint stays in the all-nodes group 0".into()));
+        }
+        if let Ok(at) = self.demux.groups.binary_search(&group.0) {
+            self.demux.groups.remove(at);
+            self.apply_groups(Some((group, false)))?;
+        }
+        Ok(())
+    }
+
+    /// The groups this endpoint is in, in order (always including group 0).
+    pub fn groups(&self) -> impl Iterator<Item = GroupId> + '_ {
+        self.demux.groups.iter().map(|&g| GroupId(g))
+    }
+
+    fn apply_groups(&mut self, change: Option<(GroupId, bool)>) -> Result<()> {
+        for rail in &self.rails {
+            if let Some((group, join)) = change {
+                let mac = MacAddr::mcd_group(self.demux.job_key, group);
+                let res = if join {
+                    rail.socket.add_membership(rail.info.index, mac)
+                } else {
+                    rail.socket.drop_membership(rail.info.index, mac)
+                };
+                res.map_err(|e| Error::os(format!("changing membership of group {} on {}", group.0, rail.interface), e))?;
+            }
+            if self.kernel_filter {
+                let program = self.demux.filter_program(rail.info.mac, rail.has_siblings);
+                rail.socket
+                    .attach_filter(&program)
+                    .map_err(|e| Error::os(format!("updating the filter on {}", rail.interface), e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts a message for sending and returns at once: the payload is copied
+    /// into the send ring (so `payload` is free again on return) and the kernel
+    /// is kicked. Test or wait for the frame to leave with the token.
+    ///
+    /// Errors: [`Error::PayloadTooLarge`] (never truncated), [`Error::UnknownNode`],
+    /// [`Error::UnknownRail`], [`Error::SendRingFull`].
+    pub fn post(&mut self, rail: usize, to: Destination, kind: u8, seq: u32, payload: &[u8]) -> Result<SendToken> {
+        let count = self.rails.len();
+        let r = self.rails.get_mut(rail).ok_or(Error::UnknownRail { rail, count })?;
+        let max = r.max_payload();
+        if payload.len() > max {
+            return Err(Error::PayloadTooLarge { len: payload.len(), max, rail });
+        }
+        let (dst_mac, dst_port) = match to {
+            Destination::Node(n) => {
+                let node = self.demux.nodes.get(n).ok_or(Error::UnknownNode { node: n, count: self.demux.nodes.len() })?;
+                (node.macs[rail], node.port)
+            }
+            Destination::Group(g) => (MacAddr::mcd_group(self.demux.job_key, g), 0),
+        };
+        let repr = FrameRepr {
+            dst_mac,
+            src_mac: r.info.mac,
+            ethertype: self.demux.ethertype,
+            kind,
+            dst_port,
+            src_port: self.demux.port,
+            src_node: self.me as u16,
+            job_key: self.demux.job_key,
+            seq,
+            payload_len: payload.len(),
+        };
+        let slot = r.tx_next;
+        wait_for_send_slot(r, rail, slot)?;
+        let buf = r.rings.tx_buffer(slot).ok_or(Error::SendRingFull { rail, waited_ms: 0 })?;
+        let mut frame = Frame::new_unchecked(&mut buf[..repr.frame_len()]);
+        repr.emit(&mut frame);
+        frame.payload_mut().copy_from_slice(payload);
+        r.rings.tx_submit(slot, repr.frame_len());
+        r.tx_generation[slot] = r.tx_generation[slot].wrapping_add(1);
+        r.tx_next = (slot + 1) % r.rings.tx_slots();
+        let token = SendToken { rail, slot, generation: r.tx_generation[slot] };
+        self.stats.sent += 1;
+        self.kick(rail)?;
+        Ok(token)
+    }
+
+    /// Sends a message and waits until it has left (its send slot is free again).
+    pub fn send(&mut self, rail: usize, to: Destination, kind: u8, seq: u32, payload: &[u8]) -> Result<()> {
+        let token = self.post(rail, to, kind, seq, payload)?;
+        self.wait_sent(token)
+    }
+
+    fn kick(&mut self, rail: usize) -> Result<()> {
+        let r = &self.rails[rail];
+        match r.socket.kick_send_ring() {
+            Ok(()) => Ok(()),
+            // The egress path refused the frame for now: the kernel left it
+            // marked in the ring, and the next kick sends it again.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS) | Some(libc::EAGAIN)) => {
+                self.stats.send_refused += 1;
+                Ok(())
+            }
+            Err(e) => Err(Error::os(format!("sending on {}", r.interface), e)),
+        }
+    }
+
+    /// Whether the frame of `token` has left (the paper's "sent" flag).
+    pub fn is_sent(&self, token: SendToken) -> Result<bool> {
+        let r = self.rail(token.rail)?;
+        if r.tx_generation[token.slot] != token.generation {
+            return Ok(true); // the slot has been reused since, so this frame left
+        }
+        match r.rings.tx_status(token.slot) {
+            libc::TP_STATUS_AVAILABLE => Ok(true),
+            libc::TP_STATUS_WRONG_FORMAT => Err(Error::FrameRejected { rail: token.rail }),
+            _ => Ok(false),
+        }
+    }
+
+    /// Waits until the frame of `token` has left, kicking the kernel again if
+    /// an earlier kick was refused.
+    pub fn wait_sent(&mut self, token: SendToken) -> Result<()> {
+        let start = Instant::now();
+        while !self.is_sent(token)? {
+            if start.elapsed() > SEND_RING_TIMEOUT {
+                return Err(Error::SendRingFull { rail: token.rail, waited_ms: SEND_RING_TIMEOUT.as_millis() as u64 });
+            }
+            if self.rails[token.rail].rings.tx_status(token.slot) == libc::TP_STATUS_SEND_REQUEST {
+                self.kick(token.rail)?;
+            }
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+
+    /// Delivers the next waiting message, if any, copying its payload into
+    /// `buf`; frames that fail any check are counted in [`Stats::dropped`] and
+    /// skipped. Never makes a system call.
+    ///
+    /// If `buf` is shorter than the payload, returns [`Error::BufferTooSmall`]
+    /// and leaves the message queued.
+    pub fn try_recv(&mut self, buf: &mut [u8]) -> Result<Option<Received>> {
+        let Endpoint { rails, demux, stats, rx_rail, .. } = self;
+        let count = rails.len();
+        for i in 0..count {
+            let r = (*rx_rail + i) % count;
+            let rail = &mut rails[r];
+            loop {
+                let slot = rail.rx_next;
+                let Some(frame) = rail.rings.rx_frame(slot) else { break };
+                let verdict = demux.accept(&frame, r, rail.info.mac);
+                if let Ok(msg) = &verdict {
+                    if buf.len() < msg.len {
+                        return Err(Error::BufferTooSmall { buf: buf.len(), len: msg.len });
+                    }
+                    buf[..msg.len].copy_from_slice(&frame.data[crate::wire::offset::PAYLOAD..][..msg.len]);
+                }
+                rail.rings.rx_release(slot);
+                rail.rx_next = (slot + 1) % rail.rings.rx_slots();
+                match verdict {
+                    Ok(msg) => {
+                        stats.received += 1;
+                        *rx_rail = (r + 1) % count;
+                        return Ok(Some(msg));
+                    }
+                    Err(reason) => *stats.dropped.get_mut(reason) += 1,
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Waits for the next message under the endpoint's wait policy, for at most
+    /// `timeout` (`None`: no limit). `Ok(None)` when the time ran out.
+    pub fn recv(&mut self, buf: &mut [u8], timeout: Option<Duration>) -> Result<Option<Received>> {
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        let yield_until = self.phases.spin.saturating_add(self.phases.yield_for);
+        loop {
+            if let Some(msg) = self.try_recv(buf)? {
+                return Ok(Some(msg));
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(None);
+            }
+            let waited = now - start;
+            if waited < self.phases.spin {
+                std::hint::spin_loop();
+            } else if waited < yield_until {
+                std::thread::yield_now();
+            } else {
+                let remaining = deadline.map(|d| d.saturating_duration_since(now));
+                sys::poll_readable(&self.fds, remaining).map_err(|e| Error::Io { what: "waiting for frames".into(), source: e })?;
+            }
+        }
+    }
+
+    /// The counters, with the kernel's ring-drop count brought up to date.
+    pub fn stats(&mut self) -> Result<Stats> {
+        for rail in &self.rails {
+            let (_, drops) = rail
+                .socket
+                .take_statistics()
+                .map_err(|e| Error::Io { what: format!("reading PACKET_STATISTICS on {}", rail.interface), source: e })?;
+            self.stats.ring_dropped += drops;
+        }
+        Ok(self.stats)
+    }
+}
+
+fn wait_for_send_slot(r: &mut Rail, rail: usize, slot: usize) -> Result<()> {
+    let mut start = None;
+    loop {
+        match r.rings.tx_status(slot) {
+            libc::TP_STATUS_AVAILABLE => return Ok(()),
+            libc::TP_STATUS_WRONG_FORMAT => return Err(Error::FrameRejected { rail }),
+            libc::TP_STATUS_SEND_REQUEST => {
+                // Refused earlier and still marked: push it out again.
+                let _ = r.socket.kick_send_ring();
+            }
+            _ => {}
+        }
+        let since = *start.get_or_insert_with(Instant::now);
+        if since.elapsed() > SEND_RING_TIMEOUT {
+            return Err(Error::SendRingFull { rail, waited_ms: SEND_RING_TIMEOUT.as_millis() as u64 });
+        }
+        std::thread::yield_now();
+    }
+}
+
+fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: InterfaceInfo, has_siblings: bool) -> Result<Rail> {
+    let lock = PortLock::acquire(&interface, config.port)?;
+    let on = |what: &str| format!("{what} on {interface}");
+    let socket = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
+    socket.set_tpacket_v2().map_err(|e| Error::os(on("selecting TPACKET_V2"), e))?;
+    socket.set_skip_malformed_sends().map_err(|e| Error::os(on("setting PACKET_LOSS"), e))?;
+    socket.raise_receive_buffer(config.receive_buffer).map_err(|e| Error::os(on("raising the receive buffer"), e))?;
+    if config.kernel_filter {
+        socket
+            .attach_filter(&demux.filter_program(info.mac, has_siblings))
+            .map_err(|e| Error::os(on("attaching the BPF filter"), e))?;
+    }
+    let max_frame = info.mtu + ETHERNET_HEADER_LEN + 4;
+    let rings = socket
+        .map_rings(RingGeometry::for_frames(max_frame, config.rx_slots), RingGeometry::for_frames(max_frame, config.tx_slots))
+        .map_err(|e| Error::os(on("mapping the packet rings"), e))?;
+    socket
+        .add_membership(info.index, MacAddr::mcd_group(config.job_key, GroupId::ALL))
+        .map_err(|e| Error::os(on("joining the all-nodes group"), e))?;
+    // Siblings on this NIC are heard only as this host's outgoing frames, which
+    // reach ETH_P_ALL sockets alone; otherwise bind to the job's EtherType.
+    let protocol = if has_siblings { libc::ETH_P_ALL as u16 } else { config.ethertype };
+    socket.bind(info.index, protocol).map_err(|e| Error::os(on("binding the packet socket"), e))?;
+    let tx_slots = rings.tx_slots();
+    Ok(Rail {
+        interface,
+        info,
+        socket,
+        rings,
+        rx_next: 0,
+        tx_next: 0,
+        tx_generation: vec![0; tx_slots],
+        has_siblings,
+        _lock: lock,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_keys_from_numbers_and_names() {
+        assert_eq!(job_key_from_str("42"), 42);
+        assert_eq!(job_key_from_str("0x10"), 16);
+        assert_ne!(job_key_from_str("slurm-job-a"), job_key_from_str("slurm-job-b"));
+        assert_eq!(job_key_from_str("name"), job_key_from_str("name"));
+    }
+}

@@ -1,0 +1,25 @@
+//! Host utilities that tools and tests need around endpoints: entering a
+//! network namespace (the virtual cluster's nodes), pinning a thread to a core,
+//! counting cores.
+
+use std::io;
+use std::path::Path;
+
+pub use crate::sys::NetnsGuard;
+
+/// Moves the calling thread into the named network namespace (as created by
+/// `ip netns add NAME`) until the guard drops. Endpoints opened meanwhile
+/// stay in that namespace.
+pub fn enter_netns(name: &str) -> io::Result<NetnsGuard> {
+    NetnsGuard::enter(&Path::new("/var/run/netns").join(name))
+}
+
+/// Pins the calling thread to CPU `cpu`.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    crate::sys::pin_current_thread(cpu)
+}
+
+/// Number of CPUs online.
+pub fn online_cpus() -> usize {
+    crate::sys::online_cpus()
+}

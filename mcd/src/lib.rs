@@ -1,0 +1,71 @@
+//! # mcd — userspace raw-Ethernet messaging
+//!
+//! mcd is the MCD library of Iwasaki, Matsuoka et al. ("fast user-level
+//! barriers on Ethernet") rebuilt on today's Linux: messages travel in raw
+//! Ethernet frames under their own EtherType, beside the host's TCP/IP
+//! traffic, between *nodes* of a job that share an Ethernet segment.
+//!
+//! ## Layers, bottom up
+//!
+//! - [`sys`](crate) (private): every `unsafe` block and system call — the
+//!   `AF_PACKET` socket, its mmap'd TPACKET_V2 receive and send rings,
+//!   interface queries, `ppoll`, `flock`, namespaces.
+//! - [`wire`]: the frame format, as a checked view ([`wire::Frame`]) and a
+//!   parse/emit representation ([`wire::FrameRepr`]). Parsing never panics.
+//! - [`filter`]: the classic BPF program that demultiplexes in the kernel —
+//!   only this job's frames for this endpoint's port or joined groups wake
+//!   the process.
+//! - [`node`] and [`port`]: who is who. A node is a (MAC, port) pair; node
+//!   numbers come from a node list. Each device has 256 ports, each held by
+//!   one endpoint on the host.
+//! - [`Endpoint`]: the API. [`Endpoint::post`] copies a message into the send
+//!   ring and kicks the kernel without waiting; [`Endpoint::is_sent`] /
+//!   [`Endpoint::wait_sent`] report the paper's "sent" flag; [`Endpoint::try_recv`]
+//!   reads the receive ring with no system call; [`Endpoint::recv`] waits
+//!   under an explicit [`WaitPolicy`]. Destinations are nodes or multicast
+//!   groups ([`Destination::ALL_NODES`] is the paper's `MCD_DST_MULTICAST`).
+//!   One endpoint drives several NICs (*rails*); a send names its rail.
+//!
+//! ## Like the paper, unreliable
+//!
+//! There is no flow control or retransmission: a frame lost on the wire, or
+//! arriving to a full receive ring, is gone (ring drops are counted in
+//! [`Stats::ring_dropped`]). Reliability belongs to the layer above — the
+//! `barriers` crate recovers lost messages by timeout and resend.
+//!
+//! ## Example
+//!
+//! ```no_run
+//! use mcd::{Destination, Endpoint, EndpointConfig, NodeList};
+//! # fn main() -> mcd::Result<()> {
+//! let nodes = NodeList::parse("02:00:00:00:00:01\n02:00:00:00:00:02\n", "inline")?;
+//! let mut ep = Endpoint::open(EndpointConfig::new(["eth0"], 0, nodes))?;
+//! let peer = 1 - ep.node_id();
+//! ep.send(0, Destination::Node(peer), 1, 0, b"hello")?;
+//! let mut buf = [0u8; 1500];
+//! if let Some(msg) = ep.recv(&mut buf, Some(std::time::Duration::from_secs(1)))? {
+//!     println!("node {} says {:?}", msg.from, &buf[..msg.len]);
+//! }
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod endpoint;
+mod error;
+pub mod filter;
+pub mod host;
+pub mod node;
+pub mod port;
+pub mod raw;
+pub mod stats;
+mod sys;
+pub mod wait;
+pub mod wire;
+
+pub use endpoint::{job_key_from_str, Destination, Endpoint, EndpointConfig, Received, SendToken, DEFAULT_JOB_KEY, MAX_RAILS};
+pub use error::{Error, Result};
+pub use node::{NodeAddr, NodeId, NodeList, Port};
+pub use raw::RawSender;
+pub use stats::{DropCounts, DropReason, Stats};
+pub use wait::WaitPolicy;
+pub use wire::{GroupId, MacAddr};

@@ -1,0 +1,209 @@
+//! Node numbering: the node list.
+//!
+//! As in the paper, a node number names a NIC address; here a node is a
+//! (MAC, port) pair, so several processes on one host are several nodes. Node
+//! `i` is line `i` of the node list (comments and blank lines do not count).
+//!
+//! ```text
+//! # MAC on rail 0   [MAC on rail 1 ...]   [port]
+//! 02:00:00:00:00:01  02:00:00:01:00:01     0
+//! 02:00:00:00:00:02  02:00:00:01:00:02     0
+//! 02:00:00:00:00:02  02:00:00:01:00:02     1   # a second process on host 2
+//! ```
+//!
+//! A line holds one MAC per rail, then optionally the port (0 when left out).
+//! The list comes from a file or from the environment ([`NodeList::from_env`]).
+
+use std::path::Path;
+
+use crate::wire::MacAddr;
+use crate::Error;
+
+/// A node number: the index of the node in the node list.
+pub type NodeId = usize;
+/// A port number: 256 per device.
+pub type Port = u8;
+/// Environment variable holding the node list inline (lines separated by `;` or newlines).
+pub const ENV_NODES: &str = "MCD_NODES";
+/// Environment variable naming a node-list file.
+pub const ENV_NODE_FILE: &str = "MCD_NODE_FILE";
+/// The most nodes a job can have (node numbers are 16 bits on the wire).
+pub const MAX_NODES: usize = u16::MAX as usize + 1;
+
+/// The addresses of one node: its MAC on each rail, and its port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeAddr {
+    /// MAC address per rail (rail 0 first).
+    pub macs: Vec<MacAddr>,
+    /// The port the node's process holds (the same on every rail).
+    pub port: Port,
+}
+
+/// The ordered list of a job's nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct NodeList {
+    nodes: Vec<NodeAddr>,
+}
+
+impl NodeList {
+    /// A node list from addresses in node order.
+    pub fn new(nodes: Vec<NodeAddr>) -> NodeList {
+        NodeList { nodes }
+    }
+
+    /// Parses node-list text; `origin` names it in errors (a path, or the variable).
+    pub fn parse(text: &str, origin: &str) -> Result<NodeList, Error> {
+        let mut nodes = Vec::new();
+        for (index, raw) in text.split(['\n', ';']).enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let bad = |reason: String| Error::NodeListLine { origin: origin.to_string(), line: index + 1, reason };
+            let mut macs = Vec::new();
+            let mut port = None;
+            for token in line.split_whitespace() {
+                if port.is_some() {
+                    return Err(bad(format!("unexpected `{token}` after the port")));
+                }
+                if let Ok(mac) = token.parse::<MacAddr>() {
+                    macs.push(mac);
+                } else if let Ok(p) = token.parse::<u16>() {
+                    let p = Port::try_from(p).map_err(|_| bad(format!("port {p} is out of range 0..=255")))?;
+                    port = Some(p);
+                } else {
+                    return Err(bad(format!("`{token}` is neither a MAC address nor a port number")));
+                }
+            }
+            if macs.is_empty() {
+                return Err(bad("no MAC address (expected `MAC [MAC ...] [port]`)".into()));
+            }
+            let node = NodeAddr { macs, port: port.unwrap_or(0) };
+            if let Some(first) = nodes.iter().position(|n: &NodeAddr| n.macs[0] == node.macs[0] && n.port == node.port) {
+                return Err(bad(format!("{} port {} is already node {first}", node.macs[0], node.port)));
+            }
+            nodes.push(node);
+        }
+        if nodes.is_empty() {
+            return Err(Error::NodeListLine { origin: origin.to_string(), line: 0, reason: "the list names no node".into() });
+        }
+        if nodes.len() > MAX_NODES {
+            return Err(Error::NodeListLine {
+                origin: origin.to_string(),
+                line: 0,
+                reason: format!("{} nodes; at most {MAX_NODES}", nodes.len()),
+            });
+        }
+        Ok(NodeList { nodes })
+    }
+
+    /// Reads and parses a node-list file.
+    pub fn from_file(path: &Path) -> Result<NodeList, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            what: format!("reading node list {}", path.display()),
+            source,
+        })?;
+        NodeList::parse(&text, &path.display().to_string())
+    }
+
+    /// The node list from the environment: `MCD_NODES` (inline) or
+    /// `MCD_NODE_FILE` (a path). `Ok(None)` when neither is set.
+    pub fn from_env() -> Result<Option<NodeList>, Error> {
+        if let Ok(text) = std::env::var(ENV_NODES) {
+            return NodeList::parse(&text, ENV_NODES).map(Some);
+        }
+        if let Ok(path) = std::env::var(ENV_NODE_FILE) {
+            return NodeList::from_file(Path::new(&path)).map(Some);
+        }
+        Ok(None)
+    }
+
+    /// Renders the list in the file format [`NodeList::parse`] reads.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        for node in &self.nodes {
+            for mac in &node.macs {
+                out.push_str(&mac.to_string());
+                out.push(' ');
+            }
+            out.push_str(&node.port.to_string());
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True when the list is empty (a parsed list never is).
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The addresses of node `id`.
+    pub fn get(&self, id: NodeId) -> Option<&NodeAddr> {
+        self.nodes.get(id)
+    }
+
+    /// All nodes in order.
+    pub fn iter(&self) -> impl Iterator<Item = &NodeAddr> {
+        self.nodes.iter()
+    }
+
+    /// The node with `mac` on rail 0 and port `port`.
+    pub fn find(&self, mac: MacAddr, port: Port) -> Option<NodeId> {
+        self.nodes.iter().position(|n| n.macs[0] == mac && n.port == port)
+    }
+
+    /// The number of rails every node has an address on.
+    pub fn rails(&self) -> usize {
+        self.nodes.iter().map(|n| n.macs.len()).min().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_macs_rails_ports_and_comments() {
+        let list = NodeList::parse(
+            "# cluster\n02:00:00:00:00:01 02:00:00:01:00:01\n\n02:00:00:00:00:02 02:00:00:01:00:02 7 # host 2\n",
+            "test",
+        )
+        .unwrap();
+        assert_eq!(list.len(), 2);
+        assert_eq!(list.rails(), 2);
+        assert_eq!(list.get(0).unwrap().port, 0);
+        assert_eq!(list.get(1).unwrap().port, 7);
+        assert_eq!(list.find("02:00:00:00:00:02".parse().unwrap(), 7), Some(1));
+        assert_eq!(list.find("02:00:00:00:00:02".parse().unwrap(), 0), None);
+    }
+
+    #[test]
+    fn inline_form_and_text_round_trip() {
+        let list = NodeList::parse("02:00:00:00:00:01 1; 02:00:00:00:00:01 2", "MCD_NODES").unwrap();
+        assert_eq!(list.len(), 2);
+        assert_eq!(NodeList::parse(&list.to_text(), "again").unwrap(), list);
+    }
+
+    #[test]
+    fn bad_lines_name_their_line_number() {
+        let cases = [
+            ("02:00:00:00:00:01\nnot-a-mac\n", 2, "neither"),
+            ("02:00:00:00:00:01 300\n", 1, "out of range"),
+            ("02:00:00:00:00:01 1 2\n", 1, "after the port"),
+            ("# c\n\n3\n", 3, "no MAC"),
+            ("02:00:00:00:00:01\n02:00:00:00:00:01 0\n", 2, "already node 0"),
+        ];
+        for (text, line, needle) in cases {
+            let err = NodeList::parse(text, "nodes.txt").unwrap_err();
+            let msg = err.to_string();
+            assert!(matches!(err, Error::NodeListLine { line: l, .. } if l == line), "{text:?}: {msg}");
+            assert!(msg.contains(needle) && msg.contains("nodes.txt"), "{msg}");
+        }
+        assert!(NodeList::parse("# nothing\n", "x").unwrap_err().to_string().contains("no node"));
+    }
+}

@@ -1,0 +1,72 @@
+//! Endpoint statistics: what was sent and received, and every frame dropped, by reason.
+
+/// Why a received frame was dropped in user space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// Shorter than the headers, cut short by the ring slot, or with a payload
+    /// length beyond the frame.
+    Truncated,
+    /// A header version this build does not speak.
+    BadVersion,
+    /// Another EtherType (seen only with the kernel filter off).
+    ForeignEtherType,
+    /// Another job's key.
+    WrongJob,
+    /// Addressed to another node, port or group.
+    NotForMe,
+    /// The source node number does not match the sender's MAC and port in the node list.
+    UnknownSource,
+}
+
+/// Counters of frames dropped in user space, one per [`DropReason`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DropCounts {
+    /// [`DropReason::Truncated`].
+    pub truncated: u64,
+    /// [`DropReason::BadVersion`].
+    pub bad_version: u64,
+    /// [`DropReason::ForeignEtherType`].
+    pub foreign_ethertype: u64,
+    /// [`DropReason::WrongJob`].
+    pub wrong_job: u64,
+    /// [`DropReason::NotForMe`].
+    pub not_for_me: u64,
+    /// [`DropReason::UnknownSource`].
+    pub unknown_source: u64,
+}
+
+impl DropCounts {
+    /// The counter for `reason`.
+    pub fn get_mut(&mut self, reason: DropReason) -> &mut u64 {
+        match reason {
+            DropReason::Truncated => &mut self.truncated,
+            DropReason::BadVersion => &mut self.bad_version,
+            DropReason::ForeignEtherType => &mut self.foreign_ethertype,
+            DropReason::WrongJob => &mut self.wrong_job,
+            DropReason::NotForMe => &mut self.not_for_me,
+            DropReason::UnknownSource => &mut self.unknown_source,
+        }
+    }
+
+    /// All user-space drops.
+    pub fn total(&self) -> u64 {
+        self.truncated + self.bad_version + self.foreign_ethertype + self.wrong_job + self.not_for_me + self.unknown_source
+    }
+}
+
+/// An endpoint's counters since it opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Frames posted for sending.
+    pub sent: u64,
+    /// Sends the kernel refused for now (`ENOBUFS`: a full or dropping egress
+    /// queue); the frame stays in the send ring and goes out with the next kick.
+    pub send_refused: u64,
+    /// Messages delivered to the application.
+    pub received: u64,
+    /// Frames the kernel dropped because the receive ring was full
+    /// (`PACKET_STATISTICS`).
+    pub ring_dropped: u64,
+    /// Frames that reached user space and were dropped there, by reason.
+    pub dropped: DropCounts,
+}
