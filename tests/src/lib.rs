@@ -1,1 +1,48 @@
+//! Helpers for mcd's integration tests: every test builds its own virtual
+//! cluster (named after the test, so tests run in parallel) behind a guard
+//! that takes it down even when the test fails.
+//!
+//! These tests need root (network namespaces, raw sockets). Without it they
+//! fail, saying so; they never skip.
 
+use std::time::Duration;
+
+use mcd::{Endpoint, EndpointConfig, Received};
+use mcd_tools::vcluster::{Cluster, ClusterGuard, ClusterSpec};
+
+/// Brings up the cluster `spec` behind a guard; panics with the reason
+/// (not root, `ip` or `nft` missing) when it cannot.
+pub fn cluster(spec: ClusterSpec) -> ClusterGuard {
+    match Cluster::up_guarded(spec) {
+        Ok(guard) => guard,
+        Err(e) => panic!("this test needs a virtual cluster and could not build one: {e:#}"),
+    }
+}
+
+/// Opens `config` as an endpoint of node `node` (inside its namespace).
+pub fn open_on(cluster: &Cluster, node: usize, config: EndpointConfig) -> mcd::Result<Endpoint> {
+    let _netns = cluster.enter(node).expect("enter node namespace");
+    Endpoint::open(config)
+}
+
+/// Opens one endpoint per node with the cluster's default configuration and
+/// blocking waits (tests run many threads on few cores).
+pub fn open_all(cluster: &Cluster) -> Vec<Endpoint> {
+    (0..cluster.nodes())
+        .map(|n| {
+            let mut config = cluster.endpoint_config();
+            config.wait = mcd::WaitPolicy::Block;
+            open_on(cluster, n, config).unwrap_or_else(|e| panic!("open endpoint on node {n}: {e}"))
+        })
+        .collect()
+}
+
+/// Receives until nothing has arrived for `quiet`: every message with its payload.
+pub fn drain(ep: &mut Endpoint, quiet: Duration) -> Vec<(Received, Vec<u8>)> {
+    let mut buf = vec![0u8; 9000];
+    let mut out = Vec::new();
+    while let Some(msg) = ep.recv(&mut buf, Some(quiet)).expect("recv") {
+        out.push((msg, buf[..msg.len].to_vec()));
+    }
+    out
+}

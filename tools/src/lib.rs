@@ -1,1 +1,11 @@
+//! mcd's tools as a library, so that tests and benchmarks use exactly what the
+//! command-line tools use:
+//!
+//! - [`vcluster`]: the virtual cluster every test and demo runs on (namespaces,
+//!   veth, bridges as switch or hub, nftables loss injection).
+//! - [`pingpong`]: one-way latency and bandwidth against message size, mcd
+//!   versus UDP between the same two nodes.
+#![warn(missing_docs)]
 
+pub mod pingpong;
+pub mod vcluster;

@@ -1,0 +1,751 @@
+//! The virtual cluster: N nodes on one machine, each a network namespace with
+//! one veth interface per rail (`eth0`, `eth1`), all plugged into a Linux bridge
+//! per rail that acts as a switch (learning) or a repeater hub (floods every
+//! frame). Loss can be injected per node (nftables, netdev ingress) or per
+//! switch port (nftables, bridge forward), since this kernel has no netem.
+//!
+//! Every name a cluster creates starts with `mcd` and its cluster name, so
+//! clusters with different names coexist (tests build their own in parallel)
+//! and `down` removes exactly what `up` made. A [`ClusterGuard`] tears its
+//! cluster down when dropped, even when a test panics.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use mcd::{MacAddr, NodeAddr, NodeList};
+use serde::{Deserialize, Serialize};
+
+/// Where cluster state (shape, node list) is kept.
+pub const STATE_DIR: &str = "/run/mcd-vcluster";
+/// The most nodes a cluster can have.
+pub const MAX_NODES: usize = 250;
+/// The most rails a cluster can have.
+pub const MAX_RAILS: usize = 4;
+
+/// How the nodes of a rail are connected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Topology {
+    /// A learning bridge: unicast goes to one port once the bridge has learnt it.
+    #[default]
+    Switch,
+    /// A repeater hub: every frame reaches every port (bridge ageing time 0).
+    Hub,
+}
+
+impl std::str::FromStr for Topology {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "switch" => Ok(Topology::Switch),
+            "hub" => Ok(Topology::Hub),
+            _ => Err(format!("unknown topology `{s}` (switch or hub)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Topology::Switch => "switch",
+            Topology::Hub => "hub",
+        })
+    }
+}
+
+/// Where injected loss happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LossPoint {
+    /// On the node's interfaces, as frames arrive (netdev ingress).
+    Node,
+    /// On the switch port towards the node, as the bridge forwards (bridge forward).
+    Port,
+}
+
+impl std::str::FromStr for LossPoint {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "node" => Ok(LossPoint::Node),
+            "port" => Ok(LossPoint::Port),
+            _ => Err(format!("unknown loss point `{s}` (node or port)")),
+        }
+    }
+}
+
+/// Injected random loss.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Loss {
+    /// Percentage of frames dropped, 0 to 100 (resolution 0.01%).
+    pub percent: f64,
+    /// Where frames are dropped.
+    pub at: LossPoint,
+    /// Only frames of this EtherType are dropped (default mcd's), so the
+    /// cluster's IP traffic is not.
+    pub ethertype: u16,
+    /// The nodes whose incoming frames are dropped (empty: all).
+    pub nodes: Vec<usize>,
+}
+
+/// The shape of a cluster.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterSpec {
+    /// Cluster name: 1 to 6 lowercase letters or digits.
+    pub name: String,
+    /// Number of nodes.
+    pub nodes: usize,
+    /// Number of rails (a bridge and an interface per node each).
+    pub rails: usize,
+    /// Switch or hub.
+    pub topology: Topology,
+    /// Injected loss, if any.
+    pub loss: Option<Loss>,
+}
+
+impl ClusterSpec {
+    /// A switched, single-rail, loss-free cluster.
+    pub fn new(name: &str, nodes: usize) -> ClusterSpec {
+        ClusterSpec { name: name.into(), nodes, rails: 1, topology: Topology::Switch, loss: None }
+    }
+
+    /// With `rails` rails.
+    pub fn rails(mut self, rails: usize) -> ClusterSpec {
+        self.rails = rails;
+        self
+    }
+
+    /// With this topology.
+    pub fn topology(mut self, topology: Topology) -> ClusterSpec {
+        self.topology = topology;
+        self
+    }
+
+    /// With `percent` random loss of mcd frames at `at`, on every node.
+    pub fn loss(mut self, percent: f64, at: LossPoint) -> ClusterSpec {
+        self.loss = Some(Loss { percent, at, ethertype: mcd::wire::DEFAULT_ETHERTYPE, nodes: Vec::new() });
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        ensure!(
+            !self.name.is_empty() && self.name.len() <= 6 && self.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()),
+            "cluster name `{}` must be 1 to 6 lowercase letters or digits (it becomes part of interface names)",
+            self.name
+        );
+        ensure!((1..=MAX_NODES).contains(&self.nodes), "a cluster has 1 to {MAX_NODES} nodes, not {}", self.nodes);
+        ensure!((1..=MAX_RAILS).contains(&self.rails), "a cluster has 1 to {MAX_RAILS} rails, not {}", self.rails);
+        if let Some(loss) = &self.loss {
+            ensure!((0.0..=100.0).contains(&loss.percent), "loss must be 0 to 100 percent, not {}", loss.percent);
+            if let Some(bad) = loss.nodes.iter().find(|&&n| n >= self.nodes) {
+                bail!("loss names node {bad} but the cluster has nodes 0..{}", self.nodes);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What [`Cluster::up`] found and did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpOutcome {
+    /// Built from nothing.
+    Created,
+    /// It existed with every piece in place.
+    AlreadyUp,
+    /// It existed with pieces missing, now put back (how many).
+    Repaired(usize),
+}
+
+/// What one node's process did under [`Cluster::run`].
+#[derive(Clone, Debug)]
+pub struct NodeOutcome {
+    /// The node.
+    pub node: usize,
+    /// Exit code (`None`: killed by a signal or by the timeout).
+    pub code: Option<i32>,
+    /// Whether the timeout killed it.
+    pub timed_out: bool,
+    /// Everything it printed on standard output.
+    pub stdout: String,
+    /// Everything it printed on standard error.
+    pub stderr: String,
+}
+
+impl NodeOutcome {
+    /// Exited with code 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+/// A virtual cluster that is up. Dropping it leaves the cluster up; use
+/// [`Cluster::down`] or a [`ClusterGuard`].
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    spec: ClusterSpec,
+}
+
+/// Checks that the commands the cluster needs are installed, saying which
+/// Debian package brings each missing one.
+pub fn check_tools(need_nft: bool) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut tools = vec![("ip", "iproute2"), ("bridge", "iproute2"), ("sysctl", "procps")];
+    if need_nft {
+        tools.push(("nft", "nftables"));
+    }
+    for (tool, package) in tools {
+        if which(tool).is_none() {
+            missing.push(format!("`{tool}` (Debian package {package})"));
+        }
+    }
+    ensure!(missing.is_empty(), "the virtual cluster needs {}: install with `apt-get install iproute2 nftables procps`", missing.join(", "));
+    Ok(())
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// Fails unless running as root (the cluster needs CAP_NET_ADMIN and CAP_SYS_ADMIN).
+pub fn require_root() -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    ensure!(euid == 0, "the virtual cluster needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_NET_RAW): run with sudo");
+    Ok(())
+}
+
+fn sh(program: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new(program).args(args).stdin(Stdio::null()).output().with_context(|| format!("running {program}"))?;
+    if !out.status.success() {
+        bail!("`{program} {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn sh_input(program: &str, args: &[&str], input: &str) -> Result<String> {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {program}"))?;
+    child.stdin.take().expect("piped").write_all(input.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!("`{program} {}` failed: {}\ninput:\n{input}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn in_ns(ns: &str, args: &[&str]) -> Result<String> {
+    let mut full = vec!["netns", "exec", ns];
+    full.extend_from_slice(args);
+    sh("ip", &full)
+}
+
+impl Cluster {
+    /// Brings the cluster up, or repairs it if it exists with pieces missing.
+    /// Fails if a cluster of that name exists with another shape.
+    pub fn up(spec: ClusterSpec) -> Result<(Cluster, UpOutcome)> {
+        spec.validate()?;
+        require_root()?;
+        check_tools(spec.loss.is_some())?;
+        let existing = Cluster::attach(&spec.name).ok();
+        if let Some(old) = &existing {
+            let same_shape = old.spec.nodes == spec.nodes && old.spec.rails == spec.rails;
+            ensure!(
+                same_shape,
+                "cluster `{}` is up with {} node(s) and {} rail(s); take it down first (`mcd-vcluster down {}`)",
+                spec.name,
+                old.spec.nodes,
+                old.spec.rails,
+                spec.name
+            );
+        }
+        let cluster = Cluster { spec };
+        std::fs::create_dir_all(STATE_DIR)?;
+        let repaired = cluster.build()?;
+        cluster.apply_loss()?;
+        std::fs::write(cluster.state_path(), serde_json::to_string_pretty(&cluster.spec)?)?;
+        std::fs::write(cluster.node_file(), cluster.node_list().to_text())?;
+        let outcome = match (existing, repaired) {
+            (None, _) => UpOutcome::Created,
+            (Some(_), 0) => UpOutcome::AlreadyUp,
+            (Some(_), n) => UpOutcome::Repaired(n),
+        };
+        Ok((cluster, outcome))
+    }
+
+    /// Brings a cluster up (as [`Cluster::up`]) behind a guard that takes it
+    /// down when dropped. Any leftover cluster of that name is taken down first.
+    pub fn up_guarded(spec: ClusterSpec) -> Result<ClusterGuard> {
+        Cluster::down_by_name(&spec.name)?;
+        let (cluster, _) = Cluster::up(spec)?;
+        Ok(ClusterGuard(cluster))
+    }
+
+    /// The cluster called `name`, as recorded by `up`.
+    pub fn attach(name: &str) -> Result<Cluster> {
+        let path = Path::new(STATE_DIR).join(format!("{name}.json"));
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("no virtual cluster `{name}` is up (no {}); `mcd-vcluster up {name}` first", path.display()))?;
+        Ok(Cluster { spec: serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))? })
+    }
+
+    /// Names of the clusters that are up.
+    pub fn list() -> Vec<String> {
+        let Ok(dir) = std::fs::read_dir(STATE_DIR) else { return Vec::new() };
+        let mut names: Vec<String> = dir
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").map(str::to_string))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The cluster's shape.
+    pub fn spec(&self) -> &ClusterSpec {
+        &self.spec
+    }
+
+    /// Number of nodes.
+    pub fn nodes(&self) -> usize {
+        self.spec.nodes
+    }
+
+    /// Number of rails.
+    pub fn rails(&self) -> usize {
+        self.spec.rails
+    }
+
+    /// The network namespace of node `node`.
+    pub fn namespace(&self, node: usize) -> String {
+        format!("mcd-{}-{node}", self.spec.name)
+    }
+
+    /// The interface of rail `rail` inside every node.
+    pub fn interface(rail: usize) -> String {
+        format!("eth{rail}")
+    }
+
+    /// The interfaces of all rails, rail 0 first.
+    pub fn interfaces(&self) -> Vec<String> {
+        (0..self.spec.rails).map(Cluster::interface).collect()
+    }
+
+    fn bridge(&self, rail: usize) -> String {
+        format!("mcd{}b{rail}", self.spec.name)
+    }
+
+    fn peer(&self, node: usize, rail: usize) -> String {
+        format!("mcd{}{rail}n{node}", self.spec.name)
+    }
+
+    fn nft_table(&self) -> String {
+        format!("mcd_{}", self.spec.name)
+    }
+
+    fn state_path(&self) -> PathBuf {
+        Path::new(STATE_DIR).join(format!("{}.json", self.spec.name))
+    }
+
+    /// The node-list file `up` writes (one line per node, port 0).
+    pub fn node_file(&self) -> PathBuf {
+        Path::new(STATE_DIR).join(format!("{}.nodes", self.spec.name))
+    }
+
+    /// The MAC address of node `node` on rail `rail`: `02:HH:HH:rail:node`, with
+    /// HH:HH from the cluster name, so that clusters never share addresses.
+    pub fn mac(&self, node: usize, rail: usize) -> MacAddr {
+        let h = self.spec.name.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193));
+        MacAddr([0x02, (h >> 8) as u8, h as u8, rail as u8, (node >> 8) as u8, node as u8])
+    }
+
+    /// The IPv4 address of node `node` on rail `rail` (10.(77+rail).x.y/16), for
+    /// IP traffic such as the UDP comparison.
+    pub fn ip(&self, node: usize, rail: usize) -> Ipv4Addr {
+        let host = node + 1;
+        Ipv4Addr::new(10, 77 + rail as u8, (host >> 8) as u8, host as u8)
+    }
+
+    /// The node list: one node per namespace, port 0, one MAC per rail.
+    pub fn node_list(&self) -> NodeList {
+        NodeList::new(
+            (0..self.spec.nodes)
+                .map(|n| NodeAddr { macs: (0..self.spec.rails).map(|r| self.mac(n, r)).collect(), port: 0 })
+                .collect(),
+        )
+    }
+
+    fn build(&self) -> Result<usize> {
+        let mut repaired = 0;
+        let namespaces: BTreeSet<String> =
+            sh("ip", &["netns", "list"])?.lines().filter_map(|l| l.split_whitespace().next()).map(str::to_string).collect();
+        let links: BTreeSet<String> = sh("ip", &["-o", "link", "show"])?
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1))
+            .map(|n| n.split('@').next().unwrap_or(n).to_string())
+            .collect();
+        for rail in 0..self.spec.rails {
+            let br = self.bridge(rail);
+            if !links.contains(&br) {
+                repaired += 1;
+                sh("ip", &["link", "add", &br, "type", "bridge", "stp_state", "0"])?;
+            }
+            // STP must be off before forward_delay can be 0 (one command fails).
+            sh("ip", &["link", "set", &br, "type", "bridge", "forward_delay", "0", "mcast_snooping", "0"])?;
+            let ageing = if self.spec.topology == Topology::Hub { "0" } else { "30000" };
+            sh("ip", &["link", "set", &br, "type", "bridge", "ageing_time", ageing])?;
+            sh("sysctl", &["-qw", &format!("net.ipv6.conf.{br}.disable_ipv6=1")])?;
+            sh("ip", &["link", "set", &br, "up"])?;
+        }
+        for node in 0..self.spec.nodes {
+            let ns = self.namespace(node);
+            if !namespaces.contains(&ns) {
+                repaired += 1;
+                sh("ip", &["netns", "add", &ns])?;
+            }
+            in_ns(&ns, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])?;
+            in_ns(&ns, &["ip", "link", "set", "lo", "up"])?;
+            for rail in 0..self.spec.rails {
+                let peer = self.peer(node, rail);
+                let eth = Cluster::interface(rail);
+                if !links.contains(&peer) || !namespaces.contains(&ns) {
+                    repaired += 1;
+                    let _ = sh("ip", &["link", "del", &peer]);
+                    sh("ip", &["link", "add", &peer, "type", "veth", "peer", "name", &eth, "netns", &ns])?;
+                }
+                sh("sysctl", &["-qw", &format!("net.ipv6.conf.{peer}.disable_ipv6=1")])?;
+                sh("ip", &["link", "set", &peer, "master", &self.bridge(rail)])?;
+                in_ns(&ns, &["ip", "link", "set", &eth, "address", &self.mac(node, rail).to_string()])?;
+                let ip = format!("{}/16", self.ip(node, rail));
+                in_ns(&ns, &["ip", "addr", "replace", &ip, "dev", &eth])?;
+                in_ns(&ns, &["ip", "link", "set", &eth, "up"])?;
+                sh("ip", &["link", "set", &peer, "up"])?;
+            }
+        }
+        // Repairs counted from a fresh build are not repairs.
+        Ok(repaired)
+    }
+
+    fn lossy_nodes(&self, loss: &Loss) -> Vec<usize> {
+        if loss.nodes.is_empty() {
+            (0..self.spec.nodes).collect()
+        } else {
+            loss.nodes.clone()
+        }
+    }
+
+    fn apply_loss(&self) -> Result<()> {
+        self.clear_loss()?;
+        let Some(loss) = self.spec.loss.clone() else { return Ok(()) };
+        let threshold = (loss.percent * 100.0).round() as u32; // out of 10000
+        let rule = |iface_match: String| {
+            format!("{iface_match} ether type {:#06x} numgen random mod 10000 < {threshold} counter drop", loss.ethertype)
+        };
+        match loss.at {
+            LossPoint::Node => {
+                for node in self.lossy_nodes(&loss) {
+                    let mut script = String::from("table netdev mcdloss {\n");
+                    for rail in 0..self.spec.rails {
+                        let eth = Cluster::interface(rail);
+                        script.push_str(&format!(
+                            "  chain in{rail} {{ type filter hook ingress device \"{eth}\" priority 0; {}; }}\n",
+                            rule(String::new())
+                        ));
+                    }
+                    script.push_str("}\n");
+                    let ns = self.namespace(node);
+                    sh_input("ip", &["netns", "exec", &ns, "nft", "-f", "-"], &script)?;
+                }
+            }
+            LossPoint::Port => {
+                let mut script = format!("table bridge {} {{\n  chain portloss {{ type filter hook forward priority 0;\n", self.nft_table());
+                for node in self.lossy_nodes(&loss) {
+                    for rail in 0..self.spec.rails {
+                        script.push_str(&format!("    {};\n", rule(format!("oifname \"{}\"", self.peer(node, rail)))));
+                    }
+                }
+                script.push_str("  }\n}\n");
+                sh_input("nft", &["-f", "-"], &script)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn clear_loss(&self) -> Result<()> {
+        if which("nft").is_none() {
+            return Ok(());
+        }
+        let _ = sh("nft", &["delete", "table", "bridge", &self.nft_table()]);
+        for node in 0..self.spec.nodes {
+            let _ = in_ns(&self.namespace(node), &["nft", "delete", "table", "netdev", "mcdloss"]);
+        }
+        Ok(())
+    }
+
+    /// Changes the injected loss of a running cluster.
+    pub fn set_loss(&mut self, loss: Option<Loss>) -> Result<()> {
+        self.spec.loss = loss;
+        self.spec.validate()?;
+        if self.spec.loss.is_some() {
+            check_tools(true)?;
+        }
+        self.apply_loss()?;
+        std::fs::write(self.state_path(), serde_json::to_string_pretty(&self.spec)?)?;
+        Ok(())
+    }
+
+    /// Frames dropped so far by the injected loss (nftables counters).
+    pub fn loss_drops(&self) -> Result<u64> {
+        let Some(loss) = &self.spec.loss else { return Ok(0) };
+        let listings = match loss.at {
+            LossPoint::Node => self
+                .lossy_nodes(loss)
+                .into_iter()
+                .map(|n| in_ns(&self.namespace(n), &["nft", "list", "table", "netdev", "mcdloss"]))
+                .collect::<Result<Vec<_>>>()?,
+            LossPoint::Port => vec![sh("nft", &["list", "table", "bridge", &self.nft_table()])?],
+        };
+        Ok(listings.iter().map(|l| sum_counter_packets(l)).sum())
+    }
+
+    /// Takes the cluster down: links, bridges, namespaces, nftables tables and
+    /// state files. Leaves nothing behind.
+    pub fn down(self) -> Result<()> {
+        Cluster::down_by_name(&self.spec.name)
+    }
+
+    /// Takes down whatever exists of cluster `name` (fine if nothing does).
+    pub fn down_by_name(name: &str) -> Result<()> {
+        require_root()?;
+        check_tools(false)?;
+        let ns_prefix = format!("mcd-{name}-");
+        if which("nft").is_some() {
+            let _ = sh("nft", &["delete", "table", "bridge", &format!("mcd_{name}")]);
+        }
+        // Root-side veths first: `ip netns del` is asynchronous, and deleting a
+        // veth end removes its peer inside the namespace at once.
+        for line in sh("ip", &["-o", "link", "show"])?.lines() {
+            let Some(dev) = line.split(": ").nth(1).map(|n| n.split('@').next().unwrap_or(n)) else { continue };
+            let ours = is_cluster_link(name, dev);
+            if ours {
+                let _ = sh("ip", &["link", "del", dev]);
+            }
+        }
+        for line in sh("ip", &["netns", "list"])?.lines() {
+            let Some(ns) = line.split_whitespace().next() else { continue };
+            if ns.strip_prefix(&ns_prefix).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
+                sh("ip", &["netns", "del", ns])?;
+            }
+        }
+        for ext in ["json", "nodes"] {
+            let _ = std::fs::remove_file(Path::new(STATE_DIR).join(format!("{name}.{ext}")));
+        }
+        Ok(())
+    }
+
+    /// Names of leftover pieces of cluster `name` (namespaces and links): empty
+    /// after [`Cluster::down`].
+    pub fn leftovers(name: &str) -> Result<Vec<String>> {
+        let mut found = Vec::new();
+        for line in sh("ip", &["netns", "list"])?.lines() {
+            if let Some(ns) = line.split_whitespace().next().filter(|ns| ns.starts_with(&format!("mcd-{name}-"))) {
+                found.push(ns.to_string());
+            }
+        }
+        for line in sh("ip", &["-o", "link", "show"])?.lines() {
+            if let Some(dev) = line.split(": ").nth(1).map(|n| n.split('@').next().unwrap_or(n)).filter(|d| is_cluster_link(name, d)) {
+                found.push(dev.to_string());
+            }
+        }
+        if Path::new(STATE_DIR).join(format!("{name}.json")).exists() {
+            found.push(format!("{STATE_DIR}/{name}.json"));
+        }
+        Ok(found)
+    }
+
+    /// The environment a process on node `node` gets: the node list, its rank,
+    /// the cluster size, its interfaces, and how many processes share the host.
+    pub fn node_env(&self, node: usize) -> Vec<(String, String)> {
+        vec![
+            ("MCD_NODE_FILE".into(), self.node_file().display().to_string()),
+            ("MCD_RANK".into(), node.to_string()),
+            ("MCD_SIZE".into(), self.spec.nodes.to_string()),
+            ("MCD_IFACES".into(), self.interfaces().join(",")),
+            ("MCD_LOCAL_PROCS".into(), self.spec.nodes.to_string()),
+            ("MCD_CLUSTER".into(), self.spec.name.clone()),
+        ]
+    }
+
+    /// A command that runs `program` inside node `node` with [`Cluster::node_env`].
+    pub fn command(&self, node: usize, program: &str) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.namespace(node), program]);
+        cmd.envs(self.node_env(node));
+        cmd
+    }
+
+    /// Runs `argv` on every node at once and collects each node's exit code and
+    /// output; processes still running after `timeout` are killed.
+    pub fn run(&self, argv: &[String], timeout: Duration) -> Result<Vec<NodeOutcome>> {
+        ensure!(!argv.is_empty(), "no command to run");
+        let mut children = Vec::new();
+        for node in 0..self.spec.nodes {
+            let mut cmd = self.command(node, &argv[0]);
+            cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+            let mut child = cmd.spawn().with_context(|| format!("starting `{}` on node {node}", argv[0]))?;
+            let readers = [
+                read_all_in_thread(child.stdout.take().expect("piped")),
+                read_all_in_thread(child.stderr.take().expect("piped")),
+            ];
+            children.push((node, child, readers));
+        }
+        let deadline = Instant::now() + timeout;
+        let mut outcomes = Vec::new();
+        for (node, mut child, [out, err]) in children {
+            let mut timed_out = false;
+            let status = loop {
+                if let Some(status) = child.try_wait()? {
+                    break Some(status);
+                }
+                if Instant::now() >= deadline {
+                    timed_out = true;
+                    let _ = child.kill();
+                    break child.wait().ok();
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            outcomes.push(NodeOutcome {
+                node,
+                code: if timed_out { None } else { status.and_then(|s| s.code()) },
+                timed_out,
+                stdout: out.join().unwrap_or_default(),
+                stderr: err.join().unwrap_or_default(),
+            });
+        }
+        Ok(outcomes)
+    }
+
+    /// Moves the calling thread into node `node`'s namespace until the guard
+    /// drops; endpoints opened meanwhile belong to that node.
+    pub fn enter(&self, node: usize) -> Result<mcd::host::NetnsGuard> {
+        mcd::host::enter_netns(&self.namespace(node)).with_context(|| format!("entering {}", self.namespace(node)))
+    }
+
+    /// An endpoint configuration for a node of this cluster: port 0, all rails,
+    /// and every node counted as a process on this host.
+    pub fn endpoint_config(&self) -> mcd::EndpointConfig {
+        let mut config = mcd::EndpointConfig::new(self.interfaces(), 0, self.node_list());
+        config.local_processes = self.spec.nodes;
+        config
+    }
+}
+
+/// Whether `dev` is a link of cluster `name`: `mcd{name}b{rail}` (bridge) or
+/// `mcd{name}{rail}n{node}` (switch side of a veth), and not of a cluster whose
+/// name merely starts with `name`.
+fn is_cluster_link(name: &str, dev: &str) -> bool {
+    let Some(rest) = dev.strip_prefix("mcd").and_then(|d| d.strip_prefix(name)) else { return false };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    match rest.strip_prefix('b') {
+        Some(rail) => digits(rail),
+        None => rest.split_once('n').is_some_and(|(rail, node)| digits(rail) && digits(node)),
+    }
+}
+
+fn read_all_in_thread<R: Read + Send + 'static>(mut reader: R) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = reader.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+fn sum_counter_packets(listing: &str) -> u64 {
+    let words: Vec<&str> = listing.split_whitespace().collect();
+    words.windows(3).filter(|w| w[0] == "counter" && w[1] == "packets").filter_map(|w| w[2].parse::<u64>().ok()).sum()
+}
+
+/// A cluster that is taken down when the guard drops (also on panic).
+#[derive(Debug)]
+pub struct ClusterGuard(Cluster);
+
+impl std::ops::Deref for ClusterGuard {
+    type Target = Cluster;
+    fn deref(&self) -> &Cluster {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ClusterGuard {
+    fn deref_mut(&mut self) -> &mut Cluster {
+        &mut self.0
+    }
+}
+
+impl Drop for ClusterGuard {
+    fn drop(&mut self) {
+        if let Err(e) = Cluster::down_by_name(&self.0.spec.name) {
+            eprintln!("warning: taking down virtual cluster `{}`: {e:#}", self.0.spec.name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_fit_interface_limits_and_macs_differ_per_cluster() {
+        let a = Cluster { spec: ClusterSpec::new("abcdef", 250).rails(4) };
+        assert!(a.peer(249, 3).len() <= 15, "{}", a.peer(249, 3));
+        assert!(a.bridge(3).len() <= 15);
+        let b = Cluster { spec: ClusterSpec::new("abcdeg", 2) };
+        assert_ne!(a.mac(0, 0), b.mac(0, 0));
+        assert_ne!(a.mac(1, 0), a.mac(1, 1));
+        assert!(!a.mac(0, 0).is_multicast());
+        assert_eq!(a.node_list().len(), 250);
+        assert_eq!(a.ip(0, 1), Ipv4Addr::new(10, 78, 0, 1));
+    }
+
+    #[test]
+    fn bad_specs_are_refused_with_reasons() {
+        for (spec, needle) in [
+            (ClusterSpec::new("Bad", 2), "lowercase"),
+            (ClusterSpec::new("toolong", 2), "1 to 6"),
+            (ClusterSpec::new("ok", 0), "1 to 250"),
+            (ClusterSpec::new("ok", 2).rails(9), "rails"),
+            (ClusterSpec::new("ok", 2).loss(120.0, LossPoint::Node), "0 to 100"),
+        ] {
+            let err = spec.validate().unwrap_err().to_string();
+            assert!(err.contains(needle), "{err}");
+        }
+    }
+
+    #[test]
+    fn cluster_links_are_told_apart_from_similar_names() {
+        assert!(is_cluster_link("ab", "mcdabb0"));
+        assert!(is_cluster_link("ab", "mcdab1n12"));
+        assert!(!is_cluster_link("ab", "mcdabcb0"));
+        assert!(!is_cluster_link("ab", "mcdabc0n1"));
+        assert!(!is_cluster_link("ab", "eth0"));
+    }
+
+    #[test]
+    fn nft_counters_are_summed() {
+        let listing = "table netdev mcdloss {\n chain in0 { ether type 0x88b5 numgen random mod 10000 < 500 counter packets 12 bytes 720 drop }\n chain in1 { counter packets 3 bytes 1 drop } }";
+        assert_eq!(sum_counter_packets(listing), 15);
+    }
+}
