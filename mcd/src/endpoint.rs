@@ -162,6 +162,11 @@ struct Rail {
     tx_generation: Vec<u32>,
     /// Another node of the job shares this NIC: accept its `PACKET_OUTGOING` frames.
     has_siblings: bool,
+    /// A send-only socket for [`Endpoint::send`]: on a socket with a send ring
+    /// the kernel takes every send from the ring, so plain sends need their own.
+    sender: PacketSocket,
+    /// Where [`Endpoint::send`] builds its frame (allocated once).
+    tx_scratch: Vec<u8>,
     _lock: PortLock,
 }
 
@@ -173,6 +178,7 @@ impl Rail {
 
 /// What a received frame must satisfy to be delivered (the user-space half of demux).
 struct Demux {
+    me: NodeId,
     ethertype: u16,
     job_key: u32,
     port: Port,
@@ -208,6 +214,9 @@ impl Demux {
             None
         };
         let from = repr.src_node as NodeId;
+        if from == self.me {
+            return Err(DropReason::NotForMe); // our own frame, seen leaving this host
+        }
         match self.nodes.get(from) {
             Some(n) if n.macs.get(rail) == Some(&repr.src_mac) && n.port == repr.src_port => {}
             _ => return Err(DropReason::UnknownSource),
@@ -285,7 +294,7 @@ impl Endpoint {
             port,
             interface: interfaces[0].clone(),
         })?;
-        let demux = Demux { ethertype, job_key, port, nodes, groups: vec![GroupId::ALL.0] };
+        let demux = Demux { me, ethertype, job_key, port, nodes, groups: vec![GroupId::ALL.0] };
         let mut rails = Vec::with_capacity(interfaces.len());
         for (r, (interface, info)) in interfaces.into_iter().zip(infos).enumerate() {
             let listed = demux.nodes.get(me).expect("found above").macs[r];
@@ -417,31 +426,8 @@ impl Endpoint {
     /// Errors: [`Error::PayloadTooLarge`] (never truncated), [`Error::UnknownNode`],
     /// [`Error::UnknownRail`], [`Error::SendRingFull`].
     pub fn post(&mut self, rail: usize, to: Destination, kind: u8, seq: u32, payload: &[u8]) -> Result<SendToken> {
-        let count = self.rails.len();
-        let r = self.rails.get_mut(rail).ok_or(Error::UnknownRail { rail, count })?;
-        let max = r.max_payload();
-        if payload.len() > max {
-            return Err(Error::PayloadTooLarge { len: payload.len(), max, rail });
-        }
-        let (dst_mac, dst_port) = match to {
-            Destination::Node(n) => {
-                let node = self.demux.nodes.get(n).ok_or(Error::UnknownNode { node: n, count: self.demux.nodes.len() })?;
-                (node.macs[rail], node.port)
-            }
-            Destination::Group(g) => (MacAddr::mcd_group(self.demux.job_key, g), 0),
-        };
-        let repr = FrameRepr {
-            dst_mac,
-            src_mac: r.info.mac,
-            ethertype: self.demux.ethertype,
-            kind,
-            dst_port,
-            src_port: self.demux.port,
-            src_node: self.me as u16,
-            job_key: self.demux.job_key,
-            seq,
-            payload_len: payload.len(),
-        };
+        let repr = self.frame_for(rail, to, kind, seq, payload)?;
+        let r = &mut self.rails[rail];
         let slot = r.tx_next;
         wait_for_send_slot(r, rail, slot)?;
         let buf = r.rings.tx_buffer(slot).ok_or(Error::SendRingFull { rail, waited_ms: 0 })?;
@@ -457,10 +443,53 @@ impl Endpoint {
         Ok(token)
     }
 
-    /// Sends a message and waits until it has left (its send slot is free again).
+    /// Sends a message with one system call that returns once the kernel has
+    /// taken the frame (so it has left when this returns). The lowest-latency
+    /// send; [`post`](Self::post) is the asynchronous one.
+    ///
+    /// Errors as for [`post`](Self::post).
     pub fn send(&mut self, rail: usize, to: Destination, kind: u8, seq: u32, payload: &[u8]) -> Result<()> {
-        let token = self.post(rail, to, kind, seq, payload)?;
-        self.wait_sent(token)
+        let repr = self.frame_for(rail, to, kind, seq, payload)?;
+        let r = &mut self.rails[rail];
+        let mut frame = Frame::new_unchecked(&mut r.tx_scratch[..repr.frame_len()]);
+        repr.emit(&mut frame);
+        frame.payload_mut().copy_from_slice(payload);
+        match r.sender.send(&r.tx_scratch[..repr.frame_len()]) {
+            Ok(_) => {}
+            // Dropped on the egress path (a full queue or a dropping filter): lost, as on a wire.
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => self.stats.send_refused += 1,
+            Err(e) => return Err(Error::os(format!("sending on {}", r.interface), e)),
+        }
+        self.stats.sent += 1;
+        Ok(())
+    }
+
+    /// Checks a send and builds its frame header.
+    fn frame_for(&self, rail: usize, to: Destination, kind: u8, seq: u32, payload: &[u8]) -> Result<FrameRepr> {
+        let r = self.rail(rail)?;
+        let max = r.max_payload();
+        if payload.len() > max {
+            return Err(Error::PayloadTooLarge { len: payload.len(), max, rail });
+        }
+        let (dst_mac, dst_port) = match to {
+            Destination::Node(n) => {
+                let node = self.demux.nodes.get(n).ok_or(Error::UnknownNode { node: n, count: self.demux.nodes.len() })?;
+                (node.macs[rail], node.port)
+            }
+            Destination::Group(g) => (MacAddr::mcd_group(self.demux.job_key, g), 0),
+        };
+        Ok(FrameRepr {
+            dst_mac,
+            src_mac: r.info.mac,
+            ethertype: self.demux.ethertype,
+            kind,
+            dst_port,
+            src_port: self.demux.port,
+            src_node: self.me as u16,
+            job_key: self.demux.job_key,
+            seq,
+            payload_len: payload.len(),
+        })
     }
 
     fn kick(&mut self, rail: usize) -> Result<()> {
@@ -625,6 +654,8 @@ fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: In
     // reach ETH_P_ALL sockets alone; otherwise bind to the job's EtherType.
     let protocol = if has_siblings { libc::ETH_P_ALL as u16 } else { config.ethertype };
     socket.bind(info.index, protocol).map_err(|e| Error::os(on("binding the packet socket"), e))?;
+    let sender = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
+    sender.bind(info.index, 0).map_err(|e| Error::os(on("binding the send socket"), e))?;
     let tx_slots = rings.tx_slots();
     Ok(Rail {
         interface,
@@ -635,6 +666,8 @@ fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: In
         tx_next: 0,
         tx_generation: vec![0; tx_slots],
         has_siblings,
+        sender,
+        tx_scratch: vec![0u8; max_frame],
         _lock: lock,
     })
 }

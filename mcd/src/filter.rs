@@ -8,7 +8,8 @@
 //! - it was multicast (`PACKET_MULTICAST`) to a group address of this job that
 //!   this endpoint has joined; or
 //! - (only when another node of the job shares this NIC) it was sent by that
-//!   sibling process on this host (`PACKET_OUTGOING`) to this port or a joined group.
+//!   sibling process on this host (`PACKET_OUTGOING`, with another source
+//!   port than this endpoint's) to this port or a joined group.
 //!
 //! Everything else, including `PACKET_OTHERHOST` frames that a flooding bridge
 //! or hub delivers, is dropped in the kernel. The endpoint checks the same
@@ -140,6 +141,8 @@ pub fn build(spec: &FilterSpec<'_>) -> Vec<BpfInsn> {
         a.jump(jeq, pkttype::MULTICAST, Group, Next);
         a.jump(jeq, pkttype::OUTGOING, Outgoing, Drop);
         a.mark(Outgoing);
+        a.op(ld(BPF_B), offset::SRC_PORT as u32);
+        a.jump(jeq, spec.port as u32, Drop, Next); // this endpoint's own frame
         a.op(ld(BPF_B), offset::DST_MAC as u32);
         a.jump(BPF_JMP | BPF_JSET | BPF_K, 1, Group, Next);
         a.op(ld(BPF_W), offset::DST_MAC as u32 + 2);
@@ -296,5 +299,8 @@ mod tests {
         assert_ne!(interpret(&open, &to_me, pkttype::OUTGOING), 0);
         assert_eq!(interpret(&open, &to_other, pkttype::OUTGOING), 0);
         assert_ne!(interpret(&open, &group, pkttype::OUTGOING), 0);
+        let mut own = group.clone();
+        own[offset::SRC_PORT] = 3; // sent by this very endpoint (port 3)
+        assert_eq!(interpret(&open, &own, pkttype::OUTGOING), 0);
     }
 }

@@ -276,7 +276,7 @@ fn malformed_and_foreign_frames_are_counted_and_dropped_while_good_traffic_flows
             frame_bytes(&FrameRepr { ethertype: 0x88b6, ..good }, b"ethr"), // foreign EtherType
             frame_bytes(&FrameRepr { job_key: 0xbad, ..good }, b"job!"),   // another job
             frame_bytes(&FrameRepr { dst_port: 9, ..good }, b"port"),      // a port nobody holds
-            frame_bytes(&FrameRepr { src_node: 1, ..good }, b"src!"),      // lies about its source
+            frame_bytes(&FrameRepr { src_node: 7, ..good }, b"src!"),      // names a node that does not exist
             {
                 let mut f = frame_bytes(&good, b"vers");
                 f[mcd::wire::offset::VERSION] = 7;
