@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 /// How a receive waits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum WaitPolicy {
     /// Spin on the ring until a frame arrives: lowest latency, one core per
     /// process. Use only while processes ≤ cores.
@@ -27,13 +27,8 @@ pub enum WaitPolicy {
     Block,
     /// Busy-poll when the host's processes fit its cores, spin-then-yield when
     /// they do not, and in both cases fall back to blocking on long waits.
+    #[default]
     Adaptive,
-}
-
-impl Default for WaitPolicy {
-    fn default() -> Self {
-        WaitPolicy::Adaptive
-    }
 }
 
 impl std::str::FromStr for WaitPolicy {
