@@ -1,1 +1,48 @@
+//! # barriers — barrier algorithms over any transport
+//!
+//! The algorithms of Iwasaki, Matsuoka et al. and the usual MPI ones, on any
+//! network that can send small messages between numbered nodes:
+//!
+//! - [`transport`]: the [`Transport`] trait a network implements (unicast per
+//!   rail, multicast, receive with a timeout). Implemented for an mcd endpoint
+//!   ([`McdTransport`]) and for threads of one process with fault injection
+//!   ([`mem`]).
+//! - [`plan`]: each [`Algorithm`] compiled into a per-node list of steps
+//!   (send these, then wait for those): shuffle exchange, dissemination,
+//!   k-nomial tree gather with multicast or tree release (the paper's binary,
+//!   ternary and 4-ary trees), concurrent, one-phase multicast; trees and
+//!   concurrent spread over several rails (the paper's multi-NIC variants).
+//! - [`Barrier`]: the engine that runs a plan, numbered barriers (epochs),
+//!   loss recovery by timeout, NACK and re-send, a failure timeout that names
+//!   missing nodes, and the split-phase [`Barrier::enter`] / [`Barrier::test`]
+//!   / [`Barrier::wait`].
+//! - [`check`]: the safety checker the tests use: no node leaves barrier k
+//!   before every node has entered it.
+//!
+//! ```
+//! use barriers::{mem, Algorithm, Barrier, BarrierConfig};
+//! let nodes = mem::network(4, 1, mem::Faults::none());
+//! let threads: Vec<_> = nodes
+//!     .into_iter()
+//!     .map(|t| std::thread::spawn(move || {
+//!         let mut b = Barrier::new(t, BarrierConfig::new(Algorithm::Dissemination)).unwrap();
+//!         for _ in 0..10 { b.wait().unwrap(); }
+//!         b.linger(std::time::Duration::from_millis(20)).unwrap();
+//!         b.epoch()
+//!     }))
+//!     .collect();
+//! for t in threads { assert_eq!(t.join().unwrap(), 10); }
+//! ```
+#![warn(missing_docs)]
 
+pub mod check;
+mod engine;
+mod mcd_transport;
+pub mod mem;
+pub mod plan;
+pub mod transport;
+
+pub use engine::{Barrier, BarrierConfig, BarrierError, BarrierStats};
+pub use mcd_transport::{McdTransport, KIND_ALIVE, KIND_ANSWER, KIND_DATA, KIND_NACK};
+pub use plan::{Algorithm, Release};
+pub use transport::{Incoming, Msg, MsgKind, NodeId, Transport, TransportError};

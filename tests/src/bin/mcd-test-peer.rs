@@ -4,8 +4,12 @@
 //!
 //! - `hold`: print `holding port P as node N`, then keep the port until stdin closes.
 //! - `open`: open and exit 0, or print the error and exit 2.
+//! - `barrier ALGORITHM COUNT FAILURE_MS`: run COUNT barriers; print `done`, or
+//!   the barrier error and exit 3.
 
 use std::io::Read;
+
+use barriers::Transport;
 
 fn main() {
     let action = std::env::args().nth(1).unwrap_or_default();
@@ -24,8 +28,24 @@ fn main() {
             let _ = std::io::stdin().read_to_end(&mut sink);
         }
         "open" => println!("opened node {}", endpoint.node_id()),
+        "barrier" => {
+            let arg = |i: usize| std::env::args().nth(i).unwrap_or_default();
+            let algorithm: barriers::Algorithm = arg(2).parse().unwrap_or_else(|e| panic!("{e}"));
+            let count: u64 = arg(3).parse().expect("COUNT");
+            let failure = std::time::Duration::from_millis(arg(4).parse().expect("FAILURE_MS"));
+            let config = barriers::BarrierConfig::new(algorithm).timeouts(std::time::Duration::from_millis(1), failure);
+            let mut barrier = barriers::Barrier::new(barriers::McdTransport::new(endpoint), config).expect("barrier");
+            println!("started node {}", barrier.transport().node());
+            for _ in 0..count {
+                if let Err(e) = barrier.wait() {
+                    println!("error: {e}");
+                    std::process::exit(3);
+                }
+            }
+            println!("done");
+        }
         other => {
-            eprintln!("unknown action `{other}` (hold or open)");
+            eprintln!("unknown action `{other}` (hold, open or barrier)");
             std::process::exit(64);
         }
     }

@@ -1,0 +1,172 @@
+//! An in-process transport: nodes are threads of one process, and the network
+//! can lose, duplicate, delay and reorder messages. No root, no NIC: for
+//! tests, and for trying algorithms.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::transport::{Incoming, Msg, NodeId, Transport, TransportError};
+
+/// What the in-process network does to messages.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Faults {
+    /// Probability that a message is lost.
+    pub loss: f64,
+    /// Probability that a delivered message is delivered twice.
+    pub duplicate: f64,
+    /// Each delivery is delayed by a random time up to this (so messages reorder).
+    pub max_delay: Duration,
+    /// Seed of the random choices (each node mixes in its number).
+    pub seed: u64,
+}
+
+impl Faults {
+    /// A perfect network.
+    pub fn none() -> Faults {
+        Faults { loss: 0.0, duplicate: 0.0, max_delay: Duration::ZERO, seed: 1 }
+    }
+}
+
+/// A message in a mailbox, ordered by delivery time, then by posting order.
+struct Letter {
+    due: Instant,
+    order: u64,
+    incoming: Incoming,
+}
+
+impl PartialEq for Letter {
+    fn eq(&self, other: &Self) -> bool {
+        (self.due, self.order) == (other.due, other.order)
+    }
+}
+impl Eq for Letter {}
+impl PartialOrd for Letter {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Letter {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.due, self.order).cmp(&(other.due, other.order))
+    }
+}
+
+struct Mailbox {
+    queue: Mutex<BinaryHeap<Reverse<Letter>>>,
+    ready: Condvar,
+}
+
+struct Shared {
+    boxes: Vec<Mailbox>,
+    posted: AtomicU64,
+    lost: AtomicU64,
+    duplicated: AtomicU64,
+}
+
+/// One node's end of an in-process network.
+pub struct MemTransport {
+    me: NodeId,
+    rails: usize,
+    shared: Arc<Shared>,
+    faults: Faults,
+    rng: u64,
+}
+
+/// Builds an in-process network of `n` nodes with `rails` rails; element i is node i's end.
+pub fn network(n: usize, rails: usize, faults: Faults) -> Vec<MemTransport> {
+    let shared = Arc::new(Shared {
+        boxes: (0..n).map(|_| Mailbox { queue: Mutex::new(BinaryHeap::new()), ready: Condvar::new() }).collect(),
+        posted: AtomicU64::new(0),
+        lost: AtomicU64::new(0),
+        duplicated: AtomicU64::new(0),
+    });
+    (0..n)
+        .map(|me| MemTransport {
+            me,
+            rails,
+            shared: shared.clone(),
+            faults,
+            rng: faults.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (me as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03) | 1,
+        })
+        .collect()
+}
+
+impl MemTransport {
+    /// Messages the network has lost so far (all nodes).
+    pub fn lost(&self) -> u64 {
+        self.shared.lost.load(Ordering::Relaxed)
+    }
+
+    /// Messages the network has duplicated so far (all nodes).
+    pub fn duplicated(&self) -> u64 {
+        self.shared.duplicated.load(Ordering::Relaxed)
+    }
+
+    /// A uniform random number in [0, 1) (xorshift64*).
+    fn random(&mut self) -> f64 {
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        (self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn deliver(&mut self, to: NodeId, incoming: Incoming) {
+        let delay = self.faults.max_delay.mul_f64(self.random());
+        let mailbox = &self.shared.boxes[to];
+        let order = self.shared.posted.fetch_add(1, Ordering::Relaxed);
+        mailbox.queue.lock().expect("mailbox").push(Reverse(Letter { due: Instant::now() + delay, order, incoming }));
+        mailbox.ready.notify_one();
+    }
+}
+
+impl Transport for MemTransport {
+    fn node(&self) -> NodeId {
+        self.me
+    }
+
+    fn node_count(&self) -> usize {
+        self.shared.boxes.len()
+    }
+
+    fn rails(&self) -> usize {
+        self.rails
+    }
+
+    fn send(&mut self, rail: usize, to: NodeId, msg: Msg) -> Result<(), TransportError> {
+        if to >= self.node_count() || rail >= self.rails {
+            return Err(format!("no node {to} on rail {rail}").into());
+        }
+        if self.random() < self.faults.loss {
+            self.shared.lost.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        let incoming = Incoming { from: self.me, rail, msg };
+        self.deliver(to, incoming);
+        if self.random() < self.faults.duplicate {
+            self.shared.duplicated.fetch_add(1, Ordering::Relaxed);
+            self.deliver(to, incoming);
+        }
+        Ok(())
+    }
+
+    fn recv(&mut self, timeout: Duration) -> Result<Option<Incoming>, TransportError> {
+        let deadline = Instant::now() + timeout;
+        let mailbox = &self.shared.boxes[self.me];
+        let mut queue = mailbox.queue.lock().expect("mailbox");
+        loop {
+            let now = Instant::now();
+            let next_due = queue.peek().map(|Reverse(l)| l.due);
+            if next_due.is_some_and(|due| due <= now) {
+                return Ok(queue.pop().map(|Reverse(l)| l.incoming));
+            }
+            if now >= deadline {
+                return Ok(None);
+            }
+            let next_due = next_due.unwrap_or(deadline).min(deadline);
+            queue = mailbox.ready.wait_timeout(queue, next_due - now).expect("mailbox").0;
+        }
+    }
+}

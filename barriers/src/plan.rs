@@ -1,0 +1,419 @@
+//! The algorithms, each compiled into a per-node *plan*: a list of steps, each
+//! sending some messages and then waiting for some. One engine
+//! ([`crate::Barrier`]) runs any plan, and adds epochs and loss recovery.
+//!
+//! The master is node 0, the lowest-numbered node, as in the paper.
+
+use std::fmt;
+
+use crate::transport::NodeId;
+
+/// How a tree barrier tells the nodes to leave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Release {
+    /// The master multicasts "exit" once (the paper's choice).
+    Multicast,
+    /// "Exit" travels back down the tree, parent to children (no multicast needed).
+    Tree,
+}
+
+/// A barrier algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Shuffle exchange (pairwise exchange, recursive doubling): log2(n)
+    /// stages of two-node barriers with partner `i XOR 2^s`. For n not a power
+    /// of two, with p the largest power of two below n, node `p + j` first
+    /// reports to node `j`, nodes `0..p` run the exchange, and node `j` then
+    /// releases node `p + j` (two extra steps for those pairs).
+    ShuffleExchange,
+    /// Dissemination: ceil(log2 n) rounds; in round r node i sends to
+    /// `i + 2^r` and waits for `i − 2^r` (mod n). Any n.
+    Dissemination,
+    /// Tree gather, then release. A parent gathers groups of `k` nodes per
+    /// phase, receiving k−1 messages per phase over ceil(log_k n) phases (the
+    /// paper's "k-ary tree", structurally k-nomial: binary, ternary, 4-ary, ...).
+    /// With several rails a parent receives its children on different rails
+    /// (the paper's tree with 2 networks).
+    Tree {
+        /// Fan-in per phase, at least 2.
+        k: usize,
+        /// How the master releases the nodes.
+        release: Release,
+    },
+    /// Concurrent: every node sends "enter" to the master at once, the master
+    /// multicasts "exit". With several rails, node i uses rail i mod rails
+    /// (the paper's concurrent with 2 networks).
+    Concurrent,
+    /// One phase: every node multicasts its arrival and leaves once it has
+    /// heard all others (one latency plus n−1 receive overheads).
+    OnePhase,
+}
+
+impl Algorithm {
+    /// Every algorithm the crate has, with the tree at k = 2, 3, 4 and both releases.
+    pub fn all() -> Vec<Algorithm> {
+        let mut all = vec![Algorithm::ShuffleExchange, Algorithm::Dissemination];
+        for k in [2, 3, 4] {
+            all.push(Algorithm::Tree { k, release: Release::Multicast });
+        }
+        all.push(Algorithm::Tree { k: 2, release: Release::Tree });
+        all.push(Algorithm::Tree { k: 4, release: Release::Tree });
+        all.push(Algorithm::Concurrent);
+        all.push(Algorithm::OnePhase);
+        all
+    }
+
+    /// Whether the algorithm multicasts (it still runs on a transport
+    /// without multicast, one unicast per node).
+    pub fn uses_multicast(&self) -> bool {
+        matches!(self, Algorithm::Tree { release: Release::Multicast, .. } | Algorithm::Concurrent | Algorithm::OnePhase)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Algorithm::ShuffleExchange => f.write_str("shuffle"),
+            Algorithm::Dissemination => f.write_str("dissemination"),
+            Algorithm::Tree { k, release: Release::Multicast } => write!(f, "tree{k}"),
+            Algorithm::Tree { k, release: Release::Tree } => write!(f, "tree{k}-p2p"),
+            Algorithm::Concurrent => f.write_str("concurrent"),
+            Algorithm::OnePhase => f.write_str("onephase"),
+        }
+    }
+}
+
+impl std::str::FromStr for Algorithm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let tree = |rest: &str, release| {
+            rest.parse::<usize>()
+                .ok()
+                .filter(|&k| k >= 2)
+                .map(|k| Algorithm::Tree { k, release })
+                .ok_or_else(|| format!("`{s}`: a tree needs k ≥ 2, as in tree4 or tree3-p2p"))
+        };
+        match s {
+            "shuffle" | "shuffle-exchange" => Ok(Algorithm::ShuffleExchange),
+            "dissemination" => Ok(Algorithm::Dissemination),
+            "concurrent" => Ok(Algorithm::Concurrent),
+            "onephase" | "one-phase" => Ok(Algorithm::OnePhase),
+            _ => match s.strip_prefix("tree") {
+                Some(rest) => match rest.strip_suffix("-p2p") {
+                    Some(k) => tree(k, Release::Tree),
+                    None => tree(rest, Release::Multicast),
+                },
+                None => Err(format!(
+                    "unknown algorithm `{s}` (shuffle, dissemination, tree<k>, tree<k>-p2p, concurrent, onephase)"
+                )),
+            },
+        }
+    }
+}
+
+/// Where a planned message goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dest {
+    /// One node.
+    Node(NodeId),
+    /// Every other node (multicast).
+    All,
+}
+
+/// A message a step sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Out {
+    /// Destination.
+    pub dest: Dest,
+    /// Rail.
+    pub rail: usize,
+    /// Tag.
+    pub tag: u16,
+}
+
+/// A message a step waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Expect {
+    /// The sender.
+    pub from: NodeId,
+    /// Tag.
+    pub tag: u16,
+}
+
+/// One step: send `sends`, then wait for every message in `waits`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Step {
+    /// Sent when the step starts.
+    pub sends: Vec<Out>,
+    /// Awaited before the next step.
+    pub waits: Vec<Expect>,
+}
+
+/// One node's part of an algorithm.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The steps in order.
+    pub steps: Vec<Step>,
+}
+
+/// Tags: arrive, release, the extra pre/post steps of shuffle exchange, rounds from ROUND.
+pub(crate) mod tag {
+    pub const ARRIVE: u16 = 0;
+    pub const RELEASE: u16 = 1;
+    pub const PRE: u16 = 2;
+    pub const POST: u16 = 3;
+    pub const ROUND: u16 = 16;
+}
+
+fn ceil_log(n: usize, base: usize) -> usize {
+    let (mut levels, mut reach) = (0, 1usize);
+    while reach < n {
+        reach = reach.saturating_mul(base);
+        levels += 1;
+    }
+    levels
+}
+
+/// The parent of `node` in the k-nomial tree rooted at 0, with the child's
+/// position among the parent's children (phase-major).
+pub fn tree_parent(node: NodeId, k: usize, n: usize) -> Option<(NodeId, usize)> {
+    if node == 0 {
+        return None;
+    }
+    let mut stride = 1;
+    while (node / stride) % k == 0 {
+        stride *= k;
+    }
+    let digit = (node / stride) % k;
+    let parent = node - digit * stride;
+    let index = tree_children(parent, k, n).iter().position(|&c| c == node).expect("child of its parent");
+    Some((parent, index))
+}
+
+/// The children of `node` in the k-nomial tree rooted at 0, phase by phase
+/// (the first phase's children first).
+pub fn tree_children(node: NodeId, k: usize, n: usize) -> Vec<NodeId> {
+    let mut children = Vec::new();
+    let mut stride = 1usize;
+    while stride < n {
+        if node % (stride * k) != 0 {
+            break;
+        }
+        for digit in 1..k {
+            let child = node + digit * stride;
+            if child < n {
+                children.push(child);
+            }
+        }
+        stride = stride.saturating_mul(k);
+    }
+    children
+}
+
+/// Builds node `me`'s plan of `algorithm` among `n` nodes over `rails` rails.
+pub fn build(algorithm: Algorithm, n: usize, me: NodeId, rails: usize) -> Plan {
+    assert!(me < n && rails >= 1);
+    let mut steps = Vec::new();
+    let out = |dest, rail: usize, tag| Out { dest, rail: rail % rails, tag };
+    match algorithm {
+        Algorithm::Dissemination => {
+            for r in 0..ceil_log(n, 2) {
+                let d = 1usize << r;
+                let tag = tag::ROUND + r as u16;
+                steps.push(Step {
+                    sends: vec![out(Dest::Node((me + d) % n), r, tag)],
+                    waits: vec![Expect { from: (me + n - d % n) % n, tag }],
+                });
+            }
+        }
+        Algorithm::ShuffleExchange => {
+            let p = if n == 0 { 0 } else { 1usize << (usize::BITS - 1 - n.leading_zeros()) };
+            let extra = n - p;
+            if me >= p {
+                steps.push(Step { sends: vec![out(Dest::Node(me - p), 0, tag::PRE)], waits: vec![] });
+                steps.push(Step { sends: vec![], waits: vec![Expect { from: me - p, tag: tag::POST }] });
+            } else {
+                if me < extra {
+                    steps.push(Step { sends: vec![], waits: vec![Expect { from: me + p, tag: tag::PRE }] });
+                }
+                for r in 0..ceil_log(p, 2) {
+                    let partner = me ^ (1 << r);
+                    let tag = tag::ROUND + r as u16;
+                    steps.push(Step { sends: vec![out(Dest::Node(partner), r, tag)], waits: vec![Expect { from: partner, tag }] });
+                }
+                if me < extra {
+                    steps.push(Step { sends: vec![out(Dest::Node(me + p), 0, tag::POST)], waits: vec![] });
+                }
+            }
+        }
+        Algorithm::Tree { k, release } => {
+            assert!(k >= 2, "a tree needs k ≥ 2");
+            let children = tree_children(me, k, n);
+            let parent = tree_parent(me, k, n);
+            let gather = children.iter().map(|&c| Expect { from: c, tag: tag::ARRIVE }).collect();
+            steps.push(Step { sends: vec![], waits: gather });
+            match (parent, release) {
+                (None, Release::Multicast) => {
+                    steps.push(Step { sends: vec![out(Dest::All, 0, tag::RELEASE)], waits: vec![] });
+                }
+                (None, Release::Tree) => {
+                    let sends = children.iter().enumerate().map(|(i, &c)| out(Dest::Node(c), i, tag::RELEASE)).collect();
+                    steps.push(Step { sends, waits: vec![] });
+                }
+                (Some((parent, index)), Release::Multicast) => steps.push(Step {
+                    sends: vec![out(Dest::Node(parent), index, tag::ARRIVE)],
+                    waits: vec![Expect { from: 0, tag: tag::RELEASE }],
+                }),
+                (Some((parent, index)), Release::Tree) => {
+                    steps.push(Step {
+                        sends: vec![out(Dest::Node(parent), index, tag::ARRIVE)],
+                        waits: vec![Expect { from: parent, tag: tag::RELEASE }],
+                    });
+                    let sends = children.iter().enumerate().map(|(i, &c)| out(Dest::Node(c), i, tag::RELEASE)).collect();
+                    steps.push(Step { sends, waits: vec![] });
+                }
+            }
+        }
+        Algorithm::Concurrent => {
+            if me == 0 {
+                let waits = (1..n).map(|c| Expect { from: c, tag: tag::ARRIVE }).collect();
+                steps.push(Step { sends: vec![], waits });
+                if n > 1 {
+                    steps.push(Step { sends: vec![out(Dest::All, 0, tag::RELEASE)], waits: vec![] });
+                }
+            } else {
+                steps.push(Step {
+                    sends: vec![out(Dest::Node(0), me, tag::ARRIVE)],
+                    waits: vec![Expect { from: 0, tag: tag::RELEASE }],
+                });
+            }
+        }
+        Algorithm::OnePhase => {
+            if n > 1 {
+                let waits = (0..n).filter(|&c| c != me).map(|c| Expect { from: c, tag: tag::ARRIVE }).collect();
+                steps.push(Step { sends: vec![out(Dest::All, me, tag::ARRIVE)], waits });
+            }
+        }
+    }
+    steps.retain(|s| !s.sends.is_empty() || !s.waits.is_empty());
+    Plan { steps }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeSet, VecDeque};
+
+    /// Runs every node's plan over a perfect network, messages delivered in an
+    /// arbitrary (here: FIFO) order, tracking for each node the set of nodes
+    /// whose arrival causally precedes its current state. Returns, per node,
+    /// that set at completion, or panics on deadlock.
+    fn causal_run(algorithm: Algorithm, n: usize, rails: usize) -> Vec<BTreeSet<NodeId>> {
+        let plans: Vec<Plan> = (0..n).map(|me| build(algorithm, n, me, rails)).collect();
+        let mut step = vec![0usize; n];
+        let mut sent = vec![false; n];
+        let mut knows: Vec<BTreeSet<NodeId>> = (0..n).map(|i| BTreeSet::from([i])).collect();
+        let mut inbox: Vec<Vec<(NodeId, u16)>> = vec![Vec::new(); n];
+        let mut wire: VecDeque<(NodeId, NodeId, u16, BTreeSet<NodeId>)> = VecDeque::new();
+        loop {
+            let mut progressed = false;
+            for me in 0..n {
+                while step[me] < plans[me].steps.len() {
+                    let s = &plans[me].steps[step[me]];
+                    if !sent[me] {
+                        for o in &s.sends {
+                            assert!(o.rail < rails);
+                            let targets: Vec<NodeId> = match o.dest {
+                                Dest::Node(t) => vec![t],
+                                Dest::All => (0..n).filter(|&t| t != me).collect(),
+                            };
+                            for t in targets {
+                                assert!(t < n && t != me, "{algorithm} n={n}: node {me} sends to {t}");
+                                wire.push_back((me, t, o.tag, knows[me].clone()));
+                            }
+                        }
+                        sent[me] = true;
+                        progressed = true;
+                    }
+                    if s.waits.iter().all(|w| inbox[me].contains(&(w.from, w.tag))) {
+                        step[me] += 1;
+                        sent[me] = false;
+                        progressed = true;
+                    } else {
+                        break;
+                    }
+                }
+            }
+            if let Some((from, to, tag, k)) = wire.pop_front() {
+                assert!(!inbox[to].contains(&(from, tag)), "{algorithm} n={n}: duplicate message {from}->{to} tag {tag}");
+                inbox[to].push((from, tag));
+                knows[to].extend(k);
+                progressed = true;
+            }
+            if (0..n).all(|i| step[i] == plans[i].steps.len()) && wire.is_empty() {
+                break;
+            }
+            assert!(progressed, "{algorithm} n={n} rails={rails}: deadlock at steps {step:?}");
+        }
+        for me in 0..n {
+            let expected: usize = plans[me].steps.iter().map(|s| s.waits.len()).sum();
+            assert_eq!(inbox[me].len(), expected, "{algorithm} n={n}: node {me} got messages it never waits for");
+        }
+        knows
+    }
+
+    #[test]
+    fn every_algorithm_completes_and_every_exit_follows_every_entry() {
+        for algorithm in Algorithm::all().into_iter().chain([Algorithm::Tree { k: 5, release: Release::Multicast }]) {
+            for n in 1..=40 {
+                for rails in [1, 2, 3] {
+                    let knows = causal_run(algorithm, n, rails);
+                    for (me, k) in knows.iter().enumerate() {
+                        assert_eq!(k.len(), n, "{algorithm} n={n} rails={rails}: node {me} may leave before {:?} entered", (0..n).filter(|i| !k.contains(i)).collect::<Vec<_>>());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn knomial_tree_shape_matches_the_paper() {
+        // 4-ary over 16 nodes: node 0 gathers 1,2,3 then 4,8,12; node 4 gathers 5,6,7.
+        assert_eq!(tree_children(0, 4, 16), vec![1, 2, 3, 4, 8, 12]);
+        assert_eq!(tree_children(4, 4, 16), vec![5, 6, 7]);
+        assert_eq!(tree_parent(7, 4, 16), Some((4, 2)));
+        assert_eq!(tree_parent(12, 4, 16), Some((0, 5)));
+        // Binary over 8: a binomial tree.
+        assert_eq!(tree_children(0, 2, 8), vec![1, 2, 4]);
+        assert_eq!(tree_children(4, 2, 8), vec![5, 6]);
+        assert_eq!(tree_children(3, 2, 5), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn multi_rail_tree_spreads_a_parents_children_over_rails() {
+        // Ternary tree with 2 networks: node 0's children 1 and 2 arrive on rails 0 and 1.
+        let rail_of = |child| build(Algorithm::Tree { k: 3, release: Release::Multicast }, 9, child, 2).steps[0].sends[0].rail;
+        assert_eq!((rail_of(1), rail_of(2)), (0, 1));
+        let conc = |node| build(Algorithm::Concurrent, 8, node, 2).steps[0].sends[0].rail;
+        assert_eq!((conc(1), conc(2), conc(3)), (1, 0, 1));
+    }
+
+    #[test]
+    fn shuffle_exchange_on_a_power_of_two_is_pure_pairwise_exchange() {
+        let plan = build(Algorithm::ShuffleExchange, 8, 5, 1);
+        let partners: Vec<Dest> = plan.steps.iter().map(|s| s.sends[0].dest).collect();
+        assert_eq!(partners, vec![Dest::Node(4), Dest::Node(7), Dest::Node(1)]);
+        // n = 6: nodes 4 and 5 report to 0 and 1 and wait for their release.
+        assert_eq!(build(Algorithm::ShuffleExchange, 6, 5, 1).steps.len(), 2);
+        assert_eq!(build(Algorithm::ShuffleExchange, 6, 1, 1).steps.len(), 4);
+    }
+
+    #[test]
+    fn algorithms_parse_from_their_names() {
+        for a in Algorithm::all() {
+            assert_eq!(a.to_string().parse::<Algorithm>().unwrap(), a);
+        }
+        assert!("tree1".parse::<Algorithm>().is_err());
+        assert!("ring".parse::<Algorithm>().unwrap_err().contains("unknown algorithm"));
+    }
+}

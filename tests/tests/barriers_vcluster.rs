@@ -1,0 +1,95 @@
+//! Every barrier algorithm over real frames on a virtual cluster, with 5%
+//! loss injected by nftables, the multi-NIC variants on two rails, and a
+//! process killed mid-run. Needs root; fails (does not skip) without it.
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::Duration;
+
+use barriers::{Algorithm, BarrierConfig, McdTransport, Release};
+use mcd_integration_tests::{assert_safe, cluster, open_on, run_barriers};
+use mcd_tools::vcluster::{Cluster, ClusterSpec, LossPoint};
+
+const COUNT: usize = 1000;
+
+fn transports(c: &Cluster) -> Vec<McdTransport> {
+    (0..c.nodes())
+        .map(|n| {
+            let mut config = c.endpoint_config();
+            config.wait = mcd::WaitPolicy::Adaptive;
+            McdTransport::new(open_on(c, n, config).unwrap_or_else(|e| panic!("node {n}: {e}")))
+        })
+        .collect()
+}
+
+fn every_algorithm_under_loss(name: &str, n: usize) {
+    let c = cluster(ClusterSpec::new(name, n).rails(2).loss(5.0, LossPoint::Node));
+    let mut configs: Vec<BarrierConfig> = Algorithm::all().into_iter().map(BarrierConfig::new).collect();
+    configs.push(BarrierConfig::new(Algorithm::Tree { k: 3, release: Release::Multicast }).rails(2));
+    configs.push(BarrierConfig::new(Algorithm::Concurrent).rails(2));
+    for config in configs {
+        let config = config.timeouts(Duration::from_micros(500), Duration::from_secs(20));
+        let what = format!("{} rails={} n={n}", config.algorithm, config.rails);
+        let dropped_before = c.loss_drops().unwrap();
+        let run = run_barriers(transports(&c), config, COUNT).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_safe(&run, COUNT, &what);
+        let dropped = c.loss_drops().unwrap() - dropped_before;
+        let recovered: u64 = run.stats.iter().map(|s| s.resends + s.answers).sum();
+        assert!(n < 2 || dropped > 0, "{what}: 5% loss dropped nothing");
+        assert!(recovered > 0, "{what}: {dropped} frames lost but nothing re-sent");
+    }
+}
+
+#[test]
+fn every_algorithm_at_2_nodes_under_5_percent_loss() {
+    every_algorithm_under_loss("bl2", 2);
+}
+
+#[test]
+fn every_algorithm_at_4_nodes_under_5_percent_loss() {
+    every_algorithm_under_loss("bl4", 4);
+}
+
+#[test]
+fn every_algorithm_at_8_nodes_under_5_percent_loss() {
+    every_algorithm_under_loss("bl8", 8);
+}
+
+#[test]
+fn a_killed_process_is_named_in_the_others_timeout_error() {
+    let n = 4;
+    let victim = 2;
+    let c = cluster(ClusterSpec::new("kill", n));
+    let peer = env!("CARGO_BIN_EXE_mcd-test-peer");
+    let mut children: Vec<_> = (0..n)
+        .map(|node| {
+            c.command(node, peer)
+                .args(["barrier", "dissemination", "100000000", "1500"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut readers: Vec<_> = children.iter_mut().map(|ch| BufReader::new(ch.stdout.take().unwrap())).collect();
+    for (node, r) in readers.iter_mut().enumerate() {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), format!("started node {node}"));
+    }
+    std::thread::sleep(Duration::from_millis(300)); // thousands of barriers go by
+    children[victim].kill().unwrap();
+    children[victim].wait().unwrap();
+    for (node, (child, reader)) in children.iter_mut().zip(readers.iter_mut()).enumerate() {
+        if node == victim {
+            continue;
+        }
+        let status = child.wait().unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(reader, &mut rest).unwrap();
+        assert_eq!(status.code(), Some(3), "node {node} must fail with the timeout: {rest}");
+        assert!(
+            rest.contains(&format!("nodes not heard from: [{victim}]")),
+            "node {node} must name node {victim}: {rest}"
+        );
+    }
+}
