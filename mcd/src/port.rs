@@ -17,6 +17,8 @@ use crate::{sys, Error, Result};
 
 /// Environment variable naming the lock directory.
 pub const ENV_PORT_DIR: &str = "MCD_PORT_DIR";
+/// How long a held port is retried before [`Error::PortHeld`].
+const HOLD_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A held port; dropping it releases the port.
 #[derive(Debug)]
@@ -46,7 +48,16 @@ impl PortLock {
             .mode(0o666)
             .open(&path)
             .map_err(|e| io(&format!("opening lock file {}", path.display()), e))?;
-        if !sys::try_lock_exclusive(&file).map_err(|e| io("locking", e))? {
+        // A lock just released can linger for a moment in a child that another
+        // thread is forking (the child shares the open file until it execs),
+        // so a held port is retried for a short grace period before giving up.
+        let deadline = std::time::Instant::now() + HOLD_GRACE;
+        let mut locked = sys::try_lock_exclusive(&file).map_err(|e| io("locking", e))?;
+        while !locked && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            locked = sys::try_lock_exclusive(&file).map_err(|e| io("locking", e))?;
+        }
+        if !locked {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
             let holder = match holder.trim() {
