@@ -18,6 +18,8 @@
 //!   / [`Barrier::wait`].
 //! - [`check`]: the safety checker the tests use: no node leaves barrier k
 //!   before every node has entered it.
+//! - [`threads`]: one thread per node in one process, with every node
+//!   answering its peers until all are done.
 //!
 //! ```
 //! use barriers::{mem, Algorithm, Barrier, BarrierConfig};
@@ -40,6 +42,7 @@ mod engine;
 mod mcd_transport;
 pub mod mem;
 pub mod plan;
+pub mod threads;
 pub mod transport;
 
 pub use engine::{Barrier, BarrierConfig, BarrierError, BarrierStats};

@@ -181,7 +181,7 @@ pub fn tree_parent(node: NodeId, k: usize, n: usize) -> Option<(NodeId, usize)> 
         return None;
     }
     let mut stride = 1;
-    while (node / stride) % k == 0 {
+    while (node / stride).is_multiple_of(k) {
         stride *= k;
     }
     let digit = (node / stride) % k;
@@ -196,7 +196,7 @@ pub fn tree_children(node: NodeId, k: usize, n: usize) -> Vec<NodeId> {
     let mut children = Vec::new();
     let mut stride = 1usize;
     while stride < n {
-        if node % (stride * k) != 0 {
+        if !node.is_multiple_of(stride * k) {
             break;
         }
         for digit in 1..k {

@@ -57,79 +57,40 @@ pub struct BarrierRun {
 }
 
 /// Runs `count` barriers on every transport, one thread per node, each node
-/// entering after a small random delay now and then (so arrivals spread), and
-/// keeps every node answering its peers until all are done. Returns the first
-/// node's error, if any.
+/// entering after a small random delay now and then (so arrivals spread).
+/// Returns the first node's error, if any.
 pub fn run_barriers<T>(transports: Vec<T>, config: barriers::BarrierConfig, count: usize) -> Result<BarrierRun, String>
 where
     T: barriers::Transport + Send + 'static,
 {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-    let n = transports.len();
-    let done = Arc::new(AtomicUsize::new(0));
-    let threads: Vec<_> = transports
-        .into_iter()
-        .map(|t| {
-            let done = done.clone();
-            std::thread::spawn(move || -> Result<_, String> {
-                // Counts this node done however the thread ends, even by a panic.
-                struct Done(Arc<AtomicUsize>);
-                impl Drop for Done {
-                    fn drop(&mut self) {
-                        self.0.fetch_add(1, Ordering::SeqCst);
-                    }
+    use std::time::Instant;
+    let results = barriers::threads::run_per_node(transports, config, move |b| {
+        let me = b.transport().node();
+        let mut timeline = barriers::check::Timeline::default();
+        let mut rng = (me as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..count {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            if rng.is_multiple_of(8) {
+                let until = Instant::now() + Duration::from_micros(rng % 200);
+                while Instant::now() < until {
+                    std::hint::spin_loop();
                 }
-                let finished = Done(done.clone());
-                let me = t.node();
-                let mut b = barriers::Barrier::new(t, config).map_err(|e| e.to_string())?;
-                let mut timeline = barriers::check::Timeline::default();
-                let mut rng = (me as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                let result = (|| {
-                    for _ in 0..count {
-                        rng ^= rng << 13;
-                        rng ^= rng >> 7;
-                        rng ^= rng << 17;
-                        if rng % 8 == 0 {
-                            let until = std::time::Instant::now() + Duration::from_micros(rng % 200);
-                            while std::time::Instant::now() < until {
-                                std::hint::spin_loop();
-                            }
-                        }
-                        let entered = std::time::Instant::now();
-                        b.wait().map_err(|e| format!("node {me}: {e}"))?;
-                        timeline.record(entered, std::time::Instant::now());
-                    }
-                    Ok(())
-                })();
-                drop(finished);
-                // Keep answering stragglers (a lost release, say) until every
-                // node is done, but never longer than a minute.
-                let limit = std::time::Instant::now() + Duration::from_secs(60);
-                while done.load(Ordering::SeqCst) < n && std::time::Instant::now() < limit {
-                    let _ = b.linger(Duration::from_millis(2));
-                }
-                result.map(|()| (timeline, b.stats()))
-            })
-        })
-        .collect();
-    let mut run = BarrierRun { timelines: Vec::new(), stats: Vec::new() };
-    let mut first_error = None;
-    for t in threads {
-        match t.join().map_err(|_| "node thread panicked".to_string()).and_then(|r| r) {
-            Ok((timeline, stats)) => {
-                run.timelines.push(timeline);
-                run.stats.push(stats);
             }
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
+            let entered = Instant::now();
+            b.wait()?;
+            timeline.record(entered, Instant::now());
         }
+        Ok((timeline, b.stats()))
+    });
+    let mut run = BarrierRun { timelines: Vec::new(), stats: Vec::new() };
+    for (node, result) in results.into_iter().enumerate() {
+        let (timeline, stats) = result.map_err(|e| format!("node {node}: {e}"))?;
+        run.timelines.push(timeline);
+        run.stats.push(stats);
     }
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(run),
-    }
+    Ok(run)
 }
 
 /// Asserts that all `count` barriers of `run` completed on every node and that

@@ -3,9 +3,12 @@
 //!
 //! - [`vcluster`]: the virtual cluster every test and demo runs on (namespaces,
 //!   veth, bridges as switch or hub, nftables loss injection).
+//! - [`barrierbench`]: barrier timing with the paper's method (barrier,
+//!   then a ~30 µs dummy loop; per-node min/mean/max averaged over nodes).
 //! - [`pingpong`]: one-way latency and bandwidth against message size, mcd
 //!   versus UDP between the same two nodes.
 #![warn(missing_docs)]
 
+pub mod barrierbench;
 pub mod pingpong;
 pub mod vcluster;

@@ -1,0 +1,117 @@
+//! Barrier timing on a virtual cluster with the paper's method: every node
+//! repeats { timestamp; barrier; timestamp; ~30 µs dummy loop }, keeps its
+//! own min, mean, max and percentiles of the barrier times, and the figures
+//! reported are those averaged over the nodes.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use barriers::threads::run_per_node;
+use barriers::{BarrierConfig, McdTransport, Transport};
+use hdrhistogram::Histogram;
+use mcd::{Endpoint, WaitPolicy};
+use serde::Serialize;
+
+use crate::vcluster::Cluster;
+
+/// How to measure.
+#[derive(Clone, Copy, Debug)]
+pub struct BarrierBench {
+    /// Untimed barriers first (they also line the nodes up).
+    pub warmup: usize,
+    /// Timed barriers.
+    pub iterations: usize,
+    /// The dummy loop after each barrier (the paper's ~30 µs).
+    pub dummy: Duration,
+    /// How the endpoints wait.
+    pub wait: WaitPolicy,
+}
+
+/// One algorithm at one size: per-node statistics averaged over the nodes.
+#[derive(Clone, Debug, Serialize)]
+pub struct BarrierMeasurement {
+    /// Algorithm name.
+    pub algorithm: String,
+    /// Rails used.
+    pub rails: usize,
+    /// Nodes.
+    pub nodes: usize,
+    /// Timed barriers per node.
+    pub iterations: usize,
+    /// Mean over nodes of each node's minimum, µs.
+    pub min_us: f64,
+    /// Mean over nodes of each node's mean, µs.
+    pub mean_us: f64,
+    /// Mean over nodes of each node's maximum, µs.
+    pub max_us: f64,
+    /// Mean over nodes of each node's median, µs.
+    pub p50_us: f64,
+    /// Mean over nodes of each node's 99th percentile, µs.
+    pub p99_us: f64,
+    /// Point-to-point re-sends and answers, all nodes (loss recovery at work).
+    pub recoveries: u64,
+}
+
+struct NodeTimes {
+    hist: Histogram<u64>,
+    recoveries: u64,
+}
+
+fn spin_for(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// Measures `config` on every node of `cluster` (one thread per node, each in
+/// its namespace; pinned to a core of its own while nodes ≤ cores).
+pub fn measure(cluster: &Cluster, config: BarrierConfig, bench: BarrierBench) -> Result<BarrierMeasurement> {
+    let n = cluster.nodes();
+    let cores = mcd::host::online_cpus();
+    let transports = (0..n)
+        .map(|node| {
+            let _ns = cluster.enter(node)?;
+            let mut ep_config = cluster.endpoint_config();
+            ep_config.wait = bench.wait;
+            Ok(McdTransport::new(Endpoint::open(ep_config)?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let results = run_per_node(transports, config, move |b| {
+        let me = b.transport().node();
+        if n <= cores {
+            let _ = mcd::host::pin_current_thread(me);
+        }
+        let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+        for _ in 0..bench.warmup {
+            b.wait()?;
+        }
+        let before = b.stats();
+        for _ in 0..bench.iterations {
+            let t0 = Instant::now();
+            b.wait()?;
+            hist.saturating_record(t0.elapsed().as_nanos() as u64);
+            spin_for(bench.dummy);
+        }
+        let after = b.stats();
+        Ok(NodeTimes { hist, recoveries: (after.resends + after.answers) - (before.resends + before.answers) })
+    });
+    let nodes: Vec<NodeTimes> = results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| r.map_err(|e| anyhow!("{} on node {i}: {e}", config.algorithm)))
+        .collect::<Result<_>>()?;
+    let avg = |f: &dyn Fn(&Histogram<u64>) -> f64| nodes.iter().map(|t| f(&t.hist)).sum::<f64>() / n as f64 / 1000.0;
+    Ok(BarrierMeasurement {
+        algorithm: config.algorithm.to_string(),
+        rails: config.rails,
+        nodes: n,
+        iterations: bench.iterations,
+        min_us: avg(&|h| h.min() as f64),
+        mean_us: avg(&|h| h.mean()),
+        max_us: avg(&|h| h.max() as f64),
+        p50_us: avg(&|h| h.value_at_quantile(0.5) as f64),
+        p99_us: avg(&|h| h.value_at_quantile(0.99) as f64),
+        recoveries: nodes.iter().map(|t| t.recoveries).sum(),
+    })
+}
