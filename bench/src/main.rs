@@ -111,14 +111,7 @@ fn latency(out: &std::path::Path, iterations: usize, rounds: usize) -> Result<()
         writeln!(md, "| transport | bytes | p50 µs | p99 µs | p99.9 µs | mean µs | MB/s | mcd/UDP p50 |")?;
         writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|")?;
         for r in results {
-            let ratio = match r.transport {
-                Transport::Mcd => results
-                    .iter()
-                    .find(|u| u.transport == Transport::Udp && u.size == r.size)
-                    .map(|u| format!("**{:.2}**", r.p50_us / u.p50_us))
-                    .unwrap_or_default(),
-                Transport::Udp => String::new(),
-            };
+            let ratio = pingpong::udp_ratio(results, r).map(|x| format!("**{x:.2}**")).unwrap_or_default();
             writeln!(
                 md,
                 "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {ratio} |",

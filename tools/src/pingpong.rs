@@ -318,6 +318,15 @@ pub fn echo(endpoint: &mut Endpoint, udp: Option<&UdpSocket>, wait: WaitPolicy, 
     }
 }
 
+/// For an mcd result, its median over UDP's median at the same size, if
+/// `results` has that UDP result.
+pub fn udp_ratio(results: &[SizeResult], r: &SizeResult) -> Option<f64> {
+    if r.transport != Transport::Mcd {
+        return None;
+    }
+    results.iter().find(|u| u.transport == Transport::Udp && u.size == r.size).map(|u| r.p50_us / u.p50_us)
+}
+
 /// Renders results as a table, with the mcd/UDP ratio of medians per size.
 pub fn table(results: &[SizeResult]) -> String {
     let mut out = format!(
@@ -325,14 +334,7 @@ pub fn table(results: &[SizeResult]) -> String {
         "", "bytes", "min µs", "p50 µs", "p90 µs", "p99 µs", "p99.9", "max µs", "mean µs", "MB/s", "mcd/udp"
     );
     for r in results {
-        let ratio = match r.transport {
-            Transport::Mcd => results
-                .iter()
-                .find(|u| u.transport == Transport::Udp && u.size == r.size)
-                .map(|u| format!("{:.2}", r.p50_us / u.p50_us))
-                .unwrap_or_default(),
-            Transport::Udp => String::new(),
-        };
+        let ratio = udp_ratio(results, r).map(|x| format!("{x:.2}")).unwrap_or_default();
         out.push_str(&format!(
             "{:<5} {:>6} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>8.2} {:>10.1} {:>9}\n",
             r.transport.to_string(),
