@@ -16,6 +16,9 @@
 //!   loss recovery by timeout, NACK and re-send, a failure timeout that names
 //!   missing nodes, and the split-phase [`Barrier::enter`] / [`Barrier::test`]
 //!   / [`Barrier::wait`].
+//! - [`model`]: LogP cost prediction (the paper's closed forms, and a
+//!   discrete-event simulation of each algorithm's real message pattern), and
+//!   [`model::auto`], which picks the algorithm with the lowest predicted cost.
 //! - [`check`]: the safety checker the tests use: no node leaves barrier k
 //!   before every node has entered it.
 //! - [`threads`]: one thread per node in one process, with every node
@@ -41,6 +44,7 @@ pub mod check;
 mod engine;
 mod mcd_transport;
 pub mod mem;
+pub mod model;
 pub mod plan;
 pub mod threads;
 pub mod transport;

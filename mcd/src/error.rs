@@ -34,7 +34,7 @@ pub enum Error {
         rail: usize,
     },
     /// Another endpoint already holds the port on this device.
-    #[error("port {port} on {interface} is held by {holder}; choose another port or stop that process")]
+    #[error("port {port} on {interface} is held by {holder}; choose another port or stop that process (lock file {lock})")]
     PortHeld {
         /// The port.
         port: Port,
@@ -42,6 +42,8 @@ pub enum Error {
         interface: String,
         /// Who holds it ("process 1234", as recorded in the lock file).
         holder: String,
+        /// The lock file.
+        lock: String,
     },
     /// A destination node number beyond the node list.
     #[error("unknown node {node}: the node list has {count} nodes (0..={last})", last = count.saturating_sub(1))]

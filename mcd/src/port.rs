@@ -1,29 +1,34 @@
 //! Port ownership: each of a device's 256 ports is held by exactly one
 //! endpoint on the host.
 //!
-//! A port is held through an exclusive `flock` on a lock file named after the
-//! network namespace, the interface and the port, in `MCD_PORT_DIR` (default
-//! `/tmp/mcd-ports`). The kernel releases the lock when the holder exits, even
-//! on a crash, so a port is never left held by a dead process. The file records
-//! the holder so that the error names it.
+//! Between processes, a port is held through an exclusive POSIX record lock on
+//! a lock file named after the network namespace, the interface and the port,
+//! in `MCD_PORT_DIR` (default `/tmp/mcd-ports`). The kernel releases it when
+//! the holder exits, even on a crash, so a port is never left held by a dead
+//! process; and unlike `flock`, a child that another thread forks does not
+//! share it. Within a process, a registry of held lock files keeps two
+//! endpoints off one port (record locks do not conflict within a process).
+//! The error names the holder's pid.
 
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
+use std::sync::Mutex;
 
 use crate::node::Port;
 use crate::{sys, Error, Result};
 
 /// Environment variable naming the lock directory.
 pub const ENV_PORT_DIR: &str = "MCD_PORT_DIR";
-/// How long a held port is retried before [`Error::PortHeld`].
-const HOLD_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
+/// The lock files this process holds.
+static HELD: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 
 /// A held port; dropping it releases the port.
 #[derive(Debug)]
 pub struct PortLock {
     _file: File,
+    path: PathBuf,
     port: Port,
 }
 
@@ -40,7 +45,17 @@ impl PortLock {
         }
         let netns = sys::current_netns_id().map_err(|e| io("reading the network namespace", e))?;
         let path = dir.join(format!("{netns}-{interface}-{port}.lock"));
-        let mut file = OpenOptions::new()
+        let held = |holder: String| Error::PortHeld {
+            port,
+            interface: interface.to_string(),
+            holder,
+            lock: path.display().to_string(),
+        };
+        let mut registry = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        if registry.contains(&path) {
+            return Err(held(format!("process {} (this process, through another endpoint)", std::process::id())));
+        }
+        let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
@@ -48,27 +63,17 @@ impl PortLock {
             .mode(0o666)
             .open(&path)
             .map_err(|e| io(&format!("opening lock file {}", path.display()), e))?;
-        // A lock just released can linger for a moment in a child that another
-        // thread is forking (the child shares the open file until it execs),
-        // so a held port is retried for a short grace period before giving up.
-        let deadline = std::time::Instant::now() + HOLD_GRACE;
-        let mut locked = sys::try_lock_exclusive(&file).map_err(|e| io("locking", e))?;
-        while !locked && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(2));
-            locked = sys::try_lock_exclusive(&file).map_err(|e| io("locking", e))?;
+        if let Some(pid) = sys::try_lock_record(&file).map_err(|e| io("locking", e))? {
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            return Err(held(match (pid, name.trim()) {
+                (0, _) => "another process".to_string(),
+                (pid, "") => format!("process {pid}"),
+                (pid, name) => format!("process {pid} ({name})"),
+            }));
         }
-        if !locked {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let holder = match holder.trim() {
-                "" => "another endpoint".to_string(),
-                h => h.to_string(),
-            };
-            return Err(Error::PortHeld { port, interface: interface.to_string(), holder });
-        }
-        let me = format!("process {} ({})", std::process::id(), program_name());
-        let _ = file.set_len(0).and_then(|_| file.rewind()).and_then(|_| file.write_all(me.as_bytes()));
-        Ok(PortLock { _file: file, port })
+        registry.insert(path.clone());
+        drop(registry);
+        Ok(PortLock { _file: file, path, port })
     }
 
     /// The port held.
@@ -77,8 +82,11 @@ impl PortLock {
     }
 }
 
-fn program_name() -> String {
-    std::env::args().next().map(|a| a.rsplit('/').next().unwrap_or(&a).to_string()).unwrap_or_default()
+impl Drop for PortLock {
+    fn drop(&mut self) {
+        // The record lock goes when the file closes, right after this.
+        HELD.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.path);
+    }
 }
 
 #[cfg(test)]

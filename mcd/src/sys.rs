@@ -465,13 +465,27 @@ pub fn interface_names() -> Vec<String> {
     names
 }
 
-/// Tries to take an exclusive `flock` on `file` without blocking.
-/// `Ok(false)` when another open file description holds it.
-pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
-    // SAFETY: plain syscall on a live descriptor.
-    match check(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }) {
-        Ok(_) => Ok(true),
-        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(false),
+/// Tries to take an exclusive POSIX record lock (`fcntl F_SETLK`) on the whole
+/// of `file` without blocking. Such a lock belongs to the process: a child
+/// forked by another thread does not share it (an `flock` would stay held by
+/// the child until it execs). `Ok(None)` when locked; `Ok(Some(pid))` when
+/// another process holds it (pid 0 if the kernel cannot say).
+pub fn try_lock_record(file: &File) -> io::Result<Option<i32>> {
+    // SAFETY: flock is plain data; zero is valid.
+    let mut lock: libc::flock = unsafe { zeroed() };
+    lock.l_type = libc::F_WRLCK as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: plain fcntl on a live descriptor with a valid flock.
+    match check(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) }) {
+        Ok(_) => Ok(None),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EAGAIN)) => {
+            // SAFETY: as above; F_GETLK fills in the conflicting lock.
+            let holder = match check(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut lock) }) {
+                Ok(_) if lock.l_type != libc::F_UNLCK as libc::c_short => lock.l_pid,
+                _ => 0,
+            };
+            Ok(Some(holder))
+        }
         Err(e) => Err(e),
     }
 }
