@@ -64,6 +64,13 @@ impl BarrierConfig {
         }
     }
 
+    /// The algorithm with the lowest predicted cost ([`crate::model::auto`]) for
+    /// `nodes` nodes on `rails` rails under LogP parameters `params` (as
+    /// measured by `mcd-logp`), multicast algorithms only if `multicast`.
+    pub fn auto(nodes: usize, rails: usize, params: &crate::model::LogP, multicast: bool) -> BarrierConfig {
+        BarrierConfig::new(crate::model::auto(nodes, rails, params, multicast).0).rails(rails)
+    }
+
     /// With `rails` rails.
     pub fn rails(mut self, rails: usize) -> BarrierConfig {
         self.rails = rails;

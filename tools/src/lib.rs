@@ -5,10 +5,12 @@
 //!   veth, bridges as switch or hub, nftables loss injection).
 //! - [`barrierbench`]: barrier timing with the paper's method (barrier,
 //!   then a ~30 µs dummy loop; per-node min/mean/max averaged over nodes).
+//! - [`logp`]: measuring o_s, o_r, g and L of mcd and of UDP.
 //! - [`pingpong`]: one-way latency and bandwidth against message size, mcd
 //!   versus UDP between the same two nodes.
 #![warn(missing_docs)]
 
 pub mod barrierbench;
+pub mod logp;
 pub mod pingpong;
 pub mod vcluster;

@@ -1,0 +1,463 @@
+//! Measuring the LogP parameters of mcd (and of UDP, for comparison) between
+//! two nodes, with the established methods:
+//!
+//! - **o_s**: the time a send call takes, for isolated sends (one every few
+//!   round trips, so no queue builds up);
+//! - **g**: from bursts of back-to-back sends, the steady-state time per message;
+//! - **o_r**: the receiver asks for a message, waits until it has surely
+//!   arrived (three round trips), then times the receive call;
+//! - **L** = RTT/2 − o_s − o_r, with RTT from ping-pong.
+//!
+//! Each parameter is the median of a round of samples; rounds repeat until
+//! every median moves by less than 3% from the previous round (at least 3,
+//! at most 10). The spread is the 10th and 90th percentiles of the last round.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use barriers::model::LogP;
+use mcd::{Destination, Endpoint, NodeId, WaitPolicy};
+use serde::Serialize;
+
+use crate::pingpong::Transport;
+
+/// Message kinds of the measurement protocol.
+mod kind {
+    pub const PING: u8 = 0x41;
+    pub const PONG: u8 = 0x42;
+    pub const REQUEST: u8 = 0x43;
+    pub const DATA: u8 = 0x44;
+    pub const SINK: u8 = 0x45;
+    /// Payload byte 1: 0 busy, 1 yield, 2 block.
+    pub const POLICY: u8 = 0x46;
+    pub const TO_UDP: u8 = 0x47;
+    pub const QUIT: u8 = 0x48;
+}
+
+/// A median with its spread, microseconds.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Stat {
+    /// Median.
+    pub median: f64,
+    /// 10th percentile.
+    pub p10: f64,
+    /// 90th percentile.
+    pub p90: f64,
+}
+
+fn stat(samples: &mut [f64]) -> Stat {
+    samples.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    Stat { median: at(0.5), p10: at(0.1), p90: at(0.9) }
+}
+
+/// The parameters of one transport under one wait policy.
+#[derive(Clone, Debug, Serialize)]
+pub struct Measurement {
+    /// mcd or UDP.
+    pub transport: Transport,
+    /// The wait policy of both sides.
+    pub wait: String,
+    /// Send overhead.
+    pub o_s: Stat,
+    /// Receive overhead.
+    pub o_r: Stat,
+    /// Gap.
+    pub g: Stat,
+    /// Round trip / 2.
+    pub rtt_half: Stat,
+    /// Latency: rtt_half − o_s − o_r (medians).
+    pub l: f64,
+    /// Rounds it took to settle.
+    pub rounds: usize,
+}
+
+impl Measurement {
+    /// The medians as model parameters. L is clamped at 0: on veth it comes
+    /// out negative, because there is no wire and the send call itself carries
+    /// the frame into the receiver's ring before it returns. The sender's CPU
+    /// is busy for the whole call, and in a barrier that is what the next step
+    /// waits for, so o_s stays the measured call time.
+    pub fn logp(&self) -> LogP {
+        LogP { o_s: self.o_s.median, o_r: self.o_r.median, g: self.g.median, l: self.l.max(0.0) }
+    }
+}
+
+/// How many samples per round.
+#[derive(Clone, Copy, Debug)]
+pub struct Effort {
+    /// Samples of o_s, o_r and RTT per round.
+    pub samples: usize,
+    /// Sends per burst for g (bursts per round = samples / 50).
+    pub burst: usize,
+}
+
+impl Default for Effort {
+    fn default() -> Self {
+        Effort { samples: 2000, burst: 200 }
+    }
+}
+
+/// The client's end of a link: tagged 8-byte messages.
+trait Link {
+    fn send(&mut self, kind: u8, seq: u32) -> Result<()>;
+    /// One receive call; `Ok(None)` if nothing is there.
+    fn try_recv(&mut self) -> Result<Option<(u8, u32)>>;
+    /// Waits (under the link's wait policy) for a message, up to `timeout`.
+    fn recv(&mut self, timeout: Duration) -> Result<Option<(u8, u32)>>;
+}
+
+struct McdLink<'a> {
+    ep: &'a mut Endpoint,
+    peer: NodeId,
+    buf: [u8; 64],
+}
+
+impl Link for McdLink<'_> {
+    fn send(&mut self, kind: u8, seq: u32) -> Result<()> {
+        Ok(self.ep.send(0, Destination::Node(self.peer), kind, seq, &[0u8; 8])?)
+    }
+    fn try_recv(&mut self) -> Result<Option<(u8, u32)>> {
+        Ok(self.ep.try_recv(&mut self.buf)?.map(|m| (m.kind, m.seq)))
+    }
+    fn recv(&mut self, timeout: Duration) -> Result<Option<(u8, u32)>> {
+        Ok(self.ep.recv(&mut self.buf, Some(timeout))?.map(|m| (m.kind, m.seq)))
+    }
+}
+
+struct UdpLink<'a> {
+    sock: &'a UdpSocket,
+    peer: SocketAddr,
+    blocking: bool,
+}
+
+fn encode(kind: u8, seq: u32) -> [u8; 8] {
+    let mut b = [0u8; 8];
+    b[0] = kind;
+    b[1..5].copy_from_slice(&seq.to_be_bytes());
+    b
+}
+
+fn decode(b: &[u8]) -> Option<(u8, u32)> {
+    (b.len() >= 5).then(|| (b[0], u32::from_be_bytes([b[1], b[2], b[3], b[4]])))
+}
+
+fn would_block(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+}
+
+impl<'a> UdpLink<'a> {
+    /// Sets the socket's mode once, outside any timed region.
+    fn new(sock: &'a UdpSocket, peer: SocketAddr, blocking: bool) -> Result<UdpLink<'a>> {
+        sock.set_nonblocking(!blocking)?;
+        sock.set_read_timeout(Some(REPLY))?;
+        Ok(UdpLink { sock, peer, blocking })
+    }
+}
+
+impl Link for UdpLink<'_> {
+    fn send(&mut self, kind: u8, seq: u32) -> Result<()> {
+        self.sock.send_to(&encode(kind, seq), self.peer)?;
+        Ok(())
+    }
+    /// One receive call, in the socket's mode (the message is there when timed).
+    fn try_recv(&mut self) -> Result<Option<(u8, u32)>> {
+        let mut b = [0u8; 64];
+        match self.sock.recv(&mut b) {
+            Ok(n) => Ok(decode(&b[..n])),
+            Err(e) if would_block(&e) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+    fn recv(&mut self, timeout: Duration) -> Result<Option<(u8, u32)>> {
+        let start = Instant::now();
+        let mut b = [0u8; 64];
+        loop {
+            match self.sock.recv(&mut b) {
+                Ok(n) => return Ok(decode(&b[..n])),
+                Err(e) if would_block(&e) => {
+                    if start.elapsed() >= timeout || self.blocking {
+                        return Ok(None);
+                    }
+                    std::hint::spin_loop();
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+fn spin_for(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+const REPLY: Duration = Duration::from_millis(200);
+
+/// Waits for a message of `want` with sequence `seq`, skipping stale ones.
+fn await_reply(link: &mut dyn Link, want: u8, seq: u32) -> Result<bool> {
+    let start = Instant::now();
+    while start.elapsed() < REPLY {
+        match link.recv(REPLY)? {
+            Some((k, s)) if k == want && s == seq => return Ok(true),
+            Some(_) => continue,
+            None => return Ok(false),
+        }
+    }
+    Ok(false)
+}
+
+/// One round of samples; returns (o_s, o_r, g, rtt/2) sample vectors in µs.
+fn round(link: &mut dyn Link, effort: Effort, seq: &mut u32) -> Result<[Vec<f64>; 4]> {
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let mut rtt = Vec::with_capacity(effort.samples);
+    while rtt.len() < effort.samples {
+        *seq += 1;
+        let t0 = Instant::now();
+        link.send(kind::PING, *seq)?;
+        if await_reply(link, kind::PONG, *seq)? {
+            rtt.push(us(t0.elapsed()) / 2.0);
+        }
+    }
+    let settle = Duration::from_secs_f64(3.0 * 2.0 * stat(&mut rtt.clone()).median / 1e6).max(Duration::from_micros(20));
+    let mut o_s = Vec::with_capacity(effort.samples);
+    for _ in 0..effort.samples {
+        *seq += 1;
+        let t0 = Instant::now();
+        link.send(kind::SINK, *seq)?;
+        o_s.push(us(t0.elapsed()));
+        spin_for(settle);
+    }
+    let mut o_r = Vec::with_capacity(effort.samples);
+    while o_r.len() < effort.samples {
+        *seq += 1;
+        link.send(kind::REQUEST, *seq)?;
+        spin_for(settle); // the reply has surely arrived by now
+        let t0 = Instant::now();
+        let got = link.try_recv()?;
+        let took = us(t0.elapsed());
+        match got {
+            Some((kind::DATA, s)) if s == *seq => o_r.push(took),
+            _ => {
+                // Late or lost: drain, and do not count the sample.
+                while link.recv(Duration::from_millis(5))?.is_some() {}
+            }
+        }
+    }
+    let mut g = Vec::new();
+    for _ in 0..(effort.samples / 50).max(3) {
+        let t0 = Instant::now();
+        for _ in 0..effort.burst {
+            *seq += 1;
+            link.send(kind::SINK, *seq)?;
+        }
+        g.push(us(t0.elapsed()) / effort.burst as f64);
+        spin_for(Duration::from_micros(200)); // let the receiver drain
+    }
+    Ok([o_s, o_r, g, rtt])
+}
+
+/// Measures rounds until the medians settle.
+fn settle(link: &mut dyn Link, transport: Transport, wait: WaitPolicy, effort: Effort) -> Result<Measurement> {
+    let mut seq = 0;
+    let mut previous: Option<[f64; 4]> = None;
+    for rounds in 1..=10 {
+        let [mut o_s, mut o_r, mut g, mut rtt] = round(link, effort, &mut seq)?;
+        let stats = [stat(&mut o_s), stat(&mut o_r), stat(&mut g), stat(&mut rtt)];
+        let medians = stats.map(|s| s.median);
+        let stable = previous.is_some_and(|p| p.iter().zip(&medians).all(|(a, b)| (a - b).abs() <= 0.03 * a.abs().max(0.05)));
+        previous = Some(medians);
+        if rounds >= 3 && stable || rounds == 10 {
+            let [o_s, o_r, g, rtt_half] = stats;
+            return Ok(Measurement {
+                transport,
+                wait: wait.to_string(),
+                o_s,
+                o_r,
+                g,
+                rtt_half,
+                l: rtt_half.median - o_s.median - o_r.median,
+                rounds,
+            });
+        }
+    }
+    unreachable!("returns by round 10")
+}
+
+fn policy_code(wait: WaitPolicy) -> u8 {
+    match wait {
+        WaitPolicy::BusyPoll | WaitPolicy::Adaptive => 0,
+        WaitPolicy::SpinThenYield { .. } => 1,
+        WaitPolicy::Block => 2,
+    }
+}
+
+fn policy_of(code: u8) -> WaitPolicy {
+    match code {
+        1 => WaitPolicy::SpinThenYield { spin: Duration::from_micros(5) },
+        2 => WaitPolicy::Block,
+        _ => WaitPolicy::BusyPoll,
+    }
+}
+
+/// The measuring side: for each policy, mcd then (if `udp` is given) UDP.
+pub fn client(
+    ep: &mut Endpoint,
+    peer: NodeId,
+    udp: Option<(&UdpSocket, SocketAddr)>,
+    policies: &[WaitPolicy],
+    effort: Effort,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<Measurement>> {
+    let mut out = Vec::new();
+    for &wait in policies {
+        ep.set_wait_policy(wait, 2);
+        // Tell the echo the policy, and wait until it answers under it.
+        let start = Instant::now();
+        loop {
+            ep.send(0, Destination::Node(peer), kind::POLICY, policy_code(wait) as u32, &[])?;
+            let mut link = McdLink { ep, peer, buf: [0; 64] };
+            if await_reply(&mut link, kind::PONG, u32::MAX)? {
+                break;
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                bail!("no echo from node {peer}: is the echo side running?");
+            }
+        }
+        progress(&format!("mcd, wait {wait}"));
+        out.push(settle(&mut McdLink { ep, peer, buf: [0; 64] }, Transport::Mcd, wait, effort)?);
+    }
+    if let Some((sock, addr)) = udp {
+        ep.send(0, Destination::Node(peer), kind::TO_UDP, 0, &[])?;
+        for &wait in policies {
+            let mut link = UdpLink::new(sock, addr, wait == WaitPolicy::Block)?;
+            // The echo serves UDP in its own spin-or-block mode per policy message.
+            link.send(kind::POLICY, policy_code(wait) as u32)?;
+            if !await_reply(&mut link, kind::PONG, u32::MAX)? {
+                bail!("no UDP echo from {addr}");
+            }
+            progress(&format!("udp, wait {wait}"));
+            out.push(settle(&mut link, Transport::Udp, wait, effort)?);
+        }
+        UdpLink::new(sock, addr, false)?.send(kind::QUIT, 0)?;
+    } else {
+        ep.send(0, Destination::Node(peer), kind::QUIT, 0, &[])?;
+    }
+    Ok(out)
+}
+
+/// The echo side: answers pings and requests on mcd, then (when told) on UDP,
+/// until told to quit.
+pub fn echo(ep: &mut Endpoint, udp: Option<&UdpSocket>) -> Result<()> {
+    let mut buf = [0u8; 2048];
+    loop {
+        let Some(m) = ep.recv(&mut buf, Some(Duration::from_secs(30)))? else {
+            bail!("no message from the measuring side for 30 s");
+        };
+        let to = Destination::Node(m.from);
+        match m.kind {
+            kind::PING => ep.send(0, to, kind::PONG, m.seq, &[0u8; 8])?,
+            kind::REQUEST => ep.send(0, to, kind::DATA, m.seq, &[0u8; 8])?,
+            kind::POLICY => {
+                ep.set_wait_policy(policy_of(m.seq as u8), 2);
+                ep.send(0, to, kind::PONG, u32::MAX, &[0u8; 8])?;
+            }
+            kind::TO_UDP => {
+                let sock = udp.context("asked for UDP but this echo has no UDP socket")?;
+                return echo_udp(sock);
+            }
+            kind::QUIT => return Ok(()),
+            _ => {}
+        }
+    }
+}
+
+fn echo_udp(sock: &UdpSocket) -> Result<()> {
+    let mut b = [0u8; 64];
+    let mut blocking = false;
+    sock.set_nonblocking(true)?;
+    let idle_since = Instant::now();
+    loop {
+        match sock.recv_from(&mut b) {
+            Ok((n, from)) => match decode(&b[..n]) {
+                Some((kind::PING, s)) => drop(sock.send_to(&encode(kind::PONG, s), from)?),
+                Some((kind::REQUEST, s)) => drop(sock.send_to(&encode(kind::DATA, s), from)?),
+                Some((kind::POLICY, code)) => {
+                    blocking = policy_of(code as u8) == WaitPolicy::Block;
+                    sock.set_nonblocking(!blocking)?;
+                    sock.set_read_timeout(Some(Duration::from_secs(30)))?;
+                    sock.send_to(&encode(kind::PONG, u32::MAX), from)?;
+                }
+                Some((kind::QUIT, _)) => return Ok(()),
+                _ => {}
+            },
+            Err(e) if would_block(&e) => {
+                if blocking || idle_since.elapsed() > Duration::from_secs(600) {
+                    bail!("no UDP message from the measuring side");
+                }
+                std::hint::spin_loop();
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Measures between nodes 0 (client, CPU 0) and 1 (echo, CPU 1) of `cluster`.
+pub fn measure_on_cluster(
+    cluster: &crate::vcluster::Cluster,
+    policies: &[WaitPolicy],
+    effort: Effort,
+    udp: bool,
+    progress: impl FnMut(&str) + Send,
+) -> Result<Vec<Measurement>> {
+    let cpus = mcd::host::online_cpus();
+    let echo_ip = cluster.ip(1, 0);
+    let port = crate::pingpong::UDP_PORT + 1;
+    std::thread::scope(|scope| {
+        let echo_side = scope.spawn(move || -> Result<()> {
+            let _ = mcd::host::pin_current_thread(1 % cpus);
+            let _ns = cluster.enter(1)?;
+            let mut ep = Endpoint::open(cluster.endpoint_config())?;
+            let sock = UdpSocket::bind((echo_ip, port))?;
+            echo(&mut ep, Some(&sock))
+        });
+        let result = (|| -> Result<Vec<Measurement>> {
+            let _ = mcd::host::pin_current_thread(0);
+            let _ns = cluster.enter(0)?;
+            let mut ep = Endpoint::open(cluster.endpoint_config())?;
+            let sock = UdpSocket::bind((cluster.ip(0, 0), 0))?;
+            let udp = udp.then(|| (&sock, SocketAddr::from((echo_ip, port))));
+            client(&mut ep, 1, udp, policies, effort, progress)
+        })();
+        let echoed = echo_side.join().map_err(|_| anyhow::anyhow!("echo thread panicked"))?;
+        let measured = result?;
+        echoed?;
+        Ok(measured)
+    })
+}
+
+/// Renders measurements as a table.
+pub fn table(ms: &[Measurement]) -> String {
+    let mut out = format!(
+        "{:<5} {:<9} {:>16} {:>16} {:>16} {:>16} {:>8} {:>6}\n",
+        "", "wait", "o_s µs", "o_r µs", "g µs", "RTT/2 µs", "L µs", "rounds"
+    );
+    let cell = |s: &Stat| format!("{:.2} [{:.2},{:.2}]", s.median, s.p10, s.p90);
+    for m in ms {
+        out.push_str(&format!(
+            "{:<5} {:<9} {:>16} {:>16} {:>16} {:>16} {:>8.2} {:>6}\n",
+            m.transport.to_string(),
+            m.wait,
+            cell(&m.o_s),
+            cell(&m.o_r),
+            cell(&m.g),
+            cell(&m.rtt_half),
+            m.l,
+            m.rounds
+        ));
+    }
+    out
+}
