@@ -1,0 +1,43 @@
+//! The virtual cluster tool itself: idempotent `up`, repair, shape checks,
+//! `run` across nodes, and `down` leaving nothing behind. Needs root.
+
+use std::process::Command;
+use std::time::Duration;
+
+use mcd_tools::vcluster::{Cluster, ClusterSpec, LossPoint, UpOutcome};
+
+#[test]
+fn up_is_idempotent_repairs_refuses_other_shapes_and_down_leaves_nothing() {
+    let name = "vct";
+    Cluster::down_by_name(name).unwrap();
+    let spec = ClusterSpec::new(name, 3).rails(2).loss(10.0, LossPoint::Port);
+    let (cluster, outcome) = Cluster::up(spec.clone()).unwrap();
+    assert_eq!(outcome, UpOutcome::Created);
+    assert_eq!(Cluster::up(spec.clone()).unwrap().1, UpOutcome::AlreadyUp);
+
+    // Break a piece: up puts it back.
+    let status = Command::new("ip").args(["link", "del", &format!("mcd{name}1n2")]).status().unwrap();
+    assert!(status.success());
+    assert!(matches!(Cluster::up(spec.clone()).unwrap().1, UpOutcome::Repaired(n) if n > 0));
+    let eth1 = Command::new("ip").args(["netns", "exec", &cluster.namespace(2), "ip", "link", "show", "eth1"]).output().unwrap();
+    assert!(eth1.status.success(), "eth1 of node 2 is back");
+
+    let err = Cluster::up(ClusterSpec::new(name, 4)).unwrap_err().to_string();
+    assert!(err.contains("3 node(s)") && err.contains("down"), "{err}");
+
+    // run: every node, its own rank and the node list, exit codes collected.
+    let script = "test -r \"$MCD_NODE_FILE\" && echo \"$MCD_RANK/$MCD_SIZE $MCD_IFACES\" && exit $MCD_RANK";
+    let outcomes = cluster.run(&["sh".into(), "-c".into(), script.into()], Duration::from_secs(20)).unwrap();
+    for o in &outcomes {
+        assert_eq!(o.stdout.trim(), format!("{}/3 eth0,eth1", o.node));
+        assert_eq!(o.code, Some(o.node as i32));
+    }
+    let slow = cluster.run(&["sleep".into(), "5".into()], Duration::from_millis(300)).unwrap();
+    assert!(slow.iter().all(|o| o.timed_out && !o.success()), "the timeout kills what still runs");
+
+    cluster.down().unwrap();
+    assert_eq!(Cluster::leftovers(name).unwrap(), Vec::<String>::new());
+    let tables = Command::new("nft").args(["list", "tables"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&tables.stdout).contains(&format!("mcd_{name}")), "the bridge loss table is gone");
+    assert!(Cluster::attach(name).unwrap_err().to_string().contains("up"), "no state left either");
+}
