@@ -173,7 +173,7 @@ fn barrier_sweep(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<(
     for &n in sizes {
         let cluster = Cluster::up_guarded(ClusterSpec::new("bnbar", n).rails(2))?;
         let iterations = iterations_for(n, scale);
-        let bench = BarrierBench { warmup: 100, iterations, dummy: std::time::Duration::from_micros(30), wait: WaitPolicy::Adaptive };
+        let bench = BarrierBench { method: barrierbench::Method::Paper, warmup: 100, iterations, dummy: std::time::Duration::from_micros(30), wait: WaitPolicy::Adaptive };
         for config in barrier_configs() {
             let m = barrierbench::measure(&cluster, config, bench)?;
             eprintln!(
@@ -248,6 +248,7 @@ fn model(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<()> {
     for &n in sizes {
         let cluster = Cluster::up_guarded(ClusterSpec::new("bnmod", n).rails(2))?;
         let bench = BarrierBench {
+            method: barrierbench::Method::Paper,
             warmup: 100,
             iterations: iterations_for(n, scale),
             dummy: std::time::Duration::from_micros(30),
@@ -364,40 +365,16 @@ fn fmt_logp(p: &barriers::model::LogP) -> String {
 type Curve = (&'static str, Algorithm, Vec<(usize, f64)>);
 
 fn plot_model(path: &std::path::Path, curves: &[Curve], which: &str, title: &str) -> Result<()> {
-    use plotters::prelude::*;
-    let mine: Vec<&Curve> = curves.iter().filter(|c| c.0 == which).collect();
-    let y_max = mine.iter().flat_map(|c| c.2.iter().map(|p| p.1)).fold(1.0, f64::max);
-    let root = SVGBackend::new(path, (1000, 650)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("Predicted barrier time (LogP simulation), {title}"), ("sans-serif", 18))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d((2f64..65536f64).log_scale(), (1f64..y_max * 1.5).log_scale())
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    chart
-        .configure_mesh()
-        .x_desc("nodes")
-        .y_desc("µs per barrier")
-        .x_label_formatter(&|x| format!("{}", *x as u64))
-        .draw()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    for (i, (_, a, points)) in mine.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(points.iter().map(|&(n, t)| (n as f64, t.max(1.0))), color.stroke_width(2)))
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .label(a.to_string())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(())
+    let series: Vec<mcd_tools::plot::Series> = curves
+        .iter()
+        .filter(|c| c.0 == which)
+        .enumerate()
+        .map(|(i, (_, a, points))| mcd_tools::plot::Series {
+            label: a.to_string(),
+            points: points.iter().map(|&(n, t)| (n as f64, t.max(0.5))).collect(),
+            dashed: false,
+            color: i,
+        })
+        .collect();
+    mcd_tools::plot::nodes_vs_time(path, &format!("Predicted barrier time (LogP simulation), {title}"), &series)
 }

@@ -1,7 +1,12 @@
-//! Barrier timing on a virtual cluster with the paper's method: every node
-//! repeats { timestamp; barrier; timestamp; ~30 µs dummy loop }, keeps its
-//! own min, mean, max and percentiles of the barrier times, and the figures
-//! reported are those averaged over the nodes.
+//! Barrier timing on a virtual cluster, by one of two methods:
+//!
+//! - the paper's (section 4): every node repeats { timestamp; barrier;
+//!   timestamp; ~30 µs dummy loop }, keeps its own min, mean, max and
+//!   percentiles of the barrier times, and the figures reported are those
+//!   averaged over the nodes;
+//! - OSU's (`osu_barrier`): warm-up, then timed back-to-back barriers; each
+//!   node's mean is its loop time over the iterations; min, mean and max are
+//!   taken over the nodes' means (percentiles still per barrier, averaged).
 
 use std::time::{Duration, Instant};
 
@@ -14,14 +19,37 @@ use serde::Serialize;
 
 use crate::vcluster::Cluster;
 
+/// The timing convention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// Iwasaki, Matsuoka et al.: barrier, then a dummy loop; per-node statistics averaged.
+    Paper,
+    /// OSU micro-benchmarks: back-to-back barriers; min/avg/max over per-node means.
+    Osu,
+}
+
+impl std::str::FromStr for Method {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "paper" => Ok(Method::Paper),
+            "osu" => Ok(Method::Osu),
+            _ => Err(format!("unknown method `{s}` (paper or osu)")),
+        }
+    }
+}
+
 /// How to measure.
 #[derive(Clone, Copy, Debug)]
 pub struct BarrierBench {
+    /// The timing convention.
+    pub method: Method,
     /// Untimed barriers first (they also line the nodes up).
     pub warmup: usize,
     /// Timed barriers.
     pub iterations: usize,
-    /// The dummy loop after each barrier (the paper's ~30 µs).
+    /// The dummy loop after each barrier (the paper's ~30 µs; unused by OSU's method).
     pub dummy: Duration,
     /// How the endpoints wait.
     pub wait: WaitPolicy,
@@ -32,17 +60,19 @@ pub struct BarrierBench {
 pub struct BarrierMeasurement {
     /// Algorithm name.
     pub algorithm: String,
+    /// The timing convention.
+    pub method: Method,
     /// Rails used.
     pub rails: usize,
     /// Nodes.
     pub nodes: usize,
     /// Timed barriers per node.
     pub iterations: usize,
-    /// Mean over nodes of each node's minimum, µs.
+    /// Paper: mean over nodes of each node's minimum; OSU: the least node mean. µs.
     pub min_us: f64,
     /// Mean over nodes of each node's mean, µs.
     pub mean_us: f64,
-    /// Mean over nodes of each node's maximum, µs.
+    /// Paper: mean over nodes of each node's maximum; OSU: the greatest node mean. µs.
     pub max_us: f64,
     /// Mean over nodes of each node's median, µs.
     pub p50_us: f64,
@@ -54,6 +84,8 @@ pub struct BarrierMeasurement {
 
 struct NodeTimes {
     hist: Histogram<u64>,
+    /// The node's whole timed loop (OSU's per-node mean is this / iterations).
+    loop_time: Duration,
     recoveries: u64,
 }
 
@@ -87,14 +119,18 @@ pub fn measure(cluster: &Cluster, config: BarrierConfig, bench: BarrierBench) ->
             b.wait()?;
         }
         let before = b.stats();
+        let start = Instant::now();
         for _ in 0..bench.iterations {
             let t0 = Instant::now();
             b.wait()?;
             hist.saturating_record(t0.elapsed().as_nanos() as u64);
-            spin_for(bench.dummy);
+            if bench.method == Method::Paper {
+                spin_for(bench.dummy);
+            }
         }
+        let loop_time = start.elapsed();
         let after = b.stats();
-        Ok(NodeTimes { hist, recoveries: (after.resends + after.answers) - (before.resends + before.answers) })
+        Ok(NodeTimes { hist, loop_time, recoveries: (after.resends + after.answers) - (before.resends + before.answers) })
     });
     let nodes: Vec<NodeTimes> = results
         .into_iter()
@@ -102,14 +138,24 @@ pub fn measure(cluster: &Cluster, config: BarrierConfig, bench: BarrierBench) ->
         .map(|(i, r)| r.map_err(|e| anyhow!("{} on node {i}: {e}", config.algorithm)))
         .collect::<Result<_>>()?;
     let avg = |f: &dyn Fn(&Histogram<u64>) -> f64| nodes.iter().map(|t| f(&t.hist)).sum::<f64>() / n as f64 / 1000.0;
+    let (min_us, mean_us, max_us) = match bench.method {
+        Method::Paper => (avg(&|h| h.min() as f64), avg(&|h| h.mean()), avg(&|h| h.max() as f64)),
+        Method::Osu => {
+            let means: Vec<f64> =
+                nodes.iter().map(|t| t.loop_time.as_secs_f64() * 1e6 / bench.iterations.max(1) as f64).collect();
+            let mean = means.iter().sum::<f64>() / n as f64;
+            (means.iter().cloned().fold(f64::INFINITY, f64::min), mean, means.iter().cloned().fold(0.0, f64::max))
+        }
+    };
     Ok(BarrierMeasurement {
         algorithm: config.algorithm.to_string(),
+        method: bench.method,
         rails: config.rails,
         nodes: n,
         iterations: bench.iterations,
-        min_us: avg(&|h| h.min() as f64),
-        mean_us: avg(&|h| h.mean()),
-        max_us: avg(&|h| h.max() as f64),
+        min_us,
+        mean_us,
+        max_us,
         p50_us: avg(&|h| h.value_at_quantile(0.5) as f64),
         p99_us: avg(&|h| h.value_at_quantile(0.99) as f64),
         recoveries: nodes.iter().map(|t| t.recoveries).sum(),

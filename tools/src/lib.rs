@@ -6,6 +6,7 @@
 //! - [`barrierbench`]: barrier timing with the paper's method (barrier,
 //!   then a ~30 µs dummy loop; per-node min/mean/max averaged over nodes).
 //! - [`logp`]: measuring o_s, o_r, g and L of mcd and of UDP.
+//! - [`plot`]: SVG line plots of time against nodes.
 //! - [`pingpong`]: one-way latency and bandwidth against message size, mcd
 //!   versus UDP between the same two nodes.
 #![warn(missing_docs)]
@@ -13,4 +14,5 @@
 pub mod barrierbench;
 pub mod logp;
 pub mod pingpong;
+pub mod plot;
 pub mod vcluster;

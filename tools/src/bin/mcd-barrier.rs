@@ -1,0 +1,255 @@
+//! `mcd-barrier`: the barrier microbenchmark.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use barriers::model::{self, LogP};
+use barriers::{Algorithm, BarrierConfig};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use mcd::WaitPolicy;
+use mcd_tools::barrierbench::{self, BarrierBench, BarrierMeasurement, Method};
+use mcd_tools::logp;
+use mcd_tools::plot::{self, Series};
+use mcd_tools::vcluster::{Cluster, ClusterSpec, Topology};
+use serde::Serialize;
+
+/// The barrier microbenchmark: times mcd's barrier algorithms on a virtual
+/// cluster it builds (and takes down) itself, sweeping node counts ×
+/// algorithms × topology × rails × wait policy. Beside each measurement it
+/// shows the LogP model's prediction, and it marks the algorithm `auto` would
+/// pick. Needs root.
+///
+/// Methods: `paper` (Iwasaki, Matsuoka et al.: per iteration timestamp,
+/// barrier, timestamp, a 30 µs dummy loop; per-node min/mean/max averaged over
+/// nodes) or `osu` (osu_barrier: warm-up, then back-to-back barriers; min/avg/max
+/// of the per-node means). Percentiles (p50, p99) come from per-node
+/// hdrhistograms, averaged over nodes.
+///
+/// With no arguments: 2 and 4 nodes, every algorithm and auto, a switch, one
+/// rail, adaptive waiting, the paper's method; about half a minute.
+#[derive(Parser)]
+#[command(name = "mcd-barrier", version)]
+struct Cli {
+    /// Node counts (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "2,4")]
+    nodes: Vec<usize>,
+    /// Algorithms (comma-separated): shuffle, dissemination, tree<k>, tree<k>-p2p,
+    /// concurrent, onephase, auto; or `all` (every one, and auto).
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    algorithms: Vec<String>,
+    /// Topologies: switch, hub (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "switch")]
+    topology: Vec<Topology>,
+    /// Rail counts (comma-separated): with 2, trees and concurrent spread over the NICs.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    rails: Vec<usize>,
+    /// Wait policies (comma-separated): busy, yield, block, adaptive.
+    #[arg(long, value_delimiter = ',', default_value = "adaptive")]
+    wait: Vec<WaitPolicy>,
+    /// Timing convention: paper or osu.
+    #[arg(long, default_value = "paper")]
+    method: Method,
+    /// Timed barriers per measurement (default: 1000 at 2 nodes, fewer beyond).
+    #[arg(long)]
+    iterations: Option<usize>,
+    /// Untimed barriers first.
+    #[arg(long, default_value_t = 100)]
+    warmup: usize,
+    /// LogP parameters for the predictions: a JSON file from `mcd-logp --json`
+    /// (the busy-poll mcd entry is used). Measured on the spot when left out.
+    #[arg(long)]
+    logp: Option<PathBuf>,
+    /// Where to write results.csv, results.json and the plots.
+    #[arg(long, default_value = "mcd-barrier-results")]
+    out: PathBuf,
+}
+
+#[derive(Serialize)]
+struct Row {
+    topology: Topology,
+    wait: String,
+    #[serde(flatten)]
+    measured: BarrierMeasurement,
+    predicted_us: f64,
+    auto_pick: bool,
+}
+
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("mcd-barrier: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn algorithms(names: &[String]) -> Result<(Vec<Algorithm>, bool)> {
+    let mut list = Vec::new();
+    let mut auto = false;
+    for name in names {
+        match name.as_str() {
+            "all" => {
+                list.extend(Algorithm::all());
+                auto = true;
+            }
+            "auto" => auto = true,
+            other => list.push(other.parse::<Algorithm>().map_err(anyhow::Error::msg)?),
+        }
+    }
+    list.dedup();
+    Ok((list, auto))
+}
+
+fn iterations_for(n: usize) -> usize {
+    match n {
+        0..=2 => 1000,
+        3..=4 => 500,
+        5..=8 => 300,
+        _ => 200,
+    }
+}
+
+fn parameters(cli: &Cli) -> Result<LogP> {
+    if let Some(path) = &cli.logp {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let all: Vec<serde_json::Value> = serde_json::from_str(&text).with_context(|| format!("{} is not `mcd-logp --json` output", path.display()))?;
+        let busy = all
+            .iter()
+            .find(|m| m["transport"] == "mcd" && m["wait"] == "busy")
+            .or_else(|| all.first())
+            .with_context(|| format!("{} holds no measurement", path.display()))?;
+        let num = |k: &str, sub: Option<&str>| -> Result<f64> {
+            let v = match sub {
+                Some(s) => &busy[k][s],
+                None => &busy[k],
+            };
+            v.as_f64().with_context(|| format!("{}: no {k}", path.display()))
+        };
+        return Ok(LogP { o_s: num("o_s", Some("median"))?, o_r: num("o_r", Some("median"))?, g: num("g", Some("median"))?, l: num("l", None)?.max(0.0) });
+    }
+    eprintln!("measuring LogP parameters for the predictions (mcd-logp --json FILE and --logp FILE skip this)");
+    let cluster = Cluster::up_guarded(ClusterSpec::new("mbl", 2))?;
+    let ms = logp::measure_on_cluster(&cluster, &[WaitPolicy::BusyPoll], logp::Effort { samples: 500, burst: 100 }, false, |_| {})?;
+    Ok(ms[0].logp())
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let (algs, with_auto) = algorithms(&cli.algorithms)?;
+    anyhow::ensure!(!algs.is_empty() || with_auto, "no algorithm to measure");
+    anyhow::ensure!(cli.nodes.iter().all(|&n| (1..=64).contains(&n)), "node counts must be 1 to 64 here");
+    let p = parameters(&cli)?;
+    eprintln!("LogP parameters: o_s {:.2} µs, o_r {:.2} µs, g {:.2} µs, L {:.2} µs", p.o_s, p.o_r, p.g, p.l);
+    std::fs::create_dir_all(&cli.out).with_context(|| format!("creating {}", cli.out.display()))?;
+
+    let per_cluster = algs.len() + usize::from(with_auto);
+    let total = cli.topology.len() * cli.rails.len() * cli.nodes.len() * cli.wait.len() * per_cluster;
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed_precise} {msg}").expect("template"));
+    let mut rows: Vec<Row> = Vec::new();
+    for &topology in &cli.topology {
+        for &rails in &cli.rails {
+            for &n in &cli.nodes {
+                bar.set_message(format!("bringing up {n} nodes, {rails} rail(s), {topology}"));
+                let cluster = Cluster::up_guarded(ClusterSpec::new("mb", n).rails(rails).topology(topology))?;
+                let (auto_alg, _) = model::auto(n, rails, &p, true);
+                for &wait in &cli.wait {
+                    let bench = BarrierBench {
+                        method: cli.method,
+                        warmup: cli.warmup,
+                        iterations: cli.iterations.unwrap_or_else(|| iterations_for(n)),
+                        dummy: Duration::from_micros(30),
+                        wait,
+                    };
+                    let mut todo: Vec<(Algorithm, bool)> = algs.iter().map(|&a| (a, false)).collect();
+                    if with_auto {
+                        todo.push((auto_alg, true));
+                    }
+                    for (algorithm, is_auto_row) in todo {
+                        bar.set_message(format!("{n} nodes, {topology}, {rails} rail(s), {wait}: {algorithm}"));
+                        let config = BarrierConfig::new(algorithm).rails(rails);
+                        let mut measured = barrierbench::measure(&cluster, config, bench)?;
+                        if is_auto_row {
+                            measured.algorithm = format!("auto={algorithm}");
+                        }
+                        rows.push(Row {
+                            topology,
+                            wait: wait.to_string(),
+                            predicted_us: model::simulate(algorithm, n, rails, &p).last_exit,
+                            auto_pick: algorithm == auto_alg,
+                            measured,
+                        });
+                        bar.inc(1);
+                    }
+                }
+            }
+        }
+    }
+    bar.finish_and_clear();
+    report(&cli, &p, &rows)
+}
+
+fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
+    let mut table = String::new();
+    let method = match cli.method {
+        Method::Paper => "paper's method: barrier then a 30 µs dummy loop; per-node statistics averaged over nodes",
+        Method::Osu => "OSU convention: back-to-back barriers; min/mean/max of the per-node means",
+    };
+    writeln!(table, "mcd barrier microbenchmark ({method}); µs per barrier; * = auto's pick")?;
+    let mut groups: Vec<(Topology, usize, String, usize)> = Vec::new();
+    for r in rows {
+        let key = (r.topology, r.measured.rails, r.wait.clone(), r.measured.nodes);
+        if !groups.contains(&key) {
+            groups.push(key);
+        }
+    }
+    for (topology, rails, wait, n) in &groups {
+        writeln!(table, "\n{n} nodes, {topology}, {rails} rail(s), wait {wait}")?;
+        writeln!(table, "  {:<20} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11}", "algorithm", "min", "mean", "max", "p50", "p99", "predicted")?;
+        for r in rows.iter().filter(|r| (r.topology, r.measured.rails, &r.wait, r.measured.nodes) == (*topology, *rails, wait, *n)) {
+            let m = &r.measured;
+            let name = format!("{}{}", m.algorithm, if r.auto_pick && !m.algorithm.starts_with("auto") { " *" } else { "" });
+            writeln!(
+                table,
+                "  {:<20} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>11.1}",
+                name, m.min_us, m.mean_us, m.max_us, m.p50_us, m.p99_us, r.predicted_us
+            )?;
+        }
+    }
+    print!("{table}");
+    let mut csv = String::from("topology,rails,wait,method,nodes,algorithm,iterations,min_us,mean_us,max_us,p50_us,p99_us,predicted_us,auto_pick,recoveries\n");
+    for r in rows {
+        let m = &r.measured;
+        writeln!(
+            csv,
+            "{},{},{},{:?},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{}",
+            r.topology, m.rails, r.wait, m.method, m.nodes, m.algorithm, m.iterations, m.min_us, m.mean_us, m.max_us, m.p50_us, m.p99_us, r.predicted_us, r.auto_pick, m.recoveries
+        )?;
+    }
+    std::fs::write(cli.out.join("results.csv"), csv)?;
+    let json = serde_json::json!({ "logp": p, "method": cli.method, "rows": rows });
+    std::fs::write(cli.out.join("results.json"), serde_json::to_string_pretty(&json)?)?;
+    // One plot per topology, rails and wait policy: measured solid, predicted dashed.
+    let mut plots = Vec::new();
+    for (topology, rails, wait, _) in &groups {
+        let file = cli.out.join(format!("barrier-{topology}-{rails}rail-{wait}.svg"));
+        if plots.contains(&file) {
+            continue;
+        }
+        let mine: Vec<&Row> = rows.iter().filter(|r| (r.topology, r.measured.rails, &r.wait) == (*topology, *rails, wait)).collect();
+        let mut names: Vec<String> = mine.iter().map(|r| r.measured.algorithm.clone()).collect();
+        names.dedup();
+        names.sort();
+        names.dedup();
+        let mut series = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            let pts = |f: &dyn Fn(&Row) -> f64| mine.iter().filter(|r| &r.measured.algorithm == name).map(|r| (r.measured.nodes as f64, f(r).max(0.1))).collect::<Vec<_>>();
+            series.push(Series { label: format!("{name} measured"), points: pts(&|r| r.measured.mean_us), dashed: false, color: i });
+            series.push(Series { label: format!("{name} predicted"), points: pts(&|r| r.predicted_us), dashed: true, color: i });
+        }
+        plot::nodes_vs_time(&file, &format!("mcd barrier, {topology}, {rails} rail(s), wait {wait}: measured (solid) and LogP-predicted (dashed)"), &series)?;
+        plots.push(file);
+    }
+    eprintln!("wrote {}/results.csv, results.json and {} plot(s)", cli.out.display(), plots.len());
+    Ok(())
+}

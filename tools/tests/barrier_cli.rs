@@ -1,0 +1,71 @@
+//! The barrier microbenchmark end to end: option and file parsing, and a short
+//! real sweep on the virtual cluster whose CSV and JSON must be complete and
+//! ordered, with no cluster left afterwards. The sweep needs root (it fails,
+//! saying so, without it).
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_mcd-barrier");
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("mcd-barrier-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn bad_options_and_files_are_clear_errors() {
+    let dir = scratch("bad");
+    let out = Command::new(BIN).args(["--algorithms", "ring"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown algorithm `ring`"));
+    let out = Command::new(BIN).args(["--method", "fast"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("paper or osu"));
+    let missing = dir.join("missing.json");
+    let out = Command::new(BIN).arg("--logp").arg(&missing).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.json"));
+    std::fs::write(dir.join("junk.json"), "not json").unwrap();
+    let out = Command::new(BIN).arg("--logp").arg(dir.join("junk.json")).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not `mcd-logp --json` output"));
+}
+
+#[test]
+fn a_short_sweep_writes_complete_ordered_results_and_leaves_no_cluster() {
+    let dir = scratch("sweep");
+    let logp = dir.join("logp.json");
+    std::fs::write(
+        &logp,
+        r#"[{"transport":"mcd","wait":"busy","o_s":{"median":2.7},"o_r":{"median":0.1},"g":{"median":2.7},"l":0.0}]"#,
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["--nodes", "2,4", "--algorithms", "dissemination,auto", "--iterations", "30", "--warmup", "5"])
+        .arg("--logp")
+        .arg(&logp)
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 1 + 4, "header + 2 sizes × (dissemination, auto):\n{csv}");
+    let header: Vec<&str> = lines[0].split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    for line in &lines[1..] {
+        let f: Vec<&str> = line.split(',').collect();
+        let num = |name: &str| f[col(name)].parse::<f64>().unwrap();
+        let (min, mean, max) = (num("min_us"), num("mean_us"), num("max_us"));
+        assert!(min > 0.0 && min <= mean && mean <= max, "{line}");
+        assert!(num("p50_us") > 0.0 && num("predicted_us") > 0.0, "{line}");
+        assert_eq!(num("iterations"), 30.0);
+    }
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    assert_eq!(json["rows"].as_array().unwrap().len(), 4);
+    assert!(json["logp"]["o_s"].as_f64().unwrap() > 0.0);
+    assert!(dir.join("barrier-switch-1rail-adaptive.svg").exists());
+    let leftovers = mcd_tools::vcluster::Cluster::leftovers("mb").unwrap();
+    assert!(leftovers.is_empty(), "the sweep's cluster is gone: {leftovers:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
