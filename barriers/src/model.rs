@@ -47,15 +47,6 @@ impl LogP {
     }
 }
 
-fn log_ceil(n: usize, base: usize) -> usize {
-    let (mut levels, mut reach) = (0, 1usize);
-    while reach < n {
-        reach = reach.saturating_mul(base);
-        levels += 1;
-    }
-    levels
-}
-
 /// The paper's closed forms, where one applies (`None` otherwise): shuffle
 /// exchange (o_s+L+o_r)·log2 n; dissemination the same with ceil; the k-ary
 /// (k-nomial) tree with multicast release (o_s+L+(k−1)·o_r)·log_k n + (o_s+L+o_r)
@@ -69,11 +60,11 @@ pub fn closed_form(algorithm: Algorithm, n: usize, p: &LogP) -> Option<f64> {
     let m = p.message();
     let nf = n as f64;
     match algorithm {
-        Algorithm::ShuffleExchange if n.is_power_of_two() => Some(m * log_ceil(n, 2) as f64),
+        Algorithm::ShuffleExchange if n.is_power_of_two() => Some(m * plan::ceil_log(n, 2) as f64),
         Algorithm::ShuffleExchange => None,
-        Algorithm::Dissemination => Some(m * log_ceil(n, 2) as f64),
+        Algorithm::Dissemination => Some(m * plan::ceil_log(n, 2) as f64),
         Algorithm::Tree { k, release: Release::Multicast } => {
-            Some((p.o_s + p.l + (k - 1) as f64 * p.o_r) * log_ceil(n, k) as f64 + m)
+            Some((p.o_s + p.l + (k - 1) as f64 * p.o_r) * plan::ceil_log(n, k) as f64 + m)
         }
         Algorithm::Tree { release: Release::Tree, .. } => None,
         Algorithm::Concurrent => Some(p.o_s + p.l + (nf - 1.0) * p.o_r + m),

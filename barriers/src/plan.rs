@@ -165,7 +165,8 @@ pub(crate) mod tag {
     pub const ROUND: u16 = 16;
 }
 
-fn ceil_log(n: usize, base: usize) -> usize {
+/// ceil(log_base n): the number of phases that reach n nodes.
+pub(crate) fn ceil_log(n: usize, base: usize) -> usize {
     let (mut levels, mut reach) = (0, 1usize);
     while reach < n {
         reach = reach.saturating_mul(base);
