@@ -40,7 +40,7 @@ pub enum Error {
         port: Port,
         /// The interface.
         interface: String,
-        /// Who holds it ("process 1234", as recorded in the lock file).
+        /// Who holds it ("process 1234 (name)", from the kernel's lock table).
         holder: String,
         /// The lock file.
         lock: String,

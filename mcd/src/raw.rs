@@ -23,14 +23,6 @@ impl RawSender {
         Ok(RawSender { socket, interface: interface.into() })
     }
 
-    /// The MAC address of `interface`.
-    pub fn interface_mac(interface: &str) -> Result<crate::MacAddr> {
-        sys::interface_info(interface)
-            .map_err(|e| Error::Io { what: format!("querying interface {interface}"), source: e })?
-            .map(|i| i.mac)
-            .ok_or_else(|| Error::NoSuchInterface { name: interface.into(), available: sys::interface_names().join(", ") })
-    }
-
     /// Sends `frame` (Ethernet header included) as it is.
     pub fn send(&self, frame: &[u8]) -> Result<()> {
         self.socket.send(frame).map(drop).map_err(|e| Error::os(format!("sending a raw frame on {}", self.interface), e))

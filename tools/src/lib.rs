@@ -5,6 +5,7 @@
 //!   veth, bridges as switch or hub, nftables loss injection).
 //! - [`barrierbench`]: barrier timing with the paper's method (barrier,
 //!   then a ~30 µs dummy loop; per-node min/mean/max averaged over nodes).
+//! - [`cli`]: options shared by the two-node tools.
 //! - [`logp`]: measuring o_s, o_r, g and L of mcd and of UDP.
 //! - [`plot`]: SVG line plots of time against nodes.
 //! - [`pingpong`]: one-way latency and bandwidth against message size, mcd
@@ -12,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod barrierbench;
+pub mod cli;
 pub mod logp;
 pub mod pingpong;
 pub mod plot;

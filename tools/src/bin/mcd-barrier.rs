@@ -238,7 +238,6 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
         }
         let mine: Vec<&Row> = rows.iter().filter(|r| (r.topology, r.measured.rails, &r.wait) == (*topology, *rails, wait)).collect();
         let mut names: Vec<String> = mine.iter().map(|r| r.measured.algorithm.clone()).collect();
-        names.dedup();
         names.sort();
         names.dedup();
         let mut series = Vec::new();

@@ -1,12 +1,13 @@
 //! `mcd-logp`: measure the LogP parameters of mcd (and UDP) between two nodes.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use mcd::{Endpoint, EndpointConfig, WaitPolicy};
 use mcd_tools::logp::{self, Effort};
+use mcd_tools::cli::{Role, TwoNodeArgs};
 use mcd_tools::vcluster::{Cluster, ClusterSpec};
 
 /// Measures the LogP parameters (o_s, o_r, g, L) of mcd, and of UDP sockets
@@ -21,18 +22,8 @@ use mcd_tools::vcluster::{Cluster, ClusterSpec};
 #[derive(Parser)]
 #[command(name = "mcd-logp", version)]
 struct Cli {
-    /// Run one side across real nodes instead of the virtual cluster.
-    #[arg(long)]
-    role: Option<Role>,
-    /// Client: the echo's node number.
-    #[arg(long, default_value_t = 1)]
-    peer: usize,
-    /// Client: the echo's UDP address (IP:PORT), for the UDP comparison.
-    #[arg(long)]
-    udp_peer: Option<SocketAddr>,
-    /// Echo: the UDP address to answer on.
-    #[arg(long)]
-    udp_bind: Option<SocketAddr>,
+    #[command(flatten)]
+    nodes: TwoNodeArgs,
     /// Wait policies to measure under (comma-separated: busy, yield, block).
     #[arg(long, value_delimiter = ',', default_value = "busy,yield,block")]
     wait: Vec<WaitPolicy>,
@@ -47,12 +38,6 @@ struct Cli {
     json: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum Role {
-    Client,
-    Echo,
-}
-
 fn main() {
     if let Err(e) = run(Cli::parse()) {
         eprintln!("mcd-logp: {e:#}");
@@ -63,7 +48,7 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     let effort = Effort { samples: cli.samples.max(10), ..Effort::default() };
     let progress = |what: &str| eprintln!("  measuring {what}");
-    let measurements = match cli.role {
+    let measurements = match cli.nodes.role {
         None => {
             eprintln!("bringing up a 2-node virtual cluster `lp`");
             let cluster = Cluster::up_guarded(ClusterSpec::new("lp", 2))?;
@@ -73,14 +58,14 @@ fn run(cli: Cli) -> Result<()> {
             let mut ep = Endpoint::open(EndpointConfig::from_env()?)?;
             match role {
                 Role::Echo => {
-                    let sock = cli.udp_bind.map(UdpSocket::bind).transpose().context("binding --udp-bind")?;
+                    let sock = cli.nodes.udp_bind.map(UdpSocket::bind).transpose().context("binding --udp-bind")?;
                     eprintln!("echo: node {} waiting", ep.node_id());
                     return logp::echo(&mut ep, sock.as_ref());
                 }
                 Role::Client => {
                     let sock = UdpSocket::bind("0.0.0.0:0")?;
-                    let udp = if cli.no_udp { None } else { cli.udp_peer.map(|p| (&sock, p)) };
-                    logp::client(&mut ep, cli.peer, udp, &cli.wait, effort, progress)?
+                    let udp = if cli.no_udp { None } else { cli.nodes.udp_peer.map(|p| (&sock, p)) };
+                    logp::client(&mut ep, cli.nodes.peer, udp, &cli.wait, effort, progress)?
                 }
             }
         }

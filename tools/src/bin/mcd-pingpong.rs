@@ -1,13 +1,14 @@
 //! `mcd-pingpong`: one-way latency and bandwidth of mcd against UDP, by message size.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context, Result};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use mcd::{Endpoint, EndpointConfig, WaitPolicy};
 use mcd_tools::pingpong::{self, Client, PingPongConfig};
+use mcd_tools::cli::{Role, TwoNodeArgs};
 use mcd_tools::vcluster::{Cluster, ClusterSpec, Topology};
 
 /// Ping-pong between two nodes: RTT/2 latency percentiles (hdrhistogram) and
@@ -22,18 +23,8 @@ use mcd_tools::vcluster::{Cluster, ClusterSpec, Topology};
 #[derive(Parser)]
 #[command(name = "mcd-pingpong", version)]
 struct Cli {
-    /// Run one side across real nodes instead of the virtual cluster.
-    #[arg(long)]
-    role: Option<Role>,
-    /// Client: the echo's node number.
-    #[arg(long, default_value_t = 1)]
-    peer: usize,
-    /// Client: the echo's UDP address (IP:PORT) for the UDP comparison.
-    #[arg(long)]
-    udp_peer: Option<SocketAddr>,
-    /// Echo: the UDP address to answer on.
-    #[arg(long)]
-    udp_bind: Option<SocketAddr>,
+    #[command(flatten)]
+    nodes: TwoNodeArgs,
     /// Payload sizes in bytes (comma-separated; at most the MTU minus 16).
     #[arg(long, value_delimiter = ',', default_value = "8,64,256,512,1024,1472")]
     sizes: Vec<usize>,
@@ -63,12 +54,6 @@ struct Cli {
     csv: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum Role {
-    Client,
-    Echo,
-}
-
 fn main() {
     if let Err(e) = run(Cli::parse()) {
         eprintln!("mcd-pingpong: {e:#}");
@@ -86,7 +71,7 @@ fn run(cli: Cli) -> Result<()> {
         udp: !cli.no_udp,
     };
     let progress = |what: &str| eprintln!("  {what}");
-    let results = match cli.role {
+    let results = match cli.nodes.role {
         None => {
             eprintln!("bringing up a 2-node virtual cluster `pp` ({})", cli.topology);
             let cluster = Cluster::up_guarded(ClusterSpec::new("pp", 2).topology(cli.topology))?;
@@ -105,17 +90,17 @@ fn run(cli: Cli) -> Result<()> {
             let mut ep = Endpoint::open(ep_config)?;
             match role {
                 Role::Echo => {
-                    let sock = cli.udp_bind.map(UdpSocket::bind).transpose().context("binding --udp-bind")?;
+                    let sock = cli.nodes.udp_bind.map(UdpSocket::bind).transpose().context("binding --udp-bind")?;
                     eprintln!("echo: node {} waiting", ep.node_id());
                     pingpong::echo(&mut ep, sock.as_ref(), cli.wait, &AtomicBool::new(false))?;
                     return Ok(());
                 }
                 Role::Client => {
-                    let udp = match cli.udp_peer {
+                    let udp = match cli.nodes.udp_peer {
                         Some(peer) => Some((UdpSocket::bind("0.0.0.0:0")?, peer)),
                         None => None,
                     };
-                    Client::new(&mut ep, cli.peer, udp).run(&config, progress)?
+                    Client::new(&mut ep, cli.nodes.peer, udp).run(&config, progress)?
                 }
             }
         }
