@@ -47,6 +47,26 @@ enum Bench {
         #[arg(long, default_value_t = 1.0)]
         scale: f64,
     },
+    /// The head-to-head: at each node count, on one virtual cluster, mcd's
+    /// barriers (every algorithm and Auto), a UDP dissemination barrier, and
+    /// Open MPI's MPI_Barrier over TCP (yield and default spinning modes), all
+    /// by the paper's method; plus one-way latency, mcd against UDP. Writes
+    /// bench/RESULTS.md, results/head-to-head.{json,svg,png}.
+    HeadToHead {
+        /// Node counts.
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
+        nodes: Vec<usize>,
+        /// Scales the number of timed barriers (1.0: 2000 at 2 nodes down to 300 at 16).
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// LogP parameters for Auto (`mcd-logp --json` output; default
+        /// results/logp.json if present, else measured on the spot).
+        #[arg(long)]
+        logp: Option<PathBuf>,
+        /// Where the report goes.
+        #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/RESULTS.md"))]
+        report: PathBuf,
+    },
     /// Every barrier algorithm at 2, 4, 8 and 16 nodes, the paper's method.
     Barriers {
         /// Node counts.
@@ -71,8 +91,14 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Latency { iterations, rounds } => latency(&cli.out, iterations, rounds),
         Bench::Barriers { nodes, scale } => barrier_sweep(&cli.out, &nodes, scale),
         Bench::Model { nodes, scale } => model(&cli.out, &nodes, scale),
+        Bench::HeadToHead { nodes, scale, logp, report } => {
+            let logp = logp.or_else(|| Some(cli.out.join("logp.json")).filter(|p| p.exists()));
+            head_to_head::run(&cli.out, &report, &nodes, scale, logp.as_deref())
+        }
     }
 }
+
+mod head_to_head;
 
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
@@ -273,8 +299,8 @@ fn model(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<()> {
             curves.push((label, a, points));
         }
     }
-    plot_model(&out.join("model.svg"), &curves, "measured", &format!("mcd on this machine: {}", fmt_logp(&p)))?;
-    plot_model(&out.join("model-paper.svg"), &curves, "paper", &format!("the paper's MCD: {}", fmt_logp(&LogP::PAPER)))?;
+    plot_model(&out.join("model"), &curves, "measured", &format!("mcd on this machine: {}", fmt_logp(&p)))?;
+    plot_model(&out.join("model-paper"), &curves, "paper", &format!("the paper's MCD: {}", fmt_logp(&LogP::PAPER)))?;
 
     // 4. The report.
     let mut md = String::new();
@@ -343,7 +369,7 @@ fn model(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<()> {
             writeln!(md, "- measured at {n} nodes: shuffle {sh:.1} µs, tree4 {t4:.1} µs{}", if n > mcd::host::online_cpus() { " (oversubscribed: not a test of the hypothesis)" } else { "" })?;
         }
     }
-    writeln!(md, "\nPlots of the simulated cost from 2 to 65,536 nodes: [model.svg](model.svg) (parameters measured here) and [model-paper.svg](model-paper.svg) (the paper's).")?;
+    writeln!(md, "\nPlots of the simulated cost from 2 to 65,536 nodes: [model.svg](model.svg) / [model.png](model.png) (parameters measured here) and [model-paper.svg](model-paper.svg) / [model-paper.png](model-paper.png) (the paper's).")?;
     std::fs::write(out.join("model.md"), &md)?;
     let json = serde_json::json!({
         "parameters": measured,
@@ -376,5 +402,6 @@ fn plot_model(path: &std::path::Path, curves: &[Curve], which: &str, title: &str
             color: i,
         })
         .collect();
-    mcd_tools::plot::nodes_vs_time(path, &format!("Predicted barrier time (LogP simulation), {title}"), &series)
+    mcd_tools::plot::nodes_vs_time(path, "Predicted barrier time (LogP simulation)", &[mcd_tools::plot::Panel { title: title.to_string(), series }])?;
+    Ok(())
 }

@@ -78,11 +78,12 @@ pub struct BarrierMeasurement {
     pub p50_us: f64,
     /// Mean over nodes of each node's 99th percentile, µs.
     pub p99_us: f64,
-    /// Point-to-point re-sends and answers, all nodes (loss recovery at work).
+    /// Point-to-point re-sends and answers, all nodes, warm-up included (loss recovery at work).
     pub recoveries: u64,
 }
 
-struct NodeTimes {
+/// One node's timings of a run.
+pub struct NodeTimes {
     hist: Histogram<u64>,
     /// The node's whole timed loop (OSU's per-node mean is this / iterations).
     loop_time: Duration,
@@ -93,6 +94,55 @@ fn spin_for(d: Duration) {
     let until = Instant::now() + d;
     while Instant::now() < until {
         std::hint::spin_loop();
+    }
+}
+
+impl BarrierBench {
+    /// Runs one node's loop of this method around `barrier`: the warm-up, then
+    /// the timed barriers (each followed by the dummy loop in the paper's method).
+    pub fn time_node<E>(&self, mut barrier: impl FnMut() -> Result<(), E>) -> Result<NodeTimes, E> {
+        let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+        for _ in 0..self.warmup {
+            barrier()?;
+        }
+        let start = Instant::now();
+        for _ in 0..self.iterations {
+            let t0 = Instant::now();
+            barrier()?;
+            hist.saturating_record(t0.elapsed().as_nanos() as u64);
+            if self.method == Method::Paper {
+                spin_for(self.dummy);
+            }
+        }
+        Ok(NodeTimes { hist, loop_time: start.elapsed(), recoveries: 0 })
+    }
+
+    /// Combines the nodes' timings into the figures of this method.
+    pub fn summarize(&self, algorithm: &str, rails: usize, nodes: &[NodeTimes]) -> BarrierMeasurement {
+        let n = nodes.len().max(1) as f64;
+        let avg = |f: &dyn Fn(&Histogram<u64>) -> f64| nodes.iter().map(|t| f(&t.hist)).sum::<f64>() / n / 1000.0;
+        let (min_us, mean_us, max_us) = match self.method {
+            Method::Paper => (avg(&|h| h.min() as f64), avg(&|h| h.mean()), avg(&|h| h.max() as f64)),
+            Method::Osu => {
+                let means: Vec<f64> =
+                    nodes.iter().map(|t| t.loop_time.as_secs_f64() * 1e6 / self.iterations.max(1) as f64).collect();
+                let mean = means.iter().sum::<f64>() / n;
+                (means.iter().cloned().fold(f64::INFINITY, f64::min), mean, means.iter().cloned().fold(0.0, f64::max))
+            }
+        };
+        BarrierMeasurement {
+            algorithm: algorithm.to_string(),
+            method: self.method,
+            rails,
+            nodes: nodes.len(),
+            iterations: self.iterations,
+            min_us,
+            mean_us,
+            max_us,
+            p50_us: avg(&|h| h.value_at_quantile(0.5) as f64),
+            p99_us: avg(&|h| h.value_at_quantile(0.99) as f64),
+            recoveries: nodes.iter().map(|t| t.recoveries).sum(),
+        }
     }
 }
 
@@ -114,50 +164,16 @@ pub fn measure(cluster: &Cluster, config: BarrierConfig, bench: BarrierBench) ->
         if n <= cores {
             let _ = mcd::host::pin_current_thread(me);
         }
-        let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
-        for _ in 0..bench.warmup {
-            b.wait()?;
-        }
         let before = b.stats();
-        let start = Instant::now();
-        for _ in 0..bench.iterations {
-            let t0 = Instant::now();
-            b.wait()?;
-            hist.saturating_record(t0.elapsed().as_nanos() as u64);
-            if bench.method == Method::Paper {
-                spin_for(bench.dummy);
-            }
-        }
-        let loop_time = start.elapsed();
+        let mut times = bench.time_node(|| b.wait())?;
         let after = b.stats();
-        Ok(NodeTimes { hist, loop_time, recoveries: (after.resends + after.answers) - (before.resends + before.answers) })
+        times.recoveries = (after.resends + after.answers) - (before.resends + before.answers);
+        Ok(times)
     });
     let nodes: Vec<NodeTimes> = results
         .into_iter()
         .enumerate()
         .map(|(i, r)| r.map_err(|e| anyhow!("{} on node {i}: {e}", config.algorithm)))
         .collect::<Result<_>>()?;
-    let avg = |f: &dyn Fn(&Histogram<u64>) -> f64| nodes.iter().map(|t| f(&t.hist)).sum::<f64>() / n as f64 / 1000.0;
-    let (min_us, mean_us, max_us) = match bench.method {
-        Method::Paper => (avg(&|h| h.min() as f64), avg(&|h| h.mean()), avg(&|h| h.max() as f64)),
-        Method::Osu => {
-            let means: Vec<f64> =
-                nodes.iter().map(|t| t.loop_time.as_secs_f64() * 1e6 / bench.iterations.max(1) as f64).collect();
-            let mean = means.iter().sum::<f64>() / n as f64;
-            (means.iter().cloned().fold(f64::INFINITY, f64::min), mean, means.iter().cloned().fold(0.0, f64::max))
-        }
-    };
-    Ok(BarrierMeasurement {
-        algorithm: config.algorithm.to_string(),
-        method: bench.method,
-        rails: config.rails,
-        nodes: n,
-        iterations: bench.iterations,
-        min_us,
-        mean_us,
-        max_us,
-        p50_us: avg(&|h| h.value_at_quantile(0.5) as f64),
-        p99_us: avg(&|h| h.value_at_quantile(0.99) as f64),
-        recoveries: nodes.iter().map(|t| t.recoveries).sum(),
-    })
+    Ok(bench.summarize(&config.algorithm.to_string(), config.rails, &nodes))
 }

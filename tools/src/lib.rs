@@ -7,7 +7,10 @@
 //!   then a ~30 µs dummy loop; per-node min/mean/max averaged over nodes).
 //! - [`cli`]: options shared by the two-node tools.
 //! - [`logp`]: measuring o_s, o_r, g and L of mcd and of UDP.
+//! - [`mpi`]: `mpirun` across the virtual cluster, one rank per namespace.
 //! - [`plot`]: SVG line plots of time against nodes.
+//! - [`twonode`]: a client on node 0 and an echo on node 1 (ping-pong, LogP).
+//! - [`udpbarrier`]: the UDP dissemination barrier mcd is compared against.
 //! - [`pingpong`]: one-way latency and bandwidth against message size, mcd
 //!   versus UDP between the same two nodes.
 #![warn(missing_docs)]
@@ -15,6 +18,9 @@
 pub mod barrierbench;
 pub mod cli;
 pub mod logp;
+pub mod mpi;
 pub mod pingpong;
 pub mod plot;
+pub mod twonode;
+pub mod udpbarrier;
 pub mod vcluster;

@@ -413,30 +413,13 @@ pub fn measure_on_cluster(
     udp: bool,
     progress: impl FnMut(&str) + Send,
 ) -> Result<Vec<Measurement>> {
-    let cpus = mcd::host::online_cpus();
-    let echo_ip = cluster.ip(1, 0);
-    let port = crate::pingpong::UDP_PORT + 1;
-    std::thread::scope(|scope| {
-        let echo_side = scope.spawn(move || -> Result<()> {
-            let _ = mcd::host::pin_current_thread(1 % cpus);
-            let _ns = cluster.enter(1)?;
-            let mut ep = Endpoint::open(cluster.endpoint_config())?;
-            let sock = UdpSocket::bind((echo_ip, port))?;
-            echo(&mut ep, Some(&sock))
-        });
-        let result = (|| -> Result<Vec<Measurement>> {
-            let _ = mcd::host::pin_current_thread(0);
-            let _ns = cluster.enter(0)?;
-            let mut ep = Endpoint::open(cluster.endpoint_config())?;
-            let sock = UdpSocket::bind((cluster.ip(0, 0), 0))?;
-            let udp = udp.then(|| (&sock, SocketAddr::from((echo_ip, port))));
-            client(&mut ep, 1, udp, policies, effort, progress)
-        })();
-        let echoed = echo_side.join().map_err(|_| anyhow::anyhow!("echo thread panicked"))?;
-        let measured = result?;
-        echoed?;
-        Ok(measured)
-    })
+    crate::twonode::run_client_and_echo(
+        cluster,
+        crate::pingpong::UDP_PORT + 1,
+        |_| {},
+        |ep, sock, echo_addr| client(ep, 1, udp.then_some((&sock, echo_addr)), policies, effort, progress),
+        |ep, sock, _stop| echo(ep, Some(sock)),
+    )
 }
 
 /// Renders measurements as a table.
@@ -460,4 +443,37 @@ pub fn table(ms: &[Measurement]) -> String {
         ));
     }
     out
+}
+
+/// The mcd busy-poll LogP parameters for predictions: read from `path` (the
+/// `--json` output of `mcd-logp`, or `bench/results/logp.json`) or, without a
+/// path, measured on the spot on a two-node virtual cluster (a few seconds).
+pub fn load_or_measure(path: Option<&std::path::Path>) -> Result<LogP> {
+    if let Some(path) = path {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let all: Vec<serde_json::Value> =
+            serde_json::from_str(&text).with_context(|| format!("{} is not `mcd-logp --json` output", path.display()))?;
+        let busy = all
+            .iter()
+            .find(|m| m["transport"] == "mcd" && m["wait"] == "busy")
+            .or_else(|| all.first())
+            .with_context(|| format!("{} holds no measurement", path.display()))?;
+        let num = |k: &str, sub: Option<&str>| -> Result<f64> {
+            let v = match sub {
+                Some(s) => &busy[k][s],
+                None => &busy[k],
+            };
+            v.as_f64().with_context(|| format!("{}: no {k}", path.display()))
+        };
+        return Ok(LogP {
+            o_s: num("o_s", Some("median"))?,
+            o_r: num("o_r", Some("median"))?,
+            g: num("g", Some("median"))?,
+            l: num("l", None)?.max(0.0),
+        });
+    }
+    eprintln!("measuring LogP parameters for the predictions (mcd-logp --json FILE and --logp FILE skip this)");
+    let cluster = crate::vcluster::Cluster::up_guarded(crate::vcluster::ClusterSpec::new("mbl", 2))?;
+    let ms = measure_on_cluster(&cluster, &[WaitPolicy::BusyPoll], Effort { samples: 500, burst: 100 }, false, |_| {})?;
+    Ok(ms[0].logp())
 }

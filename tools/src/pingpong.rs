@@ -375,42 +375,15 @@ pub fn run_on_cluster(
     config: &PingPongConfig,
     progress: impl FnMut(&str) + Send,
 ) -> Result<Vec<SizeResult>> {
-    anyhow::ensure!(cluster.nodes() >= 2, "ping-pong needs two nodes");
-    let cpus = mcd::host::online_cpus();
-    let echo_cluster = cluster.clone();
     let wait = config.wait;
-    let echo_ip = cluster.ip(1, 0);
-    let stop = AtomicBool::new(false);
-    let stop = &stop;
-    std::thread::scope(|scope| {
-        let echo = scope.spawn(move || -> Result<()> {
-            let _ = mcd::host::pin_current_thread(1 % cpus);
-            let _ns = echo_cluster.enter(1)?;
-            let mut cfg = echo_cluster.endpoint_config();
+    crate::twonode::run_client_and_echo(
+        cluster,
+        UDP_PORT,
+        |cfg| {
             cfg.wait = wait;
             cfg.local_processes = 2;
-            let mut ep = Endpoint::open(cfg)?;
-            let sock = UdpSocket::bind((echo_ip, UDP_PORT)).context("binding the UDP echo socket")?;
-            echo(&mut ep, Some(&sock), wait, stop)
-        });
-        let client = (|| -> Result<Vec<SizeResult>> {
-            let _ = mcd::host::pin_current_thread(0);
-            let _ns = cluster.enter(0)?;
-            let mut cfg = cluster.endpoint_config();
-            cfg.wait = config.wait;
-            cfg.local_processes = 2;
-            let mut ep = Endpoint::open(cfg)?;
-            let sock = UdpSocket::bind((cluster.ip(0, 0), 0))?;
-            let mut client = Client::new(&mut ep, 1, Some((sock, SocketAddr::from((echo_ip, UDP_PORT)))));
-            client.run(config, progress)
-        })();
-        if client.is_err() {
-            // The client failed before telling the echo to stop.
-            stop.store(true, Ordering::Relaxed);
-        }
-        let echoed = echo.join().map_err(|_| anyhow::anyhow!("echo thread panicked"))?;
-        let results = client?;
-        echoed?;
-        Ok(results)
-    })
+        },
+        |ep, sock, echo_addr| Client::new(ep, 1, Some((sock, echo_addr))).run(config, progress),
+        |ep, sock, stop| echo(ep, Some(sock), wait, stop),
+    )
 }

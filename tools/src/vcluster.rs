@@ -344,7 +344,7 @@ impl Cluster {
         (0..self.spec.rails).map(Cluster::interface).collect()
     }
 
-    fn bridge(&self, rail: usize) -> String {
+    pub(crate) fn bridge(&self, rail: usize) -> String {
         format!("mcd{}b{rail}", self.spec.name)
     }
 
@@ -553,6 +553,7 @@ impl Cluster {
         for ext in ["json", "nodes"] {
             let _ = std::fs::remove_file(Path::new(STATE_DIR).join(format!("{name}.{ext}")));
         }
+        crate::mpi::cleanup(name);
         Ok(())
     }
 
@@ -589,6 +590,17 @@ impl Cluster {
         ]
     }
 
+    /// The environment every MPI rank on this cluster gets: its interfaces, the
+    /// processes per host (one rank per namespace, all on this machine's cores)
+    /// and a job key of its own.
+    pub fn mpi_env(&self) -> Vec<(String, String)> {
+        vec![
+            ("MCD_IFACES".into(), self.interfaces().join(",")),
+            ("MCD_LOCAL_PROCS".into(), self.spec.nodes.to_string()),
+            ("MCD_JOB".into(), format!("vcluster-{}", self.spec.name)),
+        ]
+    }
+
     /// A command that runs `program` inside node `node` with [`Cluster::node_env`].
     pub fn command(&self, node: usize, program: &str) -> Command {
         let mut cmd = Command::new("ip");
@@ -604,38 +616,11 @@ impl Cluster {
         let mut children = Vec::new();
         for node in 0..self.spec.nodes {
             let mut cmd = self.command(node, &argv[0]);
-            cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-            let mut child = cmd.spawn().with_context(|| format!("starting `{}` on node {node}", argv[0]))?;
-            let readers = [
-                read_all_in_thread(child.stdout.take().expect("piped")),
-                read_all_in_thread(child.stderr.take().expect("piped")),
-            ];
-            children.push((node, child, readers));
+            cmd.args(&argv[1..]);
+            children.push(Collected::spawn(cmd).with_context(|| format!("starting `{}` on node {node}", argv[0]))?);
         }
         let deadline = Instant::now() + timeout;
-        let mut outcomes = Vec::new();
-        for (node, mut child, [out, err]) in children {
-            let mut timed_out = false;
-            let status = loop {
-                if let Some(status) = child.try_wait()? {
-                    break Some(status);
-                }
-                if Instant::now() >= deadline {
-                    timed_out = true;
-                    let _ = child.kill();
-                    break child.wait().ok();
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            };
-            outcomes.push(NodeOutcome {
-                node,
-                code: if timed_out { None } else { status.and_then(|s| s.code()) },
-                timed_out,
-                stdout: out.join().unwrap_or_default(),
-                stderr: err.join().unwrap_or_default(),
-            });
-        }
-        Ok(outcomes)
+        Ok(children.into_iter().enumerate().map(|(node, child)| child.finish(node, deadline)).collect())
     }
 
     /// Moves the calling thread into node `node`'s namespace until the guard
@@ -662,6 +647,49 @@ fn is_cluster_link(name: &str, dev: &str) -> bool {
     match rest.strip_prefix('b') {
         Some(rail) => digits(rail),
         None => rest.split_once('n').is_some_and(|(rail, node)| digits(rail) && digits(node)),
+    }
+}
+
+/// A child process whose output is collected in the background.
+pub(crate) struct Collected {
+    child: std::process::Child,
+    readers: [std::thread::JoinHandle<String>; 2],
+}
+
+impl Collected {
+    /// Starts `cmd` with no input and both outputs piped.
+    pub(crate) fn spawn(mut cmd: Command) -> std::io::Result<Collected> {
+        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+        let readers = [
+            read_all_in_thread(child.stdout.take().expect("piped")),
+            read_all_in_thread(child.stderr.take().expect("piped")),
+        ];
+        Ok(Collected { child, readers })
+    }
+
+    /// Waits until the child exits or `deadline` passes (then kills it).
+    pub(crate) fn finish(mut self, node: usize, deadline: Instant) -> NodeOutcome {
+        let mut timed_out = false;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Ok(None) => {
+                    timed_out = true;
+                    let _ = self.child.kill();
+                    break self.child.wait().ok();
+                }
+                Err(_) => break None,
+            }
+        };
+        let [out, err] = self.readers;
+        NodeOutcome {
+            node,
+            code: if timed_out { None } else { status.and_then(|s| s.code()) },
+            timed_out,
+            stdout: out.join().unwrap_or_default(),
+            stderr: err.join().unwrap_or_default(),
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use mcd::WaitPolicy;
 use mcd_tools::barrierbench::{self, BarrierBench, BarrierMeasurement, Method};
 use mcd_tools::logp;
-use mcd_tools::plot::{self, Series};
+use mcd_tools::plot::{self, Panel, Series};
 use mcd_tools::vcluster::{Cluster, ClusterSpec, Topology};
 use serde::Serialize;
 
@@ -110,35 +110,11 @@ fn iterations_for(n: usize) -> usize {
     }
 }
 
-fn parameters(cli: &Cli) -> Result<LogP> {
-    if let Some(path) = &cli.logp {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let all: Vec<serde_json::Value> = serde_json::from_str(&text).with_context(|| format!("{} is not `mcd-logp --json` output", path.display()))?;
-        let busy = all
-            .iter()
-            .find(|m| m["transport"] == "mcd" && m["wait"] == "busy")
-            .or_else(|| all.first())
-            .with_context(|| format!("{} holds no measurement", path.display()))?;
-        let num = |k: &str, sub: Option<&str>| -> Result<f64> {
-            let v = match sub {
-                Some(s) => &busy[k][s],
-                None => &busy[k],
-            };
-            v.as_f64().with_context(|| format!("{}: no {k}", path.display()))
-        };
-        return Ok(LogP { o_s: num("o_s", Some("median"))?, o_r: num("o_r", Some("median"))?, g: num("g", Some("median"))?, l: num("l", None)?.max(0.0) });
-    }
-    eprintln!("measuring LogP parameters for the predictions (mcd-logp --json FILE and --logp FILE skip this)");
-    let cluster = Cluster::up_guarded(ClusterSpec::new("mbl", 2))?;
-    let ms = logp::measure_on_cluster(&cluster, &[WaitPolicy::BusyPoll], logp::Effort { samples: 500, burst: 100 }, false, |_| {})?;
-    Ok(ms[0].logp())
-}
-
 fn run(cli: Cli) -> Result<()> {
     let (algs, with_auto) = algorithms(&cli.algorithms)?;
     anyhow::ensure!(!algs.is_empty() || with_auto, "no algorithm to measure");
     anyhow::ensure!(cli.nodes.iter().all(|&n| (1..=64).contains(&n)), "node counts must be 1 to 64 here");
-    let p = parameters(&cli)?;
+    let p = logp::load_or_measure(cli.logp.as_deref())?;
     eprintln!("LogP parameters: o_s {:.2} µs, o_r {:.2} µs, g {:.2} µs, L {:.2} µs", p.o_s, p.o_r, p.g, p.l);
     std::fs::create_dir_all(&cli.out).with_context(|| format!("creating {}", cli.out.display()))?;
 
@@ -229,25 +205,32 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
     std::fs::write(cli.out.join("results.csv"), csv)?;
     let json = serde_json::json!({ "logp": p, "method": cli.method, "rows": rows });
     std::fs::write(cli.out.join("results.json"), serde_json::to_string_pretty(&json)?)?;
-    // One plot per topology, rails and wait policy: measured solid, predicted dashed.
+    // One figure per wait policy: a panel per topology and rail count side by
+    // side, a line per algorithm, measured solid and predicted dashed.
     let mut plots = Vec::new();
-    for (topology, rails, wait, _) in &groups {
-        let file = cli.out.join(format!("barrier-{topology}-{rails}rail-{wait}.svg"));
-        if plots.contains(&file) {
-            continue;
+    let mut waits: Vec<&String> = groups.iter().map(|g| &g.2).collect();
+    waits.dedup();
+    for wait in waits {
+        let mut panels = Vec::new();
+        let mut shapes: Vec<(Topology, usize)> = groups.iter().filter(|g| &g.2 == wait).map(|g| (g.0, g.1)).collect();
+        shapes.sort_by_key(|&(t, r)| (r, t == Topology::Hub));
+        shapes.dedup();
+        for (topology, rails) in shapes {
+            let mine: Vec<&Row> = rows.iter().filter(|r| (r.topology, r.measured.rails, &r.wait) == (topology, rails, wait)).collect();
+            let mut names: Vec<String> = mine.iter().map(|r| r.measured.algorithm.clone()).collect();
+            names.sort();
+            names.dedup();
+            let mut series = Vec::new();
+            for (i, name) in names.iter().enumerate() {
+                let pts = |f: &dyn Fn(&Row) -> f64| mine.iter().filter(|r| &r.measured.algorithm == name).map(|r| (r.measured.nodes as f64, f(r).max(0.1))).collect::<Vec<_>>();
+                series.push(Series { label: format!("{name} measured"), points: pts(&|r| r.measured.mean_us), dashed: false, color: i });
+                series.push(Series { label: format!("{name} predicted"), points: pts(&|r| r.predicted_us), dashed: true, color: i });
+            }
+            panels.push(Panel { title: format!("{topology}, {rails} rail(s)"), series });
         }
-        let mine: Vec<&Row> = rows.iter().filter(|r| (r.topology, r.measured.rails, &r.wait) == (*topology, *rails, wait)).collect();
-        let mut names: Vec<String> = mine.iter().map(|r| r.measured.algorithm.clone()).collect();
-        names.sort();
-        names.dedup();
-        let mut series = Vec::new();
-        for (i, name) in names.iter().enumerate() {
-            let pts = |f: &dyn Fn(&Row) -> f64| mine.iter().filter(|r| &r.measured.algorithm == name).map(|r| (r.measured.nodes as f64, f(r).max(0.1))).collect::<Vec<_>>();
-            series.push(Series { label: format!("{name} measured"), points: pts(&|r| r.measured.mean_us), dashed: false, color: i });
-            series.push(Series { label: format!("{name} predicted"), points: pts(&|r| r.predicted_us), dashed: true, color: i });
-        }
-        plot::nodes_vs_time(&file, &format!("mcd barrier, {topology}, {rails} rail(s), wait {wait}: measured (solid) and LogP-predicted (dashed)"), &series)?;
-        plots.push(file);
+        let stem = cli.out.join(format!("barrier-{wait}"));
+        let title = format!("mcd barrier, wait {wait}: measured (solid), LogP-predicted (dashed)");
+        plots.extend(plot::nodes_vs_time(&stem, &title, &panels)?);
     }
     eprintln!("wrote {}/results.csv, results.json and {} plot(s)", cli.out.display(), plots.len());
     Ok(())

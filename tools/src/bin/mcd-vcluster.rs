@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use mcd_tools::mpi::MpiRun;
 use mcd_tools::vcluster::{Cluster, ClusterSpec, Loss, LossPoint, Topology, UpOutcome};
 
 /// A virtual cluster on this machine: every node is a network namespace with
@@ -85,6 +86,28 @@ enum Cmd {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Run an MPI program with Open MPI's `mpirun`, one rank in each node's
+    /// namespace, MPI's own traffic on the cluster's links (TCP BTL, rail 0).
+    /// Ranks get MCD_IFACES, MCD_LOCAL_PROCS and MCD_JOB; add more with --env.
+    Mpirun {
+        /// Cluster name.
+        name: String,
+        /// Ranks (default: one per node).
+        #[arg(long)]
+        np: Option<usize>,
+        /// Open MPI's `mpi_yield_when_idle 1` (its best mode when ranks outnumber cores).
+        #[arg(long)]
+        yield_when_idle: bool,
+        /// Preload this shared library into every rank (e.g. the mcd MPI_Barrier interposer).
+        #[arg(long)]
+        preload: Option<std::path::PathBuf>,
+        /// Extra environment for the ranks, NAME=VALUE (repeatable).
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// The program and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 fn parse_ethertype(s: &str) -> Result<u16, String> {
@@ -153,6 +176,20 @@ fn run(cli: Cli) -> Result<()> {
             if failed > 0 {
                 std::process::exit(1);
             }
+        }
+        Cmd::Mpirun { name, np, yield_when_idle, preload, env, command } => {
+            let cluster = Cluster::attach(&name)?;
+            let mut run = MpiRun { ranks: np, yield_when_idle, env: cluster.mpi_env(), ..MpiRun::default() };
+            if let Some(lib) = preload {
+                let lib = lib.canonicalize().map_err(|e| anyhow::anyhow!("--preload {}: {e}", lib.display()))?;
+                run.env.push(("LD_PRELOAD".into(), lib.display().to_string()));
+            }
+            for kv in env {
+                let (k, v) = kv.split_once('=').ok_or_else(|| anyhow::anyhow!("--env {kv}: expected NAME=VALUE"))?;
+                run.env.push((k.into(), v.into()));
+            }
+            let status = run.command(&cluster, &command[0], &command[1..])?.status()?;
+            std::process::exit(status.code().unwrap_or(1));
         }
     }
     Ok(())

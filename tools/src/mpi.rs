@@ -1,0 +1,257 @@
+//! Running `mpirun` across a virtual cluster, one rank per node namespace, so
+//! that MPI's own traffic (out-of-band and TCP BTL) crosses the virtual links
+//! exactly as mcd's frames do.
+//!
+//! The route (Open MPI 4.1, Debian's `openmpi-bin`):
+//! - the rail-0 bridge gets [`HOST_ADDRESS`] in the root namespace, so the
+//!   daemons in the namespaces reach `mpirun`'s out-of-band TCP port;
+//! - a hostfile names the namespaces, one slot each;
+//! - an rsh agent script runs each daemon with `ip netns exec NS unshare --uts`
+//!   and sets the hostname to the namespace's name (daemons sharing a hostname
+//!   share a session directory and PMIx store, and fail from 8 ranks up);
+//! - `--bind-to none` (every daemon would bind its rank to core 0), a private
+//!   `orte_tmpdir_base`, TCP and self BTLs on the cluster's subnet only.
+//!
+//! Only one cluster at a time can host `mpirun`s: the bridge address is the
+//! same for all clusters, and preparing a cluster takes it from any other.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+use crate::barrierbench::{BarrierBench, BarrierMeasurement, Method};
+use crate::vcluster::{Cluster, Collected, NodeOutcome, STATE_DIR};
+
+/// The project's MPI programs (`mpi/` in the workspace).
+pub const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../mpi");
+/// Where [`compile`] puts what it builds.
+pub const BUILD_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/mpi");
+
+/// The root namespace's address on the rail-0 bridge (the cluster's nodes are
+/// 10.77.x.y/16 on rail 0).
+pub const HOST_ADDRESS: &str = "10.77.255.254/16";
+/// The subnet MPI is told to use.
+pub const SUBNET: &str = "10.77.0.0/16";
+
+/// How an MPI program is run on the cluster.
+#[derive(Clone, Debug, Default)]
+pub struct MpiRun {
+    /// Ranks (at most one per node; default: every node).
+    pub ranks: Option<usize>,
+    /// Open MPI's `mpi_yield_when_idle` (sched_yield while polling; its best
+    /// mode when ranks outnumber cores).
+    pub yield_when_idle: bool,
+    /// Environment variables exported to every rank (`-x NAME=VALUE`).
+    pub env: Vec<(String, String)>,
+    /// Extra `--mca NAME VALUE` pairs.
+    pub mca: Vec<(String, String)>,
+}
+
+/// Checks that Open MPI's `mpirun` is installed, saying how to get it if not.
+pub fn check_mpirun() -> Result<()> {
+    let found = Command::new("mpirun").arg("--version").output();
+    match found {
+        Ok(out) if String::from_utf8_lossy(&out.stdout).contains("Open MPI") => Ok(()),
+        Ok(_) => bail!("`mpirun` is not Open MPI's; the launcher route needs Open MPI (apt-get install openmpi-bin)"),
+        Err(_) => bail!("`mpirun` not found: install Open MPI (`apt-get install openmpi-bin libopenmpi-dev`, or `sudo ./run deps`)"),
+    }
+}
+
+impl MpiRun {
+    /// Prepares `cluster` (bridge address, hostfile, agent) and returns the
+    /// `mpirun` command that runs `program` with `args` on it.
+    pub fn command(&self, cluster: &Cluster, program: &str, args: &[String]) -> Result<Command> {
+        check_mpirun()?;
+        let ranks = self.ranks.unwrap_or(cluster.nodes());
+        if ranks == 0 || ranks > cluster.nodes() {
+            bail!("{ranks} ranks asked on a cluster of {} nodes (one rank per node)", cluster.nodes());
+        }
+        let files = prepare(cluster)?;
+        let mut cmd = Command::new("mpirun");
+        cmd.args(["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np"])
+            .arg(ranks.to_string())
+            .arg("--hostfile")
+            .arg(&files.hostfile);
+        let mut mca = vec![
+            ("plm_rsh_agent".to_string(), files.agent.display().to_string()),
+            ("btl".into(), "tcp,self".into()),
+            ("btl_tcp_if_include".into(), SUBNET.into()),
+            ("oob_tcp_if_include".into(), SUBNET.into()),
+            ("orte_tmpdir_base".into(), files.tmpdir.display().to_string()),
+            ("mpi_yield_when_idle".into(), if self.yield_when_idle { "1" } else { "0" }.into()),
+        ];
+        mca.extend(self.mca.iter().cloned());
+        for (name, value) in &mca {
+            cmd.args(["--mca", name, value]);
+        }
+        for (name, value) in &self.env {
+            cmd.arg("-x").arg(format!("{name}={value}"));
+        }
+        cmd.arg(program).args(args);
+        Ok(cmd)
+    }
+}
+
+/// How long one `mpirun` of a benchmark may take before it is killed.
+pub const MPIRUN_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn describe(out: &NodeOutcome) -> String {
+    match (out.code, out.timed_out) {
+        (_, true) => "killed by the timeout".into(),
+        (Some(c), _) => format!("exit {c}"),
+        (None, _) => "killed by a signal".into(),
+    }
+}
+
+impl MpiRun {
+    /// Runs `program` under `mpirun` on `cluster` and collects its output;
+    /// kills it after `timeout`.
+    pub fn output(&self, cluster: &Cluster, program: &str, args: &[String], timeout: Duration) -> Result<NodeOutcome> {
+        let cmd = self.command(cluster, program, args)?;
+        let child = Collected::spawn(cmd).context("starting mpirun")?;
+        Ok(child.finish(0, Instant::now() + timeout))
+    }
+}
+
+struct LaunchFiles {
+    hostfile: PathBuf,
+    agent: PathBuf,
+    tmpdir: PathBuf,
+}
+
+/// The rsh agent: skips leading options, takes the host (a namespace), and
+/// runs the command there under its own UTS namespace and hostname.
+const AGENT: &str = r#"#!/bin/sh
+# mpirun's rsh agent for an mcd virtual cluster (written by mcd-tools).
+while [ $# -gt 0 ]; do
+  case "$1" in -*) shift ;; *) break ;; esac
+done
+host=$1; shift
+exec ip netns exec "$host" unshare --uts sh -c 'hostname "$1" && exec sh -c "$2"' sh "$host" "$*"
+"#;
+
+fn prepare(cluster: &Cluster) -> Result<LaunchFiles> {
+    let name = &cluster.spec().name;
+    let bridge = cluster.bridge(0);
+    // The address belongs to one cluster at a time: take it from any other.
+    let holders = Command::new("ip").args(["-o", "addr", "show", "to", HOST_ADDRESS]).output()?;
+    for dev in String::from_utf8_lossy(&holders.stdout).lines().filter_map(|l| l.split_whitespace().nth(1)) {
+        if dev != bridge {
+            let _ = Command::new("ip").args(["addr", "del", HOST_ADDRESS, "dev", dev]).output();
+        }
+    }
+    let out = Command::new("ip").args(["addr", "replace", HOST_ADDRESS, "dev", &bridge]).output()?;
+    if !out.status.success() {
+        bail!("giving {bridge} the address {HOST_ADDRESS}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let dir = Path::new(STATE_DIR);
+    std::fs::create_dir_all(dir)?;
+    let hostfile = dir.join(format!("{name}.hostfile"));
+    let hosts: String = (0..cluster.nodes()).map(|n| format!("{} slots=1\n", cluster.namespace(n))).collect();
+    std::fs::write(&hostfile, hosts).with_context(|| format!("writing {}", hostfile.display()))?;
+    let agent = dir.join(format!("{name}.rsh"));
+    std::fs::write(&agent, AGENT).with_context(|| format!("writing {}", agent.display()))?;
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
+    let tmpdir = std::env::temp_dir().join(format!("mcd-ompi-{name}"));
+    std::fs::create_dir_all(&tmpdir)?;
+    Ok(LaunchFiles { hostfile, agent, tmpdir })
+}
+
+/// Removes what [`MpiRun::command`] left for cluster `name` (its bridge goes
+/// with the cluster).
+pub fn cleanup(name: &str) {
+    for ext in ["hostfile", "rsh"] {
+        let _ = std::fs::remove_file(Path::new(STATE_DIR).join(format!("{name}.{ext}")));
+    }
+    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("mcd-ompi-{name}")));
+}
+
+/// Compiles `mpi/<name>.c` with `mpicc` into `target/mpi/<name>` (or, with
+/// `shared`, `target/mpi/lib<name>.so`), adding `extra` arguments; skips the
+/// work when the output is newer than the source. Returns the output's path.
+pub fn compile(name: &str, shared: bool, extra: &[&str]) -> Result<PathBuf> {
+    let source = Path::new(SOURCES).join(format!("{name}.c"));
+    let dir = Path::new(BUILD_DIR);
+    std::fs::create_dir_all(dir)?;
+    let output = if shared { dir.join(format!("lib{name}.so")) } else { dir.join(name) };
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let inputs_newest = std::iter::once(source.clone())
+        .chain(extra.iter().map(PathBuf::from).filter(|p| p.exists()))
+        .filter_map(|p| modified(&p))
+        .max();
+    if let (Some(out), Some(inp)) = (modified(&output), inputs_newest) {
+        if out > inp {
+            return Ok(output);
+        }
+    }
+    let mut cmd = Command::new("mpicc");
+    cmd.args(["-O2", "-Wall", "-o"]).arg(&output);
+    if shared {
+        cmd.args(["-shared", "-fPIC"]);
+    }
+    cmd.arg(&source).args(extra);
+    let out = cmd.output().context("running mpicc (apt-get install libopenmpi-dev, or `sudo ./run deps`)")?;
+    if !out.status.success() {
+        bail!("mpicc {} failed:\n{}", source.display(), String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(output)
+}
+
+#[derive(Deserialize)]
+struct BenchLine {
+    ranks: usize,
+    iterations: usize,
+    min_us: f64,
+    mean_us: f64,
+    max_us: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+/// Runs `mpi/barrier_bench.c` (the same loop and statistics as
+/// [`crate::barrierbench`]) on every node of `cluster` under `mpirun`, and
+/// names the result `label`.
+pub fn measure_barrier(cluster: &Cluster, run: &MpiRun, bench: BarrierBench, label: &str) -> Result<BarrierMeasurement> {
+    let program = compile("barrier_bench", false, &[])?;
+    let method = match bench.method {
+        Method::Paper => "paper",
+        Method::Osu => "osu",
+    };
+    let args: Vec<String> = vec![
+        "--method".into(),
+        method.into(),
+        "--iterations".into(),
+        bench.iterations.to_string(),
+        "--warmup".into(),
+        bench.warmup.to_string(),
+        "--dummy-us".into(),
+        format!("{}", bench.dummy.as_secs_f64() * 1e6),
+    ];
+    let out = run.output(cluster, &program.display().to_string(), &args, MPIRUN_TIMEOUT)?;
+    if !out.success() {
+        bail!("mpirun barrier_bench ({label}) failed ({}):\n{}", describe(&out), out.stderr);
+    }
+    let stdout = &out.stdout;
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .with_context(|| format!("barrier_bench printed no result: {stdout}"))?;
+    let r: BenchLine = serde_json::from_str(line).with_context(|| format!("parsing `{line}`"))?;
+    Ok(BarrierMeasurement {
+        algorithm: label.to_string(),
+        method: bench.method,
+        rails: 1,
+        nodes: r.ranks,
+        iterations: r.iterations,
+        min_us: r.min_us,
+        mean_us: r.mean_us,
+        max_us: r.max_us,
+        p50_us: r.p50_us,
+        p99_us: r.p99_us,
+        recoveries: 0,
+    })
+}
