@@ -96,17 +96,48 @@ impl EndpointConfig {
         if let Some(job) = var("MCD_JOB") {
             config.job_key = job_key_from_str(&job);
         }
-        if let Some(t) = var("MCD_ETHERTYPE") {
-            config.ethertype = parse_number(&t)
-                .and_then(|v| u16::try_from(v).ok())
-                .filter(|&v| v >= 0x0600)
-                .ok_or_else(|| Error::Config(format!("MCD_ETHERTYPE={t} is not an EtherType (0x0600..=0xffff)")))?;
-        }
-        if let Some(w) = var("MCD_WAIT") {
-            config.wait = w.parse().map_err(|e| Error::Config(format!("MCD_WAIT: {e}")))?;
-        }
+        config.apply_env()?;
         Ok(config)
     }
+
+    /// `MCD_ETHERTYPE` and `MCD_WAIT`, if set.
+    fn apply_env(&mut self) -> Result<()> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        if let Some(t) = var("MCD_ETHERTYPE") {
+            self.ethertype = parse_ethertype(&t)?;
+        }
+        if let Some(w) = var("MCD_WAIT") {
+            self.wait = w.parse().map_err(|e| Error::Config(format!("MCD_WAIT: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// A configuration for a process of a launched job: rank, size, port,
+    /// interfaces and job key from the environment ([`crate::bootstrap::JobEnv`]);
+    /// the nodes from `MCD_NODES` / `MCD_NODE_FILE` if set, else found on the
+    /// wire ([`crate::bootstrap::discover`], numbered by rank). Also reads
+    /// `MCD_ETHERTYPE`, `MCD_WAIT` and `MCD_BOOTSTRAP_TIMEOUT`.
+    pub fn bootstrap() -> Result<EndpointConfig> {
+        use crate::bootstrap::{discover, DiscoveryConfig, JobEnv};
+        let job = JobEnv::from_env()?;
+        let discovery = DiscoveryConfig::from_env()?;
+        let nodes = match NodeList::from_env()? {
+            Some(list) => list,
+            None => discover(&job, &discovery)?,
+        };
+        let mut config = EndpointConfig::new(job.interfaces, job.port, nodes);
+        config.job_key = job.job_key;
+        config.apply_env()?;
+        Ok(config)
+    }
+}
+
+/// Parses an EtherType (decimal or `0x` hex, at least 0x0600).
+pub(crate) fn parse_ethertype(t: &str) -> Result<u16> {
+    parse_number(t)
+        .and_then(|v| u16::try_from(v).ok())
+        .filter(|&v| v >= 0x0600)
+        .ok_or_else(|| Error::Config(format!("MCD_ETHERTYPE={t} is not an EtherType (0x0600..=0xffff)")))
 }
 
 fn parse_number(s: &str) -> Option<u64> {

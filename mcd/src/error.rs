@@ -101,6 +101,9 @@ pub enum Error {
     /// The configuration is inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The ranks did not all find each other (the text names the missing ranks).
+    #[error("bootstrap failed: {0}")]
+    Bootstrap(String),
     /// A receive buffer is smaller than the waiting message; the message stays queued.
     #[error("receive buffer of {buf} bytes is too small for a {len}-byte payload (the message stays queued; use a buffer of max_payload() bytes)")]
     BufferTooSmall {

@@ -26,6 +26,11 @@
 //!   groups ([`Destination::ALL_NODES`] is the paper's `MCD_DST_MULTICAST`).
 //!   One endpoint drives several NICs (*rails*); a send names its rail.
 //!
+//! - [`bootstrap`]: for launched jobs (Slurm, `mpirun`, PMI): rank, size,
+//!   interfaces and job key from the environment, and discovery of the other
+//!   ranks by multicast hellos when there is no node list
+//!   ([`EndpointConfig::bootstrap`]).
+//!
 //! ## Like the paper, unreliable
 //!
 //! There is no flow control or retransmission: a frame lost on the wire, or
@@ -50,6 +55,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod bootstrap;
 mod endpoint;
 mod error;
 pub mod filter;

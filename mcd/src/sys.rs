@@ -171,6 +171,34 @@ impl PacketSocket {
         }
     }
 
+    /// Receives one frame without waiting: its length (bytes copied into `buf`,
+    /// the rest of a longer frame cut off) and its packet type (`PACKET_HOST`,
+    /// `PACKET_MULTICAST`, `PACKET_OUTGOING`, ...); `None` when nothing waits.
+    pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, u8)>> {
+        // SAFETY: an all-zero sockaddr_ll is valid; it is only written by the kernel.
+        let mut from: libc::sockaddr_ll = unsafe { zeroed() };
+        let mut len = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        // SAFETY: buf is writable for its length, from/len describe a live sockaddr_ll.
+        let n = unsafe {
+            libc::recvfrom(
+                self.fd.as_raw_fd(),
+                buf.as_mut_ptr() as *mut libc::c_void,
+                buf.len(),
+                libc::MSG_DONTWAIT,
+                &mut from as *mut libc::sockaddr_ll as *mut libc::sockaddr,
+                &mut len,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock => Ok(None),
+                _ => Err(e),
+            };
+        }
+        Ok(Some((n as usize, from.sll_pkttype)))
+    }
+
     /// Sets up and maps a receive and a send ring.
     pub fn map_rings(&self, rx: RingGeometry, tx: RingGeometry) -> io::Result<Rings> {
         self.set_option(libc::SOL_PACKET, libc::PACKET_RX_RING, &rx.request())?;

@@ -100,3 +100,26 @@ pub fn assert_safe(run: &BarrierRun, count: usize, what: &str) {
     assert_eq!(checked, count, "{what}: not every node completed every barrier");
     assert!(violations.is_empty(), "{what}: {} violation(s), first {:?}", violations.len(), violations[0]);
 }
+
+/// Starts `argv` on each of `nodes` of `cluster` at once, each with the node's
+/// environment ([`Cluster::node_env`]) but without `MCD_NODE_FILE` (so the
+/// bootstrap discovers the nodes), plus `env(node)`; collects their outcomes,
+/// killing what still runs after `timeout`.
+pub fn run_discovering(
+    cluster: &Cluster,
+    nodes: &[usize],
+    argv: &[&str],
+    env: impl Fn(usize) -> Vec<(String, String)>,
+    timeout: Duration,
+) -> Vec<mcd_tools::vcluster::NodeOutcome> {
+    let children: Vec<_> = nodes
+        .iter()
+        .map(|&node| {
+            let mut cmd = cluster.command(node, argv[0]);
+            cmd.args(&argv[1..]).env_remove("MCD_NODE_FILE").envs(env(node));
+            (node, mcd_tools::vcluster::Collected::spawn(cmd).unwrap_or_else(|e| panic!("starting {} on node {node}: {e}", argv[0])))
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + timeout;
+    children.into_iter().map(|(node, child)| child.finish(node, deadline)).collect()
+}

@@ -651,14 +651,14 @@ fn is_cluster_link(name: &str, dev: &str) -> bool {
 }
 
 /// A child process whose output is collected in the background.
-pub(crate) struct Collected {
+pub struct Collected {
     child: std::process::Child,
     readers: [std::thread::JoinHandle<String>; 2],
 }
 
 impl Collected {
     /// Starts `cmd` with no input and both outputs piped.
-    pub(crate) fn spawn(mut cmd: Command) -> std::io::Result<Collected> {
+    pub fn spawn(mut cmd: Command) -> std::io::Result<Collected> {
         let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
         let readers = [
             read_all_in_thread(child.stdout.take().expect("piped")),
@@ -667,8 +667,9 @@ impl Collected {
         Ok(Collected { child, readers })
     }
 
-    /// Waits until the child exits or `deadline` passes (then kills it).
-    pub(crate) fn finish(mut self, node: usize, deadline: Instant) -> NodeOutcome {
+    /// Waits until the child exits or `deadline` passes (then kills it);
+    /// `node` labels the outcome.
+    pub fn finish(mut self, node: usize, deadline: Instant) -> NodeOutcome {
         let mut timed_out = false;
         let status = loop {
             match self.child.try_wait() {

@@ -6,6 +6,9 @@
 //! - `open`: open and exit 0, or print the error and exit 2.
 //! - `barrier ALGORITHM COUNT FAILURE_MS`: run COUNT barriers; print `done`, or
 //!   the barrier error and exit 3.
+//! - `discover COUNT`: open through the bootstrap (`EndpointConfig::bootstrap`:
+//!   rank and size from the environment, discovery without a node list), print
+//!   `node N nodes: MAC,MAC,...`, run COUNT dissemination barriers, print `done`.
 
 use std::io::Read;
 
@@ -13,7 +16,8 @@ use barriers::Transport;
 
 fn main() {
     let action = std::env::args().nth(1).unwrap_or_default();
-    let endpoint = mcd::EndpointConfig::from_env().and_then(mcd::Endpoint::open);
+    let config = if action == "discover" { mcd::EndpointConfig::bootstrap() } else { mcd::EndpointConfig::from_env() };
+    let endpoint = config.and_then(mcd::Endpoint::open);
     let endpoint = match endpoint {
         Ok(ep) => ep,
         Err(e) => {
@@ -44,8 +48,24 @@ fn main() {
             }
             println!("done");
         }
+        "discover" => {
+            let count: u64 = std::env::args().nth(2).and_then(|c| c.parse().ok()).expect("COUNT");
+            let macs: Vec<String> = endpoint.nodes().iter().map(|n| n.macs[0].to_string()).collect();
+            println!("node {} nodes: {}", endpoint.node_id(), macs.join(","));
+            let config = barriers::BarrierConfig::new(barriers::Algorithm::Dissemination);
+            let mut barrier = barriers::Barrier::new(barriers::McdTransport::new(endpoint), config).expect("barrier");
+            for _ in 0..count {
+                if let Err(e) = barrier.wait() {
+                    println!("error: {e}");
+                    std::process::exit(3);
+                }
+            }
+            // Stay a moment for peers whose last release was lost.
+            let _ = barrier.linger(std::time::Duration::from_millis(300));
+            println!("done");
+        }
         other => {
-            eprintln!("unknown action `{other}` (hold, open or barrier)");
+            eprintln!("unknown action `{other}` (hold, open, barrier or discover)");
             std::process::exit(64);
         }
     }

@@ -1,0 +1,511 @@
+//! Bootstrap: who am I in this job, and where are the others?
+//!
+//! A process launched by Slurm, `mpirun` or by hand learns its rank and the
+//! job's size, its interfaces, its port and the job key from the environment
+//! ([`JobEnv::from_env`]). Without a node list, the ranks then find each other
+//! on the wire ([`discover`]): each multicasts a *hello* (rank, size, port, one
+//! MAC per rail) on the job's bootstrap group until it has heard every rank
+//! and every rank has said it heard everyone; a rank that is done stays
+//! behind for a while on a background thread, answering ranks that are not.
+//! Nodes are then numbered by rank.
+//!
+//! Hellos are ordinary MCD frames (kind [`KIND_HELLO`]) sent to group
+//! [`BOOTSTRAP_GROUP`] of the job, so two jobs with different keys on one LAN
+//! never hear each other, and loss is handled by resending.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::filter::{self, pkttype, FilterSpec};
+use crate::node::{NodeAddr, NodeList, Port};
+use crate::sys::{self, PacketSocket};
+use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, DEFAULT_ETHERTYPE};
+use crate::{job_key_from_str, Error, Result, DEFAULT_JOB_KEY, MAX_RAILS};
+
+/// The multicast group hellos go to.
+pub const BOOTSTRAP_GROUP: GroupId = GroupId(255);
+/// The message kind of a hello.
+pub const KIND_HELLO: u8 = 0xF0;
+
+/// Environment variables read for the rank, in order (with their size partner).
+pub const RANK_VARS: [(&str, &str); 4] = [
+    ("MCD_RANK", "MCD_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+];
+/// Environment variables read for the rank on this host (the port), in order.
+pub const LOCAL_RANK_VARS: [&str; 4] = ["MCD_PORT", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"];
+/// Environment variables read for the job key, in order.
+pub const JOB_VARS: [&str; 2] = ["MCD_JOB", "SLURM_JOB_ID"];
+
+/// What a process knows about its job from the environment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobEnv {
+    /// This process's rank, 0-based.
+    pub rank: usize,
+    /// Ranks in the job.
+    pub size: usize,
+    /// Interfaces, one per rail.
+    pub interfaces: Vec<String>,
+    /// The port this rank holds (its rank on the host).
+    pub port: Port,
+    /// The job key (from `MCD_JOB` / `SLURM_JOB_ID`, else the default key).
+    pub job_key: u32,
+    /// Where the values came from, for messages (`"MCD_RANK"`, `"SLURM_PROCID"`...).
+    pub rank_source: &'static str,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+impl JobEnv {
+    /// Reads the environment: rank and size from [`RANK_VARS`] (first pair
+    /// set wins), port from [`LOCAL_RANK_VARS`] (default 0), job key from
+    /// [`JOB_VARS`], interfaces from `MCD_IFACES` or the default route's.
+    pub fn from_env() -> Result<JobEnv> {
+        let (rank_var, size_var) = RANK_VARS
+            .iter()
+            .copied()
+            .find(|(r, _)| var(r).is_some())
+            .ok_or_else(|| Error::Config(format!(
+                "no rank in the environment: set MCD_RANK and MCD_SIZE, or launch with srun, mpirun or a PMI launcher (looked at {})",
+                RANK_VARS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+            )))?;
+        let number = |name: &str| -> Result<usize> {
+            let v = var(name).ok_or_else(|| Error::Config(format!("{rank_var} is set but {name} is not")))?;
+            v.parse().map_err(|_| Error::Config(format!("{name}={v} is not a number")))
+        };
+        let rank = number(rank_var)?;
+        let size = number(size_var)?;
+        let port = match LOCAL_RANK_VARS.iter().find_map(|v| var(v).map(|x| (v, x))) {
+            Some((name, v)) => v
+                .parse::<Port>()
+                .map_err(|_| Error::Config(format!("{name}={v}: ports are 0..=255 (at most 256 ranks per host)")))?,
+            None => 0,
+        };
+        let job_key = JOB_VARS.iter().find_map(|v| var(v)).map(|j| job_key_from_str(&j)).unwrap_or(DEFAULT_JOB_KEY);
+        let interfaces = match var("MCD_IFACES") {
+            Some(list) => list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            None => vec![default_route_interface()?],
+        };
+        JobEnv { rank, size, interfaces, port, job_key, rank_source: rank_var }.validated()
+    }
+
+    fn validated(self) -> Result<JobEnv> {
+        if self.size == 0 || self.rank >= self.size {
+            return Err(Error::Config(format!("rank {} is not below the job size {} ({})", self.rank, self.size, self.rank_source)));
+        }
+        if self.size > u16::MAX as usize + 1 {
+            return Err(Error::Config(format!("{} ranks: mcd numbers at most 65,536 nodes", self.size)));
+        }
+        if self.interfaces.is_empty() || self.interfaces.len() > MAX_RAILS {
+            return Err(Error::Config(format!("MCD_IFACES names {} interfaces; give 1 to {MAX_RAILS}", self.interfaces.len())));
+        }
+        Ok(self)
+    }
+}
+
+/// The interface of the IPv4 default route (`/proc/net/route`).
+pub fn default_route_interface() -> Result<String> {
+    let table = std::fs::read_to_string("/proc/net/route")
+        .map_err(|e| Error::Io { what: "reading /proc/net/route".into(), source: e })?;
+    parse_default_route(&table).ok_or_else(|| {
+        Error::Config(format!(
+            "MCD_IFACES is not set and there is no default route to take the interface from; set MCD_IFACES (interfaces here: {})",
+            sys::interface_names().join(", ")
+        ))
+    })
+}
+
+fn parse_default_route(table: &str) -> Option<String> {
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.len() > 7 && f[1] == "00000000" && f[7] == "00000000").then(|| f[0].to_string())
+    })
+}
+
+/// How discovery behaves.
+#[derive(Clone, Copy, Debug)]
+pub struct DiscoveryConfig {
+    /// Give up (naming the ranks never heard) after this long.
+    pub timeout: Duration,
+    /// Time between hellos.
+    pub resend: Duration,
+    /// How long a finished rank keeps answering the others in the background.
+    pub linger: Duration,
+    /// The job's EtherType.
+    pub ethertype: u16,
+}
+
+impl Default for DiscoveryConfig {
+    fn default() -> DiscoveryConfig {
+        DiscoveryConfig {
+            timeout: Duration::from_secs(30),
+            resend: Duration::from_millis(10),
+            linger: Duration::from_secs(3),
+            ethertype: DEFAULT_ETHERTYPE,
+        }
+    }
+}
+
+impl DiscoveryConfig {
+    /// The defaults, with `MCD_BOOTSTRAP_TIMEOUT` (seconds) and `MCD_ETHERTYPE` applied.
+    pub fn from_env() -> Result<DiscoveryConfig> {
+        let mut config = DiscoveryConfig::default();
+        if let Some(t) = var("MCD_BOOTSTRAP_TIMEOUT") {
+            let secs: f64 = t
+                .parse()
+                .ok()
+                .filter(|s: &f64| *s > 0.0 && s.is_finite())
+                .ok_or_else(|| Error::Config(format!("MCD_BOOTSTRAP_TIMEOUT={t} is not a number of seconds")))?;
+            config.timeout = Duration::from_secs_f64(secs);
+        }
+        if let Some(t) = var("MCD_ETHERTYPE") {
+            config.ethertype = crate::endpoint::parse_ethertype(&t)?;
+        }
+        Ok(config)
+    }
+}
+
+/// A hello as carried in a frame's payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Hello {
+    rank: usize,
+    size: usize,
+    port: Port,
+    macs: Vec<MacAddr>,
+    /// The sender has heard every rank.
+    heard_all: bool,
+    /// The sender is done (heard all, and all said they heard all).
+    done: bool,
+}
+
+const HEARD_ALL: u8 = 1;
+const DONE: u8 = 2;
+
+impl Hello {
+    fn payload(&self) -> Vec<u8> {
+        let mut p = Vec::with_capacity(8 + 6 * self.macs.len());
+        p.push(u8::from(self.heard_all) * HEARD_ALL | u8::from(self.done) * DONE);
+        p.push(self.macs.len() as u8);
+        p.extend_from_slice(&[0, 0]);
+        p.extend_from_slice(&(self.size as u32).to_be_bytes());
+        for m in &self.macs {
+            p.extend_from_slice(&m.0);
+        }
+        p
+    }
+
+    fn parse(repr: &FrameRepr, payload: &[u8]) -> Option<Hello> {
+        if repr.kind != KIND_HELLO || payload.len() < 8 {
+            return None;
+        }
+        let rails = payload[1] as usize;
+        if rails == 0 || rails > MAX_RAILS || payload.len() < 8 + 6 * rails {
+            return None;
+        }
+        let macs = (0..rails).map(|r| MacAddr(payload[8 + 6 * r..][..6].try_into().expect("6 bytes"))).collect::<Vec<_>>();
+        if macs[0] != repr.src_mac {
+            return None;
+        }
+        Some(Hello {
+            rank: repr.src_node as usize,
+            size: u32::from_be_bytes(payload[4..8].try_into().expect("4 bytes")) as usize,
+            port: repr.src_port,
+            macs,
+            heard_all: payload[0] & HEARD_ALL != 0,
+            done: payload[0] & DONE != 0,
+        })
+    }
+}
+
+/// The bootstrap socket on rail 0.
+struct HelloSocket {
+    socket: PacketSocket,
+    mac: MacAddr,
+    ethertype: u16,
+    job_key: u32,
+    frame: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl HelloSocket {
+    fn open(interface: &str, port: Port, job_key: u32, ethertype: u16) -> Result<HelloSocket> {
+        let info = match sys::interface_info(interface) {
+            Ok(Some(info)) => info,
+            Ok(None) => {
+                return Err(Error::NoSuchInterface { name: interface.into(), available: sys::interface_names().join(", ") })
+            }
+            Err(source) => return Err(Error::Io { what: format!("querying interface {interface}"), source }),
+        };
+        let on = |what: &str| format!("{what} on {interface} (bootstrap)");
+        let socket = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
+        let groups = [BOOTSTRAP_GROUP.0];
+        // Ranks sharing this NIC are heard only as this host's outgoing frames.
+        let program = filter::build(&FilterSpec { ethertype, job_key, mac: info.mac, port, groups: &groups, accept_outgoing: true });
+        socket.attach_filter(&program).map_err(|e| Error::os(on("attaching the BPF filter"), e))?;
+        socket
+            .add_membership(info.index, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP))
+            .map_err(|e| Error::os(on("joining the bootstrap group"), e))?;
+        socket.bind(info.index, libc::ETH_P_ALL as u16).map_err(|e| Error::os(on("binding"), e))?;
+        Ok(HelloSocket { socket, mac: info.mac, ethertype, job_key, frame: Vec::new(), buf: vec![0u8; 2048] })
+    }
+
+    fn send(&mut self, hello: &Hello) -> Result<()> {
+        let payload = hello.payload();
+        let repr = FrameRepr {
+            dst_mac: MacAddr::mcd_group(self.job_key, BOOTSTRAP_GROUP),
+            src_mac: self.mac,
+            ethertype: self.ethertype,
+            kind: KIND_HELLO,
+            dst_port: 0,
+            src_port: hello.port,
+            src_node: hello.rank as u16,
+            payload_len: payload.len(),
+            job_key: self.job_key,
+            seq: 0,
+        };
+        self.frame.resize(repr.frame_len(), 0);
+        let mut frame = Frame::new_unchecked(&mut self.frame[..]);
+        repr.emit(&mut frame);
+        frame.payload_mut().copy_from_slice(&payload);
+        self.socket.send(&self.frame).map_err(|e| Error::os("sending a bootstrap hello", e)).map(drop)
+    }
+
+    /// The next hello from another rank, if one waits.
+    fn try_recv(&mut self, me: usize) -> Result<Option<Hello>> {
+        loop {
+            let Some((len, kind)) = self.socket.try_recv(&mut self.buf).map_err(|e| Error::os("receiving bootstrap hellos", e))?
+            else {
+                return Ok(None);
+            };
+            if kind == pkttype::OTHERHOST as u8 {
+                continue;
+            }
+            let Ok(view) = Frame::new_checked(&self.buf[..len]) else { continue };
+            let Ok(repr) = FrameRepr::parse(&view, self.ethertype) else { continue };
+            if repr.job_key != self.job_key || repr.src_node as usize == me {
+                continue;
+            }
+            if let Some(hello) = Hello::parse(&repr, view.payload()) {
+                return Ok(Some(hello));
+            }
+        }
+    }
+}
+
+/// The state of one rank's discovery.
+struct Discovery {
+    me: Hello,
+    heard: BTreeMap<usize, NodeAddr>,
+    heard_all: Vec<bool>,
+}
+
+impl Discovery {
+    fn new(me: Hello) -> Discovery {
+        let mut heard = BTreeMap::new();
+        heard.insert(me.rank, NodeAddr { macs: me.macs.clone(), port: me.port });
+        let mut heard_all = vec![false; me.size];
+        heard_all[me.rank] = me.size == 1;
+        Discovery { me, heard, heard_all }
+    }
+
+    fn take(&mut self, hello: Hello) -> Result<()> {
+        if hello.size != self.me.size {
+            return Err(Error::Config(format!(
+                "rank {} says the job has {} ranks, this rank {} says {}: same job key for two jobs? (set MCD_JOB)",
+                hello.rank, hello.size, self.me.rank, self.me.size
+            )));
+        }
+        if hello.rank >= self.me.size {
+            return Ok(()); // cannot happen with equal sizes; ignore rather than index out of range
+        }
+        let addr = NodeAddr { macs: hello.macs.clone(), port: hello.port };
+        match self.heard.get(&hello.rank) {
+            Some(known) if known.macs[0] != addr.macs[0] || known.port != addr.port => {
+                return Err(Error::Config(format!(
+                    "rank {} is claimed by {} port {} and by {} port {}: two processes with one rank, or two jobs with one key",
+                    hello.rank, known.macs[0], known.port, addr.macs[0], addr.port
+                )));
+            }
+            Some(_) => {}
+            None => {
+                self.heard.insert(hello.rank, addr);
+            }
+        }
+        self.heard_all[hello.rank] |= hello.heard_all;
+        if self.heard.len() == self.me.size {
+            self.me.heard_all = true;
+            self.heard_all[self.me.rank] = true;
+        }
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.heard_all.iter().all(|&h| h)
+    }
+
+    fn never_heard(&self) -> Vec<usize> {
+        (0..self.me.size).filter(|r| !self.heard.contains_key(r)).collect()
+    }
+
+    fn not_finished(&self) -> Vec<usize> {
+        (0..self.me.size).filter(|&r| !self.heard_all[r] && self.heard.contains_key(&r)).collect()
+    }
+}
+
+fn ranks_text(ranks: &[usize]) -> String {
+    const SHOWN: usize = 32;
+    let mut s = ranks.iter().take(SHOWN).map(|r| r.to_string()).collect::<Vec<_>>().join(", ");
+    if ranks.len() > SHOWN {
+        s.push_str(&format!(" and {} more", ranks.len() - SHOWN));
+    }
+    s
+}
+
+/// Finds the job's other ranks on rail 0 and returns the node list, numbered
+/// by rank. Fails after `config.timeout` naming the ranks never heard.
+pub fn discover(job: &JobEnv, config: &DiscoveryConfig) -> Result<NodeList> {
+    let macs = job
+        .interfaces
+        .iter()
+        .map(|name| match sys::interface_info(name) {
+            Ok(Some(info)) => Ok(info.mac),
+            Ok(None) => Err(Error::NoSuchInterface { name: name.clone(), available: sys::interface_names().join(", ") }),
+            Err(source) => Err(Error::Io { what: format!("querying interface {name}"), source }),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let me = Hello { rank: job.rank, size: job.size, port: job.port, macs, heard_all: job.size == 1, done: false };
+    let mut state = Discovery::new(me);
+    if job.size == 1 {
+        return Ok(NodeList::new(state.heard.into_values().collect()));
+    }
+    let mut socket = HelloSocket::open(&job.interfaces[0], job.port, job.job_key, config.ethertype)?;
+    let start = Instant::now();
+    let mut next_send = start;
+    // Resends are spread a little so that ranks started together do not collide.
+    let jitter = Duration::from_micros((job.rank as u64 * 7919) % 1000);
+    loop {
+        let now = Instant::now();
+        if now >= next_send {
+            socket.send(&state.me)?;
+            next_send = now + config.resend + jitter;
+        }
+        while let Some(hello) = socket.try_recv(job.rank)? {
+            state.take(hello)?;
+        }
+        if state.done() {
+            break;
+        }
+        if now.duration_since(start) > config.timeout {
+            let never = state.never_heard();
+            let waiting = state.not_finished();
+            let mut msg = format!("rank {} of {} (job key {:#010x}, on {}): ", job.rank, job.size, job.job_key, job.interfaces[0]);
+            if !never.is_empty() {
+                msg.push_str(&format!("never heard from rank(s) {}", ranks_text(&never)));
+            } else {
+                msg.push_str(&format!("heard every rank, but rank(s) {} never said they had heard everyone", ranks_text(&waiting)));
+            }
+            msg.push_str(&format!(
+                " within {:.1} s; are they running with the same MCD_JOB/SLURM_JOB_ID on this Ethernet segment? (MCD_BOOTSTRAP_TIMEOUT sets the limit)",
+                config.timeout.as_secs_f64()
+            ));
+            return Err(Error::Bootstrap(msg));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    state.me.done = true;
+    socket.send(&state.me)?;
+    // Stay behind, answering ranks that are not done yet, without holding the caller up.
+    let hello = state.me.clone();
+    let linger = config.linger;
+    let resend = config.resend;
+    std::thread::Builder::new()
+        .name("mcd-bootstrap-linger".into())
+        .spawn(move || {
+            let until = Instant::now() + linger;
+            let mut last_answer = Instant::now() - resend;
+            while Instant::now() < until {
+                match socket.try_recv(hello.rank) {
+                    Ok(Some(h)) if !h.done && last_answer.elapsed() >= resend / 4 => {
+                        let _ = socket.send(&hello);
+                        last_answer = Instant::now();
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) => std::thread::sleep(Duration::from_micros(500)),
+                    Err(_) => return,
+                }
+            }
+        })
+        .map_err(|e| Error::Io { what: "starting the bootstrap linger thread".into(), source: e })?;
+    Ok(NodeList::new(state.heard.into_values().collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(rank: usize, size: usize, heard_all: bool) -> Hello {
+        Hello { rank, size, port: 0, macs: vec![MacAddr([2, 0, 0, 0, 0, rank as u8])], heard_all, done: false }
+    }
+
+    #[test]
+    fn hellos_round_trip_through_frames() {
+        let h = Hello { rank: 3, size: 8, port: 2, macs: vec![MacAddr([2, 1, 2, 3, 4, 5]), MacAddr([2, 1, 2, 3, 4, 6])], heard_all: true, done: false };
+        let payload = h.payload();
+        let repr = FrameRepr {
+            dst_mac: MacAddr::mcd_group(7, BOOTSTRAP_GROUP),
+            src_mac: h.macs[0],
+            ethertype: DEFAULT_ETHERTYPE,
+            kind: KIND_HELLO,
+            dst_port: 0,
+            src_port: 2,
+            src_node: 3,
+            payload_len: payload.len(),
+            job_key: 7,
+            seq: 0,
+        };
+        assert_eq!(Hello::parse(&repr, &payload), Some(h.clone()));
+        // Truncated, or a first MAC that is not the sender's: dropped.
+        assert_eq!(Hello::parse(&repr, &payload[..10]), None);
+        let liar = FrameRepr { src_mac: MacAddr([2, 9, 9, 9, 9, 9]), ..repr };
+        assert_eq!(Hello::parse(&liar, &payload), None);
+    }
+
+    #[test]
+    fn done_needs_every_rank_heard_and_every_rank_having_heard_all() {
+        let mut d = Discovery::new(hello(0, 3, false));
+        d.take(hello(1, 3, false)).unwrap();
+        assert!(!d.done());
+        assert_eq!(d.never_heard(), vec![2]);
+        d.take(hello(2, 3, true)).unwrap();
+        assert!(d.me.heard_all, "heard everyone now");
+        assert!(!d.done(), "rank 1 has not said it heard all");
+        assert_eq!(d.not_finished(), vec![1]);
+        d.take(hello(1, 3, true)).unwrap();
+        assert!(d.done());
+        let list = NodeList::new(d.heard.into_values().collect());
+        assert_eq!(list.get(2).unwrap().macs[0], MacAddr([2, 0, 0, 0, 0, 2]));
+    }
+
+    #[test]
+    fn conflicting_claims_and_sizes_are_errors() {
+        let mut d = Discovery::new(hello(0, 3, false));
+        d.take(hello(1, 3, false)).unwrap();
+        let mut imposter = hello(1, 3, false);
+        imposter.macs[0] = MacAddr([2, 7, 7, 7, 7, 7]);
+        assert!(d.take(imposter).unwrap_err().to_string().contains("rank 1 is claimed by"));
+        assert!(d.take(hello(2, 4, false)).unwrap_err().to_string().contains("says the job has 4 ranks"));
+    }
+
+    #[test]
+    fn default_route_comes_from_the_route_table() {
+        let table = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+                     eth1\t0000A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
+                     eth0\t00000000\t0100A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n";
+        assert_eq!(parse_default_route(table).as_deref(), Some("eth0"));
+        assert_eq!(parse_default_route("Iface\tDestination\n"), None);
+    }
+}

@@ -1,0 +1,84 @@
+//! The bootstrap across a virtual cluster: ranks find each other with no node
+//! list (also under loss), a missing rank is named in the timeout error, and
+//! two jobs with different keys on one bridge stay apart. Needs root.
+
+use std::time::Duration;
+
+use mcd_integration_tests::{cluster, run_discovering};
+use mcd_tools::vcluster::{Cluster, ClusterSpec, LossPoint, NodeOutcome};
+
+const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
+
+fn env(pairs: &[(&str, String)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+}
+
+/// Checks that every outcome succeeded and printed the node list `expected`
+/// (MACs by rank) with its own rank as node number.
+fn assert_discovered(outcomes: &[NodeOutcome], ranks: &[usize], expected: &[String]) {
+    for (o, &rank) in outcomes.iter().zip(ranks) {
+        assert!(o.success(), "node {} failed: {}{}", o.node, o.stdout, o.stderr);
+        let want = format!("node {rank} nodes: {}", expected.join(","));
+        assert!(o.stdout.contains(&want), "node {}: expected `{want}`, got:\n{}", o.node, o.stdout);
+        assert!(o.stdout.contains("done"), "node {} did not finish its barriers:\n{}", o.node, o.stdout);
+    }
+}
+
+fn macs(c: &Cluster, nodes: impl Iterator<Item = usize>) -> Vec<String> {
+    nodes.map(|n| c.mac(n, 0).to_string()).collect()
+}
+
+#[test]
+fn eight_ranks_discover_each_other_without_a_node_list() {
+    let c = cluster(ClusterSpec::new("bs8", 8));
+    let all: Vec<usize> = (0..8).collect();
+    let outcomes = run_discovering(&c, &all, &[PEER, "discover", "100"], |_| env(&[("MCD_JOB", "bs8".into()), ("MCD_WAIT", "block".into())]), Duration::from_secs(60));
+    assert_discovered(&outcomes, &all, &macs(&c, 0..8));
+}
+
+#[test]
+fn discovery_survives_twenty_percent_loss() {
+    // Every node drops 20% of the EtherType's frames on ingress: hellos and barrier messages alike.
+    let c = cluster(ClusterSpec::new("bsl", 8).loss(20.0, LossPoint::Node));
+    let all: Vec<usize> = (0..8).collect();
+    let outcomes = run_discovering(&c, &all, &[PEER, "discover", "50"], |_| env(&[("MCD_JOB", "bsl".into()), ("MCD_WAIT", "block".into())]), Duration::from_secs(90));
+    assert_discovered(&outcomes, &all, &macs(&c, 0..8));
+    assert!(c.loss_drops().unwrap() > 0, "the loss rule dropped nothing: the test tested nothing");
+}
+
+#[test]
+fn a_missing_rank_is_named_in_the_timeout_error() {
+    let c = cluster(ClusterSpec::new("bsm", 4));
+    // Rank 2 never starts.
+    let started = [0, 1, 3];
+    let outcomes = run_discovering(
+        &c,
+        &started,
+        &[PEER, "discover", "1"],
+        |_| env(&[("MCD_JOB", "bsm".into()), ("MCD_BOOTSTRAP_TIMEOUT", "1.5".into())]),
+        Duration::from_secs(30),
+    );
+    for o in &outcomes {
+        assert_eq!(o.code, Some(2), "node {} should fail to open: {}{}", o.node, o.stdout, o.stderr);
+        assert!(o.stdout.contains("never heard from rank(s) 2 within 1.5 s"), "node {}: {}", o.node, o.stdout);
+    }
+}
+
+#[test]
+fn two_jobs_on_one_bridge_stay_apart() {
+    let c = cluster(ClusterSpec::new("bs2", 8));
+    // Job a on nodes 0-3 and job b on nodes 4-7, both ranks 0-3, at the same time.
+    let all: Vec<usize> = (0..8).collect();
+    let outcomes = run_discovering(
+        &c,
+        &all,
+        &[PEER, "discover", "100"],
+        |node| {
+            let job = if node < 4 { "job-a" } else { "job-b" };
+            env(&[("MCD_JOB", job.into()), ("MCD_RANK", (node % 4).to_string()), ("MCD_SIZE", "4".into()), ("MCD_WAIT", "block".into())])
+        },
+        Duration::from_secs(60),
+    );
+    assert_discovered(&outcomes[..4], &[0, 1, 2, 3], &macs(&c, 0..4));
+    assert_discovered(&outcomes[4..], &[0, 1, 2, 3], &macs(&c, 4..8));
+}
