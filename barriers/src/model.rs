@@ -41,6 +41,24 @@ impl LogP {
     /// The paper's measured MCD parameters (section 5): o_s 3, L 17.5, o_r 9.5, g 9 µs.
     pub const PAPER: LogP = LogP { o_s: 3.0, o_r: 9.5, g: 9.0, l: 17.5 };
 
+    /// mcd's parameters as measured on the reference machine (2 vCPUs, veth
+    /// and a Linux bridge; `bench/results/logp.json`): o_s 2.7, o_r 0.1,
+    /// g 2.7, L 0 µs. The default for `Auto` when nothing was measured.
+    pub const REFERENCE: LogP = LogP { o_s: 2.7, o_r: 0.1, g: 2.7, l: 0.0 };
+
+    /// Parses `o_s,o_r,g,L` in microseconds (the form of `MCD_LOGP`).
+    pub fn parse_list(s: &str) -> Result<LogP, String> {
+        let v: Vec<f64> = s
+            .split(',')
+            .map(|x| x.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0))
+            .collect::<Option<_>>()
+            .ok_or_else(|| format!("`{s}` is not four non-negative numbers o_s,o_r,g,L (µs)"))?;
+        match v[..] {
+            [o_s, o_r, g, l] => Ok(LogP { o_s, o_r, g, l }),
+            _ => Err(format!("`{s}` has {} numbers; give o_s,o_r,g,L (µs)", v.len())),
+        }
+    }
+
     /// One message end to end: o_s + L + o_r.
     pub fn message(&self) -> f64 {
         self.o_s + self.l + self.o_r
@@ -224,6 +242,14 @@ pub fn auto(n: usize, rails: usize, p: &LogP, multicast: bool) -> (Algorithm, Pr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn logp_lists_parse() {
+        assert_eq!(LogP::parse_list("2.7, 0.1,2.7,0").unwrap(), LogP::REFERENCE);
+        assert!(LogP::parse_list("1,2,3").unwrap_err().contains("3 numbers"));
+        assert!(LogP::parse_list("1,2,x,4").is_err());
+        assert!(LogP::parse_list("1,2,-3,4").is_err());
+    }
 
     const TREE4: Algorithm = Algorithm::Tree { k: 4, release: Release::Multicast };
 

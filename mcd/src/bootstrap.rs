@@ -60,37 +60,51 @@ fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
 }
 
+/// Values given explicitly (by a caller of the C ABI, say); `None` means
+/// "from the environment".
+#[derive(Clone, Debug, Default)]
+pub struct JobSettings {
+    /// Rank and size.
+    pub rank_size: Option<(usize, usize)>,
+    /// Interfaces, one per rail.
+    pub interfaces: Option<Vec<String>>,
+    /// The port.
+    pub port: Option<Port>,
+    /// The job name or number (hashed into the key as `MCD_JOB` is).
+    pub job: Option<String>,
+}
+
 impl JobEnv {
     /// Reads the environment: rank and size from [`RANK_VARS`] (first pair
     /// set wins), port from [`LOCAL_RANK_VARS`] (default 0), job key from
     /// [`JOB_VARS`], interfaces from `MCD_IFACES` or the default route's.
     pub fn from_env() -> Result<JobEnv> {
-        let (rank_var, size_var) = RANK_VARS
-            .iter()
-            .copied()
-            .find(|(r, _)| var(r).is_some())
-            .ok_or_else(|| Error::Config(format!(
-                "no rank in the environment: set MCD_RANK and MCD_SIZE, or launch with srun, mpirun or a PMI launcher (looked at {})",
-                RANK_VARS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
-            )))?;
-        let number = |name: &str| -> Result<usize> {
-            let v = var(name).ok_or_else(|| Error::Config(format!("{rank_var} is set but {name} is not")))?;
-            v.parse().map_err(|_| Error::Config(format!("{name}={v} is not a number")))
+        JobEnv::resolve(&JobSettings::default())
+    }
+
+    /// As [`from_env`](Self::from_env), but values in `settings` win.
+    pub fn resolve(settings: &JobSettings) -> Result<JobEnv> {
+        let (rank, size, rank_source) = match settings.rank_size {
+            Some((rank, size)) => (rank, size, "the caller"),
+            None => rank_from_env()?,
         };
-        let rank = number(rank_var)?;
-        let size = number(size_var)?;
-        let port = match LOCAL_RANK_VARS.iter().find_map(|v| var(v).map(|x| (v, x))) {
-            Some((name, v)) => v
-                .parse::<Port>()
-                .map_err(|_| Error::Config(format!("{name}={v}: ports are 0..=255 (at most 256 ranks per host)")))?,
-            None => 0,
+        let port = match settings.port {
+            Some(port) => port,
+            None => match LOCAL_RANK_VARS.iter().find_map(|v| var(v).map(|x| (v, x))) {
+                Some((name, v)) => v
+                    .parse::<Port>()
+                    .map_err(|_| Error::Config(format!("{name}={v}: ports are 0..=255 (at most 256 ranks per host)")))?,
+                None => 0,
+            },
         };
-        let job_key = JOB_VARS.iter().find_map(|v| var(v)).map(|j| job_key_from_str(&j)).unwrap_or(DEFAULT_JOB_KEY);
-        let interfaces = match var("MCD_IFACES") {
-            Some(list) => list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
-            None => vec![default_route_interface()?],
+        let job = settings.job.clone().or_else(|| JOB_VARS.iter().find_map(|v| var(v)));
+        let job_key = job.map(|j| job_key_from_str(&j)).unwrap_or(DEFAULT_JOB_KEY);
+        let interfaces = match (&settings.interfaces, var("MCD_IFACES")) {
+            (Some(list), _) => list.clone(),
+            (None, Some(list)) => list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            (None, None) => vec![default_route_interface()?],
         };
-        JobEnv { rank, size, interfaces, port, job_key, rank_source: rank_var }.validated()
+        JobEnv { rank, size, interfaces, port, job_key, rank_source }.validated()
     }
 
     fn validated(self) -> Result<JobEnv> {
@@ -105,6 +119,20 @@ impl JobEnv {
         }
         Ok(self)
     }
+}
+
+fn rank_from_env() -> Result<(usize, usize, &'static str)> {
+    let (rank_var, size_var) = RANK_VARS.iter().copied().find(|(r, _)| var(r).is_some()).ok_or_else(|| {
+        Error::Config(format!(
+            "no rank in the environment: set MCD_RANK and MCD_SIZE, or launch with srun, mpirun or a PMI launcher (looked at {})",
+            RANK_VARS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+        ))
+    })?;
+    let number = |name: &str| -> Result<usize> {
+        let v = var(name).ok_or_else(|| Error::Config(format!("{rank_var} is set but {name} is not")))?;
+        v.parse().map_err(|_| Error::Config(format!("{name}={v} is not a number")))
+    };
+    Ok((number(rank_var)?, number(size_var)?, rank_var))
 }
 
 /// The interface of the IPv4 default route (`/proc/net/route`).

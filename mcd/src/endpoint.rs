@@ -118,10 +118,16 @@ impl EndpointConfig {
     /// wire ([`crate::bootstrap::discover`], numbered by rank). Also reads
     /// `MCD_ETHERTYPE`, `MCD_WAIT` and `MCD_BOOTSTRAP_TIMEOUT`.
     pub fn bootstrap() -> Result<EndpointConfig> {
+        EndpointConfig::bootstrap_with(&crate::bootstrap::JobSettings::default(), None)
+    }
+
+    /// As [`bootstrap`](Self::bootstrap), with explicit values winning over
+    /// the environment's, and `nodes` (if given) instead of discovery.
+    pub fn bootstrap_with(settings: &crate::bootstrap::JobSettings, nodes: Option<NodeList>) -> Result<EndpointConfig> {
         use crate::bootstrap::{discover, DiscoveryConfig, JobEnv};
-        let job = JobEnv::from_env()?;
+        let job = JobEnv::resolve(settings)?;
         let discovery = DiscoveryConfig::from_env()?;
-        let nodes = match NodeList::from_env()? {
+        let nodes = match nodes.map(Ok).or_else(|| NodeList::from_env().transpose()).transpose()? {
             Some(list) => list,
             None => discover(&job, &discovery)?,
         };
@@ -663,9 +669,10 @@ fn wait_for_send_slot(r: &mut Rail, rail: usize, slot: usize) -> Result<()> {
 }
 
 fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: InterfaceInfo, has_siblings: bool) -> Result<Rail> {
+    // The socket first: without CAP_NET_RAW, that is the error to report.
+    let socket = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
     let lock = PortLock::acquire(&interface, config.port)?;
     let on = |what: &str| format!("{what} on {interface}");
-    let socket = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
     socket.set_tpacket_v2().map_err(|e| Error::os(on("selecting TPACKET_V2"), e))?;
     socket.set_skip_malformed_sends().map_err(|e| Error::os(on("setting PACKET_LOSS"), e))?;
     socket.raise_receive_buffer(config.receive_buffer).map_err(|e| Error::os(on("raising the receive buffer"), e))?;

@@ -45,7 +45,10 @@ pub struct MpiRun {
     /// Open MPI's `mpi_yield_when_idle` (sched_yield while polling; its best
     /// mode when ranks outnumber cores).
     pub yield_when_idle: bool,
-    /// Environment variables exported to every rank (`-x NAME=VALUE`).
+    /// Environment variables exported to every rank (`-x NAME=VALUE`), after
+    /// the ones every rank gets: `MCD_IFACES` (the cluster's interfaces),
+    /// `MCD_LOCAL_PROCS` (the ranks: they all share this machine's cores) and
+    /// `MCD_JOB` (a key of the cluster's own).
     pub env: Vec<(String, String)>,
     /// Extra `--mca NAME VALUE` pairs.
     pub mca: Vec<(String, String)>,
@@ -88,7 +91,12 @@ impl MpiRun {
         for (name, value) in &mca {
             cmd.args(["--mca", name, value]);
         }
-        for (name, value) in &self.env {
+        let defaults = [
+            ("MCD_IFACES".to_string(), cluster.interfaces().join(",")),
+            ("MCD_LOCAL_PROCS".to_string(), ranks.to_string()),
+            ("MCD_JOB".to_string(), format!("vcluster-{}", cluster.spec().name)),
+        ];
+        for (name, value) in defaults.iter().chain(&self.env) {
             cmd.arg("-x").arg(format!("{name}={value}"));
         }
         cmd.arg(program).args(args);
@@ -168,6 +176,34 @@ pub fn cleanup(name: &str) {
         let _ = std::fs::remove_file(Path::new(STATE_DIR).join(format!("{name}.{ext}")));
     }
     let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("mcd-ompi-{name}")));
+}
+
+/// Builds the C ABI library (`cargo build -p mcd-capi`, release or debug)
+/// and returns the directory holding `libmcd_barrier.{so,a}`.
+pub fn build_capi(release: bool) -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "-q", "-p", "mcd-capi"]).current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    if release {
+        cmd.arg("--release");
+    }
+    let out = cmd.output().context("running cargo build -p mcd-capi")?;
+    if !out.status.success() {
+        bail!("cargo build -p mcd-capi failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")).join(if release { "release" } else { "debug" }))
+}
+
+/// The C ABI's header directory.
+pub const CAPI_INCLUDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../capi/include");
+
+/// Builds the MPI_Barrier interposer `target/mpi/libmcd_mpi_barrier.so`
+/// (`mpi/mcd_mpi_barrier.c` with the static C ABI library inside).
+pub fn build_interposer(release: bool) -> Result<PathBuf> {
+    let lib = build_capi(release)?.join("libmcd_barrier.a");
+    let include = format!("-I{CAPI_INCLUDE}");
+    let lib = lib.display().to_string();
+    compile("mcd_mpi_barrier", true, &[&include, &lib, "-lpthread", "-ldl", "-lm"])
 }
 
 /// Compiles `mpi/<name>.c` with `mpicc` into `target/mpi/<name>` (or, with

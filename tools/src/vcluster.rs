@@ -590,17 +590,6 @@ impl Cluster {
         ]
     }
 
-    /// The environment every MPI rank on this cluster gets: its interfaces, the
-    /// processes per host (one rank per namespace, all on this machine's cores)
-    /// and a job key of its own.
-    pub fn mpi_env(&self) -> Vec<(String, String)> {
-        vec![
-            ("MCD_IFACES".into(), self.interfaces().join(",")),
-            ("MCD_LOCAL_PROCS".into(), self.spec.nodes.to_string()),
-            ("MCD_JOB".into(), format!("vcluster-{}", self.spec.name)),
-        ]
-    }
-
     /// A command that runs `program` inside node `node` with [`Cluster::node_env`].
     pub fn command(&self, node: usize, program: &str) -> Command {
         let mut cmd = Command::new("ip");

@@ -179,7 +179,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Mpirun { name, np, yield_when_idle, preload, env, command } => {
             let cluster = Cluster::attach(&name)?;
-            let mut run = MpiRun { ranks: np, yield_when_idle, env: cluster.mpi_env(), ..MpiRun::default() };
+            let mut run = MpiRun { ranks: np, yield_when_idle, ..MpiRun::default() };
             if let Some(lib) = preload {
                 let lib = lib.canonicalize().map_err(|e| anyhow::anyhow!("--preload {}: {e}", lib.display()))?;
                 run.env.push(("LD_PRELOAD".into(), lib.display().to_string()));

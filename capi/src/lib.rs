@@ -1,0 +1,549 @@
+//! # mcd's barrier for C (and for MPI)
+//!
+//! `libmcd_barrier.so` / `libmcd_barrier.a` and the header
+//! `include/mcd_barrier.h`. Two layers:
+//!
+//! - [`Job`]: the safe Rust side — an mcd endpoint opened through the
+//!   bootstrap (rank, size, interfaces and job key from the environment or
+//!   from [`Settings`]; the nodes from a node list or discovered), and a
+//!   barrier over it with the algorithm asked for or the one `Auto` picks.
+//! - the `extern "C"` functions below: null checks, C strings, error codes,
+//!   and a `catch_unwind` around every call, so that nothing unwinds into C.
+//!   Every error is a negative return code ([`MCD_ERR_CONFIG`] ...); the
+//!   text of the last error of the calling thread is [`mcd_last_error`].
+//!
+//! Environment read by `mcd_init_env` (and by `mcd_init` for what its
+//! parameters leave out): `MCD_RANK`/`MCD_SIZE` (or Slurm's, Open MPI's or
+//! PMI's), `MCD_IFACES`, `MCD_PORT`, `MCD_JOB` / `SLURM_JOB_ID`,
+//! `MCD_NODES` / `MCD_NODE_FILE`, `MCD_ALGORITHM` (default `auto`),
+//! `MCD_LOGP` (`o_s,o_r,g,L` in µs, for `auto`), `MCD_WAIT`,
+//! `MCD_BOOTSTRAP_TIMEOUT`, `MCD_BARRIER_TIMEOUT` (seconds without progress
+//! before a barrier fails; default 10).
+#![warn(missing_docs)]
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_uint, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use barriers::model::LogP;
+use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, McdTransport};
+use mcd::bootstrap::JobSettings;
+use mcd::{Endpoint, EndpointConfig, NodeList};
+
+/// Success.
+pub const MCD_OK: c_int = 0;
+/// A null pointer or a string that is not UTF-8, or a call out of order.
+pub const MCD_ERR_ARGUMENT: c_int = -1;
+/// The parameters or the environment are incomplete or inconsistent.
+pub const MCD_ERR_CONFIG: c_int = -2;
+/// No permission for raw sockets: grant `CAP_NET_RAW` (or run as root).
+pub const MCD_ERR_PERMISSION: c_int = -3;
+/// An interface does not exist (or there is no default route to find one).
+pub const MCD_ERR_INTERFACE: c_int = -4;
+/// The ranks did not all find each other in time.
+pub const MCD_ERR_BOOTSTRAP: c_int = -5;
+/// A barrier failed: a peer stopped answering.
+pub const MCD_ERR_BARRIER: c_int = -6;
+/// Another system call failed.
+pub const MCD_ERR_SYSTEM: c_int = -7;
+/// A bug in mcd (a panic caught at the boundary).
+pub const MCD_ERR_INTERNAL: c_int = -8;
+
+/// An error: its code and its text.
+#[derive(Debug)]
+pub struct CError {
+    /// One of the `MCD_ERR_*` codes.
+    pub code: c_int,
+    /// What happened and what to do.
+    pub message: String,
+}
+
+impl From<mcd::Error> for CError {
+    fn from(e: mcd::Error) -> CError {
+        let code = match &e {
+            mcd::Error::NoCapability { .. } => MCD_ERR_PERMISSION,
+            mcd::Error::NoSuchInterface { .. } => MCD_ERR_INTERFACE,
+            mcd::Error::Bootstrap(_) => MCD_ERR_BOOTSTRAP,
+            mcd::Error::Io { .. } | mcd::Error::SendRingFull { .. } | mcd::Error::FrameRejected { .. } => MCD_ERR_SYSTEM,
+            _ if e.to_string().contains("default route") => MCD_ERR_INTERFACE,
+            _ => MCD_ERR_CONFIG,
+        };
+        CError { code, message: e.to_string() }
+    }
+}
+
+impl From<BarrierError> for CError {
+    fn from(e: BarrierError) -> CError {
+        let code = match &e {
+            BarrierError::Usage(_) => MCD_ERR_ARGUMENT,
+            _ => MCD_ERR_BARRIER,
+        };
+        CError { code, message: e.to_string() }
+    }
+}
+
+fn config_error(message: impl Into<String>) -> CError {
+    CError { code: MCD_ERR_CONFIG, message: message.into() }
+}
+
+/// What [`Job::open`] is told explicitly; `None`: from the environment.
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    /// Rank, size, interfaces, port, job.
+    pub job: JobSettings,
+    /// A node-list file instead of `MCD_NODES`/`MCD_NODE_FILE` or discovery.
+    pub node_file: Option<std::path::PathBuf>,
+    /// An algorithm name (`auto`, `dissemination`, `tree4`, ...).
+    pub algorithm: Option<String>,
+}
+
+/// Counters of a job's barrier and endpoint.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct mcd_stats {
+    /// Barriers completed.
+    pub barriers: u64,
+    /// Messages the barriers sent (a multicast counts once).
+    pub messages_sent: u64,
+    /// Frames the endpoint delivered.
+    pub frames_received: u64,
+    /// Messages re-sent after a retry timeout.
+    pub resends: u64,
+    /// Messages re-sent to answer a peer.
+    pub answers: u64,
+    /// Frames dropped (malformed, foreign, or the receive ring was full).
+    pub frames_dropped: u64,
+}
+
+/// An open job: an endpoint and its barrier.
+pub struct Job {
+    barrier: Barrier<McdTransport>,
+    algorithm: CString,
+    size: usize,
+}
+
+impl Job {
+    /// Opens the endpoint (bootstrap) and sets up the barrier.
+    pub fn open(settings: &Settings) -> Result<Job, CError> {
+        let nodes = match &settings.node_file {
+            Some(path) => Some(NodeList::from_file(path)?),
+            None => None,
+        };
+        let config = EndpointConfig::bootstrap_with(&settings.job, nodes)?;
+        let size = config.nodes.len();
+        let rails = config.interfaces.len();
+        let endpoint = Endpoint::open(config)?;
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let name = settings.algorithm.clone().or_else(|| var("MCD_ALGORITHM")).unwrap_or_else(|| "auto".into());
+        let mut barrier_config = if name == "auto" {
+            let params = match var("MCD_LOGP") {
+                Some(list) => LogP::parse_list(&list).map_err(|e| config_error(format!("MCD_LOGP: {e}")))?,
+                None => LogP::REFERENCE,
+            };
+            BarrierConfig::auto(size, rails, &params, true)
+        } else {
+            let algorithm: Algorithm = name.parse().map_err(|e: String| config_error(format!("algorithm: {e}")))?;
+            BarrierConfig::new(algorithm).rails(rails)
+        };
+        if let Some(t) = var("MCD_BARRIER_TIMEOUT") {
+            let secs: f64 = t
+                .parse()
+                .ok()
+                .filter(|s: &f64| *s > 0.0 && s.is_finite())
+                .ok_or_else(|| config_error(format!("MCD_BARRIER_TIMEOUT={t} is not a number of seconds")))?;
+            barrier_config = barrier_config.timeouts(barrier_config.retry_timeout, Duration::from_secs_f64(secs));
+        }
+        let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");
+        let barrier = Barrier::new(McdTransport::new(endpoint), barrier_config)?;
+        Ok(Job { barrier, algorithm, size })
+    }
+
+    /// This process's node number (its rank).
+    pub fn rank(&self) -> usize {
+        use barriers::Transport;
+        self.barrier.transport().node()
+    }
+
+    /// Nodes in the job.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The algorithm's name.
+    pub fn algorithm(&self) -> &CStr {
+        &self.algorithm
+    }
+
+    /// The barrier, for calls this layer does not wrap.
+    pub fn barrier(&mut self) -> &mut Barrier<McdTransport> {
+        &mut self.barrier
+    }
+
+    /// The counters.
+    pub fn stats(&mut self) -> Result<mcd_stats, CError> {
+        let b = self.barrier.stats();
+        let e = self.barrier.transport_mut().endpoint().stats()?;
+        Ok(mcd_stats {
+            barriers: b.completed,
+            messages_sent: b.sent,
+            frames_received: e.received,
+            resends: b.resends,
+            answers: b.answers,
+            frames_dropped: e.dropped.total() + e.ring_dropped,
+        })
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn remember(message: &str) {
+    let text = CString::new(message.replace('\0', " ")).expect("NULs replaced");
+    LAST_ERROR.with(|e| *e.borrow_mut() = text);
+}
+
+/// Runs `f`, turning its error or a panic into a code and remembering the text.
+fn guarded(f: impl FnOnce() -> Result<(), CError>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => MCD_OK,
+        Ok(Err(e)) => {
+            remember(&e.message);
+            e.code
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            remember(&format!("internal error in mcd (please report): {what}"));
+            MCD_ERR_INTERNAL
+        }
+    }
+}
+
+fn argument(message: &str) -> CError {
+    CError { code: MCD_ERR_ARGUMENT, message: message.into() }
+}
+
+/// A C string argument: `None` for NULL, an error if not UTF-8.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string.
+unsafe fn c_str(p: *const c_char, what: &str) -> Result<Option<String>, CError> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller guarantees a NUL-terminated string.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str().map(|s| Some(s.to_string())).map_err(|_| argument(&format!("{what} is not UTF-8")))
+}
+
+/// A job handle argument.
+///
+/// # Safety
+/// `job` is NULL or a handle from `mcd_init*` not yet finalized.
+unsafe fn handle<'a>(job: *mut Job) -> Result<&'a mut Job, CError> {
+    // SAFETY: per the caller's guarantee, a live, exclusively used handle.
+    unsafe { job.as_mut() }.ok_or_else(|| argument("the job handle is NULL"))
+}
+
+/// Explicit parameters of [`mcd_init`]; [`mcd_params_default`] leaves every
+/// field "from the environment".
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct mcd_params {
+    /// Rank, or -1: from the environment (with `size`).
+    pub rank: c_int,
+    /// Job size, or -1: from the environment.
+    pub size: c_int,
+    /// Comma-separated interfaces, one per rail, or NULL.
+    pub interfaces: *const c_char,
+    /// A node-list file, or NULL (then `MCD_NODES`/`MCD_NODE_FILE`, else discovery).
+    pub node_file: *const c_char,
+    /// Job name or number, or NULL (then `MCD_JOB`/`SLURM_JOB_ID`).
+    pub job: *const c_char,
+    /// Algorithm name, or NULL (then `MCD_ALGORITHM`, default `auto`).
+    pub algorithm: *const c_char,
+    /// Port 0..=255, or -1: from the environment (default 0).
+    pub port: c_int,
+}
+
+/// Fills `params` with "everything from the environment".
+///
+/// # Safety
+/// `params` is NULL or points to writable memory for an `mcd_params`.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_params_default(params: *mut mcd_params) {
+    // SAFETY: checked for NULL; writable per the contract.
+    if let Some(p) = unsafe { params.as_mut() } {
+        *p = mcd_params {
+            rank: -1,
+            size: -1,
+            interfaces: std::ptr::null(),
+            node_file: std::ptr::null(),
+            job: std::ptr::null(),
+            algorithm: std::ptr::null(),
+            port: -1,
+        };
+    }
+}
+
+/// Opens a job from the environment alone and stores its handle in `*out`.
+///
+/// # Safety
+/// `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_init_env(out: *mut *mut Job) -> c_int {
+    // SAFETY: forwarded contract; NULL params means "all from the environment".
+    unsafe { mcd_init(std::ptr::null(), out) }
+}
+
+/// Opens a job with explicit `params` (NULL: all from the environment) and
+/// stores its handle in `*out` (NULL on failure).
+///
+/// # Safety
+/// `params` is NULL or a valid `mcd_params` whose strings are NULL or
+/// NUL-terminated; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_init(params: *const mcd_params, out: *mut *mut Job) -> c_int {
+    guarded(|| {
+        if out.is_null() {
+            return Err(argument("mcd_init: `out` is NULL"));
+        }
+        // SAFETY: out is non-null and writable per the contract.
+        unsafe { *out = std::ptr::null_mut() };
+        let mut settings = Settings::default();
+        // SAFETY: NULL or a valid mcd_params per the contract.
+        if let Some(p) = unsafe { params.as_ref() } {
+            match (p.rank, p.size) {
+                (r, s) if r >= 0 && s > 0 => settings.job.rank_size = Some((r as usize, s as usize)),
+                (-1, -1) => {}
+                (r, s) => return Err(config_error(format!("rank {r} and size {s}: give both (size > 0) or neither (-1)"))),
+            }
+            if p.port >= 0 {
+                settings.job.port =
+                    Some(u8::try_from(p.port).map_err(|_| config_error(format!("port {} is not 0..=255", p.port)))?);
+            }
+            // SAFETY: strings are NULL or NUL-terminated per the contract.
+            unsafe {
+                settings.job.interfaces =
+                    c_str(p.interfaces, "interfaces")?.map(|l| l.split(',').map(|s| s.trim().to_string()).collect());
+                settings.job.job = c_str(p.job, "job")?;
+                settings.node_file = c_str(p.node_file, "node_file")?.map(Into::into);
+                settings.algorithm = c_str(p.algorithm, "algorithm")?;
+            }
+        }
+        let job = Box::new(Job::open(&settings)?);
+        // SAFETY: as above.
+        unsafe { *out = Box::into_raw(job) };
+        Ok(())
+    })
+}
+
+/// One barrier across the job: returns once every rank has entered it.
+///
+/// # Safety
+/// `job` is NULL or a live handle, not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_barrier(job: *mut Job) -> c_int {
+    // SAFETY: forwarded contract.
+    guarded(|| Ok(unsafe { handle(job) }?.barrier.wait()?))
+}
+
+/// Enters the next barrier without waiting (split phase); complete it with
+/// [`mcd_barrier_test`] or [`mcd_barrier_wait`].
+///
+/// # Safety
+/// As [`mcd_barrier`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_barrier_enter(job: *mut Job) -> c_int {
+    // SAFETY: forwarded contract.
+    guarded(|| Ok(unsafe { handle(job) }?.barrier.enter()?))
+}
+
+/// Makes progress on the entered barrier without blocking; `*done` becomes
+/// 1 once it is complete (also when none was entered), else 0.
+///
+/// # Safety
+/// As [`mcd_barrier`]; `done` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_barrier_test(job: *mut Job, done: *mut c_int) -> c_int {
+    guarded(|| {
+        if done.is_null() {
+            return Err(argument("mcd_barrier_test: `done` is NULL"));
+        }
+        // SAFETY: forwarded contract.
+        let complete = unsafe { handle(job) }?.barrier.test()?;
+        // SAFETY: non-null and writable per the contract.
+        unsafe { *done = c_int::from(complete) };
+        Ok(())
+    })
+}
+
+/// Completes the entered barrier (enters one first if none is).
+///
+/// # Safety
+/// As [`mcd_barrier`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_barrier_wait(job: *mut Job) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { mcd_barrier(job) }
+}
+
+/// Keeps answering peers (a rank whose last release was lost) for up to
+/// `microseconds`; call it while waiting for something else at the end of a
+/// job (the MPI interposer does, in `MPI_Finalize`).
+///
+/// # Safety
+/// As [`mcd_barrier`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_linger(job: *mut Job, microseconds: c_uint) -> c_int {
+    // SAFETY: forwarded contract.
+    guarded(|| Ok(unsafe { handle(job) }?.barrier.linger(Duration::from_micros(microseconds as u64))?))
+}
+
+/// This process's rank, or a negative error code.
+///
+/// # Safety
+/// As [`mcd_barrier`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_rank(job: *mut Job) -> c_int {
+    let mut rank = 0;
+    // SAFETY: forwarded contract.
+    let rc = guarded(|| {
+        rank = unsafe { handle(job) }?.rank() as c_int;
+        Ok(())
+    });
+    if rc == MCD_OK {
+        rank
+    } else {
+        rc
+    }
+}
+
+/// The job's size, or a negative error code.
+///
+/// # Safety
+/// As [`mcd_barrier`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_size(job: *mut Job) -> c_int {
+    let mut size = 0;
+    // SAFETY: forwarded contract.
+    let rc = guarded(|| {
+        size = unsafe { handle(job) }?.size() as c_int;
+        Ok(())
+    });
+    if rc == MCD_OK {
+        size
+    } else {
+        rc
+    }
+}
+
+/// The barrier algorithm's name (e.g. `tree4`), valid until [`mcd_finalize`];
+/// NULL for a NULL handle.
+///
+/// # Safety
+/// As [`mcd_barrier`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_algorithm(job: *mut Job) -> *const c_char {
+    // SAFETY: forwarded contract.
+    match unsafe { job.as_ref() } {
+        Some(j) => j.algorithm.as_ptr(),
+        None => std::ptr::null(),
+    }
+}
+
+/// Copies the job's counters into `*out`.
+///
+/// # Safety
+/// As [`mcd_barrier`]; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_get_stats(job: *mut Job, out: *mut mcd_stats) -> c_int {
+    guarded(|| {
+        if out.is_null() {
+            return Err(argument("mcd_get_stats: `out` is NULL"));
+        }
+        // SAFETY: forwarded contract.
+        let stats = unsafe { handle(job) }?.stats()?;
+        // SAFETY: non-null and writable per the contract.
+        unsafe { *out = stats };
+        Ok(())
+    })
+}
+
+/// Closes the job and frees the handle (NULL is fine). Does not linger: call
+/// [`mcd_linger`] first if peers may still need answers.
+///
+/// # Safety
+/// `job` is NULL or a live handle, never used again.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_finalize(job: *mut Job) -> c_int {
+    guarded(|| {
+        if !job.is_null() {
+            // SAFETY: a handle from Box::into_raw, given back exactly once.
+            drop(unsafe { Box::from_raw(job) });
+        }
+        Ok(())
+    })
+}
+
+/// A fixed description of an error code.
+#[no_mangle]
+pub extern "C" fn mcd_strerror(code: c_int) -> *const c_char {
+    let s: &'static CStr = match code {
+        MCD_OK => c"success",
+        MCD_ERR_ARGUMENT => c"invalid argument",
+        MCD_ERR_CONFIG => c"invalid configuration",
+        MCD_ERR_PERMISSION => c"no permission for raw sockets (grant CAP_NET_RAW or run as root)",
+        MCD_ERR_INTERFACE => c"no such network interface",
+        MCD_ERR_BOOTSTRAP => c"the ranks did not all find each other",
+        MCD_ERR_BARRIER => c"a barrier failed: a peer stopped answering",
+        MCD_ERR_SYSTEM => c"a system call failed",
+        MCD_ERR_INTERNAL => c"internal error in mcd",
+        _ => c"unknown error code",
+    };
+    s.as_ptr()
+}
+
+/// The full text of the calling thread's last error (empty if none), valid
+/// until the thread's next failing call.
+#[no_mangle]
+pub extern "C" fn mcd_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_codes_with_text_never_unwinding() {
+        // SAFETY: NULL handles and pointers are what is being tested.
+        unsafe {
+            assert_eq!(mcd_barrier(std::ptr::null_mut()), MCD_ERR_ARGUMENT);
+            assert!(CStr::from_ptr(mcd_last_error()).to_str().unwrap().contains("NULL"));
+            assert_eq!(mcd_init(std::ptr::null(), std::ptr::null_mut()), MCD_ERR_ARGUMENT);
+            let mut params = std::mem::zeroed::<mcd_params>();
+            mcd_params_default(&mut params);
+            params.rank = 3;
+            params.size = -1;
+            let mut job = std::ptr::null_mut();
+            assert_eq!(mcd_init(&params, &mut job), MCD_ERR_CONFIG);
+            assert!(job.is_null());
+            assert!(CStr::from_ptr(mcd_last_error()).to_str().unwrap().contains("give both"));
+            assert_eq!(mcd_finalize(std::ptr::null_mut()), MCD_OK);
+        }
+        let panicked = guarded(|| panic!("boom"));
+        assert_eq!(panicked, MCD_ERR_INTERNAL);
+        // SAFETY: mcd_last_error returns a valid C string.
+        assert!(unsafe { CStr::from_ptr(mcd_last_error()) }.to_str().unwrap().contains("boom"));
+        for code in [MCD_OK, MCD_ERR_PERMISSION, -99] {
+            // SAFETY: mcd_strerror returns static C strings.
+            assert!(!unsafe { CStr::from_ptr(mcd_strerror(code)) }.to_bytes().is_empty());
+        }
+    }
+}

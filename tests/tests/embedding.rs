@@ -1,0 +1,171 @@
+//! Embedding mcd: the C ABI from a C program across the virtual cluster, its
+//! header against the library's exports, and the MPI_Barrier interposer in an
+//! unmodified MPI program under `mpirun`. Needs root, a C compiler and Open
+//! MPI (`sudo ./run deps` installs them); fails, saying so, without them.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use mcd_integration_tests::{cluster, run_discovering};
+use mcd_tools::mpi::{self, MpiRun};
+use mcd_tools::vcluster::ClusterSpec;
+
+/// The MPI tests share the root namespace's bridge address: one at a time.
+static MPI: Mutex<()> = Mutex::new(());
+
+fn capi_dir() -> PathBuf {
+    mpi::build_capi(false).unwrap_or_else(|e| panic!("building the C ABI: {e:#}"))
+}
+
+/// Compiles capi/examples/barrier.c against the shared library.
+fn c_example(lib_dir: &Path) -> PathBuf {
+    let out = lib_dir.join("mcd-c-example");
+    let status = Command::new("cc")
+        .args(["-Wall", "-Werror", "-O2", "-I", mpi::CAPI_INCLUDE, "-o"])
+        .arg(&out)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../capi/examples/barrier.c"))
+        .arg(format!("-L{}", lib_dir.display()))
+        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+        .arg("-lmcd_barrier")
+        .status()
+        .expect("this test needs a C compiler `cc` (apt-get install gcc, or sudo ./run deps)");
+    assert!(status.success(), "compiling capi/examples/barrier.c failed");
+    out
+}
+
+#[test]
+fn a_c_program_runs_barriers_across_the_cluster() {
+    let lib = capi_dir();
+    let program = c_example(&lib);
+    let c = cluster(ClusterSpec::new("cabi", 4));
+    let times = std::env::temp_dir().join(format!("mcd-cabi-{}", std::process::id()));
+    std::fs::create_dir_all(&times).unwrap();
+    let count = 200;
+    let outcomes = run_discovering(
+        &c,
+        &[0, 1, 2, 3],
+        &[program.to_str().unwrap(), &count.to_string()],
+        |_| vec![("MCD_EXAMPLE_TIMES".into(), times.display().to_string()), ("MCD_WAIT".into(), "block".into())],
+        Duration::from_secs(60),
+    );
+    let mut per_rank = Vec::new();
+    for o in &outcomes {
+        assert!(o.success(), "node {}: {}{}", o.node, o.stdout, o.stderr);
+        assert!(o.stdout.contains(&format!("rank {} of 4: {} barriers", o.node, 2 * count)), "node {}: {}", o.node, o.stdout);
+        let text = std::fs::read_to_string(times.join(format!("rank{}", o.node))).unwrap();
+        let rows: Vec<(f64, f64)> = text
+            .lines()
+            .map(|l| {
+                let f: Vec<f64> = l.split_whitespace().skip(1).map(|x| x.parse().unwrap()).collect();
+                (f[0], f[1])
+            })
+            .collect();
+        assert_eq!(rows.len(), 2 * count);
+        per_rank.push(rows);
+    }
+    for k in 0..2 * count {
+        let last_in = per_rank.iter().map(|r| r[k].0).fold(0.0, f64::max);
+        let first_out = per_rank.iter().map(|r| r[k].1).fold(f64::INFINITY, f64::min);
+        assert!(first_out >= last_in, "barrier {k}: a rank left at {first_out} before the last entered at {last_in}");
+    }
+    std::fs::remove_dir_all(&times).unwrap();
+}
+
+#[test]
+fn without_cap_net_raw_the_c_api_says_how_to_grant_it() {
+    let lib = capi_dir();
+    let program = c_example(&lib);
+    // As `nobody` with no capabilities, in the root namespace.
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .arg(&program)
+        .env("MCD_RANK", "0")
+        .env("MCD_SIZE", "2")
+        .env("MCD_IFACES", "lo")
+        .output()
+        .expect("this test needs setpriv (util-linux)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("CAP_NET_RAW") && stderr.contains("setcap"), "{stderr}");
+}
+
+#[test]
+fn the_header_declares_exactly_what_the_library_exports() {
+    let lib = capi_dir().join("libmcd_barrier.so");
+    let nm = Command::new("nm").args(["-D", "--defined-only"]).arg(&lib).output().expect("nm (binutils)");
+    let exported: BTreeSet<String> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter(|s| s.starts_with("mcd_"))
+        .map(str::to_string)
+        .collect();
+    let header = std::fs::read_to_string(Path::new(mpi::CAPI_INCLUDE).join("mcd_barrier.h")).unwrap();
+    let declared: BTreeSet<String> = header
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("/*") && !l.trim_start().starts_with('*') && l.contains('('))
+        .filter_map(|l| {
+            let name_end = l.find('(')?;
+            let name = l[..name_end].rsplit(|c: char| !(c.is_alphanumeric() || c == '_')).next()?;
+            name.starts_with("mcd_").then(|| name.to_string())
+        })
+        .collect();
+    assert!(!exported.is_empty());
+    assert_eq!(declared, exported, "capi/include/mcd_barrier.h and the library disagree");
+}
+
+fn interposer() -> PathBuf {
+    mpi::build_interposer(false).unwrap_or_else(|e| panic!("building the interposer (needs Open MPI's mpicc): {e:#}"))
+}
+
+#[test]
+fn the_interposer_serves_mpi_barrier_in_an_unmodified_program() {
+    let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
+    let preload = interposer();
+    let program = mpi::compile("barrier_check", false, &[]).unwrap();
+    let c = cluster(ClusterSpec::new("mpii", 4));
+    let run = MpiRun {
+        yield_when_idle: true,
+        env: vec![("LD_PRELOAD".into(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())],
+        ..MpiRun::default()
+    };
+    let out = run.output(&c, program.to_str().unwrap(), &["300".into()], Duration::from_secs(120)).unwrap();
+    assert!(out.success(), "mpirun failed:\n{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("barrier_check: OK 4 ranks, 300 barriers"), "{}\n{}", out.stdout, out.stderr);
+    // Every rank's 300 barriers on MPI_COMM_WORLD went through mcd, the 10 on a
+    // duplicate communicator through PMPI, and mcd counted 300 barriers.
+    for rank in 0..4 {
+        let line = out
+            .stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}:")))
+            .unwrap_or_else(|| panic!("no report from rank {rank}:\n{}", out.stderr));
+        assert!(line.contains("300 MPI_Barrier via mcd") && line.contains("10 via PMPI") && line.contains("mcd barriers 300"), "{line}");
+    }
+    assert!(!out.stderr.contains("falls back"), "{}", out.stderr);
+}
+
+#[test]
+fn the_interposer_falls_back_to_pmpi_with_one_warning() {
+    let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
+    let preload = interposer();
+    let program = mpi::compile("barrier_check", false, &[]).unwrap();
+    let c = cluster(ClusterSpec::new("mpif", 3));
+    let run = MpiRun {
+        env: vec![
+            ("LD_PRELOAD".into(), preload.display().to_string()),
+            ("MCD_MPI_REPORT".into(), "1".into()),
+            ("MCD_IFACES".into(), "nosuch0".into()),
+        ],
+        ..MpiRun::default()
+    };
+    let out = run.output(&c, program.to_str().unwrap(), &["50".into()], Duration::from_secs(120)).unwrap();
+    assert!(out.success(), "mpirun failed:\n{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("barrier_check: OK 3 ranks, 50 barriers"), "{}", out.stdout);
+    let warnings: Vec<&str> = out.stderr.lines().filter(|l| l.contains("falls back to PMPI_Barrier")).collect();
+    assert_eq!(warnings.len(), 1, "{}", out.stderr);
+    assert!(warnings[0].contains("nosuch0"), "{}", warnings[0]);
+    assert_eq!(out.stderr.matches("0 MPI_Barrier via mcd (off), 60 via PMPI").count(), 3, "{}", out.stderr);
+}
