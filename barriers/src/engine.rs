@@ -239,6 +239,11 @@ impl<T: Transport> Barrier<T> {
         self.in_progress
     }
 
+    /// Gives the transport back (for other traffic once the barriers are done).
+    pub fn into_transport(self) -> T {
+        self.transport
+    }
+
     /// The counters.
     pub fn stats(&self) -> BarrierStats {
         self.stats

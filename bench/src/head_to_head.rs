@@ -32,6 +32,8 @@ enum Contender {
     OmpiYield,
     /// Open MPI's default (polling without yielding).
     OmpiSpin,
+    /// The same MPI program with mcd's MPI_Barrier interposer preloaded.
+    Interposer,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -53,6 +55,7 @@ fn ompi_spin_iterations(n: usize, iterations: usize) -> usize {
 
 pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<&Path>) -> Result<()> {
     mpi::check_mpirun()?;
+    let interposer = mpi::build_interposer(true)?;
     let params = mcd_tools::logp::load_or_measure(logp)?;
     eprintln!(
         "LogP parameters for Auto ({}): o_s {:.2} µs, o_r {:.2} µs, g {:.2} µs, L {:.2} µs",
@@ -107,6 +110,13 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
             ..bench
         };
         record(Contender::OmpiSpin, mpi::measure_barrier(&cluster, &MpiRun::default(), spin_bench, "Open MPI TCP (default)")?);
+        // 5. The same MPI program, MPI_Barrier served by mcd through the interposer.
+        let preloaded = MpiRun { env: vec![("LD_PRELOAD".into(), interposer.display().to_string())], ..MpiRun::default() };
+        record(Contender::Interposer, mpi::measure_barrier(&cluster, &preloaded, bench, "mcd interposer (MPI program)")?);
+        // And both MPI rows again by OSU's method (back-to-back barriers).
+        let osu = BarrierBench { method: Method::Osu, ..bench };
+        record(Contender::OmpiYield, mpi::measure_barrier(&cluster, &yield_run, osu, "Open MPI TCP (yield)")?);
+        record(Contender::Interposer, mpi::measure_barrier(&cluster, &preloaded, osu, "mcd interposer (MPI program)")?);
     }
 
     let md = render(sizes, &rows, &latency, &params)?;
@@ -126,7 +136,11 @@ fn best_mcd<'a>(rows: &'a [Row], n: usize) -> Option<&'a Row> {
 }
 
 fn find(rows: &[Row], n: usize, c: Contender) -> Option<&Row> {
-    rows.iter().find(|r| r.measured.nodes == n && r.contender == c)
+    find_by(rows, n, c, Method::Paper)
+}
+
+fn find_by(rows: &[Row], n: usize, c: Contender, method: Method) -> Option<&Row> {
+    rows.iter().find(|r| r.measured.nodes == n && r.contender == c && r.measured.method == method)
 }
 
 fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &barriers::model::LogP) -> Result<String> {
@@ -181,6 +195,18 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
     }
     writeln!(md)?;
 
+    writeln!(md, "## The same MPI program: Open MPI's MPI_Barrier against mcd's through the interposer\n")?;
+    writeln!(md, "`mpi/barrier_bench.c`, unmodified, under `mpirun` with one rank per namespace; once as is (Open MPI over TCP, `mpi_yield_when_idle 1`), once with `LD_PRELOAD=libmcd_mpi_barrier.so`. Ranks are processes here, as in MPI jobs (the mcd rows above are threads of one process). Mean µs per barrier.\n")?;
+    writeln!(md, "| nodes | Open MPI, paper | interposer, paper | ratio | Open MPI, OSU | interposer, OSU | ratio |")?;
+    writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|")?;
+    for &n in sizes {
+        let get = |c, m| find_by(rows, n, c, m).map(|r| r.measured.mean_us).unwrap_or(f64::NAN);
+        let (op, ip) = (get(Contender::OmpiYield, Method::Paper), get(Contender::Interposer, Method::Paper));
+        let (oo, io) = (get(Contender::OmpiYield, Method::Osu), get(Contender::Interposer, Method::Osu));
+        writeln!(md, "| {n} | {op:.1} | {ip:.1} | **{:.1}×** | {oo:.1} | {io:.1} | **{:.1}×** |", op / ip, oo / io)?;
+    }
+    writeln!(md, "\nOSU's method: {} warm-up barriers, then the timed ones back to back; mean = loop time / iterations, averaged over ranks.\n", 100)?;
+
     let p50 = |t| latency.iter().find(|r| r.transport == t).map(|r| (r.p50_us, r.p99_us)).unwrap_or((f64::NAN, f64::NAN));
     let (m50, m99) = p50(Transport::Mcd);
     let (u50, u99) = p50(Transport::Udp);
@@ -200,6 +226,7 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
             let name = match r.contender {
                 Contender::Mcd => format!("mcd {}{}", m.algorithm, if m.rails > 1 { format!(", {} rails", m.rails) } else { String::new() }),
                 Contender::McdAuto => format!("mcd {}", m.algorithm),
+                _ if m.method == Method::Osu => format!("{}, OSU method", m.algorithm),
                 _ => m.algorithm.clone(),
             };
             writeln!(
@@ -255,6 +282,7 @@ fn plot_results(stem: &Path, sizes: &[usize], rows: &[Row]) -> Result<()> {
             line("UDP dissemination", 2, &mean(Contender::Udp)),
             line("Open MPI TCP (yield)", 3, &mean(Contender::OmpiYield)),
             line("Open MPI TCP (default)", 4, &mean(Contender::OmpiSpin)),
+            line("mcd interposer (MPI program)", 5, &mean(Contender::Interposer)),
         ],
     };
     let mut names: Vec<(String, usize)> = Vec::new();

@@ -97,6 +97,67 @@ fn spin_for(d: Duration) {
     }
 }
 
+/// One node's figures, small enough to send to another host.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NodeFigures {
+    /// Fastest barrier, µs.
+    pub min_us: f64,
+    /// Mean barrier, µs.
+    pub mean_us: f64,
+    /// Slowest barrier, µs.
+    pub max_us: f64,
+    /// Median, µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// The whole timed loop, µs.
+    pub loop_us: f64,
+    /// Re-sends and answers.
+    pub recoveries: f64,
+}
+
+impl NodeFigures {
+    /// Bytes on the wire: seven little-endian f64.
+    pub const WIRE_LEN: usize = 56;
+
+    /// As bytes.
+    pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
+        let mut out = [0u8; Self::WIRE_LEN];
+        let v = [self.min_us, self.mean_us, self.max_us, self.p50_us, self.p99_us, self.loop_us, self.recoveries];
+        for (i, x) in v.iter().enumerate() {
+            out[8 * i..8 * i + 8].copy_from_slice(&x.to_le_bytes());
+        }
+        out
+    }
+
+    /// From bytes; `None` when too short.
+    pub fn from_bytes(b: &[u8]) -> Option<NodeFigures> {
+        let f = |i: usize| Some(f64::from_le_bytes(b.get(8 * i..8 * i + 8)?.try_into().ok()?));
+        Some(NodeFigures { min_us: f(0)?, mean_us: f(1)?, max_us: f(2)?, p50_us: f(3)?, p99_us: f(4)?, loop_us: f(5)?, recoveries: f(6)? })
+    }
+}
+
+impl NodeTimes {
+    /// The figures of these timings.
+    pub fn figures(&self) -> NodeFigures {
+        let h = &self.hist;
+        NodeFigures {
+            min_us: h.min() as f64 / 1000.0,
+            mean_us: h.mean() / 1000.0,
+            max_us: h.max() as f64 / 1000.0,
+            p50_us: h.value_at_quantile(0.5) as f64 / 1000.0,
+            p99_us: h.value_at_quantile(0.99) as f64 / 1000.0,
+            loop_us: self.loop_time.as_secs_f64() * 1e6,
+            recoveries: self.recoveries as f64,
+        }
+    }
+
+    /// Sets the recoveries counted around the loop.
+    pub fn set_recoveries(&mut self, recoveries: u64) {
+        self.recoveries = recoveries;
+    }
+}
+
 impl BarrierBench {
     /// Runs one node's loop of this method around `barrier`: the warm-up, then
     /// the timed barriers (each followed by the dummy loop in the paper's method).
@@ -119,13 +180,19 @@ impl BarrierBench {
 
     /// Combines the nodes' timings into the figures of this method.
     pub fn summarize(&self, algorithm: &str, rails: usize, nodes: &[NodeTimes]) -> BarrierMeasurement {
+        let figures: Vec<NodeFigures> = nodes.iter().map(NodeTimes::figures).collect();
+        self.summarize_figures(algorithm, rails, &figures)
+    }
+
+    /// As [`summarize`](Self::summarize), from each node's figures (as
+    /// gathered from other hosts).
+    pub fn summarize_figures(&self, algorithm: &str, rails: usize, nodes: &[NodeFigures]) -> BarrierMeasurement {
         let n = nodes.len().max(1) as f64;
-        let avg = |f: &dyn Fn(&Histogram<u64>) -> f64| nodes.iter().map(|t| f(&t.hist)).sum::<f64>() / n / 1000.0;
+        let avg = |f: &dyn Fn(&NodeFigures) -> f64| nodes.iter().map(f).sum::<f64>() / n;
         let (min_us, mean_us, max_us) = match self.method {
-            Method::Paper => (avg(&|h| h.min() as f64), avg(&|h| h.mean()), avg(&|h| h.max() as f64)),
+            Method::Paper => (avg(&|f| f.min_us), avg(&|f| f.mean_us), avg(&|f| f.max_us)),
             Method::Osu => {
-                let means: Vec<f64> =
-                    nodes.iter().map(|t| t.loop_time.as_secs_f64() * 1e6 / self.iterations.max(1) as f64).collect();
+                let means: Vec<f64> = nodes.iter().map(|f| f.loop_us / self.iterations.max(1) as f64).collect();
                 let mean = means.iter().sum::<f64>() / n;
                 (means.iter().cloned().fold(f64::INFINITY, f64::min), mean, means.iter().cloned().fold(0.0, f64::max))
             }
@@ -139,9 +206,9 @@ impl BarrierBench {
             min_us,
             mean_us,
             max_us,
-            p50_us: avg(&|h| h.value_at_quantile(0.5) as f64),
-            p99_us: avg(&|h| h.value_at_quantile(0.99) as f64),
-            recoveries: nodes.iter().map(|t| t.recoveries).sum(),
+            p50_us: avg(&|f| f.p50_us),
+            p99_us: avg(&|f| f.p99_us),
+            recoveries: nodes.iter().map(|f| f.recoveries as u64).sum(),
         }
     }
 }
@@ -176,4 +243,78 @@ pub fn measure(cluster: &Cluster, config: BarrierConfig, bench: BarrierBench) ->
         .map(|(i, r)| r.map_err(|e| anyhow!("{} on node {i}: {e}", config.algorithm)))
         .collect::<Result<_>>()?;
     Ok(bench.summarize(&config.algorithm.to_string(), config.rails, &nodes))
+}
+
+/// Message kinds of the result gathering across hosts.
+mod gather_kind {
+    pub const REQUEST: u8 = 0xC0;
+    pub const FIGURES: u8 = 0xC1;
+    pub const DONE: u8 = 0xC2;
+}
+
+/// Measures `config` across the hosts of a job: this process is one node,
+/// `endpoint` its endpoint (opened by [`mcd::EndpointConfig::bootstrap`], say).
+/// Every node runs the loop; node 0 then asks each node for its figures and
+/// returns the measurement; the other nodes return `None`. `round` tells
+/// successive calls' messages apart.
+pub fn measure_across_hosts(
+    endpoint: Endpoint,
+    config: BarrierConfig,
+    bench: BarrierBench,
+    round: u32,
+) -> Result<(Endpoint, Option<BarrierMeasurement>)> {
+    use mcd::Destination;
+    let mut barrier = barriers::Barrier::new(McdTransport::new(endpoint), config)?;
+    let before = barrier.stats();
+    let mut times = bench.time_node(|| barrier.wait())?;
+    let after = barrier.stats();
+    times.set_recoveries((after.resends + after.answers) - (before.resends + before.answers));
+    let mine = times.figures();
+    // Give peers whose last release was lost a chance before switching to the gathering.
+    barrier.linger(Duration::from_millis(20))?;
+    let mut ep = barrier.into_transport().into_endpoint();
+    let n = ep.node_count();
+    let me = ep.node_id();
+    let mut buf = vec![0u8; 2048];
+    if me != 0 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            let Some(m) = ep.recv(&mut buf, Some(Duration::from_millis(100)))? else { continue };
+            if m.from == 0 && m.seq == round {
+                match m.kind {
+                    gather_kind::REQUEST => ep.send(0, Destination::Node(0), gather_kind::FIGURES, round, &mine.to_bytes())?,
+                    gather_kind::DONE => return Ok((ep, None)),
+                    _ => {}
+                }
+            }
+        }
+        return Err(anyhow!("node {me}: node 0 never collected the results of {}", config.algorithm));
+    }
+    let mut figures: Vec<Option<NodeFigures>> = vec![None; n];
+    figures[0] = Some(mine);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while figures.iter().any(Option::is_none) {
+        if Instant::now() > deadline {
+            let missing: Vec<usize> = (0..n).filter(|&i| figures[i].is_none()).collect();
+            return Err(anyhow!("no results from node(s) {missing:?} for {}", config.algorithm));
+        }
+        for (i, _) in figures.iter().enumerate().filter(|(_, f)| f.is_none()) {
+            ep.send(0, Destination::Node(i), gather_kind::REQUEST, round, &[])?;
+        }
+        let until = Instant::now() + Duration::from_millis(50);
+        while let Some(m) = ep.recv(&mut buf, Some(until.saturating_duration_since(Instant::now())))? {
+            if m.kind == gather_kind::FIGURES && m.seq == round {
+                figures[m.from] = NodeFigures::from_bytes(&buf[..m.len]);
+            }
+        }
+    }
+    // Tell everyone, a few times (no acknowledgement: a node that misses all
+    // of them gives up after its own timeout).
+    for _ in 0..3 {
+        for i in 1..n {
+            ep.send(0, Destination::Node(i), gather_kind::DONE, round, &[])?;
+        }
+    }
+    let figures: Vec<NodeFigures> = figures.into_iter().map(|f| f.expect("all present")).collect();
+    Ok((ep, Some(bench.summarize_figures(&config.algorithm.to_string(), config.rails, &figures))))
 }

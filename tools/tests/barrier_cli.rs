@@ -14,6 +14,23 @@ fn scratch(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// The CSV has a header and `rows` rows of positive, ordered figures.
+fn check_csv(dir: &std::path::Path, rows: usize, iterations: usize) {
+    let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 1 + rows, "header + {rows} rows:\n{csv}");
+    let header: Vec<&str> = lines[0].split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    for line in &lines[1..] {
+        let f: Vec<&str> = line.split(',').collect();
+        let num = |name: &str| f[col(name)].parse::<f64>().unwrap();
+        let (min, mean, max) = (num("min_us"), num("mean_us"), num("max_us"));
+        assert!(min > 0.0 && min <= mean && mean <= max, "{line}");
+        assert!(num("p50_us") > 0.0 && num("predicted_us") > 0.0, "{line}");
+        assert_eq!(num("iterations"), iterations as f64);
+    }
+}
+
 #[test]
 fn bad_options_and_files_are_clear_errors() {
     let dir = scratch("bad");
@@ -48,24 +65,32 @@ fn a_short_sweep_writes_complete_ordered_results_and_leaves_no_cluster() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
-    let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines.len(), 1 + 4, "header + 2 sizes × (dissemination, auto):\n{csv}");
-    let header: Vec<&str> = lines[0].split(',').collect();
-    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    for line in &lines[1..] {
-        let f: Vec<&str> = line.split(',').collect();
-        let num = |name: &str| f[col(name)].parse::<f64>().unwrap();
-        let (min, mean, max) = (num("min_us"), num("mean_us"), num("max_us"));
-        assert!(min > 0.0 && min <= mean && mean <= max, "{line}");
-        assert!(num("p50_us") > 0.0 && num("predicted_us") > 0.0, "{line}");
-        assert_eq!(num("iterations"), 30.0);
-    }
+    check_csv(&dir, 4, 30);
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
     assert_eq!(json["rows"].as_array().unwrap().len(), 4);
     assert!(json["logp"]["o_s"].as_f64().unwrap() > 0.0);
-    assert!(dir.join("barrier-switch-1rail-adaptive.svg").exists());
+    assert!(dir.join("barrier-adaptive.svg").exists() && dir.join("barrier-adaptive.png").exists());
     let leftovers = mcd_tools::vcluster::Cluster::leftovers("mb").unwrap();
     assert!(leftovers.is_empty(), "the sweep's cluster is gone: {leftovers:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn across_hosts_every_node_runs_and_node_zero_reports() {
+    use mcd_tools::vcluster::{Cluster, ClusterSpec};
+    let dir = scratch("hosts");
+    let cluster = Cluster::up_guarded(ClusterSpec::new("mbh", 3)).expect("this test needs a virtual cluster (root, iproute2)");
+    // One process per node, as srun or mpirun would start them.
+    let argv: Vec<String> = [BIN, "--across-hosts", "--algorithms", "dissemination,tree2", "--iterations", "40", "--warmup", "5", "--out"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([dir.display().to_string()])
+        .collect();
+    let outcomes = cluster.run(&argv, std::time::Duration::from_secs(120)).unwrap();
+    for o in &outcomes {
+        assert!(o.success(), "node {}: {}{}", o.node, o.stdout, o.stderr);
+    }
+    assert!(outcomes[0].stdout.contains("3 nodes, hosts, 1 rail(s), wait adaptive"), "{}", outcomes[0].stdout);
+    check_csv(&dir, 2, 40);
     let _ = std::fs::remove_dir_all(&dir);
 }

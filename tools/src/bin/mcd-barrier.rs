@@ -65,11 +65,20 @@ struct Cli {
     /// Where to write results.csv, results.json and the plots.
     #[arg(long, default_value = "mcd-barrier-results")]
     out: PathBuf,
+    /// Run across real hosts instead of a virtual cluster: start one
+    /// mcd-barrier per node (srun, mpirun, or by hand with MCD_RANK and
+    /// MCD_SIZE); the nodes come from MCD_NODES / MCD_NODE_FILE or are
+    /// discovered, the interfaces from MCD_IFACES or the default route. Node 0
+    /// prints and writes the results. --nodes, --topology and --rails do not
+    /// apply; without --logp the predictions use the reference parameters.
+    #[arg(long)]
+    across_hosts: bool,
 }
 
 #[derive(Serialize)]
 struct Row {
-    topology: Topology,
+    /// switch, hub, or hosts (across real hosts).
+    topology: String,
     wait: String,
     #[serde(flatten)]
     measured: BarrierMeasurement,
@@ -113,6 +122,9 @@ fn iterations_for(n: usize) -> usize {
 fn run(cli: Cli) -> Result<()> {
     let (algs, with_auto) = algorithms(&cli.algorithms)?;
     anyhow::ensure!(!algs.is_empty() || with_auto, "no algorithm to measure");
+    if cli.across_hosts {
+        return run_across_hosts(&cli, &algs, with_auto);
+    }
     anyhow::ensure!(cli.nodes.iter().all(|&n| (1..=64).contains(&n)), "node counts must be 1 to 64 here");
     let p = logp::load_or_measure(cli.logp.as_deref())?;
     eprintln!("LogP parameters: o_s {:.2} µs, o_r {:.2} µs, g {:.2} µs, L {:.2} µs", p.o_s, p.o_r, p.g, p.l);
@@ -149,7 +161,7 @@ fn run(cli: Cli) -> Result<()> {
                             measured.algorithm = format!("auto={algorithm}");
                         }
                         rows.push(Row {
-                            topology,
+                            topology: topology.to_string(),
                             wait: wait.to_string(),
                             predicted_us: model::simulate(algorithm, n, rails, &p).last_exit,
                             auto_pick: algorithm == auto_alg,
@@ -165,6 +177,63 @@ fn run(cli: Cli) -> Result<()> {
     report(&cli, &p, &rows)
 }
 
+/// The benchmark across real hosts: this process is one node of the job.
+fn run_across_hosts(cli: &Cli, algs: &[Algorithm], with_auto: bool) -> Result<()> {
+    let p = match &cli.logp {
+        Some(path) => logp::load_or_measure(Some(path))?,
+        None => LogP::REFERENCE,
+    };
+    let mut config = mcd::EndpointConfig::bootstrap().context("joining the job (see `mcd-barrier --help`)")?;
+    let n = config.nodes.len();
+    let rails = config.interfaces.len();
+    let mut rows = Vec::new();
+    let (auto_alg, _) = model::auto(n, rails, &p, true);
+    let mut todo: Vec<(Algorithm, bool)> = algs.iter().map(|&a| (a, false)).collect();
+    if with_auto {
+        todo.push((auto_alg, true));
+    }
+    let mut round = 0;
+    for &wait in &cli.wait {
+        config.wait = wait;
+        let mut endpoint = mcd::Endpoint::open(config.clone())?;
+        let me = endpoint.node_id();
+        if me == 0 {
+            eprintln!("{n} nodes, {rails} rail(s), wait {wait}: {} measurement(s)", todo.len());
+        }
+        for &(algorithm, is_auto_row) in &todo {
+            let bench = BarrierBench {
+                method: cli.method,
+                warmup: cli.warmup,
+                iterations: cli.iterations.unwrap_or_else(|| iterations_for(n)),
+                dummy: Duration::from_micros(30),
+                wait,
+            };
+            round += 1;
+            let (ep, measured) =
+                barrierbench::measure_across_hosts(endpoint, BarrierConfig::new(algorithm).rails(rails), bench, round)?;
+            endpoint = ep;
+            if let Some(mut measured) = measured {
+                eprintln!("  {algorithm}: mean {:.1} µs", measured.mean_us);
+                if is_auto_row {
+                    measured.algorithm = format!("auto={algorithm}");
+                }
+                rows.push(Row {
+                    topology: "hosts".into(),
+                    wait: wait.to_string(),
+                    predicted_us: model::simulate(algorithm, n, rails, &p).last_exit,
+                    auto_pick: algorithm == auto_alg,
+                    measured,
+                });
+            }
+        }
+    }
+    if rows.is_empty() {
+        return Ok(()); // not node 0: node 0 reports
+    }
+    std::fs::create_dir_all(&cli.out).with_context(|| format!("creating {}", cli.out.display()))?;
+    report(cli, &p, &rows)
+}
+
 fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
     let mut table = String::new();
     let method = match cli.method {
@@ -172,9 +241,9 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
         Method::Osu => "OSU convention: back-to-back barriers; min/mean/max of the per-node means",
     };
     writeln!(table, "mcd barrier microbenchmark ({method}); µs per barrier; * = auto's pick")?;
-    let mut groups: Vec<(Topology, usize, String, usize)> = Vec::new();
+    let mut groups: Vec<(String, usize, String, usize)> = Vec::new();
     for r in rows {
-        let key = (r.topology, r.measured.rails, r.wait.clone(), r.measured.nodes);
+        let key = (r.topology.clone(), r.measured.rails, r.wait.clone(), r.measured.nodes);
         if !groups.contains(&key) {
             groups.push(key);
         }
@@ -182,7 +251,7 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
     for (topology, rails, wait, n) in &groups {
         writeln!(table, "\n{n} nodes, {topology}, {rails} rail(s), wait {wait}")?;
         writeln!(table, "  {:<20} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11}", "algorithm", "min", "mean", "max", "p50", "p99", "predicted")?;
-        for r in rows.iter().filter(|r| (r.topology, r.measured.rails, &r.wait, r.measured.nodes) == (*topology, *rails, wait, *n)) {
+        for r in rows.iter().filter(|r| (&r.topology, r.measured.rails, &r.wait, r.measured.nodes) == (topology, *rails, wait, *n)) {
             let m = &r.measured;
             let name = format!("{}{}", m.algorithm, if r.auto_pick && !m.algorithm.starts_with("auto") { " *" } else { "" });
             writeln!(
@@ -212,11 +281,11 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
     waits.dedup();
     for wait in waits {
         let mut panels = Vec::new();
-        let mut shapes: Vec<(Topology, usize)> = groups.iter().filter(|g| &g.2 == wait).map(|g| (g.0, g.1)).collect();
-        shapes.sort_by_key(|&(t, r)| (r, t == Topology::Hub));
+        let mut shapes: Vec<(String, usize)> = groups.iter().filter(|g| &g.2 == wait).map(|g| (g.0.clone(), g.1)).collect();
+        shapes.sort_by_key(|(t, r)| (*r, t == "hub"));
         shapes.dedup();
         for (topology, rails) in shapes {
-            let mine: Vec<&Row> = rows.iter().filter(|r| (r.topology, r.measured.rails, &r.wait) == (topology, rails, wait)).collect();
+            let mine: Vec<&Row> = rows.iter().filter(|r| (&r.topology, r.measured.rails, &r.wait) == (&topology, rails, wait)).collect();
             let mut names: Vec<String> = mine.iter().map(|r| r.measured.algorithm.clone()).collect();
             names.sort();
             names.dedup();
