@@ -141,7 +141,8 @@ impl Job {
                 Some(list) => LogP::parse_list(&list).map_err(|e| config_error(format!("MCD_LOGP: {e}")))?,
                 None => LogP::REFERENCE,
             };
-            BarrierConfig::auto(size, rails, &params, true)
+            let local = mcd::wait::local_processes_from_env();
+            BarrierConfig::auto_on_host(size, rails, &params, true, local, mcd::host::online_cpus())
         } else {
             let algorithm: Algorithm = name.parse().map_err(|e: String| config_error(format!("algorithm: {e}")))?;
             BarrierConfig::new(algorithm).rails(rails)
@@ -405,23 +406,32 @@ pub unsafe extern "C" fn mcd_linger(job: *mut Job, microseconds: c_uint) -> c_in
     guarded(|| Ok(unsafe { handle(job) }?.barrier.linger(Duration::from_micros(microseconds as u64))?))
 }
 
+/// `f` of the job as a C int, or a negative error code.
+///
+/// # Safety
+/// As [`mcd_barrier`].
+unsafe fn query(job: *mut Job, f: impl FnOnce(&Job) -> usize) -> c_int {
+    let mut value = 0;
+    // SAFETY: forwarded contract.
+    let rc = guarded(|| {
+        value = f(unsafe { handle(job) }?) as c_int;
+        Ok(())
+    });
+    if rc == MCD_OK {
+        value
+    } else {
+        rc
+    }
+}
+
 /// This process's rank, or a negative error code.
 ///
 /// # Safety
 /// As [`mcd_barrier`].
 #[no_mangle]
 pub unsafe extern "C" fn mcd_rank(job: *mut Job) -> c_int {
-    let mut rank = 0;
     // SAFETY: forwarded contract.
-    let rc = guarded(|| {
-        rank = unsafe { handle(job) }?.rank() as c_int;
-        Ok(())
-    });
-    if rc == MCD_OK {
-        rank
-    } else {
-        rc
-    }
+    unsafe { query(job, Job::rank) }
 }
 
 /// The job's size, or a negative error code.
@@ -430,17 +440,8 @@ pub unsafe extern "C" fn mcd_rank(job: *mut Job) -> c_int {
 /// As [`mcd_barrier`].
 #[no_mangle]
 pub unsafe extern "C" fn mcd_size(job: *mut Job) -> c_int {
-    let mut size = 0;
     // SAFETY: forwarded contract.
-    let rc = guarded(|| {
-        size = unsafe { handle(job) }?.size() as c_int;
-        Ok(())
-    });
-    if rc == MCD_OK {
-        size
-    } else {
-        rc
-    }
+    unsafe { query(job, Job::size) }
 }
 
 /// The barrier algorithm's name (e.g. `tree4`), valid until [`mcd_finalize`];

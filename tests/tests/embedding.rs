@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use mcd_integration_tests::{cluster, run_discovering};
 use mcd_tools::mpi::{self, MpiRun};
-use mcd_tools::vcluster::ClusterSpec;
+use mcd_tools::vcluster::{ClusterSpec, NodeOutcome};
 
 /// The MPI tests share the root namespace's bridge address: one at a time.
 static MPI: Mutex<()> = Mutex::new(());
@@ -116,23 +116,24 @@ fn the_header_declares_exactly_what_the_library_exports() {
     assert_eq!(declared, exported, "capi/include/mcd_barrier.h and the library disagree");
 }
 
-fn interposer() -> PathBuf {
-    mpi::build_interposer(false).unwrap_or_else(|e| panic!("building the interposer (needs Open MPI's mpicc): {e:#}"))
+/// Runs mpi/barrier_check.c with COUNT barriers under mpirun on a new cluster
+/// `name` of `nodes` nodes, the interposer preloaded, reports on, and `env`.
+fn barrier_check_with_interposer(name: &str, nodes: usize, count: usize, env: &[(&str, &str)]) -> NodeOutcome {
+    let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
+    let preload = mpi::build_interposer(false).unwrap_or_else(|e| panic!("building the interposer (needs Open MPI's mpicc): {e:#}"));
+    let program = mpi::compile("barrier_check", false, &[]).unwrap();
+    let c = cluster(ClusterSpec::new(name, nodes));
+    let mut vars = vec![("LD_PRELOAD".to_string(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())];
+    vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let run = MpiRun { yield_when_idle: true, env: vars, ..MpiRun::default() };
+    let out = run.output(&c, program.to_str().unwrap(), &[count.to_string()], Duration::from_secs(120)).unwrap();
+    assert!(out.success(), "mpirun failed:\n{}\n{}", out.stdout, out.stderr);
+    out
 }
 
 #[test]
 fn the_interposer_serves_mpi_barrier_in_an_unmodified_program() {
-    let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
-    let preload = interposer();
-    let program = mpi::compile("barrier_check", false, &[]).unwrap();
-    let c = cluster(ClusterSpec::new("mpii", 4));
-    let run = MpiRun {
-        yield_when_idle: true,
-        env: vec![("LD_PRELOAD".into(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())],
-        ..MpiRun::default()
-    };
-    let out = run.output(&c, program.to_str().unwrap(), &["300".into()], Duration::from_secs(120)).unwrap();
-    assert!(out.success(), "mpirun failed:\n{}\n{}", out.stdout, out.stderr);
+    let out = barrier_check_with_interposer("mpii", 4, 300, &[]);
     assert!(out.stdout.contains("barrier_check: OK 4 ranks, 300 barriers"), "{}\n{}", out.stdout, out.stderr);
     // Every rank's 300 barriers on MPI_COMM_WORLD went through mcd, the 10 on a
     // duplicate communicator through PMPI, and mcd counted 300 barriers.
@@ -149,20 +150,7 @@ fn the_interposer_serves_mpi_barrier_in_an_unmodified_program() {
 
 #[test]
 fn the_interposer_falls_back_to_pmpi_with_one_warning() {
-    let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
-    let preload = interposer();
-    let program = mpi::compile("barrier_check", false, &[]).unwrap();
-    let c = cluster(ClusterSpec::new("mpif", 3));
-    let run = MpiRun {
-        env: vec![
-            ("LD_PRELOAD".into(), preload.display().to_string()),
-            ("MCD_MPI_REPORT".into(), "1".into()),
-            ("MCD_IFACES".into(), "nosuch0".into()),
-        ],
-        ..MpiRun::default()
-    };
-    let out = run.output(&c, program.to_str().unwrap(), &["50".into()], Duration::from_secs(120)).unwrap();
-    assert!(out.success(), "mpirun failed:\n{}\n{}", out.stdout, out.stderr);
+    let out = barrier_check_with_interposer("mpif", 3, 50, &[("MCD_IFACES", "nosuch0")]);
     assert!(out.stdout.contains("barrier_check: OK 3 ranks, 50 barriers"), "{}", out.stdout);
     let warnings: Vec<&str> = out.stderr.lines().filter(|l| l.contains("falls back to PMPI_Barrier")).collect();
     assert_eq!(warnings.len(), 1, "{}", out.stderr);

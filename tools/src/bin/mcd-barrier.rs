@@ -75,6 +75,19 @@ struct Cli {
     across_hosts: bool,
 }
 
+impl Cli {
+    /// How to time one measurement at `n` nodes with `wait`.
+    fn bench(&self, n: usize, wait: WaitPolicy) -> BarrierBench {
+        BarrierBench {
+            method: self.method,
+            warmup: self.warmup,
+            iterations: self.iterations.unwrap_or_else(|| iterations_for(n)),
+            dummy: Duration::from_micros(30),
+            wait,
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Row {
     /// switch, hub, or hosts (across real hosts).
@@ -140,15 +153,10 @@ fn run(cli: Cli) -> Result<()> {
             for &n in &cli.nodes {
                 bar.set_message(format!("bringing up {n} nodes, {rails} rail(s), {topology}"));
                 let cluster = Cluster::up_guarded(ClusterSpec::new("mb", n).rails(rails).topology(topology))?;
-                let (auto_alg, _) = model::auto(n, rails, &p, true);
+                // Every node of the virtual cluster shares this machine's cores.
+                let (auto_alg, _) = model::auto_on_host(n, rails, &p, true, n, mcd::host::online_cpus());
                 for &wait in &cli.wait {
-                    let bench = BarrierBench {
-                        method: cli.method,
-                        warmup: cli.warmup,
-                        iterations: cli.iterations.unwrap_or_else(|| iterations_for(n)),
-                        dummy: Duration::from_micros(30),
-                        wait,
-                    };
+                    let bench = cli.bench(n, wait);
                     let mut todo: Vec<(Algorithm, bool)> = algs.iter().map(|&a| (a, false)).collect();
                     if with_auto {
                         todo.push((auto_alg, true));
@@ -187,7 +195,7 @@ fn run_across_hosts(cli: &Cli, algs: &[Algorithm], with_auto: bool) -> Result<()
     let n = config.nodes.len();
     let rails = config.interfaces.len();
     let mut rows = Vec::new();
-    let (auto_alg, _) = model::auto(n, rails, &p, true);
+    let (auto_alg, _) = model::auto_on_host(n, rails, &p, true, config.local_processes, mcd::host::online_cpus());
     let mut todo: Vec<(Algorithm, bool)> = algs.iter().map(|&a| (a, false)).collect();
     if with_auto {
         todo.push((auto_alg, true));
@@ -201,13 +209,7 @@ fn run_across_hosts(cli: &Cli, algs: &[Algorithm], with_auto: bool) -> Result<()
             eprintln!("{n} nodes, {rails} rail(s), wait {wait}: {} measurement(s)", todo.len());
         }
         for &(algorithm, is_auto_row) in &todo {
-            let bench = BarrierBench {
-                method: cli.method,
-                warmup: cli.warmup,
-                iterations: cli.iterations.unwrap_or_else(|| iterations_for(n)),
-                dummy: Duration::from_micros(30),
-                wait,
-            };
+            let bench = cli.bench(n, wait);
             round += 1;
             let (ep, measured) =
                 barrierbench::measure_across_hosts(endpoint, BarrierConfig::new(algorithm).rails(rails), bench, round)?;
