@@ -103,7 +103,8 @@ pub fn assert_safe(run: &BarrierRun, count: usize, what: &str) {
 
 /// Starts `argv` on each of `nodes` of `cluster` at once, each with the node's
 /// environment ([`Cluster::node_env`]) but without `MCD_NODE_FILE` (so the
-/// bootstrap discovers the nodes), plus `env(node)`; collects their outcomes,
+/// bootstrap discovers the nodes), plus `env(i)` for the i-th process (a node
+/// may appear more than once: ranks sharing a host); collects their outcomes,
 /// killing what still runs after `timeout`.
 pub fn run_discovering(
     cluster: &Cluster,
@@ -114,9 +115,10 @@ pub fn run_discovering(
 ) -> Vec<mcd_tools::vcluster::NodeOutcome> {
     let children: Vec<_> = nodes
         .iter()
-        .map(|&node| {
+        .enumerate()
+        .map(|(i, &node)| {
             let mut cmd = cluster.command(node, argv[0]);
-            cmd.args(&argv[1..]).env_remove("MCD_NODE_FILE").envs(env(node));
+            cmd.args(&argv[1..]).env_remove("MCD_NODE_FILE").envs(env(i));
             (node, mcd_tools::vcluster::Collected::spawn(cmd).unwrap_or_else(|e| panic!("starting {} on node {node}: {e}", argv[0])))
         })
         .collect();

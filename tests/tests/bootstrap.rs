@@ -74,6 +74,7 @@ fn two_jobs_on_one_bridge_stay_apart() {
         &all,
         &[PEER, "discover", "100"],
         |node| {
+            // Here the i-th process runs on node i.
             let job = if node < 4 { "job-a" } else { "job-b" };
             env(&[("MCD_JOB", job.into()), ("MCD_RANK", (node % 4).to_string()), ("MCD_SIZE", "4".into()), ("MCD_WAIT", "block".into())])
         },
@@ -81,4 +82,29 @@ fn two_jobs_on_one_bridge_stay_apart() {
     );
     assert_discovered(&outcomes[..4], &[0, 1, 2, 3], &macs(&c, 0..4));
     assert_discovered(&outcomes[4..], &[0, 1, 2, 3], &macs(&c, 4..8));
+}
+
+#[test]
+fn ranks_sharing_a_host_share_its_nic_through_their_ports() {
+    let c = cluster(ClusterSpec::new("bsh", 2));
+    // Ranks 0 and 1 on node 0, ranks 2 and 3 on node 1; the port is the rank on the host.
+    let hosts = [0, 0, 1, 1];
+    let outcomes = run_discovering(
+        &c,
+        &hosts,
+        &[PEER, "discover", "100"],
+        |rank| {
+            env(&[
+                ("MCD_JOB", "bsh".into()),
+                ("MCD_RANK", rank.to_string()),
+                ("MCD_SIZE", "4".into()),
+                ("MCD_PORT", (rank % 2).to_string()),
+                ("MCD_LOCAL_PROCS", "4".into()),
+                ("MCD_WAIT", "block".into()),
+            ])
+        },
+        Duration::from_secs(60),
+    );
+    let expected = macs(&c, hosts.iter().copied());
+    assert_discovered(&outcomes, &[0, 1, 2, 3], &expected);
 }

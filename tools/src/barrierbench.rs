@@ -78,6 +78,8 @@ pub struct BarrierMeasurement {
     pub p50_us: f64,
     /// Mean over nodes of each node's 99th percentile, µs.
     pub p99_us: f64,
+    /// Mean over nodes of each node's 99.9th percentile, µs.
+    pub p999_us: f64,
     /// Point-to-point re-sends and answers, all nodes, warm-up included (loss recovery at work).
     pub recoveries: u64,
 }
@@ -110,6 +112,8 @@ pub struct NodeFigures {
     pub p50_us: f64,
     /// 99th percentile, µs.
     pub p99_us: f64,
+    /// 99.9th percentile, µs.
+    pub p999_us: f64,
     /// The whole timed loop, µs.
     pub loop_us: f64,
     /// Re-sends and answers.
@@ -117,13 +121,13 @@ pub struct NodeFigures {
 }
 
 impl NodeFigures {
-    /// Bytes on the wire: seven little-endian f64.
-    pub const WIRE_LEN: usize = 56;
+    /// Bytes on the wire: eight little-endian f64.
+    pub const WIRE_LEN: usize = 64;
 
     /// As bytes.
     pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
         let mut out = [0u8; Self::WIRE_LEN];
-        let v = [self.min_us, self.mean_us, self.max_us, self.p50_us, self.p99_us, self.loop_us, self.recoveries];
+        let v = [self.min_us, self.mean_us, self.max_us, self.p50_us, self.p99_us, self.loop_us, self.recoveries, self.p999_us];
         for (i, x) in v.iter().enumerate() {
             out[8 * i..8 * i + 8].copy_from_slice(&x.to_le_bytes());
         }
@@ -133,7 +137,7 @@ impl NodeFigures {
     /// From bytes; `None` when too short.
     pub fn from_bytes(b: &[u8]) -> Option<NodeFigures> {
         let f = |i: usize| Some(f64::from_le_bytes(b.get(8 * i..8 * i + 8)?.try_into().ok()?));
-        Some(NodeFigures { min_us: f(0)?, mean_us: f(1)?, max_us: f(2)?, p50_us: f(3)?, p99_us: f(4)?, loop_us: f(5)?, recoveries: f(6)? })
+        Some(NodeFigures { min_us: f(0)?, mean_us: f(1)?, max_us: f(2)?, p50_us: f(3)?, p99_us: f(4)?, loop_us: f(5)?, recoveries: f(6)?, p999_us: f(7)? })
     }
 }
 
@@ -147,6 +151,7 @@ impl NodeTimes {
             max_us: h.max() as f64 / 1000.0,
             p50_us: h.value_at_quantile(0.5) as f64 / 1000.0,
             p99_us: h.value_at_quantile(0.99) as f64 / 1000.0,
+            p999_us: h.value_at_quantile(0.999) as f64 / 1000.0,
             loop_us: self.loop_time.as_secs_f64() * 1e6,
             recoveries: self.recoveries as f64,
         }
@@ -208,6 +213,7 @@ impl BarrierBench {
             max_us,
             p50_us: avg(&|f| f.p50_us),
             p99_us: avg(&|f| f.p99_us),
+            p999_us: avg(&|f| f.p999_us),
             recoveries: nodes.iter().map(|f| f.recoveries as u64).sum(),
         }
     }

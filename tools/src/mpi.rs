@@ -246,6 +246,7 @@ struct BenchLine {
     max_us: f64,
     p50_us: f64,
     p99_us: f64,
+    p999_us: f64,
 }
 
 /// Runs `mpi/barrier_bench.c` (the same loop and statistics as
@@ -288,6 +289,7 @@ pub fn measure_barrier(cluster: &Cluster, run: &MpiRun, bench: BarrierBench, lab
         max_us: r.max_us,
         p50_us: r.p50_us,
         p99_us: r.p99_us,
+        p999_us: r.p999_us,
         recoveries: 0,
     })
 }

@@ -252,25 +252,25 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
     }
     for (topology, rails, wait, n) in &groups {
         writeln!(table, "\n{n} nodes, {topology}, {rails} rail(s), wait {wait}")?;
-        writeln!(table, "  {:<20} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11}", "algorithm", "min", "mean", "max", "p50", "p99", "predicted")?;
+        writeln!(table, "  {:<20} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11}", "algorithm", "min", "mean", "max", "p50", "p99", "p99.9", "predicted")?;
         for r in rows.iter().filter(|r| (&r.topology, r.measured.rails, &r.wait, r.measured.nodes) == (topology, *rails, wait, *n)) {
             let m = &r.measured;
             let name = format!("{}{}", m.algorithm, if r.auto_pick && !m.algorithm.starts_with("auto") { " *" } else { "" });
             writeln!(
                 table,
-                "  {:<20} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>11.1}",
-                name, m.min_us, m.mean_us, m.max_us, m.p50_us, m.p99_us, r.predicted_us
+                "  {:<20} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>11.1}",
+                name, m.min_us, m.mean_us, m.max_us, m.p50_us, m.p99_us, m.p999_us, r.predicted_us
             )?;
         }
     }
     print!("{table}");
-    let mut csv = String::from("topology,rails,wait,method,nodes,algorithm,iterations,min_us,mean_us,max_us,p50_us,p99_us,predicted_us,auto_pick,recoveries\n");
+    let mut csv = String::from("topology,rails,wait,method,nodes,algorithm,iterations,min_us,mean_us,max_us,p50_us,p99_us,p999_us,predicted_us,auto_pick,recoveries\n");
     for r in rows {
         let m = &r.measured;
         writeln!(
             csv,
-            "{},{},{},{:?},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{}",
-            r.topology, m.rails, r.wait, m.method, m.nodes, m.algorithm, m.iterations, m.min_us, m.mean_us, m.max_us, m.p50_us, m.p99_us, r.predicted_us, r.auto_pick, m.recoveries
+            "{},{},{},{:?},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{}",
+            r.topology, m.rails, r.wait, m.method, m.nodes, m.algorithm, m.iterations, m.min_us, m.mean_us, m.max_us, m.p50_us, m.p99_us, m.p999_us, r.predicted_us, r.auto_pick, m.recoveries
         )?;
     }
     std::fs::write(cli.out.join("results.csv"), csv)?;
