@@ -130,7 +130,7 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
     Ok(())
 }
 
-fn best_mcd<'a>(rows: &'a [Row], n: usize) -> Option<&'a Row> {
+fn best_mcd(rows: &[Row], n: usize) -> Option<&Row> {
     rows.iter()
         .filter(|r| r.measured.nodes == n && r.contender == Contender::Mcd)
         .min_by(|a, b| a.measured.mean_us.total_cmp(&b.measured.mean_us))

@@ -134,7 +134,7 @@ impl Job {
         let size = config.nodes.len();
         let rails = config.interfaces.len();
         let endpoint = Endpoint::open(config)?;
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let var = mcd::bootstrap::env_var;
         let name = settings.algorithm.clone().or_else(|| var("MCD_ALGORITHM")).unwrap_or_else(|| "auto".into());
         let mut barrier_config = if name == "auto" {
             let params = match var("MCD_LOGP") {
@@ -147,13 +147,8 @@ impl Job {
             let algorithm: Algorithm = name.parse().map_err(|e: String| config_error(format!("algorithm: {e}")))?;
             BarrierConfig::new(algorithm).rails(rails)
         };
-        if let Some(t) = var("MCD_BARRIER_TIMEOUT") {
-            let secs: f64 = t
-                .parse()
-                .ok()
-                .filter(|s: &f64| *s > 0.0 && s.is_finite())
-                .ok_or_else(|| config_error(format!("MCD_BARRIER_TIMEOUT={t} is not a number of seconds")))?;
-            barrier_config = barrier_config.timeouts(barrier_config.retry_timeout, Duration::from_secs_f64(secs));
+        if let Some(failure) = mcd::bootstrap::env_seconds("MCD_BARRIER_TIMEOUT")? {
+            barrier_config = barrier_config.timeouts(barrier_config.retry_timeout, failure);
         }
         let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");
         let barrier = Barrier::new(McdTransport::new(endpoint), barrier_config)?;

@@ -20,6 +20,7 @@ use crate::filter::{self, pkttype, FilterSpec};
 use crate::node::{NodeAddr, NodeList, Port};
 use crate::sys::{self, PacketSocket};
 use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, DEFAULT_ETHERTYPE};
+use crate::endpoint::lookup_interface;
 use crate::{job_key_from_str, Error, Result, DEFAULT_JOB_KEY, MAX_RAILS};
 
 /// The multicast group hellos go to.
@@ -56,9 +57,22 @@ pub struct JobEnv {
     pub rank_source: &'static str,
 }
 
-fn var(name: &str) -> Option<String> {
+/// The environment variable `name`, trimmed; `None` when unset or blank.
+pub fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
 }
+
+/// The environment variable `name` as a positive number of seconds, if set.
+pub fn env_seconds(name: &str) -> Result<Option<Duration>> {
+    let Some(t) = env_var(name) else { return Ok(None) };
+    let secs: f64 = t
+        .parse()
+        .ok()
+        .filter(|s: &f64| *s > 0.0 && s.is_finite())
+        .ok_or_else(|| Error::Config(format!("{name}={t} is not a number of seconds")))?;
+    Ok(Some(Duration::from_secs_f64(secs)))
+}
+
 
 /// Values given explicitly (by a caller of the C ABI, say); `None` means
 /// "from the environment".
@@ -90,16 +104,16 @@ impl JobEnv {
         };
         let port = match settings.port {
             Some(port) => port,
-            None => match LOCAL_RANK_VARS.iter().find_map(|v| var(v).map(|x| (v, x))) {
+            None => match LOCAL_RANK_VARS.iter().find_map(|v| env_var(v).map(|x| (v, x))) {
                 Some((name, v)) => v
                     .parse::<Port>()
                     .map_err(|_| Error::Config(format!("{name}={v}: ports are 0..=255 (at most 256 ranks per host)")))?,
                 None => 0,
             },
         };
-        let job = settings.job.clone().or_else(|| JOB_VARS.iter().find_map(|v| var(v)));
+        let job = settings.job.clone().or_else(|| JOB_VARS.iter().find_map(|v| env_var(v)));
         let job_key = job.map(|j| job_key_from_str(&j)).unwrap_or(DEFAULT_JOB_KEY);
-        let interfaces = match (&settings.interfaces, var("MCD_IFACES")) {
+        let interfaces = match (&settings.interfaces, env_var("MCD_IFACES")) {
             (Some(list), _) => list.clone(),
             (None, Some(list)) => list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
             (None, None) => vec![default_route_interface()?],
@@ -122,14 +136,14 @@ impl JobEnv {
 }
 
 fn rank_from_env() -> Result<(usize, usize, &'static str)> {
-    let (rank_var, size_var) = RANK_VARS.iter().copied().find(|(r, _)| var(r).is_some()).ok_or_else(|| {
+    let (rank_var, size_var) = RANK_VARS.iter().copied().find(|(r, _)| env_var(r).is_some()).ok_or_else(|| {
         Error::Config(format!(
             "no rank in the environment: set MCD_RANK and MCD_SIZE, or launch with srun, mpirun or a PMI launcher (looked at {})",
             RANK_VARS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
         ))
     })?;
     let number = |name: &str| -> Result<usize> {
-        let v = var(name).ok_or_else(|| Error::Config(format!("{rank_var} is set but {name} is not")))?;
+        let v = env_var(name).ok_or_else(|| Error::Config(format!("{rank_var} is set but {name} is not")))?;
         v.parse().map_err(|_| Error::Config(format!("{name}={v} is not a number")))
     };
     Ok((number(rank_var)?, number(size_var)?, rank_var))
@@ -182,15 +196,10 @@ impl DiscoveryConfig {
     /// The defaults, with `MCD_BOOTSTRAP_TIMEOUT` (seconds) and `MCD_ETHERTYPE` applied.
     pub fn from_env() -> Result<DiscoveryConfig> {
         let mut config = DiscoveryConfig::default();
-        if let Some(t) = var("MCD_BOOTSTRAP_TIMEOUT") {
-            let secs: f64 = t
-                .parse()
-                .ok()
-                .filter(|s: &f64| *s > 0.0 && s.is_finite())
-                .ok_or_else(|| Error::Config(format!("MCD_BOOTSTRAP_TIMEOUT={t} is not a number of seconds")))?;
-            config.timeout = Duration::from_secs_f64(secs);
+        if let Some(timeout) = env_seconds("MCD_BOOTSTRAP_TIMEOUT")? {
+            config.timeout = timeout;
         }
-        if let Some(t) = var("MCD_ETHERTYPE") {
+        if let Some(t) = env_var("MCD_ETHERTYPE") {
             config.ethertype = crate::endpoint::parse_ethertype(&t)?;
         }
         Ok(config)
@@ -216,7 +225,7 @@ const DONE: u8 = 2;
 impl Hello {
     fn payload(&self) -> Vec<u8> {
         let mut p = Vec::with_capacity(8 + 6 * self.macs.len());
-        p.push(u8::from(self.heard_all) * HEARD_ALL | u8::from(self.done) * DONE);
+        p.push((u8::from(self.heard_all) * HEARD_ALL) | (u8::from(self.done) * DONE));
         p.push(self.macs.len() as u8);
         p.extend_from_slice(&[0, 0]);
         p.extend_from_slice(&(self.size as u32).to_be_bytes());
@@ -261,13 +270,7 @@ struct HelloSocket {
 
 impl HelloSocket {
     fn open(interface: &str, port: Port, job_key: u32, ethertype: u16) -> Result<HelloSocket> {
-        let info = match sys::interface_info(interface) {
-            Ok(Some(info)) => info,
-            Ok(None) => {
-                return Err(Error::NoSuchInterface { name: interface.into(), available: sys::interface_names().join(", ") })
-            }
-            Err(source) => return Err(Error::Io { what: format!("querying interface {interface}"), source }),
-        };
+        let info = lookup_interface(interface)?;
         let on = |what: &str| format!("{what} on {interface} (bootstrap)");
         let socket = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
         let groups = [BOOTSTRAP_GROUP.0];
@@ -396,15 +399,7 @@ fn ranks_text(ranks: &[usize]) -> String {
 /// Finds the job's other ranks on rail 0 and returns the node list, numbered
 /// by rank. Fails after `config.timeout` naming the ranks never heard.
 pub fn discover(job: &JobEnv, config: &DiscoveryConfig) -> Result<NodeList> {
-    let macs = job
-        .interfaces
-        .iter()
-        .map(|name| match sys::interface_info(name) {
-            Ok(Some(info)) => Ok(info.mac),
-            Ok(None) => Err(Error::NoSuchInterface { name: name.clone(), available: sys::interface_names().join(", ") }),
-            Err(source) => Err(Error::Io { what: format!("querying interface {name}"), source }),
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let macs = job.interfaces.iter().map(|name| Ok(lookup_interface(name)?.mac)).collect::<Result<Vec<_>>>()?;
     let me = Hello { rank: job.rank, size: job.size, port: job.port, macs, heard_all: job.size == 1, done: false };
     let mut state = Discovery::new(me);
     if job.size == 1 {

@@ -84,7 +84,7 @@ impl EndpointConfig {
     /// default `eth0`), `MCD_PORT` (default 0), `MCD_NODES` / `MCD_NODE_FILE`,
     /// `MCD_JOB`, `MCD_ETHERTYPE`, `MCD_WAIT`.
     pub fn from_env() -> Result<EndpointConfig> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let var = crate::bootstrap::env_var;
         let nodes = NodeList::from_env()?.ok_or(Error::NoNodeList)?;
         let interfaces: Vec<String> =
             var("MCD_IFACES").unwrap_or_else(|| "eth0".into()).split(',').map(|s| s.trim().to_string()).collect();
@@ -102,7 +102,7 @@ impl EndpointConfig {
 
     /// `MCD_ETHERTYPE` and `MCD_WAIT`, if set.
     fn apply_env(&mut self) -> Result<()> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let var = crate::bootstrap::env_var;
         if let Some(t) = var("MCD_ETHERTYPE") {
             self.ethertype = parse_ethertype(&t)?;
         }
@@ -127,9 +127,12 @@ impl EndpointConfig {
         use crate::bootstrap::{discover, DiscoveryConfig, JobEnv};
         let job = JobEnv::resolve(settings)?;
         let discovery = DiscoveryConfig::from_env()?;
-        let nodes = match nodes.map(Ok).or_else(|| NodeList::from_env().transpose()).transpose()? {
+        let nodes = match nodes {
             Some(list) => list,
-            None => discover(&job, &discovery)?,
+            None => match NodeList::from_env()? {
+                Some(list) => list,
+                None => discover(&job, &discovery)?,
+            },
         };
         let mut config = EndpointConfig::new(job.interfaces, job.port, nodes);
         config.job_key = job.job_key;
@@ -144,6 +147,14 @@ pub(crate) fn parse_ethertype(t: &str) -> Result<u16> {
         .and_then(|v| u16::try_from(v).ok())
         .filter(|&v| v >= 0x0600)
         .ok_or_else(|| Error::Config(format!("MCD_ETHERTYPE={t} is not an EtherType (0x0600..=0xffff)")))
+}
+
+/// The interface `name` of the calling thread's network namespace, or an
+/// error that lists the interfaces there.
+pub(crate) fn lookup_interface(name: &str) -> Result<InterfaceInfo> {
+    sys::interface_info(name)
+        .map_err(|source| Error::Io { what: format!("querying interface {name}"), source })?
+        .ok_or_else(|| Error::NoSuchInterface { name: name.into(), available: sys::interface_names().join(", ") })
 }
 
 fn parse_number(s: &str) -> Option<u64> {
@@ -316,16 +327,7 @@ impl Endpoint {
                 nodes.rails()
             )));
         }
-        let infos = interfaces
-            .iter()
-            .map(|name| match sys::interface_info(name) {
-                Ok(Some(info)) => Ok(info),
-                Ok(None) => {
-                    Err(Error::NoSuchInterface { name: name.clone(), available: sys::interface_names().join(", ") })
-                }
-                Err(source) => Err(Error::Io { what: format!("querying interface {name}"), source }),
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let infos = interfaces.iter().map(|name| lookup_interface(name)).collect::<Result<Vec<_>>>()?;
         let me = nodes.find(infos[0].mac, port).ok_or_else(|| Error::NotInNodeList {
             mac: infos[0].mac,
             port,

@@ -1,7 +1,7 @@
 //! Sending arbitrary frames: a send-only raw socket for fault injection and
 //! tools (foreign traffic, malformed frames). Applications use [`crate::Endpoint`].
 
-use crate::sys::{self, PacketSocket};
+use crate::sys::PacketSocket;
 use crate::{Error, Result};
 
 /// A send-only raw socket on one interface: frames go out byte for byte.
@@ -14,9 +14,7 @@ pub struct RawSender {
 impl RawSender {
     /// Opens a sender on `interface` (of the calling thread's network namespace).
     pub fn open(interface: &str) -> Result<RawSender> {
-        let info = sys::interface_info(interface)
-            .map_err(|e| Error::Io { what: format!("querying interface {interface}"), source: e })?
-            .ok_or_else(|| Error::NoSuchInterface { name: interface.into(), available: sys::interface_names().join(", ") })?;
+        let info = crate::endpoint::lookup_interface(interface)?;
         let socket = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
         // Protocol 0: bound for sending, receives nothing.
         socket.bind(info.index, 0).map_err(|e| Error::os(format!("binding to {interface}"), e))?;

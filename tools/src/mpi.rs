@@ -107,14 +107,6 @@ impl MpiRun {
 /// How long one `mpirun` of a benchmark may take before it is killed.
 pub const MPIRUN_TIMEOUT: Duration = Duration::from_secs(300);
 
-fn describe(out: &NodeOutcome) -> String {
-    match (out.code, out.timed_out) {
-        (_, true) => "killed by the timeout".into(),
-        (Some(c), _) => format!("exit {c}"),
-        (None, _) => "killed by a signal".into(),
-    }
-}
-
 impl MpiRun {
     /// Runs `program` under `mpirun` on `cluster` and collects its output;
     /// kills it after `timeout`.
@@ -197,21 +189,27 @@ pub fn build_capi(release: bool) -> Result<PathBuf> {
 /// The C ABI's header directory.
 pub const CAPI_INCLUDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../capi/include");
 
-/// Builds the MPI_Barrier interposer `target/mpi/libmcd_mpi_barrier.so`
-/// (`mpi/mcd_mpi_barrier.c` with the static C ABI library inside).
+/// Builds the MPI_Barrier interposer `target/mpi/{release,debug}/libmcd_mpi_barrier.so`
+/// (`mpi/mcd_mpi_barrier.c` with the static C ABI library of that profile inside).
 pub fn build_interposer(release: bool) -> Result<PathBuf> {
     let lib = build_capi(release)?.join("libmcd_barrier.a");
     let include = format!("-I{CAPI_INCLUDE}");
     let lib = lib.display().to_string();
-    compile("mcd_mpi_barrier", true, &[&include, &lib, "-lpthread", "-ldl", "-lm"])
+    // One output per profile: a debug-built interposer must never be timed.
+    let dir = Path::new(BUILD_DIR).join(if release { "release" } else { "debug" });
+    compile_into(&dir, "mcd_mpi_barrier", true, &[&include, &lib, "-lpthread", "-ldl", "-lm"])
 }
 
 /// Compiles `mpi/<name>.c` with `mpicc` into `target/mpi/<name>` (or, with
 /// `shared`, `target/mpi/lib<name>.so`), adding `extra` arguments; skips the
 /// work when the output is newer than the source. Returns the output's path.
 pub fn compile(name: &str, shared: bool, extra: &[&str]) -> Result<PathBuf> {
+    compile_into(Path::new(BUILD_DIR), name, shared, extra)
+}
+
+/// As [`compile`], into `dir`.
+fn compile_into(dir: &Path, name: &str, shared: bool, extra: &[&str]) -> Result<PathBuf> {
     let source = Path::new(SOURCES).join(format!("{name}.c"));
-    let dir = Path::new(BUILD_DIR);
     std::fs::create_dir_all(dir)?;
     let output = if shared { dir.join(format!("lib{name}.so")) } else { dir.join(name) };
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
@@ -270,7 +268,7 @@ pub fn measure_barrier(cluster: &Cluster, run: &MpiRun, bench: BarrierBench, lab
     ];
     let out = run.output(cluster, &program.display().to_string(), &args, MPIRUN_TIMEOUT)?;
     if !out.success() {
-        bail!("mpirun barrier_bench ({label}) failed ({}):\n{}", describe(&out), out.stderr);
+        bail!("mpirun barrier_bench ({label}) failed ({}):\n{}", out.status(), out.stderr);
     }
     let stdout = &out.stdout;
     let line = stdout

@@ -181,6 +181,15 @@ impl NodeOutcome {
     pub fn success(&self) -> bool {
         self.code == Some(0)
     }
+
+    /// How it ended, in words: `exit 3`, `killed by the timeout`, `killed by a signal`.
+    pub fn status(&self) -> String {
+        match (self.code, self.timed_out) {
+            (_, true) => "killed by the timeout".into(),
+            (Some(c), _) => format!("exit {c}"),
+            (None, _) => "killed by a signal".into(),
+        }
+    }
 }
 
 /// A virtual cluster that is up. Dropping it leaves the cluster up; use

@@ -162,12 +162,7 @@ fn run(cli: Cli) -> Result<()> {
             let outcomes = cluster.run(&command, Duration::from_secs(timeout))?;
             let mut failed = 0;
             for o in &outcomes {
-                let status = match (o.code, o.timed_out) {
-                    (_, true) => format!("killed after {timeout} s"),
-                    (Some(c), _) => format!("exit {c}"),
-                    (None, _) => "killed by a signal".into(),
-                };
-                println!("── node {} ({status}) ──", o.node);
+                println!("── node {} ({}) ──", o.node, o.status());
                 print!("{}", o.stdout);
                 eprint!("{}", o.stderr);
                 failed += usize::from(!o.success());
