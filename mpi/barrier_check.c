@@ -2,7 +2,7 @@
  * MPI_Barrier's one promise and uses a few other MPI calls around it, so that
  * the interposer can be tested on an unmodified program.
  *
- *   barrier_check [COUNT]
+ *   barrier_check [COUNT] [GAP_MS]
  *
  * Every rank runs COUNT barriers on MPI_COMM_WORLD, recording when it entered
  * and left each (CLOCK_MONOTONIC: all ranks of the virtual cluster share one
@@ -10,6 +10,10 @@
  * barrier k before every rank had entered it. Around that: MPI_Bcast,
  * MPI_Allreduce, a ring of MPI_Sendrecv, and 10 barriers on a duplicate of
  * MPI_COMM_WORLD (which the interposer must pass to PMPI_Barrier).
+ * With GAP_MS > 0, before every 25th barrier every rank "computes" (sleeps)
+ * GAP_MS and one rank, in turn, GAP_MS more, then all run an MPI_Allreduce
+ * and an MPI_Bcast: gaps and imbalance longer than MCD_BARRIER_TIMEOUT,
+ * other collectives in between, as real programs do.
  * Rank 0 prints "barrier_check: OK ..." and exits 0, or names the violation
  * and exits 1. */
 #include <mpi.h>
@@ -29,6 +33,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int count = argc > 1 ? atoi(argv[1]) : 200;
+    long gap_ms = argc > 2 ? atol(argv[2]) : 0;
     int failed = 0;
 
     /* Bcast and Allreduce. */
@@ -52,6 +57,19 @@ int main(int argc, char **argv) {
     double *times = malloc(sizeof(double) * 2 * count);
     srand(rank * 7919 + 1);
     for (int k = 0; k < count; k++) {
+        if (gap_ms > 0 && k % 25 == 0) {
+            struct timespec gap = {gap_ms / 1000, (gap_ms % 1000) * 1000000L};
+            nanosleep(&gap, NULL);
+            if ((k / 25) % size == rank) nanosleep(&gap, NULL);
+            long one = 1, ranks = 0;
+            MPI_Allreduce(&one, &ranks, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+            int round = rank == 0 ? k : -1;
+            MPI_Bcast(&round, 1, MPI_INT, 0, MPI_COMM_WORLD);
+            if (ranks != size || round != k) {
+                fprintf(stderr, "rank %d: at barrier %d allreduce %ld bcast %d\n", rank, k, ranks, round);
+                failed = 1;
+            }
+        }
         if (rand() % 4 == 0) {
             double until = now_us() + rand() % 50;
             while (now_us() < until) {

@@ -4,7 +4,9 @@
  * it serves MPI_Barrier on MPI_COMM_WORLD with mcd's barrier and passes every
  * other communicator to PMPI_Barrier. It starts mcd in MPI_Init /
  * MPI_Init_thread (rank and size from MPI; interfaces, job key, algorithm...
- * from the environment, see mcd_barrier.h) and stops it in MPI_Finalize. When
+ * from the environment, see mcd_barrier.h) and stops it in MPI_Finalize (a
+ * collective closing barrier; meanwhile mcd's own thread answers peers while
+ * the program computes or calls other MPI functions). When
  * mcd cannot start on some rank (no CAP_NET_RAW, no interface...), every rank
  * falls back to PMPI_Barrier and the lowest failing rank prints one warning.
  *
@@ -53,7 +55,7 @@ static void start_mcd(void) {
         if (rank == first_failure)
             fprintf(stderr, "mcd-mpi: warning: MPI_Barrier falls back to PMPI_Barrier: rank %d: %s\n", rank, reason);
         if (job) {
-            mcd_finalize(job);
+            mcd_discard(job); /* not every rank has mcd: no closing barrier */
             job = NULL;
         }
     }
@@ -88,15 +90,7 @@ int MPI_Barrier(MPI_Comm comm) {
 
 int MPI_Finalize(void) {
     if (active) {
-        /* Keep answering until every rank got here: a rank whose last release
-         * was lost is still in its mcd barrier and needs our answers. */
-        MPI_Request all_here;
-        PMPI_Ibarrier(MPI_COMM_WORLD, &all_here);
-        int done = 0;
-        while (!done) {
-            mcd_linger(job, 1000);
-            PMPI_Test(&all_here, &done, MPI_STATUS_IGNORE);
-        }
+        int rank_of_job = mcd_rank(job);
         const char *report = getenv("MCD_MPI_REPORT");
         if (report && *report && strcmp(report, "0")) {
             mcd_stats s;
@@ -105,7 +99,11 @@ int MPI_Finalize(void) {
                     mcd_rank(job), via_mcd, mcd_algorithm(job), via_pmpi, (unsigned long long)s.barriers,
                     (unsigned long long)s.messages_sent, (unsigned long long)s.frames_received, (unsigned long long)s.resends);
         }
-        mcd_finalize(job);
+        /* Collective: a closing barrier, then answers until every rank is done,
+         * so a rank whose last release was lost still completes. mcd's own
+         * thread has answered peers all along, during compute and other calls. */
+        if (mcd_finalize(job) != MCD_OK)
+            fprintf(stderr, "mcd-mpi: rank %d: finalizing mcd: %s\n", rank_of_job, mcd_last_error());
         job = NULL;
         active = 0;
     } else {

@@ -1,8 +1,11 @@
 //! The safety checker: each node records, on one monotonic clock, when it
 //! entered and left each barrier; barrier k is safe when its latest entry
-//! precedes its earliest exit.
+//! precedes its earliest exit. [`run_barriers_with`] runs a workload on one
+//! thread per node and records exactly that.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use crate::{threads, BarrierConfig, BarrierStats, NodeId, Transport};
 
 /// One node's entry and exit times, barrier by barrier.
 #[derive(Clone, Debug, Default)]
@@ -44,6 +47,84 @@ pub fn check(timelines: &[Timeline]) -> (Vec<Violation>, usize) {
         }
     }
     (violations, count)
+}
+
+/// What one run of barriers across nodes produced.
+#[derive(Debug)]
+pub struct BarrierRun {
+    /// Each node's entry and exit times.
+    pub timelines: Vec<Timeline>,
+    /// Each node's barrier counters.
+    pub stats: Vec<BarrierStats>,
+}
+
+impl BarrierRun {
+    /// Checks that all `count` barriers completed on every node and that
+    /// none let a node leave before every node had entered it.
+    pub fn verify(&self, count: usize) -> Result<(), String> {
+        let (violations, checked) = check(&self.timelines);
+        if checked != count {
+            return Err(format!("{checked} of {count} barriers completed on every node"));
+        }
+        match violations.first() {
+            Some(v) => Err(format!("{} safety violation(s), first {v:?}", violations.len())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Runs `count` barriers on every transport, one thread per node, calling
+/// `before(node, k)` before node `node` enters barrier k (to compute, sleep
+/// or stall), then [`crate::Barrier::finish`]. Returns the first failing
+/// node's error.
+pub fn run_barriers_with<T, F>(transports: Vec<T>, config: BarrierConfig, count: usize, before: F) -> Result<BarrierRun, String>
+where
+    T: Transport + Send + 'static,
+    F: Fn(NodeId, usize) + Send + Sync + 'static,
+{
+    let results = threads::run_per_node(transports, config, move |b| {
+        let me = b.node();
+        let mut timeline = Timeline::default();
+        for k in 0..count {
+            before(me, k);
+            let entered = Instant::now();
+            b.wait()?;
+            timeline.record(entered, Instant::now());
+        }
+        Ok((timeline, b.stats()))
+    });
+    let mut run = BarrierRun { timelines: Vec::new(), stats: Vec::new() };
+    for (node, result) in results.into_iter().enumerate() {
+        let (timeline, stats) = result.map_err(|e| format!("node {node}: {e}"))?;
+        run.timelines.push(timeline);
+        run.stats.push(stats);
+    }
+    Ok(run)
+}
+
+/// [`run_barriers_with`], each node spinning for a small random time before
+/// one barrier in eight (so arrivals spread).
+pub fn run_barriers<T>(transports: Vec<T>, config: BarrierConfig, count: usize) -> Result<BarrierRun, String>
+where
+    T: Transport + Send + 'static,
+{
+    run_barriers_with(transports, config, count, |me, k| {
+        let r = mix(((me as u64) << 32) ^ k as u64);
+        if r.is_multiple_of(8) {
+            let until = Instant::now() + Duration::from_micros(r % 200);
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        }
+    })
+}
+
+/// A well-spread hash of `x` (splitmix64's finaliser).
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
 }
 
 #[cfg(test)]

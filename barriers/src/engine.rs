@@ -1,46 +1,69 @@
 //! The barrier engine: runs any algorithm's plan over any transport, and
-//! makes it correct on an unreliable network.
+//! makes it correct on an unreliable network. Single-threaded; the public
+//! [`crate::Barrier`] wraps it with a progress agent.
 //!
-//! **Epochs.** Barriers are numbered; every message carries its barrier's
-//! number (the paper's "coloring"). A message of barrier k never counts
-//! towards k+1, and a message of k+1 that arrives while this node is still in
-//! k is kept for later, not lost.
+//! **Instances.** When a barrier is created, every node sends node 0 a
+//! random *incarnation*; node 0 admits them all and answers each with the
+//! instance number derived from all of them ([`MsgKind::Admit`]). Every
+//! message carries the instance, so a message of another instance (an
+//! earlier barrier on the same port, a previous `mcd_init` of the job, a
+//! process that crashed and was restarted) never counts; such messages are
+//! dropped and counted in [`BarrierStats::foreign`]. A restarted process
+//! has a new incarnation, so node 0 refuses it ([`BarrierError::Refused`]).
+//!
+//! **Epochs.** Barriers of an instance are numbered from 0 with 64 bits; the
+//! wire carries the low 32, and a receiver places them within one of its own
+//! number by serial-number arithmetic (RFC 1982). A node at barrier c hears
+//! only of barriers c−1, c and c+1 (no node can be further away), answers
+//! only for c−1 and c, and drops the rest as stale. Wrap-around of the
+//! 32-bit field is therefore harmless.
 //!
 //! **Recovery.** A node that waits longer than the retry timeout sends a NACK
-//! for each message it is missing, and re-sends its current step's
-//! point-to-point messages (its arrival, say). A node that receives a NACK for a message it
-//! has already sent (in this barrier or an earlier one) sends it again, to the
-//! asker. A message of a finished barrier from a straggler makes the node
+//! for each message it is missing and re-sends its current step's
+//! point-to-point messages. A NACK is always answered: with the message if
+//! the asked node has sent it, else with a [`MsgKind::Status`] saying where
+//! it is. A message of a finished barrier from a straggler makes the node
 //! re-send the straggler what it sent it in that barrier (the release, for
-//! instance). Messages hold only (epoch, tag), so any earlier message can be
-//! re-sent without keeping it. The retry interval doubles, up to 4 times the
-//! base, while nothing progresses: a longer back-off would make a loss that
-//! follows a long wait for a slow (not lost) sender expensive.
+//! instance). The interval doubles while nothing progresses, up to
+//! [`MAX_BACKOFF`] retry timeouts or an eighth of the failure timeout.
 //!
 //! **Safety.** A node leaves barrier k only after its plan's waits for k are
 //! met, and a message of k is only ever sent by a node that has reached the
 //! sending step of k. The plans guarantee that every exit causally follows
-//! every entry. Re-sends and NACK answers only repeat messages that were
-//! already sent, so they cannot make anyone leave early.
+//! every entry. Re-sends and answers only repeat messages that were already
+//! sent, so they cannot make anyone leave early.
 //!
-//! **Failure.** After a quarter of the failure timeout without progress, a
-//! stalled node multicasts a heartbeat every twentieth of the failure
-//! timeout, so that all stalled nodes hear one another. When the failure timeout passes, `wait` returns
-//! [`BarrierError::Timeout`] naming the nodes not heard from recently: the
-//! crashed nodes, or those not calling the barrier.
+//! **Failure is silence.** A barrier waits for live peers as long as they
+//! take. A peer it waits for is dead only when it has answered nothing (no
+//! message at all, though probed by NACKs) for the failure timeout; then
+//! [`BarrierError::PeerSilent`] names it. A node that gives up says so in its
+//! status answers, so the nodes waiting for *it* fail too, naming the silent
+//! node ([`BarrierError::PeerFailed`]). An optional deadline bounds a whole
+//! `wait` ([`BarrierError::Deadline`]), telling silent peers from live ones
+//! that are behind. No error changes the barrier's state: `wait` can be
+//! called again, and completes if the peers come through.
 
 use std::collections::HashSet;
+use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
 use crate::plan::{self, Algorithm, Dest, Out, Plan};
-use crate::transport::{Incoming, Msg, MsgKind, NodeId, Transport, TransportError};
+use crate::transport::{status, Incoming, Msg, MsgKind, NodeId, Transport, TransportError};
 
-/// The retry interval grows to at most this many times the retry timeout.
-const MAX_BACKOFF: u32 = 4;
-/// Heartbeats while stalled come every failure timeout / this.
-const HEARTBEATS_PER_TIMEOUT: u32 = 20;
+/// The retry interval grows to at most this many times the retry timeout
+/// (and to at most an eighth of the failure timeout, so that a silent peer
+/// is probed several times before it is declared dead).
+pub const MAX_BACKOFF: u32 = 32;
+/// The tag of a NACK that asks only "where are you?" ([`Barrier::finish`](crate::Barrier::finish)).
+const STATUS_TAG: u16 = u16::MAX;
+/// During [`Engine::finish`], a peer silent this long has left (or died).
+const FINISH_SILENCE: Duration = Duration::from_millis(500);
+/// How many messages a joining node keeps that arrive before its admission.
+const JOIN_STASH: usize = 4096;
+/// The longest pause between a joining node's requests to node 0.
+const JOIN_RESEND_LIMIT: Duration = Duration::from_millis(100);
 
-/// How a [`Barrier`] runs. [`BarrierConfig::new`] gives the defaults.
+/// How a [`Barrier`](crate::Barrier) runs. [`BarrierConfig::new`] gives the defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BarrierConfig {
     /// The algorithm.
@@ -49,18 +72,37 @@ pub struct BarrierConfig {
     pub rails: usize,
     /// First re-send after this long without progress (then doubling).
     pub retry_timeout: Duration,
-    /// Give up after this long without progress, naming the missing nodes.
+    /// A peer that answers nothing for this long, though probed, is dead:
+    /// the barrier fails naming it. A live peer is waited for as long as it
+    /// takes.
     pub failure_timeout: Duration,
+    /// If set, a `wait` that has not completed after this long returns
+    /// [`BarrierError::Deadline`] (the barrier stays entered). Default: none.
+    pub deadline: Option<Duration>,
+    /// How long creating a barrier waits for every node to join.
+    pub join_timeout: Duration,
+    /// Whether a background thread answers peers while the application is
+    /// outside the barrier (computing, in other calls, after the last
+    /// barrier). Without it, peers are answered only inside barrier calls.
+    pub progress_agent: bool,
+    /// The number of the first barrier (0; other values test wrap-around).
+    /// Every node must use the same.
+    pub first_epoch: u64,
 }
 
 impl BarrierConfig {
-    /// Defaults: one rail, first retry after 1 ms, failure after 10 s.
+    /// Defaults: one rail, first retry after 1 ms, a peer silent for 10 s is
+    /// dead, no deadline, 30 s to join, with a progress agent.
     pub fn new(algorithm: Algorithm) -> BarrierConfig {
         BarrierConfig {
             algorithm,
             rails: 1,
             retry_timeout: Duration::from_millis(1),
             failure_timeout: Duration::from_secs(10),
+            deadline: None,
+            join_timeout: Duration::from_secs(30),
+            progress_agent: true,
+            first_epoch: 0,
         }
     }
 
@@ -90,15 +132,32 @@ impl BarrierConfig {
         self
     }
 
-    /// With these timeouts.
+    /// With these timeouts: first retry, and silence before a peer is dead.
     pub fn timeouts(mut self, retry: Duration, failure: Duration) -> BarrierConfig {
         self.retry_timeout = retry;
         self.failure_timeout = failure;
         self
     }
+
+    /// With an overall deadline per `wait`.
+    pub fn deadline(mut self, deadline: Option<Duration>) -> BarrierConfig {
+        self.deadline = deadline;
+        self
+    }
+
+    /// With or without the progress agent.
+    pub fn progress_agent(mut self, on: bool) -> BarrierConfig {
+        self.progress_agent = on;
+        self
+    }
+
+    /// The longest retry interval.
+    fn max_retry_interval(&self) -> Duration {
+        (self.retry_timeout * MAX_BACKOFF).min(self.failure_timeout / 8).max(self.retry_timeout)
+    }
 }
 
-/// Counters of a [`Barrier`] since it was made.
+/// Counters of a [`Barrier`](crate::Barrier) since it was made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BarrierStats {
     /// Barriers completed.
@@ -107,35 +166,114 @@ pub struct BarrierStats {
     pub sent: u64,
     /// Point-to-point messages re-sent after a retry timeout.
     pub resends: u64,
-    /// NACKs sent for missing messages.
+    /// NACKs sent for missing messages (and status probes).
     pub nacks_sent: u64,
     /// Messages re-sent to answer a NACK or a straggler.
     pub answers: u64,
+    /// Status messages sent (answers to NACKs with nothing to re-send, and
+    /// "finished" notices).
+    pub statuses: u64,
     /// Messages received twice (or more).
     pub duplicates: u64,
-    /// Messages of barriers this node had already finished.
+    /// Messages of barriers outside this node's window (c−1..c+1), or of a
+    /// finished barrier that need no answer.
     pub stale: u64,
     /// Messages of a barrier this node had not yet entered, kept for it.
     pub early: u64,
-    /// Heartbeats multicast while stalled.
-    pub heartbeats: u64,
+    /// Messages of another barrier instance, dropped.
+    pub foreign: u64,
+    /// Join requests refused (from a process node 0 had not admitted).
+    pub refused: u64,
+}
+
+/// What a peer was last known to be doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerState {
+    /// Answered recently; at barrier `at`, inside it or not.
+    Alive {
+        /// The latest barrier it was known to be at.
+        at: u64,
+        /// Whether it was inside that barrier.
+        in_barrier: bool,
+        /// How long ago it was last heard.
+        heard: Duration,
+    },
+    /// Never heard since this barrier began waiting for it, or not for
+    /// longer than the failure timeout.
+    Silent {
+        /// How long.
+        for_: Duration,
+    },
+}
+
+impl std::fmt::Display for PeerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerState::Alive { at, in_barrier: true, heard } => {
+                write!(f, "alive, inside barrier {at} (heard {:.0} ms ago)", heard.as_secs_f64() * 1e3)
+            }
+            PeerState::Alive { at, in_barrier: false, heard } => {
+                write!(f, "alive, outside the barrier after {at} barrier(s) (heard {:.0} ms ago)", heard.as_secs_f64() * 1e3)
+            }
+            PeerState::Silent { for_ } => write!(f, "silent for {:.1} s", for_.as_secs_f64()),
+        }
+    }
 }
 
 /// Why a barrier failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BarrierError {
-    /// No progress within the failure timeout.
+    /// Peers this node waits for answered nothing for the failure timeout.
     #[error(
-        "barrier {epoch} made no progress for {:.1} s; nodes not heard from: {missing:?} (crashed, or not calling the barrier)",
-        waited.as_secs_f64()
+        "barrier {epoch}: node(s) {silent:?} silent for {:.1} s though probed: dead (crashed, killed or stopped)",
+        for_.as_secs_f64()
     )]
-    Timeout {
+    PeerSilent {
         /// The barrier's number.
-        epoch: u32,
-        /// The nodes not heard from recently.
-        missing: Vec<NodeId>,
-        /// How long nothing progressed.
+        epoch: u64,
+        /// The silent nodes.
+        silent: Vec<NodeId>,
+        /// How long they were silent.
+        for_: Duration,
+    },
+    /// A live peer this node waits for gave up on the barrier because some
+    /// node was silent.
+    #[error("barrier {epoch}: node {reporter} gave up because node {silent} is silent (dead)")]
+    PeerFailed {
+        /// The barrier's number.
+        epoch: u64,
+        /// The live peer that reported it.
+        reporter: NodeId,
+        /// The node it found silent.
+        silent: NodeId,
+    },
+    /// The optional deadline passed with live peers still behind.
+    #[error("barrier {epoch} not complete after {:.1} s (deadline); waiting for: {}", waited.as_secs_f64(), describe(waiting_for))]
+    Deadline {
+        /// The barrier's number.
+        epoch: u64,
+        /// How long this `wait` waited.
         waited: Duration,
+        /// The peers whose messages are missing, and what each was last known doing.
+        waiting_for: Vec<(NodeId, PeerState)>,
+    },
+    /// Creating the barrier: nodes did not join in time.
+    #[error("creating the barrier: node(s) {missing:?} did not join within {:.1} s (are all {nodes} nodes creating it?)", waited.as_secs_f64())]
+    JoinTimeout {
+        /// The nodes not heard from (node 0, for any other node).
+        missing: Vec<NodeId>,
+        /// The number of nodes.
+        nodes: usize,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// Creating the barrier: node 0 runs this barrier already with another
+    /// process in this node's place (this process was restarted).
+    #[error("creating the barrier: node 0 refused node {node}: the barrier is running already without this process (was it restarted?)")]
+    Refused {
+        /// This node.
+        node: NodeId,
     },
     /// The transport failed.
     #[error("barrier transport: {0}")]
@@ -145,47 +283,99 @@ pub enum BarrierError {
     Usage(String),
 }
 
+fn describe(peers: &[(NodeId, PeerState)]) -> String {
+    peers.iter().map(|(n, s)| format!("node {n} {s}")).collect::<Vec<_>>().join("; ")
+}
+
 impl From<TransportError> for BarrierError {
     fn from(e: TransportError) -> Self {
         BarrierError::Transport(e)
     }
 }
 
-/// A barrier over transport `T`: [`wait`](Barrier::wait), or split-phase
-/// [`enter`](Barrier::enter) then [`test`](Barrier::test) / [`wait`](Barrier::wait).
-pub struct Barrier<T: Transport> {
-    transport: T,
-    config: BarrierConfig,
-    plan: Plan,
-    me: NodeId,
-    /// The barrier in progress, or the next one when idle; all below are done.
-    epoch: u32,
-    in_progress: bool,
-    step: usize,
-    step_sent: bool,
-    received: HashSet<(u32, u16, NodeId)>,
-    last_heard: Vec<Option<Instant>>,
-    last_progress: Instant,
-    next_retry: Instant,
-    retry_interval: Duration,
-    next_heartbeat: Instant,
-    stats: BarrierStats,
+/// What this node knows of a peer.
+#[derive(Clone, Copy, Debug, Default)]
+struct Peer {
+    /// When any message of this instance last came from it.
+    last_heard: Option<Instant>,
+    /// The latest barrier it was known to be at.
+    at: Option<u64>,
+    /// Whether it said it was inside that barrier.
+    in_barrier: bool,
+    /// Since when it has been probed (NACKed) without answering anything.
+    probed_since: Option<Instant>,
+    /// (barrier, silent node, when heard) it reported giving up on.
+    gave_up: Option<(u64, NodeId, Instant)>,
 }
 
-impl<T: Transport> std::fmt::Debug for Barrier<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Barrier")
-            .field("algorithm", &self.config.algorithm)
-            .field("node", &self.me)
-            .field("epoch", &self.epoch)
-            .field("in_progress", &self.in_progress)
-            .finish()
+impl Peer {
+    fn at_least(&mut self, epoch: u64, in_barrier: bool) {
+        if self.at.is_none_or(|at| epoch > at) {
+            self.at = Some(epoch);
+            self.in_barrier = in_barrier;
+        } else if self.at == Some(epoch) {
+            self.in_barrier |= in_barrier;
+        }
     }
 }
 
-impl<T: Transport> Barrier<T> {
-    /// A barrier over `transport`.
-    pub fn new(transport: T, config: BarrierConfig) -> Result<Barrier<T>, BarrierError> {
+/// A random 64-bit number: std's per-process random hash keys, mixed with
+/// the time, so two barriers of one process differ too.
+fn random_u64() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u32(std::process::id());
+    h.finish() | 1
+}
+
+/// splitmix64's finaliser.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The instance number of a set of incarnations (never 0).
+fn instance_of(incarnations: &[u64]) -> u64 {
+    incarnations.iter().fold(0x6D63_645F_6261_7272, |h, &x| mix(h ^ x)) | 1
+}
+
+/// One node's barrier state machine over transport `T`.
+pub(crate) struct Engine<T: Transport> {
+    pub(crate) transport: T,
+    pub(crate) config: BarrierConfig,
+    plan: Plan,
+    me: NodeId,
+    instance: u64,
+    /// Node 0: the low 32 bits of each node's admitted incarnation.
+    admitted: Vec<u32>,
+    /// The barrier in progress, or the next one when idle; all below are done.
+    pub(crate) epoch: u64,
+    pub(crate) in_progress: bool,
+    step: usize,
+    step_sent: bool,
+    received: HashSet<(u64, u16, NodeId)>,
+    peers: Vec<Peer>,
+    /// When the current step began waiting (the baseline of silence).
+    step_since: Instant,
+    next_retry: Instant,
+    retry_interval: Duration,
+    /// The silent node this node gave up on in the current barrier.
+    gave_up: Option<NodeId>,
+    pub(crate) finished: bool,
+    /// In [`Engine::finish`] (its closing barrier, or after).
+    closing: bool,
+    /// Entered by the application's `enter()`, and its completion not yet
+    /// reported by `test()` or `wait()` (it may be complete already).
+    entered: bool,
+    /// An error the progress agent met, for the application's next call.
+    pub(crate) agent_error: Option<TransportError>,
+    pub(crate) stats: BarrierStats,
+}
+
+impl<T: Transport> Engine<T> {
+    /// Checks `config` against `transport` and builds the plan (no traffic yet).
+    pub(crate) fn new(transport: T, config: BarrierConfig) -> Result<Engine<T>, BarrierError> {
         let n = transport.node_count();
         let me = transport.node();
         if n == 0 || me >= n {
@@ -198,74 +388,204 @@ impl<T: Transport> Barrier<T> {
                 transport.rails()
             )));
         }
-        if let Algorithm::Tree { k, .. } = config.algorithm {
-            if k < 2 {
-                return Err(BarrierError::Usage(format!("a tree needs k ≥ 2, not {k}")));
-            }
-        }
         if config.retry_timeout.is_zero() || config.failure_timeout <= config.retry_timeout {
             return Err(BarrierError::Usage("need 0 < retry timeout < failure timeout".into()));
         }
-        let plan = plan::build(config.algorithm, n, me, config.rails);
+        if n > u32::MAX as usize / 2 {
+            return Err(BarrierError::Usage(format!("{n} nodes: too many")));
+        }
+        let plan = plan::build(config.algorithm, n, me, config.rails).map_err(BarrierError::Usage)?;
         let now = Instant::now();
-        Ok(Barrier {
+        Ok(Engine {
             transport,
             config,
             plan,
             me,
-            epoch: 0,
+            instance: 0,
+            admitted: Vec::new(),
+            epoch: config.first_epoch,
             in_progress: false,
             step: 0,
             step_sent: false,
             received: HashSet::new(),
-            last_heard: vec![None; n],
-            last_progress: now,
+            peers: vec![Peer::default(); n],
+            step_since: now,
             next_retry: now,
             retry_interval: config.retry_timeout,
-            next_heartbeat: now,
+            gave_up: None,
+            finished: false,
+            closing: false,
+            entered: false,
+            agent_error: None,
             stats: BarrierStats::default(),
         })
     }
 
-    /// The transport.
-    pub fn transport(&self) -> &T {
-        &self.transport
+    pub(crate) fn me(&self) -> NodeId {
+        self.me
     }
 
-    /// The transport, mutably.
-    pub fn transport_mut(&mut self) -> &mut T {
-        &mut self.transport
+    pub(crate) fn nodes(&self) -> usize {
+        self.peers.len()
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &BarrierConfig {
-        &self.config
+    pub(crate) fn instance(&self) -> u64 {
+        self.instance
     }
 
-    /// Barriers completed so far (the number of the next or current one).
-    pub fn epoch(&self) -> u32 {
-        self.epoch
+    /// Agrees on the instance with the other nodes (see the module docs).
+    pub(crate) fn join(&mut self) -> Result<(), BarrierError> {
+        let n = self.nodes();
+        let incarnation = random_u64();
+        let start = Instant::now();
+        let timeout = self.config.join_timeout;
+        if self.me == 0 {
+            let mut incarnations: Vec<Option<u64>> = vec![None; n];
+            incarnations[0] = Some(incarnation);
+            while incarnations.iter().any(Option::is_none) {
+                let waited = start.elapsed();
+                if waited >= timeout {
+                    let missing = (0..n).filter(|&j| incarnations[j].is_none()).collect();
+                    return Err(BarrierError::JoinTimeout { missing, nodes: n, waited });
+                }
+                if let Some(m) = self.transport.recv((timeout - waited).min(JOIN_RESEND_LIMIT))? {
+                    if m.msg.kind == MsgKind::Join && m.from != 0 && m.from < n {
+                        incarnations[m.from] = Some(m.msg.instance); // a later request wins
+                    }
+                }
+            }
+            let incarnations: Vec<u64> = incarnations.into_iter().flatten().collect();
+            self.instance = instance_of(&incarnations);
+            self.admitted = incarnations.iter().map(|&x| x as u32).collect();
+            for j in 1..n {
+                self.send_admission(j, MsgKind::Admit, self.admitted[j])?;
+            }
+            return Ok(());
+        }
+        let request = Msg { kind: MsgKind::Join, instance: incarnation, epoch: 0, tag: 0, arg: 0 };
+        let mut interval = self.config.retry_timeout;
+        let mut next_request = start;
+        let mut early: Vec<Incoming> = Vec::new();
+        loop {
+            let now = Instant::now();
+            let waited = now - start;
+            if waited >= timeout {
+                return Err(BarrierError::JoinTimeout { missing: vec![0], nodes: n, waited });
+            }
+            if now >= next_request {
+                self.transport.send(0, 0, request)?;
+                interval = (interval * 2).min(JOIN_RESEND_LIMIT);
+                next_request = now + interval;
+            }
+            let Some(m) = self.transport.recv(next_request.saturating_duration_since(now))? else { continue };
+            let ours = m.from == 0 && m.msg.arg == incarnation as u32;
+            match m.msg.kind {
+                MsgKind::Admit if ours => {
+                    self.instance = m.msg.instance;
+                    // Peers admitted first may have started barrier 0: their
+                    // messages that came before the admission count now.
+                    let now = Instant::now();
+                    for early in std::mem::take(&mut early) {
+                        self.handle(early, now)?;
+                    }
+                    return Ok(());
+                }
+                MsgKind::Data | MsgKind::Nack | MsgKind::Status | MsgKind::Answer if early.len() < JOIN_STASH => early.push(m),
+                MsgKind::Refuse if ours => return Err(BarrierError::Refused { node: self.me }),
+                _ => {}
+            }
+        }
     }
 
-    /// Whether a barrier has been entered and not yet completed.
-    pub fn in_progress(&self) -> bool {
-        self.in_progress
+    fn send_admission(&mut self, to: NodeId, kind: MsgKind, echo: u32) -> Result<(), TransportError> {
+        let instance = if kind == MsgKind::Admit { self.instance } else { 0 };
+        self.transport.send(0, to, Msg { kind, instance, epoch: 0, tag: 0, arg: echo })
     }
 
-    /// Gives the transport back (for other traffic once the barriers are done).
-    pub fn into_transport(self) -> T {
-        self.transport
+    /// Node 0: a join request after the instance was agreed. The same
+    /// incarnation lost its admission: admit it again. Another one is a
+    /// process that took a node's place: refuse it.
+    fn on_join(&mut self, from: NodeId, msg: Msg) -> Result<(), TransportError> {
+        if self.me != 0 || self.admitted.len() != self.nodes() {
+            return Ok(());
+        }
+        let echo = msg.instance as u32;
+        if self.closing {
+            // Once this node is closing, a peer may have finished and moved
+            // on to a new instance, whose node 0 will answer it.
+            return Ok(());
+        }
+        if self.admitted[from] == echo {
+            self.send_admission(from, MsgKind::Admit, echo)
+        } else {
+            self.stats.refused += 1;
+            self.send_admission(from, MsgKind::Refuse, echo)
+        }
     }
 
-    /// The counters.
-    pub fn stats(&self) -> BarrierStats {
-        self.stats
+    /// The full number of a barrier whose low 32 bits are `wire`, if it lies
+    /// within c−1..=c+1 of this node's barrier c (RFC 1982 arithmetic).
+    fn place(&self, wire: u32) -> Option<u64> {
+        let distance = wire.wrapping_sub(self.epoch as u32) as i32;
+        if !(-1..=1).contains(&distance) {
+            return None;
+        }
+        self.epoch.checked_add_signed(i64::from(distance))
     }
 
-    /// Enters the next barrier without waiting for it (MPI_Ibarrier's start,
-    /// seed 003's `barrier_post`). Complete it with [`test`](Self::test) or
-    /// [`wait`](Self::wait).
-    pub fn enter(&mut self) -> Result<(), BarrierError> {
+    fn msg(&self, kind: MsgKind, epoch: u64, tag: u16) -> Msg {
+        Msg { kind, instance: self.instance, epoch: epoch as u32, tag, arg: 0 }
+    }
+
+    fn send_out(&mut self, out: Out, epoch: u64) -> Result<(), TransportError> {
+        let msg = self.msg(MsgKind::Data, epoch, out.tag);
+        match out.dest {
+            Dest::Node(to) => self.transport.send(out.rail, to, msg),
+            Dest::All => self.transport.multicast(out.rail, msg),
+        }
+    }
+
+    fn status_msg(&self) -> Msg {
+        let mut flags = 0;
+        if self.in_progress {
+            flags |= status::IN_PROGRESS;
+        }
+        if self.gave_up.is_some() {
+            flags |= status::FAILED;
+        }
+        if self.finished {
+            flags |= status::FINISHED;
+        }
+        Msg { arg: self.gave_up.map_or(0, |n| n as u32 + 1), ..self.msg(MsgKind::Status, self.epoch, flags) }
+    }
+
+    fn send_status(&mut self, to: Option<NodeId>) -> Result<(), TransportError> {
+        let msg = self.status_msg();
+        self.stats.statuses += 1;
+        match to {
+            Some(to) => self.transport.send(0, to, msg),
+            None => self.transport.multicast(0, msg),
+        }
+    }
+
+    /// The application enters the next barrier (split phase).
+    pub(crate) fn enter_split(&mut self) -> Result<(), BarrierError> {
+        if self.entered && !self.in_progress {
+            return Err(BarrierError::Usage(format!(
+                "enter() twice: barrier {} is complete, but wait() or test() has not said so yet",
+                self.epoch - 1
+            )));
+        }
+        self.enter()?;
+        self.entered = true;
+        Ok(())
+    }
+
+    /// Enters the next barrier.
+    fn enter(&mut self) -> Result<(), BarrierError> {
+        if self.finished {
+            return Err(BarrierError::Usage("the barrier is finished: no more barriers after finish()".into()));
+        }
         if self.in_progress {
             return Err(BarrierError::Usage(format!(
                 "enter() while barrier {} is in progress: complete it with wait() or test() first",
@@ -279,76 +599,137 @@ impl<T: Transport> Barrier<T> {
         self.advance()
     }
 
-    /// Makes progress without blocking; true once the entered barrier is
-    /// complete (also when none was entered).
-    pub fn test(&mut self) -> Result<bool, BarrierError> {
-        if !self.in_progress {
-            return Ok(true);
-        }
+    /// Takes every message already there.
+    fn drain(&mut self) -> Result<(), BarrierError> {
         while let Some(incoming) = self.transport.recv(Duration::ZERO)? {
-            self.handle(incoming)?;
+            self.handle(incoming, Instant::now())?;
         }
-        self.advance()?;
-        if self.in_progress {
-            self.on_timers(Instant::now())?;
-        }
-        Ok(!self.in_progress)
+        Ok(())
     }
 
-    /// Completes the entered barrier, entering one first if none is in
-    /// progress. On [`BarrierError::Timeout`] the barrier stays entered, and
-    /// calling `wait` again keeps waiting.
-    pub fn wait(&mut self) -> Result<(), BarrierError> {
-        if !self.in_progress {
+    /// One round of progress without blocking: reads everything, advances,
+    /// then judges the timers. True once no barrier is in progress.
+    pub(crate) fn test(&mut self) -> Result<bool, BarrierError> {
+        if let Some(e) = self.agent_error.take() {
+            return Err(BarrierError::Transport(e));
+        }
+        self.drain()?;
+        self.advance()?;
+        if self.in_progress {
+            self.on_timers(Instant::now(), None)?;
+            return Ok(false);
+        }
+        self.entered = false;
+        Ok(true)
+    }
+
+    /// Completes the barrier in progress (entering one if none is); gives
+    /// up at `deadline` if set.
+    pub(crate) fn wait(&mut self, deadline: Option<Instant>) -> Result<(), BarrierError> {
+        if let Some(e) = self.agent_error.take() {
+            return Err(BarrierError::Transport(e));
+        }
+        let entered = std::mem::take(&mut self.entered);
+        if !self.in_progress && !entered {
             self.enter()?;
         }
         loop {
+            // Read before judging: whatever has arrived counts before any
+            // timer (this thread may have been descheduled for long).
+            self.drain()?;
+            self.advance()?;
             if !self.in_progress {
                 return Ok(());
             }
             let now = Instant::now();
-            self.on_timers(now)?;
-            let until = self.next_retry.min(self.last_progress + self.config.failure_timeout);
+            self.on_timers(now, deadline)?;
+            let until = deadline.map_or(self.next_retry, |d| d.min(self.next_retry));
             if let Some(incoming) = self.transport.recv(until.saturating_duration_since(now))? {
-                self.handle(incoming)?;
-                self.advance()?;
+                self.handle(incoming, Instant::now())?;
             }
         }
     }
 
-    /// Answers other nodes' requests for `duration` without entering a
-    /// barrier: call it after the last barrier, so that a node whose release
-    /// was lost can still get it.
-    pub fn linger(&mut self, duration: Duration) -> Result<(), BarrierError> {
-        let end = Instant::now() + duration;
-        loop {
-            let now = Instant::now();
-            if now >= end {
-                return Ok(());
+    /// The progress agent's round: what [`test`](Self::test) does, keeping
+    /// a failure for the application to meet. Returns when the next timer
+    /// is due, if any.
+    pub(crate) fn serve(&mut self) -> Option<Instant> {
+        let now = Instant::now();
+        let result = self.drain().and_then(|_| self.advance()).and_then(|_| {
+            if self.in_progress {
+                self.on_timers(now, None)
+            } else {
+                Ok(())
             }
-            if let Some(incoming) = self.transport.recv(end - now)? {
-                self.handle(incoming)?;
-                self.advance()?;
+        });
+        if let Err(BarrierError::Transport(e)) = result {
+            self.agent_error = Some(e);
+        }
+        // Other errors (a silent peer) are state the application's next call meets again.
+        self.in_progress.then_some(self.next_retry)
+    }
+
+    /// The closing protocol of [`crate::Barrier::finish`]: one more barrier,
+    /// then answering until every peer is known to have completed it (or has
+    /// gone silent, having left).
+    pub(crate) fn finish(&mut self) -> Result<(), BarrierError> {
+        if self.in_progress {
+            return Err(BarrierError::Usage(format!(
+                "finish() while barrier {} is in progress: complete it first",
+                self.epoch
+            )));
+        }
+        if self.finished {
+            return Ok(());
+        }
+        self.entered = false; // a split-phase barrier that completed; the closing one comes next
+        self.closing = true;
+        self.wait(None)?;
+        self.finished = true;
+        let last = self.epoch;
+        let n = self.nodes();
+        if n == 1 {
+            return Ok(());
+        }
+        self.send_status(None)?;
+        let start = Instant::now();
+        let silence = FINISH_SILENCE.min(self.config.failure_timeout);
+        let mut interval = self.config.retry_timeout;
+        let mut next_query = start + interval;
+        loop {
+            self.drain()?;
+            let now = Instant::now();
+            let pending: Vec<NodeId> = (0..n)
+                .filter(|&p| p != self.me)
+                .filter(|&p| self.peers[p].at.is_none_or(|at| at < last))
+                .filter(|&p| now - self.peers[p].last_heard.map_or(start, |t| t.max(start)) < silence)
+                .collect();
+            if pending.is_empty() {
+                break;
+            }
+            if now >= next_query {
+                for p in pending {
+                    let query = self.msg(MsgKind::Nack, last, STATUS_TAG);
+                    self.transport.send(0, p, query)?;
+                    self.stats.nacks_sent += 1;
+                }
+                interval = (interval * 2).min(self.config.max_retry_interval());
+                next_query = now + interval;
+            }
+            if let Some(incoming) = self.transport.recv(next_query.saturating_duration_since(now))? {
+                self.handle(incoming, Instant::now())?;
             }
         }
+        // Say it twice more for peers whose earlier notices were lost.
+        self.send_status(None)?;
+        self.send_status(None)?;
+        Ok(())
     }
 
     fn progressed(&mut self, now: Instant) {
-        self.last_progress = now;
+        self.step_since = now;
         self.retry_interval = self.config.retry_timeout;
         self.next_retry = now + self.retry_interval;
-    }
-
-    fn msg(&self, kind: MsgKind, epoch: u32, tag: u16) -> Msg {
-        Msg { kind, epoch, tag }
-    }
-
-    fn send_out(&mut self, out: Out, epoch: u32) -> Result<(), TransportError> {
-        let msg = self.msg(MsgKind::Data, epoch, out.tag);
-        match out.dest {
-            Dest::Node(to) => self.transport.send(out.rail, to, msg),
-            Dest::All => self.transport.multicast(out.rail, msg),
-        }
     }
 
     /// Sends the current step's messages and moves through every step whose
@@ -357,7 +738,8 @@ impl<T: Transport> Barrier<T> {
         while self.in_progress {
             if self.step == self.plan.steps.len() {
                 self.in_progress = false;
-                self.epoch = self.epoch.wrapping_add(1);
+                self.gave_up = None;
+                self.epoch += 1;
                 self.stats.completed += 1;
                 let epoch = self.epoch;
                 self.received.retain(|&(e, _, _)| e >= epoch);
@@ -383,47 +765,80 @@ impl<T: Transport> Barrier<T> {
         Ok(())
     }
 
-    fn handle(&mut self, incoming: Incoming) -> Result<(), BarrierError> {
+    fn handle(&mut self, incoming: Incoming, now: Instant) -> Result<(), BarrierError> {
         let Incoming { from, msg, .. } = incoming;
-        if from >= self.last_heard.len() || from == self.me {
+        if from >= self.nodes() || from == self.me {
             return Ok(());
         }
-        let now = Instant::now();
-        self.last_heard[from] = Some(now);
         match msg.kind {
-            MsgKind::Alive => {}
-            MsgKind::Nack => self.answer(from, msg.epoch, Some(msg.tag))?,
-            MsgKind::Data if msg.epoch < self.epoch => {
-                // A straggler re-sent a message of a barrier we finished: it
-                // is stuck there, so give it again what we sent it.
-                self.stats.stale += 1;
-                self.answer(from, msg.epoch, None)?;
+            MsgKind::Join => return Ok(self.on_join(from, msg)?),
+            MsgKind::Admit | MsgKind::Refuse => {
+                self.stats.stale += 1; // a duplicate of the join, long done
+                return Ok(());
             }
-            MsgKind::Answer if msg.epoch < self.epoch => self.stats.stale += 1,
-            MsgKind::Data | MsgKind::Answer if msg.epoch > self.epoch.wrapping_add(1) => {} // cannot happen in one job
-            MsgKind::Data | MsgKind::Answer => {
-                if !self.received.insert((msg.epoch, msg.tag, from)) {
-                    self.stats.duplicates += 1;
-                } else if msg.epoch > self.epoch || !self.in_progress {
-                    self.stats.early += 1;
-                } else {
-                    self.last_progress = now;
+            _ => {}
+        }
+        if msg.instance != self.instance {
+            self.stats.foreign += 1;
+            return Ok(());
+        }
+        let Some(epoch) = self.place(msg.epoch) else {
+            self.stats.stale += 1;
+            return Ok(());
+        };
+        let peer = &mut self.peers[from];
+        peer.last_heard = Some(now);
+        peer.probed_since = None;
+        match msg.kind {
+            MsgKind::Status => {
+                // A status is the peer's own word on where it is now.
+                if peer.at.is_none_or(|at| epoch >= at) {
+                    peer.at = Some(epoch);
+                    peer.in_barrier = msg.tag & status::IN_PROGRESS != 0;
+                    peer.gave_up =
+                        (msg.tag & status::FAILED != 0 && msg.arg != 0).then(|| (epoch, msg.arg as usize - 1, now));
                 }
             }
+            MsgKind::Nack => {
+                peer.at_least(epoch, true);
+                let tag = (msg.tag != STATUS_TAG).then_some(msg.tag);
+                if self.answer(from, epoch, tag)? == 0 {
+                    self.send_status(Some(from))?;
+                }
+            }
+            MsgKind::Data if epoch < self.epoch => {
+                // A straggler re-sent a message of the barrier we finished:
+                // it is stuck there, so give it again what we sent it.
+                self.stats.stale += 1;
+                self.answer(from, epoch, None)?;
+            }
+            MsgKind::Answer if epoch < self.epoch => self.stats.stale += 1,
+            MsgKind::Data | MsgKind::Answer => {
+                if msg.kind == MsgKind::Data {
+                    peer.at_least(epoch, true);
+                }
+                if !self.received.insert((epoch, msg.tag, from)) {
+                    self.stats.duplicates += 1;
+                } else if epoch > self.epoch || !self.in_progress {
+                    self.stats.early += 1;
+                }
+            }
+            MsgKind::Join | MsgKind::Admit | MsgKind::Refuse => unreachable!("handled above"),
         }
         Ok(())
     }
 
     /// Re-sends to `to` the messages of barrier `epoch` addressed to it (one
-    /// tag, or all) that this node has already sent.
-    fn answer(&mut self, to: NodeId, epoch: u32, tag: Option<u16>) -> Result<(), TransportError> {
-        let sent_steps = if epoch < self.epoch {
+    /// tag, or all) that this node has already sent; returns how many.
+    fn answer(&mut self, to: NodeId, epoch: u64, tag: Option<u16>) -> Result<usize, TransportError> {
+        let sent_steps = if epoch + 1 == self.epoch {
             self.plan.steps.len()
         } else if epoch == self.epoch && self.in_progress {
             self.step + usize::from(self.step_sent)
         } else {
             0
         };
+        let mut answered = 0;
         for s in 0..sent_steps {
             for i in 0..self.plan.steps[s].sends.len() {
                 let out = self.plan.steps[s].sends[i];
@@ -432,72 +847,260 @@ impl<T: Transport> Barrier<T> {
                     let msg = self.msg(MsgKind::Answer, epoch, out.tag);
                     self.transport.send(out.rail, to, msg)?;
                     self.stats.answers += 1;
+                    answered += 1;
                 }
             }
         }
-        Ok(())
+        Ok(answered)
     }
 
-    /// Retries and the failure timeout.
-    fn on_timers(&mut self, now: Instant) -> Result<(), BarrierError> {
-        let stalled = now.saturating_duration_since(self.last_progress);
-        if stalled >= self.config.failure_timeout {
-            return Err(self.timeout_error(now, stalled));
-        }
-        if now < self.next_retry {
-            return Ok(());
-        }
-        // Ask for exactly what is missing; a peer that has sent it sends it again.
+    /// The current step's missing messages' senders (in plan order, no repeats).
+    fn missing_from(&self) -> Vec<NodeId> {
+        let mut from: Vec<NodeId> = Vec::new();
         if let Some(step) = self.plan.steps.get(self.step) {
-            let missing: Vec<_> =
-                step.waits.iter().filter(|w| !self.received.contains(&(self.epoch, w.tag, w.from))).copied().collect();
-            for w in missing {
-                let nack = self.msg(MsgKind::Nack, self.epoch, w.tag);
-                self.transport.send(0, w.from, nack)?;
-                self.stats.nacks_sent += 1;
+            for w in &step.waits {
+                if !self.received.contains(&(self.epoch, w.tag, w.from)) && !from.contains(&w.from) {
+                    from.push(w.from);
+                }
             }
-            // Re-send this step's own point-to-point messages (a waiting node
-            // re-sends its arrival; a peer that has finished the barrier answers
-            // it with what it sent). Multicasts are recovered by the NACKs of
-            // those that miss them, not re-sent to everyone.
-            if self.step_sent {
-                for i in 0..self.plan.steps[self.step].sends.len() {
-                    let out = self.plan.steps[self.step].sends[i];
-                    if matches!(out.dest, Dest::Node(_)) {
-                        self.send_out(out, self.epoch)?;
-                        self.stats.resends += 1;
+        }
+        from
+    }
+
+    /// Retries, then the verdict on silent peers and the deadline.
+    fn on_timers(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
+        if now >= self.next_retry {
+            // Ask for exactly what is missing; a peer that has sent it sends
+            // it again, one that has not says where it is.
+            if let Some(step) = self.plan.steps.get(self.step) {
+                let missing: Vec<_> =
+                    step.waits.iter().filter(|w| !self.received.contains(&(self.epoch, w.tag, w.from))).copied().collect();
+                for w in missing {
+                    let nack = self.msg(MsgKind::Nack, self.epoch, w.tag);
+                    self.transport.send(0, w.from, nack)?;
+                    self.stats.nacks_sent += 1;
+                    self.peers[w.from].probed_since.get_or_insert(now);
+                }
+                // Re-send this step's own point-to-point messages (a waiting
+                // node re-sends its arrival; a peer that has finished the
+                // barrier answers it with what it sent). Multicasts are
+                // recovered by the NACKs of those that miss them.
+                if self.step_sent {
+                    for i in 0..self.plan.steps[self.step].sends.len() {
+                        let out = self.plan.steps[self.step].sends[i];
+                        if matches!(out.dest, Dest::Node(_)) {
+                            self.send_out(out, self.epoch)?;
+                            self.stats.resends += 1;
+                        }
                     }
                 }
             }
+            self.retry_interval = (self.retry_interval * 2).min(self.config.max_retry_interval());
+            self.next_retry = now + self.retry_interval;
         }
-        if stalled >= self.config.failure_timeout / 4 && now >= self.next_heartbeat {
-            let alive = self.msg(MsgKind::Alive, self.epoch, 0);
-            self.transport.multicast(0, alive)?;
-            self.stats.heartbeats += 1;
-            self.next_heartbeat = now + self.config.failure_timeout / HEARTBEATS_PER_TIMEOUT;
+        self.judge(now, deadline)
+    }
+
+    /// Fails the barrier if a peer it waits for is silent though probed, if
+    /// any peer gave up on this barrier (naming a node not heard from since),
+    /// or if the deadline passed. Changes nothing else: a later call can
+    /// still complete. On giving up, tells every node, so that all of them
+    /// fail naming the silent node rather than the one that gave up.
+    fn judge(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
+        for (reporter, peer) in self.peers.iter().enumerate() {
+            if let Some((epoch, node, when)) = peer.gave_up {
+                let heard_since = self.peers.get(node).and_then(|p| p.last_heard).is_some_and(|t| t > when);
+                // A peer stuck in the barrier before this one (it gave up
+                // there) can never reach this one either.
+                if epoch + 1 >= self.epoch && node != self.me && !heard_since {
+                    self.give_up(node)?;
+                    return Err(BarrierError::PeerFailed { epoch: self.epoch, reporter, silent: node });
+                }
+            }
         }
-        self.retry_interval = (self.retry_interval * 2).min(self.config.retry_timeout * MAX_BACKOFF);
-        self.next_retry = now + self.retry_interval;
+        let waiting_for = self.missing_from();
+        let mut silent = Vec::new();
+        let mut silent_for = Duration::ZERO;
+        for &p in &waiting_for {
+            let Some(since) = self.peers[p].probed_since else { continue };
+            let quiet = now.saturating_duration_since(since);
+            if quiet >= self.config.failure_timeout {
+                silent.push(p);
+                silent_for = silent_for.max(quiet);
+            }
+        }
+        if let Some(&first) = silent.first() {
+            self.give_up(first)?;
+            return Err(BarrierError::PeerSilent { epoch: self.epoch, silent, for_: silent_for });
+        }
+        if let Some(deadline) = deadline {
+            if now >= deadline {
+                let waited = self.config.deadline.unwrap_or_default();
+                let waiting_for = waiting_for.into_iter().map(|p| (p, self.peer_state(p, now))).collect();
+                return Err(BarrierError::Deadline { epoch: self.epoch, waited, waiting_for });
+            }
+        }
         Ok(())
     }
 
-    fn timeout_error(&self, now: Instant, waited: Duration) -> BarrierError {
-        let window = self.config.failure_timeout / 2;
-        let mut missing: Vec<NodeId> = (0..self.last_heard.len())
-            .filter(|&n| n != self.me)
-            .filter(|&n| self.last_heard[n].is_none_or(|t| now.saturating_duration_since(t) > window))
-            .collect();
-        if missing.is_empty() {
-            // Everyone is alive but what this node waits for never came.
-            if let Some(step) = self.plan.steps.get(self.step) {
-                missing = step
-                    .waits
-                    .iter()
-                    .filter(|w| !self.received.contains(&(self.epoch, w.tag, w.from)))
-                    .map(|w| w.from)
-                    .collect();
-            }
+    /// Records that this node gives up on the current barrier because of
+    /// `silent`, and tells every node (twice, against loss) the first time.
+    fn give_up(&mut self, silent: NodeId) -> Result<(), TransportError> {
+        if self.gave_up.is_none() {
+            self.gave_up = Some(silent);
+            self.send_status(None)?;
+            self.send_status(None)?;
         }
-        BarrierError::Timeout { epoch: self.epoch, missing, waited }
+        Ok(())
+    }
+
+    fn peer_state(&self, p: NodeId, now: Instant) -> PeerState {
+        let peer = self.peers[p];
+        if let Some(since) = peer.probed_since.filter(|&t| now.saturating_duration_since(t) >= self.config.failure_timeout) {
+            return PeerState::Silent { for_: now.saturating_duration_since(since) };
+        }
+        match peer.last_heard {
+            Some(t) => PeerState::Alive {
+                at: peer.at.unwrap_or(self.epoch),
+                in_barrier: peer.in_barrier,
+                heard: now.saturating_duration_since(t),
+            },
+            None => PeerState::Silent { for_: now.saturating_duration_since(self.step_since) },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    /// A transport driven by hand: what arrives is pushed by the test, what
+    /// is sent is recorded.
+    struct Script {
+        me: NodeId,
+        n: usize,
+        inbox: VecDeque<Incoming>,
+        sent: Vec<(NodeId, Msg)>,
+    }
+
+    impl Transport for Script {
+        fn node(&self) -> NodeId {
+            self.me
+        }
+        fn node_count(&self) -> usize {
+            self.n
+        }
+        fn rails(&self) -> usize {
+            1
+        }
+        fn send(&mut self, _rail: usize, to: NodeId, msg: Msg) -> Result<(), TransportError> {
+            self.sent.push((to, msg));
+            Ok(())
+        }
+        fn recv(&mut self, _timeout: Duration) -> Result<Option<Incoming>, TransportError> {
+            Ok(self.inbox.pop_front())
+        }
+    }
+
+    const INSTANCE: u64 = 0xABCD;
+
+    /// Node 1 of 2 in dissemination (one round: it waits for node 0's tag
+    /// ROUND), joined to INSTANCE, at barrier `epoch`.
+    fn node1(epoch: u64) -> Engine<Script> {
+        let script = Script { me: 1, n: 2, inbox: VecDeque::new(), sent: Vec::new() };
+        let mut config = BarrierConfig::new(Algorithm::Dissemination);
+        config.first_epoch = epoch;
+        let mut e = Engine::new(script, config).unwrap();
+        e.instance = INSTANCE;
+        e
+    }
+
+    fn from0(kind: MsgKind, instance: u64, epoch: u64) -> Incoming {
+        Incoming { from: 0, rail: 0, msg: Msg { kind, instance, epoch: epoch as u32, tag: plan::tag::ROUND, arg: 0 } }
+    }
+
+    #[test]
+    fn messages_of_another_instance_never_count() {
+        let mut e = node1(0);
+        e.enter().unwrap();
+        e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE ^ 1, 0));
+        e.transport.inbox.push_back(from0(MsgKind::Answer, 7, 0));
+        assert!(!e.test().unwrap(), "a foreign arrival completed the barrier");
+        assert_eq!(e.stats.foreign, 2);
+        e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, 0));
+        assert!(e.test().unwrap());
+        assert_eq!(e.epoch, 1);
+    }
+
+    #[test]
+    fn only_the_barriers_next_to_this_one_are_heard() {
+        let mut e = node1(10);
+        e.enter().unwrap();
+        for far in [8, 12, 10 + (1 << 31), 10 + (1 << 32)] {
+            e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, far));
+        }
+        // A NACK for barrier 8: two behind, so never answered.
+        e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, 8));
+        assert!(e.test().unwrap());
+        assert_eq!(e.stats.stale, 4, "barriers 8, 12 and 10+2^31 are out of the window, and so is the NACK");
+        assert_eq!(e.epoch, 11, "barrier 10 + 2^32 carries barrier 10's wire number, and no node can be 2^32 apart");
+        assert!(e.transport.sent.iter().all(|(_, m)| m.kind != MsgKind::Answer), "nothing answered for barrier 8");
+        // The next barrier's message, kept early; the previous one's answered.
+        e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, 12));
+        e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, 10));
+        assert!(e.test().unwrap());
+        assert_eq!(e.stats.early, 1);
+        assert!(e.transport.sent.iter().any(|(to, m)| *to == 0 && m.kind == MsgKind::Answer && m.epoch == 10));
+    }
+
+    #[test]
+    fn the_wire_number_wraps_and_the_barrier_number_does_not() {
+        let mut e = node1(u64::from(u32::MAX));
+        for expected in [u64::from(u32::MAX), 1 << 32, (1 << 32) + 1] {
+            e.enter().unwrap();
+            assert!(!e.test().unwrap());
+            e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, expected));
+            assert!(e.test().unwrap(), "barrier {expected}");
+            assert_eq!(e.epoch, expected + 1);
+        }
+        // A NACK from a peer still in barrier 2^32 (wire 0) is answered for it.
+        e.transport.sent.clear();
+        e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, 1 << 32));
+        e.test().unwrap();
+        assert!(e.transport.sent.is_empty(), "two barriers back: no answer");
+        e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, (1 << 32) + 1));
+        e.test().unwrap();
+        assert_eq!(e.transport.sent.len(), 1);
+        assert_eq!((e.transport.sent[0].1.kind, e.transport.sent[0].1.epoch), (MsgKind::Answer, 1));
+    }
+
+    #[test]
+    fn a_nack_with_nothing_to_resend_is_answered_with_where_this_node_is() {
+        let mut e = node1(5);
+        e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, 6));
+        e.test().unwrap();
+        let (to, status) = e.transport.sent[0];
+        assert_eq!((to, status.kind, status.epoch, status.tag), (0, MsgKind::Status, 5, 0), "alive, at 5, outside");
+    }
+
+    #[test]
+    fn a_silent_peer_is_judged_only_after_it_was_probed_for_the_failure_timeout() {
+        let mut e = node1(0);
+        e.config.failure_timeout = Duration::from_millis(50);
+        e.enter().unwrap();
+        let start = Instant::now();
+        // Long before any probe: not silent, however long since the entry.
+        assert!(e.judge(start + Duration::from_secs(60), None).is_ok());
+        e.on_timers(start + Duration::from_millis(2), None).unwrap(); // the first NACK
+        assert!(e.judge(start + Duration::from_millis(30), None).is_ok());
+        match e.judge(start + Duration::from_millis(60), None) {
+            Err(BarrierError::PeerSilent { silent, .. }) => assert_eq!(silent, vec![0]),
+            other => panic!("{other:?}"),
+        }
+        // It told node 0 that it gave up; hearing from node 0 again clears the verdict.
+        assert!(e.transport.sent.iter().any(|(_, m)| m.kind == MsgKind::Status && m.tag & status::FAILED != 0 && m.arg == 1));
+        e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { kind: MsgKind::Status, instance: INSTANCE, epoch: 0, tag: status::IN_PROGRESS, arg: 0 } });
+        assert!(!e.test().unwrap(), "still waiting, and no error");
     }
 }

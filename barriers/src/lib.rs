@@ -12,10 +12,12 @@
 //!   k-nomial tree gather with multicast or tree release (the paper's binary,
 //!   ternary and 4-ary trees), concurrent, one-phase multicast; trees and
 //!   concurrent spread over several rails (the paper's multi-NIC variants).
-//! - [`Barrier`]: the engine that runs a plan, numbered barriers (epochs),
-//!   loss recovery by timeout, NACK and re-send, a failure timeout that names
-//!   missing nodes, and the split-phase [`Barrier::enter`] / [`Barrier::test`]
-//!   / [`Barrier::wait`].
+//! - [`Barrier`]: the engine that runs a plan, with barrier instances agreed
+//!   at creation, numbered barriers (epochs, serial arithmetic), loss
+//!   recovery by timeout, NACK and re-send, failure only for silent peers,
+//!   the split-phase [`Barrier::enter`] / [`Barrier::test`] /
+//!   [`Barrier::wait`], [`Barrier::finish`], and a progress agent thread that
+//!   answers peers while the application is elsewhere.
 //! - [`model`]: LogP cost prediction (the paper's closed forms, and a
 //!   discrete-event simulation of each algorithm's real message pattern), and
 //!   [`model::auto`], which picks the algorithm with the lowest predicted cost.
@@ -32,14 +34,15 @@
 //!     .map(|t| std::thread::spawn(move || {
 //!         let mut b = Barrier::new(t, BarrierConfig::new(Algorithm::Dissemination)).unwrap();
 //!         for _ in 0..10 { b.wait().unwrap(); }
-//!         b.linger(std::time::Duration::from_millis(20)).unwrap();
+//!         b.finish().unwrap(); // one closing barrier; returns once no peer needs this node
 //!         b.epoch()
 //!     }))
 //!     .collect();
-//! for t in threads { assert_eq!(t.join().unwrap(), 10); }
+//! for t in threads { assert_eq!(t.join().unwrap(), 11); }
 //! ```
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
+mod barrier;
 pub mod check;
 mod engine;
 mod mcd_transport;
@@ -49,7 +52,8 @@ pub mod plan;
 pub mod threads;
 pub mod transport;
 
-pub use engine::{Barrier, BarrierConfig, BarrierError, BarrierStats};
-pub use mcd_transport::{McdTransport, KIND_ALIVE, KIND_ANSWER, KIND_DATA, KIND_NACK};
-pub use plan::{Algorithm, Release};
-pub use transport::{Incoming, Msg, MsgKind, NodeId, Transport, TransportError};
+pub use barrier::{Barrier, AGENT_GRACE};
+pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_BACKOFF};
+pub use mcd_transport::McdTransport;
+pub use plan::{Algorithm, Fanout, Release};
+pub use transport::{Incoming, Msg, MsgKind, NodeId, TickWaker, Transport, TransportError, Waker};

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::transport::{Incoming, Msg, NodeId, Transport, TransportError};
+use crate::transport::{Incoming, Msg, NodeId, Transport, TransportError, Waker};
 
 /// What the in-process network does to messages.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -54,9 +54,23 @@ impl Ord for Letter {
     }
 }
 
+#[derive(Default)]
+struct Queue {
+    letters: BinaryHeap<Reverse<Letter>>,
+    /// A [`Waker::wake`] not yet seen by a waiter.
+    woken: bool,
+}
+
+#[derive(Default)]
 struct Mailbox {
-    queue: Mutex<BinaryHeap<Reverse<Letter>>>,
+    queue: Mutex<Queue>,
     ready: Condvar,
+}
+
+impl Mailbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 struct Shared {
@@ -78,7 +92,7 @@ pub struct MemTransport {
 /// Builds an in-process network of `n` nodes with `rails` rails; element i is node i's end.
 pub fn network(n: usize, rails: usize, faults: Faults) -> Vec<MemTransport> {
     let shared = Arc::new(Shared {
-        boxes: (0..n).map(|_| Mailbox { queue: Mutex::new(BinaryHeap::new()), ready: Condvar::new() }).collect(),
+        boxes: (0..n).map(|_| Mailbox::default()).collect(),
         posted: AtomicU64::new(0),
         lost: AtomicU64::new(0),
         duplicated: AtomicU64::new(0),
@@ -94,7 +108,28 @@ pub fn network(n: usize, rails: usize, faults: Faults) -> Vec<MemTransport> {
         .collect()
 }
 
+/// A handle on a network's fault counters that outlives its transports.
+#[derive(Clone)]
+pub struct FaultCounters(Arc<Shared>);
+
+impl FaultCounters {
+    /// Messages the network has lost so far (all nodes).
+    pub fn lost(&self) -> u64 {
+        self.0.lost.load(Ordering::Relaxed)
+    }
+
+    /// Messages the network has duplicated so far (all nodes).
+    pub fn duplicated(&self) -> u64 {
+        self.0.duplicated.load(Ordering::Relaxed)
+    }
+}
+
 impl MemTransport {
+    /// The network's fault counters, readable after the transports are gone.
+    pub fn counters(&self) -> FaultCounters {
+        FaultCounters(self.shared.clone())
+    }
+
     /// Messages the network has lost so far (all nodes).
     pub fn lost(&self) -> u64 {
         self.shared.lost.load(Ordering::Relaxed)
@@ -117,8 +152,9 @@ impl MemTransport {
         let delay = self.faults.max_delay.mul_f64(self.random());
         let mailbox = &self.shared.boxes[to];
         let order = self.shared.posted.fetch_add(1, Ordering::Relaxed);
-        mailbox.queue.lock().expect("mailbox").push(Reverse(Letter { due: Instant::now() + delay, order, incoming }));
-        mailbox.ready.notify_one();
+        mailbox.lock().letters.push(Reverse(Letter { due: Instant::now() + delay, order, incoming }));
+        // The node's thread and its progress agent may both wait.
+        mailbox.ready.notify_all();
     }
 }
 
@@ -155,18 +191,60 @@ impl Transport for MemTransport {
     fn recv(&mut self, timeout: Duration) -> Result<Option<Incoming>, TransportError> {
         let deadline = Instant::now() + timeout;
         let mailbox = &self.shared.boxes[self.me];
-        let mut queue = mailbox.queue.lock().expect("mailbox");
+        let mut queue = mailbox.lock();
         loop {
             let now = Instant::now();
-            let next_due = queue.peek().map(|Reverse(l)| l.due);
+            let next_due = queue.letters.peek().map(|Reverse(l)| l.due);
             if next_due.is_some_and(|due| due <= now) {
-                return Ok(queue.pop().map(|Reverse(l)| l.incoming));
+                return Ok(queue.letters.pop().map(|Reverse(l)| l.incoming));
             }
             if now >= deadline {
                 return Ok(None);
             }
             let next_due = next_due.unwrap_or(deadline).min(deadline);
-            queue = mailbox.ready.wait_timeout(queue, next_due - now).expect("mailbox").0;
+            queue = mailbox.ready.wait_timeout(queue, next_due - now).unwrap_or_else(|e| e.into_inner()).0;
         }
+    }
+
+    fn waker(&self) -> Result<Arc<dyn Waker>, TransportError> {
+        Ok(Arc::new(MemWaker { shared: self.shared.clone(), me: self.me }))
+    }
+}
+
+/// Sleeps on a node's mailbox until a letter is due or it is woken.
+struct MemWaker {
+    shared: Arc<Shared>,
+    me: NodeId,
+}
+
+impl Waker for MemWaker {
+    fn wait(&self, timeout: Option<Duration>) -> Result<(), TransportError> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mailbox = &self.shared.boxes[self.me];
+        let mut queue = mailbox.lock();
+        loop {
+            let now = Instant::now();
+            if std::mem::take(&mut queue.woken) {
+                return Ok(());
+            }
+            let next_due = queue.letters.peek().map(|Reverse(l)| l.due);
+            if next_due.is_some_and(|due| due <= now) || deadline.is_some_and(|d| now >= d) {
+                return Ok(());
+            }
+            let until = match (next_due, deadline) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            queue = match until {
+                Some(until) => mailbox.ready.wait_timeout(queue, until - now).unwrap_or_else(|e| e.into_inner()).0,
+                None => mailbox.ready.wait(queue).unwrap_or_else(|e| e.into_inner()),
+            };
+        }
+    }
+
+    fn wake(&self) {
+        let mailbox = &self.shared.boxes[self.me];
+        mailbox.lock().woken = true;
+        mailbox.ready.notify_all();
     }
 }

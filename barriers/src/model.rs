@@ -21,7 +21,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
 
-use crate::plan::{self, Algorithm, Dest, Release};
+use crate::plan::{self, Algorithm, Dest, Fanout, Release};
 
 /// LogP parameters in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -82,7 +82,7 @@ pub fn closed_form(algorithm: Algorithm, n: usize, p: &LogP) -> Option<f64> {
         Algorithm::ShuffleExchange => None,
         Algorithm::Dissemination => Some(m * plan::ceil_log(n, 2) as f64),
         Algorithm::Tree { k, release: Release::Multicast } => {
-            Some((p.o_s + p.l + (k - 1) as f64 * p.o_r) * plan::ceil_log(n, k) as f64 + m)
+            Some((p.o_s + p.l + (k.get() - 1) as f64 * p.o_r) * plan::ceil_log(n, k.get()) as f64 + m)
         }
         Algorithm::Tree { release: Release::Tree, .. } => None,
         Algorithm::Concurrent => Some(p.o_s + p.l + (nf - 1.0) * p.o_r + m),
@@ -118,6 +118,7 @@ struct Arrival {
 /// Simulates `algorithm` among `n` nodes over `rails` rails with LogP
 /// parameters `p`, every node entering at time 0.
 pub fn simulate(algorithm: Algorithm, n: usize, rails: usize, p: &LogP) -> Prediction {
+    let rails = rails.max(1);
     if n <= 1 {
         return Prediction { last_exit: 0.0, mean_exit: 0.0, messages: 0, deliveries: 0 };
     }
@@ -128,7 +129,7 @@ pub fn simulate(algorithm: Algorithm, n: usize, rails: usize, p: &LogP) -> Predi
     const PS: f64 = 1e6; // picoseconds per microsecond
     let ps = |us: f64| (us * PS).round() as u64;
     let (o_s, o_r, g, l) = (ps(p.o_s), ps(p.o_r), ps(p.g), ps(p.l));
-    let plans: Vec<plan::Plan> = (0..n).map(|me| plan::build(algorithm, n, me, rails)).collect();
+    let plans: Vec<plan::Plan> = (0..n).map(|me| plan::build(algorithm, n, me, rails).expect("a valid node and rail count")).collect();
 
     struct Node {
         step: usize,
@@ -217,7 +218,7 @@ pub fn simulate(algorithm: Algorithm, n: usize, rails: usize, p: &LogP) -> Predi
 /// trees with k from 2 to 8 (multicast and tree release), concurrent, one-phase.
 pub fn candidates(multicast: bool) -> Vec<Algorithm> {
     let mut all = vec![Algorithm::ShuffleExchange, Algorithm::Dissemination];
-    for k in 2..=8 {
+    for k in (2..=8).filter_map(Fanout::new) {
         if multicast {
             all.push(Algorithm::Tree { k, release: Release::Multicast });
         }
@@ -276,7 +277,7 @@ mod tests {
         assert!(LogP::parse_list("1,2,-3,4").is_err());
     }
 
-    const TREE4: Algorithm = Algorithm::Tree { k: 4, release: Release::Multicast };
+    const TREE4: Algorithm = Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast };
 
     #[test]
     fn oversubscribed_hosts_pick_the_fewest_deliveries() {
@@ -299,7 +300,7 @@ mod tests {
         assert_eq!(closed_form(Algorithm::ShuffleExchange, 16, &p), Some(120.0));
         // 3·(o_s+L+o_r) + 4·o_r = 90 + 38
         assert_eq!(closed_form(TREE4, 16, &p), Some(128.0));
-        assert_eq!(closed_form(Algorithm::Tree { k: 2, release: Release::Multicast }, 16, &p), Some(150.0));
+        assert_eq!(closed_form(Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast }, 16, &p), Some(150.0));
     }
 
     #[test]
@@ -322,8 +323,8 @@ mod tests {
                 let closed = closed_form(a, n, &p).unwrap();
                 assert!((sim - closed).abs() < 1e-6, "{a} n={n}: simulated {sim}, closed form {closed}");
             }
-            for k in [2, 4] {
-                let a = Algorithm::Tree { k, release: Release::Multicast };
+            for k in [2usize, 4] {
+                let a = Algorithm::tree(k, Release::Multicast).unwrap();
                 if n.is_power_of_two() && (n.trailing_zeros() as usize).is_multiple_of(k.trailing_zeros() as usize) {
                     let sim = simulate(a, n, 1, &p).last_exit;
                     // The simulated root pays o_s per sibling subtree it finished,
@@ -340,7 +341,7 @@ mod tests {
     #[test]
     fn the_gap_and_rails_change_what_one_node_sends_in_a_row() {
         // The p2p tree root sends k−1 releases in a row: the gap binds.
-        let a = Algorithm::Tree { k: 4, release: Release::Tree };
+        let a = Algorithm::Tree { k: Fanout::FOUR, release: Release::Tree };
         let no_gap = simulate(a, 16, 1, &LogP { g: 0.0, ..LogP::PAPER }).last_exit;
         let gap = simulate(a, 16, 1, &LogP { g: 20.0, ..LogP::PAPER }).last_exit;
         let two_rails = simulate(a, 16, 2, &LogP { g: 20.0, ..LogP::PAPER }).last_exit;
@@ -362,7 +363,7 @@ mod tests {
         // With the paper's o_r, shuffle exchange beats the 4-ary tree at 16;
         // with a tiny o_r, a wide multicast tree or one-phase wins.
         let paper = auto(16, 1, &LogP::PAPER, true).0;
-        assert!(!matches!(paper, Algorithm::Tree { k: 4, .. }), "{paper}");
+        assert!(!matches!(paper, Algorithm::Tree { k: Fanout::FOUR, .. }), "{paper}");
         let cheap_receive = auto(16, 1, &LogP { o_r: 0.5, ..LogP::PAPER }, true).0;
         assert!(matches!(cheap_receive, Algorithm::Tree { .. } | Algorithm::OnePhase | Algorithm::Concurrent), "{cheap_receive}");
         let no_multicast = auto(16, 1, &LogP::PAPER, false).0;

@@ -17,6 +17,40 @@ pub enum Release {
     Tree,
 }
 
+/// A tree's fan-in per phase: at least 2 (a tree of fan-in 1 never reaches
+/// anyone), by construction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Fanout(usize);
+
+impl Fanout {
+    /// The binary tree's.
+    pub const TWO: Fanout = Fanout(2);
+    /// The ternary tree's.
+    pub const THREE: Fanout = Fanout(3);
+    /// The 4-ary tree's.
+    pub const FOUR: Fanout = Fanout(4);
+
+    /// `k`, if it is at least 2.
+    pub const fn new(k: usize) -> Option<Fanout> {
+        if k >= 2 {
+            Some(Fanout(k))
+        } else {
+            None
+        }
+    }
+
+    /// The number.
+    pub const fn get(self) -> usize {
+        self.0
+    }
+}
+
+impl fmt::Display for Fanout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// A barrier algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Algorithm {
@@ -35,8 +69,8 @@ pub enum Algorithm {
     /// With several rails a parent receives its children on different rails
     /// (the paper's tree with 2 networks).
     Tree {
-        /// Fan-in per phase, at least 2.
-        k: usize,
+        /// Fan-in per phase (at least 2, by construction).
+        k: Fanout,
         /// How the master releases the nodes.
         release: Release,
     },
@@ -53,14 +87,19 @@ impl Algorithm {
     /// Every algorithm the crate has, with the tree at k = 2, 3, 4 and both releases.
     pub fn all() -> Vec<Algorithm> {
         let mut all = vec![Algorithm::ShuffleExchange, Algorithm::Dissemination];
-        for k in [2, 3, 4] {
+        for k in [Fanout::TWO, Fanout::THREE, Fanout::FOUR] {
             all.push(Algorithm::Tree { k, release: Release::Multicast });
         }
-        all.push(Algorithm::Tree { k: 2, release: Release::Tree });
-        all.push(Algorithm::Tree { k: 4, release: Release::Tree });
+        all.push(Algorithm::Tree { k: Fanout::TWO, release: Release::Tree });
+        all.push(Algorithm::Tree { k: Fanout::FOUR, release: Release::Tree });
         all.push(Algorithm::Concurrent);
         all.push(Algorithm::OnePhase);
         all
+    }
+
+    /// The tree of fan-in `k`, if `k` ≥ 2.
+    pub fn tree(k: usize, release: Release) -> Option<Algorithm> {
+        Fanout::new(k).map(|k| Algorithm::Tree { k, release })
     }
 
     /// Whether the algorithm multicasts (it still runs on a transport
@@ -89,8 +128,7 @@ impl std::str::FromStr for Algorithm {
         let tree = |rest: &str, release| {
             rest.parse::<usize>()
                 .ok()
-                .filter(|&k| k >= 2)
-                .map(|k| Algorithm::Tree { k, release })
+                .and_then(|k| Algorithm::tree(k, release))
                 .ok_or_else(|| format!("`{s}`: a tree needs k ≥ 2, as in tree4 or tree3-p2p"))
         };
         match s {
@@ -211,9 +249,15 @@ pub fn tree_children(node: NodeId, k: usize, n: usize) -> Vec<NodeId> {
     children
 }
 
-/// Builds node `me`'s plan of `algorithm` among `n` nodes over `rails` rails.
-pub fn build(algorithm: Algorithm, n: usize, me: NodeId, rails: usize) -> Plan {
-    assert!(me < n && rails >= 1);
+/// Builds node `me`'s plan of `algorithm` among `n` nodes over `rails` rails;
+/// an error when `me` is not one of the `n` nodes or there is no rail.
+pub fn build(algorithm: Algorithm, n: usize, me: NodeId, rails: usize) -> Result<Plan, String> {
+    if me >= n {
+        return Err(format!("node {me} is not one of {n} node(s)"));
+    }
+    if rails == 0 {
+        return Err("a plan needs at least one rail".into());
+    }
     let mut steps = Vec::new();
     let out = |dest, rail: usize, tag| Out { dest, rail: rail % rails, tag };
     match algorithm {
@@ -248,7 +292,7 @@ pub fn build(algorithm: Algorithm, n: usize, me: NodeId, rails: usize) -> Plan {
             }
         }
         Algorithm::Tree { k, release } => {
-            assert!(k >= 2, "a tree needs k ≥ 2");
+            let k = k.get();
             let children = tree_children(me, k, n);
             let parent = tree_parent(me, k, n);
             let gather = children.iter().map(|&c| Expect { from: c, tag: tag::ARRIVE }).collect();
@@ -297,7 +341,7 @@ pub fn build(algorithm: Algorithm, n: usize, me: NodeId, rails: usize) -> Plan {
         }
     }
     steps.retain(|s| !s.sends.is_empty() || !s.waits.is_empty());
-    Plan { steps }
+    Ok(Plan { steps })
 }
 
 #[cfg(test)]
@@ -310,7 +354,7 @@ mod tests {
     /// whose arrival causally precedes its current state. Returns, per node,
     /// that set at completion, or panics on deadlock.
     fn causal_run(algorithm: Algorithm, n: usize, rails: usize) -> Vec<BTreeSet<NodeId>> {
-        let plans: Vec<Plan> = (0..n).map(|me| build(algorithm, n, me, rails)).collect();
+        let plans: Vec<Plan> = (0..n).map(|me| build(algorithm, n, me, rails).unwrap()).collect();
         let mut step = vec![0usize; n];
         let mut sent = vec![false; n];
         let mut knows: Vec<BTreeSet<NodeId>> = (0..n).map(|i| BTreeSet::from([i])).collect();
@@ -365,7 +409,7 @@ mod tests {
 
     #[test]
     fn every_algorithm_completes_and_every_exit_follows_every_entry() {
-        for algorithm in Algorithm::all().into_iter().chain([Algorithm::Tree { k: 5, release: Release::Multicast }]) {
+        for algorithm in Algorithm::all().into_iter().chain([Algorithm::tree(5, Release::Multicast).unwrap()]) {
             for n in 1..=40 {
                 for rails in [1, 2, 3] {
                     let knows = causal_run(algorithm, n, rails);
@@ -393,20 +437,20 @@ mod tests {
     #[test]
     fn multi_rail_tree_spreads_a_parents_children_over_rails() {
         // Ternary tree with 2 networks: node 0's children 1 and 2 arrive on rails 0 and 1.
-        let rail_of = |child| build(Algorithm::Tree { k: 3, release: Release::Multicast }, 9, child, 2).steps[0].sends[0].rail;
+        let rail_of = |child| build(Algorithm::Tree { k: Fanout::THREE, release: Release::Multicast }, 9, child, 2).unwrap().steps[0].sends[0].rail;
         assert_eq!((rail_of(1), rail_of(2)), (0, 1));
-        let conc = |node| build(Algorithm::Concurrent, 8, node, 2).steps[0].sends[0].rail;
+        let conc = |node| build(Algorithm::Concurrent, 8, node, 2).unwrap().steps[0].sends[0].rail;
         assert_eq!((conc(1), conc(2), conc(3)), (1, 0, 1));
     }
 
     #[test]
     fn shuffle_exchange_on_a_power_of_two_is_pure_pairwise_exchange() {
-        let plan = build(Algorithm::ShuffleExchange, 8, 5, 1);
+        let plan = build(Algorithm::ShuffleExchange, 8, 5, 1).unwrap();
         let partners: Vec<Dest> = plan.steps.iter().map(|s| s.sends[0].dest).collect();
         assert_eq!(partners, vec![Dest::Node(4), Dest::Node(7), Dest::Node(1)]);
         // n = 6: nodes 4 and 5 report to 0 and 1 and wait for their release.
-        assert_eq!(build(Algorithm::ShuffleExchange, 6, 5, 1).steps.len(), 2);
-        assert_eq!(build(Algorithm::ShuffleExchange, 6, 1, 1).steps.len(), 4);
+        assert_eq!(build(Algorithm::ShuffleExchange, 6, 5, 1).unwrap().steps.len(), 2);
+        assert_eq!(build(Algorithm::ShuffleExchange, 6, 1, 1).unwrap().steps.len(), 4);
     }
 
     #[test]
@@ -415,6 +459,11 @@ mod tests {
             assert_eq!(a.to_string().parse::<Algorithm>().unwrap(), a);
         }
         assert!("tree1".parse::<Algorithm>().is_err());
+        assert!("tree0".parse::<Algorithm>().is_err());
+        assert_eq!(Fanout::new(1), None);
+        assert_eq!(Algorithm::tree(1, Release::Tree), None);
+        assert!(build(Algorithm::Dissemination, 4, 4, 1).unwrap_err().contains("not one of 4"));
+        assert!(build(Algorithm::Dissemination, 4, 0, 0).is_err());
         assert!("ring".parse::<Algorithm>().unwrap_err().contains("unknown algorithm"));
     }
 }

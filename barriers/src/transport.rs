@@ -1,6 +1,8 @@
 //! What a barrier needs from a network: numbered nodes, rails, unicast,
-//! multicast, and a receive with a timeout.
+//! multicast, a receive with a timeout, and a [`Waker`] that another thread
+//! can sleep on until a message may have arrived (the progress agent's).
 
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// A node number, 0-based; node 0 is the master.
@@ -18,11 +20,35 @@ pub enum MsgKind {
     /// straggler. It counts like the original, but is never itself answered
     /// (two nodes that have both moved on must not answer each other forever).
     Answer,
-    /// "I am waiting for your message with this tag": resend it if you sent it.
+    /// "I am in barrier `epoch` and miss your message `tag`": resend it if
+    /// you sent it, else say where you are with a [`Status`](MsgKind::Status).
+    /// Also the liveness probe: a live peer always answers a NACK.
     Nack,
-    /// "I am alive and stalled in this epoch": heartbeats while a barrier
-    /// makes no progress, so that a timeout can name the nodes that are gone.
-    Alive,
+    /// "I am alive, at barrier `epoch`": the answer to a NACK that has nothing
+    /// to re-send, and the "finished" notice of [`crate::Barrier::finish`].
+    /// `tag` holds [`status`] flags, `arg` the node this one found silent
+    /// plus one (0: none). Never answered.
+    Status,
+    /// Instance agreement: "admit me", sent to node 0 by every other node
+    /// when a barrier is created; `instance` holds the sender's incarnation
+    /// (a random number of this process's barrier object).
+    Join,
+    /// Node 0's answer to a [`Join`](MsgKind::Join): `instance` is the agreed
+    /// instance, `arg` the low 32 bits of the incarnation it admits.
+    Admit,
+    /// Node 0's refusal of a [`Join`](MsgKind::Join) from an incarnation it
+    /// does not know (a restarted process): `arg` echoes it as in `Admit`.
+    Refuse,
+}
+
+/// Flags in the `tag` of a [`MsgKind::Status`].
+pub mod status {
+    /// The sender is inside barrier `epoch` (entered, not complete).
+    pub const IN_PROGRESS: u16 = 1;
+    /// The sender gave up on barrier `epoch` because the node in `arg − 1` is silent.
+    pub const FAILED: u16 = 2;
+    /// The sender has finished: its last barrier is complete and it leaves.
+    pub const FINISHED: u16 = 4;
 }
 
 /// A barrier message: tiny, and the same on every transport.
@@ -30,11 +56,18 @@ pub enum MsgKind {
 pub struct Msg {
     /// What it is.
     pub kind: MsgKind,
-    /// The barrier it belongs to (the paper's "color"): barriers are numbered
-    /// 0, 1, 2, ... and a message never counts towards another barrier.
+    /// The barrier instance it belongs to, agreed by all nodes when the
+    /// barrier was created: a message of another instance never counts.
+    pub instance: u64,
+    /// The barrier it belongs to (the paper's "color"), modulo 2^32: barriers
+    /// are numbered 0, 1, 2, ... and receivers place the number within one of
+    /// their own by serial-number arithmetic (RFC 1982).
     pub epoch: u32,
-    /// Which message of the algorithm (a round number, arrive, release).
+    /// Which message of the algorithm (a round number, arrive, release), or
+    /// flags (see [`MsgKind`]).
     pub tag: u16,
+    /// An argument of the kind (see [`MsgKind`]); 0 for data.
+    pub arg: u32,
 }
 
 /// A received message.
@@ -46,6 +79,46 @@ pub struct Incoming {
     pub rail: usize,
     /// The message.
     pub msg: Msg,
+}
+
+/// Lets another thread sleep until a transport may have a message: the
+/// progress agent sleeps on it while the application computes.
+pub trait Waker: Send + Sync {
+    /// Returns when a message may be waiting, when [`wake`](Self::wake) was
+    /// called (since the last return), or after `timeout` (`None`: no limit).
+    /// Spurious returns are allowed.
+    fn wait(&self, timeout: Option<Duration>) -> Result<(), TransportError>;
+    /// Makes the current or the next [`wait`](Self::wait) return.
+    fn wake(&self);
+}
+
+/// A [`Waker`] for transports that cannot signal arrivals: it returns after
+/// at most [`TickWaker::TICK`], so a sleeper polls. For transports that
+/// have nothing better.
+#[derive(Debug, Default)]
+pub struct TickWaker {
+    woken: Mutex<bool>,
+    cond: Condvar,
+}
+
+impl TickWaker {
+    /// The longest a wait sleeps.
+    pub const TICK: Duration = Duration::from_millis(1);
+}
+
+impl Waker for TickWaker {
+    fn wait(&self, timeout: Option<Duration>) -> Result<(), TransportError> {
+        let limit = timeout.map_or(Self::TICK, |t| t.min(Self::TICK));
+        let woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut woken, _) = self.cond.wait_timeout_while(woken, limit, |w| !*w).unwrap_or_else(|e| e.into_inner());
+        *woken = false;
+        Ok(())
+    }
+
+    fn wake(&self) {
+        *self.woken.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cond.notify_all();
+    }
 }
 
 /// A network that barrier algorithms run over. Delivery may be unreliable:
@@ -76,4 +149,10 @@ pub trait Transport {
     /// Waits up to `timeout` for a message (`Duration::ZERO`: only take one
     /// that is already there).
     fn recv(&mut self, timeout: Duration) -> Result<Option<Incoming>, TransportError>;
+    /// A [`Waker`] for this transport's arrivals, usable from another thread
+    /// while this transport is used elsewhere. The default polls
+    /// ([`TickWaker`]); transports that can sleep in the kernel should say so.
+    fn waker(&self) -> Result<Arc<dyn Waker>, TransportError> {
+        Ok(Arc::new(TickWaker::default()))
+    }
 }

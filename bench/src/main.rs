@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use mcd::WaitPolicy;
-use barriers::{Algorithm, BarrierConfig, Release};
+use barriers::{Algorithm, BarrierConfig, Fanout, Release};
 use mcd_tools::barrierbench::{self, BarrierBench, BarrierMeasurement};
 use mcd_tools::pingpong::{self, PingPongConfig, SizeResult, Transport};
 use mcd_tools::vcluster::{Cluster, ClusterSpec};
@@ -179,7 +179,7 @@ fn latency(out: &std::path::Path, iterations: usize, rounds: usize) -> Result<()
 
 fn barrier_configs() -> Vec<BarrierConfig> {
     let mut configs: Vec<BarrierConfig> = Algorithm::all().into_iter().map(BarrierConfig::new).collect();
-    configs.push(BarrierConfig::new(Algorithm::Tree { k: 3, release: Release::Multicast }).rails(2));
+    configs.push(BarrierConfig::new(Algorithm::Tree { k: Fanout::THREE, release: Release::Multicast }).rails(2));
     configs.push(BarrierConfig::new(Algorithm::Concurrent).rails(2));
     configs
 }
@@ -291,7 +291,7 @@ fn model(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<()> {
     // 3. The paper's hypothesis at scale, and the plot.
     let plot_sizes: Vec<usize> = (1..=16).map(|e| 1usize << e).collect();
     let mut plotted = Algorithm::all();
-    plotted.push(Algorithm::Tree { k: 8, release: Release::Multicast });
+    plotted.push(Algorithm::tree(8, Release::Multicast).expect("8 ≥ 2"));
     let mut curves = Vec::new();
     for (label, params) in [("measured", p), ("paper", LogP::PAPER)] {
         for &a in &plotted {
@@ -358,14 +358,14 @@ fn model(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<()> {
     writeln!(md, "|---:|---:|---:|---|---:|")?;
     for n in [16usize, 64, 256, 1024, 4096, 16384, 65536] {
         let sh = model::simulate(Algorithm::ShuffleExchange, n, 1, &p).last_exit;
-        let t4 = model::simulate(Algorithm::Tree { k: 4, release: Release::Multicast }, n, 1, &p).last_exit;
+        let t4 = model::simulate(Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast }, n, 1, &p).last_exit;
         let (best, bp) = model::auto(n, 1, &p, true);
         writeln!(md, "| {n} | {sh:.1} | {t4:.1} | {best} | {:.1} |", bp.last_exit)?;
     }
     writeln!(md)?;
     let measured_at = |n: usize, a: Algorithm| rows.iter().find(|r| r.0 == n && r.1.algorithm == a && r.1.rails == 1).map(|r| r.3.mean_us);
     for &n in sizes {
-        if let (Some(sh), Some(t4)) = (measured_at(n, Algorithm::ShuffleExchange), measured_at(n, Algorithm::Tree { k: 4, release: Release::Multicast })) {
+        if let (Some(sh), Some(t4)) = (measured_at(n, Algorithm::ShuffleExchange), measured_at(n, Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast })) {
             writeln!(md, "- measured at {n} nodes: shuffle {sh:.1} µs, tree4 {t4:.1} µs{}", if n > mcd::host::online_cpus() { " (oversubscribed: not a test of the hypothesis)" } else { "" })?;
         }
     }

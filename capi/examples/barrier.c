@@ -1,14 +1,18 @@
 /* barrier.c — a C program using mcd's barrier across a cluster.
  *
- *   barrier [COUNT]
+ *   barrier [COUNT] [CYCLES]
  *
  * Rank, size, interfaces and job come from the environment (see
  * mcd_barrier.h). Every rank runs COUNT split-phase and COUNT blocking
- * barriers and checks, through a shared clock, that no rank left barrier k
+ * barriers between mcd_init_env and mcd_finalize, CYCLES times (default 1:
+ * successive jobs in one process must never mix), and checks, through a shared clock, that no rank left barrier k
  * before every rank had entered it: each rank writes its entry and exit
  * times (CLOCK_MONOTONIC, the same on every namespace of one machine) to
- * MCD_EXAMPLE_TIMES/rank<R>, when that variable names a directory. Prints
- * "rank R of S: COUNT barriers (ALGORITHM), sent X, received Y". */
+ * MCD_EXAMPLE_TIMES/rank<R>, when that variable names a directory. With
+ * MCD_EXAMPLE_GAP_MS=G every rank "computes" (sleeps) G ms after each
+ * barrier, and rank k mod S another G ms before barrier k: gaps and
+ * imbalance longer than MCD_BARRIER_TIMEOUT, which a live job must survive.
+ * Prints "rank R of S: COUNT barriers (ALGORITHM), sent X, received Y". */
 #include <mcd_barrier.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +24,11 @@ static double now_us(void) {
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
 static int fail(const char *what, int rc) {
     fprintf(stderr, "barrier: %s: %s (%s)\n", what, mcd_strerror(rc), mcd_last_error());
     return 1;
@@ -27,39 +36,47 @@ static int fail(const char *what, int rc) {
 
 int main(int argc, char **argv) {
     int count = argc > 1 ? atoi(argv[1]) : 100;
-    mcd_job *job = NULL;
-    int rc = mcd_init_env(&job);
-    if (rc != MCD_OK) return fail("mcd_init_env", rc);
-    int rank = mcd_rank(job), size = mcd_size(job);
-
+    int cycles = argc > 2 ? atoi(argv[2]) : 1;
+    const char *gap_env = getenv("MCD_EXAMPLE_GAP_MS");
+    long gap = gap_env ? atol(gap_env) : 0;
     FILE *times = NULL;
-    const char *dir = getenv("MCD_EXAMPLE_TIMES");
-    if (dir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/rank%d", dir, rank);
-        times = fopen(path, "w");
-        if (!times) { perror(path); return 1; }
-    }
-    for (int k = 0; k < 2 * count; k++) {
-        double entered = now_us();
-        if (k % 2 == 0) {
-            /* split phase: enter, then poll */
-            if ((rc = mcd_barrier_enter(job)) != MCD_OK) return fail("mcd_barrier_enter", rc);
-            int done = 0;
-            while (!done)
-                if ((rc = mcd_barrier_test(job, &done)) != MCD_OK) return fail("mcd_barrier_test", rc);
-        } else if ((rc = mcd_barrier(job)) != MCD_OK) {
-            return fail("mcd_barrier", rc);
+    int k_total = 0, rc;
+    for (int cycle = 0; cycle < cycles; cycle++) {
+        mcd_job *job = NULL;
+        if ((rc = mcd_init_env(&job)) != MCD_OK) return fail("mcd_init_env", rc);
+        int rank = mcd_rank(job), size = mcd_size(job);
+        const char *dir = getenv("MCD_EXAMPLE_TIMES");
+        if (dir && !times) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/rank%d", dir, rank);
+            times = fopen(path, "w");
+            if (!times) { perror(path); return 1; }
         }
-        double left = now_us();
-        if (times) fprintf(times, "%d %.3f %.3f\n", k, entered, left);
+        for (int k = 0; k < 2 * count; k++, k_total++) {
+            if (gap > 0 && k % size == rank) sleep_ms(gap); /* the slow rank of this barrier */
+            double entered = now_us();
+            if (k % 2 == 0) {
+                /* split phase: enter, then poll */
+                if ((rc = mcd_barrier_enter(job)) != MCD_OK) return fail("mcd_barrier_enter", rc);
+                int done = 0;
+                while (!done)
+                    if ((rc = mcd_barrier_test(job, &done)) != MCD_OK) return fail("mcd_barrier_test", rc);
+            } else if ((rc = mcd_barrier(job)) != MCD_OK) {
+                return fail("mcd_barrier", rc);
+            }
+            double left = now_us();
+            if (times) fprintf(times, "%d %.3f %.3f\n", k_total, entered, left);
+            if (gap > 0) sleep_ms(gap); /* everyone computes */
+        }
+        mcd_stats stats;
+        if ((rc = mcd_get_stats(job, &stats)) != MCD_OK) return fail("mcd_get_stats", rc);
+        printf("rank %d of %d: %llu barriers (%s), sent %llu, received %llu\n", rank, size,
+               (unsigned long long)stats.barriers, mcd_algorithm(job),
+               (unsigned long long)stats.messages_sent, (unsigned long long)stats.frames_received);
+        fflush(stdout);
+        /* Collective: returns once no peer can need this rank any more. */
+        if ((rc = mcd_finalize(job)) != MCD_OK) return fail("mcd_finalize", rc);
     }
-    mcd_stats stats;
-    if ((rc = mcd_get_stats(job, &stats)) != MCD_OK) return fail("mcd_get_stats", rc);
-    printf("rank %d of %d: %llu barriers (%s), sent %llu, received %llu\n", rank, size,
-           (unsigned long long)stats.barriers, mcd_algorithm(job),
-           (unsigned long long)stats.messages_sent, (unsigned long long)stats.frames_received);
     if (times) fclose(times);
-    mcd_linger(job, 300000); /* answer peers whose last release was lost */
-    return mcd_finalize(job) == MCD_OK ? 0 : 1;
+    return 0;
 }

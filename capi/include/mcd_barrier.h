@@ -15,7 +15,14 @@
  * the local rank, else 0); MCD_JOB or SLURM_JOB_ID (job key); MCD_NODES or
  * MCD_NODE_FILE (else the ranks discover each other); MCD_ALGORITHM (default
  * auto); MCD_LOGP ("o_s,o_r,g,L" µs for auto); MCD_WAIT (busy, yield, block,
- * adaptive); MCD_BOOTSTRAP_TIMEOUT and MCD_BARRIER_TIMEOUT (seconds).
+ * adaptive); MCD_BOOTSTRAP_TIMEOUT (seconds); MCD_BARRIER_TIMEOUT (seconds a
+ * peer may stay silent before it is taken for dead, default 10: a live peer,
+ * however slow, is waited for); MCD_BARRIER_DEADLINE (seconds after which one
+ * barrier call gives up even on live peers; default none).
+ *
+ * While the program computes or sits in other calls, a background thread of
+ * the library answers its peers, so only a process that is gone or stopped
+ * ever looks dead.
  * Raw sockets need CAP_NET_RAW (or root).
  */
 #ifndef MCD_BARRIER_H
@@ -33,7 +40,7 @@ extern "C" {
 #define MCD_ERR_PERMISSION (-3) /* no CAP_NET_RAW: setcap cap_net_raw+ep PROGRAM, or run as root */
 #define MCD_ERR_INTERFACE (-4)  /* no such interface, or no default route to find one */
 #define MCD_ERR_BOOTSTRAP (-5)  /* the ranks did not all find each other in time */
-#define MCD_ERR_BARRIER (-6)    /* a barrier failed: a peer stopped answering */
+#define MCD_ERR_BARRIER (-6)    /* a barrier failed: a peer is silent (dead), or the deadline passed */
 #define MCD_ERR_SYSTEM (-7)     /* another system call failed */
 #define MCD_ERR_INTERNAL (-8)   /* a bug in mcd */
 
@@ -71,16 +78,18 @@ int mcd_barrier(mcd_job *job);
 int mcd_barrier_enter(mcd_job *job);
 int mcd_barrier_test(mcd_job *job, int *done);
 int mcd_barrier_wait(mcd_job *job);
-/* Keep answering peers for up to `microseconds` (at the end of a job). */
-int mcd_linger(mcd_job *job, unsigned int microseconds);
 /* Rank and size (or a negative error code). */
 int mcd_rank(mcd_job *job);
 int mcd_size(mcd_job *job);
 /* The algorithm's name, e.g. "tree4"; valid until mcd_finalize. */
 const char *mcd_algorithm(mcd_job *job);
 int mcd_get_stats(mcd_job *job, mcd_stats *out);
-/* Close the job and free the handle (NULL is fine). */
+/* End the job and free the handle (NULL is fine). Collective: a closing
+ * barrier, then answers until every peer is done; the handle is freed even
+ * on error. */
 int mcd_finalize(mcd_job *job);
+/* Free the handle without the closing barrier (a rank that leaves alone). */
+int mcd_discard(mcd_job *job);
 /* A fixed text for a code, and the calling thread's last error in full. */
 const char *mcd_strerror(int code);
 const char *mcd_last_error(void);

@@ -17,14 +17,15 @@
 //! PMI's), `MCD_IFACES`, `MCD_PORT`, `MCD_JOB` / `SLURM_JOB_ID`,
 //! `MCD_NODES` / `MCD_NODE_FILE`, `MCD_ALGORITHM` (default `auto`),
 //! `MCD_LOGP` (`o_s,o_r,g,L` in µs, for `auto`), `MCD_WAIT`,
-//! `MCD_BOOTSTRAP_TIMEOUT`, `MCD_BARRIER_TIMEOUT` (seconds without progress
-//! before a barrier fails; default 10).
+//! `MCD_BOOTSTRAP_TIMEOUT`, `MCD_BARRIER_TIMEOUT` (seconds a peer may stay
+//! silent, though probed, before it is taken for dead; default 10; a live
+//! peer is waited for as long as it takes), `MCD_BARRIER_DEADLINE` (seconds
+//! after which one barrier call gives up even on live peers; default none).
 #![warn(missing_docs)]
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_uint, CStr, CString};
+use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::Duration;
 
 use barriers::model::LogP;
 use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, McdTransport};
@@ -150,6 +151,9 @@ impl Job {
         if let Some(failure) = mcd::bootstrap::env_seconds("MCD_BARRIER_TIMEOUT")? {
             barrier_config = barrier_config.timeouts(barrier_config.retry_timeout, failure);
         }
+        if let Some(deadline) = mcd::bootstrap::env_seconds("MCD_BARRIER_DEADLINE")? {
+            barrier_config = barrier_config.deadline(Some(deadline));
+        }
         let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");
         let barrier = Barrier::new(McdTransport::new(endpoint), barrier_config)?;
         Ok(Job { barrier, algorithm, size })
@@ -157,8 +161,7 @@ impl Job {
 
     /// This process's node number (its rank).
     pub fn rank(&self) -> usize {
-        use barriers::Transport;
-        self.barrier.transport().node()
+        self.barrier.node()
     }
 
     /// Nodes in the job.
@@ -179,7 +182,7 @@ impl Job {
     /// The counters.
     pub fn stats(&mut self) -> Result<mcd_stats, CError> {
         let b = self.barrier.stats();
-        let e = self.barrier.transport_mut().endpoint().stats()?;
+        let e = self.barrier.with_transport(|t| t.endpoint().stats())?;
         Ok(mcd_stats {
             barriers: b.completed,
             messages_sent: b.sent,
@@ -389,18 +392,6 @@ pub unsafe extern "C" fn mcd_barrier_wait(job: *mut Job) -> c_int {
     unsafe { mcd_barrier(job) }
 }
 
-/// Keeps answering peers (a rank whose last release was lost) for up to
-/// `microseconds`; call it while waiting for something else at the end of a
-/// job (the MPI interposer does, in `MPI_Finalize`).
-///
-/// # Safety
-/// As [`mcd_barrier`].
-#[no_mangle]
-pub unsafe extern "C" fn mcd_linger(job: *mut Job, microseconds: c_uint) -> c_int {
-    // SAFETY: forwarded contract.
-    guarded(|| Ok(unsafe { handle(job) }?.barrier.linger(Duration::from_micros(microseconds as u64))?))
-}
-
 /// `f` of the job as a C int, or a negative error code.
 ///
 /// # Safety
@@ -471,13 +462,34 @@ pub unsafe extern "C" fn mcd_get_stats(job: *mut Job, out: *mut mcd_stats) -> c_
     })
 }
 
-/// Closes the job and frees the handle (NULL is fine). Does not linger: call
-/// [`mcd_linger`] first if peers may still need answers.
+/// Ends the job and frees the handle (NULL is fine). Collective: one
+/// closing barrier, then answering peers until each is known to be done, so
+/// a rank whose last release was lost still completes; it returns as soon as
+/// no peer can need this one (no blind linger). The handle is freed even
+/// when that fails (a peer died).
 ///
 /// # Safety
 /// `job` is NULL or a live handle, never used again.
 #[no_mangle]
 pub unsafe extern "C" fn mcd_finalize(job: *mut Job) -> c_int {
+    guarded(|| {
+        if job.is_null() {
+            return Ok(());
+        }
+        // SAFETY: a handle from Box::into_raw, given back exactly once.
+        let mut job = unsafe { Box::from_raw(job) };
+        Ok(job.barrier.finish()?)
+    })
+}
+
+/// Frees the handle (NULL is fine) without the closing protocol of
+/// [`mcd_finalize`]: for a rank that leaves alone (its peers will find it
+/// silent), as when not every rank could start mcd.
+///
+/// # Safety
+/// `job` is NULL or a live handle, never used again.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_discard(job: *mut Job) -> c_int {
     guarded(|| {
         if !job.is_null() {
             // SAFETY: a handle from Box::into_raw, given back exactly once.

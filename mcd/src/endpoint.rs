@@ -1,6 +1,6 @@
 //! The endpoint: one process's port on one or more NICs (rails).
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::filter::{self, pkttype, FilterSpec};
@@ -637,6 +637,16 @@ impl Endpoint {
         }
     }
 
+    /// A handle on which another thread can sleep until frames arrive for
+    /// this endpoint, while this thread goes on using it (a progress agent
+    /// does). It holds its own descriptors of the endpoint's sockets.
+    pub fn readiness(&self) -> Result<Readiness> {
+        let io = |e| Error::Io { what: "making a readiness handle".into(), source: e };
+        let fds = self.fds.iter().map(|&fd| sys::dup(fd)).collect::<std::io::Result<Vec<_>>>().map_err(io)?;
+        let wake = sys::EventFd::new().map_err(io)?;
+        Ok(Readiness { fds, wake })
+    }
+
     /// The counters, with the kernel's ring-drop count brought up to date.
     pub fn stats(&mut self) -> Result<Stats> {
         for rail in &self.rails {
@@ -647,6 +657,36 @@ impl Endpoint {
             self.stats.ring_dropped += drops;
         }
         Ok(self.stats)
+    }
+}
+
+/// Lets another thread sleep until an [`Endpoint`]'s rings may hold frames
+/// ([`Endpoint::readiness`]).
+#[derive(Debug)]
+pub struct Readiness {
+    fds: Vec<OwnedFd>,
+    wake: sys::EventFd,
+}
+
+impl Readiness {
+    /// Returns when a frame may be waiting on any rail, when
+    /// [`wake`](Self::wake) was called since the last return, or after
+    /// `timeout` (`None`: no limit). Sleeps in the kernel; spurious returns
+    /// are possible (another thread may have taken the frame).
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
+        let mut fds = [0; sys::POLL_MAX];
+        let count = self.fds.len() + 1;
+        for (slot, fd) in fds.iter_mut().zip(self.fds.iter().map(|f| f.as_raw_fd()).chain([self.wake.raw_fd()])) {
+            *slot = fd;
+        }
+        sys::poll_readable(&fds[..count], timeout).map_err(|e| Error::Io { what: "waiting for frames".into(), source: e })?;
+        self.wake.clear();
+        Ok(())
+    }
+
+    /// Makes the current or the next [`wait`](Self::wait) return.
+    pub fn wake(&self) -> Result<()> {
+        self.wake.signal().map_err(|e| Error::Io { what: "waking a readiness handle".into(), source: e })
     }
 }
 

@@ -68,7 +68,7 @@ mod sys;
 pub mod wait;
 pub mod wire;
 
-pub use endpoint::{job_key_from_str, Destination, Endpoint, EndpointConfig, Received, SendToken, DEFAULT_JOB_KEY, MAX_RAILS};
+pub use endpoint::{job_key_from_str, Destination, Endpoint, EndpointConfig, Readiness, Received, SendToken, DEFAULT_JOB_KEY, MAX_RAILS};
 pub use error::{Error, Result};
 pub use node::{NodeAddr, NodeId, NodeList, Port};
 pub use raw::RawSender;

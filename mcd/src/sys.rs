@@ -398,10 +398,64 @@ impl Drop for Rings {
     }
 }
 
-/// Waits until one of `fds` is readable or `timeout` passes (`None`: forever).
-/// Returns whether any was readable. EINTR counts as "not yet".
+/// A second descriptor of the same open socket or file (close-on-exec).
+pub fn dup(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC reads no memory; a failure is reported by -1.
+    let new = check(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) })?;
+    // SAFETY: `new` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// An `eventfd`: a counter another thread can make readable, to wake a poll.
+#[derive(Debug)]
+pub struct EventFd {
+    fd: OwnedFd,
+}
+
+impl EventFd {
+    /// A non-blocking, close-on-exec eventfd at 0.
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: eventfd takes no pointers; a failure is reported by -1.
+        let fd = check(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        Ok(EventFd { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    /// Makes it readable.
+    pub fn signal(&self) -> io::Result<()> {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live local buffer.
+        let n = unsafe { libc::write(self.fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            // EAGAIN: the counter is saturated, so it is readable already.
+            return if err.kind() == io::ErrorKind::WouldBlock { Ok(()) } else { Err(err) };
+        }
+        Ok(())
+    }
+
+    /// Resets it to 0; true if it had been signalled.
+    pub fn clear(&self) -> bool {
+        let mut value = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a live local buffer.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), value.as_mut_ptr().cast(), value.len()) };
+        n == 8
+    }
+
+    /// The descriptor, for [`poll_readable`].
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// The most descriptors [`poll_readable`] watches at once.
+pub const POLL_MAX: usize = 16;
+
+/// Waits until one of `fds` (at most [`POLL_MAX`]) is readable or `timeout`
+/// passes (`None`: forever). Returns whether any was readable. EINTR counts
+/// as "not yet".
 pub fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<bool> {
-    let mut pollfds: [libc::pollfd; 8] = [libc::pollfd { fd: -1, events: 0, revents: 0 }; 8];
+    let mut pollfds: [libc::pollfd; POLL_MAX] = [libc::pollfd { fd: -1, events: 0, revents: 0 }; POLL_MAX];
     let n = fds.len().min(pollfds.len());
     for (p, &fd) in pollfds.iter_mut().zip(fds) {
         *p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };

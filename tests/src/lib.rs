@@ -47,58 +47,14 @@ pub fn drain(ep: &mut Endpoint, quiet: Duration) -> Vec<(Received, Vec<u8>)> {
     out
 }
 
-/// What one run of barriers across nodes produced.
-#[derive(Debug)]
-pub struct BarrierRun {
-    /// Each node's entry and exit times.
-    pub timelines: Vec<barriers::check::Timeline>,
-    /// Each node's barrier counters.
-    pub stats: Vec<barriers::BarrierStats>,
-}
-
-/// Runs `count` barriers on every transport, one thread per node, each node
-/// entering after a small random delay now and then (so arrivals spread).
-/// Returns the first node's error, if any.
-pub fn run_barriers<T>(transports: Vec<T>, config: barriers::BarrierConfig, count: usize) -> Result<BarrierRun, String>
-where
-    T: barriers::Transport + Send + 'static,
-{
-    use std::time::Instant;
-    let results = barriers::threads::run_per_node(transports, config, move |b| {
-        let me = b.transport().node();
-        let mut timeline = barriers::check::Timeline::default();
-        let mut rng = (me as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        for _ in 0..count {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            if rng.is_multiple_of(8) {
-                let until = Instant::now() + Duration::from_micros(rng % 200);
-                while Instant::now() < until {
-                    std::hint::spin_loop();
-                }
-            }
-            let entered = Instant::now();
-            b.wait()?;
-            timeline.record(entered, Instant::now());
-        }
-        Ok((timeline, b.stats()))
-    });
-    let mut run = BarrierRun { timelines: Vec::new(), stats: Vec::new() };
-    for (node, result) in results.into_iter().enumerate() {
-        let (timeline, stats) = result.map_err(|e| format!("node {node}: {e}"))?;
-        run.timelines.push(timeline);
-        run.stats.push(stats);
-    }
-    Ok(run)
-}
+pub use barriers::check::{run_barriers, run_barriers_with, BarrierRun};
 
 /// Asserts that all `count` barriers of `run` completed on every node and that
 /// none let a node leave before every node had entered.
 pub fn assert_safe(run: &BarrierRun, count: usize, what: &str) {
-    let (violations, checked) = barriers::check::check(&run.timelines);
-    assert_eq!(checked, count, "{what}: not every node completed every barrier");
-    assert!(violations.is_empty(), "{what}: {} violation(s), first {:?}", violations.len(), violations[0]);
+    if let Err(e) = run.verify(count) {
+        panic!("{what}: {e}");
+    }
 }
 
 /// Starts `argv` on each of `nodes` of `cluster` at once, each with the node's

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::Duration;
 
-use barriers::{Algorithm, BarrierConfig, McdTransport, Release};
+use barriers::{Algorithm, BarrierConfig, Fanout, McdTransport, Release};
 use mcd_integration_tests::{assert_safe, cluster, open_on, run_barriers};
 use mcd_tools::vcluster::{Cluster, ClusterSpec, LossPoint};
 
@@ -25,7 +25,7 @@ fn transports(c: &Cluster) -> Vec<McdTransport> {
 fn every_algorithm_under_loss(name: &str, n: usize) {
     let c = cluster(ClusterSpec::new(name, n).rails(2).loss(5.0, LossPoint::Node));
     let mut configs: Vec<BarrierConfig> = Algorithm::all().into_iter().map(BarrierConfig::new).collect();
-    configs.push(BarrierConfig::new(Algorithm::Tree { k: 3, release: Release::Multicast }).rails(2));
+    configs.push(BarrierConfig::new(Algorithm::Tree { k: Fanout::THREE, release: Release::Multicast }).rails(2));
     configs.push(BarrierConfig::new(Algorithm::Concurrent).rails(2));
     for config in configs {
         let config = config.timeouts(Duration::from_micros(500), Duration::from_secs(20));
@@ -88,7 +88,7 @@ fn a_killed_process_is_named_in_the_others_timeout_error() {
         std::io::Read::read_to_string(reader, &mut rest).unwrap();
         assert_eq!(status.code(), Some(3), "node {node} must fail with the timeout: {rest}");
         assert!(
-            rest.contains(&format!("nodes not heard from: [{victim}]")),
+            rest.contains(&format!("node(s) [{victim}] silent")) || rest.contains(&format!("because node {victim} is silent")),
             "node {node} must name node {victim}: {rest}"
         );
     }

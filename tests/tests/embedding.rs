@@ -36,25 +36,27 @@ fn c_example(lib_dir: &Path) -> PathBuf {
     out
 }
 
-#[test]
-fn a_c_program_runs_barriers_across_the_cluster() {
+/// Runs the C example on every node of `c` (discovering each other) with
+/// `args` and `env`, and checks every rank's output and, on the shared
+/// clock, that no rank left barrier k before every rank had entered it;
+/// `barriers_per_cycle` is what each cycle's report must say.
+fn run_c_example(c: &mcd_tools::vcluster::Cluster, args: &[&str], env: &[(&str, &str)], barriers_per_cycle: usize, timeout: Duration) {
     let lib = capi_dir();
     let program = c_example(&lib);
-    let c = cluster(ClusterSpec::new("cabi", 4));
-    let times = std::env::temp_dir().join(format!("mcd-cabi-{}", std::process::id()));
+    let n = c.nodes();
+    let nodes: Vec<usize> = (0..n).collect();
+    let times = std::env::temp_dir().join(format!("mcd-cabi-{}-{}", c.spec().name, std::process::id()));
     std::fs::create_dir_all(&times).unwrap();
-    let count = 200;
-    let outcomes = run_discovering(
-        &c,
-        &[0, 1, 2, 3],
-        &[program.to_str().unwrap(), &count.to_string()],
-        |_| vec![("MCD_EXAMPLE_TIMES".into(), times.display().to_string()), ("MCD_WAIT".into(), "block".into())],
-        Duration::from_secs(60),
-    );
+    let mut argv = vec![program.to_str().unwrap()];
+    argv.extend_from_slice(args);
+    let mut vars: Vec<(String, String)> = vec![("MCD_EXAMPLE_TIMES".into(), times.display().to_string())];
+    vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let outcomes = run_discovering(c, &nodes, &argv, |_| vars.clone(), timeout);
     let mut per_rank = Vec::new();
     for o in &outcomes {
         assert!(o.success(), "node {}: {}{}", o.node, o.stdout, o.stderr);
-        assert!(o.stdout.contains(&format!("rank {} of 4: {} barriers", o.node, 2 * count)), "node {}: {}", o.node, o.stdout);
+        let reports = o.stdout.matches(&format!("rank {} of {n}: {barriers_per_cycle} barriers", o.node)).count();
+        assert!(reports >= 1, "node {}: {}", o.node, o.stdout);
         let text = std::fs::read_to_string(times.join(format!("rank{}", o.node))).unwrap();
         let rows: Vec<(f64, f64)> = text
             .lines()
@@ -63,15 +65,40 @@ fn a_c_program_runs_barriers_across_the_cluster() {
                 (f[0], f[1])
             })
             .collect();
-        assert_eq!(rows.len(), 2 * count);
+        assert_eq!(rows.len(), reports * barriers_per_cycle, "node {}", o.node);
         per_rank.push(rows);
     }
-    for k in 0..2 * count {
+    for k in 0..per_rank[0].len() {
         let last_in = per_rank.iter().map(|r| r[k].0).fold(0.0, f64::max);
         let first_out = per_rank.iter().map(|r| r[k].1).fold(f64::INFINITY, f64::min);
         assert!(first_out >= last_in, "barrier {k}: a rank left at {first_out} before the last entered at {last_in}");
     }
     std::fs::remove_dir_all(&times).unwrap();
+}
+
+#[test]
+fn a_c_program_runs_barriers_across_the_cluster() {
+    let c = cluster(ClusterSpec::new("cabi", 4));
+    run_c_example(&c, &["200"], &[("MCD_WAIT", "block")], 400, Duration::from_secs(60));
+}
+
+#[test]
+fn a_c_program_survives_compute_gaps_longer_than_the_failure_timeout_under_20_percent_loss() {
+    // Each rank sleeps 1.2 s after every barrier, and one rank per barrier
+    // 1.2 s more before it: with MCD_BARRIER_TIMEOUT=1, every lost last
+    // message and every wait for the slow rank outlasts the failure timeout.
+    let c = cluster(ClusterSpec::new("cgap", 4).loss(20.0, mcd_tools::vcluster::LossPoint::Node));
+    let env = [("MCD_EXAMPLE_GAP_MS", "1200"), ("MCD_BARRIER_TIMEOUT", "1"), ("MCD_WAIT", "block")];
+    run_c_example(&c, &["2"], &env, 4, Duration::from_secs(90));
+}
+
+#[test]
+fn successive_init_finalize_cycles_in_one_job_never_mix() {
+    // Five mcd_init_env .. mcd_finalize cycles on the same ports and job
+    // key, under loss, so that frames of one cycle are about when the next
+    // starts.
+    let c = cluster(ClusterSpec::new("cycles", 4).loss(10.0, mcd_tools::vcluster::LossPoint::Node));
+    run_c_example(&c, &["20", "5"], &[("MCD_WAIT", "block")], 40, Duration::from_secs(90));
 }
 
 #[test]
@@ -116,24 +143,25 @@ fn the_header_declares_exactly_what_the_library_exports() {
     assert_eq!(declared, exported, "capi/include/mcd_barrier.h and the library disagree");
 }
 
-/// Runs mpi/barrier_check.c with COUNT barriers under mpirun on a new cluster
-/// `name` of `nodes` nodes, the interposer preloaded, reports on, and `env`.
-fn barrier_check_with_interposer(name: &str, nodes: usize, count: usize, env: &[(&str, &str)]) -> NodeOutcome {
+/// Runs mpi/barrier_check.c with `args` under mpirun on the new cluster
+/// `spec`, the interposer preloaded, reports on, and `env`.
+fn barrier_check_with_interposer(spec: ClusterSpec, args: &[&str], env: &[(&str, &str)]) -> NodeOutcome {
     let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
     let preload = mpi::build_interposer(false).unwrap_or_else(|e| panic!("building the interposer (needs Open MPI's mpicc): {e:#}"));
     let program = mpi::compile("barrier_check", false, &[]).unwrap();
-    let c = cluster(ClusterSpec::new(name, nodes));
+    let c = cluster(spec);
     let mut vars = vec![("LD_PRELOAD".to_string(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())];
     vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let run = MpiRun { yield_when_idle: true, env: vars, ..MpiRun::default() };
-    let out = run.output(&c, program.to_str().unwrap(), &[count.to_string()], Duration::from_secs(120)).unwrap();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let out = run.output(&c, program.to_str().unwrap(), &args, Duration::from_secs(120)).unwrap();
     assert!(out.success(), "mpirun failed:\n{}\n{}", out.stdout, out.stderr);
     out
 }
 
 #[test]
 fn the_interposer_serves_mpi_barrier_in_an_unmodified_program() {
-    let out = barrier_check_with_interposer("mpii", 4, 300, &[]);
+    let out = barrier_check_with_interposer(ClusterSpec::new("mpii", 4), &["300"], &[]);
     assert!(out.stdout.contains("barrier_check: OK 4 ranks, 300 barriers"), "{}\n{}", out.stdout, out.stderr);
     // Every rank's 300 barriers on MPI_COMM_WORLD went through mcd, the 10 on a
     // duplicate communicator through PMPI, and mcd counted 300 barriers.
@@ -150,10 +178,25 @@ fn the_interposer_serves_mpi_barrier_in_an_unmodified_program() {
 
 #[test]
 fn the_interposer_falls_back_to_pmpi_with_one_warning() {
-    let out = barrier_check_with_interposer("mpif", 3, 50, &[("MCD_IFACES", "nosuch0")]);
+    let out = barrier_check_with_interposer(ClusterSpec::new("mpif", 3), &["50"], &[("MCD_IFACES", "nosuch0")]);
     assert!(out.stdout.contains("barrier_check: OK 3 ranks, 50 barriers"), "{}", out.stdout);
     let warnings: Vec<&str> = out.stderr.lines().filter(|l| l.contains("falls back to PMPI_Barrier")).collect();
     assert_eq!(warnings.len(), 1, "{}", out.stderr);
     assert!(warnings[0].contains("nosuch0"), "{}", warnings[0]);
     assert_eq!(out.stderr.matches("0 MPI_Barrier via mcd (off), 60 via PMPI").count(), 3, "{}", out.stderr);
+}
+
+#[test]
+fn the_interposer_survives_gaps_and_other_collectives_under_20_percent_loss() {
+    // 100 barriers; before every 25th, 1.5 s of "compute" on every rank and
+    // 1.5 s more on one, then an Allreduce and a Bcast, with a 1 s failure
+    // timeout and a fifth of mcd's frames lost.
+    let spec = ClusterSpec::new("mpig", 4).loss(20.0, mcd_tools::vcluster::LossPoint::Node);
+    let out = barrier_check_with_interposer(spec, &["100", "1500"], &[("MCD_BARRIER_TIMEOUT", "1")]);
+    assert!(out.stdout.contains("barrier_check: OK 4 ranks, 100 barriers"), "{}\n{}", out.stdout, out.stderr);
+    for rank in 0..4 {
+        let line = out.stderr.lines().find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}:"))).unwrap_or_else(|| panic!("{}", out.stderr));
+        assert!(line.contains("100 MPI_Barrier via mcd") && line.contains("mcd barriers 100"), "{line}");
+    }
+    assert!(!out.stderr.contains("failed"), "{}", out.stderr);
 }

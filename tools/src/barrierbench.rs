@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 use barriers::threads::run_per_node;
-use barriers::{BarrierConfig, McdTransport, Transport};
+use barriers::{BarrierConfig, McdTransport};
 use hdrhistogram::Histogram;
 use mcd::{Endpoint, WaitPolicy};
 use serde::Serialize;
@@ -233,7 +233,7 @@ pub fn measure(cluster: &Cluster, config: BarrierConfig, bench: BarrierBench) ->
         })
         .collect::<Result<Vec<_>>>()?;
     let results = run_per_node(transports, config, move |b| {
-        let me = b.transport().node();
+        let me = b.node();
         if n <= cores {
             let _ = mcd::host::pin_current_thread(me);
         }
@@ -276,8 +276,8 @@ pub fn measure_across_hosts(
     let after = barrier.stats();
     times.set_recoveries((after.resends + after.answers) - (before.resends + before.answers));
     let mine = times.figures();
-    // Give peers whose last release was lost a chance before switching to the gathering.
-    barrier.linger(Duration::from_millis(20))?;
+    // One closing barrier, then until no peer needs this node.
+    barrier.finish()?;
     let mut ep = barrier.into_transport().into_endpoint();
     let n = ep.node_count();
     let me = ep.node_id();

@@ -12,8 +12,6 @@
 
 use std::io::Read;
 
-use barriers::Transport;
-
 fn main() {
     let action = std::env::args().nth(1).unwrap_or_default();
     let config = if action == "discover" { mcd::EndpointConfig::bootstrap() } else { mcd::EndpointConfig::from_env() };
@@ -39,7 +37,7 @@ fn main() {
             let failure = std::time::Duration::from_millis(arg(4).parse().expect("FAILURE_MS"));
             let config = barriers::BarrierConfig::new(algorithm).timeouts(std::time::Duration::from_millis(1), failure);
             let mut barrier = barriers::Barrier::new(barriers::McdTransport::new(endpoint), config).expect("barrier");
-            println!("started node {}", barrier.transport().node());
+            println!("started node {}", barrier.node());
             for _ in 0..count {
                 if let Err(e) = barrier.wait() {
                     println!("error: {e}");
@@ -60,8 +58,11 @@ fn main() {
                     std::process::exit(3);
                 }
             }
-            // Stay a moment for peers whose last release was lost.
-            let _ = barrier.linger(std::time::Duration::from_millis(300));
+            // Until no peer needs this node (a lost last release, say).
+            if let Err(e) = barrier.finish() {
+                println!("error: {e}");
+                std::process::exit(3);
+            }
             println!("done");
         }
         other => {

@@ -1,0 +1,241 @@
+//! The public barrier: the engine behind a lock, and its progress agent.
+//!
+//! **The progress agent** is a thread that answers peers while the
+//! application is outside the barrier: computing for minutes, inside other
+//! MPI calls, or done with its last barrier while a peer's release was lost.
+//! It costs nothing on the barrier's hot path (one atomic increment on the
+//! way in and out of each call, and an uncontended lock). It waits until the
+//! application has stayed out of the barrier for a whole grace period
+//! ([`AGENT_GRACE`]), then sleeps in the kernel on the transport's
+//! [`Waker`] and wakes only when a message arrives or a retry of a
+//! split-phase barrier is due; it hands over as soon as the application
+//! calls in again. So a peer that is slow is always heard (it answers
+//! probes), and only a peer that is silent, its process gone or stopped,
+//! is taken for dead.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::engine::{BarrierConfig, BarrierError, BarrierStats, Engine};
+use crate::transport::{NodeId, Transport, Waker};
+
+/// The agent takes over once the application has made no barrier call for this long.
+pub const AGENT_GRACE: Duration = Duration::from_millis(5);
+
+struct Shared<T: Transport> {
+    engine: Mutex<Engine<T>>,
+    /// Barrier calls, counted on the way in and on the way out: odd while
+    /// the application is inside one.
+    calls: AtomicU64,
+    stop: AtomicBool,
+    waker: Arc<dyn Waker>,
+}
+
+impl<T: Transport> Shared<T> {
+    fn lock(&self) -> MutexGuard<'_, Engine<T>> {
+        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A barrier over transport `T` among all of its nodes: [`wait`](Barrier::wait),
+/// or split-phase [`enter`](Barrier::enter) then [`test`](Barrier::test) /
+/// [`wait`](Barrier::wait); [`finish`](Barrier::finish) after the last one.
+///
+/// Creating one is collective: every node creates it, and the nodes agree on
+/// a fresh instance, so nothing of an earlier barrier on the same transport
+/// (or of a crashed process's) ever counts.
+pub struct Barrier<T: Transport + Send + 'static> {
+    shared: Arc<Shared<T>>,
+    agent: Option<JoinHandle<()>>,
+    me: NodeId,
+    nodes: usize,
+    config: BarrierConfig,
+}
+
+impl<T: Transport + Send + 'static> std::fmt::Debug for Barrier<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Barrier")
+            .field("algorithm", &self.config.algorithm)
+            .field("node", &self.me)
+            .field("nodes", &self.nodes)
+            .finish()
+    }
+}
+
+impl<T: Transport + Send + 'static> Barrier<T> {
+    /// A barrier over `transport`. Blocks until every node has created its
+    /// own (up to [`BarrierConfig::join_timeout`]).
+    pub fn new(transport: T, config: BarrierConfig) -> Result<Barrier<T>, BarrierError> {
+        let waker = transport.waker()?;
+        let mut engine = Engine::new(transport, config)?;
+        engine.join()?;
+        let (me, nodes) = (engine.me(), engine.nodes());
+        let shared = Arc::new(Shared { engine: Mutex::new(engine), calls: AtomicU64::new(0), stop: AtomicBool::new(false), waker });
+        let agent = if config.progress_agent && nodes > 1 {
+            let shared = shared.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("mcd-agent-{me}"))
+                .spawn(move || run_agent(&shared))
+                .map_err(|e| BarrierError::Usage(format!("cannot start the progress agent thread: {e}")))?;
+            Some(thread)
+        } else {
+            None
+        };
+        Ok(Barrier { shared, agent, me, nodes, config })
+    }
+
+    /// Runs `f` on the engine as the application (the agent stands aside).
+    fn call<R>(&mut self, f: impl FnOnce(&mut Engine<T>) -> R) -> R {
+        self.shared.calls.fetch_add(1, Ordering::AcqRel);
+        let result = f(&mut self.shared.lock());
+        self.shared.calls.fetch_add(1, Ordering::Release);
+        result
+    }
+
+    /// This node's number.
+    pub fn node(&self) -> NodeId {
+        self.me
+    }
+
+    /// The number of nodes.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BarrierConfig {
+        &self.config
+    }
+
+    /// The instance number the nodes agreed on.
+    pub fn instance(&self) -> u64 {
+        self.shared.lock().instance()
+    }
+
+    /// The number of the current barrier, or of the next one when none is in
+    /// progress (the barriers completed, plus [`BarrierConfig::first_epoch`]).
+    pub fn epoch(&self) -> u64 {
+        self.shared.lock().epoch
+    }
+
+    /// Whether a barrier has been entered and not yet completed.
+    pub fn in_progress(&self) -> bool {
+        self.shared.lock().in_progress
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> BarrierStats {
+        self.shared.lock().stats
+    }
+
+    /// Runs `f` on the transport (for its statistics, say).
+    pub fn with_transport<R>(&mut self, f: impl FnOnce(&mut T) -> R) -> R {
+        self.call(|e| f(&mut e.transport))
+    }
+
+    /// Enters the next barrier without waiting for it (MPI_Ibarrier's start,
+    /// seed 003's `barrier_post`). Complete it with [`test`](Self::test) or
+    /// [`wait`](Self::wait); meanwhile the progress agent carries it on.
+    pub fn enter(&mut self) -> Result<(), BarrierError> {
+        self.call(|e| e.enter_split())
+    }
+
+    /// Makes progress without blocking; true once the entered barrier is
+    /// complete (also when none was entered).
+    pub fn test(&mut self) -> Result<bool, BarrierError> {
+        self.call(|e| e.test())
+    }
+
+    /// Completes the entered barrier, entering one first if none is in
+    /// progress. Waits for live peers as long as they take; fails when a
+    /// peer it waits for is silent for the failure timeout, or at the
+    /// deadline if one is set. After an error the barrier is still entered,
+    /// and calling `wait` again keeps waiting.
+    pub fn wait(&mut self) -> Result<(), BarrierError> {
+        let deadline = self.config.deadline.map(|d| Instant::now() + d);
+        self.call(|e| e.wait(deadline))
+    }
+
+    /// Ends this node's use of the barrier: one closing barrier (so every
+    /// node has finished all earlier ones), then answering peers until each
+    /// is known to have completed it too. No blind linger: it returns as soon
+    /// as nobody can need this node any more. Later barrier calls fail.
+    pub fn finish(&mut self) -> Result<(), BarrierError> {
+        self.call(|e| e.finish())
+    }
+
+    /// Stops the agent and gives the transport back.
+    pub fn into_transport(mut self) -> T {
+        self.stop_agent();
+        let shared = self.shared.clone();
+        drop(self);
+        match Arc::try_unwrap(shared) {
+            Ok(shared) => shared.engine.into_inner().unwrap_or_else(|e| e.into_inner()).transport,
+            Err(_) => unreachable!("the agent has stopped and the barrier is gone"),
+        }
+    }
+
+    fn stop_agent(&mut self) {
+        if let Some(agent) = self.agent.take() {
+            self.shared.stop.store(true, Ordering::Release);
+            self.shared.waker.wake();
+            agent.thread().unpark();
+            let _ = agent.join();
+        }
+    }
+}
+
+impl<T: Transport + Send + 'static> Drop for Barrier<T> {
+    fn drop(&mut self) {
+        self.stop_agent();
+    }
+}
+
+/// The progress agent (see the module docs).
+fn run_agent<T: Transport>(shared: &Shared<T>) {
+    let stopped = || shared.stop.load(Ordering::Acquire);
+    let mut seen = shared.calls.load(Ordering::Acquire);
+    'quiet: loop {
+        // Wait until the application has stayed out for a whole grace period.
+        loop {
+            if stopped() {
+                return;
+            }
+            std::thread::park_timeout(AGENT_GRACE);
+            let calls = shared.calls.load(Ordering::Acquire);
+            if calls == seen && calls % 2 == 0 {
+                break;
+            }
+            seen = calls;
+        }
+        // Serve: answer, then sleep until a message arrives or a timer is due.
+        loop {
+            if stopped() {
+                return;
+            }
+            let next = {
+                let mut engine = match shared.engine.try_lock() {
+                    Ok(engine) => engine,
+                    Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                    Err(TryLockError::WouldBlock) => continue 'quiet,
+                };
+                if shared.calls.load(Ordering::Acquire) != seen {
+                    continue 'quiet;
+                }
+                engine.serve()
+            };
+            let timeout = next.map(|t| t.saturating_duration_since(Instant::now()));
+            if let Err(e) = shared.waker.wait(timeout) {
+                shared.lock().agent_error = Some(e);
+                // Without a waker the agent cannot sleep on arrivals: poll.
+                std::thread::park_timeout(AGENT_GRACE);
+            }
+            if shared.calls.load(Ordering::Acquire) != seen {
+                seen = shared.calls.load(Ordering::Acquire);
+                continue 'quiet;
+            }
+        }
+    }
+}

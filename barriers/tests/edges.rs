@@ -1,0 +1,316 @@
+//! The edges of a real program's life, on the in-process transport (no
+//! root): compute gaps and imbalance longer than the failure timeout under
+//! loss, split phase with a long overlap, a peer that stops for good, a live
+//! peer behind a deadline, the epoch crossing 2^32, a second instance on the
+//! same transport, and restarted nodes. Every run that completes is checked
+//! with the shared-clock safety check.
+
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use barriers::check::{run_barriers_with, Timeline};
+use barriers::mem::{self, Faults, MemTransport};
+use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, Fanout, PeerState, Release};
+
+/// Every algorithm, and the multi-rail variants.
+fn configs() -> Vec<BarrierConfig> {
+    let mut configs: Vec<BarrierConfig> = Algorithm::all().into_iter().map(BarrierConfig::new).collect();
+    configs.push(BarrierConfig::new(Algorithm::Tree { k: Fanout::THREE, release: Release::Multicast }).rails(2));
+    configs.push(BarrierConfig::new(Algorithm::Concurrent).rails(2));
+    configs
+}
+
+/// Odd and even sizes, alternating over the algorithms.
+fn size(i: usize) -> usize {
+    if i % 2 == 0 {
+        4
+    } else {
+        5
+    }
+}
+
+fn lossy(seed: u64) -> Faults {
+    Faults { loss: 0.2, duplicate: 0.05, max_delay: Duration::from_micros(200), seed }
+}
+
+/// Runs `f` for every config at once (each in its own thread), then joins.
+fn for_every_config(f: impl Fn(usize, BarrierConfig) + Send + Sync + Copy + 'static) {
+    let runs: Vec<JoinHandle<()>> = configs().into_iter().enumerate().map(|(i, c)| std::thread::spawn(move || f(i, c))).collect();
+    let mut failures = Vec::new();
+    for run in runs {
+        if let Err(panic) = run.join() {
+            failures.push(panic.downcast_ref::<String>().cloned().unwrap_or_else(|| "panic".into()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn sleep(ms: u64) {
+    std::thread::sleep(Duration::from_millis(ms));
+}
+
+#[test]
+fn compute_gaps_and_imbalance_longer_than_the_failure_timeout_succeed_under_loss() {
+    const FAILURE_MS: u64 = 150;
+    for_every_config(|i, config| {
+        let n = size(i);
+        let config = config.timeouts(Duration::from_millis(1), Duration::from_millis(FAILURE_MS));
+        let what = format!("{} rails={} n={n}", config.algorithm, config.rails);
+        let count = 4;
+        // Every node computes 1.5 failure timeouts between barriers (its last
+        // message may be lost meanwhile), and one node per barrier another
+        // 1.5 before entering (the others wait for it, alive but slow).
+        let run = run_barriers_with(mem::network(n, 2, lossy(i as u64 + 1)), config, count, move |me, k| {
+            if k > 0 {
+                sleep(FAILURE_MS * 3 / 2);
+            }
+            if k % n == me {
+                sleep(FAILURE_MS * 3 / 2);
+            }
+        })
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+        run.verify(count).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let waited: Duration = run.timelines.iter().flat_map(|t| &t.barriers).map(|(i, o)| *o - *i).max().unwrap();
+        assert!(waited > Duration::from_millis(FAILURE_MS), "{what}: some node waited longer than the failure timeout ({waited:?})");
+    });
+}
+
+/// Runs `body` on one thread per node of an `n`-node network; no finish.
+fn spawn_nodes<R: Send + 'static>(
+    net: Vec<MemTransport>,
+    config: BarrierConfig,
+    body: impl Fn(usize, Barrier<MemTransport>) -> R + Send + Sync + Copy + 'static,
+) -> Vec<R> {
+    let threads: Vec<_> = net
+        .into_iter()
+        .enumerate()
+        .map(|(me, t)| {
+            std::thread::spawn(move || {
+                let b = Barrier::new(t, config).unwrap_or_else(|e| panic!("node {me}: {e}"));
+                body(me, b)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+#[test]
+fn split_phase_with_an_overlap_longer_than_the_failure_timeout_completes() {
+    for agent in [true, false] {
+        for_every_config(move |i, config| {
+            let n = size(i);
+            let config = config.timeouts(Duration::from_millis(1), Duration::from_millis(100)).progress_agent(agent);
+            let what = format!("{} n={n} agent={agent}", config.algorithm);
+            let timelines = spawn_nodes(mem::network(n, 2, Faults::none()), config, move |_, mut b| {
+                let mut t = Timeline::default();
+                for _ in 0..2 {
+                    let entered = Instant::now();
+                    b.enter()?;
+                    sleep(300); // compute, 3 failure timeouts
+                    b.wait()?;
+                    t.record(entered, Instant::now());
+                }
+                b.finish()?;
+                Ok::<_, BarrierError>(t)
+            });
+            let timelines: Vec<Timeline> =
+                timelines.into_iter().enumerate().map(|(node, r)| r.unwrap_or_else(|e| panic!("{what}: node {node}: {e}"))).collect();
+            let run = barriers::check::BarrierRun { timelines, stats: Vec::new() };
+            run.verify(2).unwrap_or_else(|e| panic!("{what}: {e}"));
+        });
+    }
+}
+
+/// Whether `e` names `node` as the silent one.
+fn names_silent(e: &BarrierError, node: usize) -> bool {
+    match e {
+        BarrierError::PeerSilent { silent, .. } => silent == &vec![node],
+        BarrierError::PeerFailed { silent, .. } => *silent == node,
+        _ => false,
+    }
+}
+
+#[test]
+fn a_peer_that_stops_for_good_is_named_by_every_other_node() {
+    for_every_config(|i, config| {
+        let n = size(i);
+        let crashed = n - 2;
+        let config = config.timeouts(Duration::from_millis(1), Duration::from_millis(300));
+        let what = format!("{} rails={} n={n}", config.algorithm, config.rails);
+        let outcomes = spawn_nodes(mem::network(n, 2, lossy(i as u64 + 7)), config, move |me, mut b| {
+            let rounds = if me == crashed { 5 } else { 10 };
+            for _ in 0..rounds {
+                if let Err(e) = b.wait() {
+                    return Some((b.epoch(), e));
+                }
+            }
+            None // the crashed node's process ends here: its barrier and agent are gone
+        });
+        for (node, outcome) in outcomes.into_iter().enumerate() {
+            if node == crashed {
+                assert!(outcome.is_none(), "{what}: the crashed node's own barriers succeed: {outcome:?}");
+                continue;
+            }
+            // Barrier 5, which the crashed node never entered; or barrier 4, its
+            // last, when its last message to this node was lost (it left
+            // without finish(): its process is gone).
+            match outcome {
+                Some((4 | 5, e)) if names_silent(&e, crashed) => {}
+                other => panic!("{what}: node {node} must fail barrier 5 naming node {crashed} silent, got {other:?}"),
+            }
+        }
+    });
+}
+
+#[test]
+fn a_live_peer_behind_a_deadline_is_reported_alive_and_waited_for_on_retry() {
+    let n = 3;
+    let slow = 2;
+    let config = BarrierConfig::new(Algorithm::Dissemination)
+        .timeouts(Duration::from_millis(1), Duration::from_millis(100))
+        .deadline(Some(Duration::from_millis(150)));
+    let results = spawn_nodes(mem::network(n, 1, lossy(3)), config, move |me, mut b| {
+        let mut timeline = Timeline::default();
+        let mut deadline_errors = Vec::new();
+        for k in 0..3 {
+            if me == slow && k == 1 {
+                sleep(700); // a checkpoint: 7 failure timeouts, alive throughout
+            }
+            let entered = Instant::now();
+            loop {
+                match b.wait() {
+                    Ok(()) => break,
+                    Err(e @ BarrierError::Deadline { .. }) => deadline_errors.push(e),
+                    Err(e) => panic!("node {me}: only deadlines may interrupt this barrier: {e}"),
+                }
+            }
+            timeline.record(entered, Instant::now());
+        }
+        b.finish().unwrap();
+        (timeline, deadline_errors)
+    });
+    let run = barriers::check::BarrierRun {
+        timelines: results.iter().map(|(t, _)| t.clone()).collect(),
+        stats: Vec::new(),
+    };
+    run.verify(3).unwrap();
+    for (node, (_, errors)) in results.iter().enumerate().filter(|&(node, _)| node != slow) {
+        assert!(errors.len() >= 2, "node {node} waited 700 ms with a 150 ms deadline: {errors:?}");
+        for e in errors {
+            let BarrierError::Deadline { epoch: 1, waiting_for, .. } = e else { panic!("node {node}: {e}") };
+            for (peer, state) in waiting_for {
+                assert!(matches!(state, PeerState::Alive { .. }), "node {node}: peer {peer} is alive, not {state}: {e}");
+            }
+            if node == 1 {
+                // In dissemination's first round node 1 waits for node 0, and node 0 for node 2.
+                assert!(e.to_string().contains("alive"), "{e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_epoch_crosses_two_to_the_32_under_loss() {
+    for_every_config(|i, config| {
+        let n = size(i);
+        let first = u64::from(u32::MAX) - 3;
+        let mut config = config.timeouts(Duration::from_millis(1), Duration::from_secs(5));
+        config.first_epoch = first;
+        let what = format!("{} rails={} n={n}", config.algorithm, config.rails);
+        let count = 8;
+        let run = run_barriers_with(mem::network(n, 2, lossy(i as u64 + 11)), config, count, |_, _| {})
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        run.verify(count).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(run.stats.iter().all(|s| s.completed == count as u64), "{what}: {:?}", run.stats);
+    });
+    // And the number itself goes on past 2^32.
+    let first = u64::from(u32::MAX);
+    let mut config = BarrierConfig::new(Algorithm::Dissemination);
+    config.first_epoch = first;
+    let epochs = spawn_nodes(mem::network(2, 1, Faults::none()), config, |_, mut b| {
+        for _ in 0..3 {
+            b.wait().unwrap();
+        }
+        b.finish().unwrap();
+        b.epoch()
+    });
+    assert_eq!(epochs, vec![first + 4, first + 4]);
+}
+
+#[test]
+fn a_second_instance_on_the_same_transports_ignores_the_first() {
+    // Heavy duplication and delays: frames of the first instance are still
+    // arriving while the second one runs.
+    let faults = Faults { loss: 0.1, duplicate: 0.5, max_delay: Duration::from_millis(2), seed: 5 };
+    {
+        for_every_config(move |i, config| {
+            let n = size(i);
+            let config = config.timeouts(Duration::from_micros(500), Duration::from_secs(5));
+            let what = format!("{} n={n}", config.algorithm);
+            let results = spawn_nodes(mem::network(n, 2, Faults { seed: i as u64, ..faults }), config, move |_, mut first| {
+                for _ in 0..30 {
+                    first.wait().unwrap();
+                }
+                first.finish().unwrap();
+                let old = first.instance();
+                let transport = first.into_transport();
+                let mut second = Barrier::new(transport, config).unwrap();
+                assert_ne!(second.instance(), old, "a new instance");
+                assert_eq!(second.epoch(), 0, "its barriers count from 0 again");
+                let mut t = Timeline::default();
+                for _ in 0..30 {
+                    let entered = Instant::now();
+                    second.wait().unwrap();
+                    t.record(entered, Instant::now());
+                }
+                second.finish().unwrap();
+                (t, second.stats())
+            });
+            let run = barriers::check::BarrierRun {
+                timelines: results.iter().map(|(t, _)| t.clone()).collect(),
+                stats: results.iter().map(|(_, s)| *s).collect(),
+            };
+            run.verify(30).unwrap_or_else(|e| panic!("{what}: {e}"));
+        });
+    }
+}
+
+#[test]
+fn a_restarted_node_cannot_rejoin_and_the_others_name_it() {
+    for restarted in [2, 0] {
+        let n = 4;
+        let mut config = BarrierConfig::new(Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast })
+            .timeouts(Duration::from_millis(1), Duration::from_millis(400));
+        config.join_timeout = Duration::from_millis(800);
+        let outcomes = spawn_nodes(mem::network(n, 1, Faults::none()), config, move |me, mut b| {
+            for _ in 0..5 {
+                b.wait().unwrap();
+            }
+            if me == restarted {
+                // The process dies and a new one takes its place, on the same port.
+                let transport = b.into_transport();
+                return match Barrier::new(transport, config) {
+                    Ok(mut again) => Err(format!("a restarted node {me} was admitted (barrier {})", again.wait().map_or(0, |_| 1))),
+                    Err(e) => Ok(e),
+                };
+            }
+            match b.wait() {
+                Ok(()) => Err(format!("node {me} passed barrier 5 without node {restarted}")),
+                Err(e) => Ok(e),
+            }
+        });
+        for (node, outcome) in outcomes.into_iter().enumerate() {
+            let e = outcome.unwrap_or_else(|e| panic!("{e}"));
+            if node == restarted {
+                let expected = if restarted == 0 {
+                    matches!(e, BarrierError::JoinTimeout { .. })
+                } else {
+                    matches!(e, BarrierError::Refused { .. })
+                };
+                assert!(expected, "restarted node {node}: {e}");
+            } else {
+                assert!(names_silent(&e, restarted), "node {node} must name node {restarted}: {e}");
+            }
+        }
+    }
+}
