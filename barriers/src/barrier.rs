@@ -127,7 +127,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
 
     /// The counters.
     pub fn stats(&self) -> BarrierStats {
-        self.shared.lock().stats
+        self.shared.lock().stats()
     }
 
     /// Runs `f` on the transport (for its statistics, say).
@@ -190,6 +190,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
 impl<T: Transport + Send + 'static> Drop for Barrier<T> {
     fn drop(&mut self) {
         self.stop_agent();
+        self.shared.lock().farewell();
     }
 }
 

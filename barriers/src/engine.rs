@@ -24,8 +24,14 @@
 //! the asked node has sent it, else with a [`MsgKind::Status`] saying where
 //! it is. A message of a finished barrier from a straggler makes the node
 //! re-send the straggler what it sent it in that barrier (the release, for
-//! instance). The interval doubles while nothing progresses, up to
-//! [`MAX_BACKOFF`] retry timeouts or an eighth of the failure timeout.
+//! instance). A node whose own message was lost is NACKed by the peer that
+//! waits for it, so nodes never re-send unasked. The first retry comes after
+//! a timeout learned from the steps' times ([`crate::rto`]); then the
+//! interval doubles while nothing progresses, up to an eighth of the failure
+//! timeout. A message of barrier c+1 from a peer proves that the peer has
+//! completed c, so a node still in c NACKs at once what that peer (or node 0,
+//! for its release) owes it. Once any loss has been seen, multicasts are sent
+//! twice.
 //!
 //! **Safety.** A node leaves barrier k only after its plan's waits for k are
 //! met, and a message of k is only ever sent by a node that has reached the
@@ -43,25 +49,36 @@
 //! that are behind. No error changes the barrier's state: `wait` can be
 //! called again, and completes if the peers come through.
 
-use std::collections::HashSet;
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
+use crate::expect::{Bits, Expectations};
 use crate::plan::{self, Algorithm, Dest, Out, Plan};
-use crate::transport::{status, Incoming, Msg, MsgKind, NodeId, Transport, TransportError};
+use crate::rto::Rto;
+use crate::transport::{status, Incoming, Msg, MsgKind, NodeId, Transport, TransportError, RECOVERED};
 
-/// The retry interval grows to at most this many times the retry timeout
-/// (and to at most an eighth of the failure timeout, so that a silent peer
-/// is probed several times before it is declared dead).
-pub const MAX_BACKOFF: u32 = 32;
+/// The learned retry timeout never exceeds this (nor an eighth of the
+/// failure timeout).
+pub const MAX_LEARNED_RETRY: Duration = Duration::from_millis(200);
 /// The tag of a NACK that asks only "where are you?" ([`Barrier::finish`](crate::Barrier::finish)).
 const STATUS_TAG: u16 = u16::MAX;
-/// During [`Engine::finish`], a peer silent this long has left (or died).
-const FINISH_SILENCE: Duration = Duration::from_millis(500);
+/// During [`Engine::finish`], a peer that answers none of its queries for
+/// this long (or the failure timeout, if shorter) has left, or died.
+const FINISH_SILENCE: Duration = Duration::from_secs(1);
+/// A peer is declared silent only after this many unanswered probes (as
+/// well as the failure timeout): under heavy loss a live peer's answers get
+/// through some of the time, and eight probes alone are too few.
+pub const MIN_PROBES: u32 = 20;
+/// During [`Engine::finish`], queries go out at least this often.
+const FINISH_QUERY_LIMIT: Duration = Duration::from_millis(20);
+/// While every peer a step waits for is alive inside the same barrier (so
+/// its message may come any moment), the retry interval backs off to at
+/// most this many learned retry timeouts.
+const IN_BARRIER_BACKOFF: u32 = 8;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.
-const JOIN_RESEND_LIMIT: Duration = Duration::from_millis(100);
+const JOIN_RESEND_LIMIT: Duration = Duration::from_millis(20);
 
 /// How a [`Barrier`](crate::Barrier) runs. [`BarrierConfig::new`] gives the defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,8 +87,13 @@ pub struct BarrierConfig {
     pub algorithm: Algorithm,
     /// How many of the transport's rails to use (1 = single network).
     pub rails: usize,
-    /// First re-send after this long without progress (then doubling).
+    /// The first retry timeout, before any step time has been learned; then
+    /// the timeout follows the steps' times (RFC 6298: smoothed mean plus four
+    /// deviations), never below `min_retry_timeout`, and doubles with each
+    /// retry of one step.
     pub retry_timeout: Duration,
+    /// The floor of the learned retry timeout.
+    pub min_retry_timeout: Duration,
     /// A peer that answers nothing for this long, though probed, is dead:
     /// the barrier fails naming it. A live peer is waited for as long as it
     /// takes.
@@ -91,13 +113,15 @@ pub struct BarrierConfig {
 }
 
 impl BarrierConfig {
-    /// Defaults: one rail, first retry after 1 ms, a peer silent for 10 s is
+    /// Defaults: one rail, first retry after 1 ms (then learned, at least
+    /// 20 µs), a peer silent for 10 s is
     /// dead, no deadline, 30 s to join, with a progress agent.
     pub fn new(algorithm: Algorithm) -> BarrierConfig {
         BarrierConfig {
             algorithm,
             rails: 1,
             retry_timeout: Duration::from_millis(1),
+            min_retry_timeout: Duration::from_micros(20),
             failure_timeout: Duration::from_secs(10),
             deadline: None,
             join_timeout: Duration::from_secs(30),
@@ -133,8 +157,10 @@ impl BarrierConfig {
     }
 
     /// With these timeouts: first retry, and silence before a peer is dead.
+    /// The learned retry timeout's floor is lowered to `retry` if above it.
     pub fn timeouts(mut self, retry: Duration, failure: Duration) -> BarrierConfig {
         self.retry_timeout = retry;
+        self.min_retry_timeout = self.min_retry_timeout.min(retry);
         self.failure_timeout = failure;
         self
     }
@@ -151,9 +177,16 @@ impl BarrierConfig {
         self
     }
 
-    /// The longest retry interval.
+    /// The longest retry interval of one step (probes of a live but late
+    /// peer back off to this): short enough that a silent peer is probed
+    /// [`MIN_PROBES`] times within the failure timeout.
     fn max_retry_interval(&self) -> Duration {
-        (self.retry_timeout * MAX_BACKOFF).min(self.failure_timeout / 8).max(self.retry_timeout)
+        (self.failure_timeout / (2 * MIN_PROBES)).max(self.retry_timeout)
+    }
+
+    /// The most the learned retry timeout can reach.
+    fn max_learned_retry(&self) -> Duration {
+        self.max_retry_interval().min(MAX_LEARNED_RETRY)
     }
 }
 
@@ -164,10 +197,14 @@ pub struct BarrierStats {
     pub completed: u64,
     /// Messages sent by the plans (a multicast counts once).
     pub sent: u64,
-    /// Point-to-point messages re-sent after a retry timeout.
+    /// Messages sent a second time at once: multicasts once loss has been
+    /// seen, and messages a peer asked for before they were sent.
     pub resends: u64,
     /// NACKs sent for missing messages (and status probes).
     pub nacks_sent: u64,
+    /// Of those, NACKs sent at once because a peer's message proved the
+    /// missing one was sent.
+    pub fast_nacks: u64,
     /// Messages re-sent to answer a NACK or a straggler.
     pub answers: u64,
     /// Status messages sent (answers to NACKs with nothing to re-send, and
@@ -184,6 +221,8 @@ pub struct BarrierStats {
     pub foreign: u64,
     /// Join requests refused (from a process node 0 had not admitted).
     pub refused: u64,
+    /// The retry timeout learned so far.
+    pub retry_timeout: Duration,
 }
 
 /// What a peer was last known to be doing.
@@ -304,11 +343,24 @@ struct Peer {
     in_barrier: bool,
     /// Since when it has been probed (NACKed) without answering anything.
     probed_since: Option<Instant>,
+    /// Probes sent since it was last heard.
+    unanswered: u32,
     /// (barrier, silent node, when heard) it reported giving up on.
     gave_up: Option<(u64, NodeId, Instant)>,
 }
 
 impl Peer {
+    fn probed(&mut self, now: Instant) {
+        self.probed_since.get_or_insert(now);
+        self.unanswered += 1;
+    }
+
+    /// Silent: probed at least [`MIN_PROBES`] times over `timeout` without a word.
+    fn silent(&self, now: Instant, timeout: Duration, since: Instant) -> Option<Duration> {
+        let quiet = now.saturating_duration_since(self.probed_since?.max(since));
+        (quiet >= timeout && self.unanswered >= MIN_PROBES).then_some(quiet)
+    }
+
     fn at_least(&mut self, epoch: u64, in_barrier: bool) {
         if self.at.is_none_or(|at| epoch > at) {
             self.at = Some(epoch);
@@ -319,13 +371,16 @@ impl Peer {
     }
 }
 
-/// A random 64-bit number: std's per-process random hash keys, mixed with
-/// the time, so two barriers of one process differ too.
-fn random_u64() -> u64 {
+/// A new incarnation: the time in microseconds in the high 40 bits (so a
+/// later barrier of a process has a larger one, for about 12 days), and 24
+/// random bits (std's per-process random hash keys, mixed with the time
+/// and the pid) below.
+fn new_incarnation() -> u64 {
+    let micros = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u128(micros);
     h.write_u32(std::process::id());
-    h.finish() | 1
+    ((micros as u64) << 24) | (h.finish() & 0xFF_FFFF) | 1
 }
 
 /// splitmix64's finaliser.
@@ -354,20 +409,42 @@ pub(crate) struct Engine<T: Transport> {
     pub(crate) in_progress: bool,
     step: usize,
     step_sent: bool,
-    received: HashSet<(u64, u16, NodeId)>,
+    /// What the plan waits for, indexed.
+    expect: Expectations,
+    /// What has arrived of barrier e, in `got[e % 2]` (the current and the next).
+    got: [Bits; 2],
+    /// While in progress: how many waits of each step are still missing.
+    remaining: Vec<u32>,
     peers: Vec<Peer>,
-    /// When the current step began waiting (the baseline of silence).
+    /// When the current step began waiting.
     step_since: Instant,
     next_retry: Instant,
     retry_interval: Duration,
+    rto: Rto,
+    /// Whether a NACK was sent at once in this step (one per step).
+    fast_nacked: bool,
+    /// Whether any loss has been seen (multicasts then go twice).
+    loss_seen: bool,
+    /// Whether a peer asked for a message of this barrier before this node
+    /// had sent it: it waits already, so point-to-point messages go twice
+    /// (a loss now would cost it a long-backed-off retry).
+    asked_early: bool,
+    /// This node got here through a recovered loss (see [`RECOVERED`]) in
+    /// barrier `recovered_in` or the one before: a late exit from barrier c
+    /// makes a late entry into c+1, so the mark lasts one barrier more.
+    recovered_in: Option<u64>,
     /// The silent node this node gave up on in the current barrier.
     gave_up: Option<NodeId>,
     pub(crate) finished: bool,
     /// In [`Engine::finish`] (its closing barrier, or after).
     closing: bool,
-    /// Entered by the application's `enter()`, and its completion not yet
-    /// reported by `test()` or `wait()` (it may be complete already).
-    entered: bool,
+    /// A barrier was entered (by `enter`, or by a `wait` that then failed)
+    /// whose completion `test()` or `wait()` has not yet reported to the
+    /// application (it may be complete already, by the progress agent).
+    owed: bool,
+    /// When the application's current `wait` began: verdicts count only
+    /// what happened since, so calling `wait` again after an error waits.
+    call_started: Instant,
     /// An error the progress agent met, for the application's next call.
     pub(crate) agent_error: Option<TransportError>,
     pub(crate) stats: BarrierStats,
@@ -391,10 +468,15 @@ impl<T: Transport> Engine<T> {
         if config.retry_timeout.is_zero() || config.failure_timeout <= config.retry_timeout {
             return Err(BarrierError::Usage("need 0 < retry timeout < failure timeout".into()));
         }
+        if config.first_epoch > u64::MAX / 2 {
+            return Err(BarrierError::Usage(format!("first barrier number {} is too close to 2^64", config.first_epoch)));
+        }
         if n > u32::MAX as usize / 2 {
             return Err(BarrierError::Usage(format!("{n} nodes: too many")));
         }
         let plan = plan::build(config.algorithm, n, me, config.rails).map_err(BarrierError::Usage)?;
+        let expect = Expectations::new(&plan, n);
+        let steps = plan.steps.len();
         let now = Instant::now();
         Ok(Engine {
             transport,
@@ -407,15 +489,23 @@ impl<T: Transport> Engine<T> {
             in_progress: false,
             step: 0,
             step_sent: false,
-            received: HashSet::new(),
+            got: [Bits::new(expect.len()), Bits::new(expect.len())],
+            remaining: vec![0; steps],
+            expect,
             peers: vec![Peer::default(); n],
             step_since: now,
             next_retry: now,
             retry_interval: config.retry_timeout,
+            rto: Rto::new(config.retry_timeout, config.min_retry_timeout, config.max_learned_retry()),
+            fast_nacked: false,
+            loss_seen: false,
+            asked_early: false,
+            recovered_in: None,
             gave_up: None,
             finished: false,
             closing: false,
-            entered: false,
+            owed: false,
+            call_started: now,
             agent_error: None,
             stats: BarrierStats::default(),
         })
@@ -429,6 +519,10 @@ impl<T: Transport> Engine<T> {
         self.peers.len()
     }
 
+    pub(crate) fn stats(&self) -> BarrierStats {
+        BarrierStats { retry_timeout: self.rto.get(), ..self.stats }
+    }
+
     pub(crate) fn instance(&self) -> u64 {
         self.instance
     }
@@ -436,7 +530,7 @@ impl<T: Transport> Engine<T> {
     /// Agrees on the instance with the other nodes (see the module docs).
     pub(crate) fn join(&mut self) -> Result<(), BarrierError> {
         let n = self.nodes();
-        let incarnation = random_u64();
+        let incarnation = new_incarnation();
         let start = Instant::now();
         let timeout = self.config.join_timeout;
         if self.me == 0 {
@@ -450,7 +544,10 @@ impl<T: Transport> Engine<T> {
                 }
                 if let Some(m) = self.transport.recv((timeout - waited).min(JOIN_RESEND_LIMIT))? {
                     if m.msg.kind == MsgKind::Join && m.from != 0 && m.from < n {
-                        incarnations[m.from] = Some(m.msg.instance); // a later request wins
+                        // The newest incarnation wins: a delayed request of an
+                        // earlier barrier of that process is older.
+                        let newest = incarnations[m.from].map_or(m.msg.instance, |known| known.max(m.msg.instance));
+                        incarnations[m.from] = Some(newest);
                     }
                 }
             }
@@ -510,13 +607,12 @@ impl<T: Transport> Engine<T> {
             return Ok(());
         }
         let echo = msg.instance as u32;
-        if self.closing {
-            // Once this node is closing, a peer may have finished and moved
-            // on to a new instance, whose node 0 will answer it.
-            return Ok(());
-        }
         if self.admitted[from] == echo {
             self.send_admission(from, MsgKind::Admit, echo)
+        } else if self.closing {
+            // Once this node is closing, a peer may have finished and moved
+            // on to a new instance, whose node 0 will answer it.
+            Ok(())
         } else {
             self.stats.refused += 1;
             self.send_admission(from, MsgKind::Refuse, echo)
@@ -538,7 +634,8 @@ impl<T: Transport> Engine<T> {
     }
 
     fn send_out(&mut self, out: Out, epoch: u64) -> Result<(), TransportError> {
-        let msg = self.msg(MsgKind::Data, epoch, out.tag);
+        let arg = if self.recovered() { RECOVERED } else { 0 };
+        let msg = Msg { arg, ..self.msg(MsgKind::Data, epoch, out.tag) };
         match out.dest {
             Dest::Node(to) => self.transport.send(out.rail, to, msg),
             Dest::All => self.transport.multicast(out.rail, msg),
@@ -570,15 +667,14 @@ impl<T: Transport> Engine<T> {
 
     /// The application enters the next barrier (split phase).
     pub(crate) fn enter_split(&mut self) -> Result<(), BarrierError> {
-        if self.entered && !self.in_progress {
+        if self.owed && !self.in_progress {
             return Err(BarrierError::Usage(format!(
                 "enter() twice: barrier {} is complete, but wait() or test() has not said so yet",
                 self.epoch - 1
             )));
         }
-        self.enter()?;
-        self.entered = true;
-        Ok(())
+        self.call_started = Instant::now();
+        self.enter()
     }
 
     /// Enters the next barrier.
@@ -593,16 +689,26 @@ impl<T: Transport> Engine<T> {
             )));
         }
         self.in_progress = true;
+        self.owed = true;
         self.step = 0;
         self.step_sent = false;
-        self.progressed(Instant::now());
-        self.advance()
+        // What arrived early for this barrier counts now.
+        for (s, r) in self.remaining.iter_mut().enumerate() {
+            *r = self.expect.of_step(s).len() as u32;
+        }
+        let got = &self.got[(self.epoch % 2) as usize];
+        for i in got.iter() {
+            self.remaining[self.expect.step_of(i)] -= 1;
+        }
+        let now = Instant::now();
+        self.progressed(now);
+        self.advance(now)
     }
 
     /// Takes every message already there.
-    fn drain(&mut self) -> Result<(), BarrierError> {
+    fn drain(&mut self, now: Instant) -> Result<(), BarrierError> {
         while let Some(incoming) = self.transport.recv(Duration::ZERO)? {
-            self.handle(incoming, Instant::now())?;
+            self.handle(incoming, now)?;
         }
         Ok(())
     }
@@ -613,13 +719,14 @@ impl<T: Transport> Engine<T> {
         if let Some(e) = self.agent_error.take() {
             return Err(BarrierError::Transport(e));
         }
-        self.drain()?;
-        self.advance()?;
+        let now = Instant::now();
+        self.drain(now)?;
+        self.advance(now)?;
         if self.in_progress {
-            self.on_timers(Instant::now(), None)?;
+            self.on_timers(now, None)?;
             return Ok(false);
         }
-        self.entered = false;
+        self.owed = false;
         Ok(true)
     }
 
@@ -629,23 +736,27 @@ impl<T: Transport> Engine<T> {
         if let Some(e) = self.agent_error.take() {
             return Err(BarrierError::Transport(e));
         }
-        let entered = std::mem::take(&mut self.entered);
-        if !self.in_progress && !entered {
+        let mut now = Instant::now();
+        self.call_started = now;
+        self.gave_up = None; // waiting again: no longer giving up, until judged again
+        if !self.in_progress && !self.owed {
             self.enter()?;
         }
         loop {
             // Read before judging: whatever has arrived counts before any
             // timer (this thread may have been descheduled for long).
-            self.drain()?;
-            self.advance()?;
+            self.drain(now)?;
+            self.advance(now)?;
             if !self.in_progress {
+                self.owed = false;
                 return Ok(());
             }
-            let now = Instant::now();
             self.on_timers(now, deadline)?;
             let until = deadline.map_or(self.next_retry, |d| d.min(self.next_retry));
-            if let Some(incoming) = self.transport.recv(until.saturating_duration_since(now))? {
-                self.handle(incoming, Instant::now())?;
+            let incoming = self.transport.recv(until.saturating_duration_since(now))?;
+            now = Instant::now();
+            if let Some(incoming) = incoming {
+                self.handle(incoming, now)?;
             }
         }
     }
@@ -655,7 +766,7 @@ impl<T: Transport> Engine<T> {
     /// is due, if any.
     pub(crate) fn serve(&mut self) -> Option<Instant> {
         let now = Instant::now();
-        let result = self.drain().and_then(|_| self.advance()).and_then(|_| {
+        let result = self.drain(now).and_then(|_| self.advance(now)).and_then(|_| {
             if self.in_progress {
                 self.on_timers(now, None)
             } else {
@@ -682,7 +793,7 @@ impl<T: Transport> Engine<T> {
         if self.finished {
             return Ok(());
         }
-        self.entered = false; // a split-phase barrier that completed; the closing one comes next
+        self.owed = false; // a barrier that completed; the closing one comes next
         self.closing = true;
         self.wait(None)?;
         self.finished = true;
@@ -694,15 +805,15 @@ impl<T: Transport> Engine<T> {
         self.send_status(None)?;
         let start = Instant::now();
         let silence = FINISH_SILENCE.min(self.config.failure_timeout);
-        let mut interval = self.config.retry_timeout;
+        let mut interval = self.rto.get();
         let mut next_query = start + interval;
         loop {
-            self.drain()?;
             let now = Instant::now();
+            self.drain(now)?;
             let pending: Vec<NodeId> = (0..n)
                 .filter(|&p| p != self.me)
                 .filter(|&p| self.peers[p].at.is_none_or(|at| at < last))
-                .filter(|&p| now - self.peers[p].last_heard.map_or(start, |t| t.max(start)) < silence)
+                .filter(|&p| self.peers[p].silent(now, silence, start).is_none())
                 .collect();
             if pending.is_empty() {
                 break;
@@ -712,8 +823,9 @@ impl<T: Transport> Engine<T> {
                     let query = self.msg(MsgKind::Nack, last, STATUS_TAG);
                     self.transport.send(0, p, query)?;
                     self.stats.nacks_sent += 1;
+                    self.peers[p].probed(now);
                 }
-                interval = (interval * 2).min(self.config.max_retry_interval());
+                interval = (interval * 2).min(self.config.max_retry_interval()).min(FINISH_QUERY_LIMIT);
                 next_query = now + interval;
             }
             if let Some(incoming) = self.transport.recv(next_query.saturating_duration_since(now))? {
@@ -726,23 +838,39 @@ impl<T: Transport> Engine<T> {
         Ok(())
     }
 
+    /// Whether this node's messages now carry [`RECOVERED`].
+    fn recovered(&self) -> bool {
+        self.recovered_in.is_some_and(|e| e + 1 >= self.epoch)
+    }
+
     fn progressed(&mut self, now: Instant) {
+        self.gave_up = None; // progress: whatever was silent is not in the way
         self.step_since = now;
-        self.retry_interval = self.config.retry_timeout;
+        self.retry_interval = self.rto.get();
         self.next_retry = now + self.retry_interval;
+        self.fast_nacked = false;
     }
 
     /// Sends the current step's messages and moves through every step whose
     /// waits are met.
-    fn advance(&mut self) -> Result<(), BarrierError> {
+    fn advance(&mut self, now: Instant) -> Result<(), BarrierError> {
         while self.in_progress {
             if self.step == self.plan.steps.len() {
                 self.in_progress = false;
                 self.gave_up = None;
+                self.asked_early = false;
+                // Completing the barrier proves every node entered it: no
+                // node was dead for it, whatever was reported.
+                let done = self.epoch;
+                for peer in &mut self.peers {
+                    if peer.gave_up.is_some_and(|(e, _, _)| e <= done) {
+                        peer.gave_up = None;
+                    }
+                }
+                // This barrier's bits become the one-after-next's.
+                self.got[(self.epoch % 2) as usize].clear();
                 self.epoch += 1;
                 self.stats.completed += 1;
-                let epoch = self.epoch;
-                self.received.retain(|&(e, _, _)| e >= epoch);
                 return Ok(());
             }
             if !self.step_sent {
@@ -750,14 +878,21 @@ impl<T: Transport> Engine<T> {
                     let out = self.plan.steps[self.step].sends[i];
                     self.send_out(out, self.epoch)?;
                     self.stats.sent += 1;
+                    let twice = match out.dest {
+                        Dest::All => self.loss_seen,
+                        Dest::Node(_) => self.asked_early,
+                    };
+                    if twice {
+                        self.send_out(out, self.epoch)?;
+                        self.stats.resends += 1;
+                    }
                 }
                 self.step_sent = true;
             }
-            let step = &self.plan.steps[self.step];
-            if step.waits.iter().all(|w| self.received.contains(&(self.epoch, w.tag, w.from))) {
+            if self.remaining[self.step] == 0 {
                 self.step += 1;
                 self.step_sent = false;
-                self.progressed(Instant::now());
+                self.progressed(now);
             } else {
                 return Ok(());
             }
@@ -789,6 +924,7 @@ impl<T: Transport> Engine<T> {
         let peer = &mut self.peers[from];
         peer.last_heard = Some(now);
         peer.probed_since = None;
+        peer.unanswered = 0;
         match msg.kind {
             MsgKind::Status => {
                 // A status is the peer's own word on where it is now.
@@ -802,8 +938,12 @@ impl<T: Transport> Engine<T> {
             MsgKind::Nack => {
                 peer.at_least(epoch, true);
                 let tag = (msg.tag != STATUS_TAG).then_some(msg.tag);
-                if self.answer(from, epoch, tag)? == 0 {
+                let answered = self.answer(from, epoch, tag)?;
+                if answered == 0 {
+                    self.asked_early |= epoch == self.epoch && tag.is_some();
                     self.send_status(Some(from))?;
+                } else {
+                    self.loss_seen = true;
                 }
             }
             MsgKind::Data if epoch < self.epoch => {
@@ -817,13 +957,55 @@ impl<T: Transport> Engine<T> {
                 if msg.kind == MsgKind::Data {
                     peer.at_least(epoch, true);
                 }
-                if !self.received.insert((epoch, msg.tag, from)) {
+                let Some(i) = self.expect.index(from, msg.tag) else {
+                    self.stats.stale += 1; // nothing this node's plan waits for
+                    return Ok(());
+                };
+                if !self.got[(epoch % 2) as usize].insert(i) {
                     self.stats.duplicates += 1;
                 } else if epoch > self.epoch || !self.in_progress {
                     self.stats.early += 1;
+                } else {
+                    let step = self.expect.step_of(i);
+                    self.remaining[step] -= 1;
+                    let clean = msg.kind == MsgKind::Data && msg.arg & RECOVERED == 0;
+                    if step == self.step && self.remaining[step] == 0 && clean && !self.recovered() {
+                        // An original message, delayed by no loss anywhere,
+                        // completed the step: its time is a lesson.
+                        self.rto.sample(now.saturating_duration_since(self.step_since));
+                    }
+                    if !clean {
+                        self.recovered_in = Some(self.epoch);
+                        self.loss_seen |= msg.kind == MsgKind::Answer;
+                    }
                 }
             }
             MsgKind::Join | MsgKind::Admit | MsgKind::Refuse => unreachable!("handled above"),
+        }
+        if epoch == self.epoch + 1 && self.in_progress && !self.fast_nacked {
+            self.nack_proven(from, now)?;
+        }
+        Ok(())
+    }
+
+    /// `from` is in barrier c+1, so it has completed c: it has sent this node
+    /// everything it sends in c, and node 0 has sent its release. NACK at
+    /// once whatever of that the current step still misses.
+    fn nack_proven(&mut self, from: NodeId, now: Instant) -> Result<(), TransportError> {
+        let step = self.step;
+        let Some(waits) = self.plan.steps.get(step).map(|s| s.waits.len()) else { return Ok(()) };
+        let current = (self.epoch % 2) as usize;
+        for j in 0..waits {
+            let w = self.plan.steps[step].waits[j];
+            let owed = w.from == from || (w.from == 0 && w.tag == plan::tag::RELEASE);
+            if owed && !self.got[current].contains(self.expect.of_step(step).start + j) {
+                let nack = self.msg(MsgKind::Nack, self.epoch, w.tag);
+                self.transport.send(0, w.from, nack)?;
+                self.stats.nacks_sent += 1;
+                self.stats.fast_nacks += 1;
+                self.fast_nacked = true;
+                self.peers[w.from].probed(now);
+            }
         }
         Ok(())
     }
@@ -858,8 +1040,9 @@ impl<T: Transport> Engine<T> {
     fn missing_from(&self) -> Vec<NodeId> {
         let mut from: Vec<NodeId> = Vec::new();
         if let Some(step) = self.plan.steps.get(self.step) {
-            for w in &step.waits {
-                if !self.received.contains(&(self.epoch, w.tag, w.from)) && !from.contains(&w.from) {
+            let got = &self.got[(self.epoch % 2) as usize];
+            for (i, w) in self.expect.of_step(self.step).zip(&step.waits) {
+                if !got.contains(i) && !from.contains(&w.from) {
                     from.push(w.from);
                 }
             }
@@ -869,33 +1052,32 @@ impl<T: Transport> Engine<T> {
 
     /// Retries, then the verdict on silent peers and the deadline.
     fn on_timers(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
-        if now >= self.next_retry {
+        if now >= self.next_retry && self.step < self.plan.steps.len() {
             // Ask for exactly what is missing; a peer that has sent it sends
-            // it again, one that has not says where it is.
-            if let Some(step) = self.plan.steps.get(self.step) {
-                let missing: Vec<_> =
-                    step.waits.iter().filter(|w| !self.received.contains(&(self.epoch, w.tag, w.from))).copied().collect();
-                for w in missing {
+            // it again, one that has not says where it is. (A message of
+            // ours that was lost is NACKed by the peer that waits for it.)
+            let step = self.step;
+            let current = (self.epoch % 2) as usize;
+            for j in 0..self.plan.steps[step].waits.len() {
+                let w = self.plan.steps[step].waits[j];
+                if !self.got[current].contains(self.expect.of_step(step).start + j) {
                     let nack = self.msg(MsgKind::Nack, self.epoch, w.tag);
                     self.transport.send(0, w.from, nack)?;
                     self.stats.nacks_sent += 1;
-                    self.peers[w.from].probed_since.get_or_insert(now);
-                }
-                // Re-send this step's own point-to-point messages (a waiting
-                // node re-sends its arrival; a peer that has finished the
-                // barrier answers it with what it sent). Multicasts are
-                // recovered by the NACKs of those that miss them.
-                if self.step_sent {
-                    for i in 0..self.plan.steps[self.step].sends.len() {
-                        let out = self.plan.steps[self.step].sends[i];
-                        if matches!(out.dest, Dest::Node(_)) {
-                            self.send_out(out, self.epoch)?;
-                            self.stats.resends += 1;
-                        }
-                    }
+                    self.peers[w.from].probed(now);
                 }
             }
-            self.retry_interval = (self.retry_interval * 2).min(self.config.max_retry_interval());
+            // A peer outside the barrier (computing) may take long: back off
+            // far. Peers inside it may send any moment, and a loss of that
+            // message must not wait for a distant retry.
+            let epoch = self.epoch;
+            let all_inside = self.missing_from().iter().all(|&p| self.peers[p].at == Some(epoch) && self.peers[p].in_barrier);
+            let cap = if all_inside {
+                (self.rto.get() * IN_BARRIER_BACKOFF).min(self.config.max_retry_interval())
+            } else {
+                self.config.max_retry_interval()
+            };
+            self.retry_interval = (self.retry_interval * 2).min(cap);
             self.next_retry = now + self.retry_interval;
         }
         self.judge(now, deadline)
@@ -911,9 +1093,10 @@ impl<T: Transport> Engine<T> {
             if let Some((epoch, node, when)) = peer.gave_up {
                 let heard_since = self.peers.get(node).and_then(|p| p.last_heard).is_some_and(|t| t > when);
                 // A peer stuck in the barrier before this one (it gave up
-                // there) can never reach this one either.
-                if epoch + 1 >= self.epoch && node != self.me && !heard_since {
-                    self.give_up(node)?;
+                // there) can never reach this one either. Only reports made
+                // during this call count: calling again waits afresh.
+                if epoch + 1 >= self.epoch && node != self.me && !heard_since && when >= self.call_started {
+                    self.gave_up.get_or_insert(node); // said in status answers; not multicast again
                     return Err(BarrierError::PeerFailed { epoch: self.epoch, reporter, silent: node });
                 }
             }
@@ -922,9 +1105,7 @@ impl<T: Transport> Engine<T> {
         let mut silent = Vec::new();
         let mut silent_for = Duration::ZERO;
         for &p in &waiting_for {
-            let Some(since) = self.peers[p].probed_since else { continue };
-            let quiet = now.saturating_duration_since(since);
-            if quiet >= self.config.failure_timeout {
+            if let Some(quiet) = self.peers[p].silent(now, self.config.failure_timeout, self.call_started) {
                 silent.push(p);
                 silent_for = silent_for.max(quiet);
             }
@@ -943,6 +1124,16 @@ impl<T: Transport> Engine<T> {
         Ok(())
     }
 
+    /// A node leaving after it gave up says why once more (three times,
+    /// against loss), so that peers waiting for it name the silent node.
+    pub(crate) fn farewell(&mut self) {
+        if self.gave_up.is_some() {
+            for _ in 0..3 {
+                let _ = self.send_status(None);
+            }
+        }
+    }
+
     /// Records that this node gives up on the current barrier because of
     /// `silent`, and tells every node (twice, against loss) the first time.
     fn give_up(&mut self, silent: NodeId) -> Result<(), TransportError> {
@@ -956,8 +1147,8 @@ impl<T: Transport> Engine<T> {
 
     fn peer_state(&self, p: NodeId, now: Instant) -> PeerState {
         let peer = self.peers[p];
-        if let Some(since) = peer.probed_since.filter(|&t| now.saturating_duration_since(t) >= self.config.failure_timeout) {
-            return PeerState::Silent { for_: now.saturating_duration_since(since) };
+        if let Some(quiet) = peer.silent(now, self.config.failure_timeout, self.call_started) {
+            return PeerState::Silent { for_: quiet };
         }
         match peer.last_heard {
             Some(t) => PeerState::Alive {
@@ -1088,12 +1279,18 @@ mod tests {
     fn a_silent_peer_is_judged_only_after_it_was_probed_for_the_failure_timeout() {
         let mut e = node1(0);
         e.config.failure_timeout = Duration::from_millis(50);
-        e.enter().unwrap();
         let start = Instant::now();
+        e.call_started = start;
+        e.enter().unwrap();
         // Long before any probe: not silent, however long since the entry.
         assert!(e.judge(start + Duration::from_secs(60), None).is_ok());
         e.on_timers(start + Duration::from_millis(2), None).unwrap(); // the first NACK
-        assert!(e.judge(start + Duration::from_millis(30), None).is_ok());
+        assert!(e.judge(start + Duration::from_millis(60), None).is_ok(), "one probe is not enough");
+        for ms in 3..(2 + MIN_PROBES as u64) {
+            e.next_retry = start;
+            e.on_timers(start + Duration::from_millis(ms), None).unwrap();
+        }
+        assert!(e.judge(start + Duration::from_millis(30), None).is_ok(), "enough probes, not yet the timeout");
         match e.judge(start + Duration::from_millis(60), None) {
             Err(BarrierError::PeerSilent { silent, .. }) => assert_eq!(silent, vec![0]),
             other => panic!("{other:?}"),

@@ -45,15 +45,17 @@
 mod barrier;
 pub mod check;
 mod engine;
+mod expect;
 mod mcd_transport;
 pub mod mem;
 pub mod model;
 pub mod plan;
+pub mod rto;
 pub mod threads;
 pub mod transport;
 
 pub use barrier::{Barrier, AGENT_GRACE};
-pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_BACKOFF};
+pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARNED_RETRY};
 pub use mcd_transport::McdTransport;
 pub use plan::{Algorithm, Fanout, Release};
-pub use transport::{Incoming, Msg, MsgKind, NodeId, TickWaker, Transport, TransportError, Waker};
+pub use transport::{Incoming, Msg, MsgKind, NodeId, TickWaker, Transport, TransportError, Waker, RECOVERED};

@@ -51,6 +51,12 @@ pub mod status {
     pub const FINISHED: u16 = 4;
 }
 
+/// In a [`MsgKind::Data`]'s `arg`: the sender got here only through a
+/// recovered loss in this barrier (its own, or one upstream), so the time
+/// this message took says nothing about the network: a receiver does not
+/// learn its retry timeout from it.
+pub const RECOVERED: u32 = 1;
+
 /// A barrier message: tiny, and the same on every transport.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Msg {
@@ -66,7 +72,7 @@ pub struct Msg {
     /// Which message of the algorithm (a round number, arrive, release), or
     /// flags (see [`MsgKind`]).
     pub tag: u16,
-    /// An argument of the kind (see [`MsgKind`]); 0 for data.
+    /// An argument of the kind (see [`MsgKind`]); for data, [`RECOVERED`].
     pub arg: u32,
 }
 

@@ -314,3 +314,79 @@ fn a_restarted_node_cannot_rejoin_and_the_others_name_it() {
         }
     }
 }
+
+// Found by review (adversarial tests), kept as regressions.
+
+#[test]
+fn calling_wait_again_after_an_error_completes_the_same_barrier() {
+    // The progress agent may complete the barrier while the application
+    // handles a deadline error; the next wait() must report that barrier,
+    // not enter another.
+    let n = 3;
+    let slow = 2;
+    let config = BarrierConfig::new(Algorithm::Dissemination)
+        .timeouts(Duration::from_millis(1), Duration::from_secs(5))
+        .deadline(Some(Duration::from_millis(100)));
+    let timelines = spawn_nodes(mem::network(n, 1, Faults::none()), config, move |me, mut b| {
+        let mut t = Timeline::default();
+        for k in 0..3 {
+            if me == slow && k == 1 {
+                sleep(150);
+            }
+            let entered = Instant::now();
+            let before = b.epoch();
+            loop {
+                match b.wait() {
+                    Ok(()) => break,
+                    Err(BarrierError::Deadline { .. }) => sleep(100), // the application handles it meanwhile
+                    Err(e) => panic!("node {me}: {e}"),
+                }
+            }
+            assert_eq!(b.epoch(), before + 1, "node {me}: one wait() is one barrier");
+            t.record(entered, Instant::now());
+        }
+        b.finish().unwrap();
+        t
+    });
+    barriers::check::BarrierRun { timelines, stats: Vec::new() }.verify(3).unwrap();
+}
+
+#[test]
+fn a_verdict_does_not_outlive_the_silent_peers_return() {
+    let n = 4;
+    let stalled = 3;
+    let config = BarrierConfig::new(Algorithm::Concurrent)
+        .timeouts(Duration::from_millis(1), Duration::from_millis(100))
+        .progress_agent(false);
+    let errors = spawn_nodes(mem::network(n, 1, Faults::none()), config, move |me, mut b| {
+        let mut errors = Vec::new();
+        for k in 0..4 {
+            if me == stalled && k == 1 {
+                sleep(400); // silent (no agent) for four failure timeouts
+            }
+            while let Err(e) = b.wait() {
+                errors.push((k, e.to_string()));
+            }
+        }
+        if let Err(e) = b.finish() {
+            errors.push((99, e.to_string()));
+        }
+        errors
+    });
+    for (node, errors) in errors.iter().enumerate() {
+        assert!(errors.iter().all(|(k, _)| *k == 1), "node {node}: errors after node {stalled} came back: {errors:?}");
+        assert!(errors.len() < 20, "node {node}: calling wait() again waits, it does not fail at once: {} errors", errors.len());
+    }
+}
+
+#[test]
+fn creating_a_barrier_and_finishing_it_at_once_survives_half_loss() {
+    // Like mcd_init then mcd_finalize: the closing barrier is barrier 0, and a
+    // node whose admission was lost must still be admitted.
+    let n = 4;
+    let faults = Faults { loss: 0.5, duplicate: 0.0, max_delay: Duration::ZERO, seed: 3 };
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_secs(2));
+    config.join_timeout = Duration::from_secs(4);
+    let results = spawn_nodes(mem::network(n, 1, faults), config, |_, mut b| b.finish().map_err(|e| e.to_string()));
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+}

@@ -234,6 +234,10 @@ pub struct RingGeometry {
     pub frame_size: usize,
     /// Number of slots.
     pub frames: usize,
+    /// Bytes per block (whole pages; computed once, not per frame).
+    block_size: usize,
+    /// Slots per block.
+    per_block: usize,
 }
 
 impl RingGeometry {
@@ -241,17 +245,18 @@ impl RingGeometry {
     /// (rounded up to fill whole blocks).
     pub fn for_frames(max_frame: usize, frames: usize) -> RingGeometry {
         let frame_size = (max_frame + 128).next_power_of_two().max(2048);
-        let per_block = (page_size().max(frame_size)) / frame_size;
+        let block_size = page_size().max(frame_size);
+        let per_block = block_size / frame_size;
         let frames = frames.max(1).div_ceil(per_block) * per_block;
-        RingGeometry { frame_size, frames }
+        RingGeometry { frame_size, frames, block_size, per_block }
     }
 
     fn block_size(&self) -> usize {
-        page_size().max(self.frame_size)
+        self.block_size
     }
 
     fn per_block(&self) -> usize {
-        self.block_size() / self.frame_size
+        self.per_block
     }
 
     fn request(&self) -> libc::tpacket_req {
