@@ -71,6 +71,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         let waker = transport.waker()?;
         let mut engine = Engine::new(transport, config)?;
         engine.join()?;
+        engine.transport.all_joined();
         let (me, nodes) = (engine.me(), engine.nodes());
         let shared = Arc::new(Shared { engine: Mutex::new(engine), calls: AtomicU64::new(0), stop: AtomicBool::new(false), waker });
         let agent = if config.progress_agent && nodes > 1 {

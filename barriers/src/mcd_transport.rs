@@ -132,6 +132,11 @@ impl Transport for McdTransport {
         }
     }
 
+    fn all_joined(&mut self) {
+        // Every endpoint of the job is open now: count the host's processes again.
+        self.endpoint.refresh_host_load();
+    }
+
     fn waker(&self) -> Result<Arc<dyn Waker>, TransportError> {
         Ok(Arc::new(EndpointWaker(self.endpoint.readiness()?)))
     }

@@ -155,6 +155,9 @@ pub trait Transport {
     /// Waits up to `timeout` for a message (`Duration::ZERO`: only take one
     /// that is already there).
     fn recv(&mut self, timeout: Duration) -> Result<Option<Incoming>, TransportError>;
+    /// Called once every node has joined the barrier (every process of the
+    /// job is up): a transport may re-read how loaded its host is.
+    fn all_joined(&mut self) {}
     /// A [`Waker`] for this transport's arrivals, usable from another thread
     /// while this transport is used elsewhere. The default polls
     /// ([`TickWaker`]); transports that can sleep in the kernel should say so.

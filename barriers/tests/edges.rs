@@ -390,3 +390,31 @@ fn creating_a_barrier_and_finishing_it_at_once_survives_half_loss() {
     let results = spawn_nodes(mem::network(n, 1, faults), config, |_, mut b| b.finish().map_err(|e| e.to_string()));
     assert!(results.iter().all(Result::is_ok), "{results:?}");
 }
+
+#[test]
+fn a_descheduled_peer_causes_no_storm_of_nacks() {
+    // Node 1 stops for 400 ms (a long deschedule, or SIGSTOP), with and
+    // without its agent: node 0 waits, and its probes back off, tens of
+    // them at most, not one per retry timeout.
+    for agent in [true, false] {
+        let config = BarrierConfig::new(Algorithm::Dissemination)
+            .timeouts(Duration::from_millis(1), Duration::from_secs(10))
+            .progress_agent(agent);
+        let stats = spawn_nodes(mem::network(2, 1, Faults::none()), config, |me, mut b| {
+            for _ in 0..50 {
+                b.wait().unwrap();
+            }
+            let before = b.stats();
+            if me == 1 {
+                sleep(400);
+            }
+            b.wait().unwrap();
+            let after = b.stats();
+            b.finish().unwrap();
+            (after.nacks_sent - before.nacks_sent, after.answers - before.answers)
+        });
+        let (nacks, _) = stats[0];
+        assert!(nacks <= 30, "agent={agent}: {nacks} NACKs while the peer slept 400 ms");
+        assert!(nacks >= 3, "agent={agent}: the peer was probed ({nacks} NACKs)");
+    }
+}

@@ -294,6 +294,8 @@ pub struct Endpoint {
     me: NodeId,
     wait: WaitPolicy,
     phases: WaitPhases,
+    /// The job's processes on this host as the configuration says (a hint).
+    local_hint: usize,
     kernel_filter: bool,
     /// The rail `try_recv` looks at first (round robin, so no rail starves).
     rx_rail: usize,
@@ -347,18 +349,39 @@ impl Endpoint {
             rails.push(open_rail(&config, &demux, interface, info, has_siblings)?);
         }
         let fds = rails.iter().map(|r| r.socket.raw_fd()).collect();
-        let phases = wait.phases(local_processes, sys::online_cpus());
-        Ok(Endpoint {
+        let mut endpoint = Endpoint {
             rails,
             fds,
             demux,
             me,
             wait,
-            phases,
+            phases: wait.phases(local_processes, crate::host::online_cpus()),
+            local_hint: local_processes,
             kernel_filter: config.kernel_filter,
             rx_rail: 0,
             stats: Stats::default(),
-        })
+        };
+        endpoint.refresh_host_load();
+        Ok(endpoint)
+    }
+
+    /// How many communicating processes share this host's cores: the most of
+    /// the configured hint, the nodes of the node list on this NIC (ranks
+    /// sharing a MAC), and the endpoints holding ports on the host. Call it
+    /// again once the whole job is up (a barrier does, once every node has
+    /// joined): processes that started later count then.
+    pub fn local_processes(&self) -> usize {
+        let mac = self.demux.nodes.get(self.me).map(|n| n.macs[0]);
+        let on_this_nic = self.demux.nodes.iter().filter(|n| Some(n.macs[0]) == mac).count();
+        self.local_hint.max(on_this_nic).max(crate::port::endpoints_on_host()).max(1)
+    }
+
+    /// Re-reads [`local_processes`](Self::local_processes) and adapts the
+    /// wait policy's phases to it; returns the count.
+    pub fn refresh_host_load(&mut self) -> usize {
+        let local = self.local_processes();
+        self.phases = self.wait.phases(local, crate::host::online_cpus());
+        local
     }
 
     /// This endpoint's node number.
@@ -401,10 +424,16 @@ impl Endpoint {
         self.wait
     }
 
-    /// Changes the wait policy.
+    /// How receives wait now: the policy resolved for this host's load.
+    pub fn wait_phases(&self) -> WaitPhases {
+        self.phases
+    }
+
+    /// Changes the wait policy, with a new hint of the processes on this host.
     pub fn set_wait_policy(&mut self, wait: WaitPolicy, local_processes: usize) {
         self.wait = wait;
-        self.phases = wait.phases(local_processes, sys::online_cpus());
+        self.local_hint = local_processes;
+        self.refresh_host_load();
     }
 
     fn rail(&self, rail: usize) -> Result<&Rail> {

@@ -19,7 +19,8 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     crate::sys::pin_current_thread(cpu)
 }
 
-/// Number of CPUs online.
+/// Number of CPUs this process may run on: its cpuset (affinity) and cgroup
+/// quota, not merely the CPUs online.
 pub fn online_cpus() -> usize {
-    crate::sys::online_cpus()
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }

@@ -24,6 +24,34 @@ pub const ENV_PORT_DIR: &str = "MCD_PORT_DIR";
 /// The lock files this process holds.
 static HELD: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 
+/// The lock directory.
+fn lock_dir() -> PathBuf {
+    std::env::var_os(ENV_PORT_DIR).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp/mcd-ports"))
+}
+
+/// How many endpoints hold ports on this host now, in every process and
+/// network namespace (an endpoint with several rails counts once): the mcd
+/// processes that share this host's cores, seen without any hint.
+pub fn endpoints_on_host() -> usize {
+    let Ok(entries) = std::fs::read_dir(lock_dir()) else { return 0 };
+    let ours = HELD.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut endpoints = BTreeSet::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".lock")) else { continue };
+        // "<netns>-<interface>-<port>": one endpoint per (netns, port).
+        let (Some((netns, _)), Some((_, port))) = (name.split_once('-'), name.rsplit_once('-')) else { continue };
+        // Never open a file this process locks: closing any descriptor of it
+        // would release our lock (POSIX record locks are per process).
+        let held = ours.contains(&path)
+            || File::open(&path).ok().is_some_and(|f| matches!(sys::record_lock_holder(&f), Ok(Some(_))));
+        if held {
+            endpoints.insert((netns.to_string(), port.to_string()));
+        }
+    }
+    endpoints.len()
+}
+
 /// A held port; dropping it releases the port.
 #[derive(Debug)]
 pub struct PortLock {
@@ -37,7 +65,7 @@ impl PortLock {
     /// or fails with [`Error::PortHeld`] naming the holder.
     pub fn acquire(interface: &str, port: Port) -> Result<PortLock> {
         let io = |what: &str, source| Error::Io { what: format!("{what} for port {port} on {interface}"), source };
-        let dir = std::env::var_os(ENV_PORT_DIR).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp/mcd-ports"));
+        let dir = lock_dir();
         if !dir.is_dir() {
             std::fs::create_dir_all(&dir).map_err(|e| io("creating the port lock directory", e))?;
             // Every user's endpoints lock here; the sticky bit keeps files apart.
@@ -105,7 +133,11 @@ mod tests {
         let other = PortLock::acquire("lo", 201).unwrap();
         assert_eq!(other.port(), 201);
         drop(first);
-        PortLock::acquire("lo", 200).unwrap();
+        let again = PortLock::acquire("lo", 200).unwrap();
+        assert_eq!(endpoints_on_host(), 2, "ports 200 and 201 of this namespace");
+        drop(again);
+        drop(other);
+        assert_eq!(endpoints_on_host(), 0);
         let _ = std::fs::remove_dir_all(dir);
     }
 }

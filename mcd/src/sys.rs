@@ -577,6 +577,18 @@ pub fn try_lock_record(file: &File) -> io::Result<Option<i32>> {
     }
 }
 
+/// The process holding a record lock on `file`, if another process holds one
+/// (pid 0 if the kernel cannot say). Only asks: takes no lock.
+pub fn record_lock_holder(file: &File) -> io::Result<Option<i32>> {
+    // SAFETY: flock is plain data; zero is valid.
+    let mut lock: libc::flock = unsafe { zeroed() };
+    lock.l_type = libc::F_WRLCK as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: plain fcntl on a live descriptor; F_GETLK fills in a conflicting lock.
+    check(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut lock) })?;
+    Ok((lock.l_type != libc::F_UNLCK as libc::c_short).then_some(lock.l_pid))
+}
+
 /// The inode of the calling thread's network namespace: two threads are in the
 /// same namespace exactly when these are equal.
 pub fn current_netns_id() -> io::Result<u64> {
@@ -629,16 +641,6 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// Number of CPUs online on this machine.
-pub fn online_cpus() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    if n > 0 {
-        n as usize
-    } else {
-        1
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,7 @@
 //! Every barrier algorithm over real frames on a virtual cluster, with 5%
-//! loss injected by nftables, the multi-NIC variants on two rails, and a
-//! process killed mid-run. Needs root; fails (does not skip) without it.
+//! and 20% loss injected by nftables, the multi-NIC variants on two rails,
+//! a process killed mid-run, and adaptive waiting that counts the host's
+//! processes without a hint. Needs root; fails (does not skip) without it.
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -23,7 +24,11 @@ fn transports(c: &Cluster) -> Vec<McdTransport> {
 }
 
 fn every_algorithm_under_loss(name: &str, n: usize) {
-    let c = cluster(ClusterSpec::new(name, n).rails(2).loss(5.0, LossPoint::Node));
+    every_algorithm_under(name, n, 5.0, COUNT);
+}
+
+fn every_algorithm_under(name: &str, n: usize, percent: f64, count: usize) {
+    let c = cluster(ClusterSpec::new(name, n).rails(2).loss(percent, LossPoint::Node));
     let mut configs: Vec<BarrierConfig> = Algorithm::all().into_iter().map(BarrierConfig::new).collect();
     configs.push(BarrierConfig::new(Algorithm::Tree { k: Fanout::THREE, release: Release::Multicast }).rails(2));
     configs.push(BarrierConfig::new(Algorithm::Concurrent).rails(2));
@@ -31,11 +36,11 @@ fn every_algorithm_under_loss(name: &str, n: usize) {
         let config = config.timeouts(Duration::from_micros(500), Duration::from_secs(20));
         let what = format!("{} rails={} n={n}", config.algorithm, config.rails);
         let dropped_before = c.loss_drops().unwrap();
-        let run = run_barriers(transports(&c), config, COUNT).unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_safe(&run, COUNT, &what);
+        let run = run_barriers(transports(&c), config, count).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_safe(&run, count, &what);
         let dropped = c.loss_drops().unwrap() - dropped_before;
         let recovered: u64 = run.stats.iter().map(|s| s.resends + s.answers).sum();
-        assert!(n < 2 || dropped > 0, "{what}: 5% loss dropped nothing");
+        assert!(n < 2 || dropped > 0, "{what}: {percent}% loss dropped nothing");
         assert!(recovered > 0, "{what}: {dropped} frames lost but nothing re-sent");
     }
 }
@@ -48,6 +53,38 @@ fn every_algorithm_at_2_nodes_under_5_percent_loss() {
 #[test]
 fn every_algorithm_at_4_nodes_under_5_percent_loss() {
     every_algorithm_under_loss("bl4", 4);
+}
+
+#[test]
+fn every_algorithm_at_4_nodes_under_20_percent_loss() {
+    every_algorithm_under("bh4", 4, 20.0, 200);
+}
+
+#[test]
+fn adaptive_waiting_counts_the_hosts_processes_without_a_hint() {
+    // Six nodes of one machine, opened with no MCD_LOCAL_PROCS or launcher
+    // variable: each endpoint finds the others' ports held on the host and
+    // stops busy-polling, since six processes do not fit this host's cores.
+    let n = 6;
+    let c = cluster(ClusterSpec::new("hint", n));
+    let mut endpoints: Vec<mcd::Endpoint> = (0..n)
+        .map(|node| {
+            let mut config = c.endpoint_config();
+            config.wait = mcd::WaitPolicy::Adaptive;
+            config.local_processes = 1;
+            open_on(&c, node, config).unwrap()
+        })
+        .collect();
+    let cores = mcd::host::online_cpus();
+    for (node, ep) in endpoints.iter_mut().enumerate() {
+        let local = ep.refresh_host_load();
+        assert!(local >= n, "node {node}: sees {local} processes on the host, at least {n} run");
+        assert_eq!(ep.wait_phases(), mcd::WaitPolicy::Adaptive.phases(local, cores), "node {node}");
+        if n > cores {
+            assert!(ep.wait_phases().spin < std::time::Duration::from_millis(1), "node {node}: oversubscribed, so no long spin");
+        }
+    }
+    drop(endpoints);
 }
 
 #[test]
