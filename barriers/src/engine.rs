@@ -442,6 +442,8 @@ pub(crate) struct Engine<T: Transport> {
     /// whose completion `test()` or `wait()` has not yet reported to the
     /// application (it may be complete already, by the progress agent).
     owed: bool,
+    /// A peer's "gave up" report arrived since the last verdict.
+    report_pending: bool,
     /// When the application's current `wait` began: verdicts count only
     /// what happened since, so calling `wait` again after an error waits.
     call_started: Instant,
@@ -505,6 +507,7 @@ impl<T: Transport> Engine<T> {
             finished: false,
             closing: false,
             owed: false,
+            report_pending: false,
             call_started: now,
             agent_error: None,
             stats: BarrierStats::default(),
@@ -933,6 +936,7 @@ impl<T: Transport> Engine<T> {
                     peer.in_barrier = msg.tag & status::IN_PROGRESS != 0;
                     peer.gave_up =
                         (msg.tag & status::FAILED != 0 && msg.arg != 0).then(|| (epoch, msg.arg as usize - 1, now));
+                    self.report_pending |= peer.gave_up.is_some();
                 }
             }
             MsgKind::Nack => {
@@ -1052,7 +1056,8 @@ impl<T: Transport> Engine<T> {
 
     /// Retries, then the verdict on silent peers and the deadline.
     fn on_timers(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
-        if now >= self.next_retry && self.step < self.plan.steps.len() {
+        let retry_due = now >= self.next_retry;
+        if retry_due && self.step < self.plan.steps.len() {
             // Ask for exactly what is missing; a peer that has sent it sends
             // it again, one that has not says where it is. (A message of
             // ours that was lost is NACKed by the peer that waits for it.)
@@ -1080,7 +1085,12 @@ impl<T: Transport> Engine<T> {
             self.retry_interval = (self.retry_interval * 2).min(cap);
             self.next_retry = now + self.retry_interval;
         }
-        self.judge(now, deadline)
+        // A verdict can change only at a retry (probes are counted then), on
+        // a peer's report, or at the deadline: the hot path skips it.
+        if retry_due || std::mem::take(&mut self.report_pending) || deadline.is_some_and(|d| now >= d) {
+            self.judge(now, deadline)?;
+        }
+        Ok(())
     }
 
     /// Fails the barrier if a peer it waits for is silent though probed, if
