@@ -207,7 +207,7 @@ fn run_agent<T: Transport>(shared: &Shared<T>) {
             }
             std::thread::park_timeout(AGENT_GRACE);
             let calls = shared.calls.load(Ordering::Acquire);
-            if calls == seen && calls % 2 == 0 {
+            if calls == seen && calls.is_multiple_of(2) {
                 break;
             }
             seen = calls;

@@ -30,8 +30,8 @@
 //! interval doubles while nothing progresses, up to an eighth of the failure
 //! timeout. A message of barrier c+1 from a peer proves that the peer has
 //! completed c, so a node still in c NACKs at once what that peer (or node 0,
-//! for its release) owes it. Once any loss has been seen, multicasts are sent
-//! twice.
+//! for its release) owes it. For a while after a loss, multicasts are sent
+//! twice; a message a peer asked for before it was sent goes twice too.
 //!
 //! **Safety.** A node leaves barrier k only after its plan's waits for k are
 //! met, and a message of k is only ever sent by a node that has reached the
@@ -62,6 +62,8 @@ use crate::transport::{status, Incoming, Msg, MsgKind, NodeId, Transport, Transp
 pub const MAX_LEARNED_RETRY: Duration = Duration::from_millis(200);
 /// The tag of a NACK that asks only "where are you?" ([`Barrier::finish`](crate::Barrier::finish)).
 const STATUS_TAG: u16 = u16::MAX;
+/// After a loss, multicasts go twice for this many barriers.
+const TWICE_FOR: u64 = 64;
 /// During [`Engine::finish`], a peer that answers none of its queries for
 /// this long (or the failure timeout, if shorter) has left, or died.
 const FINISH_SILENCE: Duration = Duration::from_secs(1);
@@ -423,8 +425,9 @@ pub(crate) struct Engine<T: Transport> {
     rto: Rto,
     /// Whether a NACK was sent at once in this step (one per step).
     fast_nacked: bool,
-    /// Whether any loss has been seen (multicasts then go twice).
-    loss_seen: bool,
+    /// The last barrier in which a loss was seen: multicasts go twice for
+    /// [`TWICE_FOR`] barriers after it.
+    loss_seen_in: Option<u64>,
     /// Whether a peer asked for a message of this barrier before this node
     /// had sent it: it waits already, so point-to-point messages go twice
     /// (a loss now would cost it a long-backed-off retry).
@@ -500,7 +503,7 @@ impl<T: Transport> Engine<T> {
             retry_interval: config.retry_timeout,
             rto: Rto::new(config.retry_timeout, config.min_retry_timeout, config.max_learned_retry()),
             fast_nacked: false,
-            loss_seen: false,
+            loss_seen_in: None,
             asked_early: false,
             recovered_in: None,
             gave_up: None,
@@ -882,7 +885,7 @@ impl<T: Transport> Engine<T> {
                     self.send_out(out, self.epoch)?;
                     self.stats.sent += 1;
                     let twice = match out.dest {
-                        Dest::All => self.loss_seen,
+                        Dest::All => self.loss_seen_in.is_some_and(|e| e + TWICE_FOR > self.epoch),
                         Dest::Node(_) => self.asked_early,
                     };
                     if twice {
@@ -947,7 +950,7 @@ impl<T: Transport> Engine<T> {
                     self.asked_early |= epoch == self.epoch && tag.is_some();
                     self.send_status(Some(from))?;
                 } else {
-                    self.loss_seen = true;
+                    self.loss_seen_in = Some(self.epoch);
                 }
             }
             MsgKind::Data if epoch < self.epoch => {
@@ -980,7 +983,9 @@ impl<T: Transport> Engine<T> {
                     }
                     if !clean {
                         self.recovered_in = Some(self.epoch);
-                        self.loss_seen |= msg.kind == MsgKind::Answer;
+                        if msg.kind == MsgKind::Answer {
+                            self.loss_seen_in = Some(self.epoch);
+                        }
                     }
                 }
             }

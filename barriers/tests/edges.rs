@@ -22,7 +22,7 @@ fn configs() -> Vec<BarrierConfig> {
 
 /// Odd and even sizes, alternating over the algorithms.
 fn size(i: usize) -> usize {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         4
     } else {
         5

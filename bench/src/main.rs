@@ -67,6 +67,21 @@ enum Bench {
         #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/RESULTS.md"))]
         report: PathBuf,
     },
+    /// Loss and load: every algorithm at each node count under 0, 1, 5 and
+    /// 20% injected loss of mcd frames (nftables, each node's ingress), the
+    /// paper's method; µs per barrier and recoveries, against the lossless
+    /// time. Writes results/loss.{md,json}.
+    Loss {
+        /// Node counts.
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
+        nodes: Vec<usize>,
+        /// Loss rates, percent.
+        #[arg(long, value_delimiter = ',', default_value = "0,1,5,20")]
+        loss: Vec<f64>,
+        /// Scales the number of timed barriers (1.0: 2000 at 2 nodes down to 300 at 16).
+        #[arg(long, default_value_t = 0.5)]
+        scale: f64,
+    },
     /// Every barrier algorithm at 2, 4, 8 and 16 nodes, the paper's method.
     Barriers {
         /// Node counts.
@@ -90,6 +105,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.bench {
         Bench::Latency { iterations, rounds } => latency(&cli.out, iterations, rounds),
         Bench::Barriers { nodes, scale } => barrier_sweep(&cli.out, &nodes, scale),
+        Bench::Loss { nodes, loss, scale } => loss_sweep(&cli.out, &nodes, &loss, scale),
         Bench::Model { nodes, scale } => model(&cli.out, &nodes, scale),
         Bench::HeadToHead { nodes, scale, logp, report } => {
             let logp = logp.or_else(|| Some(cli.out.join("logp.json")).filter(|p| p.exists()));
@@ -194,12 +210,22 @@ fn iterations_for(n: usize, scale: f64) -> usize {
         .max(10.0) as usize
 }
 
+/// The paper's method at `n` nodes, `Adaptive` waiting.
+fn paper_bench(n: usize, scale: f64) -> BarrierBench {
+    BarrierBench {
+        method: barrierbench::Method::Paper,
+        warmup: 100,
+        iterations: iterations_for(n, scale),
+        dummy: std::time::Duration::from_micros(30),
+        wait: WaitPolicy::Adaptive,
+    }
+}
+
 fn barrier_sweep(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<()> {
     let mut rows: Vec<BarrierMeasurement> = Vec::new();
     for &n in sizes {
         let cluster = Cluster::up_guarded(ClusterSpec::new("bnbar", n).rails(2))?;
-        let iterations = iterations_for(n, scale);
-        let bench = BarrierBench { method: barrierbench::Method::Paper, warmup: 100, iterations, dummy: std::time::Duration::from_micros(30), wait: WaitPolicy::Adaptive };
+        let bench = paper_bench(n, scale);
         for config in barrier_configs() {
             let m = barrierbench::measure(&cluster, config, bench)?;
             eprintln!(
@@ -251,6 +277,106 @@ fn barrier_sweep(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<(
     Ok(())
 }
 
+fn loss_sweep(out: &std::path::Path, sizes: &[usize], losses: &[f64], scale: f64) -> Result<()> {
+    anyhow::ensure!(!sizes.is_empty() && sizes.iter().all(|&n| n >= 2), "--nodes: node counts of at least 2");
+    anyhow::ensure!(losses.iter().all(|l| (0.0..100.0).contains(l)), "--loss: percentages from 0 to below 100");
+    anyhow::ensure!(scale > 0.0, "--scale must be above 0");
+    let mut rows: Vec<(f64, BarrierMeasurement)> = Vec::new();
+    for &n in sizes {
+        for &loss in losses {
+            let mut spec = ClusterSpec::new("bnloss", n);
+            if loss > 0.0 {
+                spec = spec.loss(loss, mcd_tools::vcluster::LossPoint::Node);
+            }
+            let cluster = Cluster::up_guarded(spec)?;
+            let bench = paper_bench(n, scale);
+            for algorithm in Algorithm::all() {
+                let m = barrierbench::measure(&cluster, BarrierConfig::new(algorithm), bench)?;
+                eprintln!("  n={n:<2} loss {loss:>4}% {:<14} mean {:>8.1} µs  p99 {:>8.1} µs  recoveries {}", m.algorithm, m.mean_us, m.p99_us, m.recoveries);
+                rows.push((loss, m));
+            }
+        }
+    }
+    let mut md = String::new();
+    writeln!(md, "# Loss and load
+")?;
+    writeln!(md, "Measured {} on {}, by `cargo run --release -p mcd-bench -- loss` (`./run bench loss`).
+", today(), machine())?;
+    writeln!(
+        md,
+        "Method: the paper's (as in [barriers.md](barriers.md)): one thread per node in its own \
+         namespace and endpoint, one rail, a learning bridge, `Adaptive` waiting, 100 untimed barriers, \
+         then {{ timestamp; barrier; timestamp; 30 µs dummy loop }}, figures averaged over the nodes. \
+         Loss: nftables drops that share of mcd frames at every node's ingress (`numgen random`), so a \
+         multicast can reach some nodes and not others. Default timeouts: the retry timeout is learned \
+         from clean step times (floor 20 µs), a peer is dead after 10 s of silence. `×` is the mean \
+         against the same algorithm's lossless mean in this run. `recoveries` counts data frames sent \
+         again (answers to NACKs, and proactive second copies), all nodes, warm-up included; `NACK`s \
+         are not counted.\n"
+    )?;
+    for &n in sizes {
+        writeln!(md, "## {n} nodes\n")?;
+        write!(md, "| algorithm |")?;
+        for loss in losses {
+            write!(md, " {loss}%: mean µs (×) | p99 µs | recoveries |")?;
+        }
+        writeln!(md)?;
+        writeln!(md, "|---|{}", "---:|---:|---:|".repeat(losses.len()))?;
+        for algorithm in Algorithm::all() {
+            let name = algorithm.to_string();
+            let at = |loss: f64| rows.iter().find(|(l, m)| *l == loss && m.nodes == n && m.algorithm == name).map(|(_, m)| m);
+            let base = at(0.0).map(|m| m.mean_us);
+            write!(md, "| {name} |")?;
+            for &loss in losses {
+                match at(loss) {
+                    Some(m) => {
+                        let ratio = base.map(|b| format!(" ({:.1}×)", m.mean_us / b)).unwrap_or_default();
+                        write!(md, " {:.1}{ratio} | {:.1} | {} |", m.mean_us, m.p99_us, m.recoveries)?;
+                    }
+                    None => write!(md, " – | – | – |")?,
+                }
+            }
+            writeln!(md)?;
+        }
+        writeln!(md)?;
+    }
+    // The goals, stated plainly.
+    let ratio_at = |loss: f64| -> Vec<f64> {
+        rows.iter()
+            .filter(|(l, _)| *l == loss)
+            .filter_map(|(_, m)| {
+                let base = rows.iter().find(|(l, b)| *l == 0.0 && b.nodes == m.nodes && b.algorithm == m.algorithm)?;
+                Some(m.mean_us / base.1.mean_us)
+            })
+            .collect()
+    };
+    let worst = |v: Vec<f64>| v.into_iter().fold(f64::NAN, f64::max);
+    writeln!(md, "## Goals\n")?;
+    if losses.contains(&5.0) && losses.contains(&0.0) {
+        let w = worst(ratio_at(5.0));
+        writeln!(md, "- At 5% loss at most 2× the lossless time: worst {w:.1}× — {}.", if w <= 2.0 { "met" } else { "**not met**" })?;
+    }
+    if losses.contains(&20.0) && losses.contains(&0.0) {
+        let w = worst(ratio_at(20.0));
+        writeln!(md, "- At 20% loss at most 4×: worst {w:.1}× — {}.", if w <= 4.0 { "met" } else { "**not met**" })?;
+    }
+    if losses.contains(&0.0) {
+        let spurious: u64 = rows.iter().filter(|(l, _)| *l == 0.0).map(|(_, m)| m.recoveries).sum();
+        writeln!(md, "- 0 recoveries at 0% loss: {spurious} in total — {}.", if spurious == 0 { "met" } else { "**not met**" })?;
+    }
+    writeln!(
+        md,
+        "\nThis machine has 2 cores: from 4 nodes on, the nodes share them, so every barrier also waits \
+         for the other nodes' dummy loops and for the scheduler, and a late frame there is as often a \
+         descheduled receiver as a lost one."
+    )?;
+    std::fs::write(out.join("loss.md"), &md)?;
+    let json: Vec<_> = rows.iter().map(|(loss, m)| serde_json::json!({ "loss_percent": loss, "measurement": m })).collect();
+    std::fs::write(out.join("loss.json"), serde_json::to_string_pretty(&json)?)?;
+    print!("{md}");
+    Ok(())
+}
+
 fn model(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<()> {
     use barriers::model::{self, LogP};
     use mcd_tools::logp;
@@ -273,13 +399,7 @@ fn model(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<()> {
     let mut rows = Vec::new();
     for &n in sizes {
         let cluster = Cluster::up_guarded(ClusterSpec::new("bnmod", n).rails(2))?;
-        let bench = BarrierBench {
-            method: barrierbench::Method::Paper,
-            warmup: 100,
-            iterations: iterations_for(n, scale),
-            dummy: std::time::Duration::from_micros(30),
-            wait: WaitPolicy::Adaptive,
-        };
+        let bench = paper_bench(n, scale);
         for config in barrier_configs() {
             let predicted = model::simulate(config.algorithm, n, config.rails, &p);
             let m = barrierbench::measure(&cluster, config, bench)?;
