@@ -22,7 +22,7 @@ use crate::engine::{BarrierConfig, BarrierError, BarrierStats, Engine};
 use crate::transport::{NodeId, Transport, Waker};
 
 /// The agent takes over once the application has made no barrier call for this long.
-pub const AGENT_GRACE: Duration = Duration::from_millis(5);
+pub const AGENT_GRACE: Duration = Duration::from_millis(1);
 
 struct Shared<T: Transport> {
     engine: Mutex<Engine<T>>,

@@ -73,10 +73,14 @@ const FINISH_SILENCE: Duration = Duration::from_secs(1);
 pub const MIN_PROBES: u32 = 20;
 /// During [`Engine::finish`], queries go out at least this often.
 const FINISH_QUERY_LIMIT: Duration = Duration::from_millis(20);
-/// While every peer a step waits for is alive inside the same barrier (so
-/// its message may come any moment), the retry interval backs off to at
-/// most this many learned retry timeouts.
+/// Until a probe shows that the peer is late (a status: it has not sent
+/// yet), the retry interval backs off to at most this many learned retry
+/// timeouts: a lost message must not wait for a distant retry. A late peer's
+/// probes back off fully (it sends what was asked for twice).
 const IN_BARRIER_BACKOFF: u32 = 8;
+/// A peer that has answered none of this many probes in a row gets fully
+/// backed-off retries.
+const QUIET_PROBES: u32 = 3;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.
@@ -447,6 +451,14 @@ pub(crate) struct Engine<T: Transport> {
     owed: bool,
     /// A peer's "gave up" report arrived since the last verdict.
     report_pending: bool,
+    /// A peer this step waits for answered a probe with a status: it is
+    /// late, not lost. The step's time teaches the retry timeout nothing, and
+    /// its retries back off fully.
+    peer_late: bool,
+    /// Errors `wait`/`test` returned for the current barrier: a report that
+    /// a node is silent fails a repeated call only after it, too, has waited
+    /// a failure timeout.
+    errors: u32,
     /// When the application's current `wait` began: verdicts count only
     /// what happened since, so calling `wait` again after an error waits.
     call_started: Instant,
@@ -511,6 +523,8 @@ impl<T: Transport> Engine<T> {
             closing: false,
             owed: false,
             report_pending: false,
+            peer_late: false,
+            errors: 0,
             call_started: now,
             agent_error: None,
             stats: BarrierStats::default(),
@@ -696,6 +710,7 @@ impl<T: Transport> Engine<T> {
         }
         self.in_progress = true;
         self.owed = true;
+        self.errors = 0;
         self.step = 0;
         self.step_sent = false;
         // What arrived early for this barrier counts now.
@@ -722,6 +737,12 @@ impl<T: Transport> Engine<T> {
     /// One round of progress without blocking: reads everything, advances,
     /// then judges the timers. True once no barrier is in progress.
     pub(crate) fn test(&mut self) -> Result<bool, BarrierError> {
+        let result = self.test_once();
+        self.errors += u32::from(result.is_err());
+        result
+    }
+
+    fn test_once(&mut self) -> Result<bool, BarrierError> {
         if let Some(e) = self.agent_error.take() {
             return Err(BarrierError::Transport(e));
         }
@@ -739,6 +760,12 @@ impl<T: Transport> Engine<T> {
     /// Completes the barrier in progress (entering one if none is); gives
     /// up at `deadline` if set.
     pub(crate) fn wait(&mut self, deadline: Option<Instant>) -> Result<(), BarrierError> {
+        let result = self.wait_once(deadline);
+        self.errors += u32::from(result.is_err());
+        result
+    }
+
+    fn wait_once(&mut self, deadline: Option<Instant>) -> Result<(), BarrierError> {
         if let Some(e) = self.agent_error.take() {
             return Err(BarrierError::Transport(e));
         }
@@ -851,6 +878,7 @@ impl<T: Transport> Engine<T> {
 
     fn progressed(&mut self, now: Instant) {
         self.gave_up = None; // progress: whatever was silent is not in the way
+        self.peer_late = false;
         self.step_since = now;
         self.retry_interval = self.rto.get();
         self.next_retry = now + self.retry_interval;
@@ -927,12 +955,21 @@ impl<T: Transport> Engine<T> {
             self.stats.stale += 1;
             return Ok(());
         };
+        if self.gave_up == Some(from) {
+            self.gave_up = None; // it is back: stop reporting it silent
+        }
         let peer = &mut self.peers[from];
         peer.last_heard = Some(now);
         peer.probed_since = None;
         peer.unanswered = 0;
         match msg.kind {
             MsgKind::Status => {
+                // A status answers a probe: a peer this step waits for has
+                // not sent yet, so nothing was lost; it is late.
+                if self.in_progress && epoch <= self.epoch && self.missing_from().contains(&from) {
+                    self.peer_late = true;
+                }
+                let peer = &mut self.peers[from];
                 // A status is the peer's own word on where it is now.
                 if peer.at.is_none_or(|at| epoch >= at) {
                     peer.at = Some(epoch);
@@ -945,21 +982,14 @@ impl<T: Transport> Engine<T> {
             MsgKind::Nack => {
                 peer.at_least(epoch, true);
                 let tag = (msg.tag != STATUS_TAG).then_some(msg.tag);
-                let answered = self.answer(from, epoch, tag)?;
-                if answered == 0 {
+                if self.answer(from, epoch, tag)? == 0 {
                     self.asked_early |= epoch == self.epoch && tag.is_some();
                     self.send_status(Some(from))?;
-                } else {
-                    self.loss_seen_in = Some(self.epoch);
                 }
             }
-            MsgKind::Data if epoch < self.epoch => {
-                // A straggler re-sent a message of the barrier we finished:
-                // it is stuck there, so give it again what we sent it.
-                self.stats.stale += 1;
-                self.answer(from, epoch, None)?;
-            }
-            MsgKind::Answer if epoch < self.epoch => self.stats.stale += 1,
+            // A late copy of a finished barrier's message (nodes never
+            // re-send unasked: a straggler NACKs).
+            MsgKind::Data | MsgKind::Answer if epoch < self.epoch => self.stats.stale += 1,
             MsgKind::Data | MsgKind::Answer => {
                 if msg.kind == MsgKind::Data {
                     peer.at_least(epoch, true);
@@ -976,16 +1006,15 @@ impl<T: Transport> Engine<T> {
                     let step = self.expect.step_of(i);
                     self.remaining[step] -= 1;
                     let clean = msg.kind == MsgKind::Data && msg.arg & RECOVERED == 0;
-                    if step == self.step && self.remaining[step] == 0 && clean && !self.recovered() {
+                    if step == self.step && self.remaining[step] == 0 && clean && !self.recovered() && !self.peer_late {
                         // An original message, delayed by no loss anywhere,
                         // completed the step: its time is a lesson.
                         self.rto.sample(now.saturating_duration_since(self.step_since));
                     }
                     if !clean {
+                        // Recovered here or upstream: a loss happened.
                         self.recovered_in = Some(self.epoch);
-                        if msg.kind == MsgKind::Answer {
-                            self.loss_seen_in = Some(self.epoch);
-                        }
+                        self.loss_seen_in = Some(self.epoch);
                     }
                 }
             }
@@ -1080,12 +1109,13 @@ impl<T: Transport> Engine<T> {
             // A peer outside the barrier (computing) may take long: back off
             // far. Peers inside it may send any moment, and a loss of that
             // message must not wait for a distant retry.
-            let epoch = self.epoch;
-            let all_inside = self.missing_from().iter().all(|&p| self.peers[p].at == Some(epoch) && self.peers[p].in_barrier);
-            let cap = if all_inside {
-                (self.rto.get() * IN_BARRIER_BACKOFF).min(self.config.max_retry_interval())
-            } else {
+            // A peer that is late (it said so), or that does not answer at
+            // all (stopped, descheduled, dead), is not a lost message.
+            let quiet = self.missing_from().iter().any(|&p| self.peers[p].unanswered >= QUIET_PROBES);
+            let cap = if self.peer_late || quiet {
                 self.config.max_retry_interval()
+            } else {
+                (self.rto.get() * IN_BARRIER_BACKOFF).min(self.config.max_retry_interval())
             };
             self.retry_interval = (self.retry_interval * 2).min(cap);
             self.next_retry = now + self.retry_interval;
@@ -1110,8 +1140,10 @@ impl<T: Transport> Engine<T> {
                 // A peer stuck in the barrier before this one (it gave up
                 // there) can never reach this one either. Only reports made
                 // during this call count: calling again waits afresh.
-                if epoch + 1 >= self.epoch && node != self.me && !heard_since && when >= self.call_started {
-                    self.gave_up.get_or_insert(node); // said in status answers; not multicast again
+                let patient = self.errors == 0 || now.saturating_duration_since(self.call_started) >= self.config.failure_timeout;
+                if epoch + 1 >= self.epoch && node != self.me && !heard_since && when >= self.call_started && patient {
+                    // Not repeated in this node's status: only a node that
+                    // probed the silent one itself reports it.
                     return Err(BarrierError::PeerFailed { epoch: self.epoch, reporter, silent: node });
                 }
             }
