@@ -78,9 +78,12 @@ const FINISH_QUERY_LIMIT: Duration = Duration::from_millis(20);
 /// timeouts: a lost message must not wait for a distant retry. A late peer's
 /// probes back off fully (it sends what was asked for twice).
 const IN_BARRIER_BACKOFF: u32 = 8;
-/// A peer that has answered none of this many probes in a row gets fully
-/// backed-off retries.
-const QUIET_PROBES: u32 = 3;
+/// A peer that has answered none of this many probes in a row, or that said
+/// it is late, is probed at intervals of a quarter of the step's wait so far
+/// (at least [`QUIET_RETRY_FLOOR`]).
+const QUIET_PROBES: u32 = 6;
+/// The least interval between probes of a quiet or late peer.
+const QUIET_RETRY_FLOOR: Duration = Duration::from_millis(2);
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.
@@ -119,14 +122,14 @@ pub struct BarrierConfig {
 }
 
 impl BarrierConfig {
-    /// Defaults: one rail, first retry after 1 ms (then learned, at least
+    /// Defaults: one rail, first retry after 250 µs (then learned, at least
     /// 20 µs), a peer silent for 10 s is
     /// dead, no deadline, 30 s to join, with a progress agent.
     pub fn new(algorithm: Algorithm) -> BarrierConfig {
         BarrierConfig {
             algorithm,
             rails: 1,
-            retry_timeout: Duration::from_millis(1),
+            retry_timeout: Duration::from_micros(250),
             min_retry_timeout: Duration::from_micros(20),
             failure_timeout: Duration::from_secs(10),
             deadline: None,
@@ -985,6 +988,14 @@ impl<T: Transport> Engine<T> {
                 if self.answer(from, epoch, tag)? == 0 {
                     self.asked_early |= epoch == self.epoch && tag.is_some();
                     self.send_status(Some(from))?;
+                } else if self.in_progress && epoch == self.epoch && self.missing_from().contains(&from) {
+                    // A peer this node waits for lacked our message and has
+                    // it now: it moves on at once, so what it owes us may come
+                    // any moment. If that is lost, retry soon, not after a
+                    // long backoff.
+                    self.peer_late = false;
+                    self.retry_interval = self.rto.get();
+                    self.next_retry = now + self.retry_interval;
                 }
             }
             // A late copy of a finished barrier's message (nodes never
@@ -1113,7 +1124,10 @@ impl<T: Transport> Engine<T> {
             // all (stopped, descheduled, dead), is not a lost message.
             let quiet = self.missing_from().iter().any(|&p| self.peers[p].unanswered >= QUIET_PROBES);
             let cap = if self.peer_late || quiet {
-                self.config.max_retry_interval()
+                // Back off in proportion to how long this step has waited:
+                // few probes over a long stall, and a loss soon after a short
+                // one still recovered soon.
+                (now.saturating_duration_since(self.step_since) / 4).max(QUIET_RETRY_FLOOR).min(self.config.max_retry_interval())
             } else {
                 (self.rto.get() * IN_BARRIER_BACKOFF).min(self.config.max_retry_interval())
             };

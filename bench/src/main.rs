@@ -246,7 +246,7 @@ fn barrier_sweep(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<(
          barrier; timestamp; 30 µs dummy loop }}; it keeps its own min, mean, max and percentiles \
          (hdrhistogram), and the figures below are those averaged over the nodes. Wait policy \
          `Adaptive`: busy-poll while nodes ≤ cores (2 here), else spin briefly, yield, then sleep. \
-         Retry timeout 1 ms. `recoveries` counts re-sent and answered messages (lost or late frames).\n"
+         The retry timeout is learned (first 250 µs, floor 20 µs). `recoveries` counts data frames sent again (answers to NACKs, proactive second copies).\n"
     )?;
     for &n in sizes {
         writeln!(md, "## {n} nodes\n")?;
@@ -269,7 +269,7 @@ fn barrier_sweep(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<(
          other nodes' 30 µs dummy loops to run (about n/2 × 30 µs: 60 µs at 4 nodes, 120 µs at 8, \
          240 µs at 16) and for scheduler hand-offs, so those numbers measure the machine as much as \
          the algorithm. Non-zero `recoveries` without injected loss are frames that came later than \
-         the 1 ms retry timeout, while their receiver waited for a core."
+         the learned retry timeout, while their sender or receiver waited for a core."
     )?;
     std::fs::write(out.join("barriers.md"), &md)?;
     std::fs::write(out.join("barriers.json"), serde_json::to_string_pretty(&rows)?)?;
