@@ -84,6 +84,8 @@ const IN_BARRIER_BACKOFF: u32 = 8;
 const QUIET_PROBES: u32 = 6;
 /// The least interval between probes of a quiet or late peer.
 const QUIET_RETRY_FLOOR: Duration = Duration::from_millis(2);
+/// In a Refuse's `tag`: the joining node's configuration differs from node 0's.
+const REFUSE_CONFIG: u16 = 1;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.
@@ -558,14 +560,31 @@ impl<T: Transport> Engine<T> {
         let timeout = self.config.join_timeout;
         if self.me == 0 {
             let mut incarnations: Vec<Option<u64>> = vec![None; n];
+            let mut mismatched: Vec<NodeId> = Vec::new();
             incarnations[0] = Some(incarnation);
             while incarnations.iter().any(Option::is_none) {
                 let waited = start.elapsed();
                 if waited >= timeout {
-                    let missing = (0..n).filter(|&j| incarnations[j].is_none()).collect();
+                    let missing: Vec<NodeId> = (0..n).filter(|&j| incarnations[j].is_none()).collect();
+                    if let Some(j) = missing.iter().find(|j| mismatched.contains(j)) {
+                        return Err(BarrierError::Usage(format!(
+                            "creating the barrier: node {j} asked to join with another configuration than node 0's ({} on {} rail(s)): every node must use the same algorithm, rails and first barrier",
+                            self.config.algorithm, self.config.rails
+                        )));
+                    }
                     return Err(BarrierError::JoinTimeout { missing, nodes: n, waited });
                 }
                 if let Some(m) = self.transport.recv((timeout - waited).min(JOIN_RESEND_LIMIT))? {
+                    if m.msg.kind == MsgKind::Join && m.from != 0 && m.from < n && m.msg.arg != self.fingerprint() {
+                        // Another algorithm, rail count or first barrier:
+                        // the plans would never meet. Say so to both.
+                        // (A stale request of an earlier barrier looks the same:
+                        // keep collecting, and name it only if it never joins.)
+                        let refuse = Msg { kind: MsgKind::Refuse, instance: 0, epoch: 0, tag: REFUSE_CONFIG, arg: m.msg.instance as u32 };
+                        self.transport.send(0, m.from, refuse)?;
+                        mismatched.push(m.from);
+                        continue;
+                    }
                     if m.msg.kind == MsgKind::Join && m.from != 0 && m.from < n {
                         // The newest incarnation wins: a delayed request of an
                         // earlier barrier of that process is older.
@@ -582,7 +601,7 @@ impl<T: Transport> Engine<T> {
             }
             return Ok(());
         }
-        let request = Msg { kind: MsgKind::Join, instance: incarnation, epoch: 0, tag: 0, arg: 0 };
+        let request = Msg { kind: MsgKind::Join, instance: incarnation, epoch: 0, tag: 0, arg: self.fingerprint() };
         let mut interval = self.config.retry_timeout;
         let mut next_request = start;
         let mut early: Vec<Incoming> = Vec::new();
@@ -611,10 +630,22 @@ impl<T: Transport> Engine<T> {
                     return Ok(());
                 }
                 MsgKind::Data | MsgKind::Nack | MsgKind::Status | MsgKind::Answer if early.len() < JOIN_STASH => early.push(m),
+                MsgKind::Refuse if ours && m.msg.tag == REFUSE_CONFIG => {
+                    return Err(BarrierError::Usage(format!(
+                        "creating the barrier: node 0 runs another configuration than node {} ({} on {} rail(s) here): every node must use the same algorithm, rails and first barrier",
+                        self.me, self.config.algorithm, self.config.rails
+                    )))
+                }
                 MsgKind::Refuse if ours => return Err(BarrierError::Refused { node: self.me }),
                 _ => {}
             }
         }
+    }
+
+    /// What every node must agree on, hashed into a Join's `arg`.
+    fn fingerprint(&self) -> u32 {
+        let text = format!("{} {} {}", self.config.algorithm, self.config.rails, self.config.first_epoch);
+        text.bytes().fold(0x811C_9DC5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
     }
 
     fn send_admission(&mut self, to: NodeId, kind: MsgKind, echo: u32) -> Result<(), TransportError> {

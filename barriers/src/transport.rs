@@ -31,13 +31,15 @@ pub enum MsgKind {
     Status,
     /// Instance agreement: "admit me", sent to node 0 by every other node
     /// when a barrier is created; `instance` holds the sender's incarnation
-    /// (a random number of this process's barrier object).
+    /// (a random number of this process's barrier object), `arg` a hash of
+    /// its algorithm, rails and first barrier, which must match node 0's.
     Join,
     /// Node 0's answer to a [`Join`](MsgKind::Join): `instance` is the agreed
     /// instance, `arg` the low 32 bits of the incarnation it admits.
     Admit,
     /// Node 0's refusal of a [`Join`](MsgKind::Join) from an incarnation it
-    /// does not know (a restarted process): `arg` echoes it as in `Admit`.
+    /// does not know (a restarted process; `tag` 0), or with another
+    /// configuration (`tag` 1): `arg` echoes it as in `Admit`.
     Refuse,
 }
 

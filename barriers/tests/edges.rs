@@ -418,3 +418,28 @@ fn a_descheduled_peer_causes_no_storm_of_nacks() {
         assert!(nacks >= 3, "agent={agent}: the peer was probed ({nacks} NACKs)");
     }
 }
+
+#[test]
+fn nodes_with_different_algorithms_are_told_instead_of_hanging() {
+    // Ranks that computed different Auto picks (say) would wait for each
+    // other forever; creation says so at once.
+    let net = mem::network(3, 1, Faults::none());
+    let threads: Vec<_> = net
+        .into_iter()
+        .enumerate()
+        .map(|(me, t)| {
+            std::thread::spawn(move || {
+                let algorithm = if me == 2 { Algorithm::OnePhase } else { Algorithm::Dissemination };
+                let mut config = BarrierConfig::new(algorithm);
+                config.join_timeout = Duration::from_secs(3);
+                Barrier::new(t, config).map(|_| ()).map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    for node in [0, 2] {
+        let e = results[node].as_ref().unwrap_err();
+        assert!(e.contains("another configuration"), "node {node}: {e}");
+    }
+    assert!(results[1].is_err(), "node 1 is never admitted: {:?}", results[1]);
+}

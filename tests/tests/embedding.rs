@@ -20,8 +20,15 @@ fn capi_dir() -> PathBuf {
     mpi::build_capi(false).unwrap_or_else(|e| panic!("building the C ABI: {e:#}"))
 }
 
-/// Compiles capi/examples/barrier.c against the shared library.
+/// Compiles capi/examples/barrier.c against the shared library, once per
+/// test process (tests run in parallel: a second compile over the binary
+/// another test is executing fails with "Text file busy").
 fn c_example(lib_dir: &Path) -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| compile_c_example(lib_dir)).clone()
+}
+
+fn compile_c_example(lib_dir: &Path) -> PathBuf {
     let out = lib_dir.join("mcd-c-example");
     let status = Command::new("cc")
         .args(["-Wall", "-Werror", "-O2", "-I", mpi::CAPI_INCLUDE, "-o"])
@@ -198,5 +205,6 @@ fn the_interposer_survives_gaps_and_other_collectives_under_20_percent_loss() {
         let line = out.stderr.lines().find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}:"))).unwrap_or_else(|| panic!("{}", out.stderr));
         assert!(line.contains("100 MPI_Barrier via mcd") && line.contains("mcd barriers 100"), "{line}");
     }
-    assert!(!out.stderr.contains("failed"), "{}", out.stderr);
+    // Neither a barrier nor mcd's finalize failed (Open MPI's own warnings aside).
+    assert!(!out.stderr.contains("MPI_Barrier on MPI_COMM_WORLD failed") && !out.stderr.contains("finalizing mcd"), "{}", out.stderr);
 }
