@@ -437,6 +437,9 @@ pub(crate) struct Engine<T: Transport> {
     /// The last barrier in which a loss was seen: multicasts go twice for
     /// [`TWICE_FOR`] barriers after it.
     loss_seen_in: Option<u64>,
+    /// The last expected message that an answer delivered first (barrier,
+    /// index): if the original follows, nothing was lost.
+    last_answered: Option<(u64, usize)>,
     /// Whether a peer asked for a message of this barrier before this node
     /// had sent it: it waits already, so point-to-point messages go twice
     /// (a loss now would cost it a long-backed-off retry).
@@ -522,6 +525,7 @@ impl<T: Transport> Engine<T> {
             fast_nacked: false,
             loss_seen_in: None,
             asked_early: false,
+            last_answered: None,
             recovered_in: None,
             gave_up: None,
             finished: false,
@@ -1042,6 +1046,16 @@ impl<T: Transport> Engine<T> {
                 };
                 if !self.got[(epoch % 2) as usize].insert(i) {
                     self.stats.duplicates += 1;
+                    if msg.kind == MsgKind::Data && self.last_answered == Some((epoch, i)) {
+                        // The original came after all: it was late, not lost.
+                        self.last_answered = None;
+                        if self.loss_seen_in == Some(epoch) {
+                            self.loss_seen_in = None;
+                        }
+                        if self.recovered_in == Some(epoch) {
+                            self.recovered_in = None;
+                        }
+                    }
                 } else if epoch > self.epoch || !self.in_progress {
                     self.stats.early += 1;
                 } else {
@@ -1054,9 +1068,13 @@ impl<T: Transport> Engine<T> {
                         self.rto.sample(now.saturating_duration_since(self.step_since));
                     }
                     if !clean {
-                        // Recovered here or upstream: a loss happened.
+                        // Recovered here or upstream: a loss happened (or the
+                        // original is late: then it arrives as a duplicate).
                         self.recovered_in = Some(self.epoch);
                         self.loss_seen_in = Some(self.epoch);
+                        if msg.kind == MsgKind::Answer {
+                            self.last_answered = Some((epoch, i));
+                        }
                     }
                 }
             }
