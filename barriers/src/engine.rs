@@ -208,9 +208,10 @@ pub struct BarrierStats {
     pub completed: u64,
     /// Messages sent by the plans (a multicast counts once).
     pub sent: u64,
-    /// Messages sent a second time at once: multicasts once loss has been
-    /// seen, and messages a peer asked for before they were sent.
-    pub resends: u64,
+    /// Messages sent a second time at once, unasked: multicasts for a while
+    /// after a loss, and messages a peer asked for before they were sent.
+    /// Insurance, not recovery.
+    pub copies: u64,
     /// NACKs sent for missing messages (and status probes).
     pub nacks_sent: u64,
     /// Of those, NACKs sent at once because a peer's message proved the
@@ -956,7 +957,7 @@ impl<T: Transport> Engine<T> {
                     };
                     if twice {
                         self.send_out(out, self.epoch)?;
-                        self.stats.resends += 1;
+                        self.stats.copies += 1;
                     }
                 }
                 self.step_sent = true;

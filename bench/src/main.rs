@@ -246,7 +246,7 @@ fn barrier_sweep(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<(
          barrier; timestamp; 30 µs dummy loop }}; it keeps its own min, mean, max and percentiles \
          (hdrhistogram), and the figures below are those averaged over the nodes. Wait policy \
          `Adaptive`: busy-poll while nodes ≤ cores (2 here), else spin briefly, yield, then sleep. \
-         The retry timeout is learned (first 250 µs, floor 20 µs). `recoveries` counts data frames sent again (answers to NACKs, proactive second copies).\n"
+         The retry timeout is learned (first 250 µs, floor 20 µs). `recoveries` counts data frames sent again because a peer asked (answers to NACKs).\n"
     )?;
     for &n in sizes {
         writeln!(md, "## {n} nodes\n")?;
@@ -311,8 +311,8 @@ fn loss_sweep(out: &std::path::Path, sizes: &[usize], losses: &[f64], scale: f64
          multicast can reach some nodes and not others. Default timeouts: the retry timeout is learned \
          from clean step times (floor 20 µs), a peer is dead after 10 s of silence. `×` is the mean \
          against the same algorithm's lossless mean in this run. `recoveries` counts data frames sent \
-         again (answers to NACKs, and proactive second copies), all nodes, warm-up included; `NACK`s \
-         are not counted.\n"
+         again because a peer asked (answers to NACKs), all nodes, warm-up included; proactive second \
+         copies and NACKs are not counted.\n"
     )?;
     for &n in sizes {
         writeln!(md, "## {n} nodes\n")?;

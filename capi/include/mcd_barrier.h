@@ -63,7 +63,7 @@ typedef struct mcd_stats {
     uint64_t barriers;        /* barriers completed */
     uint64_t messages_sent;   /* messages the barriers sent (a multicast counts once) */
     uint64_t frames_received; /* frames delivered by the endpoint */
-    uint64_t resends;         /* messages re-sent after a retry timeout */
+    uint64_t resends;         /* messages sent twice at once (after a loss, or asked for early) */
     uint64_t answers;         /* messages re-sent to answer a peer */
     uint64_t frames_dropped;  /* malformed, foreign, or lost to a full receive ring */
 } mcd_stats;

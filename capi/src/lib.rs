@@ -187,7 +187,7 @@ impl Job {
             barriers: b.completed,
             messages_sent: b.sent,
             frames_received: e.received,
-            resends: b.resends,
+            resends: b.copies,
             answers: b.answers,
             frames_dropped: e.dropped.total() + e.ring_dropped,
         })
