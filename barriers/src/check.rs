@@ -109,7 +109,7 @@ where
     T: Transport + Send + 'static,
 {
     run_barriers_with(transports, config, count, |me, k| {
-        let r = mix(((me as u64) << 32) ^ k as u64);
+        let r = crate::engine::mix((((me as u64) << 32) ^ k as u64).wrapping_add(0x9E37_79B9_7F4A_7C15));
         if r.is_multiple_of(8) {
             let until = Instant::now() + Duration::from_micros(r % 200);
             while Instant::now() < until {
@@ -117,14 +117,6 @@ where
             }
         }
     })
-}
-
-/// A well-spread hash of `x` (splitmix64's finaliser).
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
 }
 
 #[cfg(test)]

@@ -396,7 +396,7 @@ fn new_incarnation() -> u64 {
 }
 
 /// splitmix64's finaliser.
-fn mix(mut z: u64) -> u64 {
+pub(crate) fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -1091,22 +1091,30 @@ impl<T: Transport> Engine<T> {
     /// everything it sends in c, and node 0 has sent its release. NACK at
     /// once whatever of that the current step still misses.
     fn nack_proven(&mut self, from: NodeId, now: Instant) -> Result<(), TransportError> {
+        let sent = self.nack_missing(now, |w| w.from == from || (w.from == 0 && w.tag == plan::tag::RELEASE))?;
+        self.stats.fast_nacks += sent;
+        self.fast_nacked |= sent > 0;
+        Ok(())
+    }
+
+    /// NACKs every message of the current step that is still missing and
+    /// that `which` selects; returns how many.
+    fn nack_missing(&mut self, now: Instant, which: impl Fn(&plan::Expect) -> bool) -> Result<u64, TransportError> {
         let step = self.step;
-        let Some(waits) = self.plan.steps.get(step).map(|s| s.waits.len()) else { return Ok(()) };
+        let Some(waits) = self.plan.steps.get(step).map(|s| s.waits.len()) else { return Ok(0) };
         let current = (self.epoch % 2) as usize;
+        let mut sent = 0;
         for j in 0..waits {
             let w = self.plan.steps[step].waits[j];
-            let owed = w.from == from || (w.from == 0 && w.tag == plan::tag::RELEASE);
-            if owed && !self.got[current].contains(self.expect.of_step(step).start + j) {
+            if which(&w) && !self.got[current].contains(self.expect.of_step(step).start + j) {
                 let nack = self.msg(MsgKind::Nack, self.epoch, w.tag);
                 self.transport.send(0, w.from, nack)?;
                 self.stats.nacks_sent += 1;
-                self.stats.fast_nacks += 1;
-                self.fast_nacked = true;
                 self.peers[w.from].probed(now);
+                sent += 1;
             }
         }
-        Ok(())
+        Ok(sent)
     }
 
     /// Re-sends to `to` the messages of barrier `epoch` addressed to it (one
@@ -1156,22 +1164,11 @@ impl<T: Transport> Engine<T> {
             // Ask for exactly what is missing; a peer that has sent it sends
             // it again, one that has not says where it is. (A message of
             // ours that was lost is NACKed by the peer that waits for it.)
-            let step = self.step;
-            let current = (self.epoch % 2) as usize;
-            for j in 0..self.plan.steps[step].waits.len() {
-                let w = self.plan.steps[step].waits[j];
-                if !self.got[current].contains(self.expect.of_step(step).start + j) {
-                    let nack = self.msg(MsgKind::Nack, self.epoch, w.tag);
-                    self.transport.send(0, w.from, nack)?;
-                    self.stats.nacks_sent += 1;
-                    self.peers[w.from].probed(now);
-                }
-            }
-            // A peer outside the barrier (computing) may take long: back off
-            // far. Peers inside it may send any moment, and a loss of that
-            // message must not wait for a distant retry.
+            self.nack_missing(now, |_| true)?;
             // A peer that is late (it said so), or that does not answer at
-            // all (stopped, descheduled, dead), is not a lost message.
+            // all (stopped, descheduled, dead), is not a lost message: back
+            // off far. Otherwise its message may come any moment, and its
+            // loss must not wait for a distant retry.
             let quiet = self.missing_from().iter().any(|&p| self.peers[p].unanswered >= QUIET_PROBES);
             let cap = if self.peer_late || quiet {
                 // Back off in proportion to how long this step has waited:

@@ -566,12 +566,7 @@ pub fn try_lock_record(file: &File) -> io::Result<Option<i32>> {
     match check(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) }) {
         Ok(_) => Ok(None),
         Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EAGAIN)) => {
-            // SAFETY: as above; F_GETLK fills in the conflicting lock.
-            let holder = match check(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut lock) }) {
-                Ok(_) if lock.l_type != libc::F_UNLCK as libc::c_short => lock.l_pid,
-                _ => 0,
-            };
-            Ok(Some(holder))
+            Ok(Some(record_lock_holder(file).ok().flatten().unwrap_or(0)))
         }
         Err(e) => Err(e),
     }
