@@ -6,7 +6,8 @@
 //! It costs nothing on the barrier's hot path (one atomic increment on the
 //! way in and out of each call, and an uncontended lock). It waits until the
 //! application has stayed out of the barrier for a whole grace period
-//! ([`AGENT_GRACE`]), then sleeps in the kernel on the transport's
+//! ([`AGENT_GRACE`], growing to [`AGENT_GRACE_MAX`] while the application
+//! keeps calling), then sleeps in the kernel on the transport's
 //! [`Waker`] and wakes only when a message arrives or a retry of a
 //! split-phase barrier is due; it hands over as soon as the application
 //! calls in again. So a peer that is slow is always heard (it answers
@@ -21,8 +22,13 @@ use std::time::{Duration, Instant};
 use crate::engine::{BarrierConfig, BarrierError, BarrierStats, Engine};
 use crate::transport::{NodeId, Transport, Waker};
 
-/// The agent takes over once the application has made no barrier call for this long.
+/// The agent takes over once the application has made no barrier call for
+/// this long (at first: see [`AGENT_GRACE_MAX`]).
 pub const AGENT_GRACE: Duration = Duration::from_millis(1);
+/// While the application keeps calling, the agent checks ever less often,
+/// doubling its grace up to this: a wake-up that preempts a busy-polling
+/// thread costs that barrier tens of microseconds.
+pub const AGENT_GRACE_MAX: Duration = Duration::from_millis(16);
 
 struct Shared<T: Transport> {
     engine: Mutex<Engine<T>>,
@@ -201,16 +207,18 @@ fn run_agent<T: Transport>(shared: &Shared<T>) {
     let mut seen = shared.calls.load(Ordering::Acquire);
     'quiet: loop {
         // Wait until the application has stayed out for a whole grace period.
+        let mut grace = AGENT_GRACE;
         loop {
             if stopped() {
                 return;
             }
-            std::thread::park_timeout(AGENT_GRACE);
+            std::thread::park_timeout(grace);
             let calls = shared.calls.load(Ordering::Acquire);
             if calls == seen && calls.is_multiple_of(2) {
                 break;
             }
             seen = calls;
+            grace = (grace * 2).min(AGENT_GRACE_MAX);
         }
         // Serve: answer, then sleep until a message arrives or a timer is due.
         loop {

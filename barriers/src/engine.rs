@@ -998,6 +998,9 @@ impl<T: Transport> Engine<T> {
             self.gave_up = None; // it is back: stop reporting it silent
         }
         let peer = &mut self.peers[from];
+        // A probe of it went unanswered: its message's time cannot tell
+        // lateness from loss, so it teaches the retry timeout nothing.
+        let was_probed = peer.unanswered > 0;
         peer.last_heard = Some(now);
         peer.probed_since = None;
         peer.unanswered = 0;
@@ -1063,7 +1066,7 @@ impl<T: Transport> Engine<T> {
                     let step = self.expect.step_of(i);
                     self.remaining[step] -= 1;
                     let clean = msg.kind == MsgKind::Data && msg.arg & RECOVERED == 0;
-                    if step == self.step && self.remaining[step] == 0 && clean && !self.recovered() && !self.peer_late {
+                    if step == self.step && self.remaining[step] == 0 && clean && !self.recovered() && !self.peer_late && !was_probed {
                         // An original message, delayed by no loss anywhere,
                         // completed the step: its time is a lesson.
                         self.rto.sample(now.saturating_duration_since(self.step_since));

@@ -54,7 +54,7 @@ pub mod rto;
 pub mod threads;
 pub mod transport;
 
-pub use barrier::{Barrier, AGENT_GRACE};
+pub use barrier::{Barrier, AGENT_GRACE, AGENT_GRACE_MAX};
 pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARNED_RETRY};
 pub use mcd_transport::McdTransport;
 pub use plan::{Algorithm, Fanout, Release};
