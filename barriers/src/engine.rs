@@ -732,12 +732,13 @@ impl<T: Transport> Engine<T> {
                 self.epoch - 1
             )));
         }
-        self.call_started = Instant::now();
-        self.enter()
+        let now = Instant::now();
+        self.call_started = now;
+        self.enter(now)
     }
 
-    /// Enters the next barrier.
-    fn enter(&mut self) -> Result<(), BarrierError> {
+    /// Enters the next barrier at `now`.
+    fn enter(&mut self, now: Instant) -> Result<(), BarrierError> {
         if self.finished {
             return Err(BarrierError::Usage("the barrier is finished: no more barriers after finish()".into()));
         }
@@ -760,7 +761,6 @@ impl<T: Transport> Engine<T> {
         for i in got.iter() {
             self.remaining[self.expect.step_of(i)] -= 1;
         }
-        let now = Instant::now();
         self.progressed(now);
         self.advance(now)
     }
@@ -812,7 +812,7 @@ impl<T: Transport> Engine<T> {
         self.call_started = now;
         self.gave_up = None; // waiting again: no longer giving up, until judged again
         if !self.in_progress && !self.owed {
-            self.enter()?;
+            self.enter(now)?;
         }
         loop {
             // Read before judging: whatever has arrived counts before any
@@ -1325,7 +1325,7 @@ mod tests {
     #[test]
     fn messages_of_another_instance_never_count() {
         let mut e = node1(0);
-        e.enter().unwrap();
+        e.enter(Instant::now()).unwrap();
         e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE ^ 1, 0));
         e.transport.inbox.push_back(from0(MsgKind::Answer, 7, 0));
         assert!(!e.test().unwrap(), "a foreign arrival completed the barrier");
@@ -1338,7 +1338,7 @@ mod tests {
     #[test]
     fn only_the_barriers_next_to_this_one_are_heard() {
         let mut e = node1(10);
-        e.enter().unwrap();
+        e.enter(Instant::now()).unwrap();
         for far in [8, 12, 10 + (1 << 31), 10 + (1 << 32)] {
             e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, far));
         }
@@ -1360,7 +1360,7 @@ mod tests {
     fn the_wire_number_wraps_and_the_barrier_number_does_not() {
         let mut e = node1(u64::from(u32::MAX));
         for expected in [u64::from(u32::MAX), 1 << 32, (1 << 32) + 1] {
-            e.enter().unwrap();
+            e.enter(Instant::now()).unwrap();
             assert!(!e.test().unwrap());
             e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, expected));
             assert!(e.test().unwrap(), "barrier {expected}");
@@ -1392,7 +1392,7 @@ mod tests {
         e.config.failure_timeout = Duration::from_millis(50);
         let start = Instant::now();
         e.call_started = start;
-        e.enter().unwrap();
+        e.enter(Instant::now()).unwrap();
         // Long before any probe: not silent, however long since the entry.
         assert!(e.judge(start + Duration::from_secs(60), None).is_ok());
         e.on_timers(start + Duration::from_millis(2), None).unwrap(); // the first NACK

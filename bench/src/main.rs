@@ -82,6 +82,32 @@ enum Bench {
         #[arg(long, default_value_t = 0.5)]
         scale: f64,
     },
+    /// The hot path: a 2-node barrier against one one-way message, and
+    /// against an exchange over bare endpoints, busy-polling on two cores.
+    /// Writes results/hotpath.{md,json}.
+    Hotpath {
+        /// Timed operations per row and round.
+        #[arg(long, default_value_t = 20_000)]
+        iterations: usize,
+        /// Rounds (the rows alternate within each round).
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
+    /// Load: more processes than cores, no loss. mcd's dissemination barrier
+    /// (processes, yield and adaptive waiting, no MCD_LOCAL_PROCS hint)
+    /// against a minimal C raw-socket dissemination barrier (spin +
+    /// sched_yield). Writes results/load.{md,json}.
+    Load {
+        /// Node counts.
+        #[arg(long, value_delimiter = ',', default_value = "4,8,16")]
+        nodes: Vec<usize>,
+        /// Rounds (the contenders alternate within each round).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Timed barriers per contender and round.
+        #[arg(long, default_value_t = 500)]
+        iterations: usize,
+    },
     /// Every barrier algorithm at 2, 4, 8 and 16 nodes, the paper's method.
     Barriers {
         /// Node counts.
@@ -107,6 +133,8 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Barriers { nodes, scale } => barrier_sweep(&cli.out, &nodes, scale),
         Bench::Loss { nodes, loss, scale } => loss_sweep(&cli.out, &nodes, &loss, scale),
         Bench::Model { nodes, scale } => model(&cli.out, &nodes, scale),
+        Bench::Hotpath { iterations, rounds } => hotpath::run(&cli.out, iterations, rounds),
+        Bench::Load { nodes, rounds, iterations } => load::run(&cli.out, &nodes, rounds, iterations),
         Bench::HeadToHead { nodes, scale, logp, report } => {
             let logp = logp.or_else(|| Some(cli.out.join("logp.json")).filter(|p| p.exists()));
             head_to_head::run(&cli.out, &report, &nodes, scale, logp.as_deref())
@@ -115,6 +143,8 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 mod head_to_head;
+mod hotpath;
+mod load;
 
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
