@@ -276,22 +276,22 @@ fn fmt_params(p: &barriers::model::LogP) -> String {
 }
 
 fn plot_results(stem: &Path, sizes: &[usize], rows: &[Row]) -> Result<()> {
-    let line = |label: &str, color: usize, pick: &dyn Fn(usize) -> Option<f64>| Series {
+    let line = |label: &str, key: &str, pick: &dyn Fn(usize) -> Option<f64>| Series {
         label: label.to_string(),
         points: sizes.iter().filter_map(|&n| pick(n).map(|t| (n as f64, t.max(0.1)))).collect(),
         dashed: false,
-        color,
+        key: key.to_string(),
     };
     let mean = |c: Contender| move |n: usize| find(rows, n, c).map(|r| r.measured.mean_us);
     let contenders = Panel {
         title: "mcd against the alternatives".into(),
         series: vec![
-            line("mcd best", 0, &|n| best_mcd(rows, n).map(|r| r.measured.mean_us)),
-            line("mcd Auto", 1, &mean(Contender::McdAuto)),
-            line("UDP dissemination", 2, &mean(Contender::Udp)),
-            line("Open MPI TCP (yield)", 3, &mean(Contender::OmpiYield)),
-            line("Open MPI TCP (default)", 4, &mean(Contender::OmpiSpin)),
-            line("mcd interposer (MPI program)", 5, &mean(Contender::Interposer)),
+            line("mcd best", "mcd-best", &|n| best_mcd(rows, n).map(|r| r.measured.mean_us)),
+            line("mcd Auto", "auto", &mean(Contender::McdAuto)),
+            line("UDP dissemination", "udp", &mean(Contender::Udp)),
+            line("Open MPI TCP (yield)", "openmpi-yield", &mean(Contender::OmpiYield)),
+            line("Open MPI TCP (default)", "openmpi-default", &mean(Contender::OmpiSpin)),
+            line("mcd interposer (MPI program)", "interposer", &mean(Contender::Interposer)),
         ],
     };
     let mut names: Vec<(String, usize)> = Vec::new();
@@ -305,10 +305,9 @@ fn plot_results(stem: &Path, sizes: &[usize], rows: &[Row]) -> Result<()> {
         title: "mcd, every algorithm".into(),
         series: names
             .iter()
-            .enumerate()
-            .map(|(i, (name, rails))| {
+            .map(|(name, rails)| {
                 let label = if *rails > 1 { format!("{name}, {rails} rails") } else { name.clone() };
-                line(&label, i, &|n| {
+                line(&label, &label, &|n| {
                     rows.iter()
                         .find(|r| r.contender == Contender::Mcd && r.measured.nodes == n && &r.measured.algorithm == name && r.measured.rails == *rails)
                         .map(|r| r.measured.mean_us)

@@ -544,12 +544,11 @@ fn plot_model(path: &std::path::Path, curves: &[Curve], which: &str, title: &str
     let series: Vec<mcd_tools::plot::Series> = curves
         .iter()
         .filter(|c| c.0 == which)
-        .enumerate()
-        .map(|(i, (_, a, points))| mcd_tools::plot::Series {
+        .map(|(_, a, points)| mcd_tools::plot::Series {
             label: a.to_string(),
             points: points.iter().map(|&(n, t)| (n as f64, t.max(0.5))).collect(),
             dashed: false,
-            color: i,
+            key: a.to_string(),
         })
         .collect();
     mcd_tools::plot::nodes_vs_time(path, "Predicted barrier time (LogP simulation)", &[mcd_tools::plot::Panel { title: title.to_string(), series }])?;

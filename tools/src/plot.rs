@@ -20,8 +20,64 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
     /// Dashed (predictions) instead of solid (measurements).
     pub dashed: bool,
-    /// Colour index: series with the same index share a colour.
-    pub color: usize,
+    /// What the line is of (an algorithm's name, a contender): lines with
+    /// the same key have the same colour, in every plot ([`colour_of`]).
+    pub key: String,
+}
+
+/// Keys with a colour of their own, in palette order; any other key gets a
+/// colour from its hash.
+const KNOWN_KEYS: [&str; 16] = [
+    "shuffle",
+    "dissemination",
+    "tree2",
+    "tree3",
+    "tree4",
+    "tree2-p2p",
+    "tree4-p2p",
+    "concurrent",
+    "onephase",
+    "auto",
+    "udp",
+    "openmpi-yield",
+    "openmpi-default",
+    "interposer",
+    "tree7",
+    "tree8",
+];
+
+/// Colours of [`KNOWN_KEYS`], in order: distinct and dark enough on white.
+const KNOWN_COLOURS: [(u8, u8, u8); 16] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+    (188, 189, 34),
+    (0, 0, 0),
+    (23, 190, 207),
+    (120, 0, 60),
+    (0, 90, 90),
+    (200, 160, 0),
+    (90, 60, 160),
+    (0, 60, 140),
+];
+
+/// The colour of the lines with key `key`: the same in every plot.
+pub fn colour_of(key: &str) -> RGBAColor {
+    match KNOWN_KEYS.iter().position(|k| *k == key) {
+        Some(i) => {
+            let (r, g, b) = KNOWN_COLOURS[i];
+            RGBColor(r, g, b).to_rgba()
+        }
+        None => {
+            let hash = key.bytes().fold(0x811C_9DC5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+            Palette99::pick(hash as usize).to_rgba()
+        }
+    }
 }
 
 /// One chart of a figure.
@@ -58,7 +114,8 @@ pub fn nodes_vs_time(stem: &Path, title: &str, panels: &[Panel]) -> Result<[Path
         bail!("nothing to plot into {}", stem.display());
     }
     register_font()?;
-    let size = ((560 * panels.len() as u32 + 40).max(900), 620);
+    let legend_rows = panels.iter().map(|p| p.series.len().div_ceil(2)).max().unwrap_or(0) as u32;
+    let size = ((560 * panels.len() as u32 + 40).max(900), 540 + 14 + 18 * legend_rows);
     let svg = stem.with_extension("svg");
     let png = stem.with_extension("png");
     draw(SVGBackend::new(&svg, size).into_drawing_area(), title, panels).map_err(|e| anyhow!("plotting {}: {e}", svg.display()))?;
@@ -75,42 +132,62 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, title: &str, panels: &
     let all = || panels.iter().flat_map(|p| p.series.iter().flat_map(|s| s.points.iter()));
     let (x_min, x_max) = all().fold((f64::INFINITY, 1.0f64), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
     let (y_min, y_max) = all().fold((f64::INFINITY, 1.0f64), |(lo, hi), p| (lo.min(p.1), hi.max(p.1)));
-    let x_range = (x_min.min(x_max / 2.0).max(1.0))..(x_max * 1.05);
+    // Nodes on a log2 axis drawn as a linear one over the exponent, so that
+    // ticks fall on whole powers of two and no label repeats.
+    let (lo, hi) = (x_min.max(1.0).log2().floor(), x_max.max(2.0).log2().ceil().max(x_min.max(1.0).log2().floor() + 1.0));
+    let x_range = (lo - 0.05)..(hi + 0.05);
+    let ticks = (hi - lo) as usize + 1;
     let y_range = (y_min.min(y_max / 2.0) * 0.7).max(0.1)..(y_max * 1.5);
     for (area, panel) in areas.iter().zip(panels) {
-        let mut chart = ChartBuilder::on(area)
+        // The legend goes below the chart, outside the data.
+        let rows = panel.series.len().div_ceil(2) as u32;
+        let legend_height = 14 + 18 * rows;
+        let (chart_area, legend_area) = area.split_vertically(area.dim_in_pixel().1.saturating_sub(legend_height));
+        let mut chart = ChartBuilder::on(&chart_area)
             .caption(&panel.title, ("sans-serif", 16))
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(60)
-            .build_cartesian_2d(x_range.clone().log_scale().base(2.0), y_range.clone().log_scale())
+            .build_cartesian_2d(x_range.clone(), y_range.clone().log_scale())
             .map_err(|x| e(&x))?;
         chart
             .configure_mesh()
             .x_desc("nodes")
             .y_desc("µs per barrier")
-            .x_label_formatter(&|x| format!("{}", x.round() as u64))
+            .x_labels(ticks)
+            .x_label_formatter(&|x| {
+                let whole = x.round();
+                if (x - whole).abs() < 1e-6 && whole >= 0.0 {
+                    format!("{}", 2u64.pow(whole as u32))
+                } else {
+                    String::new()
+                }
+            })
             .draw()
             .map_err(|x| e(&x))?;
+        let mut legend = Vec::new();
         for s in &panel.series {
-            let color = Palette99::pick(s.color).to_rgba();
-            let style = color.stroke_width(2);
-            let points = s.points.clone();
-            let drawn = if s.dashed {
-                chart.draw_series(DashedLineSeries::new(points, 8, 5, style)).map_err(|x| e(&x))?
+            let style = colour_of(&s.key).stroke_width(2);
+            let points: Vec<(f64, f64)> = s.points.iter().map(|&(n, t)| (n.max(1.0).log2(), t)).collect();
+            if s.dashed {
+                chart.draw_series(DashedLineSeries::new(points, 8, 5, style)).map_err(|x| e(&x))?;
             } else {
-                chart.draw_series(LineSeries::new(points, style)).map_err(|x| e(&x))?
-            };
-            drawn.label(s.label.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+                chart.draw_series(LineSeries::new(points, style)).map_err(|x| e(&x))?;
+            }
+            legend.push((s.label.clone(), style, s.dashed));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 12))
-            .draw()
-            .map_err(|x| e(&x))?;
+        let column = (legend_area.dim_in_pixel().0 / 2) as i32;
+        for (i, (label, style, dashed)) in legend.into_iter().enumerate() {
+            let (x, y) = (70 + column * (i as i32 % 2), 8 + 18 * (i as i32 / 2));
+            if dashed {
+                for d in 0..3 {
+                    legend_area.draw(&PathElement::new(vec![(x + d * 8, y + 6), (x + d * 8 + 5, y + 6)], style)).map_err(|x| e(&x))?;
+                }
+            } else {
+                legend_area.draw(&PathElement::new(vec![(x, y + 6), (x + 21, y + 6)], style)).map_err(|x| e(&x))?;
+            }
+            legend_area.draw(&Text::new(label, (x + 28, y), ("sans-serif", 12))).map_err(|x| e(&x))?;
+        }
     }
     root.present().map_err(|x| e(&x))?;
     Ok(())

@@ -288,14 +288,17 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
         shapes.dedup();
         for (topology, rails) in shapes {
             let mine: Vec<&Row> = rows.iter().filter(|r| (&r.topology, r.measured.rails, &r.wait) == (&topology, rails, wait)).collect();
-            let mut names: Vec<String> = mine.iter().map(|r| r.measured.algorithm.clone()).collect();
+            // Auto's rows are one line whatever it picked at each size.
+            let line_of = |r: &Row| if r.measured.algorithm.starts_with("auto") { "auto".to_string() } else { r.measured.algorithm.clone() };
+            let mut names: Vec<String> = mine.iter().map(|r| line_of(r)).collect();
             names.sort();
             names.dedup();
             let mut series = Vec::new();
-            for (i, name) in names.iter().enumerate() {
-                let pts = |f: &dyn Fn(&Row) -> f64| mine.iter().filter(|r| &r.measured.algorithm == name).map(|r| (r.measured.nodes as f64, f(r).max(0.1))).collect::<Vec<_>>();
-                series.push(Series { label: format!("{name} measured"), points: pts(&|r| r.measured.mean_us), dashed: false, color: i });
-                series.push(Series { label: format!("{name} predicted"), points: pts(&|r| r.predicted_us), dashed: true, color: i });
+            for name in &names {
+                let key = name.clone();
+                let pts = |f: &dyn Fn(&Row) -> f64| mine.iter().filter(|r| &line_of(r) == name).map(|r| (r.measured.nodes as f64, f(r).max(0.1))).collect::<Vec<_>>();
+                series.push(Series { label: format!("{name} measured"), points: pts(&|r| r.measured.mean_us), dashed: false, key: key.clone() });
+                series.push(Series { label: format!("{name} predicted"), points: pts(&|r| r.predicted_us), dashed: true, key });
             }
             panels.push(Panel { title: format!("{topology}, {rails} rail(s)"), series });
         }
