@@ -30,10 +30,10 @@ enum Bench {
     /// two cores, for busy-poll and blocking waits.
     Latency {
         /// Timed round trips per size, transport and round.
-        #[arg(long, default_value_t = 20_000)]
+        #[arg(long, default_value_t = 20_000, value_parser = mcd_tools::cli::at_least_one)]
         iterations: usize,
         /// Rounds (transports alternate within each round).
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5, value_parser = mcd_tools::cli::at_least_one)]
         rounds: usize,
     },
     /// The LogP model against measurement: measure o_s, o_r, g, L; predict every
@@ -41,10 +41,10 @@ enum Bench {
     /// hypothesis; plot predictions from 2 to 65,536 nodes.
     Model {
         /// Node counts measured.
-        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
         nodes: Vec<usize>,
         /// Scales the number of timed barriers.
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
         scale: f64,
     },
     /// The head-to-head: at each node count, on one virtual cluster, mcd's
@@ -54,10 +54,10 @@ enum Bench {
     /// bench/RESULTS.md, results/head-to-head.{json,svg,png}.
     HeadToHead {
         /// Node counts.
-        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
         nodes: Vec<usize>,
         /// Scales the number of timed barriers (1.0: 2000 at 2 nodes down to 300 at 16).
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
         scale: f64,
         /// LogP parameters for Auto (`mcd-logp --json` output; default
         /// results/logp.json if present, else measured on the spot).
@@ -73,13 +73,13 @@ enum Bench {
     /// time. Writes results/loss.{md,json}.
     Loss {
         /// Node counts.
-        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
         nodes: Vec<usize>,
         /// Loss rates, percent.
         #[arg(long, value_delimiter = ',', default_value = "0,1,5,20")]
         loss: Vec<f64>,
         /// Scales the number of timed barriers (1.0: 2000 at 2 nodes down to 300 at 16).
-        #[arg(long, default_value_t = 0.5)]
+        #[arg(long, default_value_t = 0.5, value_parser = mcd_tools::cli::positive)]
         scale: f64,
     },
     /// The hot path: a 2-node barrier against one one-way message, and
@@ -87,10 +87,10 @@ enum Bench {
     /// Writes results/hotpath.{md,json}.
     Hotpath {
         /// Timed operations per row and round.
-        #[arg(long, default_value_t = 20_000)]
+        #[arg(long, default_value_t = 20_000, value_parser = mcd_tools::cli::at_least_one)]
         iterations: usize,
         /// Rounds (the rows alternate within each round).
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5, value_parser = mcd_tools::cli::at_least_one)]
         rounds: usize,
     },
     /// Load: more processes than cores, no loss. mcd's dissemination barrier
@@ -99,22 +99,22 @@ enum Bench {
     /// sched_yield). Writes results/load.{md,json}.
     Load {
         /// Node counts.
-        #[arg(long, value_delimiter = ',', default_value = "4,8,16")]
+        #[arg(long, value_delimiter = ',', default_value = "4,8,16", value_parser = mcd_tools::cli::node_count)]
         nodes: Vec<usize>,
         /// Rounds (the contenders alternate within each round).
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = mcd_tools::cli::at_least_one)]
         rounds: usize,
         /// Timed barriers per contender and round.
-        #[arg(long, default_value_t = 500)]
+        #[arg(long, default_value_t = 500, value_parser = mcd_tools::cli::at_least_one)]
         iterations: usize,
     },
     /// Every barrier algorithm at 2, 4, 8 and 16 nodes, the paper's method.
     Barriers {
         /// Node counts.
-        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
         nodes: Vec<usize>,
         /// Scales the number of timed barriers (1.0: 2000 at 2 nodes down to 300 at 16).
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
         scale: f64,
     },
 }

@@ -1,4 +1,6 @@
-//! Command-line pieces shared by the two-node tools (`mcd-pingpong`, `mcd-logp`).
+//! Command-line pieces shared by the tools: the two-node tools' options
+//! (`mcd-pingpong`, `mcd-logp`) and value parsers that refuse meaningless
+//! values before anything runs.
 
 use std::net::SocketAddr;
 
@@ -26,4 +28,50 @@ pub struct TwoNodeArgs {
     /// Echo: the UDP address to answer on.
     #[arg(long)]
     pub udp_bind: Option<SocketAddr>,
+}
+
+/// A count that must be at least 1 (iterations, rounds, samples, rails): a
+/// clap value parser, so that 0 is refused before anything runs.
+pub fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("not a whole number: {e}")),
+    }
+}
+
+/// A virtual cluster's node count: 2 to 64 (a barrier of one node measures
+/// nothing; more namespaces than 64 take minutes to build).
+pub fn node_count(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (2..=64).contains(&n) => Ok(n),
+        Ok(n) => Err(format!("{n} nodes: node counts are 2 to 64")),
+        Err(e) => Err(format!("not a whole number: {e}")),
+    }
+}
+
+/// A positive scale factor.
+pub fn positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x > 0.0 && x.is_finite() => Ok(x),
+        Ok(x) => Err(format!("{x}: must be above 0")),
+        Err(e) => Err(format!("not a number: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meaningless_values_are_refused_with_a_reason() {
+        assert_eq!(at_least_one("3"), Ok(3));
+        assert!(at_least_one("0").unwrap_err().contains("at least 1"));
+        assert!(at_least_one("-1").unwrap_err().contains("whole number"));
+        assert_eq!(node_count("2"), Ok(2));
+        assert!(node_count("1").unwrap_err().contains("2 to 64"));
+        assert!(node_count("65").is_err());
+        assert_eq!(positive("0.5"), Ok(0.5));
+        assert!(positive("0").is_err() && positive("nan").is_err() && positive("x").is_err());
+    }
 }

@@ -45,6 +45,13 @@ fn bad_options_and_files_are_clear_errors() {
     std::fs::write(dir.join("junk.json"), "not json").unwrap();
     let out = Command::new(BIN).arg("--logp").arg(dir.join("junk.json")).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not `mcd-logp --json` output"));
+    // Meaningless values are refused before any measurement (no cluster, no output).
+    for (option, value, says) in [("--iterations", "0", "at least 1"), ("--nodes", "1", "2 to 64"), ("--rails", "0", "at least 1")] {
+        let out = Command::new(BIN).args([option, value]).arg("--out").arg(dir.join("never")).output().unwrap();
+        assert!(!out.status.success(), "{option} {value} accepted");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{option} {value}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(!dir.join("never").exists(), "{option} {value} wrote results");
+    }
 }
 
 #[test]

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use mcd::{Endpoint, EndpointConfig, WaitPolicy};
 use mcd_tools::logp::{self, Effort};
-use mcd_tools::cli::{Role, TwoNodeArgs};
+use mcd_tools::cli::{self, Role, TwoNodeArgs};
 use mcd_tools::vcluster::{Cluster, ClusterSpec};
 
 /// Measures the LogP parameters (o_s, o_r, g, L) of mcd, and of UDP sockets
@@ -28,7 +28,7 @@ struct Cli {
     #[arg(long, value_delimiter = ',', default_value = "busy,yield,block")]
     wait: Vec<WaitPolicy>,
     /// Samples per round.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = cli::at_least_one)]
     samples: usize,
     /// Skip UDP.
     #[arg(long)]

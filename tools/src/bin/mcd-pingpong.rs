@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use mcd::{Endpoint, EndpointConfig, WaitPolicy};
 use mcd_tools::pingpong::{self, Client, PingPongConfig};
-use mcd_tools::cli::{Role, TwoNodeArgs};
+use mcd_tools::cli::{self, Role, TwoNodeArgs};
 use mcd_tools::vcluster::{Cluster, ClusterSpec, Topology};
 
 /// Ping-pong between two nodes: RTT/2 latency percentiles (hdrhistogram) and
@@ -29,13 +29,13 @@ struct Cli {
     #[arg(long, value_delimiter = ',', default_value = "8,64,256,512,1024,1472")]
     sizes: Vec<usize>,
     /// Timed round trips per size, transport and round.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 20_000, value_parser = cli::at_least_one)]
     iterations: usize,
     /// Untimed round trips before each measurement.
     #[arg(long, default_value_t = 1_000)]
     warmup: usize,
     /// Rounds over all sizes and transports (results are merged).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = cli::at_least_one)]
     rounds: usize,
     /// How both sides wait: busy, yield, block or adaptive.
     #[arg(long, default_value = "busy")]
