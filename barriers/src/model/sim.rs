@@ -1,0 +1,336 @@
+//! The discrete-event simulator behind [`super::predict`] and
+//! [`super::steady_state`].
+//!
+//! Resources, each a "free from" time: a node's CPU (or, on shared hosts,
+//! the core it runs on), each NIC's send gap and transmit link, each switch
+//! output port, each NIC's receive gap, and each hub medium. Events (a
+//! frame reaching a switch port, reaching a host, a send completing, a hub
+//! attempt) are handled in time order, in picoseconds, so the result is
+//! exact under the model. Waits are matched through a per-node index built
+//! once, so the loop allocates nothing per event.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::link::Topology;
+use super::{Prediction, Setup};
+use crate::plan::{self, Algorithm, Dest};
+
+const PS: f64 = 1e6;
+
+fn ps(us: f64) -> u64 {
+    (us.max(0.0) * PS).round() as u64
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    /// A frame reaches the switch's output port towards `to`.
+    Port { to: u32, rail: u16, from: u32, tag: u16, iter: u32 },
+    /// A frame is in `to`'s memory: its CPU takes it.
+    Host { to: u32, rail: u16, from: u32, tag: u16, iter: u32 },
+    /// A frame of `node`'s has left: the send-completion interrupt.
+    TxDone { node: u32 },
+    /// The hub on `rail` may start a transmission.
+    Hub { rail: u16 },
+}
+
+#[derive(Clone, Copy)]
+struct HubFrame {
+    from: u32,
+    to: Option<u32>, // None: multicast
+    tag: u16,
+    iter: u32,
+    ready: u64,
+    attempts: u32,
+}
+
+/// A small deterministic generator (xorshift64*) for the hub's backoff.
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, bound: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) % bound.max(1)
+    }
+}
+
+/// How the nodes run the barrier: once, all entering at 0, or the paper's
+/// loop of `iterations` barriers with `dummy_us` of work between them,
+/// measuring the last `iterations − warmup`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Runs {
+    pub iterations: u32,
+    pub warmup: u32,
+    pub dummy_us: f64,
+}
+
+pub(crate) fn run(algorithm: Algorithm, n: usize, rails: usize, s: &Setup, runs: Runs, seed: u64) -> Prediction {
+    let rails = rails.max(1);
+    run_plans(&algorithm.to_string(), n, rails, &|v| plan::build(algorithm, n, v, rails).expect("a valid node and rail count"), s, runs, seed)
+}
+
+#[allow(clippy::too_many_lines)]
+pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize) -> plan::Plan, s: &Setup, runs: Runs, seed: u64) -> Prediction {
+    let p = &s.logp;
+    let ft_us = s.link.map_or(0.0, |l| l.frame_us(s.bytes));
+    let (o_s, o_r, l_fixed, ft) = (ps(p.o_s), ps(p.o_r), ps((p.l - ft_us).max(0.0)), ps(ft_us));
+    let gap = ps(p.g + s.big_g * s.bytes as f64);
+    let g_r = ps(s.g_r.max(0.0));
+    let rx_irq = ps(s.host.rx_irq.min(p.o_r));
+    let tx_irq = ps(s.host.tx_irq);
+    let switch = ps(s.host.switch);
+    let wake = ps(s.host.wake);
+    let dummy = ps(runs.dummy_us);
+    let shared = s.host.oversubscribed();
+    let (slot, jam, window) = s.link.map_or((0, 0, 0), |l| (ps(l.slot_us()), ps(l.jam_us()), ps(l.collision_window_us)));
+    let hub = s.topology == Topology::Hub;
+    let ifg = s.link.map_or(0, |l| ps(l.ifg_us()));
+
+    // Plans, flattened: per node its steps' sends, its wait counts, and an
+    // index from (sender, tag) to the step that waits for it.
+    let mut steps_off = vec![0usize; n + 1];
+    let mut sends: Vec<Vec<plan::Out>> = Vec::new();
+    let mut full: Vec<u32> = Vec::new();
+    let mut exp_off = vec![0usize; n + 1];
+    let mut expect: Vec<(u32, u16, u32)> = Vec::new();
+    for v in 0..n {
+        let pl = plans(v);
+        let mut idx: Vec<(u32, u16, u32)> = Vec::new();
+        for (i, st) in pl.steps.into_iter().enumerate() {
+            full.push(st.waits.len() as u32);
+            idx.extend(st.waits.iter().map(|w| (w.from as u32, w.tag, i as u32)));
+            sends.push(st.sends);
+        }
+        idx.sort_unstable();
+        expect.extend(idx);
+        steps_off[v + 1] = full.len();
+        exp_off[v + 1] = expect.len();
+    }
+    let mut pending: Vec<[u32; 2]> = full.iter().map(|&c| [c, c]).collect();
+
+    let nr = n * rails;
+    let mut cpu_free = vec![0u64; n];
+    let mut tx_gap_free = vec![0u64; nr];
+    let mut link_free = vec![0u64; nr];
+    let mut port_free = vec![0u64; nr];
+    let mut rx_free = vec![0u64; nr];
+    let mut rx_handler_end = vec![0u64; nr];
+    let ncores = if shared { s.host.core_of(n - 1) + 1 } else { 0 };
+    let mut core_free = vec![0u64; ncores];
+    let mut core_last = vec![u32::MAX; ncores];
+    let mut step = vec![0usize; n];
+    let mut started = vec![false; n];
+    let mut iter = vec![0u32; n];
+    let mut enter = vec![0u64; n];
+    let mut exit = vec![0u64; n];
+    let mut cost_sum = vec![0u64; n];
+    let mut cost_max_sum = 0u64; // per iteration, the largest node cost, summed
+    let mut iter_max = vec![0u64; runs.iterations as usize];
+    let mut hub_busy = vec![0u64; rails];
+    let mut hub_pending: Vec<Vec<HubFrame>> = vec![Vec::new(); rails];
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut events: BinaryHeap<Reverse<(u64, u64, Ev)>> = BinaryHeap::new();
+    let mut seq = 0u64;
+    let (mut messages, mut deliveries) = (0u64, 0u64);
+
+    // Takes `dur` of node v's CPU (and core) from `at` on; returns the end.
+    let acquire = |v: usize, at: u64, dur: u64, cpu_free: &mut [u64], core_free: &mut [u64], core_last: &mut [u32]| -> u64 {
+        let mut start = at.max(cpu_free[v]);
+        if shared {
+            let c = s.host.core_of(v);
+            start = start.max(core_free[c]);
+            if core_last[c] != v as u32 {
+                start += switch;
+                core_last[c] = v as u32;
+            }
+            core_free[c] = start + dur;
+        }
+        cpu_free[v] = start + dur;
+        start + dur
+    };
+
+    macro_rules! push {
+        ($at:expr, $ev:expr) => {{
+            seq += 1;
+            events.push(Reverse(($at, seq, $ev)));
+        }};
+    }
+
+    // Runs node v from where it is as far as it can go.
+    macro_rules! run_node {
+        ($v:expr) => {{
+            let v: usize = $v;
+            loop {
+                let base = steps_off[v];
+                let nsteps = steps_off[v + 1] - base;
+                if step[v] == nsteps {
+                    let done = cpu_free[v];
+                    exit[v] = done;
+                    let it = iter[v];
+                    if it >= runs.warmup {
+                        let c = done - enter[v];
+                        cost_sum[v] += c;
+                        iter_max[it as usize] = iter_max[it as usize].max(c);
+                    }
+                    let par = (it & 1) as usize;
+                    for i in base..base + nsteps {
+                        pending[i][par] = full[i];
+                    }
+                    iter[v] = it + 1;
+                    if iter[v] == runs.iterations {
+                        break;
+                    }
+                    enter[v] = if dummy > 0 { acquire(v, done, dummy, &mut cpu_free, &mut core_free, &mut core_last) } else { done };
+                    step[v] = 0;
+                    started[v] = false;
+                    continue;
+                }
+                let si = base + step[v];
+                if !started[v] {
+                    started[v] = true;
+                    for out in &sends[si] {
+                        let r = out.rail;
+                        let nic = v * rails + r;
+                        let start = cpu_free[v].max(tx_gap_free[nic]);
+                        let done = acquire(v, start, o_s, &mut cpu_free, &mut core_free, &mut core_last);
+                        tx_gap_free[nic] = done - o_s + gap;
+                        let dep = done.max(link_free[nic]);
+                        link_free[nic] = dep + ft;
+                        messages += 1;
+                        let it = iter[v];
+                        if hub {
+                            let to = match out.dest {
+                                Dest::Node(t) => Some(t as u32),
+                                Dest::All => None,
+                            };
+                            hub_pending[r].push(HubFrame { from: v as u32, to, tag: out.tag, iter: it, ready: dep, attempts: 0 });
+                            push!(dep.max(hub_busy[r]), Ev::Hub { rail: r as u16 });
+                        } else {
+                            if tx_irq > 0 {
+                                push!(dep + ft, Ev::TxDone { node: v as u32 });
+                            }
+                            let ev = |t: usize| Ev::Port { to: t as u32, rail: r as u16, from: v as u32, tag: out.tag, iter: it };
+                            match out.dest {
+                                Dest::Node(t) => push!(dep + l_fixed, ev(t)),
+                                Dest::All => {
+                                    for t in (0..n).filter(|&t| t != v) {
+                                        push!(dep + l_fixed, ev(t));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                if pending[si][(iter[v] & 1) as usize] > 0 {
+                    break;
+                }
+                step[v] += 1;
+                started[v] = false;
+            }
+        }};
+    }
+
+    for v in 0..n {
+        run_node!(v);
+    }
+    while let Some(Reverse((t, _, ev))) = events.pop() {
+        match ev {
+            Ev::Port { to, rail, from, tag, iter: it } => {
+                let i = to as usize * rails + rail as usize;
+                let out = t.max(port_free[i]);
+                port_free[i] = out + ft;
+                let nic = (out + ft).max(rx_free[i]);
+                rx_free[i] = nic + g_r;
+                push!(nic, Ev::Host { to, rail, from, tag, iter: it });
+            }
+            Ev::Host { to, rail, from, tag, iter: it } => {
+                deliveries += 1;
+                let v = to as usize;
+                let i = v * rails + rail as usize;
+                let mut cost = if rx_irq > 0 && t < rx_handler_end[i] { o_r - rx_irq } else { o_r };
+                if wake > 0 && t >= cpu_free[v] && started[v] && iter[v] < runs.iterations {
+                    cost += wake; // the node was blocked waiting: the kernel wakes it
+                }
+                rx_handler_end[i] = acquire(v, t, cost, &mut cpu_free, &mut core_free, &mut core_last);
+                let idx = &expect[exp_off[v]..exp_off[v + 1]];
+                let k = idx.partition_point(|e| (e.0, e.1) < (from, tag));
+                let st = idx.get(k).filter(|e| (e.0, e.1) == (from, tag)).expect("every message is awaited").2 as usize;
+                let si = steps_off[v] + st;
+                let par = (it & 1) as usize;
+                pending[si][par] -= 1;
+                if pending[si][par] == 0 && it == iter[v] && st == step[v] && started[v] {
+                    run_node!(v);
+                }
+            }
+            Ev::TxDone { node } => {
+                acquire(node as usize, t, tx_irq, &mut cpu_free, &mut core_free, &mut core_last);
+            }
+            Ev::Hub { rail } => {
+                let r = rail as usize;
+                let q = &mut hub_pending[r];
+                if t < hub_busy[r] || q.is_empty() {
+                    continue;
+                }
+                let first = q.iter().map(|f| f.ready).min().expect("not empty");
+                if first > t {
+                    continue;
+                }
+                // Contenders: the head frame of every NIC ready within the window.
+                let mut contenders: Vec<usize> = Vec::new();
+                for (j, f) in q.iter().enumerate() {
+                    if f.ready <= t + window && !contenders.iter().any(|&c| q[c].from == f.from) {
+                        contenders.push(j);
+                    }
+                }
+                if contenders.len() == 1 {
+                    let f = q.swap_remove(contenders[0]);
+                    let end = t + ft;
+                    hub_busy[r] = end;
+                    if tx_irq > 0 {
+                        push!(end, Ev::TxDone { node: f.from });
+                    }
+                    let mut deliver = |to: usize, events: &mut BinaryHeap<Reverse<(u64, u64, Ev)>>| {
+                        let i = to * rails + r;
+                        let nic = (end + l_fixed).max(rx_free[i]);
+                        rx_free[i] = nic + g_r;
+                        seq += 1;
+                        events.push(Reverse((nic, seq, Ev::Host { to: to as u32, rail, from: f.from, tag: f.tag, iter: f.iter })));
+                    };
+                    match f.to {
+                        Some(to) => deliver(to as usize, &mut events),
+                        None => (0..n).filter(|&to| to != f.from as usize).for_each(|to| deliver(to, &mut events)),
+                    }
+                } else {
+                    let last = contenders.iter().map(|&c| q[c].ready).max().expect("contenders").max(t);
+                    // Heard back after a round trip, jammed, then the gap.
+                    hub_busy[r] = last + 2 * window + jam + ifg;
+                    for &c in &contenders {
+                        let f = &mut q[c];
+                        f.attempts += 1;
+                        let k = rng.below(1u64 << f.attempts.min(10));
+                        f.ready = hub_busy[r] + k * slot;
+                    }
+                }
+                let q = &hub_pending[r];
+                if let Some(next) = q.iter().map(|f| f.ready).min() {
+                    push!(next.max(hub_busy[r]), Ev::Hub { rail });
+                }
+            }
+        }
+    }
+    assert!(iter.iter().all(|&i| i == runs.iterations), "{what} n={n}: a node never finished");
+    let measured = (runs.iterations - runs.warmup).max(1) as f64;
+    for m in &iter_max {
+        cost_max_sum += m;
+    }
+    let last_exit = if runs.iterations == 1 { *exit.iter().max().expect("n ≥ 1") as f64 / PS } else { cost_max_sum as f64 / PS / measured };
+    let mean_cost = cost_sum.iter().sum::<u64>() as f64 / PS / measured / n as f64;
+    Prediction {
+        last_exit,
+        mean_exit: if runs.iterations == 1 { exit.iter().sum::<u64>() as f64 / PS / n as f64 } else { mean_cost },
+        mean_cost,
+        messages: messages / runs.iterations as u64,
+        deliveries: deliveries / runs.iterations as u64,
+    }
+}
