@@ -108,6 +108,23 @@ enum Bench {
         #[arg(long, default_value_t = 500, value_parser = mcd_tools::cli::at_least_one)]
         iterations: usize,
     },
+    /// The cost model validated: every MCD barrier figure of the paper
+    /// predicted from its parameters (switch and hub, 1 and 2 networks),
+    /// Auto's picks with the receive gap, a scale plot to 65,536 nodes on
+    /// 1, 10 and 100 GbE; with --measure (root), also every algorithm
+    /// measured on the virtual cluster. Writes results/validation.{md,json}
+    /// and validation-{paper,scale}.{svg,png}.
+    Validate {
+        /// Also measure on the virtual cluster (needs root).
+        #[arg(long)]
+        measure: bool,
+        /// Node counts measured.
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
+        nodes: Vec<usize>,
+        /// Scales the number of timed barriers.
+        #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
+        scale: f64,
+    },
     /// Every barrier algorithm at 2, 4, 8 and 16 nodes, the paper's method.
     Barriers {
         /// Node counts.
@@ -133,6 +150,7 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Barriers { nodes, scale } => barrier_sweep(&cli.out, &nodes, scale),
         Bench::Loss { nodes, loss, scale } => loss_sweep(&cli.out, &nodes, &loss, scale),
         Bench::Model { nodes, scale } => model(&cli.out, &nodes, scale),
+        Bench::Validate { measure, nodes, scale } => validate::run(&cli.out, measure.then_some((&nodes[..], scale))),
         Bench::Hotpath { iterations, rounds } => hotpath::run(&cli.out, iterations, rounds),
         Bench::Load { nodes, rounds, iterations } => load::run(&cli.out, &nodes, rounds, iterations),
         Bench::HeadToHead { nodes, scale, logp, report } => {
@@ -143,6 +161,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 mod head_to_head;
+mod validate;
 mod hotpath;
 mod load;
 

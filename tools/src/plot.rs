@@ -172,6 +172,10 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, title: &str, panels: &
             if s.dashed {
                 chart.draw_series(DashedLineSeries::new(points, 8, 5, style)).map_err(|x| e(&x))?;
             } else {
+                if points.len() <= 2 {
+                    // A figure's few points (a paper's reported values): marked.
+                    chart.draw_series(points.iter().map(|&p| Circle::new(p, 5, style.filled()))).map_err(|x| e(&x))?;
+                }
                 chart.draw_series(LineSeries::new(points, style)).map_err(|x| e(&x))?;
             }
             legend.push((s.label.clone(), style, s.dashed));

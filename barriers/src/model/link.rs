@@ -16,6 +16,11 @@ pub struct Link {
     /// The hub's collision window: how long after one station starts another
     /// can still start without hearing it (propagation and repeater delay), µs.
     pub collision_window_us: f64,
+    /// A typical NIC-to-NIC latency through one switch for a minimum frame
+    /// (NIC DMA both sides, store-and-forward, one frame time), µs: an
+    /// assumption for predictions on hardware not measured here (the
+    /// 100 Mb/s one is the paper's measured L).
+    pub latency_us: f64,
 }
 
 /// Ethernet: destination, source, type (14) + FCS (4).
@@ -28,19 +33,22 @@ const MIN_FRAME: usize = 64;
 const MCD_HEADER: usize = 16;
 
 impl Link {
-    const fn preset(name: &'static str, bits_per_s: f64, collision_window_us: f64) -> Link {
-        Link { name, bits_per_s, header_bytes: MCD_HEADER, collision_window_us }
+    const fn preset(name: &'static str, bits_per_s: f64, collision_window_us: f64, latency_us: f64) -> Link {
+        Link { name, bits_per_s, header_bytes: MCD_HEADER, collision_window_us, latency_us }
     }
-    /// Fast Ethernet, the paper's (DEC 21140 NICs, 32-port switch or repeater hub).
-    pub const FAST_ETHERNET: Link = Link::preset("100M", 100e6, 1.0);
+    /// Fast Ethernet, the paper's (DEC 21140 NICs, 32-port switch or
+    /// repeater hub). Collision window 1 µs: a Class II repeater's 0.92 µs
+    /// plus a few metres of cable (so a collision holds the medium about
+    /// 3.3 µs with jam and gap).
+    pub const FAST_ETHERNET: Link = Link::preset("100M", 100e6, 1.0, 17.5);
     /// Gigabit Ethernet.
-    pub const GBE_1: Link = Link::preset("1G", 1e9, 0.05);
+    pub const GBE_1: Link = Link::preset("1G", 1e9, 0.1, 5.0);
     /// 10 GbE.
-    pub const GBE_10: Link = Link::preset("10G", 10e9, 0.005);
+    pub const GBE_10: Link = Link::preset("10G", 10e9, 0.01, 2.0);
     /// 25 GbE.
-    pub const GBE_25: Link = Link::preset("25G", 25e9, 0.002);
+    pub const GBE_25: Link = Link::preset("25G", 25e9, 0.004, 1.5);
     /// 100 GbE.
-    pub const GBE_100: Link = Link::preset("100G", 100e9, 0.0005);
+    pub const GBE_100: Link = Link::preset("100G", 100e9, 0.001, 1.0);
     /// Every preset, slowest first.
     pub const PRESETS: [Link; 5] = [Link::FAST_ETHERNET, Link::GBE_1, Link::GBE_10, Link::GBE_25, Link::GBE_100];
 

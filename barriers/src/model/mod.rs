@@ -152,6 +152,15 @@ impl Setup {
         Setup { link: Some(link), ..Setup::logp(p) }
     }
 
+    /// A host with `p`'s overheads (o_s, o_r, g) on a `link` preset behind
+    /// one switch: L is the link's typical latency, and the NIC receives at
+    /// line rate (g_r one frame time).
+    pub fn preset(p: &LogP, link: Link) -> Setup {
+        let logp = LogP { l: link.latency_us, ..*p };
+        let s = Setup::on_link(&logp, link);
+        Setup { g_r: link.frame_us(s.bytes), ..s }
+    }
+
     /// The paper's hardware: [`LogP::PAPER`] on Fast Ethernet, [`Host::PAPER`]
     /// (interrupt-driven receive with coalescing, 6 µs send-completion
     /// interrupt), 4-byte messages, behind a switch or a repeater hub.

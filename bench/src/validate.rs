@@ -1,0 +1,447 @@
+//! `mcd-bench validate`: the cost model against the paper (from its
+//! parameters alone, no measurement) and, with `--measure`, against mcd on
+//! the virtual cluster. Writes results/validation.{md,json} and plots.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use barriers::model::{self, Host, Link, LogP, Prediction, Setup, Topology};
+use barriers::{Algorithm, BarrierConfig, Fanout, Release};
+use mcd_tools::plot::{self, Panel, Series};
+
+const T2: Algorithm = Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast };
+const T3: Algorithm = Algorithm::Tree { k: Fanout::THREE, release: Release::Multicast };
+
+/// One of the paper's figures: what, where, and its number.
+struct Figure {
+    name: &'static str,
+    /// `None`: the paper's ternary tree (two children per parent).
+    algorithm: Option<Algorithm>,
+    nodes: usize,
+    rails: usize,
+    topology: Topology,
+    paper_us: f64,
+}
+
+const fn fig(name: &'static str, algorithm: Option<Algorithm>, nodes: usize, rails: usize, topology: Topology, paper_us: f64) -> Figure {
+    Figure { name, algorithm, nodes, rails, topology, paper_us }
+}
+
+/// Every MCD barrier figure `PAPER.md` lists.
+const FIGURES: [Figure; 12] = [
+    fig("Fig. 5 shuffle exchange", Some(Algorithm::ShuffleExchange), 32, 1, Topology::Switch, 174.0),
+    fig("Fig. 6 binary tree", Some(T2), 32, 1, Topology::Switch, 204.0),
+    fig("Fig. 7 ternary tree", None, 31, 1, Topology::Switch, 200.0),
+    fig("Fig. 8 concurrent", Some(Algorithm::Concurrent), 32, 1, Topology::Switch, 309.0),
+    fig("Fig. 9 ternary tree, 1 network", None, 15, 1, Topology::Switch, 159.0),
+    fig("Fig. 9 ternary tree, 2 networks", None, 15, 2, Topology::Switch, 169.0),
+    fig("Fig. 10 concurrent, 1 network", Some(Algorithm::Concurrent), 16, 1, Topology::Switch, 179.0),
+    fig("Fig. 10 concurrent, 2 networks", Some(Algorithm::Concurrent), 16, 2, Topology::Switch, 147.0),
+    fig("Fig. 5 shuffle exchange", Some(Algorithm::ShuffleExchange), 32, 1, Topology::Hub, 3743.0),
+    fig("Fig. 6 binary tree", Some(T2), 32, 1, Topology::Hub, 728.0),
+    fig("Fig. 7 ternary tree", None, 31, 1, Topology::Hub, 675.0),
+    fig("Fig. 8 concurrent", Some(Algorithm::Concurrent), 32, 1, Topology::Hub, 1059.0),
+];
+
+fn label(a: Option<Algorithm>) -> String {
+    a.map_or_else(|| "ternary (2 children)".to_string(), |a| a.to_string())
+}
+
+fn err(pred: f64, actual: f64) -> f64 {
+    (pred - actual) / actual * 100.0
+}
+
+/// The paper part: every figure predicted from the paper's parameters.
+pub fn paper(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serde_json::Value>) -> Result<()> {
+    let host = Host::PAPER;
+    writeln!(md, "## 1. The paper's figures, predicted from its parameters\n")?;
+    writeln!(
+        md,
+        "Setup (`Setup::paper`): LogP o_s {}, o_r {}, g {}, L {} µs (section 5.1.1); Fast Ethernet, {} µs per \
+         minimum frame (84 bytes with preamble and gap); a receive gap per NIC of g; interrupt-driven receive \
+         of which {} µs is the interrupt (a message arriving while its NIC's handler still runs pays only the \
+         rest); a {} µs send-completion interrupt; a {} µs wake-up when a message finds its node blocked \
+         waiting. The switch has one output queue per port; the hub is one medium per network, simulated as \
+         CSMA/CD (1-persistent, collisions within a {} µs window, jam, binary exponential backoff in 5.12 µs \
+         slots, the mean over {} seeds). The paper's benchmark loop: 100 barriers each followed by 30 µs of \
+         work, each node's mean barrier time averaged over nodes.\n",
+        LogP::PAPER.o_s,
+        LogP::PAPER.o_r,
+        LogP::PAPER.g,
+        LogP::PAPER.l,
+        Link::FAST_ETHERNET.frame_us(4),
+        host.rx_irq,
+        host.tx_irq,
+        host.wake,
+        Link::FAST_ETHERNET.collision_window_us,
+        model::HUB_SEEDS,
+    )?;
+    writeln!(
+        md,
+        "What is the paper's and what is fitted: o_s, o_r, g, L, the send-completion interrupt (6 µs) and \
+         the link are the paper's. Three numbers are not in the paper: the interrupt's share of o_r (3.1 µs, \
+         fitted to concurrent on 2 networks), the wake-up (4.5 µs, fitted to shuffle exchange on the \
+         switch), and the hub's collision window (1 µs, a Class II repeater's delay; the sensitivity is \
+         below). The other nine figures are predictions.\n"
+    )?;
+    writeln!(md, "| figure | network | nodes | paper µs | predicted µs | error | plain LogP µs | closed form µs |")?;
+    writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|")?;
+    let mut rows = Vec::new();
+    for f in &FIGURES {
+        let pr = model::paper_figure(f.algorithm, f.nodes, f.rails, f.topology);
+        let plain = match f.algorithm {
+            Some(a) => model::simulate(a, f.nodes, f.rails, &LogP::PAPER).last_exit,
+            None => model::simulate_plans(&model::two_child_tree_plans(f.nodes, f.rails), f.rails, &Setup::logp(&LogP::PAPER), 1, 0.0).last_exit,
+        };
+        let closed = model::closed_form(f.algorithm.unwrap_or(T3), f.nodes, &LogP::PAPER);
+        let network = format!("{} × {}", f.rails, f.topology);
+        writeln!(
+            md,
+            "| {} | {network} | {} | {} | {:.0} | {:+.1}% | {:.0} | {} |",
+            f.name,
+            f.nodes,
+            f.paper_us,
+            pr.mean_cost,
+            err(pr.mean_cost, f.paper_us),
+            plain,
+            closed.map_or("–".into(), |c| format!("{c:.0}"))
+        )?;
+        rows.push(serde_json::json!({
+            "figure": f.name, "algorithm": label(f.algorithm), "nodes": f.nodes, "rails": f.rails,
+            "topology": f.topology.to_string(), "paper_us": f.paper_us, "predicted_us": pr.mean_cost,
+            "error_percent": err(pr.mean_cost, f.paper_us), "plain_logp_us": plain, "closed_form_us": closed,
+        }));
+    }
+    let worst = rows.iter().map(|r| r["error_percent"].as_f64().unwrap_or(0.0).abs()).fold(0.0, f64::max);
+    writeln!(md, "\nWorst error **{worst:.1}%** (goal: 15%). Plain LogP (no wire, no interrupts, no hub) misses the hub by 4–25× and the 2-network pairs' direction.\n")?;
+    json.insert("paper".into(), serde_json::Value::Array(rows));
+
+    // Hub sensitivity to the one hub number not in the paper.
+    writeln!(md, "Hub figures against the collision window (µs):\n")?;
+    writeln!(md, "| window µs | shuffle 32 | binary 32 | ternary 31 | concurrent 32 |")?;
+    writeln!(md, "|---:|---:|---:|---:|---:|")?;
+    for w in [0.5, 0.75, 1.0, 1.25] {
+        let mut setup = Setup::paper(Topology::Hub);
+        if let Some(l) = setup.link.as_mut() {
+            l.collision_window_us = w;
+        }
+        let cell = |a: Option<Algorithm>, n: usize| -> f64 {
+            let (it, dummy) = model::PAPER_LOOP;
+            match a {
+                Some(a) => model::steady_state(a, n, 1, &setup, it, dummy).mean_cost,
+                None => model::simulate_plans(&model::two_child_tree_plans(n, 1), 1, &setup, it, dummy).mean_cost,
+            }
+        };
+        writeln!(
+            md,
+            "| {w} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            cell(Some(Algorithm::ShuffleExchange), 32),
+            cell(Some(T2), 32),
+            cell(None, 31),
+            cell(Some(Algorithm::Concurrent), 32)
+        )?;
+    }
+    writeln!(md, "| paper | 3743 | 728 | 675 | 1059 |\n")?;
+
+    ternary(md)?;
+    plot_paper(out)?;
+    writeln!(md, "Plot: [validation-paper.svg](validation-paper.svg) / [.png](validation-paper.png): the model's curves (dashed) from 2 to 32 nodes, the paper's reported values (dots).\n")?;
+    Ok(())
+}
+
+fn ternary(md: &mut String) -> Result<()> {
+    let p = LogP::PAPER;
+    let nog = LogP { g: 0.0, ..p };
+    let sim_knomial = |n| model::simulate(T3, n, 1, &nog).last_exit;
+    let sim_two = |n| model::simulate_plans(&model::two_child_tree_plans(n, 1), 1, &Setup::logp(&nog), 1, 0.0).last_exit;
+    let fig_knomial = |n| model::paper_figure(Some(T3), n, 1, Topology::Switch).mean_cost;
+    let fig_two = |n| model::paper_figure(None, n, 1, Topology::Switch).mean_cost;
+    writeln!(md, "### The ternary tree: closed form 188, simulator 148.5, paper 200\n")?;
+    writeln!(md, "| nodes | closed form | LogP sim, mcd's 3-nomial tree | LogP sim, two children per parent | full model, 3-nomial | full model, two children | paper |")?;
+    writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|")?;
+    for (n, paper) in [(15, "159"), (27, "–"), (31, "200")] {
+        writeln!(
+            md,
+            "| {n} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {paper} |",
+            model::closed_form(T3, n, &p).unwrap_or(f64::NAN),
+            sim_knomial(n),
+            sim_two(n),
+            fig_knomial(n),
+            fig_two(n)
+        )?;
+    }
+    writeln!(
+        md,
+        "\nBoth are right about different trees. The closed form charges ceil(log3 31) = 4 full phases of \
+         o_s + L + 2·o_r (39.5 µs) plus the release: 188. mcd's `tree3` is the 3-nomial tree of `plan.rs`; at \
+         31 nodes its root's fourth phase brings only node 27, whose subtree 27–30 finished after two phases, \
+         so the critical path is three phases: 3 × 39.5 + 30 = 148.5, exactly what the simulator says (it \
+         follows the real plan, so it is right for mcd). The paper's numbers fit neither under plain LogP, \
+         and they tell which tree it built: from 15 to 31 nodes its time grows by 41 µs, one full level of \
+         39.5, while the 3-nomial tree grows by about half that; and 31 = 2⁵ − 1 is the size at which a tree \
+         whose every parent gathers *two children* is full (the authors measured 31, not 27, and expected 32 \
+         to add \"one more receive somewhere\"). Such a tree has log2(n+1) − 1 levels, four at 31 nodes, and \
+         its LogP cost is also 4 × 39.5 + 30 = 188: the closed form's number, by the coincidence \
+         ceil(log3 31) = log2 32 − 1. Simulated with the paper's hardware (wake-ups, interrupt coalescing of \
+         the second child), it gives 198 at 31 and 157 at 15 against the paper's 200 and 159, and on two \
+         networks 167 against 169, where the 3-nomial tree is off by 20%. The paper's ternary tree is therefore \
+         modelled as `two_child_tree_plans`; mcd's own `tree3` keeps the 3-nomial shape, which is the \
+         faster of the two.\n"
+    )?;
+    Ok(())
+}
+
+fn plot_paper(out: &Path) -> Result<()> {
+    let algs: [(Option<Algorithm>, &str); 4] =
+        [(Some(Algorithm::ShuffleExchange), "shuffle"), (Some(T2), "tree2"), (None, "tree3"), (Some(Algorithm::Concurrent), "concurrent")];
+    let curve = |a: Option<Algorithm>, rails: usize, top: Topology| -> Vec<(f64, f64)> {
+        (2..=32usize).map(|n| (n as f64, model::paper_figure(a, n, rails, top).mean_cost)).collect()
+    };
+    let mut panels = Vec::new();
+    for (title, top, rails, which) in [
+        ("switch, 1 network", Topology::Switch, 1, vec![0, 1, 2, 3]),
+        ("repeater hub, 1 network", Topology::Hub, 1, vec![0, 1, 2, 3]),
+        ("2 switches (Figs. 9, 10)", Topology::Switch, 2, vec![2, 3]),
+    ] {
+        let mut series = Vec::new();
+        for i in which {
+            let (a, key) = algs[i];
+            series.push(Series { label: format!("model: {}", label(a)), points: curve(a, rails, top), dashed: true, key: key.into() });
+            for f in FIGURES.iter().filter(|f| f.algorithm == a && f.topology == top && f.rails == rails) {
+                series.push(Series { label: format!("paper: {} ({})", label(a), f.nodes), points: vec![(f.nodes as f64, f.paper_us)], dashed: false, key: key.into() });
+            }
+        }
+        panels.push(Panel { title: title.into(), series });
+    }
+    plot::nodes_vs_time(&out.join("validation-paper"), "The paper's barriers: model (dashed) and reported values (dots)", &panels)?;
+    Ok(())
+}
+
+/// Auto's picks with and without the receive gap, and the scale plot.
+pub fn scale(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serde_json::Value>) -> Result<()> {
+    let host = LogP::REFERENCE;
+    let links = [Link::GBE_1, Link::GBE_10, Link::GBE_100];
+    writeln!(md, "## 2. Auto's picks, re-derived with the receive gap\n")?;
+    writeln!(
+        md,
+        "Columns: *before* = the old simulator (no receive gap, no wire), mcd's reference parameters \
+         (o_s {}, o_r {}, g {}, L {} µs); *LogP* = the same with g bounding receptions too (`model::auto`); \
+         1/10/100 GbE = mcd's host overheads behind one switch of that speed (`Setup::preset`: L an \
+         assumed typical {}/{}/{} µs, the NIC receiving at line rate); *paper* = the paper's hardware.\n",
+        host.o_s, host.o_r, host.g, host.l, links[0].latency_us, links[1].latency_us, links[2].latency_us
+    )?;
+    let setups: Vec<(String, Setup)> = vec![
+        ("before".into(), Setup { g_r: 0.0, ..Setup::logp(&LogP { g: 0.0, ..host }) }),
+        ("LogP".into(), Setup::logp(&host)),
+        ("1 GbE".into(), Setup::preset(&host, links[0])),
+        ("10 GbE".into(), Setup::preset(&host, links[1])),
+        ("100 GbE".into(), Setup::preset(&host, links[2])),
+        ("paper".into(), Setup::paper(Topology::Switch)),
+    ];
+    write!(md, "| nodes |")?;
+    for (name, _) in &setups {
+        write!(md, " {name} |")?;
+    }
+    writeln!(md)?;
+    writeln!(md, "|---:|{}", "---|".repeat(setups.len()))?;
+    let mut picks = Vec::new();
+    for n in [2usize, 4, 8, 16, 32, 64, 256, 1024, 4096, 65536] {
+        write!(md, "| {n} |")?;
+        for (name, s) in &setups {
+            if name == "paper" && n > 4096 {
+                write!(md, " – |")?;
+                continue;
+            }
+            let (a, pr) = model::auto_with(n, 1, s, true);
+            write!(md, " {a} {:.1} |", pr.last_exit)?;
+            picks.push(serde_json::json!({ "setup": name, "nodes": n, "pick": a.to_string(), "us": pr.last_exit }));
+        }
+        writeln!(md)?;
+    }
+    writeln!(
+        md,
+        "\nBefore, with o_r = 0.1 µs and nothing bounding receptions, one-phase looked best from 4 to 64 nodes \
+         (9 µs at 64), yet 63 frames need 63 × 0.67 = 42 µs to reach one 1 GbE port. With g bounding receptions \
+         too (LogP column: g = 2.7 µs, the veth send call) shuffle exchange wins at every size. On real links the \
+         NIC receives at line rate, so one-phase stays the pick while n − 1 frames are cheap: up to 32 nodes on \
+         1 GbE (28 µs, wire-bound), 64 to 128 on 10 and 100 GbE, then wide multicast trees (k = 5 to 8).\n"
+    )?;
+    json.insert("auto".into(), serde_json::Value::Array(picks));
+
+    // The scale plot.
+    let sizes: Vec<usize> = (1..=16).map(|e| 1usize << e).collect();
+    let cands = model::candidates(true);
+    let shown: Vec<Algorithm> = {
+        let mut v = Algorithm::all();
+        v.push(Algorithm::tree(8, Release::Multicast).expect("8 ≥ 2"));
+        v
+    };
+    let mut panels = Vec::new();
+    let mut table = String::new();
+    writeln!(table, "| nodes | 1 GbE: Auto | µs | 10 GbE: Auto | µs | 100 GbE: Auto | µs |")?;
+    writeln!(table, "|---:|---|---:|---|---:|---|---:|")?;
+    let mut per_link: Vec<Vec<(Algorithm, f64)>> = Vec::new();
+    for link in links {
+        let setup = Setup::preset(&host, link);
+        let mut curves: Vec<(Algorithm, Vec<(f64, f64)>)> = shown.iter().map(|&a| (a, Vec::new())).collect();
+        let mut auto_pts = Vec::new();
+        let mut best_per_n = Vec::new();
+        for &n in &sizes {
+            let all: Vec<(Algorithm, f64)> = cands.iter().map(|&a| (a, model::predict(a, n, 1, &setup).last_exit)).collect();
+            for (a, pts) in &mut curves {
+                if let Some(&(_, t)) = all.iter().find(|(b, _)| b == a) {
+                    pts.push((n as f64, t));
+                }
+            }
+            let best = all.iter().cloned().fold(None, |b: Option<(Algorithm, f64)>, x| match b {
+                Some(b) if b.1 <= x.1 => Some(b),
+                _ => Some(x),
+            });
+            let best = best.context("candidates")?;
+            auto_pts.push((n as f64, best.1));
+            best_per_n.push(best);
+        }
+        let mut series: Vec<Series> =
+            curves.into_iter().map(|(a, points)| Series { label: a.to_string(), points, dashed: true, key: a.to_string() }).collect();
+        series.push(Series { label: "Auto (the best candidate)".into(), points: auto_pts, dashed: false, key: "auto".into() });
+        panels.push(Panel { title: format!("{} Ethernet, one switch", link.name), series });
+        per_link.push(best_per_n);
+    }
+    for (i, &n) in sizes.iter().enumerate() {
+        write!(table, "| {n} |")?;
+        for picks in &per_link {
+            write!(table, " {} | {:.1} |", picks[i].0, picks[i].1)?;
+        }
+        writeln!(table)?;
+    }
+    plot::nodes_vs_time(&out.join("validation-scale"), "Predicted barrier time, 2 to 65,536 nodes (Auto solid black)", &panels)?;
+    writeln!(md, "### Scale: 2 to 65,536 nodes on 1, 10 and 100 GbE\n")?;
+    writeln!(md, "Plot: [validation-scale.svg](validation-scale.svg) / [.png](validation-scale.png), every algorithm dashed and Auto (the lowest of all {} candidates) solid. Auto's pick per size:\n", cands.len())?;
+    md.push_str(&table);
+    writeln!(md)?;
+    Ok(())
+}
+
+/// One measured row.
+pub struct Measured {
+    /// Nodes.
+    pub nodes: usize,
+    /// Switch or hub.
+    pub topology: Topology,
+    /// The configuration measured.
+    pub config: BarrierConfig,
+    /// The model's prediction.
+    pub predicted: Prediction,
+    /// A bound on the measurement, when the host is oversubscribed.
+    pub bound: Option<f64>,
+    /// Measured mean per-node barrier time, µs.
+    pub measured_us: f64,
+}
+
+/// The model of the virtual cluster: the measured LogP, no wire (veth), the
+/// virtual hub a switch (a Linux bridge that floods has no CSMA/CD), and
+/// `n` processes on this machine's cores with `wake` µs per switch.
+pub fn vcluster_setup(p: &LogP, n: usize, cores: usize, wake: f64) -> Setup {
+    Setup::logp(p).with_host(Host { wake: 0.0, ..Host::shared(n, cores, wake) })
+}
+
+/// The measured part: every algorithm at `sizes` on the virtual cluster,
+/// switch and hub, 1 and 2 rails, against the model. Needs root.
+pub fn measured(md: &mut String, json: &mut serde_json::Map<String, serde_json::Value>, sizes: &[usize], scale: f64) -> Result<()> {
+    use mcd::WaitPolicy;
+    use mcd_tools::barrierbench;
+    use mcd_tools::logp;
+    use mcd_tools::vcluster::{Cluster, ClusterSpec, Topology as VTopology};
+
+    let cluster = Cluster::up_guarded(ClusterSpec::new("bnval", 2))?;
+    let ms = logp::measure_on_cluster(&cluster, &[WaitPolicy::BusyPoll, WaitPolicy::Block], logp::Effort { samples: 500, burst: 100 }, false, |_| {})?;
+    drop(cluster);
+    let busy = ms.iter().find(|m| m.wait == "busy").context("busy measurement")?;
+    let block = ms.iter().find(|m| m.wait == "block").context("block measurement")?;
+    let p = busy.logp();
+    // A wake-up: what a blocked receiver adds to a one-way trip.
+    let wake = (block.rtt_half.median - busy.rtt_half.median).max(0.0);
+    let cores = mcd::host::online_cpus();
+    writeln!(md, "## 3. mcd measured on the virtual cluster\n")?;
+    writeln!(md, "Parameters measured here: {}; wake-up {wake:.1} µs (blocked minus busy RTT/2). {cores} cores.\n", crate::fmt_logp(&p))?;
+    writeln!(
+        md,
+        "Model: `vcluster_setup` (the measured LogP, no wire, n processes on {cores} cores paying the \
+         wake-up at each switch of a core). Where processes > cores the prediction is also given as a \
+         bound: the time if every delivery found its receiver descheduled (each delivery a wake-up, all \
+         CPU work on {cores} cores), which the measurement must not exceed.\n"
+    )?;
+    writeln!(md, "| nodes | network | algorithm | rails | predicted µs | bound µs | measured µs | error | within |")?;
+    writeln!(md, "|---:|---|---|---:|---:|---:|---:|---:|---|")?;
+    let mut rows = Vec::new();
+    for &n in sizes {
+        for (top, vtop) in [(Topology::Switch, VTopology::Switch), (Topology::Hub, VTopology::Hub)] {
+            let cluster = Cluster::up_guarded(ClusterSpec::new("bnval", n).rails(2).topology(vtop))?;
+            let bench = crate::paper_bench(n, scale);
+            for config in crate::barrier_configs() {
+                let setup = vcluster_setup(&p, n, cores, wake);
+                let predicted = model::steady_state(config.algorithm, n, config.rails, &setup, 50, 30.0);
+                let bound = (n > cores).then(|| {
+                    let work = predicted.deliveries as f64 * (p.o_r + wake) + predicted.messages as f64 * (p.o_s + wake);
+                    predicted.mean_cost + work / cores as f64
+                });
+                let m = barrierbench::measure(&cluster, config, bench)?;
+                let e = err(predicted.mean_cost, m.mean_us);
+                let goal = if n <= cores { 20.0 } else { 35.0 };
+                let within = if e.abs() <= goal {
+                    format!("yes ({goal:.0}%)")
+                } else if bound.is_some_and(|b| m.mean_us <= b) {
+                    "bound holds".into()
+                } else {
+                    "no".into()
+                };
+                eprintln!("  n={n} {top} {} rails={} predicted {:.1} measured {:.1}", config.algorithm, config.rails, predicted.mean_cost, m.mean_us);
+                writeln!(
+                    md,
+                    "| {n} | {top} | {} | {} | {:.1} | {} | {:.1} | {e:+.0}% | {within} |",
+                    config.algorithm,
+                    config.rails,
+                    predicted.mean_cost,
+                    bound.map_or("–".into(), |b| format!("{b:.0}")),
+                    m.mean_us
+                )?;
+                rows.push(Measured { nodes: n, topology: top, config, predicted, bound, measured_us: m.mean_us });
+            }
+        }
+    }
+    writeln!(md)?;
+    let json_rows: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({ "nodes": r.nodes, "topology": r.topology.to_string(), "algorithm": r.config.algorithm.to_string(),
+            "rails": r.config.rails, "predicted_us": r.predicted.mean_cost, "bound_us": r.bound, "measured_us": r.measured_us })
+        })
+        .collect();
+    json.insert("measured".into(), serde_json::Value::Array(json_rows));
+    json.insert("measured_logp".into(), serde_json::to_value(p)?);
+    json.insert("measured_wake_us".into(), wake.into());
+    Ok(())
+}
+
+/// `mcd-bench validate`.
+pub fn run(out: &Path, measure: Option<(&[usize], f64)>) -> Result<()> {
+    let mut md = String::new();
+    let mut json = serde_json::Map::new();
+    writeln!(md, "# The cost model, validated\n")?;
+    writeln!(md, "Written by `cargo run --release -p mcd-bench -- validate`{} on {}.\n", if measure.is_some() { " --measure" } else { "" }, crate::today())?;
+    paper(out, &mut md, &mut json)?;
+    scale(out, &mut md, &mut json)?;
+    match measure {
+        Some((sizes, scale)) => measured(&mut md, &mut json, sizes, scale)?,
+        None => writeln!(
+            md,
+            "## 3. mcd measured on the virtual cluster\n\nNot in this run: `mcd-bench validate --measure --nodes 2,4,8,16` (root) measures every \
+             algorithm on switch and hub, 1 and 2 rails, and adds the table here.\n"
+        )?,
+    }
+    std::fs::write(out.join("validation.md"), &md)?;
+    std::fs::write(out.join("validation.json"), serde_json::to_string_pretty(&serde_json::Value::Object(json))?)?;
+    print!("{md}");
+    Ok(())
+}
