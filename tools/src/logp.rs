@@ -477,3 +477,163 @@ pub fn load_or_measure(path: Option<&std::path::Path>) -> Result<LogP> {
     let ms = measure_on_cluster(&cluster, &[WaitPolicy::BusyPoll], Effort { samples: 500, burst: 100 }, false, |_| {})?;
     Ok(ms[0].logp())
 }
+
+/// The parameters beyond LogP that the model's [`barriers::model::Setup`]
+/// takes: G, the receive gap, and the cost of a wake-up.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Extra {
+    /// (payload bytes, µs per message in a burst of back-to-back sends), medians.
+    pub g_by_size: Vec<(usize, f64)>,
+    /// LogGP's G: the least-squares slope of g over payload size, µs per byte.
+    pub big_g: Option<f64>,
+    /// Senders bursting at once to one receiver.
+    pub receive_gap_senders: usize,
+    /// Receive gap: µs between messages at that receiver, over the whole burst.
+    pub g_r: Option<f64>,
+    /// Messages the receiver got of those sent (a NIC ring overflowing drops some).
+    pub receive_gap_delivered: f64,
+    /// Wake-up: RTT/2 with both sides blocking minus RTT/2 busy-polling, µs.
+    pub wake: Option<f64>,
+}
+
+/// LogGP's G from (size, g) points: the least-squares slope.
+pub fn slope(points: &[(usize, f64)]) -> Option<f64> {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return None;
+    }
+    let mx = points.iter().map(|p| p.0 as f64).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 as f64 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 as f64 - mx) * (p.1 - my)).sum();
+    (sxx > 0.0).then(|| sxy / sxx)
+}
+
+/// The wake-up cost from a busy and a blocking measurement of mcd.
+pub fn wake_up(ms: &[Measurement]) -> Option<f64> {
+    let of = |w: &str| ms.iter().find(|m| m.transport == Transport::Mcd && m.wait == w).map(|m| m.rtt_half.median);
+    Some((of("block")? - of("busy")?).max(0.0))
+}
+
+/// Sends bursts of `burst` back-to-back messages of each size to `peer`
+/// (which ignores them), `bursts` times; the median µs per message per size.
+pub fn size_sweep(ep: &mut Endpoint, peer: NodeId, sizes: &[usize], bursts: usize, burst: usize) -> Result<Vec<(usize, f64)>> {
+    let payload = vec![0u8; sizes.iter().copied().max().unwrap_or(0)];
+    let mut out = Vec::new();
+    let mut seq = 0u32;
+    for &size in sizes {
+        let mut per = Vec::with_capacity(bursts);
+        for _ in 0..bursts.max(3) {
+            let t0 = Instant::now();
+            for _ in 0..burst {
+                seq = seq.wrapping_add(1);
+                ep.send(0, Destination::Node(peer), kind::SINK, seq, &payload[..size])?;
+            }
+            per.push(t0.elapsed().as_secs_f64() * 1e6 / burst as f64);
+            spin_for(Duration::from_micros(300)); // let the receiver drain
+        }
+        out.push((size, stat(&mut per).median));
+    }
+    ep.send(0, Destination::Node(peer), kind::QUIT, 0, &[])?;
+    Ok(out)
+}
+
+/// g against payload size on nodes 0 → 1 of `cluster`: sizes up to the
+/// link's largest payload.
+pub fn size_sweep_on_cluster(cluster: &crate::vcluster::Cluster, bursts: usize, burst: usize) -> Result<Vec<(usize, f64)>> {
+    crate::twonode::run_client_and_echo(
+        cluster,
+        crate::pingpong::UDP_PORT + 2,
+        |_| {},
+        |ep, _sock, _| {
+            let max = ep.max_payload(0)?;
+            let sizes: Vec<usize> = [8usize, 128, 512, 1024, max].into_iter().filter(|&s| s <= max).collect();
+            size_sweep(ep, 1, &sizes, bursts, burst)
+        },
+        |ep, _sock, _stop| echo(ep, None),
+    )
+}
+
+/// The receive gap: every node but 0 of `cluster` sends `burst` messages
+/// back to back to node 0 at once; node 0 times the arrivals. Returns
+/// (senders, µs per message from the first arrival to the last, fraction
+/// delivered).
+pub fn receive_gap_on_cluster(cluster: &crate::vcluster::Cluster, burst: usize) -> Result<(usize, f64, f64)> {
+    const READY: u8 = 0x51;
+    const GO: u8 = 0x52;
+    const DATA: u8 = 0x53;
+    let n = cluster.nodes();
+    anyhow::ensure!(n >= 2, "a receive gap needs a sender and a receiver");
+    let cpus = mcd::host::online_cpus();
+    let open = |node: usize| -> Result<(mcd::host::NetnsGuard, Endpoint)> {
+        let _ = mcd::host::pin_current_thread(node % cpus);
+        let ns = cluster.enter(node)?;
+        Ok((ns, Endpoint::open(cluster.endpoint_config())?))
+    };
+    std::thread::scope(|scope| {
+        let senders: Vec<_> = (1..n)
+            .map(|me| {
+                scope.spawn(move || -> Result<()> {
+                    let (_ns, mut ep) = open(me)?;
+                    let mut buf = [0u8; 64];
+                    let start = Instant::now();
+                    loop {
+                        ep.send(0, Destination::Node(0), READY, 0, &[])?;
+                        if let Some(m) = ep.recv(&mut buf, Some(Duration::from_millis(2)))? {
+                            if m.kind == GO {
+                                break;
+                            }
+                        }
+                        if start.elapsed() > Duration::from_secs(10) {
+                            bail!("node {me}: no GO from the receiver");
+                        }
+                    }
+                    for i in 0..burst {
+                        ep.send(0, Destination::Node(0), DATA, i as u32, &[0u8; 8])?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let receiver = scope.spawn(move || -> Result<(usize, f64, f64)> {
+            let (_ns, mut ep) = open(0)?;
+            let mut buf = [0u8; 2048];
+            let mut ready = vec![false; n];
+            ready[0] = true;
+            let start = Instant::now();
+            while !ready.iter().all(|&r| r) {
+                if let Some(m) = ep.recv(&mut buf, Some(Duration::from_millis(50)))? {
+                    if m.kind == READY {
+                        ready[m.from] = true;
+                    }
+                }
+                if start.elapsed() > Duration::from_secs(10) {
+                    bail!("not every sender got ready");
+                }
+            }
+            let (mut first, mut last, mut count) = (None, Instant::now(), 0usize);
+            for to in 1..n {
+                ep.send(0, Destination::Node(to), GO, 0, &[])?;
+            }
+            let total = (n - 1) * burst;
+            while count < total {
+                match ep.recv(&mut buf, Some(Duration::from_millis(100)))? {
+                    Some(m) if m.kind == DATA => {
+                        last = Instant::now();
+                        first.get_or_insert(last);
+                        count += 1;
+                    }
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+            let first = first.context("no message of the burst arrived")?;
+            let per = last.duration_since(first).as_secs_f64() * 1e6 / (count.max(2) - 1) as f64;
+            Ok((n - 1, per, count as f64 / total as f64))
+        });
+        for s in senders {
+            s.join().map_err(|_| anyhow::anyhow!("sender panicked"))??;
+        }
+        receiver.join().map_err(|_| anyhow::anyhow!("receiver panicked"))?
+    })
+}

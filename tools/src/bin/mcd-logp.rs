@@ -36,6 +36,15 @@ struct Cli {
     /// Write the measurements as JSON here (the barrier benchmark reads it).
     #[arg(long)]
     json: Option<PathBuf>,
+    /// On the virtual cluster, also measure the model's further parameters:
+    /// G (g against payload size, 2 nodes) and the receive gap (this many
+    /// nodes, all but one bursting to the last at once); 0 skips both. The
+    /// wake-up cost is RTT/2 blocking minus busy, when both are measured.
+    #[arg(long, default_value_t = 3)]
+    receive_gap_nodes: usize,
+    /// Write the further parameters (G, receive gap, wake-up) as JSON here.
+    #[arg(long)]
+    extra_json: Option<PathBuf>,
 }
 
 fn main() {
@@ -48,11 +57,24 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     let effort = Effort { samples: cli.samples.max(10), ..Effort::default() };
     let progress = |what: &str| eprintln!("  measuring {what}");
+    let mut extra = logp::Extra::default();
     let measurements = match cli.nodes.role {
         None => {
             eprintln!("bringing up a 2-node virtual cluster `lp`");
             let cluster = Cluster::up_guarded(ClusterSpec::new("lp", 2))?;
-            logp::measure_on_cluster(&cluster, &cli.wait, effort, !cli.no_udp, progress)?
+            let ms = logp::measure_on_cluster(&cluster, &cli.wait, effort, !cli.no_udp, progress)?;
+            if cli.receive_gap_nodes >= 2 {
+                eprintln!("  measuring g against payload size");
+                extra.g_by_size = logp::size_sweep_on_cluster(&cluster, 20, effort.burst)?;
+                extra.big_g = logp::slope(&extra.g_by_size);
+                drop(cluster);
+                let n = cli.receive_gap_nodes;
+                eprintln!("  measuring the receive gap: {} senders bursting to one receiver ({n}-node cluster `lprg`)", n - 1);
+                let cluster = Cluster::up_guarded(ClusterSpec::new("lprg", n))?;
+                let (senders, g_r, delivered) = logp::receive_gap_on_cluster(&cluster, 2000)?;
+                (extra.receive_gap_senders, extra.g_r, extra.receive_gap_delivered) = (senders, Some(g_r), delivered);
+            }
+            ms
         }
         Some(role) => {
             let mut ep = Endpoint::open(EndpointConfig::from_env()?)?;
@@ -72,6 +94,24 @@ fn run(cli: Cli) -> Result<()> {
     };
     print!("{}", logp::table(&measurements));
     println!("medians, [p10, p90] of the last round; L = RTT/2 − o_s − o_r");
+    extra.wake = logp::wake_up(&measurements);
+    if let Some(w) = extra.wake {
+        println!("wake-up (mcd RTT/2 blocking − busy): {w:.2} µs");
+    }
+    if let Some(big_g) = extra.big_g {
+        let sizes: Vec<String> = extra.g_by_size.iter().map(|(s, g)| format!("{s} B {g:.2}")).collect();
+        println!("g by payload (µs): {}; G = {:.5} µs/byte ({:.0} MB/s)", sizes.join(", "), big_g, if big_g > 0.0 { 1.0 / big_g } else { f64::INFINITY });
+    }
+    if let Some(g_r) = extra.g_r {
+        println!(
+            "receive gap: {} sender(s) bursting to one receiver, {g_r:.2} µs per message ({:.0}% delivered)",
+            extra.receive_gap_senders,
+            extra.receive_gap_delivered * 100.0
+        );
+    }
+    if let Some(path) = &cli.extra_json {
+        std::fs::write(path, serde_json::to_string_pretty(&extra)?).with_context(|| format!("writing {}", path.display()))?;
+    }
     if let Some(path) = &cli.json {
         std::fs::write(path, serde_json::to_string_pretty(&measurements)?).with_context(|| format!("writing {}", path.display()))?;
     }
