@@ -22,7 +22,7 @@ fn ps(us: f64) -> u64 {
     (us.max(0.0) * PS).round() as u64
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ev {
     /// A frame reaches the switch's output port towards `to`.
     Port { to: u32, rail: u16, from: u32, tag: u16, iter: u32 },
@@ -42,6 +42,40 @@ struct HubFrame {
     iter: u32,
     ready: u64,
     attempts: u32,
+}
+
+/// The event queue: 128-bit keys (time, sequence, slot) in a binary heap,
+/// the events in a slab whose slots are reused, so the hot loop neither
+/// allocates nor moves more than 16 bytes per heap step.
+struct Queue {
+    heap: BinaryHeap<Reverse<u128>>,
+    slab: Vec<Ev>,
+    free: Vec<u32>,
+    seq: u32,
+}
+
+impl Queue {
+    fn push(&mut self, at: u64, ev: Ev) {
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.slab[i as usize] = ev;
+                i
+            }
+            None => {
+                self.slab.push(ev);
+                (self.slab.len() - 1) as u32
+            }
+        };
+        self.seq = self.seq.wrapping_add(1);
+        self.heap.push(Reverse((u128::from(at) << 64) | (u128::from(self.seq) << 32) | u128::from(slot)));
+    }
+
+    fn pop(&mut self) -> Option<(u64, Ev)> {
+        let Reverse(key) = self.heap.pop()?;
+        let slot = (key & 0xFFFF_FFFF) as u32;
+        self.free.push(slot);
+        Some(((key >> 64) as u64, self.slab[slot as usize]))
+    }
 }
 
 /// A small deterministic generator (xorshift64*) for the hub's backoff.
@@ -130,8 +164,7 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
     let mut hub_busy = vec![0u64; rails];
     let mut hub_pending: Vec<Vec<HubFrame>> = vec![Vec::new(); rails];
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let mut events: BinaryHeap<Reverse<(u64, u64, Ev)>> = BinaryHeap::new();
-    let mut seq = 0u64;
+    let mut events = Queue { heap: BinaryHeap::new(), slab: Vec::new(), free: Vec::new(), seq: 0 };
     let (mut messages, mut deliveries) = (0u64, 0u64);
 
     // Takes `dur` of node v's CPU (and core) from `at` on; returns the end.
@@ -152,8 +185,7 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
 
     macro_rules! push {
         ($at:expr, $ev:expr) => {{
-            seq += 1;
-            events.push(Reverse(($at, seq, $ev)));
+            events.push($at, $ev);
         }};
     }
 
@@ -234,7 +266,7 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
     for v in 0..n {
         run_node!(v);
     }
-    while let Some(Reverse((t, _, ev))) = events.pop() {
+    while let Some((t, ev)) = events.pop() {
         match ev {
             Ev::Port { to, rail, from, tag, iter: it } => {
                 let i = to as usize * rails + rail as usize;
@@ -290,12 +322,11 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
                     if tx_irq > 0 {
                         push!(end, Ev::TxDone { node: f.from });
                     }
-                    let mut deliver = |to: usize, events: &mut BinaryHeap<Reverse<(u64, u64, Ev)>>| {
+                    let mut deliver = |to: usize, events: &mut Queue| {
                         let i = to * rails + r;
                         let nic = (end + l_fixed).max(rx_free[i]);
                         rx_free[i] = nic + g_r;
-                        seq += 1;
-                        events.push(Reverse((nic, seq, Ev::Host { to: to as u32, rail, from: f.from, tag: f.tag, iter: f.iter })));
+                        events.push(nic, Ev::Host { to: to as u32, rail, from: f.from, tag: f.tag, iter: f.iter });
                     };
                     match f.to {
                         Some(to) => deliver(to as usize, &mut events),
