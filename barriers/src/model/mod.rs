@@ -501,6 +501,10 @@ mod tests {
         // simultaneous sends, which collide once; a tree's single message does not.
         let (s, h) = (predict(T2, 2, 1, &sw).last_exit, predict(T2, 2, 1, &hub).last_exit);
         assert!((s - h).abs() < 1e-6, "{s} {h}");
+        // Without a link there is nothing to time collisions by: the frames take turns.
+        let bare = Setup { topology: Topology::Hub, ..Setup::logp(&LogP::PAPER) };
+        let turns = predict(Algorithm::Concurrent, 8, 1, &bare).last_exit;
+        assert!(turns >= predict(Algorithm::Concurrent, 8, 1, &Setup::logp(&LogP::PAPER)).last_exit, "{turns}");
         // The hub's backoff is seeded: the same setup gives the same answer.
         assert_eq!(predict(Algorithm::ShuffleExchange, 16, 1, &hub), predict(Algorithm::ShuffleExchange, 16, 1, &hub));
     }

@@ -310,9 +310,14 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
                 }
                 // Contenders: the head frame of every NIC ready within the window.
                 let mut contenders: Vec<usize> = Vec::new();
-                for (j, f) in q.iter().enumerate() {
-                    if f.ready <= t + window && !contenders.iter().any(|&c| q[c].from == f.from) {
-                        contenders.push(j);
+                if slot == 0 {
+                    // No link to time collisions: a medium the frames take in turn.
+                    contenders.extend(q.iter().position(|f| f.ready == first));
+                } else {
+                    for (j, f) in q.iter().enumerate() {
+                        if f.ready <= t + window && !contenders.iter().any(|&c| q[c].from == f.from) {
+                            contenders.push(j);
+                        }
                     }
                 }
                 if contenders.len() == 1 {
