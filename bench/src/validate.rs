@@ -333,18 +333,24 @@ pub struct Measured {
     pub config: BarrierConfig,
     /// The model's prediction.
     pub predicted: Prediction,
-    /// A bound on the measurement, when the host is oversubscribed.
-    pub bound: Option<f64>,
+    /// Bounds on the measurement (below, above), when the host is oversubscribed.
+    pub bound: Option<(f64, f64)>,
     /// Measured mean per-node barrier time, µs.
     pub measured_us: f64,
 }
 
 /// The model of the virtual cluster: the measured LogP, no wire (veth), the
-/// virtual hub a switch (a Linux bridge that floods has no CSMA/CD), and
-/// `n` processes on this machine's cores with `wake` µs per switch.
+/// virtual hub a switch (a Linux bridge that floods has no CSMA/CD), `n`
+/// processes on this machine's cores with `wake` µs per switch, and
+/// [`ENGINE_US`] per barrier.
 pub fn vcluster_setup(p: &LogP, n: usize, cores: usize, wake: f64) -> Setup {
-    Setup::logp(p).with_host(Host { wake: 0.0, ..Host::shared(n, cores, wake) })
+    Setup::logp(p).with_host(Host { wake: 0.0, per_barrier: ENGINE_US, ..Host::shared(n, cores, wake) })
 }
+
+/// The engine's and the benchmark's own time per barrier on this machine,
+/// beyond the messages: fitted to one recorded figure (shuffle exchange at
+/// 2 nodes, 6.0 µs against LogP's 2.7), the other ten 2-node rows are checks.
+pub const ENGINE_US: f64 = 3.3;
 
 /// The measured part: every algorithm at `sizes` on the virtual cluster,
 /// switch and hub, 1 and 2 rails, against the model. Needs root.
@@ -363,16 +369,14 @@ pub fn measured(md: &mut String, json: &mut serde_json::Map<String, serde_json::
     // A wake-up: what a blocked receiver adds to a one-way trip.
     let wake = (block.rtt_half.median - busy.rtt_half.median).max(0.0);
     let cores = mcd::host::online_cpus();
-    writeln!(md, "## 3. mcd measured on the virtual cluster\n")?;
+    writeln!(md, "## 4. mcd measured on the virtual cluster (this run)\n")?;
     writeln!(md, "Parameters measured here: {}; wake-up {wake:.1} µs (blocked minus busy RTT/2). {cores} cores.\n", crate::fmt_logp(&p))?;
     writeln!(
         md,
-        "Model: `vcluster_setup` (the measured LogP, no wire, n processes on {cores} cores paying the \
-         wake-up at each switch of a core). Where processes > cores the prediction is also given as a \
-         bound: the time if every delivery found its receiver descheduled (each delivery a wake-up, all \
-         CPU work on {cores} cores), which the measurement must not exceed.\n"
+        "Model and bounds as in section 3 (`vcluster_setup`; the virtual hub, a flooding bridge without \
+         collisions, is modelled as the switch).\n"
     )?;
-    writeln!(md, "| nodes | network | algorithm | rails | predicted µs | bound µs | measured µs | error | within |")?;
+    writeln!(md, "| nodes | network | algorithm | rails | predicted µs | bounds µs | measured µs | error | verdict |")?;
     writeln!(md, "|---:|---|---|---:|---:|---:|---:|---:|---|")?;
     let mut rows = Vec::new();
     for &n in sizes {
@@ -380,22 +384,9 @@ pub fn measured(md: &mut String, json: &mut serde_json::Map<String, serde_json::
             let cluster = Cluster::up_guarded(ClusterSpec::new("bnval", n).rails(2).topology(vtop))?;
             let bench = crate::paper_bench(n, scale);
             for config in crate::barrier_configs() {
-                let setup = vcluster_setup(&p, n, cores, wake);
-                let predicted = model::steady_state(config.algorithm, n, config.rails, &setup, 50, 30.0);
-                let bound = (n > cores).then(|| {
-                    let work = predicted.deliveries as f64 * (p.o_r + wake) + predicted.messages as f64 * (p.o_s + wake);
-                    predicted.mean_cost + work / cores as f64
-                });
                 let m = barrierbench::measure(&cluster, config, bench)?;
+                let (predicted, bound, within) = compare(config.algorithm, n, config.rails, &p, wake, cores, m.mean_us);
                 let e = err(predicted.mean_cost, m.mean_us);
-                let goal = if n <= cores { 20.0 } else { 35.0 };
-                let within = if e.abs() <= goal {
-                    format!("yes ({goal:.0}%)")
-                } else if bound.is_some_and(|b| m.mean_us <= b) {
-                    "bound holds".into()
-                } else {
-                    "no".into()
-                };
                 eprintln!("  n={n} {top} {} rails={} predicted {:.1} measured {:.1}", config.algorithm, config.rails, predicted.mean_cost, m.mean_us);
                 writeln!(
                     md,
@@ -403,7 +394,7 @@ pub fn measured(md: &mut String, json: &mut serde_json::Map<String, serde_json::
                     config.algorithm,
                     config.rails,
                     predicted.mean_cost,
-                    bound.map_or("–".into(), |b| format!("{b:.0}")),
+                    bound.map_or("–".into(), |(lo, hi)| format!("{lo:.0} – {hi:.0}")),
                     m.mean_us
                 )?;
                 rows.push(Measured { nodes: n, topology: top, config, predicted, bound, measured_us: m.mean_us });
@@ -415,12 +406,102 @@ pub fn measured(md: &mut String, json: &mut serde_json::Map<String, serde_json::
         .iter()
         .map(|r| {
             serde_json::json!({ "nodes": r.nodes, "topology": r.topology.to_string(), "algorithm": r.config.algorithm.to_string(),
-            "rails": r.config.rails, "predicted_us": r.predicted.mean_cost, "bound_us": r.bound, "measured_us": r.measured_us })
+            "rails": r.config.rails, "predicted_us": r.predicted.mean_cost, "bounds_us": r.bound.map(|(lo, hi)| [lo, hi]), "measured_us": r.measured_us })
         })
         .collect();
     json.insert("measured".into(), serde_json::Value::Array(json_rows));
     json.insert("measured_logp".into(), serde_json::to_value(p)?);
     json.insert("measured_wake_us".into(), wake.into());
+    Ok(())
+}
+
+/// The model's prediction for a measured row on the virtual cluster, its
+/// bounds where processes outnumber cores, and the verdict.
+fn compare(a: Algorithm, n: usize, rails: usize, p: &LogP, wake: f64, cores: usize, measured: f64) -> (Prediction, Option<(f64, f64)>, String) {
+    let pr = model::steady_state(a, n, rails, &vcluster_setup(p, n, cores, wake), 50, 30.0);
+    let bounds = (n > cores).then(|| {
+        let lower = model::steady_state(a, n, rails, &vcluster_setup(p, n, cores, 0.0), 50, 30.0).mean_cost;
+        let upper = pr.mean_cost + (pr.deliveries as f64 * (p.o_r + wake) + pr.messages as f64 * (p.o_s + wake)) / cores as f64;
+        (lower, upper)
+    });
+    let e = err(pr.mean_cost, measured);
+    let goal = if n <= cores { 20.0 } else { 35.0 };
+    let verdict = if e.abs() <= goal {
+        format!("within {goal:.0}%")
+    } else if bounds.is_some_and(|(lo, hi)| lo <= measured && measured <= hi) {
+        "within the bounds".to_string()
+    } else {
+        "missed".to_string()
+    };
+    (pr, bounds, verdict)
+}
+
+/// The model against the measurements already recorded in
+/// `results/barriers.json` (by `mcd-bench barriers`) with the parameters of
+/// `results/logp.json`: no new measurement.
+pub fn recorded(results: &Path, md: &mut String, json: &mut serde_json::Map<String, serde_json::Value>) -> Result<()> {
+    let logp_path = results.join("logp.json");
+    let p = mcd_tools::logp::load_or_measure(Some(&logp_path))?;
+    let all: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&logp_path)?)?;
+    let rtt = |w: &str| all.iter().find(|m| m["transport"] == "mcd" && m["wait"] == w).and_then(|m| m["rtt_half"]["median"].as_f64());
+    let wake = match (rtt("block"), rtt("busy")) {
+        (Some(b), Some(a)) => (b - a).max(0.0),
+        _ => 20.0,
+    };
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(results.join("barriers.json")).context("results/barriers.json")?)?;
+    let measured_on = std::fs::read_to_string(results.join("barriers.md"))
+        .ok()
+        .and_then(|t| t.lines().find(|l| l.starts_with("Measured")).map(|l| l.trim_start_matches("Measured ").split(" by ").next().unwrap_or("").to_string()))
+        .unwrap_or_default();
+    let cores = mcd::host::online_cpus();
+    writeln!(md, "## 3. mcd measured on the virtual cluster (recorded)\n")?;
+    writeln!(
+        md,
+        "The measurements of `results/barriers.json` (measured {measured_on}; switch, 1 and 2 rails, the paper's \
+         method, `Adaptive` waiting) against the model with `results/logp.json`'s parameters ({}; wake-up {wake:.1} µs = \
+         RTT/2 blocking − busy): `vcluster_setup`, n processes on {cores} cores, each switch of a core a wake-up, \
+         {ENGINE_US} µs of the engine's own work per barrier (fitted to the 2-node shuffle row, the one fitted \
+         number here), the paper's loop. Where processes > cores, *bounds*: below, the same schedule with free switches (the cores' \
+         sharing alone); above, every message also paying a wake-up at both ends, shared over the cores.\n",
+        crate::fmt_logp(&p)
+    )?;
+    writeln!(md, "| nodes | algorithm | rails | predicted µs | bounds µs | measured µs | error | verdict |")?;
+    writeln!(md, "|---:|---|---:|---:|---:|---:|---:|---|")?;
+    let mut out = Vec::new();
+    let (mut ok, mut total) = (0, 0);
+    for r in &rows {
+        let (Some(n), Some(rails), Some(name), Some(measured)) =
+            (r["nodes"].as_u64(), r["rails"].as_u64(), r["algorithm"].as_str(), r["mean_us"].as_f64())
+        else {
+            continue;
+        };
+        let (n, rails) = (n as usize, rails as usize);
+        let Ok(a) = name.parse::<Algorithm>() else { continue };
+        let (pr, bound, verdict) = compare(a, n, rails, &p, wake, cores, measured);
+        let e = err(pr.mean_cost, measured);
+        total += 1;
+        ok += usize::from(verdict != "missed");
+        writeln!(
+            md,
+            "| {n} | {a} | {rails} | {:.1} | {} | {measured:.1} | {e:+.0}% | {verdict} |",
+            pr.mean_cost,
+            bound.map_or("–".into(), |(lo, hi)| format!("{lo:.0} – {hi:.0}"))
+        )?;
+        out.push(serde_json::json!({ "nodes": n, "algorithm": a.to_string(), "rails": rails, "predicted_us": pr.mean_cost,
+            "bounds_us": bound.map(|(lo, hi)| [lo, hi]), "measured_us": measured, "verdict": verdict }));
+    }
+    writeln!(
+        md,
+        "\n**{ok} of {total}** within the goal (20% where processes ≤ cores, 35% beyond) or within the stated bounds. \
+         Where processes ≤ cores the model (with the one fitted engine constant) is within 20% everywhere. Beyond, \
+         the point prediction holds for the gathers with few deliveries (trees of k ≥ 3, concurrent: mostly within \
+         35%) and overestimates the message-heavy ones (shuffle, dissemination, binary tree, one-phase: up to 6× \
+         for one-phase at 16), because it charges every switch of a core a full blocked wake-up, while `Adaptive` \
+         waiting mostly yields to a runnable peer that already has its message. The bounds are wide (about 2× to \
+         13× apart); the measurement respects them. A scheduler model (time slices, yield, run queues) is what \
+         would close this, and is not built.\n"
+    )?;
+    json.insert("recorded".into(), serde_json::Value::Array(out));
     Ok(())
 }
 
@@ -432,11 +513,14 @@ pub fn run(out: &Path, measure: Option<(&[usize], f64)>) -> Result<()> {
     writeln!(md, "Written by `cargo run --release -p mcd-bench -- validate`{} on {}.\n", if measure.is_some() { " --measure" } else { "" }, crate::today())?;
     paper(out, &mut md, &mut json)?;
     scale(out, &mut md, &mut json)?;
+    if let Err(e) = recorded(out, &mut md, &mut json) {
+        writeln!(md, "## 3. mcd measured on the virtual cluster (recorded)\n\nNo recorded measurements to compare: {e:#}\n")?;
+    }
     match measure {
         Some((sizes, scale)) => measured(&mut md, &mut json, sizes, scale)?,
         None => writeln!(
             md,
-            "## 3. mcd measured on the virtual cluster\n\nNot in this run: `mcd-bench validate --measure --nodes 2,4,8,16` (root) measures every \
+            "## 4. mcd measured on the virtual cluster (this run)\n\nNot in this run: `mcd-bench validate --measure --nodes 2,4,8,16` (root) measures every \
              algorithm on switch and hub, 1 and 2 rails, and adds the table here.\n"
         )?,
     }

@@ -115,6 +115,7 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
     let tx_irq = ps(s.host.tx_irq);
     let switch = ps(s.host.switch);
     let wake = ps(s.host.wake);
+    let per_barrier = ps(s.host.per_barrier);
     let dummy = ps(runs.dummy_us);
     let shared = s.host.oversubscribed();
     let (slot, jam, window) = s.link.map_or((0, 0, 0), |l| (ps(l.slot_us()), ps(l.jam_us()), ps(l.collision_window_us)));
@@ -197,7 +198,7 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
                 let base = steps_off[v];
                 let nsteps = steps_off[v + 1] - base;
                 if step[v] == nsteps {
-                    let done = cpu_free[v];
+                    let done = if per_barrier > 0 { acquire(v, cpu_free[v], per_barrier, &mut cpu_free, &mut core_free, &mut core_last) } else { cpu_free[v] };
                     exit[v] = done;
                     let it = iter[v];
                     if it >= runs.warmup {

@@ -68,6 +68,10 @@ struct Cli {
     /// the reference machine).
     #[arg(long, default_value_t = 23.0)]
     wake_us: f64,
+    /// The engine's own time per barrier beyond its messages, µs (3.3 on the
+    /// reference machine: `mcd-bench validate` fits it to 2 nodes).
+    #[arg(long, default_value_t = 3.3)]
+    engine_us: f64,
     /// Where to write results.csv, results.json and the plots.
     #[arg(long, default_value = "mcd-barrier-results")]
     out: PathBuf,
@@ -176,7 +180,7 @@ fn run(cli: Cli) -> Result<()> {
                         rows.push(Row {
                             topology: topology.to_string(),
                             wait: wait.to_string(),
-                            predicted_us: predict_here(algorithm, n, rails, &p, cli.wake_us, &bench),
+                            predicted_us: predict_here(algorithm, n, rails, &p, (cli.wake_us, cli.engine_us), &bench),
                             auto_pick: algorithm == auto_alg,
                             measured,
                         });
@@ -192,11 +196,12 @@ fn run(cli: Cli) -> Result<()> {
 
 /// The prediction for `n` nodes sharing this machine: the paper's loop on
 /// the model with n processes on this machine's cores, each switch of a core
-/// costing a wake-up (`--wake-us`). With no more processes than cores this
-/// is plain LogP, each node on its own core.
-fn predict_here(algorithm: Algorithm, n: usize, rails: usize, p: &LogP, wake_us: f64, bench: &BarrierBench) -> f64 {
+/// costing a wake-up (`--wake-us`), plus the engine's own time per barrier
+/// (`--engine-us`). With no more processes than cores, each node has a core.
+fn predict_here(algorithm: Algorithm, n: usize, rails: usize, p: &LogP, (wake_us, engine_us): (f64, f64), bench: &BarrierBench) -> f64 {
     let cores = mcd::host::online_cpus();
-    let setup = model::Setup::logp(p).with_host(model::Host::shared(n, cores, wake_us));
+    let host = model::Host { per_barrier: engine_us, ..model::Host::shared(n, cores, wake_us) };
+    let setup = model::Setup::logp(p).with_host(host);
     let dummy = match bench.method {
         Method::Paper => bench.dummy.as_secs_f64() * 1e6,
         Method::Osu => 0.0,
