@@ -40,10 +40,13 @@ impl Host {
 
     /// The paper's MCD on a Pentium II 350: interrupt-driven receive
     /// (3.1 µs of o_r = 9.5 is the interrupt, 6.4 µs the per-message handler
-    /// that a coalesced message still pays) and a 6 µs send-completion
-    /// interrupt. The split of o_r is fitted to the paper's concurrent
-    /// barrier at 16 nodes on two networks (147 µs), where arrivals on two
-    /// NICs outrun the handler; everything else is the paper's section 5.
+    /// that a coalesced message still pays), a 6 µs send-completion
+    /// interrupt (section 5.1.1), and a 4.5 µs wake-up of a node blocked
+    /// waiting. Not in the paper, each set from one observation: the split
+    /// of o_r from its concurrent barrier at 16 nodes, faster on two
+    /// networks than on one (147 against 179 µs), which only coalescing
+    /// explains; the wake-up from the 24 µs by which shuffle exchange and the
+    /// binary tree at 32 nodes exceed LogP over their 5 and 6 hops.
     pub const PAPER: Host = Host { rx_irq: 3.1, tx_irq: 6.0, processes: 1, cores: 1, switch: 0.0, wake: 4.5, per_barrier: 0.0 };
 
     /// `processes` nodes sharing `cores` cores, with `switch` µs per switch.
