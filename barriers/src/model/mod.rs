@@ -594,4 +594,24 @@ mod tests {
             assert_eq!(one.deliveries, many.deliveries);
         }
     }
+
+    #[test]
+    fn host_costs_add_where_they_should() {
+        let p = LogP { g: 0.0, ..LogP::PAPER };
+        let base = Setup { g_r: 0.0, ..Setup::logp(&p) };
+        // A wake-up per hop: shuffle exchange's five hops at 32 nodes.
+        let woken = base.with_host(Host { wake: 4.5, ..Host::DEDICATED });
+        assert_eq!(predict(Algorithm::ShuffleExchange, 32, 1, &woken).last_exit, 5.0 * (30.0 + 4.5));
+        // The engine's own time per barrier: once per node, at the end.
+        let engine = base.with_host(Host { per_barrier: 3.0, ..Host::DEDICATED });
+        let (plain, more) = (predict(T2, 8, 1, &base), predict(T2, 8, 1, &engine));
+        assert!((more.mean_exit - plain.mean_exit - 3.0).abs() < 1e-9, "{plain:?} {more:?}");
+        // Coalescing: the second of two arrivals on one NIC skips the interrupt;
+        // on two NICs each pays its own (the paper's section 5.2).
+        let irq = base.with_host(Host { rx_irq: 3.0, ..Host::DEDICATED });
+        let one_nic = predict(Algorithm::Concurrent, 3, 1, &irq).last_exit;
+        let two_nics = predict(Algorithm::Concurrent, 3, 2, &irq).last_exit;
+        assert_eq!(one_nic, 20.5 + 9.5 + 6.5 + 30.0);
+        assert_eq!(two_nics, 20.5 + 9.5 + 9.5 + 30.0);
+    }
 }
