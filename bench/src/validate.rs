@@ -504,6 +504,30 @@ pub fn recorded(results: &Path, md: &mut String, json: &mut serde_json::Map<Stri
          13× apart); the measurement respects them. A scheduler model (time slices, yield, run queues) is what \
          would close this, and is not built.\n"
     )?;
+    // Measured (solid) against predicted (dashed), per algorithm, 1 rail.
+    let mut series = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    for name in out.iter().filter(|r| r["rails"] == 1).filter_map(|r| r["algorithm"].as_str()) {
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_string());
+        }
+    }
+    for name in names {
+        let pts = |key: &str| -> Vec<(f64, f64)> {
+            out.iter()
+                .filter(|r| r["rails"] == 1 && r["algorithm"] == name.as_str())
+                .filter_map(|r| Some((r["nodes"].as_f64()?, r[key].as_f64()?)))
+                .collect()
+        };
+        series.push(Series { label: format!("{name} measured"), points: pts("measured_us"), dashed: false, key: name.clone() });
+        series.push(Series { label: format!("{name} predicted"), points: pts("predicted_us"), dashed: true, key: name.clone() });
+    }
+    plot::nodes_vs_time(
+        &results.join("validation-vcluster"),
+        "mcd on the virtual cluster (recorded): measured (solid), model (dashed)",
+        &[Panel { title: format!("switch, 1 rail, {cores} cores"), series }],
+    )?;
+    writeln!(md, "Plot: [validation-vcluster.svg](validation-vcluster.svg) / [.png](validation-vcluster.png).\n")?;
     json.insert("recorded".into(), serde_json::Value::Array(out));
     Ok(())
 }
