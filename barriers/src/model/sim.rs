@@ -165,6 +165,7 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
     let mut hub_busy = vec![0u64; rails];
     let mut hub_pending: Vec<Vec<HubFrame>> = vec![Vec::new(); rails];
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut contenders: Vec<usize> = Vec::new(); // the hub's, reused
     let mut events = Queue { heap: BinaryHeap::new(), slab: Vec::new(), free: Vec::new(), seq: 0 };
     let (mut messages, mut deliveries) = (0u64, 0u64);
 
@@ -310,7 +311,7 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
                     continue;
                 }
                 // Contenders: the head frame of every NIC ready within the window.
-                let mut contenders: Vec<usize> = Vec::new();
+                contenders.clear();
                 if slot == 0 {
                     // No link to time collisions: a medium the frames take in turn.
                     contenders.extend(q.iter().position(|f| f.ready == first));
