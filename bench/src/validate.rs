@@ -499,10 +499,11 @@ pub fn recorded(results: &Path, md: &mut String, json: &mut serde_json::Map<Stri
          Where processes ≤ cores the model (with the one fitted engine constant) is within 20% everywhere. Beyond, \
          the point prediction holds for the gathers with few deliveries (trees of k ≥ 3, concurrent: mostly within \
          35%) and overestimates the message-heavy ones (shuffle, dissemination, binary tree, one-phase: up to 6× \
-         for one-phase at 16), because it charges every switch of a core a full blocked wake-up, while `Adaptive` \
-         waiting mostly yields to a runnable peer that already has its message. The bounds are wide (about 2× to \
-         13× apart); the measurement respects them. A scheduler model (time slices, yield, run queues) is what \
-         would close this, and is not built.\n"
+         for one-phase at 16), because each delivery takes a turn of its own on the core (and pays a full wake-up \
+         when the core changes process), while a real process, once it runs, drains every message waiting for it \
+         in one turn, and `Adaptive` waiting mostly yields to a runnable peer rather than sleeping. The bounds are \
+         wide (about 2× to 13× apart); the measurement respects them. A scheduler model (run queues, a turn that \
+         drains the inbox, yield against sleep) is what would close this, and is not built.\n"
     )?;
     // Measured (solid) against predicted (dashed), per algorithm, 1 rail.
     let mut series = Vec::new();
