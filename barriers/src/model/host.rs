@@ -9,9 +9,12 @@
 //! - Send-completion interrupt ([`Host::tx_irq`]): CPU time charged when
 //!   the frame has left the NIC (the paper's 6 µs, the reason its g is 9 µs).
 //! - Shared hosts ([`Host::processes`], [`Host::cores`]): the processes of
-//!   one machine run on its cores, node i on core i mod cores; a core that
-//!   goes from one process to another pays [`Host::switch`] (a context
-//!   switch, or the wake-up of a process that blocked).
+//!   one machine run on its cores, node i on core i mod cores, in turns: a
+//!   core gives the next runnable process (first come, first served) a turn
+//!   in which it takes every message waiting for it and runs until it waits
+//!   again (its 30 µs of work between barriers included); each change of
+//!   process costs [`Host::switch`] (a context switch, or the wake-up of a
+//!   process that slept).
 
 /// Host parameters (µs). [`Host::DEDICATED`]: one core per node, polling, no interrupts.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -1,12 +1,12 @@
 //! The discrete-event simulator behind [`super::predict`] and
 //! [`super::steady_state`].
 //!
-//! Resources, each a "free from" time: a node's CPU (or, on shared hosts,
-//! the core it runs on), each NIC's send gap and transmit link, each switch
-//! output port, each NIC's receive gap, and each hub medium. Events (a
-//! frame reaching a switch port, reaching a host, a send completing, a hub
-//! attempt) are handled in time order, in picoseconds, so the result is
-//! exact under the model. Waits are matched through a per-node index built
+//! Resources, each a "free from" time: a node's CPU, each NIC's send gap
+//! and transmit link, each switch output port, each NIC's receive gap, and
+//! each hub medium; on shared hosts, cores that give their processes turns.
+//! Events (a frame reaching a switch port, reaching a host, a send
+//! completing, a hub attempt, a turn ending) are handled in time order, in
+//! picoseconds, so the result is exact under the model. Waits are matched through a per-node index built
 //! once, so the loop allocates nothing per event.
 
 use std::cmp::Reverse;
@@ -32,6 +32,8 @@ enum Ev {
     TxDone { node: u32 },
     /// The hub on `rail` may start a transmission.
     Hub { rail: u16 },
+    /// The turn on shared core `core` may be over.
+    CoreFree { core: u32 },
 }
 
 #[derive(Clone, Copy)]
@@ -77,6 +79,9 @@ impl Queue {
         Some(((key >> 64) as u64, self.slab[slot as usize]))
     }
 }
+
+/// A message waiting for its process's turn: rail, sender, tag, iteration, arrival.
+type Waiting = (u16, u32, u16, u32, u64);
 
 /// A small deterministic generator (xorshift64*) for the hub's backoff.
 struct Rng(u64);
@@ -152,8 +157,13 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
     let mut rx_free = vec![0u64; nr];
     let mut rx_handler_end = vec![0u64; nr];
     let ncores = if shared { s.host.core_of(n - 1) + 1 } else { 0 };
-    let mut core_free = vec![0u64; ncores];
+    let mut core_free = vec![0u64; ncores]; // the end of the current turn
     let mut core_last = vec![u32::MAX; ncores];
+    let mut core_current = vec![u32::MAX; ncores];
+    let mut runq: Vec<std::collections::VecDeque<u32>> = vec![std::collections::VecDeque::new(); ncores];
+    let mut queued = vec![false; n];
+    let mut fresh = vec![true; n];
+    let mut inbox: Vec<Vec<Waiting>> = vec![Vec::new(); if shared { n } else { 0 }];
     let mut step = vec![0usize; n];
     let mut started = vec![false; n];
     let mut iter = vec![0u32; n];
@@ -169,18 +179,10 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
     let mut events = Queue { heap: BinaryHeap::new(), slab: Vec::new(), free: Vec::new(), seq: 0 };
     let (mut messages, mut deliveries) = (0u64, 0u64);
 
-    // Takes `dur` of node v's CPU (and core) from `at` on; returns the end.
-    let acquire = |v: usize, at: u64, dur: u64, cpu_free: &mut [u64], core_free: &mut [u64], core_last: &mut [u32]| -> u64 {
-        let mut start = at.max(cpu_free[v]);
-        if shared {
-            let c = s.host.core_of(v);
-            start = start.max(core_free[c]);
-            if core_last[c] != v as u32 {
-                start += switch;
-                core_last[c] = v as u32;
-            }
-            core_free[c] = start + dur;
-        }
+    // Takes `dur` of node v's CPU from `at` on; returns the end. (On shared
+    // hosts a node runs only in its turn on its core, see `start_turn`.)
+    let acquire = |v: usize, at: u64, dur: u64, cpu_free: &mut [u64]| -> u64 {
+        let start = at.max(cpu_free[v]);
         cpu_free[v] = start + dur;
         start + dur
     };
@@ -199,7 +201,7 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
                 let base = steps_off[v];
                 let nsteps = steps_off[v + 1] - base;
                 if step[v] == nsteps {
-                    let done = if per_barrier > 0 { acquire(v, cpu_free[v], per_barrier, &mut cpu_free, &mut core_free, &mut core_last) } else { cpu_free[v] };
+                    let done = if per_barrier > 0 { acquire(v, cpu_free[v], per_barrier, &mut cpu_free) } else { cpu_free[v] };
                     exit[v] = done;
                     let it = iter[v];
                     if it >= runs.warmup {
@@ -215,7 +217,7 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
                     if iter[v] == runs.iterations {
                         break;
                     }
-                    enter[v] = if dummy > 0 { acquire(v, done, dummy, &mut cpu_free, &mut core_free, &mut core_last) } else { done };
+                    enter[v] = if dummy > 0 { acquire(v, done, dummy, &mut cpu_free) } else { done };
                     step[v] = 0;
                     started[v] = false;
                     continue;
@@ -227,7 +229,7 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
                         let r = out.rail;
                         let nic = v * rails + r;
                         let start = cpu_free[v].max(tx_gap_free[nic]);
-                        let done = acquire(v, start, o_s, &mut cpu_free, &mut core_free, &mut core_last);
+                        let done = acquire(v, start, o_s, &mut cpu_free);
                         tx_gap_free[nic] = done - o_s + gap;
                         let dep = done.max(link_free[nic]);
                         link_free[nic] = dep + ft;
@@ -265,8 +267,71 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
         }};
     }
 
-    for v in 0..n {
-        run_node!(v);
+    // A delivery taken by node v's CPU at `at` (or later, when it is free).
+    macro_rules! take {
+        ($v:expr, $at:expr, $rail:expr, $from:expr, $tag:expr, $it:expr) => {{
+            let (v, t, rail, from, tag, it): (usize, u64, u16, u32, u16, u32) = ($v, $at, $rail, $from, $tag, $it);
+            let i = v * rails + rail as usize;
+            let mut cost = if rx_irq > 0 && t < rx_handler_end[i] { o_r - rx_irq } else { o_r };
+            if wake > 0 && t >= cpu_free[v] && started[v] && iter[v] < runs.iterations {
+                cost += wake; // the node was blocked waiting: the kernel wakes it
+            }
+            rx_handler_end[i] = acquire(v, t, cost, &mut cpu_free);
+            let idx = &expect[exp_off[v]..exp_off[v + 1]];
+            let k = idx.partition_point(|e| (e.0, e.1) < (from, tag));
+            let st = idx.get(k).filter(|e| (e.0, e.1) == (from, tag)).expect("every message is awaited").2 as usize;
+            let si = steps_off[v] + st;
+            let par = (it & 1) as usize;
+            pending[si][par] -= 1;
+            if pending[si][par] == 0 && it == iter[v] && st == step[v] && started[v] {
+                run_node!(v);
+            }
+        }};
+    }
+
+    // Shared hosts: core c gives the next runnable process a turn, in which
+    // it takes every message waiting for it and runs until it waits again.
+    macro_rules! start_turn {
+        ($c:expr, $t:expr) => {{
+            let (c, t): (usize, u64) = ($c, $t);
+            if let Some(v) = runq[c].pop_front() {
+                let v = v as usize;
+                queued[v] = false;
+                let mut start = t.max(cpu_free[v]);
+                if core_last[c] != v as u32 {
+                    start += switch;
+                    core_last[c] = v as u32;
+                }
+                core_current[c] = v as u32;
+                cpu_free[v] = start;
+                if fresh[v] {
+                    fresh[v] = false;
+                    run_node!(v);
+                }
+                let mut msgs = std::mem::take(&mut inbox[v]);
+                for &(rail, from, tag, it, _) in &msgs {
+                    take!(v, start, rail, from, tag, it);
+                }
+                msgs.clear();
+                inbox[v] = msgs;
+                core_free[c] = cpu_free[v];
+                push!(cpu_free[v], Ev::CoreFree { core: c as u32 });
+            }
+        }};
+    }
+
+    if shared {
+        for v in 0..n {
+            queued[v] = true;
+            runq[s.host.core_of(v)].push_back(v as u32);
+        }
+        for c in 0..ncores {
+            start_turn!(c, 0);
+        }
+    } else {
+        for v in 0..n {
+            run_node!(v);
+        }
     }
     while let Some((t, ev)) = events.pop() {
         match ev {
@@ -281,24 +346,37 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
             Ev::Host { to, rail, from, tag, iter: it } => {
                 deliveries += 1;
                 let v = to as usize;
-                let i = v * rails + rail as usize;
-                let mut cost = if rx_irq > 0 && t < rx_handler_end[i] { o_r - rx_irq } else { o_r };
-                if wake > 0 && t >= cpu_free[v] && started[v] && iter[v] < runs.iterations {
-                    cost += wake; // the node was blocked waiting: the kernel wakes it
-                }
-                rx_handler_end[i] = acquire(v, t, cost, &mut cpu_free, &mut core_free, &mut core_last);
-                let idx = &expect[exp_off[v]..exp_off[v + 1]];
-                let k = idx.partition_point(|e| (e.0, e.1) < (from, tag));
-                let st = idx.get(k).filter(|e| (e.0, e.1) == (from, tag)).expect("every message is awaited").2 as usize;
-                let si = steps_off[v] + st;
-                let par = (it & 1) as usize;
-                pending[si][par] -= 1;
-                if pending[si][par] == 0 && it == iter[v] && st == step[v] && started[v] {
-                    run_node!(v);
+                if shared {
+                    let c = s.host.core_of(v);
+                    if core_current[c] == to {
+                        // Its turn goes on: it takes this one too.
+                        take!(v, t, rail, from, tag, it);
+                        core_free[c] = cpu_free[v];
+                        push!(cpu_free[v], Ev::CoreFree { core: c as u32 });
+                    } else {
+                        inbox[v].push((rail, from, tag, it, t));
+                        if !queued[v] {
+                            queued[v] = true;
+                            runq[c].push_back(to);
+                        }
+                        if core_current[c] == u32::MAX {
+                            start_turn!(c, t);
+                        }
+                    }
+                } else {
+                    take!(v, t, rail, from, tag, it);
                 }
             }
+            Ev::CoreFree { core } => {
+                let c = core as usize;
+                if t != core_free[c] || core_current[c] == u32::MAX {
+                    continue;
+                }
+                core_current[c] = u32::MAX;
+                start_turn!(c, t);
+            }
             Ev::TxDone { node } => {
-                acquire(node as usize, t, tx_irq, &mut cpu_free, &mut core_free, &mut core_last);
+                acquire(node as usize, t, tx_irq, &mut cpu_free);
             }
             Ev::Hub { rail } => {
                 let r = rail as usize;
