@@ -18,8 +18,9 @@
 //!   the split-phase [`Barrier::enter`] / [`Barrier::test`] /
 //!   [`Barrier::wait`], [`Barrier::finish`], and a progress agent thread that
 //!   answers peers while the application is elsewhere.
-//! - [`model`]: LogP cost prediction (the paper's closed forms, and a
-//!   discrete-event simulation of each algorithm's real message pattern), and
+//! - [`model`]: cost prediction (the paper's closed forms, and a
+//!   discrete-event simulation of each algorithm's real message pattern with
+//!   receive gaps, links, a switch or a CSMA/CD hub, rails and hosts), and
 //!   [`model::auto`], which picks the algorithm with the lowest predicted cost.
 //! - [`check`]: the safety checker the tests use: no node leaves barrier k
 //!   before every node has entered it.
