@@ -454,7 +454,7 @@ pub fn recorded(results: &Path, md: &mut String, json: &mut serde_json::Map<Stri
     let rows: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(results.join("barriers.json")).context("results/barriers.json")?)?;
     let measured_on = std::fs::read_to_string(results.join("barriers.md"))
         .ok()
-        .and_then(|t| t.lines().find(|l| l.starts_with("Measured")).map(|l| l.trim_start_matches("Measured ").split(" by ").next().unwrap_or("").to_string()))
+        .and_then(|t| t.lines().find(|l| l.starts_with("Measured")).map(|l| l.trim_start_matches("Measured ").split(" by ").next().unwrap_or("").trim_end_matches([',', ' ']).to_string()))
         .unwrap_or_default();
     let cores = mcd::host::online_cpus();
     writeln!(md, "## 3. mcd measured on the virtual cluster (recorded)\n")?;
