@@ -46,6 +46,7 @@ mod barrier;
 pub mod check;
 mod engine;
 mod expect;
+mod mcd_shared;
 mod mcd_transport;
 pub mod mem;
 pub mod model;
@@ -56,6 +57,7 @@ pub mod transport;
 
 pub use barrier::{Barrier, AGENT_GRACE, AGENT_GRACE_MAX};
 pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARNED_RETRY};
+pub use mcd_shared::{GroupTransport, RouteStats, SharedEndpoint, GROUP_PAYLOAD_LEN};
 pub use mcd_transport::McdTransport;
 pub use plan::{Algorithm, Fanout, Release};
 pub use transport::{Incoming, Msg, MsgKind, NodeId, TickWaker, Transport, TransportError, Waker, RECOVERED};
