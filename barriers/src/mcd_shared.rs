@@ -189,6 +189,9 @@ impl SharedEndpoint {
         let count = hub.created.entry(list).or_insert(0);
         let key = mix(list ^ mix(*count + 1));
         *count += 1;
+        if hub.routes.contains_key(&key) {
+            return Err(format!("group key {key:#018x} is already in use here (a hash collision): create the group again").into());
+        }
         let readiness = Arc::new(hub.endpoint.readiness()?);
         let mut queue = VecDeque::new();
         let pending = std::mem::take(&mut hub.pending);

@@ -29,17 +29,22 @@ fn c_example(lib_dir: &Path) -> PathBuf {
 }
 
 fn compile_c_example(lib_dir: &Path) -> PathBuf {
-    let out = lib_dir.join("mcd-c-example");
+    compile_c(lib_dir, "barrier", "mcd-c-example")
+}
+
+/// Compiles capi/examples/`name`.c into `lib_dir`/`out`.
+fn compile_c(lib_dir: &Path, name: &str, out: &str) -> PathBuf {
+    let out = lib_dir.join(out);
     let status = Command::new("cc")
         .args(["-Wall", "-Werror", "-O2", "-I", mpi::CAPI_INCLUDE, "-o"])
         .arg(&out)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../capi/examples/barrier.c"))
+        .arg(format!("{}/../capi/examples/{name}.c", env!("CARGO_MANIFEST_DIR")))
         .arg(format!("-L{}", lib_dir.display()))
         .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
         .arg("-lmcd_barrier")
         .status()
         .expect("this test needs a C compiler `cc` (apt-get install gcc, or sudo ./run deps)");
-    assert!(status.success(), "compiling capi/examples/barrier.c failed");
+    assert!(status.success(), "compiling capi/examples/{name}.c failed");
     out
 }
 
@@ -106,6 +111,51 @@ fn successive_init_finalize_cycles_in_one_job_never_mix() {
     // starts.
     let c = cluster(ClusterSpec::new("cycles", 4).loss(10.0, mcd_tools::vcluster::LossPoint::Node));
     run_c_example(&c, &["20", "5"], &[("MCD_WAIT", "block")], 40, Duration::from_secs(90));
+}
+
+#[test]
+fn a_c_program_runs_barriers_on_groups_of_the_job_each_its_own_instance() {
+    // capi/examples/groups.c: parity halves, all ranks reversed, and a second
+    // group of each half's ranks, created from the job (no discovery),
+    // interleaved with the job's barrier; the halves freed and created again
+    // every 5 rounds. Under 10% loss, so that frames of one group are about
+    // while the others run.
+    let c = cluster(ClusterSpec::new("cgrp", 4).loss(10.0, mcd_tools::vcluster::LossPoint::Node));
+    let lib = capi_dir();
+    let program = compile_c(&lib, "groups", "mcd-c-groups");
+    let rounds = 30;
+    let times = std::env::temp_dir().join(format!("mcd-cgroups-{}", std::process::id()));
+    std::fs::create_dir_all(&times).unwrap();
+    let argv = [program.to_str().unwrap(), "30"];
+    let vars = vec![("MCD_EXAMPLE_TIMES".to_string(), times.display().to_string()), ("MCD_WAIT".into(), "block".into())];
+    let outcomes = run_discovering(&c, &[0, 1, 2, 3], &argv, |_| vars.clone(), Duration::from_secs(90));
+    // The last halves were created at round 25: 5 barriers each, and 30 on the reversed group.
+    let last_made = (rounds - 1) / 5 * 5;
+    let expected = 2 * (rounds - last_made) + rounds;
+    // (slot, leader, round) -> every member's (enter, leave)
+    let mut barriers: std::collections::BTreeMap<(u32, u32, u32), Vec<(f64, f64)>> = Default::default();
+    for o in &outcomes {
+        assert!(o.success(), "node {}: {}{}", o.node, o.stdout, o.stderr);
+        let report = format!("rank {} of 4: {expected} group barriers on {} groups", o.node, 3 + 2 * ((rounds - 1) / 5));
+        assert!(o.stdout.contains(&report), "node {}: {} (wanted {report})", o.node, o.stdout);
+        let text = std::fs::read_to_string(times.join(format!("rank{}", o.node))).unwrap();
+        assert_eq!(text.lines().count(), rounds * 4, "node {}", o.node);
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let key = (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap());
+            barriers.entry(key).or_default().push((f[3].parse().unwrap(), f[4].parse().unwrap()));
+        }
+    }
+    // Per round: the job (4 members), two halves in each of two slots (2 each), the reversed group (4).
+    assert_eq!(barriers.len(), rounds * 6);
+    for ((slot, leader, round), members) in &barriers {
+        let want = if *slot == 1 || *slot == 3 { 4 } else { 2 };
+        assert_eq!(members.len(), want, "slot {slot} led by {leader}, round {round}");
+        let last_in = members.iter().map(|m| m.0).fold(0.0, f64::max);
+        let first_out = members.iter().map(|m| m.1).fold(f64::INFINITY, f64::min);
+        assert!(first_out >= last_in, "slot {slot} led by {leader}, round {round}: a member left at {first_out} before the last entered at {last_in}");
+    }
+    std::fs::remove_dir_all(&times).unwrap();
 }
 
 #[test]
