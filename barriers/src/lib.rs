@@ -5,7 +5,9 @@
 //!
 //! - [`transport`]: the [`Transport`] trait a network implements (unicast per
 //!   rail, multicast, receive with a timeout). Implemented for an mcd endpoint
-//!   ([`McdTransport`]) and for threads of one process with fault injection
+//!   ([`McdTransport`]), for groups of an mcd job's nodes sharing one
+//!   endpoint ([`SharedEndpoint`], [`GroupTransport`]: a barrier per MPI
+//!   communicator) and for threads of one process with fault injection
 //!   ([`mem`]).
 //! - [`plan`]: each [`Algorithm`] compiled into a per-node list of steps
 //!   (send these, then wait for those): shuffle exchange, dissemination,

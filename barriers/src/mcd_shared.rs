@@ -30,7 +30,7 @@ use crate::mcd_transport::wire;
 use crate::transport::{Incoming, Msg, MsgKind, NodeId, Transport, TransportError, Waker};
 
 /// Payload length of a group frame: the key (8 bytes, big-endian), then the
-/// barrier message ([`wire::PAYLOAD_LEN`]).
+/// barrier message (14 bytes, as [`McdTransport`](crate::McdTransport) sends it).
 pub const GROUP_PAYLOAD_LEN: usize = 8 + wire::PAYLOAD_LEN;
 /// Frames kept per group before its owner reads them (the oldest go first).
 const QUEUE_LIMIT: usize = 4096;

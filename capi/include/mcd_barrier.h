@@ -7,7 +7,8 @@
  *
  * Every function returns MCD_OK (0) or a negative MCD_ERR_* code and never
  * aborts; mcd_last_error() gives the full text of the calling thread's last
- * error. A job handle must not be used by two threads at once.
+ * error. A job or group handle must not be used by two threads at once
+ * (different handles may be).
  *
  * Environment (what mcd_params leaves at -1/NULL): MCD_RANK/MCD_SIZE, or
  * SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/_SIZE, PMI_RANK/PMI_SIZE;

@@ -6,7 +6,9 @@
 //! - [`Job`]: the safe Rust side — an mcd endpoint opened through the
 //!   bootstrap (rank, size, interfaces and job key from the environment or
 //!   from [`Settings`]; the nodes from a node list or discovered), and a
-//!   barrier over it with the algorithm asked for or the one `Auto` picks.
+//!   barrier over it with the algorithm asked for or the one `Auto` picks;
+//!   [`Group`]: a barrier over some of the job's ranks on the same endpoint
+//!   ([`barriers::SharedEndpoint`]), created without discovery.
 //! - the `extern "C"` functions below: null checks, C strings, error codes,
 //!   and a `catch_unwind` around every call, so that nothing unwinds into C.
 //!   Every error is a negative return code ([`MCD_ERR_CONFIG`] ...); the
