@@ -18,9 +18,16 @@
 //!
 //! A group's multicast is one frame to every node of the job: members take
 //! it, the others drop it by its key.
+//!
+//! **Progress agents.** Each group's barrier has its own progress agent. One
+//! of them at a time, the *watcher* (the first group of two or more nodes,
+//! while it lives),
+//! sleeps on the rings; the others sleep until a frame is routed to their
+//! group (or a timer of theirs is due). So a frame wakes at most one idle
+//! agent besides its own group's, however many communicators a program has.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mcd::{Destination, Endpoint, Readiness};
@@ -53,18 +60,69 @@ pub struct RouteStats {
 
 struct Route {
     queue: VecDeque<(NodeId, usize, Msg)>,
-    /// The readiness handles of the group's sleepers (application and agent).
-    sleepers: Vec<Arc<Readiness>>,
+    /// The application's sleep on the rings and on this group's routing.
+    app: Arc<Readiness>,
+    /// The agent's sleep when it is not the watcher.
+    agent: Option<Arc<Sleeper>>,
+    /// Members (a group of one has no agent, so it never watches).
+    members: usize,
 }
+
+/// A sleep on a flag (for agents that do not watch the rings).
+#[derive(Default)]
+struct Sleeper {
+    woken: Mutex<bool>,
+    cond: Condvar,
+}
+
+impl Sleeper {
+    fn wait(&self, timeout: Option<Duration>) {
+        let woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
+        let mut woken = match timeout {
+            Some(t) => self.cond.wait_timeout_while(woken, t, |w| !*w).unwrap_or_else(|e| e.into_inner()).0,
+            None => self.cond.wait_while(woken, |w| !*w).unwrap_or_else(|e| e.into_inner()),
+        };
+        *woken = false;
+    }
+
+    fn wake(&self) {
+        *self.woken.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cond.notify_all();
+    }
+}
+
+/// Keys are hashes already: a map keyed by them needs no hashing of its own.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = x;
+    }
+}
+
+type KeyMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<KeyHasher>>;
 
 struct Hub {
     endpoint: Endpoint,
     buf: Box<[u8]>,
-    routes: HashMap<u64, Route>,
+    routes: KeyMap<Route>,
     /// Join requests for keys no group holds yet.
     pending: VecDeque<(u64, NodeId, usize, Msg)>,
     /// Groups created per member list (by the list's hash).
     created: HashMap<u64, u64>,
+    /// The group whose agent sleeps on the rings.
+    watcher: Option<u64>,
     stats: RouteStats,
 }
 
@@ -93,9 +151,10 @@ impl Hub {
                     let idle = route.queue.is_empty();
                     route.queue.push_back((m.from, m.rail, msg));
                     if idle && key != reader {
-                        for s in &route.sleepers {
-                            // Failing to signal leaves the sleeper to its timeout.
-                            let _ = s.wake();
+                        // Failing to signal leaves the sleeper to its timeout.
+                        let _ = route.app.wake();
+                        if let Some(agent) = &route.agent {
+                            agent.wake();
                         }
                     }
                 }
@@ -148,9 +207,10 @@ impl SharedEndpoint {
         let hub = Hub {
             endpoint,
             buf: vec![0u8; 65536].into_boxed_slice(),
-            routes: HashMap::new(),
+            routes: KeyMap::default(),
             pending: VecDeque::new(),
             created: HashMap::new(),
+            watcher: None,
             stats: RouteStats::default(),
         };
         SharedEndpoint { hub: Arc::new(Mutex::new(hub)), me, nodes, rails }
@@ -202,7 +262,10 @@ impl SharedEndpoint {
                 hub.pending.push_back((k, from, rail, msg));
             }
         }
-        hub.routes.insert(key, Route { queue, sleepers: vec![readiness.clone()] });
+        hub.routes.insert(key, Route { queue, app: readiness.clone(), agent: None, members: members.len() });
+        if hub.watcher.is_none() && members.len() > 1 {
+            hub.watcher = Some(key);
+        }
         Ok(GroupTransport {
             hub: self.hub.clone(),
             key,
@@ -298,7 +361,15 @@ impl GroupTransport {
 
 impl Drop for GroupTransport {
     fn drop(&mut self) {
-        lock(&self.hub).routes.remove(&self.key);
+        let mut hub = lock(&self.hub);
+        hub.routes.remove(&self.key);
+        if hub.watcher == Some(self.key) {
+            // Another group's agent watches the rings from now on.
+            hub.watcher = hub.routes.iter().find(|(_, r)| r.members > 1).map(|(&k, _)| k);
+            if let Some(agent) = hub.watcher.and_then(|k| hub.routes[&k].agent.clone()) {
+                agent.wake();
+            }
+        }
     }
 }
 
@@ -365,24 +436,38 @@ impl Transport for GroupTransport {
 
     fn waker(&self) -> Result<Arc<dyn Waker>, TransportError> {
         let mut hub = lock(&self.hub);
-        let readiness = Arc::new(hub.endpoint.readiness()?);
+        let rings = hub.endpoint.readiness()?;
+        let sleeper = Arc::new(Sleeper::default());
         if let Some(route) = hub.routes.get_mut(&self.key) {
-            route.sleepers.push(readiness.clone());
+            route.agent = Some(sleeper.clone());
         }
-        Ok(Arc::new(GroupWaker(readiness)))
+        Ok(Arc::new(GroupWaker { hub: self.hub.clone(), key: self.key, rings, sleeper }))
     }
 }
 
-/// A group's progress agent sleeps on the rings and on its group's routing.
-struct GroupWaker(Arc<Readiness>);
+/// A group's progress agent sleeps on the rings if it is the watcher, else
+/// until a frame is routed to its group.
+struct GroupWaker {
+    hub: Arc<Mutex<Hub>>,
+    key: u64,
+    rings: Readiness,
+    sleeper: Arc<Sleeper>,
+}
 
 impl Waker for GroupWaker {
     fn wait(&self, timeout: Option<Duration>) -> Result<(), TransportError> {
-        Ok(self.0.wait(timeout)?)
+        let watching = lock(&self.hub).watcher == Some(self.key);
+        if watching {
+            self.rings.wait(timeout)?;
+        } else {
+            self.sleeper.wait(timeout);
+        }
+        Ok(())
     }
 
     fn wake(&self) {
-        let _ = self.0.wake();
+        let _ = self.rings.wake();
+        self.sleeper.wake();
     }
 }
 
