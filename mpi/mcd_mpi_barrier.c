@@ -93,6 +93,7 @@ static comm_state *new_state(MPI_Comm comm) {
     int inter = 0, rank = 0;
     PMPI_Comm_test_inter(comm, &inter);
     PMPI_Comm_rank(comm, &rank);
+    PMPI_Comm_size(comm, &st->size); /* of the local group, for an inter-communicator */
     const char *why = NULL;
     if (inter) {
         /* Every member sees the same: no agreement needed. */
@@ -100,7 +101,6 @@ static comm_state *new_state(MPI_Comm comm) {
         comms_inter++;
     } else {
         MPI_Group group, world;
-        PMPI_Comm_size(comm, &st->size);
         PMPI_Comm_group(comm, &group);
         PMPI_Comm_group(MPI_COMM_WORLD, &world);
         int *ranks = malloc(sizeof(int) * st->size), *in_world = malloc(sizeof(int) * st->size);

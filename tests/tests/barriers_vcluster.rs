@@ -130,3 +130,37 @@ fn a_killed_process_is_named_in_the_others_timeout_error() {
         );
     }
 }
+
+#[test]
+fn groups_on_shared_endpoints_never_count_each_others_frames() {
+    // Every node's one endpoint carries four groups at once: two with exactly
+    // the same four members (created one after the other: distinct keys) and
+    // the even and odd halves, each running its own barriers under 10% loss.
+    let n = 4;
+    let c = cluster(ClusterSpec::new("grps", n).loss(10.0, LossPoint::Node));
+    let shared: Vec<barriers::SharedEndpoint> = mcd_integration_tests::open_all(&c).into_iter().map(barriers::SharedEndpoint::new).collect();
+    let make = |members: &[usize]| members.iter().map(|&m| shared[m].group(members).unwrap()).collect::<Vec<_>>();
+    let everyone: Vec<usize> = (0..n).collect();
+    let (first, second, even, odd) = (make(&everyone), make(&everyone), make(&[0, 2]), make(&[1, 3]));
+    for g in [&first, &second, &even, &odd] {
+        assert!(g.iter().all(|t| t.key() == g[0].key()), "every member derives the same key");
+    }
+    assert_ne!(first[0].key(), second[0].key(), "the same members, created twice: two keys");
+    let count = 300;
+    let runs: Vec<_> = [("first", first), ("second", second), ("even", even), ("odd", odd)]
+        .into_iter()
+        .map(|(what, group)| {
+            let config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_micros(500), Duration::from_secs(20));
+            std::thread::spawn(move || (what, run_barriers(group, config, count)))
+        })
+        .collect();
+    for run in runs {
+        let (what, run) = run.join().unwrap();
+        let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_safe(&run, count, what);
+    }
+    for (node, s) in shared.iter().enumerate() {
+        let stats = s.route_stats();
+        assert!(stats.routed > 0 && stats.ignored == 0 && stats.overflow == 0, "node {node}: {stats:?}");
+    }
+}
