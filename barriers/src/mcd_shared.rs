@@ -20,11 +20,13 @@
 //! it, the others drop it by its key.
 //!
 //! **Progress agents.** Each group's barrier has its own progress agent. One
-//! of them at a time, the *watcher* (the first group of two or more nodes,
-//! while it lives),
-//! sleeps on the rings; the others sleep until a frame is routed to their
-//! group (or a timer of theirs is due). So a frame wakes at most one idle
-//! agent besides its own group's, however many communicators a program has.
+//! of them at a time, the *watcher*, sleeps on the rings: that of the group
+//! (of two or more nodes) used last, which is the one the application
+//! thread reads the rings for while it is inside, so while it is, no agent
+//! wakes for the frames it takes. The others sleep until a frame is routed
+//! to their group (or a timer of theirs is due). So however many
+//! communicators a program has, its idle agents do not wake for frames that
+//! are not theirs.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -342,6 +344,10 @@ impl GroupTransport {
     /// The next frame of this group, reading the rings if none is queued.
     fn poll(&mut self) -> Result<(Option<Incoming>, mcd::wait::WaitPhases), TransportError> {
         let mut hub = lock(&self.hub);
+        if self.members.len() > 1 {
+            // The group in use watches the rings once its caller is away.
+            hub.watcher = Some(self.key);
+        }
         loop {
             let got = match hub.take(self.key) {
                 Some(x) => Some(x),
