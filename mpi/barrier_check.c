@@ -9,7 +9,8 @@
  * machine's clock). Rank 0 gathers the times and checks that no rank left
  * barrier k before every rank had entered it. Around that: MPI_Bcast,
  * MPI_Allreduce, a ring of MPI_Sendrecv, and 10 barriers on a duplicate of
- * MPI_COMM_WORLD (which the interposer must pass to PMPI_Barrier).
+ * MPI_COMM_WORLD (its own mcd barrier under the interposer; mpi/comm_check.c
+ * checks communicators).
  * With GAP_MS > 0, before every 25th barrier every rank "computes" (sleeps)
  * GAP_MS and one rank, in turn, GAP_MS more, then all run an MPI_Allreduce
  * and an MPI_Bcast: gaps and imbalance longer than MCD_BARRIER_TIMEOUT,
@@ -79,7 +80,7 @@ int main(int argc, char **argv) {
         MPI_Barrier(MPI_COMM_WORLD);
         times[2 * k + 1] = now_us();
     }
-    /* Barriers on another communicator (PMPI_Barrier under the interposer). */
+    /* Barriers on another communicator. */
     MPI_Comm dup;
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     for (int k = 0; k < 10; k++) MPI_Barrier(dup);

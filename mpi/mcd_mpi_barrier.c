@@ -1,14 +1,29 @@
 /* mcd_mpi_barrier.c — the MPI_Barrier interposer.
  *
  * Preloaded into an unmodified MPI program (LD_PRELOAD=libmcd_mpi_barrier.so),
- * it serves MPI_Barrier on MPI_COMM_WORLD with mcd's barrier and passes every
- * other communicator to PMPI_Barrier. It starts mcd in MPI_Init /
- * MPI_Init_thread (rank and size from MPI; interfaces, job key, algorithm...
- * from the environment, see mcd_barrier.h) and stops it in MPI_Finalize (a
- * collective closing barrier; meanwhile mcd's own thread answers peers while
- * the program computes or calls other MPI functions). When
- * mcd cannot start on some rank (no CAP_NET_RAW, no interface...), every rank
- * falls back to PMPI_Barrier and the lowest failing rank prints one warning.
+ * it serves MPI_Barrier with mcd's barrier on MPI_COMM_WORLD and on every
+ * intra-communicator whose ranks are all in MPI_COMM_WORLD (duplicates, and
+ * those of MPI_Comm_split, _create, _split_type, ... however made). It starts
+ * mcd in MPI_Init / MPI_Init_thread (rank and size from MPI; interfaces, job
+ * key, algorithm... from the environment, see mcd_barrier.h) and stops it in
+ * MPI_Finalize (a collective closing barrier; meanwhile mcd's own thread
+ * answers peers while the program computes or calls other MPI functions).
+ * When mcd cannot start on some rank (no CAP_NET_RAW, no interface...), every
+ * rank falls back to PMPI_Barrier and the lowest failing rank prints one
+ * warning.
+ *
+ * Communicators. At the first MPI_Barrier on a communicator (collective, as
+ * MPI_Barrier is), its ranks are translated to MPI_COMM_WORLD's and the
+ * members create an mcd group barrier over them (mcd_group_create: no
+ * discovery, the job's endpoint is shared), cached on the communicator in an
+ * attribute; MPI_Comm_free deletes the attribute, whose callback frees the
+ * group with its closing barrier (collective over the communicator, as
+ * MPI_Comm_free is). Groups still alive in MPI_Finalize are freed there, in
+ * the order they were created. Each communicator is its own mcd barrier
+ * instance: even two communicators with the same ranks never count each
+ * other's frames. Inter-communicators, and communicators with a rank outside
+ * MPI_COMM_WORLD (spawned or connected jobs; decided together with a
+ * PMPI_Allreduce, so no rank waits for mcd alone), stay with PMPI_Barrier.
  *
  * MPI_Ibarrier is not interposed: an MPI request completed by mcd would need
  * MPI to drive mcd's progress inside MPI_Wait/MPI_Test, which the PMPI
@@ -16,7 +31,9 @@
  *
  *   MCD_MPI_DISABLE=1   do not start mcd (everything goes to PMPI_Barrier)
  *   MCD_MPI_REPORT=1    each rank prints its counters in MPI_Finalize:
- *                       "mcd-mpi: rank R: N MPI_Barrier via mcd (ALG), M via PMPI; ..."
+ *                       "mcd-mpi: rank R: N MPI_Barrier via mcd (ALG), M via PMPI; ...;
+ *                        communicators: C via mcd, F via PMPI (I inter, U unreachable)"
+ *                       and rank 0 of a communicator left to PMPI says why.
  *
  * Built by `tools::mpi::build_interposer` (mpicc -shared, with the static
  * libmcd_barrier.a inside, so the one file is all a job needs). */
@@ -30,6 +47,101 @@
 static mcd_job *job;
 static int active;
 static unsigned long long via_mcd, via_pmpi;
+
+/* A communicator's barrier, cached in an attribute. */
+typedef struct comm_state {
+    mcd_group *group; /* NULL: PMPI_Barrier */
+    int size;
+    struct comm_state *prev, *next; /* the live ones, in creation order */
+} comm_state;
+static int keyval = MPI_KEYVAL_INVALID;
+static comm_state *first, *last;
+static unsigned long long comms_mcd, comms_inter, comms_unreachable, comms_failed;
+
+static int reporting(void) {
+    const char *report = getenv("MCD_MPI_REPORT");
+    return report && *report && strcmp(report, "0");
+}
+
+static void unlink_state(comm_state *st) {
+    if (st->prev) st->prev->next = st->next; else if (first == st) first = st->next;
+    if (st->next) st->next->prev = st->prev; else if (last == st) last = st->prev;
+    st->prev = st->next = NULL;
+}
+
+/* Ends a communicator's group: collective over it (a closing barrier). */
+static void end_group(comm_state *st) {
+    if (st->group && mcd_group_free(st->group) != MCD_OK)
+        fprintf(stderr, "mcd-mpi: rank %d: freeing a communicator's barrier: %s\n", mcd_rank(job), mcd_last_error());
+    st->group = NULL;
+}
+
+/* MPI_Comm_free (or MPI's own teardown) deletes the attribute. */
+static int delete_state(MPI_Comm comm, int key, void *value, void *extra) {
+    (void)comm, (void)key, (void)extra;
+    comm_state *st = value;
+    end_group(st);
+    unlink_state(st);
+    free(st);
+    return MPI_SUCCESS;
+}
+
+/* The first MPI_Barrier on `comm` (collective): an mcd group over its ranks,
+ * or PMPI_Barrier on all of them. */
+static comm_state *new_state(MPI_Comm comm) {
+    comm_state *st = calloc(1, sizeof *st);
+    int inter = 0, rank = 0;
+    PMPI_Comm_test_inter(comm, &inter);
+    PMPI_Comm_rank(comm, &rank);
+    PMPI_Comm_size(comm, &st->size); /* of the local group, for an inter-communicator */
+    const char *why = NULL;
+    if (inter) {
+        /* Every member sees the same: no agreement needed. */
+        why = "an inter-communicator";
+        comms_inter++;
+    } else {
+        MPI_Group group, world;
+        PMPI_Comm_group(comm, &group);
+        PMPI_Comm_group(MPI_COMM_WORLD, &world);
+        int *ranks = malloc(sizeof(int) * st->size), *in_world = malloc(sizeof(int) * st->size);
+        for (int i = 0; i < st->size; i++) ranks[i] = i;
+        PMPI_Group_translate_ranks(group, st->size, ranks, world, in_world);
+        PMPI_Group_free(&group);
+        PMPI_Group_free(&world);
+        int can = 1;
+        for (int i = 0; i < st->size; i++) can &= in_world[i] != MPI_UNDEFINED;
+        /* All members must agree, or some would wait in mcd for the others. */
+        PMPI_Allreduce(MPI_IN_PLACE, &can, 1, MPI_INT, MPI_MIN, comm);
+        if (!can) {
+            why = "not all its ranks are in MPI_COMM_WORLD (mcd cannot reach them)";
+            comms_unreachable++;
+        } else {
+            int ok = mcd_group_create(job, in_world, st->size, &st->group) == MCD_OK;
+            char reason[512];
+            if (!ok) snprintf(reason, sizeof reason, "%s", mcd_last_error());
+            int all_ok = ok;
+            PMPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+            if (!all_ok) {
+                if (!ok) fprintf(stderr, "mcd-mpi: rank %d: creating a communicator's barrier: %s\n", mcd_rank(job), reason);
+                mcd_group_discard(st->group);
+                st->group = NULL;
+                why = "creating its mcd barrier failed";
+                comms_failed++;
+            } else {
+                comms_mcd++;
+            }
+        }
+        free(ranks);
+        free(in_world);
+    }
+    if (why && rank == 0 && reporting())
+        fprintf(stderr, "mcd-mpi: rank %d: a communicator of %d ranks falls back to PMPI_Barrier: %s\n", mcd_rank(job), st->size, why);
+    st->prev = last;
+    if (last) last->next = st; else first = st;
+    last = st;
+    PMPI_Comm_set_attr(comm, keyval, st);
+    return st;
+}
 
 static void start_mcd(void) {
     int rank, size;
@@ -60,6 +172,7 @@ static void start_mcd(void) {
         }
     }
     active = all_ok;
+    if (active) PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_state, &keyval, NULL);
 }
 
 int MPI_Init(int *argc, char ***argv) {
@@ -84,6 +197,22 @@ int MPI_Barrier(MPI_Comm comm) {
         fprintf(stderr, "mcd-mpi: MPI_Barrier on MPI_COMM_WORLD failed: %s\n", mcd_last_error());
         return MPI_ERR_OTHER;
     }
+    if (active && comm != MPI_COMM_NULL) {
+        comm_state *st = NULL;
+        int found = 0;
+        if (PMPI_Comm_get_attr(comm, keyval, &st, &found) == MPI_SUCCESS) {
+            if (!found) st = new_state(comm);
+            if (st->group) {
+                int rc = mcd_group_barrier(st->group);
+                if (rc == MCD_OK) {
+                    via_mcd++;
+                    return MPI_SUCCESS;
+                }
+                fprintf(stderr, "mcd-mpi: MPI_Barrier on a communicator failed: %s\n", mcd_last_error());
+                return MPI_ERR_OTHER;
+            }
+        }
+    }
     via_pmpi++;
     return PMPI_Barrier(comm);
 }
@@ -91,14 +220,19 @@ int MPI_Barrier(MPI_Comm comm) {
 int MPI_Finalize(void) {
     if (active) {
         int rank_of_job = mcd_rank(job);
-        const char *report = getenv("MCD_MPI_REPORT");
-        if (report && *report && strcmp(report, "0")) {
+        if (reporting()) {
             mcd_stats s;
             mcd_get_stats(job, &s);
-            fprintf(stderr, "mcd-mpi: rank %d: %llu MPI_Barrier via mcd (%s), %llu via PMPI; mcd barriers %llu, sent %llu, received %llu, resends %llu\n",
+            fprintf(stderr, "mcd-mpi: rank %d: %llu MPI_Barrier via mcd (%s), %llu via PMPI; mcd barriers %llu, sent %llu, received %llu, resends %llu; "
+                    "communicators: %llu via mcd, %llu via PMPI (%llu inter, %llu unreachable, %llu failed)\n",
                     mcd_rank(job), via_mcd, mcd_algorithm(job), via_pmpi, (unsigned long long)s.barriers,
-                    (unsigned long long)s.messages_sent, (unsigned long long)s.frames_received, (unsigned long long)s.resends);
+                    (unsigned long long)s.messages_sent, (unsigned long long)s.frames_received, (unsigned long long)s.resends,
+                    comms_mcd, comms_inter + comms_unreachable + comms_failed, comms_inter, comms_unreachable, comms_failed);
         }
+        /* Communicators never freed: their groups end here, in the order
+         * they were created (an order every member shares, as MPI orders
+         * collective calls). The states stay for MPI's own teardown. */
+        for (comm_state *st = first; st; st = st->next) end_group(st);
         /* Collective: a closing barrier, then answers until every rank is done,
          * so a rank whose last release was lost still completes. mcd's own
          * thread has answered peers all along, during compute and other calls. */
@@ -107,8 +241,7 @@ int MPI_Finalize(void) {
         job = NULL;
         active = 0;
     } else {
-        const char *report = getenv("MCD_MPI_REPORT");
-        if (report && *report && strcmp(report, "0")) {
+        if (reporting()) {
             int rank;
             PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
             fprintf(stderr, "mcd-mpi: rank %d: 0 MPI_Barrier via mcd (off), %llu via PMPI\n", rank, via_pmpi);

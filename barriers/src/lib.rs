@@ -5,7 +5,9 @@
 //!
 //! - [`transport`]: the [`Transport`] trait a network implements (unicast per
 //!   rail, multicast, receive with a timeout). Implemented for an mcd endpoint
-//!   ([`McdTransport`]) and for threads of one process with fault injection
+//!   ([`McdTransport`]), for groups of an mcd job's nodes sharing one
+//!   endpoint ([`SharedEndpoint`], [`GroupTransport`]: a barrier per MPI
+//!   communicator) and for threads of one process with fault injection
 //!   ([`mem`]).
 //! - [`plan`]: each [`Algorithm`] compiled into a per-node list of steps
 //!   (send these, then wait for those): shuffle exchange, dissemination,
@@ -47,6 +49,7 @@ mod barrier;
 pub mod check;
 mod engine;
 mod expect;
+mod mcd_shared;
 mod mcd_transport;
 pub mod mem;
 pub mod model;
@@ -57,6 +60,7 @@ pub mod transport;
 
 pub use barrier::{Barrier, AGENT_GRACE, AGENT_GRACE_MAX};
 pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARNED_RETRY};
+pub use mcd_shared::{GroupTransport, RouteStats, SharedEndpoint, GROUP_PAYLOAD_LEN};
 pub use mcd_transport::McdTransport;
 pub use plan::{Algorithm, Fanout, Release};
 pub use transport::{Incoming, Msg, MsgKind, NodeId, TickWaker, Transport, TransportError, Waker, RECOVERED};

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use barriers::BarrierConfig;
 use mcd::WaitPolicy;
 use mcd_tools::barrierbench::{self, BarrierBench, BarrierMeasurement, Method};
-use mcd_tools::mpi::{self, MpiRun};
+use mcd_tools::mpi::{self, Comm, MpiRun};
 use mcd_tools::pingpong::{self, PingPongConfig, Transport};
 use mcd_tools::plot::{self, Panel, Series};
 use mcd_tools::udpbarrier;
@@ -39,6 +39,8 @@ enum Contender {
 #[derive(Clone, Debug, Serialize)]
 struct Row {
     contender: Contender,
+    /// The MPI communicator (MPI rows; `world` for the others).
+    comm: Comm,
     #[serde(flatten)]
     measured: BarrierMeasurement,
 }
@@ -86,10 +88,12 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
             dummy: Duration::from_micros(30),
             wait: WaitPolicy::Adaptive,
         };
-        let mut record = |contender: Contender, m: BarrierMeasurement| {
-            eprintln!("  n={n:<2} {:<28} mean {:>8.1} µs  p50 {:>8.1}  p99 {:>8.1}", m.algorithm, m.mean_us, m.p50_us, m.p99_us);
-            rows.push(Row { contender, measured: m });
+        let mut record_on = |contender: Contender, comm: Comm, m: BarrierMeasurement| {
+            let on = if comm == Comm::World { String::new() } else { format!(", {}", comm_name(comm)) };
+            eprintln!("  n={n:<2} {:<28} mean {:>8.1} µs  p50 {:>8.1}  p99 {:>8.1}", format!("{}{on}", m.algorithm), m.mean_us, m.p50_us, m.p99_us);
+            rows.push(Row { contender, comm, measured: m });
         };
+        let mut record = |contender: Contender, m: BarrierMeasurement| record_on(contender, Comm::World, m);
         eprintln!("{n} nodes, {iterations} timed barriers per contender (paper's method)");
         // 1. mcd, every algorithm, then Auto's pick measured on its own.
         for config in barrier_configs() {
@@ -118,6 +122,14 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
         let osu = BarrierBench { method: Method::Osu, ..bench };
         record(Contender::OmpiYield, mpi::measure_barrier(&cluster, &yield_run, osu, "Open MPI TCP (yield)")?);
         record(Contender::Interposer, mpi::measure_barrier(&cluster, &preloaded, osu, "mcd interposer (MPI program)")?);
+        // 6. The same program on a duplicate of the world, and on its two
+        // halves (MPI_Comm_split) at once: every communicator gets mcd's barrier.
+        for comm in [Comm::Dup, Comm::Split] {
+            let label = "Open MPI TCP (yield)";
+            record_on(Contender::OmpiYield, comm, mpi::measure_barrier_on(&cluster, &yield_run, bench, comm, label)?);
+            let label = "mcd interposer (MPI program)";
+            record_on(Contender::Interposer, comm, mpi::measure_barrier_on(&cluster, &preloaded, bench, comm, label)?);
+        }
     }
 
     let md = render(sizes, &rows, &latency, &params)?;
@@ -141,7 +153,19 @@ fn find(rows: &[Row], n: usize, c: Contender) -> Option<&Row> {
 }
 
 fn find_by(rows: &[Row], n: usize, c: Contender, method: Method) -> Option<&Row> {
-    rows.iter().find(|r| r.measured.nodes == n && r.contender == c && r.measured.method == method)
+    find_on(rows, n, c, method, Comm::World)
+}
+
+fn find_on(rows: &[Row], n: usize, c: Contender, method: Method, comm: Comm) -> Option<&Row> {
+    rows.iter().find(|r| r.measured.nodes == n && r.contender == c && r.measured.method == method && r.comm == comm)
+}
+
+fn comm_name(comm: Comm) -> &'static str {
+    match comm {
+        Comm::World => "MPI_COMM_WORLD",
+        Comm::Dup => "a duplicate of MPI_COMM_WORLD",
+        Comm::Split => "split halves, both at once",
+    }
 }
 
 fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &barriers::model::LogP) -> Result<String> {
@@ -216,6 +240,19 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
     }
     writeln!(md, "\nOSU's method: {} warm-up barriers, then the timed ones back to back; mean = loop time / iterations, averaged over ranks.\n", 100)?;
 
+    writeln!(md, "## The same MPI program on other communicators\n")?;
+    writeln!(md, "`barrier_bench --comm dup` runs its barriers on `MPI_Comm_dup(MPI_COMM_WORLD)`, `--comm split` on `MPI_Comm_split(MPI_COMM_WORLD, rank % 2, ...)`: two halves running their barriers at the same time, statistics over all ranks. The interposer gives each communicator its own mcd barrier (a group on the shared endpoint). Paper's method, mean µs per barrier.\n")?;
+    writeln!(md, "| nodes | communicator | Open MPI | interposer | ratio |")?;
+    writeln!(md, "|---:|---|---:|---:|---:|")?;
+    for &n in sizes {
+        for comm in [Comm::World, Comm::Dup, Comm::Split] {
+            let get = |c| find_on(rows, n, c, Method::Paper, comm).map(|r| r.measured.mean_us).unwrap_or(f64::NAN);
+            let (o, i) = (get(Contender::OmpiYield), get(Contender::Interposer));
+            writeln!(md, "| {n} | {} | {o:.1} | {i:.1} | **{:.1}×** |", comm_name(comm), o / i)?;
+        }
+    }
+    writeln!(md)?;
+
     let p50 = |t| latency.iter().find(|r| r.transport == t).map(|r| (r.p50_us, r.p99_us)).unwrap_or((f64::NAN, f64::NAN));
     let (m50, m99) = p50(Transport::Mcd);
     let (u50, u99) = p50(Transport::Udp);
@@ -236,6 +273,7 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
                 Contender::Mcd => format!("mcd {}{}", m.algorithm, if m.rails > 1 { format!(", {} rails", m.rails) } else { String::new() }),
                 Contender::McdAuto => format!("mcd {}", m.algorithm),
                 _ if m.method == Method::Osu => format!("{}, OSU method", m.algorithm),
+                _ if r.comm != Comm::World => format!("{}, {}", m.algorithm, comm_name(r.comm)),
                 _ => m.algorithm.clone(),
             };
             writeln!(

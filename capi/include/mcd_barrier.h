@@ -7,7 +7,8 @@
  *
  * Every function returns MCD_OK (0) or a negative MCD_ERR_* code and never
  * aborts; mcd_last_error() gives the full text of the calling thread's last
- * error. A job handle must not be used by two threads at once.
+ * error. A job or group handle must not be used by two threads at once
+ * (different handles may be).
  *
  * Environment (what mcd_params leaves at -1/NULL): MCD_RANK/MCD_SIZE, or
  * SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/_SIZE, PMI_RANK/PMI_SIZE;
@@ -46,6 +47,8 @@ extern "C" {
 
 /* An open job: an endpoint and its barrier. */
 typedef struct mcd_job mcd_job;
+/* A barrier over a group of the job's ranks, on the job's endpoint. */
+typedef struct mcd_group mcd_group;
 
 /* Explicit parameters; mcd_params_default() sets all to "from the environment". */
 typedef struct mcd_params {
@@ -90,6 +93,28 @@ int mcd_get_stats(mcd_job *job, mcd_stats *out);
 int mcd_finalize(mcd_job *job);
 /* Free the handle without the closing barrier (a rank that leaves alone). */
 int mcd_discard(mcd_job *job);
+/* Groups: a barrier over the job's ranks ranks[0..n] (this rank among them;
+ * group rank i is job rank ranks[i]), created from the job without another
+ * discovery round. Collective over the group's ranks only, each passing the
+ * same list; ranks in several groups create them in the same order. Each
+ * group is its own barrier instance (frames of one never count in another,
+ * even for groups with the same ranks) and shares the job's endpoint; free
+ * groups before mcd_finalize. */
+int mcd_group_create(mcd_job *job, const int *ranks, int n, mcd_group **out);
+int mcd_group_barrier(mcd_group *group);
+int mcd_group_enter(mcd_group *group);
+int mcd_group_test(mcd_group *group, int *done);
+int mcd_group_wait(mcd_group *group);
+int mcd_group_rank(mcd_group *group);
+int mcd_group_size(mcd_group *group);
+const char *mcd_group_algorithm(mcd_group *group);
+/* Barrier counters of the group; frame counters of the shared endpoint. */
+int mcd_group_get_stats(mcd_group *group, mcd_stats *out);
+/* Collective over the group: a closing barrier, then answers until every
+ * member is done; the handle is freed even on error. */
+int mcd_group_free(mcd_group *group);
+/* Free the handle without the closing barrier. */
+int mcd_group_discard(mcd_group *group);
 /* A fixed text for a code, and the calling thread's last error in full. */
 const char *mcd_strerror(int code);
 const char *mcd_last_error(void);

@@ -6,7 +6,9 @@
 //! - [`Job`]: the safe Rust side — an mcd endpoint opened through the
 //!   bootstrap (rank, size, interfaces and job key from the environment or
 //!   from [`Settings`]; the nodes from a node list or discovered), and a
-//!   barrier over it with the algorithm asked for or the one `Auto` picks.
+//!   barrier over it with the algorithm asked for or the one `Auto` picks;
+//!   [`Group`]: a barrier over some of the job's ranks on the same endpoint
+//!   ([`barriers::SharedEndpoint`]), created without discovery.
 //! - the `extern "C"` functions below: null checks, C strings, error codes,
 //!   and a `catch_unwind` around every call, so that nothing unwinds into C.
 //!   Every error is a negative return code ([`MCD_ERR_CONFIG`] ...); the
@@ -28,7 +30,7 @@ use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use barriers::model::LogP;
-use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, McdTransport};
+use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, GroupTransport, SharedEndpoint};
 use mcd::bootstrap::JobSettings;
 use mcd::{Endpoint, EndpointConfig, NodeList};
 
@@ -117,11 +119,66 @@ pub struct mcd_stats {
     pub frames_dropped: u64,
 }
 
-/// An open job: an endpoint and its barrier.
+/// An open job: an endpoint, shared by the job's barrier and its groups'.
 pub struct Job {
-    barrier: Barrier<McdTransport>,
+    barrier: Barrier<GroupTransport>,
+    shared: SharedEndpoint,
+    algorithm: CString,
+    /// The algorithm asked for (`auto` or a name), for groups.
+    asked: String,
+    size: usize,
+    rails: usize,
+}
+
+/// A barrier over a group of the job's ranks (an MPI communicator, say),
+/// sharing the job's endpoint.
+pub struct Group {
+    barrier: Barrier<GroupTransport>,
+    shared: SharedEndpoint,
     algorithm: CString,
     size: usize,
+}
+
+/// The barrier configuration for `size` nodes on `rails` rails: `name`, or
+/// `auto`'s pick on this host; timeouts from the environment.
+fn barrier_config(name: &str, size: usize, rails: usize) -> Result<BarrierConfig, CError> {
+    let var = mcd::bootstrap::env_var;
+    let mut barrier_config = if name == "auto" {
+        let params = match var("MCD_LOGP") {
+            Some(list) => LogP::parse_list(&list).map_err(|e| config_error(format!("MCD_LOGP: {e}")))?,
+            None => LogP::REFERENCE,
+        };
+        let local = mcd::wait::local_processes_from_env();
+        BarrierConfig::auto_on_host(size, rails, &params, true, local, mcd::host::online_cpus())
+    } else {
+        let algorithm: Algorithm = name.parse().map_err(|e: String| config_error(format!("algorithm: {e}")))?;
+        BarrierConfig::new(algorithm).rails(rails)
+    };
+    if let Some(failure) = mcd::bootstrap::env_seconds("MCD_BARRIER_TIMEOUT")? {
+        barrier_config = barrier_config.timeouts(barrier_config.retry_timeout, failure);
+    }
+    if let Some(deadline) = mcd::bootstrap::env_seconds("MCD_BARRIER_DEADLINE")? {
+        barrier_config = barrier_config.deadline(Some(deadline));
+    }
+    Ok(barrier_config)
+}
+
+fn transport_error(e: barriers::TransportError) -> CError {
+    CError { code: MCD_ERR_SYSTEM, message: e.to_string() }
+}
+
+/// The counters of `barrier` and of the shared endpoint.
+fn stats_of(barrier: &Barrier<GroupTransport>, shared: &SharedEndpoint) -> Result<mcd_stats, CError> {
+    let b = barrier.stats();
+    let e = shared.with_endpoint(|e| e.stats())?;
+    Ok(mcd_stats {
+        barriers: b.completed,
+        messages_sent: b.sent,
+        frames_received: e.received,
+        resends: b.copies,
+        answers: b.answers,
+        frames_dropped: e.dropped.total() + e.ring_dropped,
+    })
 }
 
 impl Job {
@@ -136,27 +193,14 @@ impl Job {
         let rails = config.interfaces.len();
         let endpoint = Endpoint::open(config)?;
         let var = mcd::bootstrap::env_var;
-        let name = settings.algorithm.clone().or_else(|| var("MCD_ALGORITHM")).unwrap_or_else(|| "auto".into());
-        let mut barrier_config = if name == "auto" {
-            let params = match var("MCD_LOGP") {
-                Some(list) => LogP::parse_list(&list).map_err(|e| config_error(format!("MCD_LOGP: {e}")))?,
-                None => LogP::REFERENCE,
-            };
-            let local = mcd::wait::local_processes_from_env();
-            BarrierConfig::auto_on_host(size, rails, &params, true, local, mcd::host::online_cpus())
-        } else {
-            let algorithm: Algorithm = name.parse().map_err(|e: String| config_error(format!("algorithm: {e}")))?;
-            BarrierConfig::new(algorithm).rails(rails)
-        };
-        if let Some(failure) = mcd::bootstrap::env_seconds("MCD_BARRIER_TIMEOUT")? {
-            barrier_config = barrier_config.timeouts(barrier_config.retry_timeout, failure);
-        }
-        if let Some(deadline) = mcd::bootstrap::env_seconds("MCD_BARRIER_DEADLINE")? {
-            barrier_config = barrier_config.deadline(Some(deadline));
-        }
+        let asked = settings.algorithm.clone().or_else(|| var("MCD_ALGORITHM")).unwrap_or_else(|| "auto".into());
+        let barrier_config = barrier_config(&asked, size, rails)?;
         let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");
-        let barrier = Barrier::new(McdTransport::new(endpoint), barrier_config)?;
-        Ok(Job { barrier, algorithm, size })
+        let shared = SharedEndpoint::new(endpoint);
+        let everyone: Vec<usize> = (0..size).collect();
+        let transport = shared.group(&everyone).map_err(transport_error)?;
+        let barrier = Barrier::new(transport, barrier_config)?;
+        Ok(Job { barrier, shared, algorithm, asked, size, rails })
     }
 
     /// This process's node number (its rank).
@@ -175,22 +219,50 @@ impl Job {
     }
 
     /// The barrier, for calls this layer does not wrap.
-    pub fn barrier(&mut self) -> &mut Barrier<McdTransport> {
+    pub fn barrier(&mut self) -> &mut Barrier<GroupTransport> {
         &mut self.barrier
     }
 
     /// The counters.
     pub fn stats(&mut self) -> Result<mcd_stats, CError> {
-        let b = self.barrier.stats();
-        let e = self.barrier.with_transport(|t| t.endpoint().stats())?;
-        Ok(mcd_stats {
-            barriers: b.completed,
-            messages_sent: b.sent,
-            frames_received: e.received,
-            resends: b.copies,
-            answers: b.answers,
-            frames_dropped: e.dropped.total() + e.ring_dropped,
-        })
+        stats_of(&self.barrier, &self.shared)
+    }
+
+    /// A barrier over the job's ranks `ranks` (this one among them), numbered
+    /// in that order, on the job's endpoint: no discovery. Collective over
+    /// those ranks only; ranks that share several groups must create them in
+    /// the same order.
+    pub fn group(&self, ranks: &[usize]) -> Result<Group, CError> {
+        if ranks.is_empty() {
+            return Err(argument("a group needs at least one rank"));
+        }
+        let transport = self.shared.group(ranks).map_err(|e| argument(&e.to_string()))?;
+        let barrier_config = barrier_config(&self.asked, ranks.len(), self.rails)?;
+        let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");
+        let barrier = Barrier::new(transport, barrier_config)?;
+        Ok(Group { barrier, shared: self.shared.clone(), algorithm, size: ranks.len() })
+    }
+}
+
+impl Group {
+    /// This process's rank in the group.
+    pub fn rank(&self) -> usize {
+        self.barrier.node()
+    }
+
+    /// Ranks in the group.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The barrier.
+    pub fn barrier(&mut self) -> &mut Barrier<GroupTransport> {
+        &mut self.barrier
+    }
+
+    /// The counters (the endpoint's are the job's).
+    pub fn stats(&mut self) -> Result<mcd_stats, CError> {
+        stats_of(&self.barrier, &self.shared)
     }
 }
 
@@ -494,6 +566,198 @@ pub unsafe extern "C" fn mcd_discard(job: *mut Job) -> c_int {
         if !job.is_null() {
             // SAFETY: a handle from Box::into_raw, given back exactly once.
             drop(unsafe { Box::from_raw(job) });
+        }
+        Ok(())
+    })
+}
+
+/// A group handle argument.
+///
+/// # Safety
+/// `group` is NULL or a handle from `mcd_group_create` not yet freed.
+unsafe fn group_handle<'a>(group: *mut Group) -> Result<&'a mut Group, CError> {
+    // SAFETY: per the caller's guarantee, a live, exclusively used handle.
+    unsafe { group.as_mut() }.ok_or_else(|| argument("the group handle is NULL"))
+}
+
+/// Creates a barrier over the job's ranks `ranks[0..n]` (this rank among
+/// them; group rank i is job rank `ranks[i]`) and stores its handle in
+/// `*out` (NULL on failure). It shares the job's endpoint: no discovery.
+/// Collective over the group's ranks only, with the same list on every one;
+/// ranks in several groups create them in the same order. Each group is its
+/// own barrier instance: frames of one never count in another, even for
+/// groups with the same ranks.
+///
+/// # Safety
+/// `job` is NULL or a live handle; `ranks` is NULL or points to `n` ints;
+/// `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_create(job: *mut Job, ranks: *const c_int, n: c_int, out: *mut *mut Group) -> c_int {
+    guarded(|| {
+        if out.is_null() {
+            return Err(argument("mcd_group_create: `out` is NULL"));
+        }
+        // SAFETY: out is non-null and writable per the contract.
+        unsafe { *out = std::ptr::null_mut() };
+        if ranks.is_null() || n <= 0 {
+            return Err(argument("mcd_group_create: `ranks` is NULL or `n` is not positive"));
+        }
+        // SAFETY: forwarded contract.
+        let job = unsafe { handle(job) }?;
+        // SAFETY: ranks points to n ints per the contract.
+        let list = unsafe { std::slice::from_raw_parts(ranks, n as usize) };
+        let list = list
+            .iter()
+            .map(|&r| usize::try_from(r).map_err(|_| argument(&format!("mcd_group_create: rank {r} is negative"))))
+            .collect::<Result<Vec<usize>, CError>>()?;
+        let group = Box::new(job.group(&list)?);
+        // SAFETY: as above.
+        unsafe { *out = Box::into_raw(group) };
+        Ok(())
+    })
+}
+
+/// One barrier across the group.
+///
+/// # Safety
+/// `group` is NULL or a live handle, not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_barrier(group: *mut Group) -> c_int {
+    // SAFETY: forwarded contract.
+    guarded(|| Ok(unsafe { group_handle(group) }?.barrier.wait()?))
+}
+
+/// Enters the group's next barrier without waiting (split phase).
+///
+/// # Safety
+/// As [`mcd_group_barrier`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_enter(group: *mut Group) -> c_int {
+    // SAFETY: forwarded contract.
+    guarded(|| Ok(unsafe { group_handle(group) }?.barrier.enter()?))
+}
+
+/// As [`mcd_barrier_test`], for a group.
+///
+/// # Safety
+/// As [`mcd_group_barrier`]; `done` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_test(group: *mut Group, done: *mut c_int) -> c_int {
+    guarded(|| {
+        if done.is_null() {
+            return Err(argument("mcd_group_test: `done` is NULL"));
+        }
+        // SAFETY: forwarded contract.
+        let complete = unsafe { group_handle(group) }?.barrier.test()?;
+        // SAFETY: non-null and writable per the contract.
+        unsafe { *done = c_int::from(complete) };
+        Ok(())
+    })
+}
+
+/// Completes the group's entered barrier (enters one first if none is).
+///
+/// # Safety
+/// As [`mcd_group_barrier`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_wait(group: *mut Group) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { mcd_group_barrier(group) }
+}
+
+/// This process's rank in the group, or a negative error code.
+///
+/// # Safety
+/// As [`mcd_group_barrier`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_rank(group: *mut Group) -> c_int {
+    // SAFETY: forwarded contract.
+    match unsafe { group_handle(group) } {
+        Ok(g) => g.rank() as c_int,
+        Err(e) => {
+            remember(&e.message);
+            e.code
+        }
+    }
+}
+
+/// The group's size, or a negative error code.
+///
+/// # Safety
+/// As [`mcd_group_barrier`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_size(group: *mut Group) -> c_int {
+    // SAFETY: forwarded contract.
+    match unsafe { group_handle(group) } {
+        Ok(g) => g.size() as c_int,
+        Err(e) => {
+            remember(&e.message);
+            e.code
+        }
+    }
+}
+
+/// The group barrier's algorithm, valid until the group is freed; NULL for
+/// a NULL handle.
+///
+/// # Safety
+/// As [`mcd_group_barrier`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_algorithm(group: *mut Group) -> *const c_char {
+    // SAFETY: forwarded contract.
+    match unsafe { group.as_ref() } {
+        Some(g) => g.algorithm.as_ptr(),
+        None => std::ptr::null(),
+    }
+}
+
+/// Copies the group's counters into `*out` (the frame counters are the
+/// shared endpoint's).
+///
+/// # Safety
+/// As [`mcd_group_barrier`]; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_get_stats(group: *mut Group, out: *mut mcd_stats) -> c_int {
+    guarded(|| {
+        if out.is_null() {
+            return Err(argument("mcd_group_get_stats: `out` is NULL"));
+        }
+        // SAFETY: forwarded contract.
+        let stats = unsafe { group_handle(group) }?.stats()?;
+        // SAFETY: non-null and writable per the contract.
+        unsafe { *out = stats };
+        Ok(())
+    })
+}
+
+/// Ends the group's barrier and frees the handle (NULL is fine). Collective
+/// over the group, like [`mcd_finalize`]: a closing barrier, then answers
+/// until every member is done. The handle is freed even on error.
+///
+/// # Safety
+/// `group` is NULL or a live handle, never used again.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_free(group: *mut Group) -> c_int {
+    guarded(|| {
+        if group.is_null() {
+            return Ok(());
+        }
+        // SAFETY: a handle from Box::into_raw, given back exactly once.
+        let mut group = unsafe { Box::from_raw(group) };
+        Ok(group.barrier.finish()?)
+    })
+}
+
+/// Frees the group handle (NULL is fine) without the closing barrier.
+///
+/// # Safety
+/// `group` is NULL or a live handle, never used again.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_discard(group: *mut Group) -> c_int {
+    guarded(|| {
+        if !group.is_null() {
+            // SAFETY: a handle from Box::into_raw, given back exactly once.
+            drop(unsafe { Box::from_raw(group) });
         }
         Ok(())
     })

@@ -130,3 +130,71 @@ fn a_killed_process_is_named_in_the_others_timeout_error() {
         );
     }
 }
+
+#[test]
+fn groups_on_shared_endpoints_never_count_each_others_frames() {
+    // Every node's one endpoint carries four groups: two with exactly the
+    // same four members (created one after the other: distinct keys) and the
+    // even and odd halves. As in an MPI program, one thread per node runs a
+    // barrier on each of its groups in turn, under 10% loss, and every 40
+    // rounds "computes" 1.5 s, three times the failure timeout, after the
+    // halves' barrier, and one node in turn 1.5 s more, while the others
+    // probe it: then only its progress agents answer (one watches the rings
+    // and hands each frame to its group's agent).
+    let n = 4;
+    let c = cluster(ClusterSpec::new("grps", n).loss(10.0, LossPoint::Node));
+    let shared: Vec<barriers::SharedEndpoint> = mcd_integration_tests::open_all(&c).into_iter().map(barriers::SharedEndpoint::new).collect();
+    let everyone: Vec<usize> = (0..n).collect();
+    let lists: [Vec<usize>; 3] = [everyone.clone(), everyone, Vec::new()];
+    let rounds = 120;
+    let threads: Vec<_> = shared
+        .iter()
+        .enumerate()
+        .map(|(node, s)| {
+            let half: Vec<usize> = (node % 2..n).step_by(2).collect();
+            let groups: Vec<barriers::GroupTransport> =
+                lists.iter().map(|l| s.group(if l.is_empty() { &half } else { l }).unwrap()).collect();
+            std::thread::spawn(move || {
+                let keys: Vec<u64> = groups.iter().map(|g| g.key()).collect();
+                let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_micros(500), Duration::from_millis(500));
+                let mut barriers: Vec<_> = groups.into_iter().map(|g| barriers::Barrier::new(g, config).unwrap()).collect();
+                let mut timelines = vec![barriers::check::Timeline::default(); 3];
+                for k in 0..rounds {
+                    for (b, t) in barriers.iter_mut().zip(&mut timelines) {
+                        let entered = std::time::Instant::now();
+                        b.wait().unwrap_or_else(|e| panic!("node {node}, round {k}: {e}"));
+                        t.record(entered, std::time::Instant::now());
+                    }
+                    if k % 40 == 39 {
+                        std::thread::sleep(Duration::from_millis(1500));
+                        if (k / 40) % n == node {
+                            // Late: the others wait for this node, probing it.
+                            std::thread::sleep(Duration::from_millis(1500));
+                        }
+                    }
+                }
+                for b in &mut barriers {
+                    b.finish().unwrap();
+                }
+                (keys, timelines, barriers.iter().map(|b| b.stats()).collect::<Vec<_>>())
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().expect("a node failed")).collect();
+    let key = |node: usize, g: usize| results[node].0[g];
+    assert!((0..n).all(|m| key(m, 0) == key(0, 0) && key(m, 1) == key(0, 1)), "every member derives the same keys");
+    assert_ne!(key(0, 0), key(0, 1), "the same members, created twice: two keys");
+    assert!(key(0, 2) == key(2, 2) && key(1, 2) == key(3, 2) && key(0, 2) != key(1, 2));
+    for (g, members) in [(0, vec![0, 1, 2, 3]), (1, vec![0, 1, 2, 3]), (2, vec![0, 2]), (2, vec![1, 3])] {
+        let timelines: Vec<_> = members.iter().map(|&m| results[m].1[g].clone()).collect();
+        let (violations, checked) = barriers::check::check(&timelines);
+        assert_eq!(checked, rounds, "group {g} {members:?}");
+        assert!(violations.is_empty(), "group {g} {members:?}: {violations:?}");
+    }
+    let answers: u64 = results.iter().flat_map(|r| r.2.iter()).map(|s| s.answers).sum();
+    assert!(answers > 0, "10% loss, and nothing was re-sent");
+    for (node, s) in shared.iter().enumerate() {
+        let stats = s.route_stats();
+        assert!(stats.routed > 0 && stats.ignored == 0 && stats.overflow == 0, "node {node}: {stats:?}");
+    }
+}

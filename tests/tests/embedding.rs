@@ -29,17 +29,22 @@ fn c_example(lib_dir: &Path) -> PathBuf {
 }
 
 fn compile_c_example(lib_dir: &Path) -> PathBuf {
-    let out = lib_dir.join("mcd-c-example");
+    compile_c(lib_dir, "barrier", "mcd-c-example")
+}
+
+/// Compiles capi/examples/`name`.c into `lib_dir`/`out`.
+fn compile_c(lib_dir: &Path, name: &str, out: &str) -> PathBuf {
+    let out = lib_dir.join(out);
     let status = Command::new("cc")
         .args(["-Wall", "-Werror", "-O2", "-I", mpi::CAPI_INCLUDE, "-o"])
         .arg(&out)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../capi/examples/barrier.c"))
+        .arg(format!("{}/../capi/examples/{name}.c", env!("CARGO_MANIFEST_DIR")))
         .arg(format!("-L{}", lib_dir.display()))
         .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
         .arg("-lmcd_barrier")
         .status()
         .expect("this test needs a C compiler `cc` (apt-get install gcc, or sudo ./run deps)");
-    assert!(status.success(), "compiling capi/examples/barrier.c failed");
+    assert!(status.success(), "compiling capi/examples/{name}.c failed");
     out
 }
 
@@ -109,6 +114,51 @@ fn successive_init_finalize_cycles_in_one_job_never_mix() {
 }
 
 #[test]
+fn a_c_program_runs_barriers_on_groups_of_the_job_each_its_own_instance() {
+    // capi/examples/groups.c: parity halves, all ranks reversed, and a second
+    // group of each half's ranks, created from the job (no discovery),
+    // interleaved with the job's barrier; the halves freed and created again
+    // every 5 rounds. Under 10% loss, so that frames of one group are about
+    // while the others run.
+    let c = cluster(ClusterSpec::new("cgrp", 4).loss(10.0, mcd_tools::vcluster::LossPoint::Node));
+    let lib = capi_dir();
+    let program = compile_c(&lib, "groups", "mcd-c-groups");
+    let rounds = 30;
+    let times = std::env::temp_dir().join(format!("mcd-cgroups-{}", std::process::id()));
+    std::fs::create_dir_all(&times).unwrap();
+    let argv = [program.to_str().unwrap(), "30"];
+    let vars = vec![("MCD_EXAMPLE_TIMES".to_string(), times.display().to_string()), ("MCD_WAIT".into(), "block".into())];
+    let outcomes = run_discovering(&c, &[0, 1, 2, 3], &argv, |_| vars.clone(), Duration::from_secs(90));
+    // The last halves were created at round 25: 5 barriers each, and 30 on the reversed group.
+    let last_made = (rounds - 1) / 5 * 5;
+    let expected = 2 * (rounds - last_made) + rounds;
+    // (slot, leader, round) -> every member's (enter, leave)
+    let mut barriers: std::collections::BTreeMap<(u32, u32, u32), Vec<(f64, f64)>> = Default::default();
+    for o in &outcomes {
+        assert!(o.success(), "node {}: {}{}", o.node, o.stdout, o.stderr);
+        let report = format!("rank {} of 4: {expected} group barriers on {} groups", o.node, 3 + 2 * ((rounds - 1) / 5));
+        assert!(o.stdout.contains(&report), "node {}: {} (wanted {report})", o.node, o.stdout);
+        let text = std::fs::read_to_string(times.join(format!("rank{}", o.node))).unwrap();
+        assert_eq!(text.lines().count(), rounds * 4, "node {}", o.node);
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let key = (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap());
+            barriers.entry(key).or_default().push((f[3].parse().unwrap(), f[4].parse().unwrap()));
+        }
+    }
+    // Per round: the job (4 members), two halves in each of two slots (2 each), the reversed group (4).
+    assert_eq!(barriers.len(), rounds * 6);
+    for ((slot, leader, round), members) in &barriers {
+        let want = if *slot == 1 || *slot == 3 { 4 } else { 2 };
+        assert_eq!(members.len(), want, "slot {slot} led by {leader}, round {round}");
+        let last_in = members.iter().map(|m| m.0).fold(0.0, f64::max);
+        let first_out = members.iter().map(|m| m.1).fold(f64::INFINITY, f64::min);
+        assert!(first_out >= last_in, "slot {slot} led by {leader}, round {round}: a member left at {first_out} before the last entered at {last_in}");
+    }
+    std::fs::remove_dir_all(&times).unwrap();
+}
+
+#[test]
 fn without_cap_net_raw_the_c_api_says_how_to_grant_it() {
     let lib = capi_dir();
     let program = c_example(&lib);
@@ -150,35 +200,50 @@ fn the_header_declares_exactly_what_the_library_exports() {
     assert_eq!(declared, exported, "capi/include/mcd_barrier.h and the library disagree");
 }
 
-/// Runs mpi/barrier_check.c with `args` under mpirun on the new cluster
-/// `spec`, the interposer preloaded, reports on, and `env`.
-fn barrier_check_with_interposer(spec: ClusterSpec, args: &[&str], env: &[(&str, &str)]) -> NodeOutcome {
+/// Runs `program` with `args` under mpirun on the new cluster `spec`, the
+/// interposer preloaded, reports on, and `env`.
+fn with_interposer(spec: ClusterSpec, program: &str, args: &[&str], env: &[(&str, &str)]) -> NodeOutcome {
     let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
     let preload = mpi::build_interposer(false).unwrap_or_else(|e| panic!("building the interposer (needs Open MPI's mpicc): {e:#}"));
-    let program = mpi::compile("barrier_check", false, &[]).unwrap();
     let c = cluster(spec);
     let mut vars = vec![("LD_PRELOAD".to_string(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())];
     vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let run = MpiRun { yield_when_idle: true, env: vars, ..MpiRun::default() };
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let out = run.output(&c, program.to_str().unwrap(), &args, Duration::from_secs(120)).unwrap();
+    let out = run.output(&c, program, &args, Duration::from_secs(120)).unwrap();
     assert!(out.success(), "mpirun failed:\n{}\n{}", out.stdout, out.stderr);
     out
+}
+
+/// Runs mpi/barrier_check.c with `args` under mpirun on the new cluster
+/// `spec`, the interposer preloaded, reports on, and `env`.
+fn barrier_check_with_interposer(spec: ClusterSpec, args: &[&str], env: &[(&str, &str)]) -> NodeOutcome {
+    let program = mpi::compile("barrier_check", false, &[]).unwrap();
+    with_interposer(spec, program.to_str().unwrap(), args, env)
+}
+
+/// Each rank's interposer report line.
+fn reports(out: &NodeOutcome, ranks: usize) -> Vec<String> {
+    (0..ranks)
+        .map(|rank| {
+            out.stderr
+                .lines()
+                .find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}: ")) && l.contains("via PMPI"))
+                .unwrap_or_else(|| panic!("no report from rank {rank}:\n{}", out.stderr))
+                .to_string()
+        })
+        .collect()
 }
 
 #[test]
 fn the_interposer_serves_mpi_barrier_in_an_unmodified_program() {
     let out = barrier_check_with_interposer(ClusterSpec::new("mpii", 4), &["300"], &[]);
     assert!(out.stdout.contains("barrier_check: OK 4 ranks, 300 barriers"), "{}\n{}", out.stdout, out.stderr);
-    // Every rank's 300 barriers on MPI_COMM_WORLD went through mcd, the 10 on a
-    // duplicate communicator through PMPI, and mcd counted 300 barriers.
-    for rank in 0..4 {
-        let line = out
-            .stderr
-            .lines()
-            .find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}:")))
-            .unwrap_or_else(|| panic!("no report from rank {rank}:\n{}", out.stderr));
-        assert!(line.contains("300 MPI_Barrier via mcd") && line.contains("10 via PMPI") && line.contains("mcd barriers 300"), "{line}");
+    // Every rank's 300 barriers on MPI_COMM_WORLD and the 10 on a duplicate
+    // went through mcd (the world's barrier counted its 300), none through PMPI.
+    for line in reports(&out, 4) {
+        assert!(line.contains("310 MPI_Barrier via mcd") && line.contains(", 0 via PMPI") && line.contains("mcd barriers 300"), "{line}");
+        assert!(line.contains("communicators: 1 via mcd, 0 via PMPI"), "{line}");
     }
     assert!(!out.stderr.contains("falls back"), "{}", out.stderr);
 }
@@ -201,10 +266,73 @@ fn the_interposer_survives_gaps_and_other_collectives_under_20_percent_loss() {
     let spec = ClusterSpec::new("mpig", 4).loss(20.0, mcd_tools::vcluster::LossPoint::Node);
     let out = barrier_check_with_interposer(spec, &["100", "1500"], &[("MCD_BARRIER_TIMEOUT", "1")]);
     assert!(out.stdout.contains("barrier_check: OK 4 ranks, 100 barriers"), "{}\n{}", out.stdout, out.stderr);
-    for rank in 0..4 {
-        let line = out.stderr.lines().find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}:"))).unwrap_or_else(|| panic!("{}", out.stderr));
-        assert!(line.contains("100 MPI_Barrier via mcd") && line.contains("mcd barriers 100"), "{line}");
+    for line in reports(&out, 4) {
+        assert!(line.contains("110 MPI_Barrier via mcd") && line.contains("mcd barriers 100"), "{line}");
     }
     // Neither a barrier nor mcd's finalize failed (Open MPI's own warnings aside).
     assert!(!out.stderr.contains("MPI_Barrier on MPI_COMM_WORLD failed") && !out.stderr.contains("finalizing mcd"), "{}", out.stderr);
+}
+
+/// Runs mpi/comm_check.c (`rounds` rounds, `gap_ms` gaps) with the
+/// interposer on `spec` and checks its verdict and every rank's report.
+fn comm_check(spec: ClusterSpec, rounds: usize, gap_ms: u64, env: &[(&str, &str)]) -> NodeOutcome {
+    let n = spec.nodes;
+    let program = mpi::compile("comm_check", false, &[]).unwrap();
+    let (r, g) = (rounds.to_string(), gap_ms.to_string());
+    let out = with_interposer(spec, program.to_str().unwrap(), &[&r, &g], env);
+    assert!(out.stdout.contains(&format!("comm_check: OK {n} ranks, {rounds} rounds of 6 communicators")), "{}\n{}", out.stdout, out.stderr);
+    // Six barriers a round, every one through mcd; the inter-communicator's
+    // three through PMPI. Communicators through mcd: the duplicate and the
+    // parity halves, made again every 5 rounds, the singleton split, the
+    // reversed create and the split by type; the inter-communicator not.
+    let remade = rounds.div_ceil(5);
+    for line in reports(&out, n) {
+        assert!(line.contains(&format!(": {} MPI_Barrier via mcd", rounds * 6)) && line.contains(", 3 via PMPI"), "{line}");
+        assert!(line.contains(&format!("mcd barriers {rounds},")), "{line}");
+        assert!(line.contains(&format!("communicators: {} via mcd, 1 via PMPI (1 inter, 0 unreachable, 0 failed)", 2 * remade + 3)), "{line}");
+    }
+    // Rank 0 of each side of the inter-communicator says it stays with PMPI.
+    assert_eq!(out.stderr.matches("falls back to PMPI_Barrier: an inter-communicator").count(), 2, "{}", out.stderr);
+    for bad in ["MPI_Barrier on", "finalizing mcd", "freeing a communicator", "creating a communicator"] {
+        assert!(!out.stderr.contains(bad), "{bad}: {}", out.stderr);
+    }
+    out
+}
+
+#[test]
+fn the_interposer_serves_every_communicator_each_as_its_own_instance() {
+    // World, a duplicate, parity halves, a singleton split, a reversed
+    // create and a split by type, interleaved; the duplicate and the halves
+    // freed and made again every 5 rounds (the same members, new instances).
+    comm_check(ClusterSpec::new("mpic", 4), 60, 0, &[]);
+}
+
+#[test]
+fn communicators_survive_compute_gaps_between_them_under_20_percent_loss() {
+    // After the parity barrier of every 5th round, 1.5 s of "compute" on
+    // every rank and 1.5 s more on one, then a barrier on another
+    // communicator; a 1 s failure timeout and a fifth of mcd's frames lost.
+    let spec = ClusterSpec::new("mpicl", 4).loss(20.0, mcd_tools::vcluster::LossPoint::Node);
+    comm_check(spec, 20, 1500, &[("MCD_BARRIER_TIMEOUT", "1")]);
+}
+
+#[test]
+fn mpi4py_gets_mcd_barriers_on_its_communicators() {
+    // A third-party MPI client: Debian's python3-mpi4py (built against the
+    // installed Open MPI), with its own Python, unmodified.
+    let python = "/usr/bin/python3";
+    let probe = Command::new(python).args(["-c", "import mpi4py"]).status();
+    assert!(
+        probe.is_ok_and(|s| s.success()),
+        "this test needs mpi4py for {python}: apt-get install python3-mpi4py (or sudo ./run deps)"
+    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../mpi/comm_check.py");
+    let out = with_interposer(ClusterSpec::new("mpipy", 4), python, &[script, "30"], &[]);
+    assert!(out.stdout.contains("comm_check.py: OK 4 ranks, 30 rounds, 120 barriers checked"), "{}\n{}", out.stdout, out.stderr);
+    // 30 rounds of world, duplicate and halves: 90 barriers through mcd,
+    // on 1 + 3 duplicates and 1 half per rank.
+    for line in reports(&out, 4) {
+        assert!(line.contains(": 90 MPI_Barrier via mcd") && line.contains(", 0 via PMPI") && line.contains("mcd barriers 30,"), "{line}");
+        assert!(line.contains("communicators: 4 via mcd, 0 via PMPI"), "{line}");
+    }
 }

@@ -247,10 +247,39 @@ struct BenchLine {
     p999_us: f64,
 }
 
+/// The communicator `mpi/barrier_bench.c` runs its barriers on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Comm {
+    /// `MPI_COMM_WORLD`.
+    #[default]
+    World,
+    /// A duplicate of `MPI_COMM_WORLD` (`MPI_Comm_dup`).
+    Dup,
+    /// The world's two halves by parity (`MPI_Comm_split`), at the same time.
+    Split,
+}
+
+impl Comm {
+    /// Its `--comm` argument.
+    pub fn arg(self) -> &'static str {
+        match self {
+            Comm::World => "world",
+            Comm::Dup => "dup",
+            Comm::Split => "split",
+        }
+    }
+}
+
 /// Runs `mpi/barrier_bench.c` (the same loop and statistics as
 /// [`crate::barrierbench`]) on every node of `cluster` under `mpirun`, and
 /// names the result `label`.
 pub fn measure_barrier(cluster: &Cluster, run: &MpiRun, bench: BarrierBench, label: &str) -> Result<BarrierMeasurement> {
+    measure_barrier_on(cluster, run, bench, Comm::World, label)
+}
+
+/// As [`measure_barrier`], with the barriers on `comm`.
+pub fn measure_barrier_on(cluster: &Cluster, run: &MpiRun, bench: BarrierBench, comm: Comm, label: &str) -> Result<BarrierMeasurement> {
     let program = compile("barrier_bench", false, &[])?;
     let method = match bench.method {
         Method::Paper => "paper",
@@ -265,6 +294,8 @@ pub fn measure_barrier(cluster: &Cluster, run: &MpiRun, bench: BarrierBench, lab
         bench.warmup.to_string(),
         "--dummy-us".into(),
         format!("{}", bench.dummy.as_secs_f64() * 1e6),
+        "--comm".into(),
+        comm.arg().into(),
     ];
     let out = run.output(cluster, &program.display().to_string(), &args, MPIRUN_TIMEOUT)?;
     if !out.success() {

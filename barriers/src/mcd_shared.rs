@@ -1,0 +1,490 @@
+//! Many barriers on one mcd endpoint: a barrier per group of the job's nodes
+//! (an MPI communicator), all sharing the process's one endpoint (one port,
+//! one pair of rings), with no new discovery round per group.
+//!
+//! [`SharedEndpoint`] owns the endpoint; [`SharedEndpoint::group`] makes a
+//! [`GroupTransport`] over a list of the job's nodes, numbered in the list's
+//! order. Every frame carries, ahead of the barrier message, the group's
+//! 64-bit *key*: a hash of the member list and of how many groups with
+//! exactly these members this process created before (creation is
+//! collective, so every member counts the same). Two groups that are alive
+//! together in a process never share a key, even with the same members; a
+//! group freed and created again gets a new one. Whichever thread reads the
+//! rings routes each frame to its group's queue and wakes that group's
+//! sleepers; frames of keys no group here holds are dropped and counted,
+//! except join requests, which are kept a little for a group about to be
+//! created here. Within a group, the barrier's own instance (agreed by the
+//! join) still separates one barrier from another.
+//!
+//! A group's multicast is one frame to every node of the job: members take
+//! it, the others drop it by its key.
+//!
+//! **Progress agents.** Each group's barrier has its own progress agent. One
+//! of them at a time, the *watcher*, sleeps on the rings: that of the group
+//! (of two or more nodes) used last, which is the one the application
+//! thread reads the rings for while it is inside, so while it is, no agent
+//! wakes for the frames it takes. The others sleep until a frame is routed
+//! to their group (or a timer of theirs is due). So however many
+//! communicators a program has, its idle agents do not wake for frames that
+//! are not theirs.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use mcd::{Destination, Endpoint, Readiness};
+
+use crate::engine::mix;
+use crate::mcd_transport::wire;
+use crate::transport::{Incoming, Msg, MsgKind, NodeId, Transport, TransportError, Waker};
+
+/// Payload length of a group frame: the key (8 bytes, big-endian), then the
+/// barrier message (14 bytes, as [`McdTransport`](crate::McdTransport) sends it).
+pub const GROUP_PAYLOAD_LEN: usize = 8 + wire::PAYLOAD_LEN;
+/// Frames kept per group before its owner reads them (the oldest go first).
+const QUEUE_LIMIT: usize = 4096;
+/// Join requests kept for groups not created here yet, in all.
+const PENDING_LIMIT: usize = 1024;
+
+/// Counters of a shared endpoint's routing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouteStats {
+    /// Frames routed to a group of this process.
+    pub routed: u64,
+    /// Frames of a group this process does not hold (another group's
+    /// multicast, or a freed group's late frame), dropped.
+    pub foreign: u64,
+    /// Frames that were not group barrier frames, dropped.
+    pub ignored: u64,
+    /// Frames dropped because a group's queue was full.
+    pub overflow: u64,
+}
+
+struct Route {
+    queue: VecDeque<(NodeId, usize, Msg)>,
+    /// The application's sleep on the rings and on this group's routing.
+    app: Arc<Readiness>,
+    /// The agent's sleep when it is not the watcher.
+    agent: Option<Arc<Sleeper>>,
+    /// Members (a group of one has no agent, so it never watches).
+    members: usize,
+}
+
+/// A sleep on a flag (for agents that do not watch the rings).
+#[derive(Default)]
+struct Sleeper {
+    woken: Mutex<bool>,
+    cond: Condvar,
+}
+
+impl Sleeper {
+    fn wait(&self, timeout: Option<Duration>) {
+        let woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
+        let mut woken = match timeout {
+            Some(t) => self.cond.wait_timeout_while(woken, t, |w| !*w).unwrap_or_else(|e| e.into_inner()).0,
+            None => self.cond.wait_while(woken, |w| !*w).unwrap_or_else(|e| e.into_inner()),
+        };
+        *woken = false;
+    }
+
+    fn wake(&self) {
+        *self.woken.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cond.notify_all();
+    }
+}
+
+/// Keys are hashes already: a map keyed by them needs no hashing of its own.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = x;
+    }
+}
+
+type KeyMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<KeyHasher>>;
+
+struct Hub {
+    endpoint: Endpoint,
+    buf: Box<[u8]>,
+    routes: KeyMap<Route>,
+    /// Join requests for keys no group holds yet.
+    pending: VecDeque<(u64, NodeId, usize, Msg)>,
+    /// Groups created per member list (by the list's hash).
+    created: HashMap<u64, u64>,
+    /// The group whose agent sleeps on the rings.
+    watcher: Option<u64>,
+    stats: RouteStats,
+}
+
+impl Hub {
+    /// Reads every frame there is and routes it, waking the sleepers of
+    /// groups other than `reader`'s whose queue was empty.
+    fn drain(&mut self, reader: u64) -> Result<(), TransportError> {
+        while let Some(m) = self.endpoint.try_recv(&mut self.buf)? {
+            let parsed = (m.len == GROUP_PAYLOAD_LEN)
+                .then(|| {
+                    let key = u64::from_be_bytes(self.buf[..8].try_into().expect("8 bytes"));
+                    wire::parse(m.kind, m.seq, &self.buf[8..m.len]).map(|msg| (key, msg))
+                })
+                .flatten();
+            let Some((key, msg)) = parsed else {
+                self.stats.ignored += 1;
+                continue;
+            };
+            match self.routes.get_mut(&key) {
+                Some(route) => {
+                    self.stats.routed += 1;
+                    if route.queue.len() >= QUEUE_LIMIT {
+                        route.queue.pop_front();
+                        self.stats.overflow += 1;
+                    }
+                    let idle = route.queue.is_empty();
+                    route.queue.push_back((m.from, m.rail, msg));
+                    if idle && key != reader {
+                        // Failing to signal leaves the sleeper to its timeout.
+                        let _ = route.app.wake();
+                        if let Some(agent) = &route.agent {
+                            agent.wake();
+                        }
+                    }
+                }
+                None if msg.kind == MsgKind::Join => {
+                    if self.pending.len() >= PENDING_LIMIT {
+                        self.pending.pop_front();
+                    }
+                    self.pending.push_back((key, m.from, m.rail, msg));
+                }
+                None => self.stats.foreign += 1,
+            }
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, key: u64) -> Option<(NodeId, usize, Msg)> {
+        self.routes.get_mut(&key).and_then(|r| r.queue.pop_front())
+    }
+}
+
+/// An mcd endpoint shared by the barriers of several groups of its nodes
+/// (see the module docs). Cloning gives another handle on the same endpoint.
+#[derive(Clone)]
+pub struct SharedEndpoint {
+    hub: Arc<Mutex<Hub>>,
+    me: NodeId,
+    nodes: usize,
+    rails: usize,
+}
+
+impl std::fmt::Debug for SharedEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedEndpoint").field("node", &self.me).field("nodes", &self.nodes).finish()
+    }
+}
+
+fn lock(hub: &Mutex<Hub>) -> MutexGuard<'_, Hub> {
+    hub.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The hash of a member list.
+fn members_hash(members: &[NodeId]) -> u64 {
+    members.iter().fold(mix(members.len() as u64 ^ 0x6772_6F75_7073), |h, &m| mix(h ^ m as u64))
+}
+
+impl SharedEndpoint {
+    /// Takes `endpoint` for groups' barriers.
+    pub fn new(endpoint: Endpoint) -> SharedEndpoint {
+        let (me, nodes, rails) = (endpoint.node_id(), endpoint.node_count(), endpoint.rails());
+        let hub = Hub {
+            endpoint,
+            buf: vec![0u8; 65536].into_boxed_slice(),
+            routes: KeyMap::default(),
+            pending: VecDeque::new(),
+            created: HashMap::new(),
+            watcher: None,
+            stats: RouteStats::default(),
+        };
+        SharedEndpoint { hub: Arc::new(Mutex::new(hub)), me, nodes, rails }
+    }
+
+    /// This process's node number in the job.
+    pub fn node(&self) -> NodeId {
+        self.me
+    }
+
+    /// The job's nodes.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// A transport for the group of `members` (the job's node numbers; the
+    /// group numbers them in this order). Every member must create its group
+    /// with the same list, and members must create the groups they share in
+    /// the same order (as MPI orders collective calls); then a [`Barrier`]
+    /// over it is collective over the members only.
+    ///
+    /// [`Barrier`]: crate::Barrier
+    pub fn group(&self, members: &[NodeId]) -> Result<GroupTransport, TransportError> {
+        let mut index = vec![None; self.nodes];
+        for (i, &m) in members.iter().enumerate() {
+            let slot = index.get_mut(m).ok_or_else(|| format!("group member {m} is not a node of the job ({} nodes)", self.nodes))?;
+            if slot.replace(i).is_some() {
+                return Err(format!("group member {m} is listed twice").into());
+            }
+        }
+        let Some(me) = index[self.me] else {
+            return Err(format!("this node ({}) is not a member of the group {members:?}", self.me).into());
+        };
+        let mut hub = lock(&self.hub);
+        let list = members_hash(members);
+        let count = hub.created.entry(list).or_insert(0);
+        let key = mix(list ^ mix(*count + 1));
+        *count += 1;
+        if hub.routes.contains_key(&key) {
+            return Err(format!("group key {key:#018x} is already in use here (a hash collision): create the group again").into());
+        }
+        let readiness = Arc::new(hub.endpoint.readiness()?);
+        let mut queue = VecDeque::new();
+        let pending = std::mem::take(&mut hub.pending);
+        for (k, from, rail, msg) in pending {
+            if k == key {
+                queue.push_back((from, rail, msg));
+            } else {
+                hub.pending.push_back((k, from, rail, msg));
+            }
+        }
+        hub.routes.insert(key, Route { queue, app: readiness.clone(), agent: None, members: members.len() });
+        if hub.watcher.is_none() && members.len() > 1 {
+            hub.watcher = Some(key);
+        }
+        Ok(GroupTransport {
+            hub: self.hub.clone(),
+            key,
+            members: members.to_vec(),
+            index,
+            me,
+            rails: self.rails,
+            readiness,
+            everyone: members.len() == self.nodes,
+            dropped: 0,
+        })
+    }
+
+    /// Runs `f` on the endpoint (for its statistics, say).
+    pub fn with_endpoint<R>(&self, f: impl FnOnce(&mut Endpoint) -> R) -> R {
+        f(&mut lock(&self.hub).endpoint)
+    }
+
+    /// The routing counters.
+    pub fn route_stats(&self) -> RouteStats {
+        lock(&self.hub).stats
+    }
+}
+
+/// A barrier transport for one group of a [`SharedEndpoint`]'s nodes.
+/// Dropping it stops routing the group's frames here.
+pub struct GroupTransport {
+    hub: Arc<Mutex<Hub>>,
+    key: u64,
+    members: Vec<NodeId>,
+    /// The group index of each node of the job.
+    index: Vec<Option<usize>>,
+    me: usize,
+    rails: usize,
+    readiness: Arc<Readiness>,
+    everyone: bool,
+    dropped: u64,
+}
+
+impl std::fmt::Debug for GroupTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupTransport").field("key", &format_args!("{:#018x}", self.key)).field("members", &self.members).finish()
+    }
+}
+
+impl GroupTransport {
+    /// The group's key (the same on every member).
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// The members' node numbers in the job, in group order.
+    pub fn members(&self) -> &[NodeId] {
+        &self.members
+    }
+
+    /// Frames with this group's key from nodes outside it, dropped.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Runs `f` on the shared endpoint (for its statistics, say).
+    pub fn with_endpoint<R>(&self, f: impl FnOnce(&mut Endpoint) -> R) -> R {
+        f(&mut lock(&self.hub).endpoint)
+    }
+
+    fn send_to(&mut self, rail: usize, to: Destination, msg: Msg) -> Result<(), TransportError> {
+        let mut payload = [0u8; GROUP_PAYLOAD_LEN];
+        payload[..8].copy_from_slice(&self.key.to_be_bytes());
+        payload[8..].copy_from_slice(&wire::emit(&msg));
+        Ok(lock(&self.hub).endpoint.send(rail, to, wire::kind_byte(msg.kind), msg.epoch, &payload)?)
+    }
+
+    /// The next frame of this group, reading the rings if none is queued.
+    fn poll(&mut self) -> Result<(Option<Incoming>, mcd::wait::WaitPhases), TransportError> {
+        let mut hub = lock(&self.hub);
+        if self.members.len() > 1 {
+            // The group in use watches the rings once its caller is away.
+            hub.watcher = Some(self.key);
+        }
+        loop {
+            let got = match hub.take(self.key) {
+                Some(x) => Some(x),
+                None => {
+                    hub.drain(self.key)?;
+                    hub.take(self.key)
+                }
+            };
+            let Some((from, rail, msg)) = got else { return Ok((None, hub.endpoint.wait_phases())) };
+            match self.index.get(from).copied().flatten() {
+                Some(from) => return Ok((Some(Incoming { from, rail, msg }), hub.endpoint.wait_phases())),
+                None => self.dropped += 1,
+            }
+        }
+    }
+}
+
+impl Drop for GroupTransport {
+    fn drop(&mut self) {
+        let mut hub = lock(&self.hub);
+        hub.routes.remove(&self.key);
+        if hub.watcher == Some(self.key) {
+            // Another group's agent watches the rings from now on.
+            hub.watcher = hub.routes.iter().find(|(_, r)| r.members > 1).map(|(&k, _)| k);
+            if let Some(agent) = hub.watcher.and_then(|k| hub.routes[&k].agent.clone()) {
+                agent.wake();
+            }
+        }
+    }
+}
+
+impl Transport for GroupTransport {
+    fn node(&self) -> NodeId {
+        self.me
+    }
+
+    fn node_count(&self) -> usize {
+        self.members.len()
+    }
+
+    fn rails(&self) -> usize {
+        self.rails
+    }
+
+    fn send(&mut self, rail: usize, to: NodeId, msg: Msg) -> Result<(), TransportError> {
+        let node = *self.members.get(to).ok_or_else(|| format!("group node {to} of {}", self.members.len()))?;
+        self.send_to(rail, Destination::Node(node), msg)
+    }
+
+    fn has_multicast(&self) -> bool {
+        true
+    }
+
+    fn multicast(&mut self, rail: usize, msg: Msg) -> Result<(), TransportError> {
+        if !self.everyone && self.members.len() <= 2 {
+            // One unicast beats a frame that wakes every node of the job.
+            let me = self.me;
+            for to in (0..self.members.len()).filter(|&n| n != me) {
+                self.send(rail, to, msg)?;
+            }
+            return Ok(());
+        }
+        self.send_to(rail, Destination::ALL_NODES, msg)
+    }
+
+    fn recv(&mut self, timeout: Duration) -> Result<Option<Incoming>, TransportError> {
+        let start = Instant::now();
+        loop {
+            let (got, phases) = self.poll()?;
+            if got.is_some() || timeout.is_zero() {
+                return Ok(got);
+            }
+            let now = Instant::now();
+            let waited = now - start;
+            if waited >= timeout {
+                return Ok(None);
+            }
+            if waited < phases.spin {
+                std::hint::spin_loop();
+            } else if waited < phases.spin.saturating_add(phases.yield_for) {
+                std::thread::yield_now();
+            } else {
+                // Frames for this group that another thread routes wake it too.
+                self.readiness.wait(Some(timeout - waited))?;
+            }
+        }
+    }
+
+    fn all_joined(&mut self) {
+        lock(&self.hub).endpoint.refresh_host_load();
+    }
+
+    fn waker(&self) -> Result<Arc<dyn Waker>, TransportError> {
+        let mut hub = lock(&self.hub);
+        let rings = hub.endpoint.readiness()?;
+        let sleeper = Arc::new(Sleeper::default());
+        if let Some(route) = hub.routes.get_mut(&self.key) {
+            route.agent = Some(sleeper.clone());
+        }
+        Ok(Arc::new(GroupWaker { hub: self.hub.clone(), key: self.key, rings, sleeper }))
+    }
+}
+
+/// A group's progress agent sleeps on the rings if it is the watcher, else
+/// until a frame is routed to its group.
+struct GroupWaker {
+    hub: Arc<Mutex<Hub>>,
+    key: u64,
+    rings: Readiness,
+    sleeper: Arc<Sleeper>,
+}
+
+impl Waker for GroupWaker {
+    fn wait(&self, timeout: Option<Duration>) -> Result<(), TransportError> {
+        let watching = lock(&self.hub).watcher == Some(self.key);
+        if watching {
+            self.rings.wait(timeout)?;
+        } else {
+            self.sleeper.wait(timeout);
+        }
+        Ok(())
+    }
+
+    fn wake(&self) {
+        let _ = self.rings.wake();
+        self.sleeper.wake();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::members_hash;
+
+    #[test]
+    fn member_lists_hash_apart() {
+        assert_ne!(members_hash(&[0, 1]), members_hash(&[1, 0]));
+        assert_ne!(members_hash(&[0, 1]), members_hash(&[0, 1, 2]));
+        assert_ne!(members_hash(&[]), members_hash(&[0]));
+    }
+}
