@@ -24,7 +24,7 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
 use crate::barrierbench::{BarrierBench, BarrierMeasurement, Method};
-use crate::vcluster::{Cluster, Collected, NodeOutcome, STATE_DIR};
+use crate::vcluster::{Cluster, Collected, NodeOutcome};
 
 /// The project's MPI programs (`mpi/` in the workspace).
 pub const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../mpi");
@@ -135,7 +135,6 @@ exec ip netns exec "$host" unshare --uts sh -c 'hostname "$1" && exec sh -c "$2"
 "#;
 
 fn prepare(cluster: &Cluster) -> Result<LaunchFiles> {
-    let name = &cluster.spec().name;
     let bridge = cluster.bridge(0);
     // The address belongs to one cluster at a time: take it from any other.
     let holders = Command::new("ip").args(["-o", "addr", "show", "to", HOST_ADDRESS]).output()?;
@@ -148,26 +147,16 @@ fn prepare(cluster: &Cluster) -> Result<LaunchFiles> {
     if !out.status.success() {
         bail!("giving {bridge} the address {HOST_ADDRESS}: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
-    let dir = Path::new(STATE_DIR);
-    std::fs::create_dir_all(dir)?;
-    let hostfile = dir.join(format!("{name}.hostfile"));
+    let dir = cluster.scratch_dir()?;
+    let hostfile = dir.join("hostfile");
     let hosts: String = (0..cluster.nodes()).map(|n| format!("{} slots=1\n", cluster.namespace(n))).collect();
     std::fs::write(&hostfile, hosts).with_context(|| format!("writing {}", hostfile.display()))?;
-    let agent = dir.join(format!("{name}.rsh"));
+    let agent = dir.join("rsh");
     std::fs::write(&agent, AGENT).with_context(|| format!("writing {}", agent.display()))?;
     std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
-    let tmpdir = std::env::temp_dir().join(format!("mcd-ompi-{name}"));
+    let tmpdir = dir.join("ompi");
     std::fs::create_dir_all(&tmpdir)?;
     Ok(LaunchFiles { hostfile, agent, tmpdir })
-}
-
-/// Removes what [`MpiRun::command`] left for cluster `name` (its bridge goes
-/// with the cluster).
-pub fn cleanup(name: &str) {
-    for ext in ["hostfile", "rsh"] {
-        let _ = std::fs::remove_file(Path::new(STATE_DIR).join(format!("{name}.{ext}")));
-    }
-    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("mcd-ompi-{name}")));
 }
 
 /// Builds the C ABI library (`cargo build -p mcd-capi`, release or debug)

@@ -374,6 +374,18 @@ impl Cluster {
         Path::new(STATE_DIR).join(format!("{}.nodes", self.spec.name))
     }
 
+    /// A directory for files that tools built on the cluster keep for it (an
+    /// MPI launcher's host file, say): created here, removed with the cluster.
+    pub fn scratch_dir(&self) -> Result<PathBuf> {
+        let dir = Self::scratch_dir_of(&self.spec.name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(dir)
+    }
+
+    fn scratch_dir_of(name: &str) -> PathBuf {
+        Path::new(STATE_DIR).join(format!("{name}.d"))
+    }
+
     /// The MAC address of node `node` on rail `rail`: `02:HH:HH:rail:node`, with
     /// HH:HH from the cluster name, so that clusters never share addresses.
     pub fn mac(&self, node: usize, rail: usize) -> MacAddr {
@@ -562,7 +574,7 @@ impl Cluster {
         for ext in ["json", "nodes"] {
             let _ = std::fs::remove_file(Path::new(STATE_DIR).join(format!("{name}.{ext}")));
         }
-        crate::mpi::cleanup(name);
+        let _ = std::fs::remove_dir_all(Self::scratch_dir_of(name));
         Ok(())
     }
 
@@ -579,6 +591,9 @@ impl Cluster {
             if let Some(dev) = line.split(": ").nth(1).map(|n| n.split('@').next().unwrap_or(n)).filter(|d| is_cluster_link(name, d)) {
                 found.push(dev.to_string());
             }
+        }
+        if Self::scratch_dir_of(name).exists() {
+            found.push(Self::scratch_dir_of(name).display().to_string());
         }
         if Path::new(STATE_DIR).join(format!("{name}.json")).exists() {
             found.push(format!("{STATE_DIR}/{name}.json"));
