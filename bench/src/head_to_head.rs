@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use barriers::BarrierConfig;
 use mcd::WaitPolicy;
 use mcd_tools::barrierbench::{self, BarrierBench, BarrierMeasurement, Method};
+use mcd_tools::cbuild::{self, Mpi};
 use mcd_tools::mpi::{self, Comm, MpiRun};
 use mcd_tools::pingpong::{self, PingPongConfig, Transport};
 use mcd_tools::plot::{self, Panel, Series};
@@ -34,6 +35,10 @@ enum Contender {
     OmpiSpin,
     /// The same MPI program with mcd's MPI_Barrier interposer preloaded.
     Interposer,
+    /// MPICH over TCP (Hydra), its default progress.
+    Mpich,
+    /// The MPICH-built program with the MPICH-built interposer preloaded.
+    InterposerMpich,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -56,8 +61,10 @@ fn ompi_spin_iterations(n: usize, iterations: usize) -> usize {
 }
 
 pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<&Path>) -> Result<()> {
-    mpi::check_mpirun()?;
-    let interposer = mpi::build_interposer(true)?;
+    mpi::check_launcher(Mpi::OpenMpi)?;
+    mpi::check_launcher(Mpi::Mpich)?;
+    let interposer = cbuild::build_interposer(Mpi::OpenMpi, true)?;
+    let interposer_mpich = cbuild::build_interposer(Mpi::Mpich, true)?;
     let params = mcd_tools::logp::load_or_measure(logp)?;
     eprintln!(
         "LogP parameters for Auto ({}): o_s {:.2} µs, o_r {:.2} µs, g {:.2} µs, L {:.2} µs",
@@ -130,6 +137,17 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
             let label = "mcd interposer (MPI program)";
             record_on(Contender::Interposer, comm, mpi::measure_barrier_on(&cluster, &preloaded, bench, comm, label)?);
         }
+        // 7. MPICH: its own MPI_Barrier over TCP, and the interposer built for it.
+        let mpich = MpiRun { mpi: Mpi::Mpich, ..MpiRun::default() };
+        let mpich_spin = BarrierBench {
+            iterations: ompi_spin_iterations(n, iterations),
+            warmup: if n > mcd::host::online_cpus() { 10 } else { 100 },
+            ..bench
+        };
+        record_on(Contender::Mpich, Comm::World, mpi::measure_barrier(&cluster, &mpich, mpich_spin, "MPICH TCP")?);
+        let mpich_preloaded = MpiRun { env: vec![("LD_PRELOAD".into(), interposer_mpich.display().to_string())], ..mpich.clone() };
+        let label = "mcd interposer (MPICH program)";
+        record_on(Contender::InterposerMpich, Comm::World, mpi::measure_barrier(&cluster, &mpich_preloaded, bench, label)?);
     }
 
     let md = render(sizes, &rows, &latency, &params)?;
@@ -229,7 +247,7 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
     writeln!(md)?;
 
     writeln!(md, "## The same MPI program: Open MPI's MPI_Barrier against mcd's through the interposer\n")?;
-    writeln!(md, "`mpi/barrier_bench.c`, unmodified, under `mpirun` with one rank per namespace; once as is (Open MPI over TCP, `mpi_yield_when_idle 1`), once with `LD_PRELOAD=libmcd_mpi_barrier.so`. Ranks are processes here, as in MPI jobs (the mcd rows above are threads of one process). Mean µs per barrier.\n")?;
+    writeln!(md, "`mpi/barrier_bench.c`, unmodified, under `mpirun` with one rank per namespace; once as is (Open MPI over TCP, `mpi_yield_when_idle 1`), once with `LD_PRELOAD=libmcd_mpi_barrier_openmpi.so`. Ranks are processes here, as in MPI jobs (the mcd rows above are threads of one process). Mean µs per barrier.\n")?;
     writeln!(md, "| nodes | Open MPI, paper | interposer, paper | ratio | Open MPI, OSU | interposer, OSU | ratio |")?;
     writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|")?;
     for &n in sizes {
@@ -239,6 +257,18 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
         writeln!(md, "| {n} | {op:.1} | {ip:.1} | **{:.1}×** | {oo:.1} | {io:.1} | **{:.1}×** |", op / ip, oo / io)?;
     }
     writeln!(md, "\nOSU's method: {} warm-up barriers, then the timed ones back to back; mean = loop time / iterations, averaged over ranks.\n", 100)?;
+
+    writeln!(md, "## MPICH: its MPI_Barrier against mcd's through the interposer built for it\n")?;
+    writeln!(md, "The same `mpi/barrier_bench.c` built with `mpicc.mpich` and launched by Hydra (`mpiexec.hydra`, rsh launcher into the namespaces), MPICH's own TCP transport; once as is, once with `LD_PRELOAD=libmcd_mpi_barrier_mpich.so`. MPICH polls without yielding, so beyond 2 nodes it runs fewer timed barriers (as Open MPI's default mode does). Paper's method, mean µs per barrier.\n")?;
+    writeln!(md, "| nodes | MPICH | interposer (MPICH) | ratio | Open MPI best | interposer (Open MPI) |")?;
+    writeln!(md, "|---:|---:|---:|---:|---:|---:|")?;
+    for &n in sizes {
+        let get = |c| find_by(rows, n, c, Method::Paper).map(|r| r.measured.mean_us).unwrap_or(f64::NAN);
+        let (m, i) = (get(Contender::Mpich), get(Contender::InterposerMpich));
+        let ompi = get(Contender::OmpiYield).min(get(Contender::OmpiSpin));
+        writeln!(md, "| {n} | {m:.1} | {i:.1} | **{:.1}×** | {ompi:.1} | {:.1} |", m / i, get(Contender::Interposer))?;
+    }
+    writeln!(md)?;
 
     writeln!(md, "## The same MPI program on other communicators\n")?;
     writeln!(md, "`barrier_bench --comm dup` runs its barriers on `MPI_Comm_dup(MPI_COMM_WORLD)`, `--comm split` on `MPI_Comm_split(MPI_COMM_WORLD, rank % 2, ...)`: two halves running their barriers at the same time, statistics over all ranks. The interposer gives each communicator its own mcd barrier (a group on the shared endpoint). Paper's method, mean µs per barrier.\n")?;
@@ -330,6 +360,8 @@ fn plot_results(stem: &Path, sizes: &[usize], rows: &[Row]) -> Result<()> {
             line("Open MPI TCP (yield)", "openmpi-yield", &mean(Contender::OmpiYield)),
             line("Open MPI TCP (default)", "openmpi-default", &mean(Contender::OmpiSpin)),
             line("mcd interposer (MPI program)", "interposer", &mean(Contender::Interposer)),
+            line("MPICH TCP", "mpich", &mean(Contender::Mpich)),
+            line("mcd interposer (MPICH program)", "interposer-mpich", &mean(Contender::InterposerMpich)),
         ],
     };
     let mut names: Vec<(String, usize)> = Vec::new();

@@ -10,14 +10,15 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use mcd_integration_tests::{cluster, run_discovering};
-use mcd_tools::mpi::{self, MpiRun};
+use mcd_tools::cbuild::{self, Mpi};
+use mcd_tools::mpi::MpiRun;
 use mcd_tools::vcluster::{ClusterSpec, NodeOutcome};
 
 /// The MPI tests share the root namespace's bridge address: one at a time.
 static MPI: Mutex<()> = Mutex::new(());
 
 fn capi_dir() -> PathBuf {
-    mpi::build_capi(false).unwrap_or_else(|e| panic!("building the C ABI: {e:#}"))
+    cbuild::build_capi(false).unwrap_or_else(|e| panic!("building the C ABI: {e:#}"))
 }
 
 /// Compiles capi/examples/barrier.c against the shared library, once per
@@ -36,7 +37,9 @@ fn compile_c_example(lib_dir: &Path) -> PathBuf {
 fn compile_c(lib_dir: &Path, name: &str, out: &str) -> PathBuf {
     let out = lib_dir.join(out);
     let status = Command::new("cc")
-        .args(["-Wall", "-Werror", "-O2", "-I", mpi::CAPI_INCLUDE, "-o"])
+        .args(["-Wall", "-Werror", "-O2", "-I"])
+        .arg(cbuild::capi_include().unwrap())
+        .arg("-o")
         .arg(&out)
         .arg(format!("{}/../capi/examples/{name}.c", env!("CARGO_MANIFEST_DIR")))
         .arg(format!("-L{}", lib_dir.display()))
@@ -186,7 +189,7 @@ fn the_header_declares_exactly_what_the_library_exports() {
         .filter(|s| s.starts_with("mcd_"))
         .map(str::to_string)
         .collect();
-    let header = std::fs::read_to_string(Path::new(mpi::CAPI_INCLUDE).join("mcd_barrier.h")).unwrap();
+    let header = std::fs::read_to_string(cbuild::capi_include().unwrap().join("mcd_barrier.h")).unwrap();
     let declared: BTreeSet<String> = header
         .lines()
         .filter(|l| !l.trim_start().starts_with("/*") && !l.trim_start().starts_with('*') && l.contains('('))
@@ -204,7 +207,7 @@ fn the_header_declares_exactly_what_the_library_exports() {
 /// interposer preloaded, reports on, and `env`.
 fn with_interposer(spec: ClusterSpec, program: &str, args: &[&str], env: &[(&str, &str)]) -> NodeOutcome {
     let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
-    let preload = mpi::build_interposer(false).unwrap_or_else(|e| panic!("building the interposer (needs Open MPI's mpicc): {e:#}"));
+    let preload = cbuild::build_interposer(Mpi::OpenMpi, false).unwrap_or_else(|e| panic!("building the interposer (needs Open MPI's mpicc): {e:#}"));
     let c = cluster(spec);
     let mut vars = vec![("LD_PRELOAD".to_string(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())];
     vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
@@ -218,7 +221,7 @@ fn with_interposer(spec: ClusterSpec, program: &str, args: &[&str], env: &[(&str
 /// Runs mpi/barrier_check.c with `args` under mpirun on the new cluster
 /// `spec`, the interposer preloaded, reports on, and `env`.
 fn barrier_check_with_interposer(spec: ClusterSpec, args: &[&str], env: &[(&str, &str)]) -> NodeOutcome {
-    let program = mpi::compile("barrier_check", false, &[]).unwrap();
+    let program = cbuild::build_program(Mpi::OpenMpi, "barrier_check").unwrap();
     with_interposer(spec, program.to_str().unwrap(), args, env)
 }
 
@@ -277,7 +280,7 @@ fn the_interposer_survives_gaps_and_other_collectives_under_20_percent_loss() {
 /// interposer on `spec` and checks its verdict and every rank's report.
 fn comm_check(spec: ClusterSpec, rounds: usize, gap_ms: u64, env: &[(&str, &str)]) -> NodeOutcome {
     let n = spec.nodes;
-    let program = mpi::compile("comm_check", false, &[]).unwrap();
+    let program = cbuild::build_program(Mpi::OpenMpi, "comm_check").unwrap();
     let (r, g) = (rounds.to_string(), gap_ms.to_string());
     let out = with_interposer(spec, program.to_str().unwrap(), &[&r, &g], env);
     assert!(out.stdout.contains(&format!("comm_check: OK {n} ranks, {rounds} rounds of 6 communicators")), "{}\n{}", out.stdout, out.stderr);

@@ -3,6 +3,8 @@
 //!
 //! - [`vcluster`]: the virtual cluster every test and demo runs on (namespaces,
 //!   veth, bridges as switch or hub, nftables loss injection).
+//! - [`cbuild`]: building the C ABI, the MPI interposer and the MPI test
+//!   programs, against Open MPI or MPICH.
 //! - [`barrierbench`]: barrier timing with the paper's method (barrier,
 //!   then a ~30 µs dummy loop; per-node min/mean/max averaged over nodes).
 //! - [`cli`]: options shared by the two-node tools.
@@ -16,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod barrierbench;
+pub mod cbuild;
 pub mod cli;
 pub mod logp;
 pub mod mpi;

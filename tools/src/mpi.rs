@@ -1,6 +1,14 @@
-//! Running `mpirun` across a virtual cluster, one rank per node namespace, so
-//! that MPI's own traffic (out-of-band and TCP BTL) crosses the virtual links
-//! exactly as mcd's frames do.
+//! Running MPI programs across a virtual cluster, one rank per node
+//! namespace, so that MPI's own traffic (out-of-band and TCP) crosses the
+//! virtual links exactly as mcd's frames do: under Open MPI's `mpirun` or
+//! MPICH's Hydra (`mpiexec.hydra`), both through the same rsh agent.
+//!
+//! MPICH (Debian's `mpich`, ch4:ucx): Hydra with `-launcher rsh
+//! -launcher-exec AGENT`, a host file of `NAMESPACE:1` lines, `-iface` the
+//! rail-0 bridge (where the proxies connect back), `-ppn 1`, and UCX held to
+//! TCP on `eth0` (`UCX_TLS=tcp,self`, `MPIR_CVAR_NOLOCAL=1`): left alone, UCX
+//! finds the other namespaces' ranks on the same machine and uses shared
+//! memory.
 //!
 //! The route (Open MPI 4.1, Debian's `openmpi-bin`):
 //! - the rail-0 bridge gets [`HOST_ADDRESS`] in the root namespace, so the
@@ -16,7 +24,7 @@
 //! same for all clusters, and preparing a cluster takes it from any other.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -24,12 +32,8 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
 use crate::barrierbench::{BarrierBench, BarrierMeasurement, Method};
+use crate::cbuild::Mpi;
 use crate::vcluster::{Cluster, Collected, NodeOutcome};
-
-/// The project's MPI programs (`mpi/` in the workspace).
-pub const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../mpi");
-/// Where [`compile`] puts what it builds.
-pub const BUILD_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/mpi");
 
 /// The root namespace's address on the rail-0 bridge (the cluster's nodes are
 /// 10.77.x.y/16 on rail 0).
@@ -40,6 +44,8 @@ pub const SUBNET: &str = "10.77.0.0/16";
 /// How an MPI program is run on the cluster.
 #[derive(Clone, Debug, Default)]
 pub struct MpiRun {
+    /// Which MPI launches it (the program must be built for the same one).
+    pub mpi: Mpi,
     /// Ranks (at most one per node; default: every node).
     pub ranks: Option<usize>,
     /// Open MPI's `mpi_yield_when_idle` (sched_yield while polling; its best
@@ -50,17 +56,24 @@ pub struct MpiRun {
     /// `MCD_LOCAL_PROCS` (the ranks: they all share this machine's cores) and
     /// `MCD_JOB` (a key of the cluster's own).
     pub env: Vec<(String, String)>,
-    /// Extra `--mca NAME VALUE` pairs.
+    /// Extra `--mca NAME VALUE` pairs (Open MPI only).
     pub mca: Vec<(String, String)>,
 }
 
-/// Checks that Open MPI's `mpirun` is installed, saying how to get it if not.
-pub fn check_mpirun() -> Result<()> {
-    let found = Command::new("mpirun").arg("--version").output();
-    match found {
-        Ok(out) if String::from_utf8_lossy(&out.stdout).contains("Open MPI") => Ok(()),
-        Ok(_) => bail!("`mpirun` is not Open MPI's; the launcher route needs Open MPI (apt-get install openmpi-bin)"),
-        Err(_) => bail!("`mpirun` not found: install Open MPI (`apt-get install openmpi-bin libopenmpi-dev`, or `sudo ./run deps`)"),
+/// `mpi`'s launcher.
+fn launcher(mpi: Mpi) -> &'static str {
+    match mpi {
+        Mpi::OpenMpi => "mpirun.openmpi",
+        Mpi::Mpich => "mpiexec.hydra",
+    }
+}
+
+/// Checks that `mpi`'s launcher is installed, saying how to get it if not.
+pub fn check_launcher(mpi: Mpi) -> Result<()> {
+    match Command::new(launcher(mpi)).arg("--version").output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => bail!("`{} --version` failed: {}", launcher(mpi), String::from_utf8_lossy(&out.stderr).trim()),
+        Err(_) => bail!("`{}` not found: install {} (`apt-get install {}`, or `./run deps`)", launcher(mpi), mpi, mpi.packages()),
     }
 }
 
@@ -68,13 +81,43 @@ impl MpiRun {
     /// Prepares `cluster` (bridge address, hostfile, agent) and returns the
     /// `mpirun` command that runs `program` with `args` on it.
     pub fn command(&self, cluster: &Cluster, program: &str, args: &[String]) -> Result<Command> {
-        check_mpirun()?;
+        check_launcher(self.mpi)?;
         let ranks = self.ranks.unwrap_or(cluster.nodes());
         if ranks == 0 || ranks > cluster.nodes() {
             bail!("{ranks} ranks asked on a cluster of {} nodes (one rank per node)", cluster.nodes());
         }
         let files = prepare(cluster)?;
-        let mut cmd = Command::new("mpirun");
+        let defaults = [
+            ("MCD_IFACES".to_string(), cluster.interfaces().join(",")),
+            ("MCD_LOCAL_PROCS".to_string(), ranks.to_string()),
+            ("MCD_JOB".to_string(), format!("vcluster-{}", cluster.spec().name)),
+        ];
+        if self.mpi == Mpi::Mpich {
+            if !self.mca.is_empty() || self.yield_when_idle {
+                bail!("--mca settings and yield_when_idle are Open MPI's: MPICH has neither");
+            }
+            let mut cmd = Command::new(launcher(Mpi::Mpich));
+            cmd.arg("-f")
+                .arg(&files.mpich_hostfile)
+                .args(["-launcher", "rsh", "-launcher-exec"])
+                .arg(&files.agent)
+                .args(["-iface", &cluster.bridge(0), "-ppn", "1", "-n"])
+                .arg(ranks.to_string());
+            // Debian's MPICH is ch4:ucx, and UCX would take shared memory
+            // between namespaces of one machine: keep MPICH's traffic on the
+            // cluster's links, as Open MPI's is (TCP on rail 0).
+            let transport = [
+                ("UCX_TLS".to_string(), "tcp,self".to_string()),
+                ("UCX_NET_DEVICES".to_string(), Cluster::interface(0)),
+                ("MPIR_CVAR_NOLOCAL".to_string(), "1".to_string()),
+            ];
+            for (name, value) in transport.iter().chain(&defaults).chain(&self.env) {
+                cmd.args(["-genv", name, value]);
+            }
+            cmd.arg(program).args(args);
+            return Ok(cmd);
+        }
+        let mut cmd = Command::new(launcher(Mpi::OpenMpi));
         cmd.args(["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np"])
             .arg(ranks.to_string())
             .arg("--hostfile")
@@ -91,11 +134,6 @@ impl MpiRun {
         for (name, value) in &mca {
             cmd.args(["--mca", name, value]);
         }
-        let defaults = [
-            ("MCD_IFACES".to_string(), cluster.interfaces().join(",")),
-            ("MCD_LOCAL_PROCS".to_string(), ranks.to_string()),
-            ("MCD_JOB".to_string(), format!("vcluster-{}", cluster.spec().name)),
-        ];
         for (name, value) in defaults.iter().chain(&self.env) {
             cmd.arg("-x").arg(format!("{name}={value}"));
         }
@@ -119,6 +157,7 @@ impl MpiRun {
 
 struct LaunchFiles {
     hostfile: PathBuf,
+    mpich_hostfile: PathBuf,
     agent: PathBuf,
     tmpdir: PathBuf,
 }
@@ -151,77 +190,15 @@ fn prepare(cluster: &Cluster) -> Result<LaunchFiles> {
     let hostfile = dir.join("hostfile");
     let hosts: String = (0..cluster.nodes()).map(|n| format!("{} slots=1\n", cluster.namespace(n))).collect();
     std::fs::write(&hostfile, hosts).with_context(|| format!("writing {}", hostfile.display()))?;
+    let mpich_hostfile = dir.join("hostfile.mpich");
+    let hosts: String = (0..cluster.nodes()).map(|n| format!("{}:1\n", cluster.namespace(n))).collect();
+    std::fs::write(&mpich_hostfile, hosts).with_context(|| format!("writing {}", mpich_hostfile.display()))?;
     let agent = dir.join("rsh");
     std::fs::write(&agent, AGENT).with_context(|| format!("writing {}", agent.display()))?;
     std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
     let tmpdir = dir.join("ompi");
     std::fs::create_dir_all(&tmpdir)?;
-    Ok(LaunchFiles { hostfile, agent, tmpdir })
-}
-
-/// Builds the C ABI library (`cargo build -p mcd-capi`, release or debug)
-/// and returns the directory holding `libmcd_barrier.{so,a}`.
-pub fn build_capi(release: bool) -> Result<PathBuf> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "-q", "-p", "mcd-capi"]).current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    if release {
-        cmd.arg("--release");
-    }
-    let out = cmd.output().context("running cargo build -p mcd-capi")?;
-    if !out.status.success() {
-        bail!("cargo build -p mcd-capi failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")).join(if release { "release" } else { "debug" }))
-}
-
-/// The C ABI's header directory.
-pub const CAPI_INCLUDE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../capi/include");
-
-/// Builds the MPI_Barrier interposer `target/mpi/{release,debug}/libmcd_mpi_barrier.so`
-/// (`mpi/mcd_mpi_barrier.c` with the static C ABI library of that profile inside).
-pub fn build_interposer(release: bool) -> Result<PathBuf> {
-    let lib = build_capi(release)?.join("libmcd_barrier.a");
-    let include = format!("-I{CAPI_INCLUDE}");
-    let lib = lib.display().to_string();
-    // One output per profile: a debug-built interposer must never be timed.
-    let dir = Path::new(BUILD_DIR).join(if release { "release" } else { "debug" });
-    compile_into(&dir, "mcd_mpi_barrier", true, &[&include, &lib, "-lpthread", "-ldl", "-lm"])
-}
-
-/// Compiles `mpi/<name>.c` with `mpicc` into `target/mpi/<name>` (or, with
-/// `shared`, `target/mpi/lib<name>.so`), adding `extra` arguments; skips the
-/// work when the output is newer than the source. Returns the output's path.
-pub fn compile(name: &str, shared: bool, extra: &[&str]) -> Result<PathBuf> {
-    compile_into(Path::new(BUILD_DIR), name, shared, extra)
-}
-
-/// As [`compile`], into `dir`.
-fn compile_into(dir: &Path, name: &str, shared: bool, extra: &[&str]) -> Result<PathBuf> {
-    let source = Path::new(SOURCES).join(format!("{name}.c"));
-    std::fs::create_dir_all(dir)?;
-    let output = if shared { dir.join(format!("lib{name}.so")) } else { dir.join(name) };
-    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let inputs_newest = std::iter::once(source.clone())
-        .chain(extra.iter().map(PathBuf::from).filter(|p| p.exists()))
-        .filter_map(|p| modified(&p))
-        .max();
-    if let (Some(out), Some(inp)) = (modified(&output), inputs_newest) {
-        if out > inp {
-            return Ok(output);
-        }
-    }
-    let mut cmd = Command::new("mpicc");
-    cmd.args(["-O2", "-Wall", "-o"]).arg(&output);
-    if shared {
-        cmd.args(["-shared", "-fPIC"]);
-    }
-    cmd.arg(&source).args(extra);
-    let out = cmd.output().context("running mpicc (apt-get install libopenmpi-dev, or `sudo ./run deps`)")?;
-    if !out.status.success() {
-        bail!("mpicc {} failed:\n{}", source.display(), String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(output)
+    Ok(LaunchFiles { hostfile, mpich_hostfile, agent, tmpdir })
 }
 
 #[derive(Deserialize)]
@@ -269,7 +246,7 @@ pub fn measure_barrier(cluster: &Cluster, run: &MpiRun, bench: BarrierBench, lab
 
 /// As [`measure_barrier`], with the barriers on `comm`.
 pub fn measure_barrier_on(cluster: &Cluster, run: &MpiRun, bench: BarrierBench, comm: Comm, label: &str) -> Result<BarrierMeasurement> {
-    let program = compile("barrier_bench", false, &[])?;
+    let program = crate::cbuild::build_program(run.mpi, "barrier_bench")?;
     let method = match bench.method {
         Method::Paper => "paper",
         Method::Osu => "osu",
