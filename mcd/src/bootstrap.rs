@@ -16,12 +16,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::config::{env_seconds, env_var, interface_names, job_key_from_str, lookup_interface, parse_ethertype};
+use crate::config::{EndpointConfig, DEFAULT_JOB_KEY, MAX_RAILS};
 use crate::filter::{self, pkttype, FilterSpec};
 use crate::node::{NodeAddr, NodeList, Port};
-use crate::sys::{self, PacketSocket};
+use crate::sys::PacketSocket;
 use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, DEFAULT_ETHERTYPE};
-use crate::endpoint::lookup_interface;
-use crate::{job_key_from_str, Error, Result, DEFAULT_JOB_KEY, MAX_RAILS};
+use crate::{Error, Result};
 
 /// The multicast group hellos go to.
 pub const BOOTSTRAP_GROUP: GroupId = GroupId(255);
@@ -56,23 +57,6 @@ pub struct JobEnv {
     /// Where the values came from, for messages (`"MCD_RANK"`, `"SLURM_PROCID"`...).
     pub rank_source: &'static str,
 }
-
-/// The environment variable `name`, trimmed; `None` when unset or blank.
-pub fn env_var(name: &str) -> Option<String> {
-    std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
-}
-
-/// The environment variable `name` as a positive number of seconds, if set.
-pub fn env_seconds(name: &str) -> Result<Option<Duration>> {
-    let Some(t) = env_var(name) else { return Ok(None) };
-    let secs: f64 = t
-        .parse()
-        .ok()
-        .filter(|s: &f64| *s > 0.0 && s.is_finite())
-        .ok_or_else(|| Error::Config(format!("{name}={t} is not a number of seconds")))?;
-    Ok(Some(Duration::from_secs_f64(secs)))
-}
-
 
 /// Values given explicitly (by a caller of the C ABI, say); `None` means
 /// "from the environment".
@@ -153,12 +137,7 @@ fn rank_from_env() -> Result<(usize, usize, &'static str)> {
 pub fn default_route_interface() -> Result<String> {
     let table = std::fs::read_to_string("/proc/net/route")
         .map_err(|e| Error::Io { what: "reading /proc/net/route".into(), source: e })?;
-    parse_default_route(&table).ok_or_else(|| {
-        Error::Config(format!(
-            "MCD_IFACES is not set and there is no default route to take the interface from; set MCD_IFACES (interfaces here: {})",
-            sys::interface_names().join(", ")
-        ))
-    })
+    parse_default_route(&table).ok_or_else(|| Error::NoDefaultRoute { available: interface_names() })
 }
 
 fn parse_default_route(table: &str) -> Option<String> {
@@ -166,6 +145,35 @@ fn parse_default_route(table: &str) -> Option<String> {
         let f: Vec<&str> = line.split_whitespace().collect();
         (f.len() > 7 && f[1] == "00000000" && f[7] == "00000000").then(|| f[0].to_string())
     })
+}
+
+impl EndpointConfig {
+    /// A configuration for a process of a launched job: rank, size, port,
+    /// interfaces and job key from the environment ([`JobEnv`]);
+    /// the nodes from `MCD_NODES` / `MCD_NODE_FILE` if set, else found on the
+    /// wire ([`discover`], numbered by rank). Also reads
+    /// `MCD_ETHERTYPE`, `MCD_WAIT` and `MCD_BOOTSTRAP_TIMEOUT`.
+    pub fn bootstrap() -> Result<EndpointConfig> {
+        EndpointConfig::bootstrap_with(&JobSettings::default(), None)
+    }
+
+    /// As [`bootstrap`](Self::bootstrap), with explicit values winning over
+    /// the environment's, and `nodes` (if given) instead of discovery.
+    pub fn bootstrap_with(settings: &JobSettings, nodes: Option<NodeList>) -> Result<EndpointConfig> {
+        let job = JobEnv::resolve(settings)?;
+        let discovery = DiscoveryConfig::from_env()?;
+        let nodes = match nodes {
+            Some(list) => list,
+            None => match NodeList::from_env()? {
+                Some(list) => list,
+                None => discover(&job, &discovery)?,
+            },
+        };
+        let mut config = EndpointConfig::new(job.interfaces, job.port, nodes);
+        config.job_key = job.job_key;
+        config.apply_env()?;
+        Ok(config)
+    }
 }
 
 /// How discovery behaves.
@@ -200,7 +208,7 @@ impl DiscoveryConfig {
             config.timeout = timeout;
         }
         if let Some(t) = env_var("MCD_ETHERTYPE") {
-            config.ethertype = crate::endpoint::parse_ethertype(&t)?;
+            config.ethertype = parse_ethertype(&t)?;
         }
         Ok(config)
     }

@@ -3,19 +3,16 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
+use crate::config::{lookup_interface, EndpointConfig, Interface, MAX_RAILS};
 use crate::filter::{self, pkttype, FilterSpec};
 use crate::node::{NodeId, NodeList, Port};
 use crate::port::PortLock;
 use crate::stats::{DropReason, Stats};
-use crate::sys::{self, InterfaceInfo, PacketSocket, RingGeometry, Rings, RxFrame};
-use crate::wait::{self, WaitPhases, WaitPolicy};
-use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, WireError, DEFAULT_ETHERTYPE, ETHERNET_HEADER_LEN, MCD_HEADER_LEN};
+use crate::sys::{self, PacketSocket, RingGeometry, Rings, RxFrame};
+use crate::wait::{WaitPhases, WaitPolicy};
+use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, WireError, ETHERNET_HEADER_LEN, MCD_HEADER_LEN};
 use crate::{Error, Result};
 
-/// The job key used when none is configured.
-pub const DEFAULT_JOB_KEY: u32 = 0x4d43_4400; // "MCD\0"
-/// The most rails one endpoint drives.
-pub const MAX_RAILS: usize = 8;
 /// How long a send waits for a free send-ring slot before giving up.
 const SEND_RING_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -31,147 +28,6 @@ pub enum Destination {
 impl Destination {
     /// Every other node of the job: the paper's `MCD_DST_MULTICAST`.
     pub const ALL_NODES: Destination = Destination::Group(GroupId::ALL);
-}
-
-/// How to open an [`Endpoint`]. [`EndpointConfig::new`] fills in the defaults.
-#[derive(Clone, Debug)]
-pub struct EndpointConfig {
-    /// One interface per rail, rail 0 first.
-    pub interfaces: Vec<String>,
-    /// The port this endpoint holds; with the rail-0 MAC it names this node in `nodes`.
-    pub port: Port,
-    /// The job's nodes.
-    pub nodes: NodeList,
-    /// EtherType of the job's frames.
-    pub ethertype: u16,
-    /// Key that keeps two jobs on one LAN apart.
-    pub job_key: u32,
-    /// How receives wait.
-    pub wait: WaitPolicy,
-    /// How many of the job's processes share this host (for [`WaitPolicy::Adaptive`]).
-    pub local_processes: usize,
-    /// Receive-ring slots per rail.
-    pub rx_slots: usize,
-    /// Send-ring slots per rail.
-    pub tx_slots: usize,
-    /// Socket receive buffer in bytes (raised past `rmem_max` when allowed).
-    pub receive_buffer: usize,
-    /// Demultiplex in the kernel with a BPF filter (on by default; turning it
-    /// off makes user space see, count and drop every frame of the EtherType).
-    pub kernel_filter: bool,
-}
-
-impl EndpointConfig {
-    /// A configuration with defaults: EtherType 0x88B5, the default job key,
-    /// adaptive waiting, 1024 receive and 256 send slots per rail.
-    pub fn new<S: Into<String>>(interfaces: impl IntoIterator<Item = S>, port: Port, nodes: NodeList) -> EndpointConfig {
-        EndpointConfig {
-            interfaces: interfaces.into_iter().map(Into::into).collect(),
-            port,
-            nodes,
-            ethertype: DEFAULT_ETHERTYPE,
-            job_key: DEFAULT_JOB_KEY,
-            wait: WaitPolicy::Adaptive,
-            local_processes: wait::local_processes_from_env(),
-            rx_slots: 1024,
-            tx_slots: 256,
-            receive_buffer: 4 << 20,
-            kernel_filter: true,
-        }
-    }
-
-    /// A configuration from the environment: `MCD_IFACES` (comma-separated,
-    /// default `eth0`), `MCD_PORT` (default 0), `MCD_NODES` / `MCD_NODE_FILE`,
-    /// `MCD_JOB`, `MCD_ETHERTYPE`, `MCD_WAIT`.
-    pub fn from_env() -> Result<EndpointConfig> {
-        let var = crate::bootstrap::env_var;
-        let nodes = NodeList::from_env()?.ok_or(Error::NoNodeList)?;
-        let interfaces: Vec<String> =
-            var("MCD_IFACES").unwrap_or_else(|| "eth0".into()).split(',').map(|s| s.trim().to_string()).collect();
-        let port = match var("MCD_PORT") {
-            Some(p) => p.trim().parse().map_err(|_| Error::Config(format!("MCD_PORT={p} is not a port 0..=255")))?,
-            None => 0,
-        };
-        let mut config = EndpointConfig::new(interfaces, port, nodes);
-        if let Some(job) = var("MCD_JOB") {
-            config.job_key = job_key_from_str(&job);
-        }
-        config.apply_env()?;
-        Ok(config)
-    }
-
-    /// `MCD_ETHERTYPE` and `MCD_WAIT`, if set.
-    fn apply_env(&mut self) -> Result<()> {
-        let var = crate::bootstrap::env_var;
-        if let Some(t) = var("MCD_ETHERTYPE") {
-            self.ethertype = parse_ethertype(&t)?;
-        }
-        if let Some(w) = var("MCD_WAIT") {
-            self.wait = w.parse().map_err(|e| Error::Config(format!("MCD_WAIT: {e}")))?;
-        }
-        Ok(())
-    }
-
-    /// A configuration for a process of a launched job: rank, size, port,
-    /// interfaces and job key from the environment ([`crate::bootstrap::JobEnv`]);
-    /// the nodes from `MCD_NODES` / `MCD_NODE_FILE` if set, else found on the
-    /// wire ([`crate::bootstrap::discover`], numbered by rank). Also reads
-    /// `MCD_ETHERTYPE`, `MCD_WAIT` and `MCD_BOOTSTRAP_TIMEOUT`.
-    pub fn bootstrap() -> Result<EndpointConfig> {
-        EndpointConfig::bootstrap_with(&crate::bootstrap::JobSettings::default(), None)
-    }
-
-    /// As [`bootstrap`](Self::bootstrap), with explicit values winning over
-    /// the environment's, and `nodes` (if given) instead of discovery.
-    pub fn bootstrap_with(settings: &crate::bootstrap::JobSettings, nodes: Option<NodeList>) -> Result<EndpointConfig> {
-        use crate::bootstrap::{discover, DiscoveryConfig, JobEnv};
-        let job = JobEnv::resolve(settings)?;
-        let discovery = DiscoveryConfig::from_env()?;
-        let nodes = match nodes {
-            Some(list) => list,
-            None => match NodeList::from_env()? {
-                Some(list) => list,
-                None => discover(&job, &discovery)?,
-            },
-        };
-        let mut config = EndpointConfig::new(job.interfaces, job.port, nodes);
-        config.job_key = job.job_key;
-        config.apply_env()?;
-        Ok(config)
-    }
-}
-
-/// Parses an EtherType (decimal or `0x` hex, at least 0x0600).
-pub(crate) fn parse_ethertype(t: &str) -> Result<u16> {
-    parse_number(t)
-        .and_then(|v| u16::try_from(v).ok())
-        .filter(|&v| v >= 0x0600)
-        .ok_or_else(|| Error::Config(format!("MCD_ETHERTYPE={t} is not an EtherType (0x0600..=0xffff)")))
-}
-
-/// The interface `name` of the calling thread's network namespace, or an
-/// error that lists the interfaces there.
-pub(crate) fn lookup_interface(name: &str) -> Result<InterfaceInfo> {
-    sys::interface_info(name)
-        .map_err(|source| Error::Io { what: format!("querying interface {name}"), source })?
-        .ok_or_else(|| Error::NoSuchInterface { name: name.into(), available: sys::interface_names().join(", ") })
-}
-
-fn parse_number(s: &str) -> Option<u64> {
-    let s = s.trim();
-    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => s.parse().ok(),
-    }
-}
-
-/// The job key for a job name or number: a number (decimal or `0x` hex) that
-/// fits 32 bits is the key itself; anything else is hashed (FNV-1a).
-pub fn job_key_from_str(job: &str) -> u32 {
-    if let Some(n) = parse_number(job).and_then(|n| u32::try_from(n).ok()) {
-        return n;
-    }
-    job.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193))
 }
 
 /// What [`Endpoint::try_recv`] delivered.
@@ -201,7 +57,7 @@ pub struct SendToken {
 
 struct Rail {
     interface: String,
-    info: InterfaceInfo,
+    info: Interface,
     socket: PacketSocket,
     rings: Rings,
     rx_next: usize,
@@ -739,7 +595,7 @@ fn wait_for_send_slot(r: &mut Rail, rail: usize, slot: usize) -> Result<()> {
     }
 }
 
-fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: InterfaceInfo, has_siblings: bool) -> Result<Rail> {
+fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: Interface, has_siblings: bool) -> Result<Rail> {
     // The socket first: without CAP_NET_RAW, that is the error to report.
     let socket = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
     let lock = PortLock::acquire(&interface, config.port)?;
@@ -779,17 +635,4 @@ fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: In
         tx_scratch: vec![0u8; max_frame],
         _lock: lock,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn job_keys_from_numbers_and_names() {
-        assert_eq!(job_key_from_str("42"), 42);
-        assert_eq!(job_key_from_str("0x10"), 16);
-        assert_ne!(job_key_from_str("slurm-job-a"), job_key_from_str("slurm-job-b"));
-        assert_eq!(job_key_from_str("name"), job_key_from_str("name"));
-    }
 }

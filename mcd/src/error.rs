@@ -3,8 +3,10 @@
 use crate::node::{NodeId, Port};
 use crate::wire::MacAddr;
 
-/// Everything that can go wrong in mcd.
+/// Everything that can go wrong in mcd. New variants may be added: match
+/// with a wildcard arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// Raw sockets need `CAP_NET_RAW`.
     #[error(
@@ -20,6 +22,12 @@ pub enum Error {
     NoSuchInterface {
         /// The name asked for.
         name: String,
+        /// The interfaces that do exist, comma-separated.
+        available: String,
+    },
+    /// No interface was named and there is no default route to take one from.
+    #[error("MCD_IFACES is not set and there is no default route to take the interface from; set MCD_IFACES (interfaces here: {available})")]
+    NoDefaultRoute {
         /// The interfaces that do exist, comma-separated.
         available: String,
     },

@@ -18,6 +18,9 @@
 //! - [`node`] and [`port`]: who is who. A node is a (MAC, port) pair; node
 //!   numbers come from a node list. Each device has 256 ports, each held by
 //!   one endpoint on the host.
+//! - [`config`]: what an endpoint is opened with ([`EndpointConfig`]), read
+//!   from the environment or given; interface lookup. Below both the
+//!   endpoint and bootstrap, which import it and not each other.
 //! - [`Endpoint`]: the API. [`Endpoint::post`] copies a message into the send
 //!   ring and kicks the kernel without waiting; [`Endpoint::is_sent`] /
 //!   [`Endpoint::wait_sent`] report the paper's "sent" flag; [`Endpoint::try_recv`]
@@ -56,6 +59,7 @@
 #![warn(missing_docs)]
 
 pub mod bootstrap;
+pub mod config;
 mod endpoint;
 mod error;
 pub mod filter;
@@ -68,7 +72,8 @@ mod sys;
 pub mod wait;
 pub mod wire;
 
-pub use endpoint::{job_key_from_str, Destination, Endpoint, EndpointConfig, Readiness, Received, SendToken, DEFAULT_JOB_KEY, MAX_RAILS};
+pub use config::{job_key_from_str, EndpointConfig, DEFAULT_JOB_KEY, MAX_RAILS};
+pub use endpoint::{Destination, Endpoint, Readiness, Received, SendToken};
 pub use error::{Error, Result};
 pub use node::{NodeAddr, NodeId, NodeList, Port};
 pub use raw::RawSender;

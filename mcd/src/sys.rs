@@ -485,7 +485,7 @@ pub struct InterfaceInfo {
     /// Kernel interface index.
     pub index: u32,
     /// Hardware address.
-    pub mac: MacAddr,
+    pub mac: [u8; 6],
     /// MTU in bytes.
     pub mtu: usize,
 }
@@ -530,7 +530,7 @@ pub fn interface_info(name: &str) -> io::Result<Option<InterfaceInfo>> {
     check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFMTU, &mut req) })?;
     // SAFETY: SIOCGIFMTU filled ifru_mtu.
     let mtu = unsafe { req.ifr_ifru.ifru_mtu } as usize;
-    Ok(Some(InterfaceInfo { index, mac: MacAddr(mac), mtu }))
+    Ok(Some(InterfaceInfo { index, mac, mtu }))
 }
 
 /// Names of the interfaces of the calling thread's network namespace.
