@@ -20,7 +20,7 @@ use crate::config::{env_seconds, env_var, interface_names, job_key_from_str, loo
 use crate::config::{EndpointConfig, DEFAULT_JOB_KEY, MAX_RAILS};
 use crate::filter::{self, pkttype, FilterSpec};
 use crate::node::{NodeAddr, NodeList, Port};
-use crate::sys::PacketSocket;
+use crate::sys::{self, PacketSocket};
 use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, DEFAULT_ETHERTYPE};
 use crate::{Error, Result};
 
@@ -286,9 +286,9 @@ impl HelloSocket {
         let program = filter::build(&FilterSpec { ethertype, job_key, mac: info.mac, port, groups: &groups, accept_outgoing: true });
         socket.attach_filter(&program).map_err(|e| Error::os(on("attaching the BPF filter"), e))?;
         socket
-            .add_membership(info.index, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP))
+            .add_membership(info.index, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP).0)
             .map_err(|e| Error::os(on("joining the bootstrap group"), e))?;
-        socket.bind(info.index, libc::ETH_P_ALL as u16).map_err(|e| Error::os(on("binding"), e))?;
+        socket.bind(info.index, sys::ALL_PROTOCOLS).map_err(|e| Error::os(on("binding"), e))?;
         Ok(HelloSocket { socket, mac: info.mac, ethertype, job_key, frame: Vec::new(), buf: vec![0u8; 2048] })
     }
 

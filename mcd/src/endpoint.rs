@@ -8,7 +8,7 @@ use crate::filter::{self, pkttype, FilterSpec};
 use crate::node::{NodeId, NodeList, Port};
 use crate::port::PortLock;
 use crate::stats::{DropReason, Stats};
-use crate::sys::{self, PacketSocket, RingGeometry, Rings, RxFrame};
+use crate::sys::{self, PacketSocket, RingGeometry, Rings, RxFrame, TxStatus};
 use crate::wait::{WaitPhases, WaitPolicy};
 use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, WireError, ETHERNET_HEADER_LEN, MCD_HEADER_LEN};
 use crate::{Error, Result};
@@ -327,9 +327,9 @@ impl Endpoint {
             if let Some((group, join)) = change {
                 let mac = MacAddr::mcd_group(self.demux.job_key, group);
                 let res = if join {
-                    rail.socket.add_membership(rail.info.index, mac)
+                    rail.socket.add_membership(rail.info.index, mac.0)
                 } else {
-                    rail.socket.drop_membership(rail.info.index, mac)
+                    rail.socket.drop_membership(rail.info.index, mac.0)
                 };
                 res.map_err(|e| Error::os(format!("changing membership of group {} on {}", group.0, rail.interface), e))?;
             }
@@ -354,11 +354,11 @@ impl Endpoint {
         let r = &mut self.rails[rail];
         let slot = r.tx_next;
         wait_for_send_slot(r, rail, slot)?;
-        let buf = r.rings.tx_buffer(slot).ok_or(Error::SendRingFull { rail, waited_ms: 0 })?;
-        let mut frame = Frame::new_unchecked(&mut buf[..repr.frame_len()]);
+        let mut tx = r.rings.tx_claim(slot).ok_or(Error::SendRingFull { rail, waited_ms: 0 })?;
+        let mut frame = Frame::new_unchecked(&mut tx.buffer()[..repr.frame_len()]);
         repr.emit(&mut frame);
         frame.payload_mut().copy_from_slice(payload);
-        r.rings.tx_submit(slot, repr.frame_len());
+        tx.submit(repr.frame_len());
         r.tx_generation[slot] = r.tx_generation[slot].wrapping_add(1);
         r.tx_next = (slot + 1) % r.rings.tx_slots();
         let token = SendToken { rail, slot, generation: r.tx_generation[slot] };
@@ -381,7 +381,7 @@ impl Endpoint {
         match r.sender.send(&r.tx_scratch[..repr.frame_len()]) {
             Ok(_) => {}
             // Dropped on the egress path (a full queue or a dropping filter): lost, as on a wire.
-            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => self.stats.send_refused += 1,
+            Err(e) if sys::dropped_on_egress(&e) => self.stats.send_refused += 1,
             Err(e) => return Err(Error::os(format!("sending on {}", r.interface), e)),
         }
         self.stats.sent += 1;
@@ -422,7 +422,7 @@ impl Endpoint {
             Ok(()) => Ok(()),
             // The egress path refused the frame for now: the kernel left it
             // marked in the ring, and the next kick sends it again.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS) | Some(libc::EAGAIN)) => {
+            Err(e) if sys::refused_for_now(&e) => {
                 self.stats.send_refused += 1;
                 Ok(())
             }
@@ -437,9 +437,9 @@ impl Endpoint {
             return Ok(true); // the slot has been reused since, so this frame left
         }
         match r.rings.tx_status(token.slot) {
-            libc::TP_STATUS_AVAILABLE => Ok(true),
-            libc::TP_STATUS_WRONG_FORMAT => Err(Error::FrameRejected { rail: token.rail }),
-            _ => Ok(false),
+            TxStatus::Available => Ok(true),
+            TxStatus::WrongFormat => Err(Error::FrameRejected { rail: token.rail }),
+            TxStatus::SendRequest | TxStatus::Sending => Ok(false),
         }
     }
 
@@ -451,7 +451,7 @@ impl Endpoint {
             if start.elapsed() > SEND_RING_TIMEOUT {
                 return Err(Error::SendRingFull { rail: token.rail, waited_ms: SEND_RING_TIMEOUT.as_millis() as u64 });
             }
-            if self.rails[token.rail].rings.tx_status(token.slot) == libc::TP_STATUS_SEND_REQUEST {
+            if self.rails[token.rail].rings.tx_status(token.slot) == TxStatus::SendRequest {
                 self.kick(token.rail)?;
             }
             std::thread::yield_now();
@@ -579,13 +579,13 @@ fn wait_for_send_slot(r: &mut Rail, rail: usize, slot: usize) -> Result<()> {
     let mut start = None;
     loop {
         match r.rings.tx_status(slot) {
-            libc::TP_STATUS_AVAILABLE => return Ok(()),
-            libc::TP_STATUS_WRONG_FORMAT => return Err(Error::FrameRejected { rail }),
-            libc::TP_STATUS_SEND_REQUEST => {
+            TxStatus::Available => return Ok(()),
+            TxStatus::WrongFormat => return Err(Error::FrameRejected { rail }),
+            TxStatus::SendRequest => {
                 // Refused earlier and still marked: push it out again.
                 let _ = r.socket.kick_send_ring();
             }
-            _ => {}
+            TxStatus::Sending => {}
         }
         let since = *start.get_or_insert_with(Instant::now);
         if since.elapsed() > SEND_RING_TIMEOUT {
@@ -613,11 +613,11 @@ fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: In
         .map_rings(RingGeometry::for_frames(max_frame, config.rx_slots), RingGeometry::for_frames(max_frame, config.tx_slots))
         .map_err(|e| Error::os(on("mapping the packet rings"), e))?;
     socket
-        .add_membership(info.index, MacAddr::mcd_group(config.job_key, GroupId::ALL))
+        .add_membership(info.index, MacAddr::mcd_group(config.job_key, GroupId::ALL).0)
         .map_err(|e| Error::os(on("joining the all-nodes group"), e))?;
     // Siblings on this NIC are heard only as this host's outgoing frames, which
     // reach ETH_P_ALL sockets alone; otherwise bind to the job's EtherType.
-    let protocol = if has_siblings { libc::ETH_P_ALL as u16 } else { config.ethertype };
+    let protocol = if has_siblings { sys::ALL_PROTOCOLS } else { config.ethertype };
     socket.bind(info.index, protocol).map_err(|e| Error::os(on("binding the packet socket"), e))?;
     let sender = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
     sender.bind(info.index, 0).map_err(|e| Error::os(on("binding the send socket"), e))?;

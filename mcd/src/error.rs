@@ -150,8 +150,9 @@ impl Error {
     /// [`Error::NoCapability`].
     pub(crate) fn os(what: impl Into<String>, source: std::io::Error) -> Error {
         let what = what.into();
-        match source.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::EACCES) => Error::NoCapability { what },
+        // EPERM and EACCES.
+        match source.kind() {
+            std::io::ErrorKind::PermissionDenied => Error::NoCapability { what },
             _ => Error::Io { what, source },
         }
     }

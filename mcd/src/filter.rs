@@ -18,18 +18,7 @@
 
 use crate::wire::{offset, MacAddr};
 
-/// One classic BPF instruction, laid out as the kernel's `struct sock_filter`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BpfInsn {
-    /// Opcode.
-    pub code: u16,
-    /// Jump offset if true.
-    pub jt: u8,
-    /// Jump offset if false.
-    pub jf: u8,
-    /// Constant operand.
-    pub k: u32,
-}
+pub use crate::sys::BpfInsn;
 
 /// Packet types the kernel reports (`sll_pkttype`, `SKF_AD_PKTTYPE`).
 pub mod pkttype {
