@@ -9,7 +9,7 @@
 //! behind for a while on a background thread, answering ranks that are not.
 //! Nodes are then numbered by rank.
 //!
-//! Hellos are ordinary MCD frames (kind [`KIND_HELLO`]) sent to group
+//! Hellos are ordinary MCD frames (kind [`kind::HELLO`](crate::kind::HELLO)) sent to group
 //! [`BOOTSTRAP_GROUP`] of the job, so two jobs with different keys on one LAN
 //! never hear each other, and loss is handled by resending.
 
@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use crate::config::{env_seconds, env_var, interface_names, job_key_from_str, lookup_interface, parse_ethertype};
 use crate::config::{EndpointConfig, DEFAULT_JOB_KEY, MAX_RAILS};
 use crate::filter::{self, pkttype, FilterSpec};
+use crate::kind;
 use crate::node::{NodeAddr, NodeList, Port};
 use crate::sys::{self, PacketSocket};
 use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, DEFAULT_ETHERTYPE};
@@ -26,8 +27,6 @@ use crate::{Error, Result};
 
 /// The multicast group hellos go to.
 pub const BOOTSTRAP_GROUP: GroupId = GroupId(255);
-/// The message kind of a hello.
-pub const KIND_HELLO: u8 = 0xF0;
 
 /// Environment variables read for the rank, in order (with their size partner).
 pub const RANK_VARS: [(&str, &str); 4] = [
@@ -244,7 +243,7 @@ impl Hello {
     }
 
     fn parse(repr: &FrameRepr, payload: &[u8]) -> Option<Hello> {
-        if repr.kind != KIND_HELLO || payload.len() < 8 {
+        if repr.kind != kind::HELLO || payload.len() < 8 {
             return None;
         }
         let rails = payload[1] as usize;
@@ -298,7 +297,7 @@ impl HelloSocket {
             dst_mac: MacAddr::mcd_group(self.job_key, BOOTSTRAP_GROUP),
             src_mac: self.mac,
             ethertype: self.ethertype,
-            kind: KIND_HELLO,
+            kind: kind::HELLO,
             dst_port: 0,
             src_port: hello.port,
             src_node: hello.rank as u16,
@@ -490,7 +489,7 @@ mod tests {
             dst_mac: MacAddr::mcd_group(7, BOOTSTRAP_GROUP),
             src_mac: h.macs[0],
             ethertype: DEFAULT_ETHERTYPE,
-            kind: KIND_HELLO,
+            kind: kind::HELLO,
             dst_port: 0,
             src_port: 2,
             src_node: 3,

@@ -32,6 +32,9 @@
 //!   groups ([`Destination::ALL_NODES`] is the paper's `MCD_DST_MULTICAST`).
 //!   One endpoint drives several NICs (*rails*); a send names its rail.
 //!
+//! - [`kind`]: the registry of message kinds, where every protocol of the
+//!   workspace (bootstrap, barriers, the tools) has its kind bytes allocated.
+//!
 //! - [`bootstrap`]: for launched jobs (Slurm, `mpirun`, PMI): rank, size,
 //!   interfaces and job key from the environment, and discovery of the other
 //!   ranks by multicast hellos when there is no node list
@@ -69,6 +72,7 @@ mod endpoint;
 mod error;
 pub mod filter;
 pub mod host;
+pub mod kind;
 pub mod node;
 pub mod port;
 pub mod raw;
