@@ -410,7 +410,7 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig) -> Result<NodeList> {
     let me = Hello { rank: job.rank, size: job.size, port: job.port, macs, heard_all: job.size == 1, done: false };
     let mut state = Discovery::new(me);
     if job.size == 1 {
-        return Ok(NodeList::new(state.heard.into_values().collect()));
+        return NodeList::new(state.heard.into_values().collect());
     }
     let mut socket = HelloSocket::open(&job.interfaces[0], job.port, job.job_key, config.ethertype)?;
     let start = Instant::now();
@@ -470,7 +470,7 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig) -> Result<NodeList> {
             }
         })
         .map_err(|e| Error::Io { what: "starting the bootstrap linger thread".into(), source: e })?;
-    Ok(NodeList::new(state.heard.into_values().collect()))
+    NodeList::new(state.heard.into_values().collect())
 }
 
 #[cfg(test)]
@@ -516,7 +516,7 @@ mod tests {
         assert_eq!(d.not_finished(), vec![1]);
         d.take(hello(1, 3, true)).unwrap();
         assert!(d.done());
-        let list = NodeList::new(d.heard.into_values().collect());
+        let list = NodeList::new(d.heard.into_values().collect()).unwrap();
         assert_eq!(list.get(2).unwrap().macs[0], MacAddr([2, 0, 0, 0, 0, 2]));
     }
 

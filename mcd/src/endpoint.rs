@@ -1,6 +1,7 @@
 //! The endpoint: one process's port on one or more NICs (rails).
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config::{lookup_interface, EndpointConfig, Interface, MAX_RAILS};
@@ -13,6 +14,8 @@ use crate::wait::{WaitPhases, WaitPolicy};
 use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, WireError, ETHERNET_HEADER_LEN, MCD_HEADER_LEN};
 use crate::{Error, Result};
 
+/// The id of the next endpoint opened in this process.
+static NEXT_ENDPOINT_ID: AtomicU64 = AtomicU64::new(0);
 /// How long a send waits for a free send-ring slot before giving up.
 const SEND_RING_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -47,9 +50,12 @@ pub struct Received {
     pub group: Option<GroupId>,
 }
 
-/// A posted send, to test or wait for completion.
+/// A posted send, to test or wait for completion on the endpoint that
+/// posted it (another endpoint refuses it with [`Error::ForeignToken`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SendToken {
+    /// The posting endpoint's id.
+    endpoint: u64,
     rail: usize,
     slot: usize,
     generation: u32,
@@ -144,6 +150,8 @@ impl Demux {
 /// send rings. Receiving costs no system call while frames are waiting;
 /// sending is one system call (the kick) per post.
 pub struct Endpoint {
+    /// Tells this endpoint's send tokens from others'.
+    id: u64,
     rails: Vec<Rail>,
     fds: Vec<RawFd>,
     demux: Demux,
@@ -206,6 +214,7 @@ impl Endpoint {
         }
         let fds = rails.iter().map(|r| r.socket.raw_fd()).collect();
         let mut endpoint = Endpoint {
+            id: NEXT_ENDPOINT_ID.fetch_add(1, Ordering::Relaxed),
             rails,
             fds,
             demux,
@@ -361,7 +370,7 @@ impl Endpoint {
         tx.submit(repr.frame_len());
         r.tx_generation[slot] = r.tx_generation[slot].wrapping_add(1);
         r.tx_next = (slot + 1) % r.rings.tx_slots();
-        let token = SendToken { rail, slot, generation: r.tx_generation[slot] };
+        let token = SendToken { endpoint: self.id, rail, slot, generation: r.tx_generation[slot] };
         self.stats.sent += 1;
         self.kick(rail)?;
         Ok(token)
@@ -431,7 +440,11 @@ impl Endpoint {
     }
 
     /// Whether the frame of `token` has left (the paper's "sent" flag).
+    /// A token of another endpoint is [`Error::ForeignToken`].
     pub fn is_sent(&self, token: SendToken) -> Result<bool> {
+        if token.endpoint != self.id {
+            return Err(Error::ForeignToken);
+        }
         let r = self.rail(token.rail)?;
         if r.tx_generation[token.slot] != token.generation {
             return Ok(true); // the slot has been reused since, so this frame left

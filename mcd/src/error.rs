@@ -128,6 +128,9 @@ pub enum Error {
         /// How long the send waited.
         waited_ms: u64,
     },
+    /// A send token was given to an endpoint other than the one that posted it.
+    #[error("this send token was posted on another endpoint; test it on the endpoint that returned it")]
+    ForeignToken,
     /// The kernel rejected a posted frame (`TP_STATUS_WRONG_FORMAT`).
     #[error("the kernel rejected a frame on rail {rail} as malformed")]
     FrameRejected {

@@ -92,6 +92,7 @@ fn shared_nic_list(c: &mcd_tools::vcluster::Cluster) -> NodeList {
         NodeAddr { macs: vec![c.mac(1, 0)], port: 3 },
         NodeAddr { macs: vec![c.mac(1, 0)], port: 4 },
     ])
+    .unwrap()
 }
 
 #[test]
@@ -379,6 +380,8 @@ fn posted_sends_complete_and_report_it() {
         eps[0].wait_sent(*t).unwrap();
         assert!(eps[0].is_sent(*t).unwrap());
     }
+    assert!(matches!(eps[1].is_sent(tokens[0]), Err(Error::ForeignToken)), "a token is only good on its own endpoint");
+    assert!(matches!(eps[1].wait_sent(tokens[0]), Err(Error::ForeignToken)));
     let got = drain(&mut eps[1], QUIET);
     let seqs: Vec<u32> = got.iter().map(|(m, _)| m.seq).collect();
     assert_eq!(seqs, (0..300).collect::<Vec<_>>(), "more posts than send slots, all delivered in order");
