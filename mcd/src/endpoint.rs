@@ -649,3 +649,88 @@ fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: In
         _lock: lock,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::tests::{patched, UNICAST_FRAME};
+    use crate::node::NodeAddr;
+    use crate::wire::{offset, DEFAULT_ETHERTYPE};
+
+    const ME: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
+
+    /// Node 0 (this endpoint: 02:..:01 port 3, in groups 0 and 7) and node 1
+    /// (02:..:09 port 1), as `UNICAST_FRAME` expects.
+    fn demux() -> Demux {
+        let nodes = NodeList::new(vec![
+            NodeAddr { macs: vec![ME], port: 3 },
+            NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, 9])], port: 1 },
+        ])
+        .unwrap();
+        Demux { me: 0, ethertype: DEFAULT_ETHERTYPE, job_key: 0x1234_5678, port: 3, nodes, groups: vec![0, 7] }
+    }
+
+    #[test]
+    fn crafted_frames_are_delivered_or_dropped_for_their_reason() {
+        use DropReason::*;
+        let d = demux();
+        let group = |g: u8| patched(offset::DST_MAC, &[0x03, 0x12, 0x34, 0x56, 0x78, g]);
+        let unicast = UNICAST_FRAME.to_vec();
+        // (what, bytes, packet type, verdict: the group delivered to, or why dropped)
+        let cases = [
+            ("unicast to this port", unicast.clone(), pkttype::HOST, Ok(None)),
+            ("a sibling's frame on this NIC", unicast.clone(), pkttype::OUTGOING, Ok(None)),
+            ("joined group", group(7), pkttype::MULTICAST, Ok(Some(7))),
+            ("group not joined", group(8), pkttype::MULTICAST, Err(NotForMe)),
+            ("another job's group address", patched(offset::DST_MAC, &[0x03, 0x99, 0x34, 0x56, 0x78, 7]), pkttype::MULTICAST, Err(NotForMe)),
+            ("flooded to another host", unicast.clone(), pkttype::OTHERHOST, Err(NotForMe)),
+            ("another port", patched(offset::DST_PORT, &[4]), pkttype::HOST, Err(NotForMe)),
+            ("another MAC", patched(offset::DST_MAC + 5, &[2]), pkttype::HOST, Err(NotForMe)),
+            ("claims to be this node", patched(offset::SRC_NODE, &[0, 0]), pkttype::HOST, Err(NotForMe)),
+            ("node beyond the list", patched(offset::SRC_NODE, &[0, 7]), pkttype::HOST, Err(UnknownSource)),
+            ("node 1 from another MAC", patched(offset::SRC_MAC + 5, &[8]), pkttype::HOST, Err(UnknownSource)),
+            ("node 1 from another port", patched(offset::SRC_PORT, &[2]), pkttype::HOST, Err(UnknownSource)),
+            ("another job key", patched(offset::JOB_KEY, &[0x13]), pkttype::HOST, Err(WrongJob)),
+            ("another EtherType", patched(offset::ETHERTYPE, &[0x08, 0x00]), pkttype::HOST, Err(ForeignEtherType)),
+            ("another version", patched(offset::VERSION, &[2]), pkttype::HOST, Err(BadVersion)),
+            ("payload length past the frame", patched(offset::PAYLOAD_LEN, &[0, 5]), pkttype::HOST, Err(Truncated)),
+        ];
+        for (what, data, packet_type, verdict) in cases {
+            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type };
+            let got = d.accept(&frame, 0, ME);
+            let expected = verdict.map(|g| Received { rail: 0, from: 1, kind: 5, seq: 9, len: 4, group: g.map(GroupId) });
+            assert_eq!(got, expected, "{what}");
+        }
+    }
+
+    #[test]
+    fn frames_cut_short_or_on_an_unlisted_rail_are_dropped() {
+        let d = demux();
+        let whole = RxFrame { data: &UNICAST_FRAME, wire_len: UNICAST_FRAME.len(), packet_type: pkttype::HOST };
+        assert!(d.accept(&whole, 0, ME).is_ok());
+        let cut_by_slot = RxFrame { wire_len: UNICAST_FRAME.len() + 1, ..whole };
+        assert_eq!(d.accept(&cut_by_slot, 0, ME), Err(DropReason::Truncated));
+        for len in 0..UNICAST_FRAME.len() {
+            let short = RxFrame { data: &UNICAST_FRAME[..len], wire_len: len, packet_type: pkttype::HOST };
+            assert_eq!(d.accept(&short, 0, ME), Err(DropReason::Truncated), "{len} bytes");
+        }
+        // Node 1 has no MAC on rail 1.
+        assert_eq!(d.accept(&whole, 1, ME), Err(DropReason::UnknownSource));
+    }
+
+    #[test]
+    fn the_kernel_filter_drops_nothing_user_space_would_deliver() {
+        let d = demux();
+        let program = d.filter_program(ME, true);
+        for (data, packet_type) in [
+            (UNICAST_FRAME.to_vec(), pkttype::HOST),
+            (UNICAST_FRAME.to_vec(), pkttype::OUTGOING),
+            (patched(offset::DST_MAC, &[0x03, 0x12, 0x34, 0x56, 0x78, 7]), pkttype::MULTICAST),
+            (patched(offset::DST_MAC, &[0x03, 0x12, 0x34, 0x56, 0x78, 0]), pkttype::MULTICAST),
+        ] {
+            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type };
+            assert!(d.accept(&frame, 0, ME).is_ok());
+            assert_ne!(filter::interpret(&program, &data, packet_type), 0, "{data:02x?} type {packet_type}");
+        }
+    }
+}
