@@ -9,7 +9,7 @@
 //! behind for a while on a background thread, answering ranks that are not.
 //! Nodes are then numbered by rank.
 //!
-//! Hellos are ordinary MCD frames (kind [`kind::HELLO`](crate::kind::HELLO)) sent to group
+//! Hellos are ordinary MCD frames (kind [`kind::HELLO`]) sent to group
 //! [`BOOTSTRAP_GROUP`] of the job, so two jobs with different keys on one LAN
 //! never hear each other, and loss is handled by resending.
 
