@@ -69,16 +69,15 @@ impl EndpointConfig {
     /// default `eth0`), `MCD_PORT` (default 0), `MCD_NODES` / `MCD_NODE_FILE`,
     /// `MCD_JOB`, `MCD_ETHERTYPE`, `MCD_WAIT`.
     pub fn from_env() -> Result<EndpointConfig> {
-        let var = env_var;
         let nodes = NodeList::from_env()?.ok_or(Error::NoNodeList)?;
         let interfaces: Vec<String> =
-            var("MCD_IFACES").unwrap_or_else(|| "eth0".into()).split(',').map(|s| s.trim().to_string()).collect();
-        let port = match var("MCD_PORT") {
+            env_var("MCD_IFACES").unwrap_or_else(|| "eth0".into()).split(',').map(|s| s.trim().to_string()).collect();
+        let port = match env_var("MCD_PORT") {
             Some(p) => p.trim().parse().map_err(|_| Error::Config(format!("MCD_PORT={p} is not a port 0..=255")))?,
             None => 0,
         };
         let mut config = EndpointConfig::new(interfaces, port, nodes);
-        if let Some(job) = var("MCD_JOB") {
+        if let Some(job) = env_var("MCD_JOB") {
             config.job_key = job_key_from_str(&job);
         }
         config.apply_env()?;
@@ -87,11 +86,10 @@ impl EndpointConfig {
 
     /// `MCD_ETHERTYPE` and `MCD_WAIT`, if set.
     pub(crate) fn apply_env(&mut self) -> Result<()> {
-        let var = env_var;
-        if let Some(t) = var("MCD_ETHERTYPE") {
+        if let Some(t) = env_var("MCD_ETHERTYPE") {
             self.ethertype = parse_ethertype(&t)?;
         }
-        if let Some(w) = var("MCD_WAIT") {
+        if let Some(w) = env_var("MCD_WAIT") {
             self.wait = w.parse().map_err(|e| Error::Config(format!("MCD_WAIT: {e}")))?;
         }
         Ok(())
