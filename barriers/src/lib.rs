@@ -44,6 +44,7 @@
 //! for t in threads { assert_eq!(t.join().unwrap(), 11); }
 //! ```
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 
 mod barrier;
 pub mod check;

@@ -1,5 +1,5 @@
 //! The barrier transport over an mcd endpoint: each barrier message is one
-//! raw Ethernet frame (mcd kind [`wire::KIND_FIRST`]`..`, the epoch's low 32
+//! raw Ethernet frame (mcd kinds from [`mcd::kind::BARRIER_FIRST`], the epoch's low 32
 //! bits in the sequence field, the rest in a 14-byte payload, [`wire`]), and
 //! group release is one multicast frame.
 
@@ -12,25 +12,25 @@ use crate::transport::{Incoming, Msg, NodeId, Transport, TransportError, Waker};
 
 /// The barrier message as mcd carries it.
 pub mod wire {
+    use mcd::kind::{BARRIER_COUNT, BARRIER_FIRST};
+
     use crate::transport::{Msg, MsgKind};
 
-    /// The first mcd message kind of barrier traffic; the kinds run from
-    /// here in [`MsgKind`] order.
-    pub const KIND_FIRST: u8 = 0xB0;
     /// Payload length: tag (2 bytes), arg (4), instance (8), big-endian.
     pub const PAYLOAD_LEN: usize = 14;
 
-    const KINDS: [MsgKind; 7] =
+    /// The barrier kinds in the order of their kind bytes, from [`BARRIER_FIRST`].
+    const KINDS: [MsgKind; BARRIER_COUNT as usize] =
         [MsgKind::Data, MsgKind::Nack, MsgKind::Status, MsgKind::Answer, MsgKind::Join, MsgKind::Admit, MsgKind::Refuse];
 
     /// The mcd kind byte of `kind`.
     pub fn kind_byte(kind: MsgKind) -> u8 {
-        KIND_FIRST + KINDS.iter().position(|&k| k == kind).expect("every kind is listed") as u8
+        BARRIER_FIRST + KINDS.iter().position(|&k| k == kind).expect("every kind is listed") as u8
     }
 
     /// The message kind of an mcd kind byte, if it is barrier traffic.
     pub fn kind_of(byte: u8) -> Option<MsgKind> {
-        KINDS.get(usize::from(byte.wrapping_sub(KIND_FIRST))).copied()
+        KINDS.get(usize::from(byte.wrapping_sub(BARRIER_FIRST))).copied()
     }
 
     /// Writes `msg`'s payload; the kind and epoch travel in mcd's header.
@@ -158,6 +158,8 @@ impl Waker for EndpointWaker {
 
 #[cfg(test)]
 mod tests {
+    use mcd::kind::{BARRIER_COUNT, BARRIER_FIRST};
+
     use super::wire;
     use crate::transport::{Msg, MsgKind};
 
@@ -168,10 +170,10 @@ mod tests {
             let payload = wire::emit(&msg);
             assert_eq!(wire::parse(wire::kind_byte(kind), msg.epoch, &payload), Some(msg));
         }
-        assert_eq!(wire::kind_of(wire::KIND_FIRST - 1), None);
-        assert_eq!(wire::kind_of(wire::KIND_FIRST + 7), None);
+        assert_eq!(wire::kind_of(BARRIER_FIRST - 1), None);
+        assert_eq!(wire::kind_of(BARRIER_FIRST + BARRIER_COUNT), None);
         let payload = wire::emit(&Msg { kind: MsgKind::Data, instance: 1, epoch: 0, tag: 0, arg: 0 });
-        assert_eq!(wire::parse(wire::KIND_FIRST, 0, &payload[..13]), None, "short payload");
-        assert_eq!(wire::parse(wire::KIND_FIRST, 0, &[payload.as_slice(), &[0]].concat()), None, "long payload");
+        assert_eq!(wire::parse(BARRIER_FIRST, 0, &payload[..13]), None, "short payload");
+        assert_eq!(wire::parse(BARRIER_FIRST, 0, &[payload.as_slice(), &[0]].concat()), None, "long payload");
     }
 }

@@ -2,6 +2,8 @@
 //! needed), with the safety checker: on a perfect network for every n, and
 //! under 20% loss with duplication and reordering.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use barriers::check::{run_barriers, BarrierRun};
@@ -76,20 +78,30 @@ fn late_and_duplicate_messages_never_count_towards_the_next_barrier() {
 
 #[test]
 fn split_phase_enter_then_test_completes_only_when_all_entered() {
+    const POLLS: u64 = 10;
     let n = 4;
     let mut nets = mem::network(n, 1, Faults::none());
     let late = nets.pop().unwrap();
-    let late_node = std::thread::spawn(move || {
-        let mut b = Barrier::new(late, BarrierConfig::new(Algorithm::Dissemination)).unwrap();
-        std::thread::sleep(Duration::from_millis(100));
-        let entered = std::time::Instant::now();
-        b.wait().unwrap();
-        b.finish().unwrap();
-        entered
-    });
+    // The early nodes count themselves here once they have polled POLLS times
+    // without completing; only then does the late node enter.
+    let polled = Arc::new(AtomicUsize::new(0));
+    let late_node = {
+        let polled = Arc::clone(&polled);
+        std::thread::spawn(move || {
+            let mut b = Barrier::new(late, BarrierConfig::new(Algorithm::Dissemination)).unwrap();
+            while polled.load(Ordering::Acquire) < n - 1 {
+                std::thread::yield_now();
+            }
+            let entered = std::time::Instant::now();
+            b.wait().unwrap();
+            b.finish().unwrap();
+            entered
+        })
+    };
     let early: Vec<_> = nets
         .into_iter()
         .map(|t| {
+            let polled = Arc::clone(&polled);
             std::thread::spawn(move || {
                 let mut b = Barrier::new(t, BarrierConfig::new(Algorithm::Dissemination)).unwrap();
                 b.enter().unwrap();
@@ -98,10 +110,13 @@ fn split_phase_enter_then_test_completes_only_when_all_entered() {
                 let mut polls = 0u64;
                 while !b.test().unwrap() {
                     polls += 1; // "compute" while the barrier is in flight
+                    if polls == POLLS {
+                        polled.fetch_add(1, Ordering::Release);
+                    }
                     std::thread::sleep(Duration::from_micros(200));
                 }
                 let left = std::time::Instant::now();
-                assert!(polls > 10);
+                assert!(polls >= POLLS, "the barrier completed before the late node entered");
                 assert_eq!(b.epoch(), 1);
                 b.finish().unwrap();
                 left

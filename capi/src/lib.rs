@@ -66,10 +66,9 @@ impl From<mcd::Error> for CError {
     fn from(e: mcd::Error) -> CError {
         let code = match &e {
             mcd::Error::NoCapability { .. } => MCD_ERR_PERMISSION,
-            mcd::Error::NoSuchInterface { .. } => MCD_ERR_INTERFACE,
+            mcd::Error::NoSuchInterface { .. } | mcd::Error::NoDefaultRoute { .. } => MCD_ERR_INTERFACE,
             mcd::Error::Bootstrap(_) => MCD_ERR_BOOTSTRAP,
             mcd::Error::Io { .. } | mcd::Error::SendRingFull { .. } | mcd::Error::FrameRejected { .. } => MCD_ERR_SYSTEM,
-            _ if e.to_string().contains("default route") => MCD_ERR_INTERFACE,
             _ => MCD_ERR_CONFIG,
         };
         CError { code, message: e.to_string() }
@@ -142,7 +141,7 @@ pub struct Group {
 /// The barrier configuration for `size` nodes on `rails` rails: `name`, or
 /// `auto`'s pick on this host; timeouts from the environment.
 fn barrier_config(name: &str, size: usize, rails: usize) -> Result<BarrierConfig, CError> {
-    let var = mcd::bootstrap::env_var;
+    let var = mcd::config::env_var;
     let mut barrier_config = if name == "auto" {
         let params = match var("MCD_LOGP") {
             Some(list) => LogP::parse_list(&list).map_err(|e| config_error(format!("MCD_LOGP: {e}")))?,
@@ -154,10 +153,10 @@ fn barrier_config(name: &str, size: usize, rails: usize) -> Result<BarrierConfig
         let algorithm: Algorithm = name.parse().map_err(|e: String| config_error(format!("algorithm: {e}")))?;
         BarrierConfig::new(algorithm).rails(rails)
     };
-    if let Some(failure) = mcd::bootstrap::env_seconds("MCD_BARRIER_TIMEOUT")? {
+    if let Some(failure) = mcd::config::env_seconds("MCD_BARRIER_TIMEOUT")? {
         barrier_config = barrier_config.timeouts(barrier_config.retry_timeout, failure);
     }
-    if let Some(deadline) = mcd::bootstrap::env_seconds("MCD_BARRIER_DEADLINE")? {
+    if let Some(deadline) = mcd::config::env_seconds("MCD_BARRIER_DEADLINE")? {
         barrier_config = barrier_config.deadline(Some(deadline));
     }
     Ok(barrier_config)
@@ -192,7 +191,7 @@ impl Job {
         let size = config.nodes.len();
         let rails = config.interfaces.len();
         let endpoint = Endpoint::open(config)?;
-        let var = mcd::bootstrap::env_var;
+        let var = mcd::config::env_var;
         let asked = settings.algorithm.clone().or_else(|| var("MCD_ALGORITHM")).unwrap_or_else(|| "auto".into());
         let barrier_config = barrier_config(&asked, size, rails)?;
         let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");

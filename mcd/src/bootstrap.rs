@@ -9,24 +9,24 @@
 //! behind for a while on a background thread, answering ranks that are not.
 //! Nodes are then numbered by rank.
 //!
-//! Hellos are ordinary MCD frames (kind [`KIND_HELLO`]) sent to group
+//! Hellos are ordinary MCD frames (kind [`kind::HELLO`]) sent to group
 //! [`BOOTSTRAP_GROUP`] of the job, so two jobs with different keys on one LAN
 //! never hear each other, and loss is handled by resending.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::config::{env_seconds, env_var, interface_names, job_key_from_str, lookup_interface, parse_ethertype};
+use crate::config::{EndpointConfig, DEFAULT_JOB_KEY, MAX_RAILS};
 use crate::filter::{self, pkttype, FilterSpec};
+use crate::kind;
 use crate::node::{NodeAddr, NodeList, Port};
 use crate::sys::{self, PacketSocket};
 use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, DEFAULT_ETHERTYPE};
-use crate::endpoint::lookup_interface;
-use crate::{job_key_from_str, Error, Result, DEFAULT_JOB_KEY, MAX_RAILS};
+use crate::{Error, Result};
 
 /// The multicast group hellos go to.
 pub const BOOTSTRAP_GROUP: GroupId = GroupId(255);
-/// The message kind of a hello.
-pub const KIND_HELLO: u8 = 0xF0;
 
 /// Environment variables read for the rank, in order (with their size partner).
 pub const RANK_VARS: [(&str, &str); 4] = [
@@ -56,23 +56,6 @@ pub struct JobEnv {
     /// Where the values came from, for messages (`"MCD_RANK"`, `"SLURM_PROCID"`...).
     pub rank_source: &'static str,
 }
-
-/// The environment variable `name`, trimmed; `None` when unset or blank.
-pub fn env_var(name: &str) -> Option<String> {
-    std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
-}
-
-/// The environment variable `name` as a positive number of seconds, if set.
-pub fn env_seconds(name: &str) -> Result<Option<Duration>> {
-    let Some(t) = env_var(name) else { return Ok(None) };
-    let secs: f64 = t
-        .parse()
-        .ok()
-        .filter(|s: &f64| *s > 0.0 && s.is_finite())
-        .ok_or_else(|| Error::Config(format!("{name}={t} is not a number of seconds")))?;
-    Ok(Some(Duration::from_secs_f64(secs)))
-}
-
 
 /// Values given explicitly (by a caller of the C ABI, say); `None` means
 /// "from the environment".
@@ -153,12 +136,7 @@ fn rank_from_env() -> Result<(usize, usize, &'static str)> {
 pub fn default_route_interface() -> Result<String> {
     let table = std::fs::read_to_string("/proc/net/route")
         .map_err(|e| Error::Io { what: "reading /proc/net/route".into(), source: e })?;
-    parse_default_route(&table).ok_or_else(|| {
-        Error::Config(format!(
-            "MCD_IFACES is not set and there is no default route to take the interface from; set MCD_IFACES (interfaces here: {})",
-            sys::interface_names().join(", ")
-        ))
-    })
+    parse_default_route(&table).ok_or_else(|| Error::NoDefaultRoute { available: interface_names() })
 }
 
 fn parse_default_route(table: &str) -> Option<String> {
@@ -166,6 +144,35 @@ fn parse_default_route(table: &str) -> Option<String> {
         let f: Vec<&str> = line.split_whitespace().collect();
         (f.len() > 7 && f[1] == "00000000" && f[7] == "00000000").then(|| f[0].to_string())
     })
+}
+
+impl EndpointConfig {
+    /// A configuration for a process of a launched job: rank, size, port,
+    /// interfaces and job key from the environment ([`JobEnv`]);
+    /// the nodes from `MCD_NODES` / `MCD_NODE_FILE` if set, else found on the
+    /// wire ([`discover`], numbered by rank). Also reads
+    /// `MCD_ETHERTYPE`, `MCD_WAIT` and `MCD_BOOTSTRAP_TIMEOUT`.
+    pub fn bootstrap() -> Result<EndpointConfig> {
+        EndpointConfig::bootstrap_with(&JobSettings::default(), None)
+    }
+
+    /// As [`bootstrap`](Self::bootstrap), with explicit values winning over
+    /// the environment's, and `nodes` (if given) instead of discovery.
+    pub fn bootstrap_with(settings: &JobSettings, nodes: Option<NodeList>) -> Result<EndpointConfig> {
+        let job = JobEnv::resolve(settings)?;
+        let discovery = DiscoveryConfig::from_env()?;
+        let nodes = match nodes {
+            Some(list) => list,
+            None => match NodeList::from_env()? {
+                Some(list) => list,
+                None => discover(&job, &discovery)?,
+            },
+        };
+        let mut config = EndpointConfig::new(job.interfaces, job.port, nodes);
+        config.job_key = job.job_key;
+        config.apply_env()?;
+        Ok(config)
+    }
 }
 
 /// How discovery behaves.
@@ -200,7 +207,7 @@ impl DiscoveryConfig {
             config.timeout = timeout;
         }
         if let Some(t) = env_var("MCD_ETHERTYPE") {
-            config.ethertype = crate::endpoint::parse_ethertype(&t)?;
+            config.ethertype = parse_ethertype(&t)?;
         }
         Ok(config)
     }
@@ -236,7 +243,7 @@ impl Hello {
     }
 
     fn parse(repr: &FrameRepr, payload: &[u8]) -> Option<Hello> {
-        if repr.kind != KIND_HELLO || payload.len() < 8 {
+        if repr.kind != kind::HELLO || payload.len() < 8 {
             return None;
         }
         let rails = payload[1] as usize;
@@ -278,9 +285,9 @@ impl HelloSocket {
         let program = filter::build(&FilterSpec { ethertype, job_key, mac: info.mac, port, groups: &groups, accept_outgoing: true });
         socket.attach_filter(&program).map_err(|e| Error::os(on("attaching the BPF filter"), e))?;
         socket
-            .add_membership(info.index, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP))
+            .add_membership(info.index, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP).0)
             .map_err(|e| Error::os(on("joining the bootstrap group"), e))?;
-        socket.bind(info.index, libc::ETH_P_ALL as u16).map_err(|e| Error::os(on("binding"), e))?;
+        socket.bind(info.index, sys::ALL_PROTOCOLS).map_err(|e| Error::os(on("binding"), e))?;
         Ok(HelloSocket { socket, mac: info.mac, ethertype, job_key, frame: Vec::new(), buf: vec![0u8; 2048] })
     }
 
@@ -290,7 +297,7 @@ impl HelloSocket {
             dst_mac: MacAddr::mcd_group(self.job_key, BOOTSTRAP_GROUP),
             src_mac: self.mac,
             ethertype: self.ethertype,
-            kind: KIND_HELLO,
+            kind: kind::HELLO,
             dst_port: 0,
             src_port: hello.port,
             src_node: hello.rank as u16,
@@ -403,7 +410,7 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig) -> Result<NodeList> {
     let me = Hello { rank: job.rank, size: job.size, port: job.port, macs, heard_all: job.size == 1, done: false };
     let mut state = Discovery::new(me);
     if job.size == 1 {
-        return Ok(NodeList::new(state.heard.into_values().collect()));
+        return NodeList::new(state.heard.into_values().collect());
     }
     let mut socket = HelloSocket::open(&job.interfaces[0], job.port, job.job_key, config.ethertype)?;
     let start = Instant::now();
@@ -463,7 +470,7 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig) -> Result<NodeList> {
             }
         })
         .map_err(|e| Error::Io { what: "starting the bootstrap linger thread".into(), source: e })?;
-    Ok(NodeList::new(state.heard.into_values().collect()))
+    NodeList::new(state.heard.into_values().collect())
 }
 
 #[cfg(test)]
@@ -482,7 +489,7 @@ mod tests {
             dst_mac: MacAddr::mcd_group(7, BOOTSTRAP_GROUP),
             src_mac: h.macs[0],
             ethertype: DEFAULT_ETHERTYPE,
-            kind: KIND_HELLO,
+            kind: kind::HELLO,
             dst_port: 0,
             src_port: 2,
             src_node: 3,
@@ -509,7 +516,7 @@ mod tests {
         assert_eq!(d.not_finished(), vec![1]);
         d.take(hello(1, 3, true)).unwrap();
         assert!(d.done());
-        let list = NodeList::new(d.heard.into_values().collect());
+        let list = NodeList::new(d.heard.into_values().collect()).unwrap();
         assert_eq!(list.get(2).unwrap().macs[0], MacAddr([2, 0, 0, 0, 0, 2]));
     }
 

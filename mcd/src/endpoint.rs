@@ -1,25 +1,24 @@
 //! The endpoint: one process's port on one or more NICs (rails).
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::config::{lookup_interface, EndpointConfig, Interface, MAX_RAILS};
 use crate::filter::{self, pkttype, FilterSpec};
 use crate::node::{NodeId, NodeList, Port};
 use crate::port::PortLock;
 use crate::stats::{DropReason, Stats};
-use crate::sys::{self, InterfaceInfo, PacketSocket, RingGeometry, Rings, RxFrame};
-use crate::wait::{self, WaitPhases, WaitPolicy};
-use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, WireError, DEFAULT_ETHERTYPE, ETHERNET_HEADER_LEN, MCD_HEADER_LEN};
+use crate::sys::{self, PacketSocket, RingGeometry, Rings, RxFrame, TxStatus};
+use crate::wait::{WaitPhases, WaitPolicy};
+use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, WireError, ETHERNET_HEADER_LEN, MCD_HEADER_LEN};
 use crate::{Error, Result};
 
-/// The job key used when none is configured.
-pub const DEFAULT_JOB_KEY: u32 = 0x4d43_4400; // "MCD\0"
-/// The most rails one endpoint drives.
-pub const MAX_RAILS: usize = 8;
 /// While spinning, how many times [`Endpoint::recv`] polls the rings between
 /// two clock reads (a poll of an empty ring costs a few nanoseconds).
 const SPIN_POLLS_PER_CLOCK_READ: u32 = 16;
-
+/// The id of the next endpoint opened in this process.
+static NEXT_ENDPOINT_ID: AtomicU64 = AtomicU64::new(0);
 /// How long a send waits for a free send-ring slot before giving up.
 const SEND_RING_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -35,147 +34,6 @@ pub enum Destination {
 impl Destination {
     /// Every other node of the job: the paper's `MCD_DST_MULTICAST`.
     pub const ALL_NODES: Destination = Destination::Group(GroupId::ALL);
-}
-
-/// How to open an [`Endpoint`]. [`EndpointConfig::new`] fills in the defaults.
-#[derive(Clone, Debug)]
-pub struct EndpointConfig {
-    /// One interface per rail, rail 0 first.
-    pub interfaces: Vec<String>,
-    /// The port this endpoint holds; with the rail-0 MAC it names this node in `nodes`.
-    pub port: Port,
-    /// The job's nodes.
-    pub nodes: NodeList,
-    /// EtherType of the job's frames.
-    pub ethertype: u16,
-    /// Key that keeps two jobs on one LAN apart.
-    pub job_key: u32,
-    /// How receives wait.
-    pub wait: WaitPolicy,
-    /// How many of the job's processes share this host (for [`WaitPolicy::Adaptive`]).
-    pub local_processes: usize,
-    /// Receive-ring slots per rail.
-    pub rx_slots: usize,
-    /// Send-ring slots per rail.
-    pub tx_slots: usize,
-    /// Socket receive buffer in bytes (raised past `rmem_max` when allowed).
-    pub receive_buffer: usize,
-    /// Demultiplex in the kernel with a BPF filter (on by default; turning it
-    /// off makes user space see, count and drop every frame of the EtherType).
-    pub kernel_filter: bool,
-}
-
-impl EndpointConfig {
-    /// A configuration with defaults: EtherType 0x88B5, the default job key,
-    /// adaptive waiting, 1024 receive and 256 send slots per rail.
-    pub fn new<S: Into<String>>(interfaces: impl IntoIterator<Item = S>, port: Port, nodes: NodeList) -> EndpointConfig {
-        EndpointConfig {
-            interfaces: interfaces.into_iter().map(Into::into).collect(),
-            port,
-            nodes,
-            ethertype: DEFAULT_ETHERTYPE,
-            job_key: DEFAULT_JOB_KEY,
-            wait: WaitPolicy::Adaptive,
-            local_processes: wait::local_processes_from_env(),
-            rx_slots: 1024,
-            tx_slots: 256,
-            receive_buffer: 4 << 20,
-            kernel_filter: true,
-        }
-    }
-
-    /// A configuration from the environment: `MCD_IFACES` (comma-separated,
-    /// default `eth0`), `MCD_PORT` (default 0), `MCD_NODES` / `MCD_NODE_FILE`,
-    /// `MCD_JOB`, `MCD_ETHERTYPE`, `MCD_WAIT`.
-    pub fn from_env() -> Result<EndpointConfig> {
-        let var = crate::bootstrap::env_var;
-        let nodes = NodeList::from_env()?.ok_or(Error::NoNodeList)?;
-        let interfaces: Vec<String> =
-            var("MCD_IFACES").unwrap_or_else(|| "eth0".into()).split(',').map(|s| s.trim().to_string()).collect();
-        let port = match var("MCD_PORT") {
-            Some(p) => p.trim().parse().map_err(|_| Error::Config(format!("MCD_PORT={p} is not a port 0..=255")))?,
-            None => 0,
-        };
-        let mut config = EndpointConfig::new(interfaces, port, nodes);
-        if let Some(job) = var("MCD_JOB") {
-            config.job_key = job_key_from_str(&job);
-        }
-        config.apply_env()?;
-        Ok(config)
-    }
-
-    /// `MCD_ETHERTYPE` and `MCD_WAIT`, if set.
-    fn apply_env(&mut self) -> Result<()> {
-        let var = crate::bootstrap::env_var;
-        if let Some(t) = var("MCD_ETHERTYPE") {
-            self.ethertype = parse_ethertype(&t)?;
-        }
-        if let Some(w) = var("MCD_WAIT") {
-            self.wait = w.parse().map_err(|e| Error::Config(format!("MCD_WAIT: {e}")))?;
-        }
-        Ok(())
-    }
-
-    /// A configuration for a process of a launched job: rank, size, port,
-    /// interfaces and job key from the environment ([`crate::bootstrap::JobEnv`]);
-    /// the nodes from `MCD_NODES` / `MCD_NODE_FILE` if set, else found on the
-    /// wire ([`crate::bootstrap::discover`], numbered by rank). Also reads
-    /// `MCD_ETHERTYPE`, `MCD_WAIT` and `MCD_BOOTSTRAP_TIMEOUT`.
-    pub fn bootstrap() -> Result<EndpointConfig> {
-        EndpointConfig::bootstrap_with(&crate::bootstrap::JobSettings::default(), None)
-    }
-
-    /// As [`bootstrap`](Self::bootstrap), with explicit values winning over
-    /// the environment's, and `nodes` (if given) instead of discovery.
-    pub fn bootstrap_with(settings: &crate::bootstrap::JobSettings, nodes: Option<NodeList>) -> Result<EndpointConfig> {
-        use crate::bootstrap::{discover, DiscoveryConfig, JobEnv};
-        let job = JobEnv::resolve(settings)?;
-        let discovery = DiscoveryConfig::from_env()?;
-        let nodes = match nodes {
-            Some(list) => list,
-            None => match NodeList::from_env()? {
-                Some(list) => list,
-                None => discover(&job, &discovery)?,
-            },
-        };
-        let mut config = EndpointConfig::new(job.interfaces, job.port, nodes);
-        config.job_key = job.job_key;
-        config.apply_env()?;
-        Ok(config)
-    }
-}
-
-/// Parses an EtherType (decimal or `0x` hex, at least 0x0600).
-pub(crate) fn parse_ethertype(t: &str) -> Result<u16> {
-    parse_number(t)
-        .and_then(|v| u16::try_from(v).ok())
-        .filter(|&v| v >= 0x0600)
-        .ok_or_else(|| Error::Config(format!("MCD_ETHERTYPE={t} is not an EtherType (0x0600..=0xffff)")))
-}
-
-/// The interface `name` of the calling thread's network namespace, or an
-/// error that lists the interfaces there.
-pub(crate) fn lookup_interface(name: &str) -> Result<InterfaceInfo> {
-    sys::interface_info(name)
-        .map_err(|source| Error::Io { what: format!("querying interface {name}"), source })?
-        .ok_or_else(|| Error::NoSuchInterface { name: name.into(), available: sys::interface_names().join(", ") })
-}
-
-fn parse_number(s: &str) -> Option<u64> {
-    let s = s.trim();
-    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => s.parse().ok(),
-    }
-}
-
-/// The job key for a job name or number: a number (decimal or `0x` hex) that
-/// fits 32 bits is the key itself; anything else is hashed (FNV-1a).
-pub fn job_key_from_str(job: &str) -> u32 {
-    if let Some(n) = parse_number(job).and_then(|n| u32::try_from(n).ok()) {
-        return n;
-    }
-    job.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193))
 }
 
 /// What [`Endpoint::try_recv`] delivered.
@@ -195,9 +53,12 @@ pub struct Received {
     pub group: Option<GroupId>,
 }
 
-/// A posted send, to test or wait for completion.
+/// A posted send, to test or wait for completion on the endpoint that
+/// posted it (another endpoint refuses it with [`Error::ForeignToken`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SendToken {
+    /// The posting endpoint's id.
+    endpoint: u64,
     rail: usize,
     slot: usize,
     generation: u32,
@@ -205,7 +66,7 @@ pub struct SendToken {
 
 struct Rail {
     interface: String,
-    info: InterfaceInfo,
+    info: Interface,
     socket: PacketSocket,
     rings: Rings,
     rx_next: usize,
@@ -292,6 +153,8 @@ impl Demux {
 /// send rings. Receiving costs no system call while frames are waiting;
 /// sending is one system call (the kick) per post.
 pub struct Endpoint {
+    /// Tells this endpoint's send tokens from others'.
+    id: u64,
     rails: Vec<Rail>,
     fds: Vec<RawFd>,
     demux: Demux,
@@ -354,6 +217,7 @@ impl Endpoint {
         }
         let fds = rails.iter().map(|r| r.socket.raw_fd()).collect();
         let mut endpoint = Endpoint {
+            id: NEXT_ENDPOINT_ID.fetch_add(1, Ordering::Relaxed),
             rails,
             fds,
             demux,
@@ -475,9 +339,9 @@ impl Endpoint {
             if let Some((group, join)) = change {
                 let mac = MacAddr::mcd_group(self.demux.job_key, group);
                 let res = if join {
-                    rail.socket.add_membership(rail.info.index, mac)
+                    rail.socket.add_membership(rail.info.index, mac.0)
                 } else {
-                    rail.socket.drop_membership(rail.info.index, mac)
+                    rail.socket.drop_membership(rail.info.index, mac.0)
                 };
                 res.map_err(|e| Error::os(format!("changing membership of group {} on {}", group.0, rail.interface), e))?;
             }
@@ -502,14 +366,14 @@ impl Endpoint {
         let r = &mut self.rails[rail];
         let slot = r.tx_next;
         wait_for_send_slot(r, rail, slot)?;
-        let buf = r.rings.tx_buffer(slot).ok_or(Error::SendRingFull { rail, waited_ms: 0 })?;
-        let mut frame = Frame::new_unchecked(&mut buf[..repr.frame_len()]);
+        let mut tx = r.rings.tx_claim(slot).ok_or(Error::SendRingFull { rail, waited_ms: 0 })?;
+        let mut frame = Frame::new_unchecked(&mut tx.buffer()[..repr.frame_len()]);
         repr.emit(&mut frame);
         frame.payload_mut().copy_from_slice(payload);
-        r.rings.tx_submit(slot, repr.frame_len());
+        tx.submit(repr.frame_len());
         r.tx_generation[slot] = r.tx_generation[slot].wrapping_add(1);
         r.tx_next = (slot + 1) % r.rings.tx_slots();
-        let token = SendToken { rail, slot, generation: r.tx_generation[slot] };
+        let token = SendToken { endpoint: self.id, rail, slot, generation: r.tx_generation[slot] };
         self.stats.sent += 1;
         self.kick(rail)?;
         Ok(token)
@@ -529,7 +393,7 @@ impl Endpoint {
         match r.sender.send(&r.tx_scratch[..repr.frame_len()]) {
             Ok(_) => {}
             // Dropped on the egress path (a full queue or a dropping filter): lost, as on a wire.
-            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => self.stats.send_refused += 1,
+            Err(e) if sys::dropped_on_egress(&e) => self.stats.send_refused += 1,
             Err(e) => return Err(Error::os(format!("sending on {}", r.interface), e)),
         }
         self.stats.sent += 1;
@@ -570,7 +434,7 @@ impl Endpoint {
             Ok(()) => Ok(()),
             // The egress path refused the frame for now: the kernel left it
             // marked in the ring, and the next kick sends it again.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOBUFS) | Some(libc::EAGAIN)) => {
+            Err(e) if sys::refused_for_now(&e) => {
                 self.stats.send_refused += 1;
                 Ok(())
             }
@@ -579,15 +443,19 @@ impl Endpoint {
     }
 
     /// Whether the frame of `token` has left (the paper's "sent" flag).
+    /// A token of another endpoint is [`Error::ForeignToken`].
     pub fn is_sent(&self, token: SendToken) -> Result<bool> {
+        if token.endpoint != self.id {
+            return Err(Error::ForeignToken);
+        }
         let r = self.rail(token.rail)?;
         if r.tx_generation[token.slot] != token.generation {
             return Ok(true); // the slot has been reused since, so this frame left
         }
         match r.rings.tx_status(token.slot) {
-            libc::TP_STATUS_AVAILABLE => Ok(true),
-            libc::TP_STATUS_WRONG_FORMAT => Err(Error::FrameRejected { rail: token.rail }),
-            _ => Ok(false),
+            TxStatus::Available => Ok(true),
+            TxStatus::WrongFormat => Err(Error::FrameRejected { rail: token.rail }),
+            TxStatus::SendRequest | TxStatus::Sending => Ok(false),
         }
     }
 
@@ -599,7 +467,7 @@ impl Endpoint {
             if start.elapsed() > SEND_RING_TIMEOUT {
                 return Err(Error::SendRingFull { rail: token.rail, waited_ms: SEND_RING_TIMEOUT.as_millis() as u64 });
             }
-            if self.rails[token.rail].rings.tx_status(token.slot) == libc::TP_STATUS_SEND_REQUEST {
+            if self.rails[token.rail].rings.tx_status(token.slot) == TxStatus::SendRequest {
                 self.kick(token.rail)?;
             }
             std::thread::yield_now();
@@ -734,13 +602,13 @@ fn wait_for_send_slot(r: &mut Rail, rail: usize, slot: usize) -> Result<()> {
     let mut start = None;
     loop {
         match r.rings.tx_status(slot) {
-            libc::TP_STATUS_AVAILABLE => return Ok(()),
-            libc::TP_STATUS_WRONG_FORMAT => return Err(Error::FrameRejected { rail }),
-            libc::TP_STATUS_SEND_REQUEST => {
+            TxStatus::Available => return Ok(()),
+            TxStatus::WrongFormat => return Err(Error::FrameRejected { rail }),
+            TxStatus::SendRequest => {
                 // Refused earlier and still marked: push it out again.
                 let _ = r.socket.kick_send_ring();
             }
-            _ => {}
+            TxStatus::Sending => {}
         }
         let since = *start.get_or_insert_with(Instant::now);
         if since.elapsed() > SEND_RING_TIMEOUT {
@@ -750,7 +618,7 @@ fn wait_for_send_slot(r: &mut Rail, rail: usize, slot: usize) -> Result<()> {
     }
 }
 
-fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: InterfaceInfo, has_siblings: bool) -> Result<Rail> {
+fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: Interface, has_siblings: bool) -> Result<Rail> {
     // The socket first: without CAP_NET_RAW, that is the error to report.
     let socket = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
     let lock = PortLock::acquire(&interface, config.port)?;
@@ -768,11 +636,11 @@ fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: In
         .map_rings(RingGeometry::for_frames(max_frame, config.rx_slots), RingGeometry::for_frames(max_frame, config.tx_slots))
         .map_err(|e| Error::os(on("mapping the packet rings"), e))?;
     socket
-        .add_membership(info.index, MacAddr::mcd_group(config.job_key, GroupId::ALL))
+        .add_membership(info.index, MacAddr::mcd_group(config.job_key, GroupId::ALL).0)
         .map_err(|e| Error::os(on("joining the all-nodes group"), e))?;
     // Siblings on this NIC are heard only as this host's outgoing frames, which
     // reach ETH_P_ALL sockets alone; otherwise bind to the job's EtherType.
-    let protocol = if has_siblings { libc::ETH_P_ALL as u16 } else { config.ethertype };
+    let protocol = if has_siblings { sys::ALL_PROTOCOLS } else { config.ethertype };
     socket.bind(info.index, protocol).map_err(|e| Error::os(on("binding the packet socket"), e))?;
     let sender = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
     sender.bind(info.index, 0).map_err(|e| Error::os(on("binding the send socket"), e))?;
@@ -795,12 +663,84 @@ fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: In
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::filter::tests::{patched, UNICAST_FRAME};
+    use crate::node::NodeAddr;
+    use crate::wire::{offset, DEFAULT_ETHERTYPE};
+
+    const ME: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
+
+    /// Node 0 (this endpoint: 02:..:01 port 3, in groups 0 and 7) and node 1
+    /// (02:..:09 port 1), as `UNICAST_FRAME` expects.
+    fn demux() -> Demux {
+        let nodes = NodeList::new(vec![
+            NodeAddr { macs: vec![ME], port: 3 },
+            NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, 9])], port: 1 },
+        ])
+        .unwrap();
+        Demux { me: 0, ethertype: DEFAULT_ETHERTYPE, job_key: 0x1234_5678, port: 3, nodes, groups: vec![0, 7] }
+    }
 
     #[test]
-    fn job_keys_from_numbers_and_names() {
-        assert_eq!(job_key_from_str("42"), 42);
-        assert_eq!(job_key_from_str("0x10"), 16);
-        assert_ne!(job_key_from_str("slurm-job-a"), job_key_from_str("slurm-job-b"));
-        assert_eq!(job_key_from_str("name"), job_key_from_str("name"));
+    fn crafted_frames_are_delivered_or_dropped_for_their_reason() {
+        use DropReason::*;
+        let d = demux();
+        let group = |g: u8| patched(offset::DST_MAC, &[0x03, 0x12, 0x34, 0x56, 0x78, g]);
+        let unicast = UNICAST_FRAME.to_vec();
+        // (what, bytes, packet type, verdict: the group delivered to, or why dropped)
+        let cases = [
+            ("unicast to this port", unicast.clone(), pkttype::HOST, Ok(None)),
+            ("a sibling's frame on this NIC", unicast.clone(), pkttype::OUTGOING, Ok(None)),
+            ("joined group", group(7), pkttype::MULTICAST, Ok(Some(7))),
+            ("group not joined", group(8), pkttype::MULTICAST, Err(NotForMe)),
+            ("another job's group address", patched(offset::DST_MAC, &[0x03, 0x99, 0x34, 0x56, 0x78, 7]), pkttype::MULTICAST, Err(NotForMe)),
+            ("flooded to another host", unicast.clone(), pkttype::OTHERHOST, Err(NotForMe)),
+            ("another port", patched(offset::DST_PORT, &[4]), pkttype::HOST, Err(NotForMe)),
+            ("another MAC", patched(offset::DST_MAC + 5, &[2]), pkttype::HOST, Err(NotForMe)),
+            ("claims to be this node", patched(offset::SRC_NODE, &[0, 0]), pkttype::HOST, Err(NotForMe)),
+            ("node beyond the list", patched(offset::SRC_NODE, &[0, 7]), pkttype::HOST, Err(UnknownSource)),
+            ("node 1 from another MAC", patched(offset::SRC_MAC + 5, &[8]), pkttype::HOST, Err(UnknownSource)),
+            ("node 1 from another port", patched(offset::SRC_PORT, &[2]), pkttype::HOST, Err(UnknownSource)),
+            ("another job key", patched(offset::JOB_KEY, &[0x13]), pkttype::HOST, Err(WrongJob)),
+            ("another EtherType", patched(offset::ETHERTYPE, &[0x08, 0x00]), pkttype::HOST, Err(ForeignEtherType)),
+            ("another version", patched(offset::VERSION, &[2]), pkttype::HOST, Err(BadVersion)),
+            ("payload length past the frame", patched(offset::PAYLOAD_LEN, &[0, 5]), pkttype::HOST, Err(Truncated)),
+        ];
+        for (what, data, packet_type, verdict) in cases {
+            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type };
+            let got = d.accept(&frame, 0, ME);
+            let expected = verdict.map(|g| Received { rail: 0, from: 1, kind: 5, seq: 9, len: 4, group: g.map(GroupId) });
+            assert_eq!(got, expected, "{what}");
+        }
+    }
+
+    #[test]
+    fn frames_cut_short_or_on_an_unlisted_rail_are_dropped() {
+        let d = demux();
+        let whole = RxFrame { data: &UNICAST_FRAME, wire_len: UNICAST_FRAME.len(), packet_type: pkttype::HOST };
+        assert!(d.accept(&whole, 0, ME).is_ok());
+        let cut_by_slot = RxFrame { wire_len: UNICAST_FRAME.len() + 1, ..whole };
+        assert_eq!(d.accept(&cut_by_slot, 0, ME), Err(DropReason::Truncated));
+        for len in 0..UNICAST_FRAME.len() {
+            let short = RxFrame { data: &UNICAST_FRAME[..len], wire_len: len, packet_type: pkttype::HOST };
+            assert_eq!(d.accept(&short, 0, ME), Err(DropReason::Truncated), "{len} bytes");
+        }
+        // Node 1 has no MAC on rail 1.
+        assert_eq!(d.accept(&whole, 1, ME), Err(DropReason::UnknownSource));
+    }
+
+    #[test]
+    fn the_kernel_filter_drops_nothing_user_space_would_deliver() {
+        let d = demux();
+        let program = d.filter_program(ME, true);
+        for (data, packet_type) in [
+            (UNICAST_FRAME.to_vec(), pkttype::HOST),
+            (UNICAST_FRAME.to_vec(), pkttype::OUTGOING),
+            (patched(offset::DST_MAC, &[0x03, 0x12, 0x34, 0x56, 0x78, 7]), pkttype::MULTICAST),
+            (patched(offset::DST_MAC, &[0x03, 0x12, 0x34, 0x56, 0x78, 0]), pkttype::MULTICAST),
+        ] {
+            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type };
+            assert!(d.accept(&frame, 0, ME).is_ok());
+            assert_ne!(filter::interpret(&program, &data, packet_type), 0, "{data:02x?} type {packet_type}");
+        }
     }
 }

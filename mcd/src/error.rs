@@ -3,8 +3,10 @@
 use crate::node::{NodeId, Port};
 use crate::wire::MacAddr;
 
-/// Everything that can go wrong in mcd.
+/// Everything that can go wrong in mcd. New variants may be added: match
+/// with a wildcard arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// Raw sockets need `CAP_NET_RAW`.
     #[error(
@@ -20,6 +22,12 @@ pub enum Error {
     NoSuchInterface {
         /// The name asked for.
         name: String,
+        /// The interfaces that do exist, comma-separated.
+        available: String,
+    },
+    /// No interface was named and there is no default route to take one from.
+    #[error("MCD_IFACES is not set and there is no default route to take the interface from; set MCD_IFACES (interfaces here: {available})")]
+    NoDefaultRoute {
         /// The interfaces that do exist, comma-separated.
         available: String,
     },
@@ -120,6 +128,9 @@ pub enum Error {
         /// How long the send waited.
         waited_ms: u64,
     },
+    /// A send token was given to an endpoint other than the one that posted it.
+    #[error("this send token was posted on another endpoint; test it on the endpoint that returned it")]
+    ForeignToken,
     /// The kernel rejected a posted frame (`TP_STATUS_WRONG_FORMAT`).
     #[error("the kernel rejected a frame on rail {rail} as malformed")]
     FrameRejected {
@@ -142,8 +153,9 @@ impl Error {
     /// [`Error::NoCapability`].
     pub(crate) fn os(what: impl Into<String>, source: std::io::Error) -> Error {
         let what = what.into();
-        match source.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::EACCES) => Error::NoCapability { what },
+        // EPERM and EACCES.
+        match source.kind() {
+            std::io::ErrorKind::PermissionDenied => Error::NoCapability { what },
             _ => Error::Io { what, source },
         }
     }

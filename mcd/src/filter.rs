@@ -18,18 +18,7 @@
 
 use crate::wire::{offset, MacAddr};
 
-/// One classic BPF instruction, laid out as the kernel's `struct sock_filter`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BpfInsn {
-    /// Opcode.
-    pub code: u16,
-    /// Jump offset if true.
-    pub jt: u8,
-    /// Jump offset if false.
-    pub jf: u8,
-    /// Constant operand.
-    pub k: u32,
-}
+pub use crate::sys::BpfInsn;
 
 /// Packet types the kernel reports (`sll_pkttype`, `SKF_AD_PKTTYPE`).
 pub mod pkttype {
@@ -213,11 +202,58 @@ pub fn interpret(program: &[BpfInsn], frame: &[u8], packet_type: u32) -> u32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::wire::{Frame, FrameRepr, GroupId, DEFAULT_ETHERTYPE};
 
     const KEY: u32 = 0x1234_5678;
+    /// A unicast frame written out byte by byte (not by [`FrameRepr::emit`]):
+    /// from node 1 (02:00:00:00:00:09, port 1) to 02:00:00:00:00:01 port 3,
+    /// kind 5, job key 0x12345678, sequence 9, payload de ad be ef.
+    #[rustfmt::skip]
+    pub(crate) const UNICAST_FRAME: [u8; 34] = [
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x01,     // destination MAC
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x09,     // source MAC
+        0x88, 0xb5,                             // EtherType
+        0x01, 0x05, 0x03, 0x01,                 // version, kind, dst port, src port
+        0x00, 0x01, 0x00, 0x04,                 // source node, payload length
+        0x12, 0x34, 0x56, 0x78,                 // job key
+        0x00, 0x00, 0x00, 0x09,                 // sequence
+        0xde, 0xad, 0xbe, 0xef,                 // payload
+    ];
+
+    /// [`UNICAST_FRAME`] with `bytes` written at `at`.
+    pub(crate) fn patched(at: usize, bytes: &[u8]) -> Vec<u8> {
+        let mut f = UNICAST_FRAME.to_vec();
+        f[at..at + bytes.len()].copy_from_slice(bytes);
+        f
+    }
+
+    #[test]
+    fn crafted_bytes_pass_or_fail_the_filter() {
+        let groups = [0, 7];
+        let closed = build(&spec(&groups, false));
+        let open = build(&spec(&groups, true));
+        let group = |g: u8| patched(offset::DST_MAC, &[0x03, 0x12, 0x34, 0x56, 0x78, g]);
+        let cases = [
+            ("unicast to this port", &closed, UNICAST_FRAME.to_vec(), pkttype::HOST, true),
+            ("another EtherType", &closed, patched(offset::ETHERTYPE, &[0x08, 0x00]), pkttype::HOST, false),
+            ("another job key", &closed, patched(offset::JOB_KEY + 3, &[0x79]), pkttype::HOST, false),
+            ("another port", &closed, patched(offset::DST_PORT, &[4]), pkttype::HOST, false),
+            ("flooded to another host", &open, UNICAST_FRAME.to_vec(), pkttype::OTHERHOST, false),
+            ("cut before the job key ends", &closed, UNICAST_FRAME[..offset::JOB_KEY + 3].to_vec(), pkttype::HOST, false),
+            ("joined group", &closed, group(7), pkttype::MULTICAST, true),
+            ("group not joined", &closed, group(8), pkttype::MULTICAST, false),
+            ("sibling's frame, outgoing refused", &closed, UNICAST_FRAME.to_vec(), pkttype::OUTGOING, false),
+            ("sibling's frame to this MAC and port", &open, UNICAST_FRAME.to_vec(), pkttype::OUTGOING, true),
+            ("sibling's frame to another MAC", &open, patched(offset::DST_MAC + 5, &[0x02]), pkttype::OUTGOING, false),
+            // PACKET_HOST already means "to this host's MAC": the filter checks the port only.
+            ("host frame, MAC left to the kernel", &closed, patched(offset::DST_MAC + 5, &[0x02]), pkttype::HOST, true),
+        ];
+        for (what, program, frame, packet_type, pass) in cases {
+            assert_eq!(interpret(program, &frame, packet_type) != 0, pass, "{what}");
+        }
+    }
     fn me() -> MacAddr {
         "02:00:00:00:00:01".parse().unwrap()
     }

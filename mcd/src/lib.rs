@@ -7,9 +7,12 @@
 //!
 //! ## Layers, bottom up
 //!
-//! - [`sys`](crate) (private): every `unsafe` block and system call — the
-//!   `AF_PACKET` socket, its mmap'd TPACKET_V2 receive and send rings,
-//!   interface queries, `ppoll`, `flock`, namespaces.
+//! - `sys` (private): every `unsafe` block and system call, one module per
+//!   concern — the `AF_PACKET` socket, its mmap'd TPACKET_V2 receive and send
+//!   rings, `eventfd` and `ppoll`, interface queries, record locks,
+//!   namespaces, CPU affinity — behind safe types. It imports nothing from
+//!   the layers above, and no other module uses `libc` or `unsafe` (the
+//!   compiler holds the rest of the crate to `#![deny(unsafe_code)]`).
 //! - [`wire`]: the frame format, as a checked view ([`wire::Frame`]) and a
 //!   parse/emit representation ([`wire::FrameRepr`]). Parsing never panics.
 //! - [`filter`]: the classic BPF program that demultiplexes in the kernel —
@@ -18,6 +21,9 @@
 //! - [`node`] and [`port`]: who is who. A node is a (MAC, port) pair; node
 //!   numbers come from a node list. Each device has 256 ports, each held by
 //!   one endpoint on the host.
+//! - [`config`]: what an endpoint is opened with ([`EndpointConfig`]), read
+//!   from the environment or given; interface lookup. Below both the
+//!   endpoint and bootstrap, which import it and not each other.
 //! - [`Endpoint`]: the API. [`Endpoint::post`] copies a message into the send
 //!   ring and kicks the kernel without waiting; [`Endpoint::is_sent`] /
 //!   [`Endpoint::wait_sent`] report the paper's "sent" flag; [`Endpoint::try_recv`]
@@ -25,6 +31,9 @@
 //!   under an explicit [`WaitPolicy`]. Destinations are nodes or multicast
 //!   groups ([`Destination::ALL_NODES`] is the paper's `MCD_DST_MULTICAST`).
 //!   One endpoint drives several NICs (*rails*); a send names its rail.
+//!
+//! - [`kind`]: the registry of message kinds, where every protocol of the
+//!   workspace (bootstrap, barriers, the tools) has its kind bytes allocated.
 //!
 //! - [`bootstrap`]: for launched jobs (Slurm, `mpirun`, PMI): rank, size,
 //!   interfaces and job key from the environment, and discovery of the other
@@ -53,22 +62,28 @@
 //! }
 //! # Ok(()) }
 //! ```
-#![warn(missing_docs)]
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+#![warn(unsafe_op_in_unsafe_fn)]
 
 pub mod bootstrap;
+pub mod config;
 mod endpoint;
 mod error;
 pub mod filter;
 pub mod host;
+pub mod kind;
 pub mod node;
 pub mod port;
 pub mod raw;
 pub mod stats;
+#[allow(unsafe_code)]
 mod sys;
 pub mod wait;
 pub mod wire;
 
-pub use endpoint::{job_key_from_str, Destination, Endpoint, EndpointConfig, Readiness, Received, SendToken, DEFAULT_JOB_KEY, MAX_RAILS};
+pub use config::{job_key_from_str, EndpointConfig, DEFAULT_JOB_KEY, MAX_RAILS};
+pub use endpoint::{Destination, Endpoint, Readiness, Received, SendToken};
 pub use error::{Error, Result};
 pub use node::{NodeAddr, NodeId, NodeList, Port};
 pub use raw::RawSender;

@@ -14,6 +14,7 @@
 //! A line holds one MAC per rail, then optionally the port (0 when left out).
 //! The list comes from a file or from the environment ([`NodeList::from_env`]).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::wire::MacAddr;
@@ -46,14 +47,38 @@ pub struct NodeList {
 }
 
 impl NodeList {
-    /// A node list from addresses in node order.
-    pub fn new(nodes: Vec<NodeAddr>) -> NodeList {
-        NodeList { nodes }
+    /// A node list from addresses in node order, checked as [`parse`](Self::parse)
+    /// checks a file: at least one node and at most [`MAX_NODES`], every node
+    /// with a MAC, no (rail-0 MAC, port) twice. An error names the offending
+    /// node as `line` (node number + 1).
+    pub fn new(nodes: Vec<NodeAddr>) -> Result<NodeList, Error> {
+        NodeList::checked(nodes, "given to NodeList::new", |node| node + 1)
+    }
+
+    /// `nodes` as a list, if valid; `line_of(node)` is the node's line in `origin`.
+    fn checked(nodes: Vec<NodeAddr>, origin: &str, line_of: impl Fn(NodeId) -> usize) -> Result<NodeList, Error> {
+        let bad = |line: usize, reason: String| Error::NodeListLine { origin: origin.to_string(), line, reason };
+        if nodes.is_empty() {
+            return Err(bad(0, "the list names no node".into()));
+        }
+        if nodes.len() > MAX_NODES {
+            return Err(bad(0, format!("{} nodes; at most {MAX_NODES}", nodes.len())));
+        }
+        let mut seen = BTreeMap::new();
+        for (id, node) in nodes.iter().enumerate() {
+            let Some(&mac) = node.macs.first() else {
+                return Err(bad(line_of(id), "no MAC address (expected `MAC [MAC ...] [port]`)".into()));
+            };
+            if let Some(first) = seen.insert((mac, node.port), id) {
+                return Err(bad(line_of(id), format!("{mac} port {} is already node {first}", node.port)));
+            }
+        }
+        Ok(NodeList { nodes })
     }
 
     /// Parses node-list text; `origin` names it in errors (a path, or the variable).
     pub fn parse(text: &str, origin: &str) -> Result<NodeList, Error> {
-        let mut nodes = Vec::new();
+        let (mut nodes, mut lines) = (Vec::new(), Vec::new());
         for (index, raw) in text.split(['\n', ';']).enumerate() {
             let line = raw.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
@@ -75,26 +100,10 @@ impl NodeList {
                     return Err(bad(format!("`{token}` is neither a MAC address nor a port number")));
                 }
             }
-            if macs.is_empty() {
-                return Err(bad("no MAC address (expected `MAC [MAC ...] [port]`)".into()));
-            }
-            let node = NodeAddr { macs, port: port.unwrap_or(0) };
-            if let Some(first) = nodes.iter().position(|n: &NodeAddr| n.macs[0] == node.macs[0] && n.port == node.port) {
-                return Err(bad(format!("{} port {} is already node {first}", node.macs[0], node.port)));
-            }
-            nodes.push(node);
+            nodes.push(NodeAddr { macs, port: port.unwrap_or(0) });
+            lines.push(index + 1);
         }
-        if nodes.is_empty() {
-            return Err(Error::NodeListLine { origin: origin.to_string(), line: 0, reason: "the list names no node".into() });
-        }
-        if nodes.len() > MAX_NODES {
-            return Err(Error::NodeListLine {
-                origin: origin.to_string(),
-                line: 0,
-                reason: format!("{} nodes; at most {MAX_NODES}", nodes.len()),
-            });
-        }
-        Ok(NodeList { nodes })
+        NodeList::checked(nodes, origin, |node| lines[node])
     }
 
     /// Reads and parses a node-list file.
@@ -137,7 +146,7 @@ impl NodeList {
         self.nodes.len()
     }
 
-    /// True when the list is empty (a parsed list never is).
+    /// True when the list is empty (only the default list is).
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }
@@ -154,7 +163,7 @@ impl NodeList {
 
     /// The node with `mac` on rail 0 and port `port`.
     pub fn find(&self, mac: MacAddr, port: Port) -> Option<NodeId> {
-        self.nodes.iter().position(|n| n.macs[0] == mac && n.port == port)
+        self.nodes.iter().position(|n| n.macs.first() == Some(&mac) && n.port == port)
     }
 
     /// The number of rails every node has an address on.
@@ -205,5 +214,26 @@ mod tests {
             assert!(msg.contains(needle) && msg.contains("nodes.txt"), "{msg}");
         }
         assert!(NodeList::parse("# nothing\n", "x").unwrap_err().to_string().contains("no node"));
+    }
+
+    #[test]
+    fn new_checks_what_parse_checks() {
+        let node = |last: u8, port: Port| NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, last])], port };
+        let list = NodeList::new(vec![node(1, 0), node(1, 1), node(2, 0)]).unwrap();
+        assert_eq!(list.find(MacAddr([2, 0, 0, 0, 0, 1]), 1), Some(1));
+        let reason = |nodes| match NodeList::new(nodes) {
+            Err(Error::NodeListLine { line, reason, .. }) => (line, reason),
+            other => panic!("{other:?}"),
+        };
+        let (line, why) = reason(vec![node(1, 0), NodeAddr { macs: vec![], port: 3 }]);
+        assert!(line == 2 && why.contains("no MAC"), "{line}: {why}");
+        let (line, why) = reason(vec![node(1, 0), node(2, 0), node(1, 0)]);
+        assert!(line == 3 && why.contains("already node 0"), "{line}: {why}");
+        assert!(reason(vec![]).1.contains("no node"));
+        // Node numbers are 16 bits on the wire: one node more must not wrap to node 0.
+        let too_many = (0..=MAX_NODES).map(|i| NodeAddr { macs: vec![MacAddr([2, 0, 0, (i >> 16) as u8, (i >> 8) as u8, i as u8])], port: 0 });
+        let (line, why) = reason(too_many.collect());
+        assert!(line == 0 && why.contains("at most 65536"), "{why}");
+        assert_eq!(NodeList::default().find(MacAddr([2, 0, 0, 0, 0, 1]), 0), None);
     }
 }

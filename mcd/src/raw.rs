@@ -14,7 +14,7 @@ pub struct RawSender {
 impl RawSender {
     /// Opens a sender on `interface` (of the calling thread's network namespace).
     pub fn open(interface: &str) -> Result<RawSender> {
-        let info = crate::endpoint::lookup_interface(interface)?;
+        let info = crate::config::lookup_interface(interface)?;
         let socket = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
         // Protocol 0: bound for sending, receives nothing.
         socket.bind(info.index, 0).map_err(|e| Error::os(format!("binding to {interface}"), e))?;

@@ -92,6 +92,7 @@ fn shared_nic_list(c: &mcd_tools::vcluster::Cluster) -> NodeList {
         NodeAddr { macs: vec![c.mac(1, 0)], port: 3 },
         NodeAddr { macs: vec![c.mac(1, 0)], port: 4 },
     ])
+    .unwrap()
 }
 
 #[test]
@@ -194,9 +195,11 @@ fn payload_over_the_mtu_is_an_error_and_the_largest_fits_whole() {
     assert_eq!(got[0].1, big, "the largest payload arrives whole");
     // A receive buffer that is too small is an error, and the message stays queued.
     eps[0].send(0, Destination::Node(1), 0, 0, b"0123456789").unwrap();
-    std::thread::sleep(Duration::from_millis(20));
     let mut small = [0u8; 4];
-    assert!(matches!(eps[1].try_recv(&mut small), Err(Error::BufferTooSmall { buf: 4, len: 10 })));
+    // recv waits for the frame itself, then refuses the buffer.
+    let refused = eps[1].recv(&mut small, Some(Duration::from_secs(5)));
+    assert!(matches!(refused, Err(Error::BufferTooSmall { buf: 4, len: 10 })), "{refused:?}");
+    assert!(matches!(eps[1].try_recv(&mut small), Err(Error::BufferTooSmall { buf: 4, len: 10 })), "still queued");
     assert_eq!(drain(&mut eps[1], QUIET)[0].1, b"0123456789");
 }
 
@@ -379,6 +382,8 @@ fn posted_sends_complete_and_report_it() {
         eps[0].wait_sent(*t).unwrap();
         assert!(eps[0].is_sent(*t).unwrap());
     }
+    assert!(matches!(eps[1].is_sent(tokens[0]), Err(Error::ForeignToken)), "a token is only good on its own endpoint");
+    assert!(matches!(eps[1].wait_sent(tokens[0]), Err(Error::ForeignToken)));
     let got = drain(&mut eps[1], QUIET);
     let seqs: Vec<u32> = got.iter().map(|(m, _)| m.seq).collect();
     assert_eq!(seqs, (0..300).collect::<Vec<_>>(), "more posts than send slots, all delivered in order");

@@ -14,6 +14,7 @@ use anyhow::{anyhow, Result};
 use barriers::threads::run_per_node;
 use barriers::{BarrierConfig, McdTransport};
 use hdrhistogram::Histogram;
+use mcd::kind::gather as gather_kind;
 use mcd::{Endpoint, WaitPolicy};
 use serde::Serialize;
 
@@ -249,13 +250,6 @@ pub fn measure(cluster: &Cluster, config: BarrierConfig, bench: BarrierBench) ->
         .map(|(i, r)| r.map_err(|e| anyhow!("{} on node {i}: {e}", config.algorithm)))
         .collect::<Result<_>>()?;
     Ok(bench.summarize(&config.algorithm.to_string(), config.rails, &nodes))
-}
-
-/// Message kinds of the result gathering across hosts.
-mod gather_kind {
-    pub const REQUEST: u8 = 0xC0;
-    pub const FIGURES: u8 = 0xC1;
-    pub const DONE: u8 = 0xC2;
 }
 
 /// Measures `config` across the hosts of a job: this process is one node,

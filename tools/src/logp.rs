@@ -22,18 +22,8 @@ use serde::Serialize;
 
 use crate::pingpong::Transport;
 
-/// Message kinds of the measurement protocol.
-mod kind {
-    pub const PING: u8 = 0x41;
-    pub const PONG: u8 = 0x42;
-    pub const REQUEST: u8 = 0x43;
-    pub const DATA: u8 = 0x44;
-    pub const SINK: u8 = 0x45;
-    /// Payload byte 1: 0 busy, 1 yield, 2 block.
-    pub const POLICY: u8 = 0x46;
-    pub const TO_UDP: u8 = 0x47;
-    pub const QUIT: u8 = 0x48;
-}
+// Message kinds of the measurement protocol.
+use mcd::kind::logp as kind;
 
 /// A median with its spread, microseconds.
 #[derive(Clone, Copy, Debug, Serialize)]

@@ -19,15 +19,8 @@ use hdrhistogram::Histogram;
 use mcd::{Destination, Endpoint, NodeId, WaitPolicy};
 use serde::Serialize;
 
-/// Message kinds of the ping-pong protocol on mcd.
-mod kind {
-    pub const PING: u8 = 1;
-    pub const PONG: u8 = 2;
-    /// Client to echo: go to UDP until told otherwise.
-    pub const TO_UDP: u8 = 3;
-    /// Client to echo: stop.
-    pub const QUIT: u8 = 4;
-}
+// Message kinds of the ping-pong protocol on mcd.
+use mcd::kind::pingpong as kind;
 /// The UDP datagram that sends the echo back to mcd.
 const UDP_TO_MCD: &[u8] = b"\0mcd-pingpong:to-mcd";
 /// A round trip not answered within this is counted lost and retried.

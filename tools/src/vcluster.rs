@@ -407,6 +407,7 @@ impl Cluster {
                 .map(|n| NodeAddr { macs: (0..self.spec.rails).map(|r| self.mac(n, r)).collect(), port: 0 })
                 .collect(),
         )
+        .expect("a validated spec has 1 to MAX_NODES nodes, each with distinct MACs on 1 or more rails")
     }
 
     fn build(&self) -> Result<usize> {
