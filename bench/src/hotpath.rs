@@ -29,8 +29,8 @@ use mcd::{Destination, Endpoint, WaitPolicy};
 use mcd_tools::vcluster::{Cluster, ClusterSpec};
 use serde::Serialize;
 
-/// A message kind of the bare-endpoint loops (not a barrier kind).
-const KIND: u8 = 0x51;
+/// The message kind of the bare-endpoint loops.
+const KIND: u8 = mcd::kind::hotpath::STEP;
 
 /// What is timed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -8,6 +8,7 @@
 //! |--------------|---------------------------------------------------------|
 //! | `0x00..0x40` | applications (the ping-pong tool uses 1 to 4)           |
 //! | `0x41..0x49` | the LogP measurement tool ([`logp`])                    |
+//! | `0x51..0x54` | the receive-gap burst ([`burst`]) and the hot-path benchmark ([`hotpath`]) |
 //! | `0xB0..0xB7` | barrier messages ([`BARRIER_FIRST`], `barriers` crate)  |
 //! | `0xC0..0xC3` | gathering benchmark results across hosts ([`gather`])   |
 //! | `0xF0`       | bootstrap hellos ([`HELLO`], [`crate::bootstrap`])      |
@@ -53,6 +54,22 @@ pub mod logp {
     pub const QUIT: u8 = 0x48;
 }
 
+/// The receive-gap measurement (`mcd-logp`): senders bursting to one node.
+pub mod burst {
+    /// A sender is ready.
+    pub const READY: u8 = 0x51;
+    /// The receiver says go.
+    pub const GO: u8 = 0x52;
+    /// A message of the burst.
+    pub const DATA: u8 = 0x53;
+}
+
+/// The hot-path benchmark (`mcd-bench hotpath`): its bare-endpoint loops.
+pub mod hotpath {
+    /// A ping, an echo or an exchange message.
+    pub const STEP: u8 = 0x54;
+}
+
 /// Gathering benchmark results across hosts.
 pub mod gather {
     /// Node 0 asks a node for its figures.
@@ -64,9 +81,11 @@ pub mod gather {
 }
 
 /// Every block of kinds allocated to a protocol: (owner, first kind, count).
-pub const ALLOCATIONS: [(&str, u8, u8); 5] = [
+pub const ALLOCATIONS: [(&str, u8, u8); 7] = [
     ("ping-pong", pingpong::PING, 4),
     ("LogP measurement", logp::PING, 8),
+    ("receive-gap burst", burst::READY, 3),
+    ("hot-path benchmark", hotpath::STEP, 1),
     ("barriers", BARRIER_FIRST, BARRIER_COUNT),
     ("result gathering", gather::REQUEST, 3),
     ("bootstrap", HELLO, 1),

@@ -549,9 +549,7 @@ pub fn size_sweep_on_cluster(cluster: &crate::vcluster::Cluster, bursts: usize, 
 /// (senders, µs per message from the first arrival to the last, fraction
 /// delivered).
 pub fn receive_gap_on_cluster(cluster: &crate::vcluster::Cluster, burst: usize) -> Result<(usize, f64, f64)> {
-    const READY: u8 = 0x51;
-    const GO: u8 = 0x52;
-    const DATA: u8 = 0x53;
+    use mcd::kind::burst::{DATA, GO, READY};
     let n = cluster.nodes();
     anyhow::ensure!(n >= 2, "a receive gap needs a sender and a receiver");
     let cpus = mcd::host::online_cpus();
