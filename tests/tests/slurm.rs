@@ -139,3 +139,19 @@ fn under_srun_the_bootstrap_takes_ranks_local_ranks_and_the_job_key_from_slurm()
     }
     assert_ne!(job_ids[0], job_ids[1], "two jobs, two SLURM_JOB_IDs");
 }
+
+#[test]
+fn the_mpi_interposer_serves_mpi_barrier_under_srun_with_pmix() {
+    // Debian's Open MPI talks to Slurm through PMIx (not PMI-2: "OMPI was
+    // not built with SLURM's PMI support").
+    let preload = mcd_tools::mpi::build_interposer(false).unwrap_or_else(|e| panic!("building the interposer (needs Open MPI's mpicc): {e:#}"));
+    let program = mcd_tools::mpi::compile("barrier_check", false, &[]).unwrap();
+    let (_c, slurm) = slurm_cluster("slrmp", 4);
+    let export = format!("--export=ALL,LD_PRELOAD={},MCD_MPI_REPORT=1", preload.display());
+    let out = srun(&slurm, &["--mpi=pmix", "-N", "4", "--ntasks-per-node", "2", &export, program.to_str().unwrap(), "100"], Duration::from_secs(90));
+    assert!(out.stdout.contains("barrier_check: OK 8 ranks, 100 barriers"), "{}\n{}", out.stdout, out.stderr);
+    for rank in 0..8 {
+        let line = out.stderr.lines().find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}:"))).unwrap_or_else(|| panic!("no report from rank {rank}:\n{}", out.stderr));
+        assert!(line.contains("100 MPI_Barrier via mcd") && line.contains("mcd barriers 100"), "{line}");
+    }
+}
