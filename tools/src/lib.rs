@@ -11,6 +11,7 @@
 //! - [`logp`]: measuring o_s, o_r, g and L of mcd and of UDP.
 //! - [`mpi`]: `mpirun` across the virtual cluster, one rank per namespace.
 //! - [`plot`]: SVG line plots of time against nodes.
+//! - [`slurm`]: a real Slurm (slurmctld, a slurmd per node) on a virtual cluster.
 //! - [`twonode`]: a client on node 0 and an echo on node 1 (ping-pong, LogP).
 //! - [`udpbarrier`]: the UDP dissemination barrier mcd is compared against.
 //! - [`pingpong`]: one-way latency and bandwidth against message size, mcd
@@ -24,6 +25,7 @@ pub mod logp;
 pub mod mpi;
 pub mod pingpong;
 pub mod plot;
+pub mod slurm;
 pub mod twonode;
 pub mod udpbarrier;
 pub mod vcluster;

@@ -216,7 +216,7 @@ pub fn check_tools(need_nft: bool) -> Result<()> {
     Ok(())
 }
 
-fn which(tool: &str) -> Option<PathBuf> {
+pub(crate) fn which(tool: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
@@ -456,6 +456,9 @@ impl Cluster {
                 in_ns(&ns, &["ip", "link", "set", &eth, "up"])?;
                 sh("ip", &["link", "set", &peer, "up"])?;
             }
+            // A default route on rail 0, as a real node has: programs that take
+            // their interface from it (mcd without MCD_IFACES) find eth0.
+            in_ns(&ns, &["ip", "route", "replace", "default", "dev", &Cluster::interface(0)])?;
         }
         // Repairs counted from a fresh build are not repairs.
         Ok(repaired)
@@ -543,8 +546,8 @@ impl Cluster {
         Ok(listings.iter().map(|l| sum_counter_packets(l)).sum())
     }
 
-    /// Takes the cluster down: links, bridges, namespaces, nftables tables and
-    /// state files. Leaves nothing behind.
+    /// Takes the cluster down: its Slurm daemons if any, links, bridges,
+    /// namespaces, nftables tables and state files. Leaves nothing behind.
     pub fn down(self) -> Result<()> {
         Cluster::down_by_name(&self.spec.name)
     }
@@ -554,6 +557,8 @@ impl Cluster {
         require_root()?;
         check_tools(false)?;
         let ns_prefix = format!("mcd-{name}-");
+        // Slurm's daemons first, while their namespaces still exist.
+        crate::slurm::cleanup(name);
         if which("nft").is_some() {
             let _ = sh("nft", &["delete", "table", "bridge", &format!("mcd_{name}")]);
         }
@@ -599,6 +604,7 @@ impl Cluster {
         if Path::new(STATE_DIR).join(format!("{name}.json")).exists() {
             found.push(format!("{STATE_DIR}/{name}.json"));
         }
+        found.extend(crate::slurm::leftovers(name));
         Ok(found)
     }
 

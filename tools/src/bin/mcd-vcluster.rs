@@ -5,6 +5,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use mcd_tools::mpi::MpiRun;
+use mcd_tools::slurm::Slurm;
 use mcd_tools::vcluster::{Cluster, ClusterSpec, Loss, LossPoint, Topology, UpOutcome};
 
 /// A virtual cluster on this machine: every node is a network namespace with
@@ -45,6 +46,11 @@ enum Cmd {
         /// EtherType the loss applies to.
         #[arg(long, default_value = "0x88b5", value_parser = parse_ethertype, requires = "loss")]
         loss_ethertype: u16,
+        /// Also start a real Slurm (Debian's slurm-wlm and munge): slurmctld
+        /// in node 0's namespace (hostname ctl), a slurmd in every node's
+        /// (hostnames node0, node1, ...). Submit with `mcd-vcluster srun NAME -- ...`.
+        #[arg(long)]
+        slurm: bool,
     },
     /// Take a cluster down, leaving nothing behind.
     Down {
@@ -86,6 +92,20 @@ enum Cmd {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Run a Slurm client (srun by default) against the cluster's Slurm (from
+    /// `up --slurm`): from node 0's namespace, with SLURM_CONF set and no MCD_*
+    /// variables passed on. E.g. `mcd-vcluster srun NAME -- -N 4
+    /// --ntasks-per-node 2 mcd-barrier --across-hosts`.
+    Srun {
+        /// Cluster name.
+        name: String,
+        /// The client to run instead of srun (sinfo, squeue, scontrol, sbatch...).
+        #[arg(long, default_value = "srun")]
+        client: String,
+        /// Its arguments.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
     /// Run an MPI program with Open MPI's `mpirun`, one rank in each node's
     /// namespace, MPI's own traffic on the cluster's links (TCP BTL, rail 0).
     /// Ranks get MCD_IFACES, MCD_LOCAL_PROCS and MCD_JOB; add more with --env.
@@ -124,7 +144,7 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Cmd::Up { name, nodes, rails, topology, loss, loss_at, loss_nodes, loss_ethertype } => {
+        Cmd::Up { name, nodes, rails, topology, loss, loss_at, loss_nodes, loss_ethertype, slurm } => {
             let mut spec = ClusterSpec::new(&name, nodes).rails(rails).topology(topology);
             spec.loss = loss.map(|percent| Loss { percent, at: loss_at, ethertype: loss_ethertype, nodes: loss_nodes });
             let (cluster, outcome) = Cluster::up(spec)?;
@@ -135,6 +155,22 @@ fn run(cli: Cli) -> Result<()> {
             };
             println!("cluster `{name}` {what}");
             describe(&cluster);
+            if slurm {
+                let slurm = Slurm::start(&cluster)?;
+                println!(
+                    "Slurm is up: slurmctld on node 0 (ctl), slurmd on every node; SLURM_CONF={}\n  \
+                     submit with `mcd-vcluster srun {name} -- -N {nodes} ...` (or `ip netns exec {} env SLURM_CONF=... srun ...`)",
+                    slurm.conf().display(),
+                    cluster.namespace(0)
+                );
+            }
+        }
+        Cmd::Srun { name, client, args } => {
+            let cluster = Cluster::attach(&name)?;
+            let slurm = Slurm::of(&cluster);
+            anyhow::ensure!(slurm.is_configured(), "cluster `{name}` has no Slurm: `mcd-vcluster up {name} --slurm` first");
+            let status = slurm.client(&client).args(&args).status()?;
+            std::process::exit(status.code().unwrap_or(1));
         }
         Cmd::Down { name } => {
             Cluster::down_by_name(&name)?;

@@ -1,0 +1,159 @@
+//! mcd under a real Slurm (Debian's slurm-wlm and munge) on the virtual
+//! cluster: slurmctld on node 0, a slurmd per node, jobs of 4 nodes × 2
+//! tasks submitted with `srun`, with no `MCD_*` variable anywhere: ranks,
+//! local ranks (ports), job key and interface all come from Slurm and the
+//! node. Needs root, Slurm and munge (`sudo ./run deps`); fails, saying so,
+//! without them.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use mcd_integration_tests::cluster;
+use mcd_tools::slurm::Slurm;
+use mcd_tools::vcluster::{Cluster, ClusterGuard, ClusterSpec, NodeOutcome};
+
+const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
+
+/// A cluster of `nodes` nodes named `name` with Slurm up on it.
+fn slurm_cluster(name: &str, nodes: usize) -> (ClusterGuard, Slurm) {
+    let c = cluster(ClusterSpec::new(name, nodes));
+    let slurm = Slurm::start(&c).unwrap_or_else(|e| panic!("this test needs Slurm on the virtual cluster: {e:#}"));
+    (c, slurm)
+}
+
+fn srun(slurm: &Slurm, args: &[&str], timeout: Duration) -> NodeOutcome {
+    let out = slurm.output(slurm.srun(args), timeout).expect("running srun");
+    assert!(out.success(), "srun {} ({}):\n{}\n{}", args.join(" "), out.status(), out.stdout, out.stderr);
+    out
+}
+
+fn target() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target"))
+}
+
+/// Builds `mcd-barrier` (debug) and returns its path.
+fn mcd_barrier() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "-q", "-p", "mcd-tools", "--bin", "mcd-barrier"])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .output()
+        .expect("running cargo build");
+    assert!(out.status.success(), "cargo build --bin mcd-barrier:\n{}", String::from_utf8_lossy(&out.stderr));
+    target().join("debug/mcd-barrier")
+}
+
+/// Builds the C ABI and compiles capi/examples/barrier.c against it (as
+/// tests/tests/embedding.rs does), under a name of its own.
+fn c_example() -> PathBuf {
+    let lib = mcd_tools::cbuild::build_capi(false).unwrap_or_else(|e| panic!("building the C ABI: {e:#}"));
+    let out = lib.join("mcd-c-example-slurm");
+    let status = Command::new("cc")
+        .args(["-Wall", "-Werror", "-O2", "-I"])
+        .arg(mcd_tools::cbuild::capi_include().unwrap())
+        .arg("-o")
+        .arg(&out)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../capi/examples/barrier.c"))
+        .arg(format!("-L{}", lib.display()))
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-lmcd_barrier")
+        .status()
+        .expect("this test needs a C compiler `cc` (apt-get install gcc, or sudo ./run deps)");
+    assert!(status.success(), "compiling capi/examples/barrier.c failed");
+    out
+}
+
+#[test]
+fn a_slurm_job_of_4_nodes_by_2_tasks_runs_the_c_example_and_mcd_barrier() {
+    let name = "slrm";
+    let (c, slurm) = slurm_cluster(name, 4);
+    let (example, bench) = (c_example(), mcd_barrier());
+
+    // The C example: every one of the 8 ranks reports its 2 × 100 barriers.
+    let out = srun(&slurm, &["-N", "4", "--ntasks-per-node", "2", example.to_str().unwrap(), "100"], Duration::from_secs(60));
+    for rank in 0..8 {
+        assert!(out.stdout.contains(&format!("rank {rank} of 8: 200 barriers")), "rank {rank}:\n{}\n{}", out.stdout, out.stderr);
+    }
+
+    // mcd-barrier --across-hosts: node 0 writes the results (outside /tmp,
+    // which is private to each slurmd).
+    let results = slurm.dir().join("results");
+    let args = ["--across-hosts", "--algorithms", "dissemination,tree2", "--iterations", "100", "--warmup", "20", "--out", results.to_str().unwrap()];
+    let mut argv = vec!["-N", "4", "--ntasks-per-node", "2", bench.to_str().unwrap()];
+    argv.extend_from_slice(&args);
+    let out = srun(&slurm, &argv, Duration::from_secs(90));
+    assert!(out.stderr.contains("8 nodes, 1 rail(s)"), "{}", out.stderr);
+    let csv = std::fs::read_to_string(results.join("results.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no column {name}: {header:?}"));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let algorithms: Vec<&str> = rows.iter().map(|r| r[col("algorithm")]).collect();
+    assert!(algorithms.contains(&"dissemination") && algorithms.contains(&"tree2"), "{csv}");
+    for row in &rows {
+        assert_eq!((row[col("topology")], row[col("nodes")], row[col("iterations")]), ("hosts", "8", "100"), "{csv}");
+        assert!(row[col("mean_us")].parse::<f64>().unwrap() > 0.0, "{csv}");
+    }
+    assert!(results.join("results.json").exists());
+
+    // Down stops every daemon and leaves nothing.
+    drop(c);
+    assert_eq!(Cluster::leftovers(name).unwrap(), Vec::<String>::new());
+}
+
+#[test]
+fn under_srun_the_bootstrap_takes_ranks_local_ranks_and_the_job_key_from_slurm() {
+    let (c, slurm) = slurm_cluster("slrmb", 4);
+    let mac = |node: usize| c.mac(node, 0).to_string();
+    let script = format!("echo env: rank=$SLURM_PROCID local=$SLURM_LOCALID job=$SLURM_JOB_ID mcd=$(env | grep -c ^MCD_); exec {PEER} discover 50");
+
+    // One job of 4 nodes × 2 tasks: ranks 2i and 2i+1 on node i, on ports 0 and 1.
+    let out = srun(&slurm, &["-N", "4", "--ntasks-per-node", "2", "sh", "-c", &script], Duration::from_secs(60));
+    let layout: Vec<String> = (0..8).map(|r| mac(r / 2)).collect();
+    for rank in 0..8 {
+        let env_line = format!("env: rank={rank} local={} job=", rank % 2);
+        assert!(out.stdout.lines().any(|l| l.starts_with(&env_line) && l.ends_with("mcd=0")), "rank {rank}:\n{}", out.stdout);
+        assert!(out.stdout.contains(&format!("node {rank} nodes: {}", layout.join(","))), "rank {rank}:\n{}\n{}", out.stdout, out.stderr);
+    }
+    assert_eq!(out.stdout.matches("done").count(), 8, "{}\n{}", out.stdout, out.stderr);
+
+    // Two jobs at once on one bridge, ranks 0-3 each (nodes 0-1 and 2-3): the
+    // job key from SLURM_JOB_ID keeps them apart.
+    let jobs: Vec<_> = ["node[0-1]", "node[2-3]"]
+        .iter()
+        .map(|nodes| {
+            let cmd = slurm.srun(&["-N", "2", "-w", nodes, "--ntasks-per-node", "2", "sh", "-c", &script]);
+            mcd_tools::vcluster::Collected::spawn(cmd).unwrap()
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let outs: Vec<NodeOutcome> = jobs.into_iter().map(|j| j.finish(0, deadline)).collect();
+    let mut job_ids = Vec::new();
+    for (j, out) in outs.iter().enumerate() {
+        assert!(out.success(), "job {j} ({}):\n{}\n{}", out.status(), out.stdout, out.stderr);
+        let layout: Vec<String> = (0..4).map(|r| mac(2 * j + r / 2)).collect();
+        for rank in 0..4 {
+            assert!(out.stdout.contains(&format!("node {rank} nodes: {}", layout.join(","))), "job {j} rank {rank}:\n{}", out.stdout);
+        }
+        let id = out.stdout.lines().find_map(|l| l.split("job=").nth(1)).and_then(|r| r.split_whitespace().next()).unwrap().to_string();
+        job_ids.push(id);
+    }
+    assert_ne!(job_ids[0], job_ids[1], "two jobs, two SLURM_JOB_IDs");
+}
+
+#[test]
+fn the_mpi_interposer_serves_mpi_barrier_under_srun_with_pmix() {
+    // Debian's Open MPI talks to Slurm through PMIx (not PMI-2: "OMPI was
+    // not built with SLURM's PMI support").
+    let preload = mcd_tools::cbuild::build_interposer(mcd_tools::cbuild::Mpi::OpenMpi, false).unwrap_or_else(|e| panic!("building the interposer (needs Open MPI's mpicc): {e:#}"));
+    let program = mcd_tools::cbuild::build_program(mcd_tools::cbuild::Mpi::OpenMpi, "barrier_check").unwrap();
+    let (_c, slurm) = slurm_cluster("slrmp", 4);
+    let export = format!("--export=ALL,LD_PRELOAD={},MCD_MPI_REPORT=1", preload.display());
+    let out = srun(&slurm, &["--mpi=pmix", "-N", "4", "--ntasks-per-node", "2", &export, program.to_str().unwrap(), "100"], Duration::from_secs(90));
+    assert!(out.stdout.contains("barrier_check: OK 8 ranks, 100 barriers"), "{}\n{}", out.stdout, out.stderr);
+    for rank in 0..8 {
+        let line = out.stderr.lines().find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}:"))).unwrap_or_else(|| panic!("no report from rank {rank}:\n{}", out.stderr));
+        assert!(line.contains("100 MPI_Barrier via mcd") && line.contains("mcd barriers 100"), "{line}");
+    }
+}
