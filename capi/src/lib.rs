@@ -40,13 +40,14 @@ pub const MCD_OK: c_int = 0;
 pub const MCD_ERR_ARGUMENT: c_int = -1;
 /// The parameters or the environment are incomplete or inconsistent.
 pub const MCD_ERR_CONFIG: c_int = -2;
-/// No permission for raw sockets: grant `CAP_NET_RAW` (or run as root).
+/// No permission for raw sockets: grant `CAP_NET_RAW`
+/// (`setcap cap_net_raw+ep PROGRAM`), or run as root.
 pub const MCD_ERR_PERMISSION: c_int = -3;
-/// An interface does not exist (or there is no default route to find one).
+/// No such interface, or no default route to find one.
 pub const MCD_ERR_INTERFACE: c_int = -4;
 /// The ranks did not all find each other in time.
 pub const MCD_ERR_BOOTSTRAP: c_int = -5;
-/// A barrier failed: a peer stopped answering.
+/// A barrier failed: a peer is silent (dead), or the deadline passed.
 pub const MCD_ERR_BARRIER: c_int = -6;
 /// Another system call failed.
 pub const MCD_ERR_SYSTEM: c_int = -7;
@@ -108,17 +109,18 @@ pub struct mcd_stats {
     pub barriers: u64,
     /// Messages the barriers sent (a multicast counts once).
     pub messages_sent: u64,
-    /// Frames the endpoint delivered.
+    /// Frames delivered by the endpoint.
     pub frames_received: u64,
-    /// Messages re-sent after a retry timeout.
+    /// Messages sent twice at once (after a loss, or asked for early).
     pub resends: u64,
     /// Messages re-sent to answer a peer.
     pub answers: u64,
-    /// Frames dropped (malformed, foreign, or the receive ring was full).
+    /// Frames dropped: malformed, foreign, or lost to a full receive ring.
     pub frames_dropped: u64,
 }
 
-/// An open job: an endpoint, shared by the job's barrier and its groups'.
+/// An open job (`mcd_job` in C): an endpoint and its barrier, the endpoint
+/// shared with the job's groups.
 pub struct Job {
     barrier: Barrier<GroupTransport>,
     shared: SharedEndpoint,
@@ -130,7 +132,7 @@ pub struct Job {
 }
 
 /// A barrier over a group of the job's ranks (an MPI communicator, say),
-/// sharing the job's endpoint.
+/// on the job's endpoint (`mcd_group` in C).
 pub struct Group {
     barrier: Barrier<GroupTransport>,
     shared: SharedEndpoint,
@@ -329,7 +331,8 @@ pub struct mcd_params {
     pub rank: c_int,
     /// Job size, or -1: from the environment.
     pub size: c_int,
-    /// Comma-separated interfaces, one per rail, or NULL.
+    /// Interfaces, one per rail (`"eth0,eth1"`), or NULL (then `MCD_IFACES`,
+    /// else the default route's interface).
     pub interfaces: *const c_char,
     /// A node-list file, or NULL (then `MCD_NODES`/`MCD_NODE_FILE`, else discovery).
     pub node_file: *const c_char,
@@ -361,7 +364,8 @@ pub unsafe extern "C" fn mcd_params_default(params: *mut mcd_params) {
     }
 }
 
-/// Opens a job from the environment alone and stores its handle in `*out`.
+/// Opens a job from the environment alone and stores its handle in `*out`
+/// (NULL on failure).
 ///
 /// # Safety
 /// `out` is NULL or writable.
@@ -585,7 +589,7 @@ unsafe fn group_handle<'a>(group: *mut Group) -> Result<&'a mut Group, CError> {
 /// Collective over the group's ranks only, with the same list on every one;
 /// ranks in several groups create them in the same order. Each group is its
 /// own barrier instance: frames of one never count in another, even for
-/// groups with the same ranks.
+/// groups with the same ranks. Free groups before [`mcd_finalize`].
 ///
 /// # Safety
 /// `job` is NULL or a live handle; `ranks` is NULL or points to `n` ints;

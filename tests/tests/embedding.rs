@@ -179,6 +179,9 @@ fn without_cap_net_raw_the_c_api_says_how_to_grant_it() {
     assert!(stderr.contains("CAP_NET_RAW") && stderr.contains("setcap"), "{stderr}");
 }
 
+/// The header is generated from capi/src/lib.rs (capi/tests/header.rs checks
+/// that, and the struct layouts); this checks the built library too: every
+/// declared function is exported, and nothing else named `mcd_*` is.
 #[test]
 fn the_header_declares_exactly_what_the_library_exports() {
     let lib = capi_dir().join("libmcd_barrier.so");
