@@ -138,14 +138,17 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
             record_on(Contender::Interposer, comm, mpi::measure_barrier_on(&cluster, &preloaded, bench, comm, label)?);
         }
         // 7. MPICH: its own MPI_Barrier over TCP, and the interposer built for it.
-        let mpich = MpiRun { mpi: Mpi::Mpich, ..MpiRun::default() };
+        let tcp: Vec<(String, String)> = mpi::MPICH_OVER_TCP.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mpich = MpiRun { mpi: Mpi::Mpich, env: tcp.clone(), ..MpiRun::default() };
         let mpich_spin = BarrierBench {
             iterations: ompi_spin_iterations(n, iterations),
             warmup: if n > mcd::host::online_cpus() { 10 } else { 100 },
             ..bench
         };
         record_on(Contender::Mpich, Comm::World, mpi::measure_barrier(&cluster, &mpich, mpich_spin, "MPICH TCP")?);
-        let mpich_preloaded = MpiRun { env: vec![("LD_PRELOAD".into(), interposer_mpich.display().to_string())], ..mpich.clone() };
+        let mut preload = tcp;
+        preload.push(("LD_PRELOAD".into(), interposer_mpich.display().to_string()));
+        let mpich_preloaded = MpiRun { env: preload, ..mpich.clone() };
         let label = "mcd interposer (MPICH program)";
         record_on(Contender::InterposerMpich, Comm::World, mpi::measure_barrier(&cluster, &mpich_preloaded, bench, label)?);
     }
@@ -259,7 +262,7 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
     writeln!(md, "\nOSU's method: {} warm-up barriers, then the timed ones back to back; mean = loop time / iterations, averaged over ranks.\n", 100)?;
 
     writeln!(md, "## MPICH: its MPI_Barrier against mcd's through the interposer built for it\n")?;
-    writeln!(md, "The same `mpi/barrier_bench.c` built with `mpicc.mpich` and launched by Hydra (`mpiexec.hydra`, rsh launcher into the namespaces), MPICH's own TCP transport; once as is, once with `LD_PRELOAD=libmcd_mpi_barrier_mpich.so`. MPICH polls without yielding, so beyond 2 nodes it runs fewer timed barriers (as Open MPI's default mode does). Paper's method, mean µs per barrier.\n")?;
+    writeln!(md, "The same `mpi/barrier_bench.c` built with `mpicc.mpich` and launched by Hydra (`mpiexec.hydra`, rsh launcher into the namespaces), over UCX's TCP transport on the cluster's links (`UCX_TLS=tcp,self`: UCX would otherwise use shared memory between the namespaces); once as is, once with `LD_PRELOAD=libmcd_mpi_barrier_mpich.so`. MPICH polls without yielding, so beyond 2 nodes it runs fewer timed barriers (as Open MPI's default mode does). Paper's method, mean µs per barrier.\n")?;
     writeln!(md, "| nodes | MPICH | interposer (MPICH) | ratio | Open MPI best | interposer (Open MPI) |")?;
     writeln!(md, "|---:|---:|---:|---:|---:|---:|")?;
     for &n in sizes {

@@ -206,15 +206,21 @@ fn the_header_declares_exactly_what_the_library_exports() {
     assert_eq!(declared, exported, "capi/include/mcd_barrier.h and the library disagree");
 }
 
-/// Runs `program` with `args` under mpirun on the new cluster `spec`, the
-/// interposer preloaded, reports on, and `env`.
+/// Runs `program` with `args` under Open MPI's mpirun on the new cluster
+/// `spec`, the interposer preloaded, reports on, and `env`.
 fn with_interposer(spec: ClusterSpec, program: &str, args: &[&str], env: &[(&str, &str)]) -> NodeOutcome {
+    with_interposer_of(Mpi::OpenMpi, spec, program, args, env)
+}
+
+/// As [`with_interposer`], under `mpi` (Open MPI's mpirun or MPICH's Hydra),
+/// with the interposer built for it.
+fn with_interposer_of(mpi: Mpi, spec: ClusterSpec, program: &str, args: &[&str], env: &[(&str, &str)]) -> NodeOutcome {
     let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
-    let preload = cbuild::build_interposer(Mpi::OpenMpi, false).unwrap_or_else(|e| panic!("building the interposer (needs Open MPI's mpicc): {e:#}"));
+    let preload = cbuild::build_interposer(mpi, false).unwrap_or_else(|e| panic!("building the interposer for {mpi}: {e:#}"));
     let c = cluster(spec);
     let mut vars = vec![("LD_PRELOAD".to_string(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())];
     vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let run = MpiRun { yield_when_idle: true, env: vars, ..MpiRun::default() };
+    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, ..MpiRun::default() };
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let out = run.output(&c, program, &args, Duration::from_secs(120)).unwrap();
     assert!(out.success(), "mpirun failed:\n{}\n{}", out.stdout, out.stderr);
@@ -224,8 +230,13 @@ fn with_interposer(spec: ClusterSpec, program: &str, args: &[&str], env: &[(&str
 /// Runs mpi/barrier_check.c with `args` under mpirun on the new cluster
 /// `spec`, the interposer preloaded, reports on, and `env`.
 fn barrier_check_with_interposer(spec: ClusterSpec, args: &[&str], env: &[(&str, &str)]) -> NodeOutcome {
-    let program = cbuild::build_program(Mpi::OpenMpi, "barrier_check").unwrap();
-    with_interposer(spec, program.to_str().unwrap(), args, env)
+    barrier_check_under(Mpi::OpenMpi, spec, args, env)
+}
+
+/// As [`barrier_check_with_interposer`], under `mpi`.
+fn barrier_check_under(mpi: Mpi, spec: ClusterSpec, args: &[&str], env: &[(&str, &str)]) -> NodeOutcome {
+    let program = cbuild::build_program(mpi, "barrier_check").unwrap();
+    with_interposer_of(mpi, spec, program.to_str().unwrap(), args, env)
 }
 
 /// Each rank's interposer report line.
@@ -243,7 +254,16 @@ fn reports(out: &NodeOutcome, ranks: usize) -> Vec<String> {
 
 #[test]
 fn the_interposer_serves_mpi_barrier_in_an_unmodified_program() {
-    let out = barrier_check_with_interposer(ClusterSpec::new("mpii", 4), &["300"], &[]);
+    serves_every_barrier_under(Mpi::OpenMpi, "mpii");
+}
+
+#[test]
+fn the_interposer_built_for_mpich_serves_mpi_barrier_under_hydra() {
+    serves_every_barrier_under(Mpi::Mpich, "mpich");
+}
+
+fn serves_every_barrier_under(mpi: Mpi, name: &str) {
+    let out = barrier_check_under(mpi, ClusterSpec::new(name, 4), &["300"], &[]);
     assert!(out.stdout.contains("barrier_check: OK 4 ranks, 300 barriers"), "{}\n{}", out.stdout, out.stderr);
     // Every rank's 300 barriers on MPI_COMM_WORLD and the 10 on a duplicate
     // went through mcd (the world's barrier counted its 300), none through PMPI.
@@ -256,7 +276,16 @@ fn the_interposer_serves_mpi_barrier_in_an_unmodified_program() {
 
 #[test]
 fn the_interposer_falls_back_to_pmpi_with_one_warning() {
-    let out = barrier_check_with_interposer(ClusterSpec::new("mpif", 3), &["50"], &[("MCD_IFACES", "nosuch0")]);
+    falls_back_under(Mpi::OpenMpi, "mpif");
+}
+
+#[test]
+fn the_interposer_built_for_mpich_falls_back_to_pmpi_with_one_warning() {
+    falls_back_under(Mpi::Mpich, "mpichf");
+}
+
+fn falls_back_under(mpi: Mpi, name: &str) {
+    let out = barrier_check_under(mpi, ClusterSpec::new(name, 3), &["50"], &[("MCD_IFACES", "nosuch0")]);
     assert!(out.stdout.contains("barrier_check: OK 3 ranks, 50 barriers"), "{}", out.stdout);
     let warnings: Vec<&str> = out.stderr.lines().filter(|l| l.contains("falls back to PMPI_Barrier")).collect();
     assert_eq!(warnings.len(), 1, "{}", out.stderr);
