@@ -193,7 +193,7 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
     let cores = mcd::host::online_cpus();
     let mut md = String::new();
     writeln!(md, "# Head-to-head: mcd against UDP and Open MPI\n")?;
-    writeln!(md, "Measured {} on {}, by `sudo ./run bench` (`mcd-bench head-to-head`), in one run.\n", today(), machine())?;
+    writeln!(md, "Measured {} on {}, by `./run bench` (`mcd-bench head-to-head`), in one run.\n", today(), machine())?;
     writeln!(md, "## Summary (mean µs per barrier; ratios are the other's time / mcd's best)\n")?;
     writeln!(md, "| nodes | mcd best | Auto | Auto's algorithm, its own row | UDP dissemination | Open MPI yield | Open MPI default | Open MPI best / mcd | UDP / mcd | Auto / best |")?;
     writeln!(md, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")?;
