@@ -1,5 +1,7 @@
 //! `mcd-bench`: head-to-head benchmarks of mcd against what users would pick
 //! instead, each in one run on one virtual cluster, written to `bench/results/`.
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
 
 use std::fmt::Write as _;
 use std::path::PathBuf;

@@ -23,7 +23,8 @@
 //! silent, though probed, before it is taken for dead; default 10; a live
 //! peer is waited for as long as it takes), `MCD_BARRIER_DEADLINE` (seconds
 //! after which one barrier call gives up even on live peers; default none).
-#![warn(missing_docs)]
+#![deny(missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
@@ -473,8 +474,8 @@ pub unsafe extern "C" fn mcd_barrier_wait(job: *mut Job) -> c_int {
 /// As [`mcd_barrier`].
 unsafe fn query(job: *mut Job, f: impl FnOnce(&Job) -> usize) -> c_int {
     let mut value = 0;
-    // SAFETY: forwarded contract.
     let rc = guarded(|| {
+        // SAFETY: forwarded contract (the caller's, as for `mcd_barrier`).
         value = f(unsafe { handle(job) }?) as c_int;
         Ok(())
     });

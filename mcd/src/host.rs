@@ -1,6 +1,9 @@
 //! Host utilities that tools and tests need around endpoints: entering a
 //! network namespace (the virtual cluster's nodes), pinning a thread to a core,
-//! counting cores.
+//! counting cores, and the few process operations the virtual cluster's
+//! daemons need (so that no crate above mcd writes `unsafe`).
+
+pub use crate::sys::{close_inherited_descriptors_on_exec, effective_uid_is_root, process_exists, signal_end};
 
 use std::io;
 use std::path::Path;

@@ -4,6 +4,8 @@
 //!
 //! These tests need root (network namespaces, raw sockets). Without it they
 //! fail, saying so; they never skip.
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
 
 use std::time::Duration;
 

@@ -16,7 +16,8 @@
 //! - [`udpbarrier`]: the UDP dissemination barrier mcd is compared against.
 //! - [`pingpong`]: one-way latency and bandwidth against message size, mcd
 //!   versus UDP between the same two nodes.
-#![warn(missing_docs)]
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
 
 pub mod barrierbench;
 pub mod cbuild;

@@ -19,7 +19,6 @@
 //! Daemons are started with every inherited descriptor beyond stdio closed
 //! on exec: a daemon must never keep, say, a `flock` its starter held.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -74,22 +73,7 @@ pub fn dir_of(name: &str) -> PathBuf {
 /// execs (so that a daemon it starts inherits no lock or pipe).
 fn daemon_command(program: &str) -> Command {
     let mut cmd = Command::new(program);
-    // SAFETY: the closure only calls fcntl, which is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            let max = match libc::sysconf(libc::_SC_OPEN_MAX) {
-                n if n > 0 => n.min(65_536) as libc::c_int,
-                _ => 4096,
-            };
-            for fd in 3..max {
-                let flags = libc::fcntl(fd, libc::F_GETFD);
-                if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
-                    libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
-                }
-            }
-            Ok(())
-        });
-    }
+    mcd::host::close_inherited_descriptors_on_exec(&mut cmd);
     cmd.stdin(Stdio::null()).stdout(Stdio::null());
     cmd
 }
@@ -309,11 +293,6 @@ impl Slurm {
     }
 }
 
-fn pid_alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) == 0 }
-}
-
 /// Process ids of Slurm daemons and step daemons inside the namespaces of
 /// cluster `name` (`ip netns pids`), and those in its pid files.
 fn slurm_pids(name: &str) -> Vec<i32> {
@@ -341,7 +320,7 @@ fn slurm_pids(name: &str) -> Vec<i32> {
     }
     pids.sort();
     pids.dedup();
-    pids.retain(|&p| p > 1 && pid_alive(p));
+    pids.retain(|&p| p > 1 && mcd::host::process_exists(p));
     pids
 }
 
@@ -350,16 +329,14 @@ fn slurm_pids(name: &str) -> Vec<i32> {
 pub fn cleanup(name: &str) {
     let pids = slurm_pids(name);
     for &pid in &pids {
-        // SAFETY: plain kill(2) of a pid read from our pid files or our namespaces.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let _ = mcd::host::signal_end(pid, false); // gone already: fine
     }
     let deadline = Instant::now() + Duration::from_secs(5);
-    while pids.iter().any(|&p| pid_alive(p)) && Instant::now() < deadline {
+    while pids.iter().any(|&p| mcd::host::process_exists(p)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    for &pid in pids.iter().filter(|&&p| pid_alive(p)) {
-        // SAFETY: as above.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+    for &pid in pids.iter().filter(|&&p| mcd::host::process_exists(p)) {
+        let _ = mcd::host::signal_end(pid, true);
     }
     let _ = std::fs::remove_dir_all(dir_of(name));
 }

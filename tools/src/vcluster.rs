@@ -226,9 +226,10 @@ pub(crate) fn which(tool: &str) -> Option<PathBuf> {
 
 /// Fails unless running as root (the cluster needs CAP_NET_ADMIN and CAP_SYS_ADMIN).
 pub fn require_root() -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    ensure!(euid == 0, "the virtual cluster needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_NET_RAW): run with sudo");
+    ensure!(
+        mcd::host::effective_uid_is_root(),
+        "the virtual cluster needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_NET_RAW): run it as root (sudo, or a root shell)"
+    );
     Ok(())
 }
 

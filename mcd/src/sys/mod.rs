@@ -8,7 +8,8 @@
 //! - [`iface`]: interface queries (index, MAC, MTU, names);
 //! - [`lock`]: POSIX record locks;
 //! - [`netns`]: network namespaces;
-//! - [`affinity`]: CPU affinity.
+//! - [`affinity`]: CPU affinity;
+//! - [`process`]: credentials, signals, descriptors a child inherits.
 //!
 //! This module is the bottom of the crate: it imports no other module of it
 //! (no wire or filter types), and no other module names `libc`. Every system
@@ -34,6 +35,7 @@ mod event;
 mod iface;
 mod lock;
 mod netns;
+mod process;
 mod ring;
 mod socket;
 
@@ -42,6 +44,7 @@ pub use event::{dup, poll_readable, EventFd, POLL_MAX};
 pub use iface::{interface_info, interface_names};
 pub use lock::{record_lock_holder, try_lock_record};
 pub use netns::{current_netns_id, NetnsGuard};
+pub use process::{close_inherited_descriptors_on_exec, effective_uid_is_root, process_exists, signal_end};
 pub use ring::{RingGeometry, Rings, RxFrame, TxStatus};
 pub use socket::{BpfInsn, PacketSocket, ALL_PROTOCOLS};
 
