@@ -38,9 +38,8 @@ use crate::engine::mix;
 use crate::mcd_transport::wire;
 use crate::transport::{Incoming, Msg, MsgKind, NodeId, Transport, TransportError, Waker};
 
-/// Payload length of a group frame: the key (8 bytes, big-endian), then the
-/// barrier message (14 bytes, as [`McdTransport`](crate::McdTransport) sends it).
-pub const GROUP_PAYLOAD_LEN: usize = 8 + wire::PAYLOAD_LEN;
+/// Payload length of a group frame ([`wire::emit_grouped`]).
+pub use wire::GROUP_PAYLOAD_LEN;
 /// Frames kept per group before its owner reads them (the oldest go first).
 const QUEUE_LIMIT: usize = 4096;
 /// Join requests kept for groups not created here yet, in all.
@@ -133,12 +132,7 @@ impl Hub {
     /// groups other than `reader`'s whose queue was empty.
     fn drain(&mut self, reader: u64) -> Result<(), TransportError> {
         while let Some(m) = self.endpoint.try_recv(&mut self.buf)? {
-            let parsed = (m.len == GROUP_PAYLOAD_LEN)
-                .then(|| {
-                    let key = u64::from_be_bytes(self.buf[..8].try_into().expect("8 bytes"));
-                    wire::parse(m.kind, m.seq, &self.buf[8..m.len]).map(|msg| (key, msg))
-                })
-                .flatten();
+            let parsed = wire::parse_grouped(m.kind, m.seq, &self.buf[..m.len]);
             let Some((key, msg)) = parsed else {
                 self.stats.ignored += 1;
                 continue;
@@ -335,9 +329,7 @@ impl GroupTransport {
     }
 
     fn send_to(&mut self, rail: usize, to: Destination, msg: Msg) -> Result<(), TransportError> {
-        let mut payload = [0u8; GROUP_PAYLOAD_LEN];
-        payload[..8].copy_from_slice(&self.key.to_be_bytes());
-        payload[8..].copy_from_slice(&wire::emit(&msg));
+        let payload = wire::emit_grouped(self.key, &msg);
         Ok(lock(&self.hub).endpoint.send(rail, to, wire::kind_byte(msg.kind), msg.epoch, &payload)?)
     }
 

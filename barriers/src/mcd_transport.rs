@@ -33,27 +33,111 @@ pub mod wire {
         KINDS.get(usize::from(byte.wrapping_sub(BARRIER_FIRST))).copied()
     }
 
+    /// A checked view of a barrier message's payload: tag, arg, instance.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Payload<T: AsRef<[u8]>> {
+        buffer: T,
+    }
+
+    mod field {
+        use std::ops::Range;
+        pub const TAG: Range<usize> = 0..2;
+        pub const ARG: Range<usize> = 2..6;
+        pub const INSTANCE: Range<usize> = 6..14;
+    }
+
+    impl<T: AsRef<[u8]>> Payload<T> {
+        /// A view of `buffer` if it is exactly [`PAYLOAD_LEN`] bytes.
+        pub fn new_checked(buffer: T) -> Option<Payload<T>> {
+            (buffer.as_ref().len() == PAYLOAD_LEN).then_some(Payload { buffer })
+        }
+
+        fn get<const N: usize>(&self, range: std::ops::Range<usize>) -> [u8; N] {
+            self.buffer.as_ref()[range].try_into().expect("a checked view holds every field")
+        }
+
+        /// The tag (the plan's step, or a query's purpose).
+        pub fn tag(&self) -> u16 {
+            u16::from_be_bytes(self.get(field::TAG))
+        }
+
+        /// The argument (flags, an echoed incarnation, a node).
+        pub fn arg(&self) -> u32 {
+            u32::from_be_bytes(self.get(field::ARG))
+        }
+
+        /// The barrier instance.
+        pub fn instance(&self) -> u64 {
+            u64::from_be_bytes(self.get(field::INSTANCE))
+        }
+    }
+
+    impl<T: AsRef<[u8]> + AsMut<[u8]>> Payload<T> {
+        fn set(&mut self, range: std::ops::Range<usize>, bytes: &[u8]) {
+            self.buffer.as_mut()[range].copy_from_slice(bytes);
+        }
+    }
+
     /// Writes `msg`'s payload; the kind and epoch travel in mcd's header.
     pub fn emit(msg: &Msg) -> [u8; PAYLOAD_LEN] {
-        let mut p = [0u8; PAYLOAD_LEN];
-        p[0..2].copy_from_slice(&msg.tag.to_be_bytes());
-        p[2..6].copy_from_slice(&msg.arg.to_be_bytes());
-        p[6..14].copy_from_slice(&msg.instance.to_be_bytes());
-        p
+        let mut p = Payload { buffer: [0u8; PAYLOAD_LEN] };
+        p.set(field::TAG, &msg.tag.to_be_bytes());
+        p.set(field::ARG, &msg.arg.to_be_bytes());
+        p.set(field::INSTANCE, &msg.instance.to_be_bytes());
+        p.buffer
     }
 
     /// Reads a barrier message from its mcd kind byte, sequence field and
     /// payload; `None` if it is not one (wrong kind or length).
     pub fn parse(kind: u8, seq: u32, payload: &[u8]) -> Option<Msg> {
         let kind = kind_of(kind)?;
-        let p: &[u8; PAYLOAD_LEN] = payload.try_into().ok()?;
-        Some(Msg {
-            kind,
-            epoch: seq,
-            tag: u16::from_be_bytes([p[0], p[1]]),
-            arg: u32::from_be_bytes([p[2], p[3], p[4], p[5]]),
-            instance: u64::from_be_bytes(p[6..14].try_into().expect("8 bytes")),
-        })
+        let p = Payload::new_checked(payload)?;
+        Some(Msg { kind, epoch: seq, tag: p.tag(), arg: p.arg(), instance: p.instance() })
+    }
+
+    /// Payload length of a group's message ([`crate::SharedEndpoint`]): the
+    /// group key (8 bytes, big-endian), then the message's payload.
+    pub const GROUP_PAYLOAD_LEN: usize = 8 + PAYLOAD_LEN;
+
+    /// Writes a group message's payload: `key`, then [`emit`]'s.
+    pub fn emit_grouped(key: u64, msg: &Msg) -> [u8; GROUP_PAYLOAD_LEN] {
+        let mut p = [0u8; GROUP_PAYLOAD_LEN];
+        p[..8].copy_from_slice(&key.to_be_bytes());
+        p[8..].copy_from_slice(&emit(msg));
+        p
+    }
+
+    /// Reads a group message: its key and the message; `None` if it is not
+    /// one (wrong kind or length).
+    pub fn parse_grouped(kind: u8, seq: u32, payload: &[u8]) -> Option<(u64, Msg)> {
+        let (key, rest) = payload.split_first_chunk::<8>()?;
+        Some((u64::from_be_bytes(*key), parse(kind, seq, rest)?))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_group_payload_carries_its_key_first() {
+            let msg = Msg { kind: MsgKind::Data, instance: 7, epoch: 3, tag: 1, arg: 0 };
+            let bytes = emit_grouped(0x1122_3344_5566_7788, &msg);
+            assert_eq!(&bytes[..8], &[0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]);
+            assert_eq!(parse_grouped(kind_byte(MsgKind::Data), 3, &bytes), Some((0x1122_3344_5566_7788, msg)));
+            assert!(parse_grouped(kind_byte(MsgKind::Data), 3, &bytes[..GROUP_PAYLOAD_LEN - 1]).is_none());
+            assert!(parse_grouped(kind_byte(MsgKind::Data), 3, &emit(&msg)).is_none(), "an ungrouped payload is too short");
+        }
+
+        #[test]
+        fn a_payload_reads_back_what_was_written_and_other_lengths_are_refused() {
+            let msg = Msg { kind: MsgKind::Nack, instance: 0x0102_0304_0506_0708, epoch: 9, tag: 0xABCD, arg: 0xDEAD_BEEF };
+            let bytes = emit(&msg);
+            assert_eq!(bytes, [0xAB, 0xCD, 0xDE, 0xAD, 0xBE, 0xEF, 1, 2, 3, 4, 5, 6, 7, 8]);
+            assert_eq!(parse(kind_byte(MsgKind::Nack), 9, &bytes), Some(msg));
+            assert!(parse(kind_byte(MsgKind::Nack), 9, &bytes[..13]).is_none());
+            assert!(parse(kind_byte(MsgKind::Nack), 9, &[bytes.as_slice(), &[0]].concat()).is_none());
+            assert!(parse(0x01, 9, &bytes).is_none(), "not a barrier kind");
+        }
     }
 }
 

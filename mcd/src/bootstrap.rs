@@ -230,7 +230,9 @@ const HEARD_ALL: u8 = 1;
 const DONE: u8 = 2;
 
 impl Hello {
-    fn payload(&self) -> Vec<u8> {
+    /// The hello's payload: flags (1 byte), rails (1), 2 zero bytes, the
+    /// job size (4, big-endian), then each rail's MAC (6 each).
+    fn emit(&self) -> Vec<u8> {
         let mut p = Vec::with_capacity(8 + 6 * self.macs.len());
         p.push((u8::from(self.heard_all) * HEARD_ALL) | (u8::from(self.done) * DONE));
         p.push(self.macs.len() as u8);
@@ -242,12 +244,14 @@ impl Hello {
         p
     }
 
+    /// The hello in a frame with headers `repr` and `payload`; `None` unless
+    /// it is a hello of exactly its length whose first MAC is the sender's.
     fn parse(repr: &FrameRepr, payload: &[u8]) -> Option<Hello> {
         if repr.kind != kind::HELLO || payload.len() < 8 {
             return None;
         }
         let rails = payload[1] as usize;
-        if rails == 0 || rails > MAX_RAILS || payload.len() < 8 + 6 * rails {
+        if rails == 0 || rails > MAX_RAILS || payload.len() != 8 + 6 * rails {
             return None;
         }
         let macs = (0..rails).map(|r| MacAddr(payload[8 + 6 * r..][..6].try_into().expect("6 bytes"))).collect::<Vec<_>>();
@@ -292,7 +296,7 @@ impl HelloSocket {
     }
 
     fn send(&mut self, hello: &Hello) -> Result<()> {
-        let payload = hello.payload();
+        let payload = hello.emit();
         let repr = FrameRepr {
             dst_mac: MacAddr::mcd_group(self.job_key, BOOTSTRAP_GROUP),
             src_mac: self.mac,
@@ -484,7 +488,7 @@ mod tests {
     #[test]
     fn hellos_round_trip_through_frames() {
         let h = Hello { rank: 3, size: 8, port: 2, macs: vec![MacAddr([2, 1, 2, 3, 4, 5]), MacAddr([2, 1, 2, 3, 4, 6])], heard_all: true, done: false };
-        let payload = h.payload();
+        let payload = h.emit();
         let repr = FrameRepr {
             dst_mac: MacAddr::mcd_group(7, BOOTSTRAP_GROUP),
             src_mac: h.macs[0],
@@ -500,6 +504,9 @@ mod tests {
         assert_eq!(Hello::parse(&repr, &payload), Some(h.clone()));
         // Truncated, or a first MAC that is not the sender's: dropped.
         assert_eq!(Hello::parse(&repr, &payload[..10]), None);
+        assert_eq!(Hello::parse(&repr, &[payload.as_slice(), &[0]].concat()), None, "a byte too many");
+        assert_eq!(payload.len(), 8 + 6 * 2);
+        assert_eq!(&payload[4..8], &8u32.to_be_bytes(), "the size, big-endian");
         let liar = FrameRepr { src_mac: MacAddr([2, 9, 9, 9, 9, 9]), ..repr };
         assert_eq!(Hello::parse(&liar, &payload), None);
     }

@@ -122,23 +122,33 @@ pub struct NodeFigures {
 }
 
 impl NodeFigures {
-    /// Bytes on the wire: eight little-endian f64.
-    pub const WIRE_LEN: usize = 64;
+    /// Bytes on the wire: eight little-endian f64, in [`Self::WIRE_ORDER`].
+    pub const WIRE_LEN: usize = 8 * Self::WIRE_ORDER.len();
+    /// The fields on the wire, in order.
+    pub const WIRE_ORDER: [&'static str; 8] = ["min_us", "mean_us", "max_us", "p50_us", "p99_us", "loop_us", "recoveries", "p999_us"];
 
-    /// As bytes.
-    pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
+    fn fields(&self) -> [f64; 8] {
+        [self.min_us, self.mean_us, self.max_us, self.p50_us, self.p99_us, self.loop_us, self.recoveries, self.p999_us]
+    }
+
+    /// The payload that carries these figures.
+    pub fn emit(&self) -> [u8; Self::WIRE_LEN] {
         let mut out = [0u8; Self::WIRE_LEN];
-        let v = [self.min_us, self.mean_us, self.max_us, self.p50_us, self.p99_us, self.loop_us, self.recoveries, self.p999_us];
-        for (i, x) in v.iter().enumerate() {
-            out[8 * i..8 * i + 8].copy_from_slice(&x.to_le_bytes());
+        for (chunk, x) in out.chunks_exact_mut(8).zip(self.fields()) {
+            chunk.copy_from_slice(&x.to_le_bytes());
         }
         out
     }
 
-    /// From bytes; `None` when too short.
-    pub fn from_bytes(b: &[u8]) -> Option<NodeFigures> {
-        let f = |i: usize| Some(f64::from_le_bytes(b.get(8 * i..8 * i + 8)?.try_into().ok()?));
-        Some(NodeFigures { min_us: f(0)?, mean_us: f(1)?, max_us: f(2)?, p50_us: f(3)?, p99_us: f(4)?, loop_us: f(5)?, recoveries: f(6)?, p999_us: f(7)? })
+    /// The figures in `payload`; `None` unless it is exactly [`Self::WIRE_LEN`] bytes.
+    pub fn parse(payload: &[u8]) -> Option<NodeFigures> {
+        let b: &[u8; Self::WIRE_LEN] = payload.try_into().ok()?;
+        let mut v = [0f64; 8];
+        for (x, chunk) in v.iter_mut().zip(b.chunks_exact(8)) {
+            *x = f64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        }
+        let [min_us, mean_us, max_us, p50_us, p99_us, loop_us, recoveries, p999_us] = v;
+        Some(NodeFigures { min_us, mean_us, max_us, p50_us, p99_us, p999_us, loop_us, recoveries })
     }
 }
 
@@ -282,7 +292,7 @@ pub fn measure_across_hosts(
             let Some(m) = ep.recv(&mut buf, Some(Duration::from_millis(100)))? else { continue };
             if m.from == 0 && m.seq == round {
                 match m.kind {
-                    gather_kind::REQUEST => ep.send(0, Destination::Node(0), gather_kind::FIGURES, round, &mine.to_bytes())?,
+                    gather_kind::REQUEST => ep.send(0, Destination::Node(0), gather_kind::FIGURES, round, &mine.emit())?,
                     gather_kind::DONE => return Ok((ep, None)),
                     _ => {}
                 }
@@ -304,7 +314,7 @@ pub fn measure_across_hosts(
         let until = Instant::now() + Duration::from_millis(50);
         while let Some(m) = ep.recv(&mut buf, Some(until.saturating_duration_since(Instant::now())))? {
             if m.kind == gather_kind::FIGURES && m.seq == round {
-                figures[m.from] = NodeFigures::from_bytes(&buf[..m.len]);
+                figures[m.from] = NodeFigures::parse(&buf[..m.len]);
             }
         }
     }
@@ -317,4 +327,20 @@ pub fn measure_across_hosts(
     }
     let figures: Vec<NodeFigures> = figures.into_iter().map(|f| f.expect("all present")).collect();
     Ok((ep, Some(bench.summarize_figures(&config.algorithm.to_string(), config.rails, &figures))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NodeFigures;
+
+    #[test]
+    fn node_figures_travel_whole_and_other_lengths_are_refused() {
+        let f = NodeFigures { min_us: 1.0, mean_us: 2.0, max_us: 3.0, p50_us: 4.0, p99_us: 5.0, p999_us: 6.0, loop_us: 7.0, recoveries: 8.0 };
+        let bytes = f.emit();
+        assert_eq!(&bytes[..8], &1.0f64.to_le_bytes(), "min first");
+        assert_eq!(&bytes[56..], &6.0f64.to_le_bytes(), "p99.9 last");
+        assert_eq!(NodeFigures::parse(&bytes), Some(f));
+        assert_eq!(NodeFigures::parse(&bytes[..63]), None);
+        assert_eq!(NodeFigures::parse(&[bytes.as_slice(), &[0]].concat()), None);
+    }
 }
