@@ -1,9 +1,11 @@
 //! A real Slurm on a virtual cluster (Debian's `slurm-wlm` and `munge`):
 //! `slurmctld` in node 0's namespace under its own hostname `ctl`, and one
 //! `slurmd` per node namespace, each with its own hostname (`node0`,
-//! `node1`, ...: a UTS namespace), its own `/tmp` (a private tmpfs: PMIx
-//! makes per-job directories there that two nodes on one filesystem would
-//! fight over), and its spool directory and pid file under
+//! `node1`, ...: a UTS namespace), its own `TmpFS` (`/run/mcd-slurm/NAME/tmp`,
+//! a tmpfs private to that slurmd's mount namespace: PMIx makes per-job
+//! directories there that two nodes on one filesystem would fight over;
+//! `/tmp` itself stays shared, so jobs see the checkout wherever it is), and
+//! its spool directory and pid file under
 //! `/run/mcd-slurm/NAME/`. `NodeName`/`NodeAddr` come from the cluster (rail
 //! 0's addresses). The plugins are the simplest (`proctrack/linuxproc`,
 //! `task/none`, no cgroups) so that it runs in a VM or container.
@@ -152,12 +154,13 @@ impl Slurm {
         ctld.args(["netns", "exec", &cluster.namespace(0), "unshare", "--uts", "sh", "-c"])
             .arg(format!("hostname {CONTROLLER} && exec slurmctld -f '{conf}' -i"));
         start_daemon(ctld, &dir.join("log/start-ctld.err"), "slurmctld")?;
+        let tmp = dir.join("tmp").display().to_string();
         for node in 0..cluster.nodes() {
             let host = hostname(node);
             let mut slurmd = daemon_command("ip");
             slurmd
                 .args(["netns", "exec", &cluster.namespace(node), "unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c"])
-                .arg(format!("hostname {host} && mount -t tmpfs tmpfs /tmp && exec slurmd -f '{conf}' -N {host}"));
+                .arg(format!("hostname {host} && mkdir -p '{tmp}' && mount -t tmpfs tmpfs '{tmp}' && exec slurmd -f '{conf}' -N {host}"));
             start_daemon(slurmd, &dir.join(format!("log/start-{host}.err")), &format!("slurmd on node {node}"))?;
         }
         slurm.wait_idle(Duration::from_secs(30))?;
@@ -202,6 +205,7 @@ impl Slurm {
              SlurmdParameters=config_overrides\n\
              StateSaveLocation={d}/ctld\n\
              SlurmdSpoolDir={d}/%n\n\
+             TmpFS={d}/tmp\n\
              SlurmctldPidFile={d}/ctld.pid\n\
              SlurmdPidFile={d}/%n.pid\n\
              SlurmctldLogFile={d}/log/ctld.log\n\
