@@ -14,16 +14,27 @@
  *
  * Communicators. At the first MPI_Barrier on a communicator (collective, as
  * MPI_Barrier is), its ranks are translated to MPI_COMM_WORLD's and the
- * members create an mcd group barrier over them (mcd_group_create: no
- * discovery, the job's endpoint is shared), cached on the communicator in an
- * attribute; MPI_Comm_free deletes the attribute, whose callback frees the
- * group with its closing barrier (collective over the communicator, as
- * MPI_Comm_free is). Groups still alive in MPI_Finalize are freed there, in
- * the order they were created. Each communicator is its own mcd barrier
- * instance: even two communicators with the same ranks never count each
- * other's frames. Inter-communicators, and communicators with a rank outside
- * MPI_COMM_WORLD (spawned or connected jobs; decided together with a
- * PMPI_Allreduce, so no rank waits for mcd alone), stay with PMPI_Barrier.
+ * members create an mcd group barrier over them (no discovery, the job's
+ * endpoint is shared), cached on the communicator in an attribute. Only
+ * collectives on the communicator itself decide anything, so threads may
+ * create communicators concurrently (MPI_THREAD_MULTIPLE) and ranks may
+ * meet their communicators in different orders:
+ *   1. one PMPI_Allreduce agrees whether every member is in MPI_COMM_WORLD
+ *      and takes the group's key from the communicator's rank 0 (its world
+ *      rank and a counter of its own: unique in the job);
+ *   2. each member prepares its group locally (mcd_group_prepare), and a
+ *      PMPI_Allreduce agrees that all did, so none waits in the join for a
+ *      member that ran out of descriptors or threads;
+ *   3. the members join (mcd_group_join) and agree once more.
+ * Whoever fails at 1-3 leaves the communicator to PMPI_Barrier on every
+ * member. MPI_Comm_free deletes the attribute, whose callback frees the
+ * group without waiting (mcd_group_free: its closing completes in the
+ * background), so ranks may free communicators in any order. Groups still
+ * alive in MPI_Finalize are freed there, and mcd_finalize completes them
+ * all. Each communicator is its own mcd barrier instance: even two
+ * communicators with the same ranks never count each other's frames.
+ * Inter-communicators, and communicators with a rank outside MPI_COMM_WORLD
+ * (spawned or connected jobs), stay with PMPI_Barrier.
  *
  * MPI_Ibarrier is not interposed: an MPI request completed by mcd would need
  * MPI to drive mcd's progress inside MPI_Wait/MPI_Test, which the PMPI
@@ -37,7 +48,10 @@
  *
  * Built by `tools::mpi::build_interposer` (mpicc -shared, with the static
  * libmcd_barrier.a inside, so the one file is all a job needs). */
+#include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +60,13 @@
 
 static mcd_job *job;
 static int active;
+/* Counters, bumped atomically (several threads may call MPI). */
+#define COUNT(x) __atomic_fetch_add(&(x), 1, __ATOMIC_RELAXED)
 static unsigned long long via_mcd, via_pmpi;
+/* Keys this rank handed out as a communicator's rank 0. */
+static unsigned long long keys_made;
+/* Guards the list of live states (never held across a collective). */
+static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* A communicator's barrier, cached in an attribute. */
 typedef struct comm_state {
@@ -63,13 +83,24 @@ static int reporting(void) {
     return report && *report && strcmp(report, "0");
 }
 
+static void link_state(comm_state *st) {
+    pthread_mutex_lock(&states_lock);
+    st->prev = last;
+    if (last) last->next = st; else first = st;
+    last = st;
+    pthread_mutex_unlock(&states_lock);
+}
+
 static void unlink_state(comm_state *st) {
+    pthread_mutex_lock(&states_lock);
     if (st->prev) st->prev->next = st->next; else if (first == st) first = st->next;
     if (st->next) st->next->prev = st->prev; else if (last == st) last = st->prev;
     st->prev = st->next = NULL;
+    pthread_mutex_unlock(&states_lock);
 }
 
-/* Ends a communicator's group: collective over it (a closing barrier). */
+/* Ends a communicator's group without waiting (its closing completes in the
+ * background, and in mcd_finalize at the latest). */
 static void end_group(comm_state *st) {
     if (st->group && mcd_group_free(st->group) != MCD_OK)
         fprintf(stderr, "mcd-mpi: rank %d: freeing a communicator's barrier: %s\n", mcd_rank(job), mcd_last_error());
@@ -80,10 +111,16 @@ static void end_group(comm_state *st) {
 static int delete_state(MPI_Comm comm, int key, void *value, void *extra) {
     (void)comm, (void)key, (void)extra;
     comm_state *st = value;
-    end_group(st);
     unlink_state(st);
+    end_group(st);
     free(st);
     return MPI_SUCCESS;
+}
+
+/* Whether every member of `comm` says `ok`. */
+static int all_say(int ok, MPI_Comm comm) {
+    PMPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
+    return ok;
 }
 
 /* The first MPI_Barrier on `comm` (collective): an mcd group over its ranks,
@@ -98,7 +135,7 @@ static comm_state *new_state(MPI_Comm comm) {
     if (inter) {
         /* Every member sees the same: no agreement needed. */
         why = "an inter-communicator";
-        comms_inter++;
+        COUNT(comms_inter);
     } else {
         MPI_Group group, world;
         PMPI_Comm_group(comm, &group);
@@ -110,25 +147,40 @@ static comm_state *new_state(MPI_Comm comm) {
         PMPI_Group_free(&world);
         int can = 1;
         for (int i = 0; i < st->size; i++) can &= in_world[i] != MPI_UNDEFINED;
-        /* All members must agree, or some would wait in mcd for the others. */
-        PMPI_Allreduce(MPI_IN_PLACE, &can, 1, MPI_INT, MPI_MIN, comm);
-        if (!can) {
+        /* One allreduce: whether all members can (all must agree, or some
+         * would wait in mcd for the others), and rank 0's key for the group:
+         * its world rank and its own count, unique in the job, so members
+         * need not create their communicators in the same order. */
+        long long agreed[2] = {can, LLONG_MAX};
+        if (rank == 0) {
+            int world_rank;
+            PMPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+            agreed[1] = (long long)(((unsigned long long)world_rank + 1) << 32 | (COUNT(keys_made) + 1));
+        }
+        PMPI_Allreduce(MPI_IN_PLACE, agreed, 2, MPI_LONG_LONG, MPI_MIN, comm);
+        if (!agreed[0]) {
             why = "not all its ranks are in MPI_COMM_WORLD (mcd cannot reach them)";
-            comms_unreachable++;
+            COUNT(comms_unreachable);
         } else {
-            int ok = mcd_group_create(job, in_world, st->size, &st->group) == MCD_OK;
-            char reason[512];
+            char reason[512] = "";
+            /* Prepare locally, agree, then join: nobody joins (and waits)
+             * for a member that could not prepare. */
+            int ok = mcd_group_prepare(job, in_world, st->size, (uint64_t)agreed[1], &st->group) == MCD_OK;
             if (!ok) snprintf(reason, sizeof reason, "%s", mcd_last_error());
-            int all_ok = ok;
-            PMPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, comm);
-            if (!all_ok) {
-                if (!ok) fprintf(stderr, "mcd-mpi: rank %d: creating a communicator's barrier: %s\n", mcd_rank(job), reason);
+            ok = all_say(ok, comm);
+            if (ok) {
+                ok = mcd_group_join(st->group) == MCD_OK;
+                if (!ok) snprintf(reason, sizeof reason, "%s", mcd_last_error());
+                ok = all_say(ok, comm);
+            }
+            if (!ok) {
+                if (*reason) fprintf(stderr, "mcd-mpi: rank %d: creating a communicator's barrier: %s\n", mcd_rank(job), reason);
                 mcd_group_discard(st->group);
                 st->group = NULL;
                 why = "creating its mcd barrier failed";
-                comms_failed++;
+                COUNT(comms_failed);
             } else {
-                comms_mcd++;
+                COUNT(comms_mcd);
             }
         }
         free(ranks);
@@ -136,9 +188,7 @@ static comm_state *new_state(MPI_Comm comm) {
     }
     if (why && rank == 0 && reporting())
         fprintf(stderr, "mcd-mpi: rank %d: a communicator of %d ranks falls back to PMPI_Barrier: %s\n", mcd_rank(job), st->size, why);
-    st->prev = last;
-    if (last) last->next = st; else first = st;
-    last = st;
+    link_state(st);
     PMPI_Comm_set_attr(comm, keyval, st);
     return st;
 }
@@ -191,7 +241,7 @@ int MPI_Barrier(MPI_Comm comm) {
     if (active && comm == MPI_COMM_WORLD) {
         int rc = mcd_barrier(job);
         if (rc == MCD_OK) {
-            via_mcd++;
+            COUNT(via_mcd);
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Barrier on MPI_COMM_WORLD failed: %s\n", mcd_last_error());
@@ -205,7 +255,7 @@ int MPI_Barrier(MPI_Comm comm) {
             if (st->group) {
                 int rc = mcd_group_barrier(st->group);
                 if (rc == MCD_OK) {
-                    via_mcd++;
+                    COUNT(via_mcd);
                     return MPI_SUCCESS;
                 }
                 fprintf(stderr, "mcd-mpi: MPI_Barrier on a communicator failed: %s\n", mcd_last_error());
@@ -213,7 +263,7 @@ int MPI_Barrier(MPI_Comm comm) {
             }
         }
     }
-    via_pmpi++;
+    COUNT(via_pmpi);
     return PMPI_Barrier(comm);
 }
 
@@ -229,13 +279,15 @@ int MPI_Finalize(void) {
                     (unsigned long long)s.messages_sent, (unsigned long long)s.frames_received, (unsigned long long)s.resends,
                     comms_mcd, comms_inter + comms_unreachable + comms_failed, comms_inter, comms_unreachable, comms_failed);
         }
-        /* Communicators never freed: their groups end here, in the order
-         * they were created (an order every member shares, as MPI orders
-         * collective calls). The states stay for MPI's own teardown. */
+        /* Communicators never freed: their groups end here (without waiting,
+         * so in any order); the states stay for MPI's own teardown. */
+        pthread_mutex_lock(&states_lock);
         for (comm_state *st = first; st; st = st->next) end_group(st);
-        /* Collective: a closing barrier, then answers until every rank is done,
-         * so a rank whose last release was lost still completes. mcd's own
-         * thread has answered peers all along, during compute and other calls. */
+        pthread_mutex_unlock(&states_lock);
+        /* Collective: every freed group's closing completes, then the job's
+         * closing barrier, then answers until every rank is done, so a rank
+         * whose last release was lost still completes. mcd's own threads
+         * have answered peers all along, during compute and other calls. */
         if (mcd_finalize(job) != MCD_OK)
             fprintf(stderr, "mcd-mpi: rank %d: finalizing mcd: %s\n", rank_of_job, mcd_last_error());
         job = NULL;

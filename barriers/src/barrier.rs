@@ -72,10 +72,13 @@ impl<T: Transport + Send + 'static> std::fmt::Debug for Barrier<T> {
 
 impl<T: Transport + Send + 'static> Barrier<T> {
     /// A barrier over `transport`. Blocks until every node has created its
-    /// own (up to [`BarrierConfig::join_timeout`]).
+    /// own (up to [`BarrierConfig::join_timeout`]). The same as
+    /// [`PreparedBarrier::new`] then [`PreparedBarrier::join`].
     pub fn new(transport: T, config: BarrierConfig) -> Result<Barrier<T>, BarrierError> {
-        let waker = transport.waker()?;
-        let mut engine = Engine::new(transport, config)?;
+        PreparedBarrier::new(transport, config)?.join()
+    }
+
+    fn joined(mut engine: Engine<T>, waker: Arc<dyn Waker>, config: BarrierConfig) -> Result<Barrier<T>, BarrierError> {
         engine.join()?;
         engine.transport.all_joined();
         let (me, nodes) = (engine.me(), engine.nodes());
@@ -173,6 +176,23 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         self.call(|e| e.finish())
     }
 
+    /// Enters the closing barrier of [`finish`](Self::finish) and returns at
+    /// once: the progress agent carries it on while this node does other
+    /// things (closes other barriers, in any order), and `finish` completes
+    /// it later. After `close`, call only `finish` and
+    /// [`closing_complete`](Self::closing_complete).
+    pub fn close(&mut self) -> Result<(), BarrierError> {
+        self.call(|e| e.enter_closing())
+    }
+
+    /// After [`close`](Self::close): makes progress without blocking, and
+    /// says whether the closing barrier is complete (then `finish` only has
+    /// to hear that every peer has completed it too, which their agents
+    /// answer).
+    pub fn closing_complete(&mut self) -> Result<bool, BarrierError> {
+        self.call(|e| e.closing_complete())
+    }
+
     /// Stops the agent and gives the transport back.
     pub fn into_transport(mut self) -> T {
         self.stop_agent();
@@ -198,6 +218,37 @@ impl<T: Transport + Send + 'static> Drop for Barrier<T> {
     fn drop(&mut self) {
         self.stop_agent();
         self.shared.lock().farewell();
+    }
+}
+
+/// A barrier with its local resources in place (transport, waker, engine)
+/// that has not met its peers yet: [`join`](Self::join) does that. Lets a
+/// caller find out that every node could prepare (with its own collective,
+/// an MPI allreduce say) before any node waits for the others in the join.
+pub struct PreparedBarrier<T: Transport + Send + 'static> {
+    engine: Engine<T>,
+    waker: Arc<dyn Waker>,
+    config: BarrierConfig,
+}
+
+impl<T: Transport + Send + 'static> std::fmt::Debug for PreparedBarrier<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedBarrier").field("algorithm", &self.config.algorithm).field("node", &self.engine.me()).finish()
+    }
+}
+
+impl<T: Transport + Send + 'static> PreparedBarrier<T> {
+    /// Sets up a barrier over `transport` without any communication.
+    pub fn new(transport: T, config: BarrierConfig) -> Result<PreparedBarrier<T>, BarrierError> {
+        let waker = transport.waker()?;
+        let engine = Engine::new(transport, config)?;
+        Ok(PreparedBarrier { engine, waker, config })
+    }
+
+    /// Meets the other nodes (collective; up to
+    /// [`BarrierConfig::join_timeout`]) and starts the progress agent.
+    pub fn join(self) -> Result<Barrier<T>, BarrierError> {
+        Barrier::joined(self.engine, self.waker, self.config)
     }
 }
 

@@ -856,18 +856,24 @@ impl<T: Transport> Engine<T> {
     /// then answering until every peer is known to have completed it (or has
     /// gone silent, having left).
     pub(crate) fn finish(&mut self) -> Result<(), BarrierError> {
-        if self.in_progress {
-            return Err(BarrierError::Usage(format!(
-                "finish() while barrier {} is in progress: complete it first",
-                self.epoch
-            )));
-        }
         if self.finished {
             return Ok(());
         }
-        self.owed = false; // a barrier that completed; the closing one comes next
-        self.closing = true;
-        self.wait(None)?;
+        if !self.closing {
+            if self.in_progress {
+                return Err(BarrierError::Usage(format!(
+                    "finish() while barrier {} is in progress: complete it first",
+                    self.epoch
+                )));
+            }
+            self.owed = false; // a barrier that completed; the closing one comes next
+            self.closing = true;
+            self.wait(None)?;
+        } else if self.in_progress || self.owed {
+            // The closing barrier entered by enter_closing (or an earlier
+            // finish that failed), not yet complete or not yet reported.
+            self.wait(None)?;
+        }
         self.finished = true;
         let last = self.epoch;
         let n = self.nodes();
@@ -908,6 +914,31 @@ impl<T: Transport> Engine<T> {
         self.send_status(None)?;
         self.send_status(None)?;
         Ok(())
+    }
+
+    /// Enters the closing barrier of [`finish`](Self::finish) without waiting:
+    /// the progress agent carries it on, and `finish` completes it later.
+    pub(crate) fn enter_closing(&mut self) -> Result<(), BarrierError> {
+        if self.closing {
+            return Ok(());
+        }
+        if self.in_progress {
+            return Err(BarrierError::Usage(format!(
+                "closing while barrier {} is in progress: complete it first",
+                self.epoch
+            )));
+        }
+        self.owed = false; // a barrier that completed; the closing one comes next
+        self.closing = true;
+        let now = Instant::now();
+        self.call_started = now;
+        self.enter(now)
+    }
+
+    /// Whether the closing barrier is complete, making progress without
+    /// blocking (false if it was not entered).
+    pub(crate) fn closing_complete(&mut self) -> Result<bool, BarrierError> {
+        Ok(self.closing && (self.finished || self.test()?))
     }
 
     /// Whether this node's messages now carry [`RECOVERED`].

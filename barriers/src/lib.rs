@@ -59,7 +59,7 @@ pub mod rto;
 pub mod threads;
 pub mod transport;
 
-pub use barrier::{Barrier, AGENT_GRACE, AGENT_GRACE_MAX};
+pub use barrier::{Barrier, PreparedBarrier, AGENT_GRACE, AGENT_GRACE_MAX};
 pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARNED_RETRY};
 pub use mcd_shared::{GroupTransport, RouteStats, SharedEndpoint, GROUP_PAYLOAD_LEN};
 pub use mcd_transport::McdTransport;

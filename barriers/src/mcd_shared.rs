@@ -5,11 +5,14 @@
 //! [`SharedEndpoint`] owns the endpoint; [`SharedEndpoint::group`] makes a
 //! [`GroupTransport`] over a list of the job's nodes, numbered in the list's
 //! order. Every frame carries, ahead of the barrier message, the group's
-//! 64-bit *key*: a hash of the member list and of how many groups with
-//! exactly these members this process created before (creation is
-//! collective, so every member counts the same). Two groups that are alive
-//! together in a process never share a key, even with the same members; a
-//! group freed and created again gets a new one. Whichever thread reads the
+//! 64-bit *key*: a hash of the member list and of either a number the
+//! members agreed on ([`SharedEndpoint::group_with_key`]: an MPI layer
+//! agrees on one per communicator, so creation order does not matter) or
+//! how many groups with exactly these members this process created before
+//! ([`SharedEndpoint::group`]: creation is collective, so every member that
+//! creates its groups in the same order counts the same). Two groups that
+//! are alive together in a process never share a key, even with the same
+//! members; a group freed and created again gets a new one. Whichever thread reads the
 //! rings routes each frame to its group's queue and wakes that group's
 //! sleepers; frames of keys no group here holds are dropped and counted,
 //! except join requests, which are kept a little for a group about to be
@@ -42,6 +45,8 @@ use crate::transport::{Incoming, Msg, MsgKind, NodeId, Transport, TransportError
 pub use wire::GROUP_PAYLOAD_LEN;
 /// Frames kept per group before its owner reads them (the oldest go first).
 const QUEUE_LIMIT: usize = 4096;
+/// Mixed into agreed keys so that they stay apart from counted ones.
+const AGREED_KEY_TAG: u64 = 0x6167_7265_6564_6B79;
 /// Join requests kept for groups not created here yet, in all.
 const PENDING_LIMIT: usize = 1024;
 
@@ -230,6 +235,19 @@ impl SharedEndpoint {
     ///
     /// [`Barrier`]: crate::Barrier
     pub fn group(&self, members: &[NodeId]) -> Result<GroupTransport, TransportError> {
+        self.group_keyed(members, None)
+    }
+
+    /// As [`group`](Self::group), but keyed by `agreed`, a number every
+    /// member passes alike and that no other live group of these members
+    /// uses (an MPI layer takes one from the communicator's first rank, say),
+    /// instead of by creation order: members may create their groups in any
+    /// order, from several threads at once.
+    pub fn group_with_key(&self, members: &[NodeId], agreed: u64) -> Result<GroupTransport, TransportError> {
+        self.group_keyed(members, Some(agreed))
+    }
+
+    fn group_keyed(&self, members: &[NodeId], agreed: Option<u64>) -> Result<GroupTransport, TransportError> {
         let mut index = vec![None; self.nodes];
         for (i, &m) in members.iter().enumerate() {
             let slot = index.get_mut(m).ok_or_else(|| format!("group member {m} is not a node of the job ({} nodes)", self.nodes))?;
@@ -242,11 +260,20 @@ impl SharedEndpoint {
         };
         let mut hub = lock(&self.hub);
         let list = members_hash(members);
-        let count = hub.created.entry(list).or_insert(0);
-        let key = mix(list ^ mix(*count + 1));
-        *count += 1;
+        let key = match agreed {
+            Some(agreed) => mix(list ^ mix(agreed ^ AGREED_KEY_TAG)),
+            None => {
+                let count = hub.created.entry(list).or_insert(0);
+                *count += 1;
+                mix(list ^ mix(*count))
+            }
+        };
         if hub.routes.contains_key(&key) {
-            return Err(format!("group key {key:#018x} is already in use here (a hash collision): create the group again").into());
+            return Err(match agreed {
+                Some(agreed) => format!("the agreed group key {agreed:#x} is already used here by a live group of the same members"),
+                None => format!("group key {key:#018x} is already in use here (a hash collision): create the group again"),
+            }
+            .into());
         }
         let readiness = Arc::new(hub.endpoint.readiness()?);
         let mut queue = VecDeque::new();

@@ -443,3 +443,63 @@ fn nodes_with_different_algorithms_are_told_instead_of_hanging() {
     }
     assert!(results[1].is_err(), "node 1 is never admitted: {:?}", results[1]);
 }
+
+#[test]
+fn nodes_may_close_their_barriers_in_any_order() {
+    // Two barriers per node (two instances, as two communicators); after
+    // some barriers on each, even nodes close and finish A then B, odd nodes
+    // B then A. `close` enters the closing barrier without waiting and the
+    // agent carries it on, so no node waits in one barrier's finish for a
+    // node that waits in the other's (blocking finishes in these orders
+    // would deadlock). The closing barrier keeps the promise too: no node
+    // finishes before every node has closed.
+    for_every_config(|i, config| {
+        let n = size(i);
+        let config = config.timeouts(Duration::from_micros(500), Duration::from_secs(5));
+        let what = format!("{} rails={} n={n}", config.algorithm, config.rails);
+        let nets = mem::network(n, 2, lossy(i as u64 + 40)).into_iter().zip(mem::network(n, 2, lossy(i as u64 + 80)));
+        let threads: Vec<_> = nets
+            .enumerate()
+            .map(|(me, (ta, tb))| {
+                std::thread::spawn(move || {
+                    let mut a = Barrier::new(ta, config).unwrap_or_else(|e| panic!("node {me}: {e}"));
+                    let mut b = Barrier::new(tb, config).unwrap_or_else(|e| panic!("node {me}: {e}"));
+                    let (mut ta, mut tb) = (Timeline::default(), Timeline::default());
+                    for _ in 0..10 {
+                        for (x, t) in [(&mut a, &mut ta), (&mut b, &mut tb)] {
+                            let entered = Instant::now();
+                            x.wait().unwrap();
+                            t.record(entered, Instant::now());
+                        }
+                    }
+                    let mut order = [(a, ta), (b, tb)];
+                    if me % 2 == 1 {
+                        order.reverse();
+                    }
+                    let mut closed = Vec::new();
+                    for (x, _) in &mut order {
+                        closed.push(Instant::now());
+                        x.close().unwrap();
+                        // A node away computing: the agents carry the closings on.
+                        sleep(2);
+                    }
+                    for ((x, t), entered) in order.iter_mut().zip(closed) {
+                        x.finish().unwrap();
+                        t.record(entered, Instant::now());
+                    }
+                    if me % 2 == 1 {
+                        order.reverse();
+                    }
+                    let [(_, ta), (_, tb)] = order;
+                    (ta, tb)
+                })
+            })
+            .collect();
+        let (ta, tb): (Vec<Timeline>, Vec<Timeline>) = threads.into_iter().map(|t| t.join().unwrap()).unzip();
+        for (name, timelines) in [("A", ta), ("B", tb)] {
+            let (violations, checked) = barriers::check::check(&timelines);
+            assert!(violations.is_empty(), "{what}: barrier {name}: {violations:?}");
+            assert_eq!(checked, 11, "{what}: barrier {name}: 10 barriers and the closing one");
+        }
+    });
+}

@@ -87,13 +87,16 @@
 
 /**
  * A barrier over a group of the job's ranks (an MPI communicator, say),
- * on the job's endpoint (`mcd_group` in C).
+ * on the job's endpoint (`mcd_group` in C): prepared (its local resources
+ * in place), then joined (met its members).
  */
 typedef struct mcd_group mcd_group;
 
 /**
  * An open job (`mcd_job` in C): an endpoint and its barrier, the endpoint
- * shared with the job's groups.
+ * shared with the job's groups. Its methods take `&self`, so that one
+ * thread may wait in the job's barrier while another creates or frees
+ * groups (MPI_THREAD_MULTIPLE).
  */
 typedef struct mcd_job mcd_job;
 
@@ -197,8 +200,12 @@ int mcd_init(const struct mcd_params *params, struct mcd_job **out);
 /**
  * One barrier across the job: returns once every rank has entered it.
  *
+ * A job handle may be used by several threads at once (one in a barrier,
+ * others creating or freeing groups); the job's own barrier serves one
+ * caller at a time.
+ *
  * # Safety
- * `job` is NULL or a live handle, not used by another thread meanwhile.
+ * `job` is NULL or a live handle.
  */
 int mcd_barrier(struct mcd_job *job);
 
@@ -262,8 +269,10 @@ const char *mcd_algorithm(struct mcd_job *job);
 int mcd_get_stats(struct mcd_job *job, struct mcd_stats *out);
 
 /**
- * Ends the job and frees the handle (NULL is fine). Collective: one
- * closing barrier, then answering peers until each is known to be done, so
+ * Ends the job and frees the handle (NULL is fine). Collective: first the
+ * groups freed with [`mcd_group_free`] complete their closing (in any
+ * order), then the job's own closing barrier, then answering peers until
+ * each is known to be done, so
  * a rank whose last release was lost still completes; it returns as soon as
  * no peer can need this one (no blind linger). The handle is freed even
  * when that fails (a peer died).
@@ -288,15 +297,50 @@ int mcd_discard(struct mcd_job *job);
  * them; group rank i is job rank `ranks[i]`) and stores its handle in
  * `*out` (NULL on failure). It shares the job's endpoint: no discovery.
  * Collective over the group's ranks only, with the same list on every one;
- * ranks in several groups create them in the same order. Each group is its
- * own barrier instance: frames of one never count in another, even for
- * groups with the same ranks. Free groups before [`mcd_finalize`].
+ * ranks in several groups create them in the same order (else use
+ * [`mcd_group_prepare`] with an agreed key). Each group is its own barrier
+ * instance: frames of one never count in another, even for groups with the
+ * same ranks. The same as [`mcd_group_prepare`] with key 0, then
+ * [`mcd_group_join`].
  *
  * # Safety
  * `job` is NULL or a live handle; `ranks` is NULL or points to `n` ints;
  * `out` is NULL or writable.
  */
 int mcd_group_create(struct mcd_job *job, const int *ranks, int n, struct mcd_group **out);
+
+/**
+ * The local half of [`mcd_group_create`]: sets up a group over the job's
+ * ranks `ranks[0..n]` without any communication and stores its handle in
+ * `*out` (NULL on failure); [`mcd_group_join`] then meets the members. In
+ * between, the caller can agree with the members (an MPI allreduce, say)
+ * that every one of them prepared, so that no member waits in the join
+ * for one that failed here (out of file descriptors or threads).
+ *
+ * `key`: a number every member passes alike and no other live group of
+ * these ranks uses (the communicator's first rank makes one and
+ * broadcasts it, say); then members may create their groups in any order,
+ * from several threads at once. 0: keyed by creation order, as
+ * [`mcd_group_create`].
+ *
+ * # Safety
+ * As [`mcd_group_create`].
+ */
+int mcd_group_prepare(struct mcd_job *job,
+                      const int *ranks,
+                      int n,
+                      uint64_t key,
+                      struct mcd_group **out);
+
+/**
+ * Meets the members of a group from [`mcd_group_prepare`] (collective over
+ * them; waits up to `MCD_JOIN_TIMEOUT` seconds, default 30). After it the
+ * group serves barriers. On failure, free the handle.
+ *
+ * # Safety
+ * `group` is NULL or a live handle, not used by another thread meanwhile.
+ */
+int mcd_group_join(struct mcd_group *group);
 
 /**
  * One barrier across the group.
@@ -365,9 +409,13 @@ const char *mcd_group_algorithm(struct mcd_group *group);
 int mcd_group_get_stats(struct mcd_group *group, struct mcd_stats *out);
 
 /**
- * Ends the group's barrier and frees the handle (NULL is fine). Collective
- * over the group, like [`mcd_finalize`]: a closing barrier, then answers
- * until every member is done. The handle is freed even on error.
+ * Ends the group's barrier and frees the handle (NULL is fine), without
+ * waiting: enters the group's closing barrier and hands it to the job,
+ * whose calls finish it once every member has closed too (its progress
+ * agent answers them meanwhile), and [`mcd_finalize`] at the latest.
+ * Collective over the group, like MPI_Comm_free, but no member waits here
+ * for another: members may free their groups in any order. The handle is
+ * freed even on error.
  *
  * # Safety
  * `group` is NULL or a live handle, never used again.

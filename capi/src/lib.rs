@@ -22,16 +22,19 @@
 //! `MCD_BOOTSTRAP_TIMEOUT`, `MCD_BARRIER_TIMEOUT` (seconds a peer may stay
 //! silent, though probed, before it is taken for dead; default 10; a live
 //! peer is waited for as long as it takes), `MCD_BARRIER_DEADLINE` (seconds
-//! after which one barrier call gives up even on live peers; default none).
+//! after which one barrier call gives up even on live peers; default none),
+//! `MCD_JOIN_TIMEOUT` (seconds a group's or job's creation waits for every
+//! member; default 30).
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use barriers::model::LogP;
-use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, GroupTransport, SharedEndpoint};
+use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, GroupTransport, PreparedBarrier, SharedEndpoint, Transport};
 use mcd::bootstrap::JobSettings;
 use mcd::{Endpoint, EndpointConfig, NodeList};
 
@@ -121,24 +124,92 @@ pub struct mcd_stats {
 }
 
 /// An open job (`mcd_job` in C): an endpoint and its barrier, the endpoint
-/// shared with the job's groups.
+/// shared with the job's groups. Its methods take `&self`, so that one
+/// thread may wait in the job's barrier while another creates or frees
+/// groups (MPI_THREAD_MULTIPLE).
 pub struct Job {
-    barrier: Barrier<GroupTransport>,
+    barrier: Mutex<Barrier<GroupTransport>>,
     shared: SharedEndpoint,
     algorithm: CString,
     /// The algorithm asked for (`auto` or a name), for groups.
     asked: String,
+    rank: usize,
     size: usize,
     rails: usize,
+    closing: Closing,
 }
 
 /// A barrier over a group of the job's ranks (an MPI communicator, say),
-/// on the job's endpoint (`mcd_group` in C).
+/// on the job's endpoint (`mcd_group` in C): prepared (its local resources
+/// in place), then joined (met its members).
 pub struct Group {
-    barrier: Barrier<GroupTransport>,
+    state: GroupState,
     shared: SharedEndpoint,
+    closing: Closing,
     algorithm: CString,
+    rank: usize,
     size: usize,
+}
+
+enum GroupState {
+    Prepared(Box<PreparedBarrier<GroupTransport>>),
+    Joined(Barrier<GroupTransport>),
+    /// Between the two, or after a failed join.
+    Gone,
+}
+
+/// Groups whose closing barrier has been entered ([`Group::close`]): each
+/// one's progress agent carries it on, and the job finishes them (hears
+/// that every member is done) as they complete, and all of them at the
+/// latest in [`Job::finish`]. So members may free their groups in any order.
+#[derive(Clone, Default)]
+struct Closing(Arc<Mutex<Vec<Barrier<GroupTransport>>>>);
+
+impl Closing {
+    fn list(&self) -> MutexGuard<'_, Vec<Barrier<GroupTransport>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn add(&self, barrier: Barrier<GroupTransport>) {
+        self.list().push(barrier);
+    }
+
+    /// Finishes, without waiting for any, the groups whose closing barrier
+    /// is complete (their members' agents answer the rest at once).
+    fn reap(&self) -> Result<(), CError> {
+        let done: Vec<_> = {
+            let mut list = self.list();
+            let mut done = Vec::new();
+            let mut i = 0;
+            while i < list.len() {
+                // An error here is met again, and reported, by finish.
+                if list[i].closing_complete().unwrap_or(true) {
+                    done.push(list.swap_remove(i));
+                } else {
+                    i += 1;
+                }
+            }
+            done
+        };
+        first_error(done.into_iter().map(|mut b| b.finish()))
+    }
+
+    /// Finishes every closing group, waiting as long as it takes.
+    fn finish_all(&self) -> Result<(), CError> {
+        let all = std::mem::take(&mut *self.list());
+        first_error(all.into_iter().map(|mut b| b.finish()))
+    }
+}
+
+/// Runs every result to its end, keeping the first error.
+fn first_error(results: impl Iterator<Item = Result<(), BarrierError>>) -> Result<(), CError> {
+    let mut first = Ok(());
+    for r in results {
+        if let (Err(e), Ok(())) = (r, &first) {
+            first = Err(e.into());
+        }
+    }
+    first
 }
 
 /// The barrier configuration for `size` nodes on `rails` rails: `name`, or
@@ -161,6 +232,9 @@ fn barrier_config(name: &str, size: usize, rails: usize) -> Result<BarrierConfig
     }
     if let Some(deadline) = mcd::config::env_seconds("MCD_BARRIER_DEADLINE")? {
         barrier_config = barrier_config.deadline(Some(deadline));
+    }
+    if let Some(join) = mcd::config::env_seconds("MCD_JOIN_TIMEOUT")? {
+        barrier_config.join_timeout = join;
     }
     Ok(barrier_config)
 }
@@ -202,12 +276,13 @@ impl Job {
         let everyone: Vec<usize> = (0..size).collect();
         let transport = shared.group(&everyone).map_err(transport_error)?;
         let barrier = Barrier::new(transport, barrier_config)?;
-        Ok(Job { barrier, shared, algorithm, asked, size, rails })
+        let rank = barrier.node();
+        Ok(Job { barrier: Mutex::new(barrier), shared, algorithm, asked, rank, size, rails, closing: Closing::default() })
     }
 
     /// This process's node number (its rank).
     pub fn rank(&self) -> usize {
-        self.barrier.node()
+        self.rank
     }
 
     /// Nodes in the job.
@@ -220,36 +295,72 @@ impl Job {
         &self.algorithm
     }
 
-    /// The barrier, for calls this layer does not wrap.
-    pub fn barrier(&mut self) -> &mut Barrier<GroupTransport> {
-        &mut self.barrier
+    /// The job's barrier (held while in use: a second thread's barrier call
+    /// waits for the first's).
+    pub fn barrier(&self) -> MutexGuard<'_, Barrier<GroupTransport>> {
+        self.barrier.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The counters.
-    pub fn stats(&mut self) -> Result<mcd_stats, CError> {
-        stats_of(&self.barrier, &self.shared)
+    pub fn stats(&self) -> Result<mcd_stats, CError> {
+        stats_of(&self.barrier(), &self.shared)
     }
 
     /// A barrier over the job's ranks `ranks` (this one among them), numbered
     /// in that order, on the job's endpoint: no discovery. Collective over
     /// those ranks only; ranks that share several groups must create them in
-    /// the same order.
+    /// the same order. [`prepare`](Self::prepare) then [`Group::join`].
     pub fn group(&self, ranks: &[usize]) -> Result<Group, CError> {
+        let mut group = self.prepare(ranks, None)?;
+        group.join()?;
+        Ok(group)
+    }
+
+    /// The local half of [`group`](Self::group): the group's resources
+    /// (routing, wake-ups, the barrier's state), no communication, so a
+    /// caller can learn that every member prepared before any waits in
+    /// [`Group::join`]. `key`: a number the members agreed on for this group
+    /// (unique among the live groups of these ranks), letting them create
+    /// their groups in any order, from several threads; `None`: keyed by
+    /// creation order, as `group`. Also finishes groups closed earlier whose
+    /// closing barrier is complete.
+    pub fn prepare(&self, ranks: &[usize], key: Option<u64>) -> Result<Group, CError> {
         if ranks.is_empty() {
             return Err(argument("a group needs at least one rank"));
         }
-        let transport = self.shared.group(ranks).map_err(|e| argument(&e.to_string()))?;
+        self.closing.reap()?;
+        let transport = match key {
+            Some(key) => self.shared.group_with_key(ranks, key),
+            None => self.shared.group(ranks),
+        }
+        .map_err(|e| argument(&e.to_string()))?;
+        let rank = transport.node();
         let barrier_config = barrier_config(&self.asked, ranks.len(), self.rails)?;
         let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");
-        let barrier = Barrier::new(transport, barrier_config)?;
-        Ok(Group { barrier, shared: self.shared.clone(), algorithm, size: ranks.len() })
+        let prepared = PreparedBarrier::new(transport, barrier_config)?;
+        Ok(Group {
+            state: GroupState::Prepared(Box::new(prepared)),
+            shared: self.shared.clone(),
+            closing: self.closing.clone(),
+            algorithm,
+            rank,
+            size: ranks.len(),
+        })
+    }
+
+    /// Ends the job: finishes every closed group (see [`Group::close`]),
+    /// then the job's own closing barrier and answers (collective).
+    pub fn finish(&self) -> Result<(), CError> {
+        let groups = self.closing.finish_all();
+        let world = self.barrier().finish().map_err(CError::from);
+        groups.and(world)
     }
 }
 
 impl Group {
     /// This process's rank in the group.
     pub fn rank(&self) -> usize {
-        self.barrier.node()
+        self.rank
     }
 
     /// Ranks in the group.
@@ -257,14 +368,51 @@ impl Group {
         self.size
     }
 
-    /// The barrier.
-    pub fn barrier(&mut self) -> &mut Barrier<GroupTransport> {
-        &mut self.barrier
+    /// Meets the group's other members (collective over them) and starts
+    /// its progress agent; a no-op once joined.
+    pub fn join(&mut self) -> Result<(), CError> {
+        match std::mem::replace(&mut self.state, GroupState::Gone) {
+            GroupState::Prepared(prepared) => {
+                self.state = GroupState::Joined(prepared.join()?);
+                Ok(())
+            }
+            joined @ GroupState::Joined(_) => {
+                self.state = joined;
+                Ok(())
+            }
+            GroupState::Gone => Err(argument("the group's join failed before: free it")),
+        }
+    }
+
+    /// The barrier, once joined.
+    pub fn barrier(&mut self) -> Result<&mut Barrier<GroupTransport>, CError> {
+        match &mut self.state {
+            GroupState::Joined(barrier) => Ok(barrier),
+            GroupState::Prepared(_) => Err(argument("the group is prepared but not joined: call mcd_group_join first")),
+            GroupState::Gone => Err(argument("the group's join failed: free it")),
+        }
     }
 
     /// The counters (the endpoint's are the job's).
     pub fn stats(&mut self) -> Result<mcd_stats, CError> {
-        stats_of(&self.barrier, &self.shared)
+        let shared = self.shared.clone();
+        stats_of(self.barrier()?, &shared)
+    }
+
+    /// Ends this node's use of the group without waiting: enters its closing
+    /// barrier and hands it to the job, which finishes it once it is complete
+    /// (its agent answers the members meanwhile), at the latest in
+    /// [`Job::finish`]. Collective over the group, but no member waits here
+    /// for another, so members may close their groups in any order. A group
+    /// never joined is just dropped.
+    pub fn close(self) -> Result<(), CError> {
+        let closing = self.closing.clone();
+        if let GroupState::Joined(mut barrier) = self.state {
+            // A barrier that cannot close (one still in progress) is dropped.
+            barrier.close()?;
+            closing.add(barrier);
+        }
+        closing.reap()
     }
 }
 
@@ -318,9 +466,10 @@ unsafe fn c_str(p: *const c_char, what: &str) -> Result<Option<String>, CError> 
 ///
 /// # Safety
 /// `job` is NULL or a handle from `mcd_init*` not yet finalized.
-unsafe fn handle<'a>(job: *mut Job) -> Result<&'a mut Job, CError> {
-    // SAFETY: per the caller's guarantee, a live, exclusively used handle.
-    unsafe { job.as_mut() }.ok_or_else(|| argument("the job handle is NULL"))
+unsafe fn handle<'a>(job: *mut Job) -> Result<&'a Job, CError> {
+    // SAFETY: per the caller's guarantee, a live handle (used from several
+    // threads only through `&Job`, which is Sync).
+    unsafe { job.as_ref() }.ok_or_else(|| argument("the job handle is NULL"))
 }
 
 /// Explicit parameters of [`mcd_init`]; [`mcd_params_default`] leaves every
@@ -420,12 +569,16 @@ pub unsafe extern "C" fn mcd_init(params: *const mcd_params, out: *mut *mut Job)
 
 /// One barrier across the job: returns once every rank has entered it.
 ///
+/// A job handle may be used by several threads at once (one in a barrier,
+/// others creating or freeing groups); the job's own barrier serves one
+/// caller at a time.
+///
 /// # Safety
-/// `job` is NULL or a live handle, not used by another thread meanwhile.
+/// `job` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn mcd_barrier(job: *mut Job) -> c_int {
     // SAFETY: forwarded contract.
-    guarded(|| Ok(unsafe { handle(job) }?.barrier.wait()?))
+    guarded(|| Ok(unsafe { handle(job) }?.barrier().wait()?))
 }
 
 /// Enters the next barrier without waiting (split phase); complete it with
@@ -436,7 +589,7 @@ pub unsafe extern "C" fn mcd_barrier(job: *mut Job) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn mcd_barrier_enter(job: *mut Job) -> c_int {
     // SAFETY: forwarded contract.
-    guarded(|| Ok(unsafe { handle(job) }?.barrier.enter()?))
+    guarded(|| Ok(unsafe { handle(job) }?.barrier().enter()?))
 }
 
 /// Makes progress on the entered barrier without blocking; `*done` becomes
@@ -451,7 +604,7 @@ pub unsafe extern "C" fn mcd_barrier_test(job: *mut Job, done: *mut c_int) -> c_
             return Err(argument("mcd_barrier_test: `done` is NULL"));
         }
         // SAFETY: forwarded contract.
-        let complete = unsafe { handle(job) }?.barrier.test()?;
+        let complete = unsafe { handle(job) }?.barrier().test()?;
         // SAFETY: non-null and writable per the contract.
         unsafe { *done = c_int::from(complete) };
         Ok(())
@@ -538,8 +691,10 @@ pub unsafe extern "C" fn mcd_get_stats(job: *mut Job, out: *mut mcd_stats) -> c_
     })
 }
 
-/// Ends the job and frees the handle (NULL is fine). Collective: one
-/// closing barrier, then answering peers until each is known to be done, so
+/// Ends the job and frees the handle (NULL is fine). Collective: first the
+/// groups freed with [`mcd_group_free`] complete their closing (in any
+/// order), then the job's own closing barrier, then answering peers until
+/// each is known to be done, so
 /// a rank whose last release was lost still completes; it returns as soon as
 /// no peer can need this one (no blind linger). The handle is freed even
 /// when that fails (a peer died).
@@ -553,8 +708,8 @@ pub unsafe extern "C" fn mcd_finalize(job: *mut Job) -> c_int {
             return Ok(());
         }
         // SAFETY: a handle from Box::into_raw, given back exactly once.
-        let mut job = unsafe { Box::from_raw(job) };
-        Ok(job.barrier.finish()?)
+        let job = unsafe { Box::from_raw(job) };
+        job.finish()
     })
 }
 
@@ -584,41 +739,99 @@ unsafe fn group_handle<'a>(group: *mut Group) -> Result<&'a mut Group, CError> {
     unsafe { group.as_mut() }.ok_or_else(|| argument("the group handle is NULL"))
 }
 
+/// The rank list argument of the group constructors.
+///
+/// # Safety
+/// `ranks` is NULL or points to `n` ints.
+unsafe fn rank_list(ranks: *const c_int, n: c_int, what: &str) -> Result<Vec<usize>, CError> {
+    if ranks.is_null() || n <= 0 {
+        return Err(argument(&format!("{what}: `ranks` is NULL or `n` is not positive")));
+    }
+    // SAFETY: ranks points to n ints per the contract.
+    let list = unsafe { std::slice::from_raw_parts(ranks, n as usize) };
+    list.iter()
+        .map(|&r| usize::try_from(r).map_err(|_| argument(&format!("{what}: rank {r} is negative"))))
+        .collect()
+}
+
 /// Creates a barrier over the job's ranks `ranks[0..n]` (this rank among
 /// them; group rank i is job rank `ranks[i]`) and stores its handle in
 /// `*out` (NULL on failure). It shares the job's endpoint: no discovery.
 /// Collective over the group's ranks only, with the same list on every one;
-/// ranks in several groups create them in the same order. Each group is its
-/// own barrier instance: frames of one never count in another, even for
-/// groups with the same ranks. Free groups before [`mcd_finalize`].
+/// ranks in several groups create them in the same order (else use
+/// [`mcd_group_prepare`] with an agreed key). Each group is its own barrier
+/// instance: frames of one never count in another, even for groups with the
+/// same ranks. The same as [`mcd_group_prepare`] with key 0, then
+/// [`mcd_group_join`].
 ///
 /// # Safety
 /// `job` is NULL or a live handle; `ranks` is NULL or points to `n` ints;
 /// `out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn mcd_group_create(job: *mut Job, ranks: *const c_int, n: c_int, out: *mut *mut Group) -> c_int {
+    // SAFETY: forwarded contract.
+    let rc = unsafe { mcd_group_prepare(job, ranks, n, 0, out) };
+    if rc != MCD_OK {
+        return rc;
+    }
+    // SAFETY: `*out` is the handle just made (out is writable, hence readable).
+    let group = unsafe { *out };
+    // SAFETY: a live handle, used by this thread only.
+    let rc = unsafe { mcd_group_join(group) };
+    if rc != MCD_OK {
+        // SAFETY: as above; the handle is freed and `*out` cleared.
+        unsafe {
+            drop(Box::from_raw(group));
+            *out = std::ptr::null_mut();
+        }
+    }
+    rc
+}
+
+/// The local half of [`mcd_group_create`]: sets up a group over the job's
+/// ranks `ranks[0..n]` without any communication and stores its handle in
+/// `*out` (NULL on failure); [`mcd_group_join`] then meets the members. In
+/// between, the caller can agree with the members (an MPI allreduce, say)
+/// that every one of them prepared, so that no member waits in the join
+/// for one that failed here (out of file descriptors or threads).
+///
+/// `key`: a number every member passes alike and no other live group of
+/// these ranks uses (the communicator's first rank makes one and
+/// broadcasts it, say); then members may create their groups in any order,
+/// from several threads at once. 0: keyed by creation order, as
+/// [`mcd_group_create`].
+///
+/// # Safety
+/// As [`mcd_group_create`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_prepare(job: *mut Job, ranks: *const c_int, n: c_int, key: u64, out: *mut *mut Group) -> c_int {
     guarded(|| {
         if out.is_null() {
-            return Err(argument("mcd_group_create: `out` is NULL"));
+            return Err(argument("mcd_group_prepare: `out` is NULL"));
         }
         // SAFETY: out is non-null and writable per the contract.
         unsafe { *out = std::ptr::null_mut() };
-        if ranks.is_null() || n <= 0 {
-            return Err(argument("mcd_group_create: `ranks` is NULL or `n` is not positive"));
-        }
+        // SAFETY: forwarded contract.
+        let list = unsafe { rank_list(ranks, n, "mcd_group_prepare") }?;
         // SAFETY: forwarded contract.
         let job = unsafe { handle(job) }?;
-        // SAFETY: ranks points to n ints per the contract.
-        let list = unsafe { std::slice::from_raw_parts(ranks, n as usize) };
-        let list = list
-            .iter()
-            .map(|&r| usize::try_from(r).map_err(|_| argument(&format!("mcd_group_create: rank {r} is negative"))))
-            .collect::<Result<Vec<usize>, CError>>()?;
-        let group = Box::new(job.group(&list)?);
+        let group = Box::new(job.prepare(&list, (key != 0).then_some(key))?);
         // SAFETY: as above.
         unsafe { *out = Box::into_raw(group) };
         Ok(())
     })
+}
+
+/// Meets the members of a group from [`mcd_group_prepare`] (collective over
+/// them; waits up to `MCD_JOIN_TIMEOUT` seconds, default 30). After it the
+/// group serves barriers. On failure, free the handle.
+///
+/// # Safety
+/// `group` is NULL or a live handle, not used by another thread meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_join(group: *mut Group) -> c_int {
+    // SAFETY: forwarded contract.
+    guarded(|| unsafe { group_handle(group) }?.join())
 }
 
 /// One barrier across the group.
@@ -628,7 +841,7 @@ pub unsafe extern "C" fn mcd_group_create(job: *mut Job, ranks: *const c_int, n:
 #[no_mangle]
 pub unsafe extern "C" fn mcd_group_barrier(group: *mut Group) -> c_int {
     // SAFETY: forwarded contract.
-    guarded(|| Ok(unsafe { group_handle(group) }?.barrier.wait()?))
+    guarded(|| Ok(unsafe { group_handle(group) }?.barrier()?.wait()?))
 }
 
 /// Enters the group's next barrier without waiting (split phase).
@@ -638,7 +851,7 @@ pub unsafe extern "C" fn mcd_group_barrier(group: *mut Group) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn mcd_group_enter(group: *mut Group) -> c_int {
     // SAFETY: forwarded contract.
-    guarded(|| Ok(unsafe { group_handle(group) }?.barrier.enter()?))
+    guarded(|| Ok(unsafe { group_handle(group) }?.barrier()?.enter()?))
 }
 
 /// As [`mcd_barrier_test`], for a group.
@@ -652,7 +865,7 @@ pub unsafe extern "C" fn mcd_group_test(group: *mut Group, done: *mut c_int) -> 
             return Err(argument("mcd_group_test: `done` is NULL"));
         }
         // SAFETY: forwarded contract.
-        let complete = unsafe { group_handle(group) }?.barrier.test()?;
+        let complete = unsafe { group_handle(group) }?.barrier()?.test()?;
         // SAFETY: non-null and writable per the contract.
         unsafe { *done = c_int::from(complete) };
         Ok(())
@@ -734,9 +947,13 @@ pub unsafe extern "C" fn mcd_group_get_stats(group: *mut Group, out: *mut mcd_st
     })
 }
 
-/// Ends the group's barrier and frees the handle (NULL is fine). Collective
-/// over the group, like [`mcd_finalize`]: a closing barrier, then answers
-/// until every member is done. The handle is freed even on error.
+/// Ends the group's barrier and frees the handle (NULL is fine), without
+/// waiting: enters the group's closing barrier and hands it to the job,
+/// whose calls finish it once every member has closed too (its progress
+/// agent answers them meanwhile), and [`mcd_finalize`] at the latest.
+/// Collective over the group, like MPI_Comm_free, but no member waits here
+/// for another: members may free their groups in any order. The handle is
+/// freed even on error.
 ///
 /// # Safety
 /// `group` is NULL or a live handle, never used again.
@@ -747,8 +964,8 @@ pub unsafe extern "C" fn mcd_group_free(group: *mut Group) -> c_int {
             return Ok(());
         }
         // SAFETY: a handle from Box::into_raw, given back exactly once.
-        let mut group = unsafe { Box::from_raw(group) };
-        Ok(group.barrier.finish()?)
+        let group = unsafe { Box::from_raw(group) };
+        group.close()
     })
 }
 

@@ -351,6 +351,68 @@ fn communicators_survive_compute_gaps_between_them_under_20_percent_loss() {
     comm_check(spec, 20, 1500, &[("MCD_BARRIER_TIMEOUT", "1")]);
 }
 
+/// Runs mpi/comm_edges.c in `mode` with the interposer on `spec`, checks
+/// its shared-clock verdict, and returns the output.
+fn comm_edges(spec: ClusterSpec, mode: &str, rounds: usize, env: &[(&str, &str)]) -> NodeOutcome {
+    let n = spec.nodes;
+    let program = cbuild::build_program(Mpi::OpenMpi, "comm_edges").unwrap();
+    let r = rounds.to_string();
+    let out = with_interposer(spec, program.to_str().unwrap(), &[mode, &r], env);
+    assert!(out.stdout.contains(&format!("comm_edges: OK {mode} {n} ranks")), "{}\n{}", out.stdout, out.stderr);
+    assert!(!out.stderr.contains("finalizing mcd") && !out.stderr.contains("MPI_Barrier on"), "{}", out.stderr);
+    out
+}
+
+#[test]
+fn threads_creating_communicators_at_once_get_their_own_barriers() {
+    // MPI_THREAD_MULTIPLE: two threads per rank each duplicate their own
+    // communicator every 4 rounds and run barriers on it at random moments,
+    // so ranks meet the communicators' first barriers in different orders;
+    // thread 0 also runs world barriers meanwhile. The last duplicates are
+    // freed by MPI_Finalize, in a different order on every rank. Every
+    // barrier goes through mcd and keeps its promise.
+    let rounds = 24;
+    let out = comm_edges(ClusterSpec::new("mpit", 4), "threads", rounds, &[]);
+    // Per rank: 2 parents + 2 × 24 + 8 world barriers; communicators: 2
+    // parents and 2 × 6 duplicates.
+    for line in reports(&out, 4) {
+        assert!(line.contains(&format!(": {} MPI_Barrier via mcd", 2 + 2 * rounds + rounds / 3)) && line.contains(", 0 via PMPI"), "{line}");
+        assert!(line.contains("communicators: 14 via mcd, 0 via PMPI"), "{line}");
+    }
+}
+
+#[test]
+fn ranks_may_free_their_communicators_in_any_order() {
+    // Four duplicates, freed every 3rd round first-to-last on even ranks and
+    // last-to-first on odd ones (MPI_Comm_free does not synchronise in MPI
+    // libraries, and programs rely on it), made again; the last four left
+    // for MPI_Finalize. Under 10% loss, with a 1 s failure timeout, so that
+    // a closing that waited for the wrong peer would fail or hang.
+    let spec = ClusterSpec::new("mpif", 4).loss(10.0, mcd_tools::vcluster::LossPoint::Node);
+    let rounds = 12;
+    let out = comm_edges(spec, "free-order", rounds, &[("MCD_BARRIER_TIMEOUT", "1")]);
+    for line in reports(&out, 4) {
+        assert!(line.contains(&format!(": {} MPI_Barrier via mcd", 4 * rounds)), "{line}");
+        assert!(line.contains("communicators: 16 via mcd, 0 via PMPI"), "{line}");
+    }
+    assert!(!out.stderr.contains("freeing a communicator"), "{}", out.stderr);
+}
+
+#[test]
+fn a_rank_that_cannot_set_up_a_communicator_costs_nobody_a_join_timeout() {
+    // Rank 1 runs out of file descriptors after MPI_Init: every
+    // communicator falls back to PMPI_Barrier on every rank, at once. The
+    // join timeout is 10 minutes, past the run's time limit: a rank that
+    // waited in the join for rank 1 would fail the test.
+    let rounds = 6;
+    let out = comm_edges(ClusterSpec::new("mpifd", 3), "fd-limit", rounds, &[("MCD_JOIN_TIMEOUT", "600")]);
+    for line in reports(&out, 3) {
+        assert!(line.contains(&format!(", {} via PMPI", 2 * rounds)), "{line}");
+        assert!(line.contains(&format!("communicators: 0 via mcd, {0} via PMPI (0 inter, 0 unreachable, {0} failed)", 2 * rounds)), "{line}");
+    }
+    assert!(out.stderr.contains("mcd-mpi: rank 1: creating a communicator's barrier:"), "{}", out.stderr);
+}
+
 #[test]
 fn mpi4py_gets_mcd_barriers_on_its_communicators() {
     // A third-party MPI client: Debian's python3-mpi4py (built against the
