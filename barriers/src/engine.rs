@@ -860,18 +860,10 @@ impl<T: Transport> Engine<T> {
             return Ok(());
         }
         if !self.closing {
-            if self.in_progress {
-                return Err(BarrierError::Usage(format!(
-                    "finish() while barrier {} is in progress: complete it first",
-                    self.epoch
-                )));
-            }
-            self.owed = false; // a barrier that completed; the closing one comes next
-            self.closing = true;
-            self.wait(None)?;
-        } else if self.in_progress || self.owed {
-            // The closing barrier entered by enter_closing (or an earlier
-            // finish that failed), not yet complete or not yet reported.
+            self.enter_closing()?;
+        }
+        if self.in_progress || self.owed {
+            // The closing barrier, not yet complete or not yet reported.
             self.wait(None)?;
         }
         self.finished = true;
@@ -924,7 +916,7 @@ impl<T: Transport> Engine<T> {
         }
         if self.in_progress {
             return Err(BarrierError::Usage(format!(
-                "closing while barrier {} is in progress: complete it first",
+                "finish() or close() while barrier {} is in progress: complete it first",
                 self.epoch
             )));
         }
