@@ -26,31 +26,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "test_util.h"
+
 enum { WORLD, DUP, PARITY, SINGLE, REVERSE, SHARED, SLOTS };
 static const char *names[SLOTS] = {"world", "dup", "parity", "singleton-split", "reverse-create", "split-type"};
-
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static void sleep_ms(long ms) {
-    struct timespec gap = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&gap, NULL);
-}
-
-/* The world rank of `comm`'s rank 0: names the communicator among those of its slot. */
-static double leader(MPI_Comm comm) {
-    MPI_Group group, world;
-    MPI_Comm_group(comm, &group);
-    MPI_Comm_group(MPI_COMM_WORLD, &world);
-    int zero = 0, w = -1;
-    MPI_Group_translate_ranks(group, 1, &zero, world, &w);
-    MPI_Group_free(&group);
-    MPI_Group_free(&world);
-    return w;
-}
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);

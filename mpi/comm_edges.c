@@ -36,24 +36,7 @@
 #include <dirent.h>
 #include <time.h>
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-/* A random pause of up to `max_us`, spinning or sleeping. */
-static void jitter(unsigned *seed, int max_us) {
-    int us = rand_r(seed) % (max_us + 1);
-    if (rand_r(seed) % 2) {
-        double until = now_us() + us;
-        while (now_us() < until) {
-        }
-    } else {
-        struct timespec gap = {0, us * 1000L};
-        nanosleep(&gap, NULL);
-    }
-}
+#include "test_util.h"
 
 /* One record: which communicator (slot), which of its barriers, enter, leave. */
 typedef struct { double slot, k, enter, leave; } record;
@@ -130,16 +113,6 @@ static int run_free_order(record **out) {
     return n;
 }
 
-/* ---- fd-limit ---- */
-static int open_descriptors(void) {
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    while (readdir(d)) n++;
-    closedir(d);
-    return n - 2; /* "." and ".." (the DIR's own descriptor is closed now) */
-}
-
 static int run_fd_limit(record **out) {
     /* MPI's own connections to every rank, before the limit. */
     int *all = calloc(size, sizeof(int)), *back = calloc(size, sizeof(int));
@@ -147,7 +120,7 @@ static int run_fd_limit(record **out) {
     free(all);
     free(back);
     if (rank == 1) {
-        int open = open_descriptors();
+        int open = count_dir("/proc/self/fd");
         struct rlimit lim;
         getrlimit(RLIMIT_NOFILE, &lim);
         /* Descriptors are numbered from 0 up: with a limit of the highest in

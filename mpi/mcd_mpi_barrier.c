@@ -55,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mcd_barrier.h"
 
@@ -197,6 +198,15 @@ static void start_mcd(void) {
     int rank, size;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
+    /* What Auto is told of the hosts, the same on every rank: the most
+     * ranks on one host (as MPI sees hosts) and the fewest cores, so that
+     * ranks on hosts with different counts pick the same algorithm. */
+    MPI_Comm host;
+    PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host);
+    int shape[2] = {1, -(int)sysconf(_SC_NPROCESSORS_ONLN)};
+    PMPI_Comm_size(host, &shape[0]);
+    PMPI_Comm_free(&host);
+    PMPI_Allreduce(MPI_IN_PLACE, shape, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     const char *disable = getenv("MCD_MPI_DISABLE");
     int ok = 0;
     char reason[512] = "disabled by MCD_MPI_DISABLE";
@@ -205,6 +215,8 @@ static void start_mcd(void) {
         mcd_params_default(&params);
         params.rank = rank;
         params.size = size;
+        params.local_procs = shape[0];
+        if (shape[1] < 0) params.cpus = -shape[1];
         int rc = mcd_init(&params, &job);
         ok = rc == MCD_OK;
         if (!ok) snprintf(reason, sizeof reason, "%s", mcd_last_error());

@@ -180,17 +180,17 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     /// once: the progress agent carries it on while this node does other
     /// things (closes other barriers, in any order), and `finish` completes
     /// it later. After `close`, call only `finish` and
-    /// [`closing_complete`](Self::closing_complete).
+    /// [`try_finish`](Self::try_finish).
     pub fn close(&mut self) -> Result<(), BarrierError> {
         self.call(|e| e.enter_closing())
     }
 
-    /// After [`close`](Self::close): makes progress without blocking, and
-    /// says whether the closing barrier is complete (then `finish` only has
-    /// to hear that every peer has completed it too, which their agents
-    /// answer).
-    pub fn closing_complete(&mut self) -> Result<bool, BarrierError> {
-        self.call(|e| e.closing_complete())
+    /// After [`close`](Self::close): [`finish`](Self::finish) without
+    /// blocking; true once it is done (every peer known to have completed
+    /// the closing barrier, or silent, having left), and the barrier can be
+    /// dropped. Meanwhile the progress agent answers and asks the peers.
+    pub fn try_finish(&mut self) -> Result<bool, BarrierError> {
+        self.call(|e| e.try_finish())
     }
 
     /// Stops the agent and gives the transport back.

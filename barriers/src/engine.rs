@@ -73,6 +73,17 @@ const FINISH_SILENCE: Duration = Duration::from_secs(1);
 pub const MIN_PROBES: u32 = 20;
 /// During [`Engine::finish`], queries go out at least this often.
 const FINISH_QUERY_LIMIT: Duration = Duration::from_millis(20);
+
+/// The state of a node's farewell: its closing barrier `last` is complete,
+/// and it answers (and asks) until every peer is known to be past it.
+#[derive(Clone, Copy, Debug)]
+struct Farewell {
+    last: u64,
+    start: Instant,
+    interval: Duration,
+    next_query: Instant,
+    done: bool,
+}
 /// Until a probe shows that the peer is late (a status: it has not sent
 /// yet), the retry interval backs off to at most this many learned retry
 /// timeouts: a lost message must not wait for a distant retry. A late peer's
@@ -454,6 +465,8 @@ pub(crate) struct Engine<T: Transport> {
     pub(crate) finished: bool,
     /// In [`Engine::finish`] (its closing barrier, or after).
     closing: bool,
+    /// After the closing barrier: answering until every peer is done.
+    farewell: Option<Farewell>,
     /// A barrier was entered (by `enter`, or by a `wait` that then failed)
     /// whose completion `test()` or `wait()` has not yet reported to the
     /// application (it may be complete already, by the progress agent).
@@ -531,6 +544,7 @@ impl<T: Transport> Engine<T> {
             gave_up: None,
             finished: false,
             closing: false,
+            farewell: None,
             owed: false,
             report_pending: false,
             peer_late: false,
@@ -849,63 +863,106 @@ impl<T: Transport> Engine<T> {
             self.agent_error = Some(e);
         }
         // Other errors (a silent peer) are state the application's next call meets again.
-        self.in_progress.then_some(self.next_retry)
+        if self.in_progress {
+            return Some(self.next_retry);
+        }
+        if self.closing {
+            // The closing barrier complete (the application closed and went
+            // away): the farewell goes on here.
+            let farewell = if self.finished { Ok(()) } else { self.begin_farewell(now).map_err(BarrierError::Transport) };
+            match farewell.and_then(|_| self.farewell_step(Instant::now())) {
+                Ok(next) => return next,
+                Err(BarrierError::Transport(e)) => self.agent_error = Some(e),
+                Err(_) => {}
+            }
+        }
+        None
     }
 
     /// The closing protocol of [`crate::Barrier::finish`]: one more barrier,
     /// then answering until every peer is known to have completed it (or has
     /// gone silent, having left).
     pub(crate) fn finish(&mut self) -> Result<(), BarrierError> {
-        if self.finished {
-            return Ok(());
-        }
         if !self.closing {
             self.enter_closing()?;
         }
-        if self.in_progress || self.owed {
-            // The closing barrier, not yet complete or not yet reported.
-            self.wait(None)?;
-        }
-        self.finished = true;
-        let last = self.epoch;
-        let n = self.nodes();
-        if n == 1 {
-            return Ok(());
-        }
-        self.send_status(None)?;
-        let start = Instant::now();
-        let silence = FINISH_SILENCE.min(self.config.failure_timeout);
-        let mut interval = self.rto.get();
-        let mut next_query = start + interval;
-        loop {
-            let now = Instant::now();
-            self.drain(now)?;
-            let pending: Vec<NodeId> = (0..n)
-                .filter(|&p| p != self.me)
-                .filter(|&p| self.peers[p].at.is_none_or(|at| at < last))
-                .filter(|&p| self.peers[p].silent(now, silence, start).is_none())
-                .collect();
-            if pending.is_empty() {
-                break;
+        if !self.finished {
+            if self.in_progress || self.owed {
+                // The closing barrier, not yet complete or not yet reported.
+                self.wait(None)?;
             }
-            if now >= next_query {
-                for p in pending {
-                    let query = self.msg(MsgKind::Nack, last, STATUS_TAG);
+            self.begin_farewell(Instant::now())?;
+        }
+        loop {
+            let Some(next_query) = self.farewell_step(Instant::now())? else { return Ok(()) };
+            if let Some(incoming) = self.transport.recv(next_query.saturating_duration_since(Instant::now()))? {
+                self.handle(incoming, Instant::now())?;
+            }
+        }
+    }
+
+    /// [`finish`](Self::finish) without blocking, after
+    /// [`enter_closing`](Self::enter_closing): true once it is done.
+    pub(crate) fn try_finish(&mut self) -> Result<bool, BarrierError> {
+        if !self.closing {
+            return Err(BarrierError::Usage("try_finish() before close(): nothing is closing".into()));
+        }
+        if !self.finished {
+            if !self.test()? {
+                return Ok(false);
+            }
+            self.begin_farewell(Instant::now())?;
+        }
+        Ok(self.farewell_step(Instant::now())?.is_none())
+    }
+
+    /// The closing barrier is complete: from now on, answer peers until each
+    /// is known to have completed it too.
+    fn begin_farewell(&mut self, now: Instant) -> Result<(), TransportError> {
+        self.finished = true;
+        let interval = self.rto.get();
+        self.farewell = Some(Farewell { last: self.epoch, start: now, interval, next_query: now + interval, done: self.nodes() == 1 });
+        if self.nodes() > 1 {
+            self.send_status(None)?;
+        }
+        Ok(())
+    }
+
+    /// One round of the farewell, without blocking: reads what is there,
+    /// asks the peers not yet known to be done, and says when to ask again
+    /// (`None`: every peer is done, or silent, having left).
+    fn farewell_step(&mut self, now: Instant) -> Result<Option<Instant>, BarrierError> {
+        let Some(mut f) = self.farewell else { return Ok(None) };
+        if f.done {
+            return Ok(None);
+        }
+        self.drain(now)?;
+        let silence = FINISH_SILENCE.min(self.config.failure_timeout);
+        let pending = |e: &Self, p: NodeId| {
+            p != e.me && e.peers[p].at.is_none_or(|at| at < f.last) && e.peers[p].silent(now, silence, f.start).is_none()
+        };
+        if !(0..self.nodes()).any(|p| pending(self, p)) {
+            // Say it twice more for peers whose earlier notices were lost.
+            self.send_status(None)?;
+            self.send_status(None)?;
+            f.done = true;
+            self.farewell = Some(f);
+            return Ok(None);
+        }
+        if now >= f.next_query {
+            for p in 0..self.nodes() {
+                if pending(self, p) {
+                    let query = self.msg(MsgKind::Nack, f.last, STATUS_TAG);
                     self.transport.send(0, p, query)?;
                     self.stats.nacks_sent += 1;
                     self.peers[p].probed(now);
                 }
-                interval = (interval * 2).min(self.config.max_retry_interval()).min(FINISH_QUERY_LIMIT);
-                next_query = now + interval;
             }
-            if let Some(incoming) = self.transport.recv(next_query.saturating_duration_since(now))? {
-                self.handle(incoming, Instant::now())?;
-            }
+            f.interval = (f.interval * 2).min(self.config.max_retry_interval()).min(FINISH_QUERY_LIMIT);
+            f.next_query = now + f.interval;
+            self.farewell = Some(f);
         }
-        // Say it twice more for peers whose earlier notices were lost.
-        self.send_status(None)?;
-        self.send_status(None)?;
-        Ok(())
+        Ok(Some(f.next_query))
     }
 
     /// Enters the closing barrier of [`finish`](Self::finish) without waiting:
@@ -925,12 +982,6 @@ impl<T: Transport> Engine<T> {
         let now = Instant::now();
         self.call_started = now;
         self.enter(now)
-    }
-
-    /// Whether the closing barrier is complete, making progress without
-    /// blocking (false if it was not entered).
-    pub(crate) fn closing_complete(&mut self) -> Result<bool, BarrierError> {
-        Ok(self.closing && (self.finished || self.test()?))
     }
 
     /// Whether this node's messages now carry [`RECOVERED`].

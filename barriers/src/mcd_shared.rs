@@ -31,7 +31,7 @@
 //! communicators a program has, its idle agents do not wake for frames that
 //! are not theirs.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -68,8 +68,9 @@ struct Route {
     queue: VecDeque<(NodeId, usize, Msg)>,
     /// The application's sleep on the rings and on this group's routing.
     app: Arc<Readiness>,
-    /// The agent's sleep when it is not the watcher.
-    agent: Option<Arc<Sleeper>>,
+    /// The group's agent's alarm (it sleeps on the rings as the watcher,
+    /// else on a flag).
+    agent: Option<Arc<AgentAlarm>>,
     /// Members (a group of one has no agent, so it never watches).
     members: usize,
 }
@@ -94,6 +95,23 @@ impl Sleeper {
     fn wake(&self) {
         *self.woken.lock().unwrap_or_else(|e| e.into_inner()) = true;
         self.cond.notify_all();
+    }
+}
+
+/// What wakes a group's progress agent wherever it sleeps: on the rings
+/// (as the watcher) or on its flag. A frame routed to its group by another
+/// thread rings both, since that thread may have emptied the rings the
+/// agent sleeps on.
+struct AgentAlarm {
+    rings: Readiness,
+    sleeper: Sleeper,
+}
+
+impl AgentAlarm {
+    fn wake(&self) {
+        // Failing to signal the rings leaves the watcher to its timeout.
+        let _ = self.rings.wake();
+        self.sleeper.wake();
     }
 }
 
@@ -127,6 +145,10 @@ struct Hub {
     pending: VecDeque<(u64, NodeId, usize, Msg)>,
     /// Groups created per member list (by the list's hash).
     created: HashMap<u64, u64>,
+    /// Every key made from an agreed number: never routed twice, so that
+    /// reusing one is refused on every member alike, whenever the earlier
+    /// group finished closing.
+    agreed_keys: HashSet<u64, std::hash::BuildHasherDefault<KeyHasher>>,
     /// The group whose agent sleeps on the rings.
     watcher: Option<u64>,
     stats: RouteStats,
@@ -211,6 +233,7 @@ impl SharedEndpoint {
             routes: KeyMap::default(),
             pending: VecDeque::new(),
             created: HashMap::new(),
+            agreed_keys: Default::default(),
             watcher: None,
             stats: RouteStats::default(),
         };
@@ -239,8 +262,9 @@ impl SharedEndpoint {
     }
 
     /// As [`group`](Self::group), but keyed by `agreed`, a number every
-    /// member passes alike and that no other live group of these members
-    /// uses (an MPI layer takes one from the communicator's first rank, say),
+    /// member passes alike and that no other group of these members has
+    /// used (a reused one is refused; an MPI layer takes one from the
+    /// communicator's first rank and a count, say),
     /// instead of by creation order: members may create their groups in any
     /// order, from several threads at once.
     pub fn group_with_key(&self, members: &[NodeId], agreed: u64) -> Result<GroupTransport, TransportError> {
@@ -268,9 +292,11 @@ impl SharedEndpoint {
                 mix(list ^ mix(*count))
             }
         };
-        if hub.routes.contains_key(&key) {
+        if hub.routes.contains_key(&key) || (agreed.is_some() && !hub.agreed_keys.insert(key)) {
             return Err(match agreed {
-                Some(agreed) => format!("the agreed group key {agreed:#x} is already used here by a live group of the same members"),
+                Some(agreed) => format!(
+                    "the agreed group key {agreed:#x} was used here before by a group of the same members: agree on a key never used before"
+                ),
                 None => format!("group key {key:#018x} is already in use here (a hash collision): create the group again"),
             }
             .into());
@@ -461,12 +487,11 @@ impl Transport for GroupTransport {
 
     fn waker(&self) -> Result<Arc<dyn Waker>, TransportError> {
         let mut hub = lock(&self.hub);
-        let rings = hub.endpoint.readiness()?;
-        let sleeper = Arc::new(Sleeper::default());
+        let alarm = Arc::new(AgentAlarm { rings: hub.endpoint.readiness()?, sleeper: Sleeper::default() });
         if let Some(route) = hub.routes.get_mut(&self.key) {
-            route.agent = Some(sleeper.clone());
+            route.agent = Some(alarm.clone());
         }
-        Ok(Arc::new(GroupWaker { hub: self.hub.clone(), key: self.key, rings, sleeper }))
+        Ok(Arc::new(GroupWaker { hub: self.hub.clone(), key: self.key, alarm }))
     }
 }
 
@@ -475,24 +500,22 @@ impl Transport for GroupTransport {
 struct GroupWaker {
     hub: Arc<Mutex<Hub>>,
     key: u64,
-    rings: Readiness,
-    sleeper: Arc<Sleeper>,
+    alarm: Arc<AgentAlarm>,
 }
 
 impl Waker for GroupWaker {
     fn wait(&self, timeout: Option<Duration>) -> Result<(), TransportError> {
         let watching = lock(&self.hub).watcher == Some(self.key);
         if watching {
-            self.rings.wait(timeout)?;
+            self.alarm.rings.wait(timeout)?;
         } else {
-            self.sleeper.wait(timeout);
+            self.alarm.sleeper.wait(timeout);
         }
         Ok(())
     }
 
     fn wake(&self) {
-        let _ = self.rings.wake();
-        self.sleeper.wake();
+        self.alarm.wake();
     }
 }
 

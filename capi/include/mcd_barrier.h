@@ -134,6 +134,17 @@ typedef struct mcd_params {
      * Port 0..=255, or -1: from the environment (default 0).
      */
     int port;
+    /**
+     * For `auto`: the job's processes on its busiest host, or -1: the
+     * launcher's local size (`MCD_LOCAL_PROCS`, ...). Pass the same on
+     * every rank (the MPI interposer agrees on the maximum), or hosts with
+     * different counts may pick different algorithms and fail to join.
+     */
+    int local_procs;
+    /**
+     * For `auto`: the cores of the job's smallest host, or -1: this host's.
+     */
+    int cpus;
 } mcd_params;
 
 /**
@@ -317,9 +328,9 @@ int mcd_group_create(struct mcd_job *job, const int *ranks, int n, struct mcd_gr
  * that every one of them prepared, so that no member waits in the join
  * for one that failed here (out of file descriptors or threads).
  *
- * `key`: a number every member passes alike and no other live group of
- * these ranks uses (the communicator's first rank makes one and
- * broadcasts it, say); then members may create their groups in any order,
+ * `key`: a number every member passes alike and no other group of these
+ * ranks has used (the communicator's first rank makes one from its rank
+ * and a count, and broadcasts it, say); then members may create their groups in any order,
  * from several threads at once. 0: keyed by creation order, as
  * [`mcd_group_create`].
  *

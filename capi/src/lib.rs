@@ -59,7 +59,7 @@ pub const MCD_ERR_SYSTEM: c_int = -7;
 pub const MCD_ERR_INTERNAL: c_int = -8;
 
 /// An error: its code and its text.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct CError {
     /// One of the `MCD_ERR_*` codes.
     pub code: c_int,
@@ -103,6 +103,13 @@ pub struct Settings {
     pub node_file: Option<std::path::PathBuf>,
     /// An algorithm name (`auto`, `dissemination`, `tree4`, ...).
     pub algorithm: Option<String>,
+    /// What `auto` takes for the busiest host: processes of the job on it
+    /// (else the launcher's local size, see [`mcd::wait::local_processes_from_env`]).
+    /// Every rank must pass the same, or `auto` may pick differently on
+    /// different hosts (then the join refuses): the MPI layer agrees on it.
+    pub local_processes: Option<usize>,
+    /// What `auto` takes for the smallest host's cores (else this host's).
+    pub cores: Option<usize>,
 }
 
 /// Counters of a job's barrier and endpoint.
@@ -136,7 +143,17 @@ pub struct Job {
     rank: usize,
     size: usize,
     rails: usize,
+    /// What `auto` is told of the hosts, for the job and its groups.
+    host: HostShape,
     closing: Closing,
+}
+
+/// What `auto` is told of the hosts: processes on the busiest, cores of the
+/// smallest.
+#[derive(Clone, Copy, Debug)]
+struct HostShape {
+    local_processes: usize,
+    cores: usize,
 }
 
 /// A barrier over a group of the job's ranks (an MPI communicator, say),
@@ -159,70 +176,83 @@ enum GroupState {
 }
 
 /// Groups whose closing barrier has been entered ([`Group::close`]): each
-/// one's progress agent carries it on, and the job finishes them (hears
-/// that every member is done) as they complete, and all of them at the
-/// latest in [`Job::finish`]. So members may free their groups in any order.
+/// one's progress agent carries its closing and its farewell on (answering
+/// the members until every one is done), and the job drops them once done,
+/// at its next group or barrier call without waiting for any, or in
+/// [`Job::finish`], all at once. So members may free their groups in any
+/// order, and a free never waits.
 #[derive(Clone, Default)]
-struct Closing(Arc<Mutex<Vec<Barrier<GroupTransport>>>>);
+struct Closing(Arc<Mutex<ClosingGroups>>);
+
+#[derive(Default)]
+struct ClosingGroups {
+    groups: Vec<Barrier<GroupTransport>>,
+    /// The first error of a group dropped by `reap`, for `finish_all`.
+    failed: Option<CError>,
+}
 
 impl Closing {
-    fn list(&self) -> MutexGuard<'_, Vec<Barrier<GroupTransport>>> {
+    fn lock(&self) -> MutexGuard<'_, ClosingGroups> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn add(&self, barrier: Barrier<GroupTransport>) {
-        self.list().push(barrier);
+        self.lock().groups.push(barrier);
     }
 
-    /// Finishes, without waiting for any, the groups whose closing barrier
-    /// is complete (their members' agents answer the rest at once).
-    fn reap(&self) -> Result<(), CError> {
-        let done: Vec<_> = {
-            let mut list = self.list();
-            let mut done = Vec::new();
-            let mut i = 0;
-            while i < list.len() {
-                // An error here is met again, and reported, by finish.
-                if list[i].closing_complete().unwrap_or(true) {
-                    done.push(list.swap_remove(i));
-                } else {
-                    i += 1;
-                }
+    /// Drops the groups that are done, waiting for none. A group whose
+    /// closing failed (a member went silent) is dropped too, and its error
+    /// kept for [`finish_all`](Self::finish_all).
+    fn reap(&self) {
+        let mut closing = self.lock();
+        let ClosingGroups { groups, failed } = &mut *closing;
+        groups.retain_mut(|b| match b.try_finish() {
+            Ok(done) => !done,
+            Err(e) => {
+                failed.get_or_insert(e.into());
+                false
             }
-            done
+        });
+    }
+
+    /// Finishes every closing group, all at once, and `world` beside them
+    /// (so a dead member costs one failure timeout, not one per group);
+    /// waits as long as that takes. The first error, if any.
+    fn finish_all(&self, world: &Mutex<Barrier<GroupTransport>>) -> Result<(), CError> {
+        let (groups, failed) = {
+            let mut closing = self.lock();
+            (std::mem::take(&mut closing.groups), closing.failed.take())
         };
-        first_error(done.into_iter().map(|mut b| b.finish()))
-    }
-
-    /// Finishes every closing group, waiting as long as it takes.
-    fn finish_all(&self) -> Result<(), CError> {
-        let all = std::mem::take(&mut *self.list());
-        first_error(all.into_iter().map(|mut b| b.finish()))
-    }
-}
-
-/// Runs every result to its end, keeping the first error.
-fn first_error(results: impl Iterator<Item = Result<(), BarrierError>>) -> Result<(), CError> {
-    let mut first = Ok(());
-    for r in results {
-        if let (Err(e), Ok(())) = (r, &first) {
-            first = Err(e.into());
+        let results: Vec<Result<(), BarrierError>> = std::thread::scope(|scope| {
+            let running: Vec<_> = groups
+                .into_iter()
+                .map(|mut b| std::thread::Builder::new().name("mcd-close".into()).spawn_scoped(scope, move || b.finish()))
+                .collect();
+            let world = world.lock().unwrap_or_else(|e| e.into_inner()).finish();
+            std::iter::once(world)
+                .chain(running.into_iter().map(|r| match r {
+                    Ok(thread) => thread.join().unwrap_or_else(|_| Err(BarrierError::Usage("a closing thread panicked".into()))),
+                    Err(e) => Err(BarrierError::Usage(format!("cannot start a thread to finish a group: {e}"))),
+                }))
+                .collect()
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => results.into_iter().find_map(Result::err).map_or(Ok(()), |e| Err(e.into())),
         }
     }
-    first
 }
 
 /// The barrier configuration for `size` nodes on `rails` rails: `name`, or
 /// `auto`'s pick on this host; timeouts from the environment.
-fn barrier_config(name: &str, size: usize, rails: usize) -> Result<BarrierConfig, CError> {
+fn barrier_config(name: &str, size: usize, rails: usize, host: HostShape) -> Result<BarrierConfig, CError> {
     let var = mcd::config::env_var;
     let mut barrier_config = if name == "auto" {
         let params = match var("MCD_LOGP") {
             Some(list) => LogP::parse_list(&list).map_err(|e| config_error(format!("MCD_LOGP: {e}")))?,
             None => LogP::REFERENCE,
         };
-        let local = mcd::wait::local_processes_from_env();
-        BarrierConfig::auto_on_host(size, rails, &params, true, local, mcd::host::online_cpus())
+        BarrierConfig::auto_on_host(size, rails, &params, true, host.local_processes, host.cores)
     } else {
         let algorithm: Algorithm = name.parse().map_err(|e: String| config_error(format!("algorithm: {e}")))?;
         BarrierConfig::new(algorithm).rails(rails)
@@ -270,14 +300,18 @@ impl Job {
         let endpoint = Endpoint::open(config)?;
         let var = mcd::config::env_var;
         let asked = settings.algorithm.clone().or_else(|| var("MCD_ALGORITHM")).unwrap_or_else(|| "auto".into());
-        let barrier_config = barrier_config(&asked, size, rails)?;
+        let host = HostShape {
+            local_processes: settings.local_processes.unwrap_or_else(mcd::wait::local_processes_from_env),
+            cores: settings.cores.unwrap_or_else(mcd::host::online_cpus),
+        };
+        let barrier_config = barrier_config(&asked, size, rails, host)?;
         let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");
         let shared = SharedEndpoint::new(endpoint);
         let everyone: Vec<usize> = (0..size).collect();
         let transport = shared.group(&everyone).map_err(transport_error)?;
         let barrier = Barrier::new(transport, barrier_config)?;
         let rank = barrier.node();
-        Ok(Job { barrier: Mutex::new(barrier), shared, algorithm, asked, rank, size, rails, closing: Closing::default() })
+        Ok(Job { barrier: Mutex::new(barrier), shared, algorithm, asked, rank, size, rails, host, closing: Closing::default() })
     }
 
     /// This process's node number (its rank).
@@ -328,14 +362,14 @@ impl Job {
         if ranks.is_empty() {
             return Err(argument("a group needs at least one rank"));
         }
-        self.closing.reap()?;
+        self.closing.reap();
         let transport = match key {
             Some(key) => self.shared.group_with_key(ranks, key),
             None => self.shared.group(ranks),
         }
         .map_err(|e| argument(&e.to_string()))?;
         let rank = transport.node();
-        let barrier_config = barrier_config(&self.asked, ranks.len(), self.rails)?;
+        let barrier_config = barrier_config(&self.asked, ranks.len(), self.rails, self.host)?;
         let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");
         let prepared = PreparedBarrier::new(transport, barrier_config)?;
         Ok(Group {
@@ -348,12 +382,17 @@ impl Job {
         })
     }
 
-    /// Ends the job: finishes every closed group (see [`Group::close`]),
-    /// then the job's own closing barrier and answers (collective).
+    /// Ends the job (collective): finishes every closed group (see
+    /// [`Group::close`]) and the job's own closing barrier and answers, all
+    /// at once.
     pub fn finish(&self) -> Result<(), CError> {
-        let groups = self.closing.finish_all();
-        let world = self.barrier().finish().map_err(CError::from);
-        groups.and(world)
+        self.closing.finish_all(&self.barrier)
+    }
+
+    /// Drops the closed groups that are done (see [`Group::close`]),
+    /// waiting for none.
+    pub fn reap_closed_groups(&self) {
+        self.closing.reap();
     }
 }
 
@@ -412,7 +451,8 @@ impl Group {
             barrier.close()?;
             closing.add(barrier);
         }
-        closing.reap()
+        closing.reap();
+        Ok(())
     }
 }
 
@@ -492,6 +532,13 @@ pub struct mcd_params {
     pub algorithm: *const c_char,
     /// Port 0..=255, or -1: from the environment (default 0).
     pub port: c_int,
+    /// For `auto`: the job's processes on its busiest host, or -1: the
+    /// launcher's local size (`MCD_LOCAL_PROCS`, ...). Pass the same on
+    /// every rank (the MPI interposer agrees on the maximum), or hosts with
+    /// different counts may pick different algorithms and fail to join.
+    pub local_procs: c_int,
+    /// For `auto`: the cores of the job's smallest host, or -1: this host's.
+    pub cpus: c_int,
 }
 
 /// Fills `params` with "everything from the environment".
@@ -510,6 +557,8 @@ pub unsafe extern "C" fn mcd_params_default(params: *mut mcd_params) {
             job: std::ptr::null(),
             algorithm: std::ptr::null(),
             port: -1,
+            local_procs: -1,
+            cpus: -1,
         };
     }
 }
@@ -547,6 +596,15 @@ pub unsafe extern "C" fn mcd_init(params: *const mcd_params, out: *mut *mut Job)
                 (-1, -1) => {}
                 (r, s) => return Err(config_error(format!("rank {r} and size {s}: give both (size > 0) or neither (-1)"))),
             }
+            let positive = |v: c_int| usize::try_from(v).ok().filter(|&v| v > 0);
+            settings.local_processes = match p.local_procs {
+                -1 => None,
+                v => Some(positive(v).ok_or_else(|| config_error(format!("local_procs {v} is neither positive nor -1")))?),
+            };
+            settings.cores = match p.cpus {
+                -1 => None,
+                v => Some(positive(v).ok_or_else(|| config_error(format!("cpus {v} is neither positive nor -1")))?),
+            };
             if p.port >= 0 {
                 settings.job.port =
                     Some(u8::try_from(p.port).map_err(|_| config_error(format!("port {} is not 0..=255", p.port)))?);
@@ -577,8 +635,13 @@ pub unsafe extern "C" fn mcd_init(params: *const mcd_params, out: *mut *mut Job)
 /// `job` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn mcd_barrier(job: *mut Job) -> c_int {
-    // SAFETY: forwarded contract.
-    guarded(|| Ok(unsafe { handle(job) }?.barrier().wait()?))
+    guarded(|| {
+        // SAFETY: forwarded contract.
+        let job = unsafe { handle(job) }?;
+        job.barrier().wait()?;
+        job.reap_closed_groups();
+        Ok(())
+    })
 }
 
 /// Enters the next barrier without waiting (split phase); complete it with
@@ -795,9 +858,9 @@ pub unsafe extern "C" fn mcd_group_create(job: *mut Job, ranks: *const c_int, n:
 /// that every one of them prepared, so that no member waits in the join
 /// for one that failed here (out of file descriptors or threads).
 ///
-/// `key`: a number every member passes alike and no other live group of
-/// these ranks uses (the communicator's first rank makes one and
-/// broadcasts it, say); then members may create their groups in any order,
+/// `key`: a number every member passes alike and no other group of these
+/// ranks has used (the communicator's first rank makes one from its rank
+/// and a count, and broadcasts it, say); then members may create their groups in any order,
 /// from several threads at once. 0: keyed by creation order, as
 /// [`mcd_group_create`].
 ///

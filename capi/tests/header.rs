@@ -107,7 +107,7 @@ fn header_structs(header: &str) -> Vec<(String, BTreeSet<String>)> {
 #[test]
 fn header_struct_layouts_match_rust() {
     let rust = layouts! {
-        mcd_params { rank, size, interfaces, node_file, job, algorithm, port }
+        mcd_params { rank, size, interfaces, node_file, job, algorithm, port, local_procs, cpus }
         mcd_stats { barriers, messages_sent, frames_received, resends, answers, frames_dropped }
     };
     // Every struct the header defines is checked, each field of it.

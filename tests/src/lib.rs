@@ -83,3 +83,35 @@ pub fn run_discovering(
     let deadline = std::time::Instant::now() + timeout;
     children.into_iter().map(|(node, child)| child.finish(node, deadline)).collect()
 }
+
+/// Compiles the C program `source` against the C ABI's library in
+/// `lib_dir` (from `cbuild::build_capi`) into `out`.
+pub fn compile_with_capi(lib_dir: &std::path::Path, source: &std::path::Path, out: &std::path::Path) -> std::path::PathBuf {
+    let status = std::process::Command::new("cc")
+        .args(["-Wall", "-Werror", "-O2", "-I"])
+        .arg(mcd_tools::cbuild::capi_include().unwrap())
+        .arg("-o")
+        .arg(out)
+        .arg(source)
+        .arg(format!("-L{}", lib_dir.display()))
+        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+        .arg("-lmcd_barrier")
+        .status()
+        .expect("this test needs a C compiler `cc` (apt-get install gcc, or sudo ./run deps)");
+    assert!(status.success(), "compiling {} failed", source.display());
+    out.to_path_buf()
+}
+
+/// Each rank's `MCD_MPI_REPORT` line (from the MPI_Barrier interposer) in
+/// `out`'s standard error, in rank order; panics naming a rank without one.
+pub fn interposer_reports(out: &mcd_tools::vcluster::NodeOutcome, ranks: usize) -> Vec<String> {
+    (0..ranks)
+        .map(|rank| {
+            out.stderr
+                .lines()
+                .find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}: ")) && l.contains("via PMPI"))
+                .unwrap_or_else(|| panic!("no report from rank {rank}:\n{}\n{}", out.stdout, out.stderr))
+                .to_string()
+        })
+        .collect()
+}

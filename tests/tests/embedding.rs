@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use mcd_integration_tests::{cluster, run_discovering};
+use mcd_integration_tests::{cluster, interposer_reports, run_discovering};
 use mcd_tools::cbuild::{self, Mpi};
 use mcd_tools::mpi::MpiRun;
 use mcd_tools::vcluster::{ClusterSpec, NodeOutcome};
@@ -35,20 +35,8 @@ fn compile_c_example(lib_dir: &Path) -> PathBuf {
 
 /// Compiles capi/examples/`name`.c into `lib_dir`/`out`.
 fn compile_c(lib_dir: &Path, name: &str, out: &str) -> PathBuf {
-    let out = lib_dir.join(out);
-    let status = Command::new("cc")
-        .args(["-Wall", "-Werror", "-O2", "-I"])
-        .arg(cbuild::capi_include().unwrap())
-        .arg("-o")
-        .arg(&out)
-        .arg(format!("{}/../capi/examples/{name}.c", env!("CARGO_MANIFEST_DIR")))
-        .arg(format!("-L{}", lib_dir.display()))
-        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
-        .arg("-lmcd_barrier")
-        .status()
-        .expect("this test needs a C compiler `cc` (apt-get install gcc, or sudo ./run deps)");
-    assert!(status.success(), "compiling capi/examples/{name}.c failed");
-    out
+    let source = PathBuf::from(format!("{}/../capi/examples/{name}.c", env!("CARGO_MANIFEST_DIR")));
+    mcd_integration_tests::compile_with_capi(lib_dir, &source, &lib_dir.join(out))
 }
 
 /// Runs the C example on every node of `c` (discovering each other) with
@@ -239,18 +227,6 @@ fn barrier_check_under(mpi: Mpi, spec: ClusterSpec, args: &[&str], env: &[(&str,
     with_interposer_of(mpi, spec, program.to_str().unwrap(), args, env)
 }
 
-/// Each rank's interposer report line.
-fn reports(out: &NodeOutcome, ranks: usize) -> Vec<String> {
-    (0..ranks)
-        .map(|rank| {
-            out.stderr
-                .lines()
-                .find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}: ")) && l.contains("via PMPI"))
-                .unwrap_or_else(|| panic!("no report from rank {rank}:\n{}", out.stderr))
-                .to_string()
-        })
-        .collect()
-}
 
 #[test]
 fn the_interposer_serves_mpi_barrier_in_an_unmodified_program() {
@@ -267,7 +243,7 @@ fn serves_every_barrier_under(mpi: Mpi, name: &str) {
     assert!(out.stdout.contains("barrier_check: OK 4 ranks, 300 barriers"), "{}\n{}", out.stdout, out.stderr);
     // Every rank's 300 barriers on MPI_COMM_WORLD and the 10 on a duplicate
     // went through mcd (the world's barrier counted its 300), none through PMPI.
-    for line in reports(&out, 4) {
+    for line in interposer_reports(&out, 4) {
         assert!(line.contains("310 MPI_Barrier via mcd") && line.contains(", 0 via PMPI") && line.contains("mcd barriers 300"), "{line}");
         assert!(line.contains("communicators: 1 via mcd, 0 via PMPI"), "{line}");
     }
@@ -301,7 +277,7 @@ fn the_interposer_survives_gaps_and_other_collectives_under_20_percent_loss() {
     let spec = ClusterSpec::new("mpig", 4).loss(20.0, mcd_tools::vcluster::LossPoint::Node);
     let out = barrier_check_with_interposer(spec, &["100", "1500"], &[("MCD_BARRIER_TIMEOUT", "1")]);
     assert!(out.stdout.contains("barrier_check: OK 4 ranks, 100 barriers"), "{}\n{}", out.stdout, out.stderr);
-    for line in reports(&out, 4) {
+    for line in interposer_reports(&out, 4) {
         assert!(line.contains("110 MPI_Barrier via mcd") && line.contains("mcd barriers 100"), "{line}");
     }
     // Neither a barrier nor mcd's finalize failed (Open MPI's own warnings aside).
@@ -321,7 +297,7 @@ fn comm_check(spec: ClusterSpec, rounds: usize, gap_ms: u64, env: &[(&str, &str)
     // parity halves, made again every 5 rounds, the singleton split, the
     // reversed create and the split by type; the inter-communicator not.
     let remade = rounds.div_ceil(5);
-    for line in reports(&out, n) {
+    for line in interposer_reports(&out, n) {
         assert!(line.contains(&format!(": {} MPI_Barrier via mcd", rounds * 6)) && line.contains(", 3 via PMPI"), "{line}");
         assert!(line.contains(&format!("mcd barriers {rounds},")), "{line}");
         assert!(line.contains(&format!("communicators: {} via mcd, 1 via PMPI (1 inter, 0 unreachable, 0 failed)", 2 * remade + 3)), "{line}");
@@ -375,7 +351,7 @@ fn threads_creating_communicators_at_once_get_their_own_barriers() {
     let out = comm_edges(ClusterSpec::new("mpit", 4), "threads", rounds, &[]);
     // Per rank: 2 parents + 2 × 24 + 8 world barriers; communicators: 2
     // parents and 2 × 6 duplicates.
-    for line in reports(&out, 4) {
+    for line in interposer_reports(&out, 4) {
         assert!(line.contains(&format!(": {} MPI_Barrier via mcd", 2 + 2 * rounds + rounds / 3)) && line.contains(", 0 via PMPI"), "{line}");
         assert!(line.contains("communicators: 14 via mcd, 0 via PMPI"), "{line}");
     }
@@ -391,7 +367,7 @@ fn ranks_may_free_their_communicators_in_any_order() {
     let spec = ClusterSpec::new("mpif", 4).loss(10.0, mcd_tools::vcluster::LossPoint::Node);
     let rounds = 12;
     let out = comm_edges(spec, "free-order", rounds, &[("MCD_BARRIER_TIMEOUT", "1")]);
-    for line in reports(&out, 4) {
+    for line in interposer_reports(&out, 4) {
         assert!(line.contains(&format!(": {} MPI_Barrier via mcd", 4 * rounds)), "{line}");
         assert!(line.contains("communicators: 16 via mcd, 0 via PMPI"), "{line}");
     }
@@ -406,7 +382,7 @@ fn a_rank_that_cannot_set_up_a_communicator_costs_nobody_a_join_timeout() {
     // waited in the join for rank 1 would fail the test.
     let rounds = 6;
     let out = comm_edges(ClusterSpec::new("mpifd", 3), "fd-limit", rounds, &[("MCD_JOIN_TIMEOUT", "600")]);
-    for line in reports(&out, 3) {
+    for line in interposer_reports(&out, 3) {
         assert!(line.contains(&format!(", {} via PMPI", 2 * rounds)), "{line}");
         assert!(line.contains(&format!("communicators: 0 via mcd, {0} via PMPI (0 inter, 0 unreachable, {0} failed)", 2 * rounds)), "{line}");
     }
@@ -428,7 +404,7 @@ fn mpi4py_gets_mcd_barriers_on_its_communicators() {
     assert!(out.stdout.contains("comm_check.py: OK 4 ranks, 30 rounds, 120 barriers checked"), "{}\n{}", out.stdout, out.stderr);
     // 30 rounds of world, duplicate and halves: 90 barriers through mcd,
     // on 1 + 3 duplicates and 1 half per rank.
-    for line in reports(&out, 4) {
+    for line in interposer_reports(&out, 4) {
         assert!(line.contains(": 90 MPI_Barrier via mcd") && line.contains(", 0 via PMPI") && line.contains("mcd barriers 30,"), "{line}");
         assert!(line.contains("communicators: 4 via mcd, 0 via PMPI"), "{line}");
     }
