@@ -12,8 +12,10 @@
  *   comm_edges free-order ROUNDS  four duplicates of the world, a barrier on
  *                                 each per round; every 3rd round all four are
  *                                 freed, even ranks first to last, odd ranks
- *                                 last to first, and made again; the last ones
- *                                 are left for MPI_Finalize.
+ *                                 last to first, and made again; at the end
+ *                                 rank 0 frees the first and only then tells
+ *                                 rank 1 to free it; the other three are left
+ *                                 for MPI_Finalize.
  *   comm_edges fd-limit ROUNDS    after MPI_Init (and an MPI_Alltoall that
  *                                 opens MPI's own connections), rank 1 lowers
  *                                 its open-file limit to what it has open, so
@@ -109,6 +111,19 @@ static int run_free_order(record **out) {
             jitter(&seed, 100);
             barrier_recorded(comm[c], c, k, &(*out)[n++]);
         }
+    }
+    /* A free returns before the other members free: rank 0 frees comm[0]
+     * and only then lets rank 1 free it. A free that waited for the others
+     * would never return. */
+    int token = 1;
+    if (rank == 0) {
+        MPI_Comm_free(&comm[0]);
+        MPI_Send(&token, 1, MPI_INT, 1, 7, MPI_COMM_WORLD);
+    } else if (rank == 1) {
+        MPI_Recv(&token, 1, MPI_INT, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Comm_free(&comm[0]);
+    } else {
+        MPI_Comm_free(&comm[0]);
     }
     return n;
 }

@@ -361,8 +361,9 @@ fn threads_creating_communicators_at_once_get_their_own_barriers() {
 fn ranks_may_free_their_communicators_in_any_order() {
     // Four duplicates, freed every 3rd round first-to-last on even ranks and
     // last-to-first on odd ones (MPI_Comm_free does not synchronise in MPI
-    // libraries, and programs rely on it), made again; the last four left
-    // for MPI_Finalize. Under 10% loss, with a 1 s failure timeout, so that
+    // libraries, and programs rely on it), made again; at the end rank 0
+    // frees one and only then tells rank 1 to free it (a free that waited
+    // for the others would hang), the other three left for MPI_Finalize. Under 10% loss, with a 1 s failure timeout, so that
     // a closing that waited for the wrong peer would fail or hang.
     let spec = ClusterSpec::new("mpif", 4).loss(10.0, mcd_tools::vcluster::LossPoint::Node);
     let rounds = 12;
