@@ -331,13 +331,14 @@ mod tests {
     /// then finishes; checks safety on the shared clock. Returns the
     /// leaders' recoveries (NACKs and copies sent).
     fn run(name: &str, hosts: usize, per_host: usize, barriers: usize, faults: Faults) -> u64 {
-        let mut leaders_net: Vec<Option<_>> = mem::network(hosts, 1, faults).into_iter().map(Some).collect();
+        let leaders_net = mem::network(hosts, 1, faults);
         let leaders: Vec<NodeId> = (0..hosts).map(|h| h * per_host).collect();
         let config = BarrierConfig::new(Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast });
         let mut threads = Vec::new();
-        for h in 0..hosts {
+        for (h, leader_transport) in leaders_net.into_iter().enumerate() {
+            let mut leader_transport = Some(leader_transport);
             for r in 0..per_host {
-                let transport = if r == 0 { leaders_net[h].take() } else { None };
+                let transport = if r == 0 { leader_transport.take() } else { None };
                 let host = HostConfig {
                     path: std::env::temp_dir().join(format!("mcd-hier-test-{name}-{}-{h}", std::process::id())),
                     job_key: 7,
