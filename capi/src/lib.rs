@@ -22,7 +22,10 @@
 //! `MCD_BOOTSTRAP_TIMEOUT`, `MCD_BARRIER_TIMEOUT` (seconds a peer may stay
 //! silent, though probed, before it is taken for dead; default 10; a live
 //! peer is waited for as long as it takes), `MCD_BARRIER_DEADLINE` (seconds
-//! after which one barrier call gives up even on live peers; default none).
+//! after which one barrier call gives up even on live peers; default none),
+//! `MCD_HIERARCHY` (`auto`, the default: the hierarchical barrier when some
+//! host runs more than one rank, ranks on one host being the nodes with one
+//! rail-0 MAC; `on`; `off`: always flat).
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
@@ -31,7 +34,7 @@ use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use barriers::model::LogP;
-use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, GroupTransport, SharedEndpoint};
+use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, BarrierStats, GroupTransport, HierarchicalBarrier, SharedEndpoint};
 use mcd::bootstrap::JobSettings;
 use mcd::{Endpoint, EndpointConfig, NodeList};
 
@@ -120,10 +123,68 @@ pub struct mcd_stats {
     pub frames_dropped: u64,
 }
 
+/// The job's barrier over all of its ranks.
+pub enum WorldBarrier {
+    /// Every rank on the wire.
+    Flat(Barrier<GroupTransport>),
+    /// Each host's ranks meet in shared memory, its leader on the wire.
+    Hierarchical(Box<HierarchicalBarrier<GroupTransport>>),
+}
+
+impl WorldBarrier {
+    /// One whole barrier (completes an entered one).
+    pub fn wait(&mut self) -> Result<(), BarrierError> {
+        match self {
+            WorldBarrier::Flat(b) => b.wait(),
+            WorldBarrier::Hierarchical(b) => b.wait(),
+        }
+    }
+
+    /// Enters the next barrier without waiting.
+    pub fn enter(&mut self) -> Result<(), BarrierError> {
+        match self {
+            WorldBarrier::Flat(b) => b.enter(),
+            WorldBarrier::Hierarchical(b) => b.enter(),
+        }
+    }
+
+    /// Progress without blocking; true once the entered barrier is complete.
+    pub fn test(&mut self) -> Result<bool, BarrierError> {
+        match self {
+            WorldBarrier::Flat(b) => b.test(),
+            WorldBarrier::Hierarchical(b) => b.test(),
+        }
+    }
+
+    /// The closing barrier.
+    pub fn finish(&mut self) -> Result<(), BarrierError> {
+        match self {
+            WorldBarrier::Flat(b) => b.finish(),
+            WorldBarrier::Hierarchical(b) => b.finish(),
+        }
+    }
+
+    /// This rank.
+    pub fn node(&self) -> usize {
+        match self {
+            WorldBarrier::Flat(b) => b.node(),
+            WorldBarrier::Hierarchical(b) => b.node(),
+        }
+    }
+
+    /// The counters (of the leaders' barrier, on a hierarchical leader).
+    pub fn stats(&self) -> BarrierStats {
+        match self {
+            WorldBarrier::Flat(b) => b.stats(),
+            WorldBarrier::Hierarchical(b) => b.stats(),
+        }
+    }
+}
+
 /// An open job (`mcd_job` in C): an endpoint and its barrier, the endpoint
 /// shared with the job's groups.
 pub struct Job {
-    barrier: Barrier<GroupTransport>,
+    barrier: WorldBarrier,
     shared: SharedEndpoint,
     algorithm: CString,
     /// The algorithm asked for (`auto` or a name), for groups.
@@ -142,15 +203,15 @@ pub struct Group {
 }
 
 /// The barrier configuration for `size` nodes on `rails` rails: `name`, or
-/// `auto`'s pick on this host; timeouts from the environment.
-fn barrier_config(name: &str, size: usize, rails: usize) -> Result<BarrierConfig, CError> {
+/// `auto`'s pick on this host with `local` of its processes on the wire;
+/// timeouts from the environment.
+fn barrier_config(name: &str, size: usize, rails: usize, local: usize) -> Result<BarrierConfig, CError> {
     let var = mcd::config::env_var;
     let mut barrier_config = if name == "auto" {
         let params = match var("MCD_LOGP") {
             Some(list) => LogP::parse_list(&list).map_err(|e| config_error(format!("MCD_LOGP: {e}")))?,
             None => LogP::REFERENCE,
         };
-        let local = mcd::wait::local_processes_from_env();
         BarrierConfig::auto_on_host(size, rails, &params, true, local, mcd::host::online_cpus())
     } else {
         let algorithm: Algorithm = name.parse().map_err(|e: String| config_error(format!("algorithm: {e}")))?;
@@ -169,9 +230,8 @@ fn transport_error(e: barriers::TransportError) -> CError {
     CError { code: MCD_ERR_SYSTEM, message: e.to_string() }
 }
 
-/// The counters of `barrier` and of the shared endpoint.
-fn stats_of(barrier: &Barrier<GroupTransport>, shared: &SharedEndpoint) -> Result<mcd_stats, CError> {
-    let b = barrier.stats();
+/// The counters `b` of a barrier, and those of the shared endpoint.
+fn stats_of(b: BarrierStats, shared: &SharedEndpoint) -> Result<mcd_stats, CError> {
     let e = shared.with_endpoint(|e| e.stats())?;
     Ok(mcd_stats {
         barriers: b.completed,
@@ -196,12 +256,26 @@ impl Job {
         let endpoint = Endpoint::open(config)?;
         let var = mcd::config::env_var;
         let asked = settings.algorithm.clone().or_else(|| var("MCD_ALGORITHM")).unwrap_or_else(|| "auto".into());
-        let barrier_config = barrier_config(&asked, size, rails)?;
-        let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");
+        let hosts = endpoint.nodes().hosts().len();
+        let hierarchical = match var("MCD_HIERARCHY").as_deref() {
+            None | Some("auto") => hosts < size,
+            Some("on") => true,
+            Some("off") => false,
+            Some(other) => return Err(config_error(format!("MCD_HIERARCHY={other}: auto, on or off"))),
+        };
         let shared = SharedEndpoint::new(endpoint);
-        let everyone: Vec<usize> = (0..size).collect();
-        let transport = shared.group(&everyone).map_err(transport_error)?;
-        let barrier = Barrier::new(transport, barrier_config)?;
+        let (barrier, algorithm) = if hierarchical {
+            // On the wire, one leader per host.
+            let barrier_config = barrier_config(&asked, hosts, rails, 1)?;
+            let name = format!("hierarchical:{}", barrier_config.algorithm);
+            (WorldBarrier::Hierarchical(Box::new(HierarchicalBarrier::on_endpoint(&shared, barrier_config)?)), name)
+        } else {
+            let barrier_config = barrier_config(&asked, size, rails, mcd::wait::local_processes_from_env())?;
+            let everyone: Vec<usize> = (0..size).collect();
+            let transport = shared.group(&everyone).map_err(transport_error)?;
+            (WorldBarrier::Flat(Barrier::new(transport, barrier_config)?), barrier_config.algorithm.to_string())
+        };
+        let algorithm = CString::new(algorithm).expect("algorithm names have no NUL");
         Ok(Job { barrier, shared, algorithm, asked, size, rails })
     }
 
@@ -221,13 +295,13 @@ impl Job {
     }
 
     /// The barrier, for calls this layer does not wrap.
-    pub fn barrier(&mut self) -> &mut Barrier<GroupTransport> {
+    pub fn barrier(&mut self) -> &mut WorldBarrier {
         &mut self.barrier
     }
 
     /// The counters.
     pub fn stats(&mut self) -> Result<mcd_stats, CError> {
-        stats_of(&self.barrier, &self.shared)
+        stats_of(self.barrier.stats(), &self.shared)
     }
 
     /// A barrier over the job's ranks `ranks` (this one among them), numbered
@@ -239,7 +313,7 @@ impl Job {
             return Err(argument("a group needs at least one rank"));
         }
         let transport = self.shared.group(ranks).map_err(|e| argument(&e.to_string()))?;
-        let barrier_config = barrier_config(&self.asked, ranks.len(), self.rails)?;
+        let barrier_config = barrier_config(&self.asked, ranks.len(), self.rails, mcd::wait::local_processes_from_env())?;
         let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");
         let barrier = Barrier::new(transport, barrier_config)?;
         Ok(Group { barrier, shared: self.shared.clone(), algorithm, size: ranks.len() })
@@ -264,7 +338,7 @@ impl Group {
 
     /// The counters (the endpoint's are the job's).
     pub fn stats(&mut self) -> Result<mcd_stats, CError> {
-        stats_of(&self.barrier, &self.shared)
+        stats_of(self.barrier.stats(), &self.shared)
     }
 }
 

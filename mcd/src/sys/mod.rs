@@ -46,7 +46,7 @@ pub use event::{dup, poll_readable, EventFd, POLL_MAX};
 pub use iface::{interface_info, interface_names};
 pub use lock::{record_lock_holder, try_lock_record};
 pub use netns::{current_netns_id, NetnsGuard};
-pub use process::{close_inherited_descriptors_on_exec, effective_uid_is_root, process_exists, signal_end};
+pub use process::{close_inherited_descriptors_on_exec, effective_uid_is_root, monotonic_clock, process_exists, signal_end};
 pub use ring::{RingGeometry, Rings, RxFrame, TxStatus};
 pub use shm::{futex_wait, futex_wake, SharedMapping};
 pub use socket::{BpfInsn, PacketSocket, ALL_PROTOCOLS};
