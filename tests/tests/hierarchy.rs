@@ -187,8 +187,8 @@ fn a_killed_local_rank_is_named_by_its_host_and_every_rank_fails() {
 fn a_killed_host_is_named_by_the_other_hosts() {
     // Host 2 is ranks 6, 7, 8 (leader 6).
     let outcomes = crash("h14g", &[6, 7, 8]);
-    for rank in 0..6 {
-        let out = &outcomes[rank].stdout;
+    for (rank, o) in outcomes.iter().enumerate().take(6) {
+        let out = &o.stdout;
         assert!(out.contains("node(s) [6]") || out.contains("because node 6 is silent"), "rank {rank}: {out}");
     }
 }
