@@ -17,7 +17,9 @@
 //! [`test`](HierarchicalBarrier::test)) progresses when the leader calls in:
 //! its host's gather is not carried on by an agent in the background.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use mcd::wait::WaitPhases;
 
 use crate::barrier::Barrier;
 use crate::engine::{BarrierConfig, BarrierError, BarrierStats, PeerState};
@@ -84,12 +86,31 @@ impl HierarchicalBarrier<GroupTransport> {
             path: segment_path(mcd::shm::SHM_DIR.as_ref(), job_key, mac, leader.port),
             job_key,
             me: members.iter().position(|&m| m == me).expect("a member of its host"),
-            phases: policy.phases(members.len().max(local_hint), mcd::host::online_cpus()),
+            phases: host_phases(policy, members.len().max(local_hint), mcd::host::online_cpus()),
             members,
             attach_timeout: config.join_timeout,
         };
         let leaders: Vec<NodeId> = hosts.iter().map(|h| h[0]).collect();
         HierarchicalBarrier::new(host_config, leaders, nodes.len(), config, || shared.group(&hosts.iter().map(|h| h[0]).collect::<Vec<_>>()))
+    }
+}
+
+/// Adaptive waiting, oversubscribed, yields this long in shared memory
+/// before it sleeps on the futex: a futex wake-up costs a few µs, and every
+/// yielding rank takes the cores from the ones the barrier waits for.
+pub const HOST_ADAPTIVE_YIELD: Duration = Duration::from_micros(50);
+
+/// How a host's ranks wait in shared memory under `policy`, `local` of the
+/// host's processes on `cores` cores: the policy's phases, except that
+/// adaptive waiting with more processes than cores sleeps on the futex after
+/// [`HOST_ADAPTIVE_YIELD`] rather than yielding for the network's long
+/// phase.
+pub fn host_phases(policy: mcd::WaitPolicy, local: usize, cores: usize) -> WaitPhases {
+    let phases = policy.phases(local, cores);
+    if policy == mcd::WaitPolicy::Adaptive && local > cores {
+        WaitPhases { yield_for: phases.yield_for.min(HOST_ADAPTIVE_YIELD), ..phases }
+    } else {
+        phases
     }
 }
 
@@ -390,6 +411,14 @@ mod tests {
     fn twenty_percent_loss_between_hosts_is_recovered() {
         let recoveries = run("loss", 3, 2, 60, Faults { loss: 0.2, ..Faults::none() });
         assert!(recoveries > 0, "20% loss and no recovery: the faults did not apply");
+    }
+
+    #[test]
+    fn adaptive_oversubscribed_ranks_sleep_on_the_futex_soon() {
+        let over = host_phases(mcd::WaitPolicy::Adaptive, 16, 2);
+        assert!(over.yield_for <= HOST_ADAPTIVE_YIELD && over.spin < Duration::from_micros(10));
+        assert_eq!(host_phases(mcd::WaitPolicy::Adaptive, 2, 2), mcd::WaitPolicy::Adaptive.phases(2, 2));
+        assert_eq!(host_phases(mcd::WaitPolicy::BusyPoll, 16, 2), mcd::WaitPolicy::BusyPoll.phases(16, 2));
     }
 
     #[test]

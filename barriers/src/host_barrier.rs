@@ -14,7 +14,8 @@
 //! with the adjacent-line prefetcher): the header; the release word (the
 //! number of the last barrier the leader released, a futex) with its
 //! sleeper count and failure flag; the gather word (bumped by every arrival,
-//! a futex the leader sleeps on) with its sleeper flag; the leader's failure
+//! a futex the leader sleeps on, woken by the last arrival only) with its
+//! sleeper count; the leader's failure
 //! text; then one line per local rank: the number of the last barrier it
 //! entered, and its process identity.
 //!
@@ -243,9 +244,13 @@ impl HostBarrier {
         let k = self.epoch;
         self.map.u32_at(self.slot(self.me) + S_ARRIVED).store(k, SeqCst);
         if self.me != 0 {
+            // Each of the others bumps the gather word once per barrier, so
+            // it reads k × (ranks − 1) after the last arrival of barrier k:
+            // only that one wakes the leader (one wake-up, not one each).
             let gather = self.map.u32_at(GATHER);
-            gather.fetch_add(1, SeqCst);
-            if self.map.u32_at(GATHER_SLEEPERS).load(SeqCst) != 0 {
+            let arrivals = gather.fetch_add(1, SeqCst).wrapping_add(1);
+            let last = arrivals == k.wrapping_mul(self.members.len() as u32 - 1);
+            if last && self.map.u32_at(GATHER_SLEEPERS).load(SeqCst) != 0 {
                 // A failed wake leaves the leader to its liveness check.
                 let _ = futex_wake(gather, 1);
             }

@@ -63,7 +63,7 @@ pub mod transport;
 
 pub use barrier::{Barrier, AGENT_GRACE, AGENT_GRACE_MAX};
 pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARNED_RETRY};
-pub use hierarchy::HierarchicalBarrier;
+pub use hierarchy::{host_phases, HierarchicalBarrier, HOST_ADAPTIVE_YIELD};
 pub use host_barrier::{segment_path, HostBarrier, HostConfig, LIVENESS_CHECK};
 pub use mcd_shared::{GroupTransport, RouteStats, SharedEndpoint, GROUP_PAYLOAD_LEN};
 pub use mcd_transport::McdTransport;
