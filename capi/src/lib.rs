@@ -24,8 +24,9 @@
 //! peer is waited for as long as it takes), `MCD_BARRIER_DEADLINE` (seconds
 //! after which one barrier call gives up even on live peers; default none),
 //! `MCD_HIERARCHY` (`auto`, the default: the hierarchical barrier when some
-//! host runs more than one rank, ranks on one host being the nodes with one
-//! rail-0 MAC; `on`; `off`: always flat).
+//! host runs more than one rank and the model
+//! ([`barriers::model::auto_layout`]) predicts it faster, ranks on one host
+//! being the nodes with one rail-0 MAC; `on`; `off`: always flat).
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
@@ -202,16 +203,20 @@ pub struct Group {
     size: usize,
 }
 
+/// The LogP parameters for `auto`: `MCD_LOGP`, or the reference machine's.
+fn logp_params() -> Result<LogP, CError> {
+    match mcd::config::env_var("MCD_LOGP") {
+        Some(list) => LogP::parse_list(&list).map_err(|e| config_error(format!("MCD_LOGP: {e}"))),
+        None => Ok(LogP::REFERENCE),
+    }
+}
+
 /// The barrier configuration for `size` nodes on `rails` rails: `name`, or
 /// `auto`'s pick on this host with `local` of its processes on the wire;
 /// timeouts from the environment.
 fn barrier_config(name: &str, size: usize, rails: usize, local: usize) -> Result<BarrierConfig, CError> {
-    let var = mcd::config::env_var;
     let mut barrier_config = if name == "auto" {
-        let params = match var("MCD_LOGP") {
-            Some(list) => LogP::parse_list(&list).map_err(|e| config_error(format!("MCD_LOGP: {e}")))?,
-            None => LogP::REFERENCE,
-        };
+        let params = logp_params()?;
         BarrierConfig::auto_on_host(size, rails, &params, true, local, mcd::host::online_cpus())
     } else {
         let algorithm: Algorithm = name.parse().map_err(|e: String| config_error(format!("algorithm: {e}")))?;
@@ -256,9 +261,17 @@ impl Job {
         let endpoint = Endpoint::open(config)?;
         let var = mcd::config::env_var;
         let asked = settings.algorithm.clone().or_else(|| var("MCD_ALGORITHM")).unwrap_or_else(|| "auto".into());
-        let hosts = endpoint.nodes().hosts().len();
+        let host_list = endpoint.nodes().hosts();
+        let hosts = host_list.len();
+        let per_host = host_list.iter().map(Vec::len).max().unwrap_or(1);
         let hierarchical = match var("MCD_HIERARCHY").as_deref() {
-            None | Some("auto") => hosts < size,
+            // The model's choice when some host has several ranks.
+            None | Some("auto") => {
+                let shm = barriers::model::ShmCosts::REFERENCE;
+                let cores = mcd::host::online_cpus();
+                let (layout, _) = barriers::model::auto_layout(hosts, per_host, cores, rails, &logp_params()?, true, &shm);
+                hosts < size && matches!(layout, barriers::model::Layout::Hierarchical(_))
+            }
             Some("on") => true,
             Some("off") => false,
             Some(other) => return Err(config_error(format!("MCD_HIERARCHY={other}: auto, on or off"))),
