@@ -626,20 +626,6 @@ pub fn receive_gap_on_cluster(cluster: &crate::vcluster::Cluster, burst: usize) 
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn g_per_byte_is_the_slope_of_g_over_size() {
-        // 1 µs + 0.008 µs per byte (125 MB/s): exact on a line.
-        let pts: Vec<(usize, f64)> = [8usize, 128, 512, 1024, 1486].iter().map(|&s| (s, 1.0 + 0.008 * s as f64)).collect();
-        assert!((slope(&pts).unwrap() - 0.008).abs() < 1e-12);
-        assert_eq!(slope(&pts[..1]), None);
-        assert_eq!(slope(&[(64, 1.0), (64, 2.0)]), None);
-    }
-}
-
 /// The model's shared-memory costs ([`barriers::model::ShmCosts`]) between
 /// two threads of this process on two cores, through the host barrier's own
 /// segment in `/dev/shm`: `iterations` barriers of two ranks busy-polling
@@ -708,4 +694,18 @@ pub fn measure_shm(iterations: usize) -> Result<barriers::model::ShmCosts> {
         start.elapsed().as_secs_f64() * 1e6 / iterations as f64
     };
     Ok(barriers::model::ShmCosts { transfer, wake: (block / 2.0 - transfer).max(0.0), scan })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn g_per_byte_is_the_slope_of_g_over_size() {
+        // 1 µs + 0.008 µs per byte (125 MB/s): exact on a line.
+        let pts: Vec<(usize, f64)> = [8usize, 128, 512, 1024, 1486].iter().map(|&s| (s, 1.0 + 0.008 * s as f64)).collect();
+        assert!((slope(&pts).unwrap() - 0.008).abs() < 1e-12);
+        assert_eq!(slope(&pts[..1]), None);
+        assert_eq!(slope(&[(64, 1.0), (64, 2.0)]), None);
+    }
 }
