@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mcd::{Endpoint, EndpointConfig, Received};
@@ -82,4 +83,24 @@ pub fn run_discovering(
         .collect();
     let deadline = std::time::Instant::now() + timeout;
     children.into_iter().map(|(node, child)| child.finish(node, deadline)).collect()
+}
+
+/// Compiles capi/examples/`example`.c against the C ABI's shared library in
+/// `lib_dir` (from [`mcd_tools::cbuild::build_capi`]) into `lib_dir`/`out`;
+/// panics, saying what is missing, when it cannot.
+pub fn compile_c(lib_dir: &Path, example: &str, out: &str) -> PathBuf {
+    let out = lib_dir.join(out);
+    let status = std::process::Command::new("cc")
+        .args(["-Wall", "-Werror", "-O2", "-I"])
+        .arg(mcd_tools::cbuild::capi_include().unwrap())
+        .arg("-o")
+        .arg(&out)
+        .arg(format!("{}/../capi/examples/{example}.c", env!("CARGO_MANIFEST_DIR")))
+        .arg(format!("-L{}", lib_dir.display()))
+        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+        .arg("-lmcd_barrier")
+        .status()
+        .expect("this test needs a C compiler `cc` (apt-get install gcc, or sudo ./run deps)");
+    assert!(status.success(), "compiling capi/examples/{example}.c failed");
+    out
 }

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use mcd_integration_tests::{cluster, run_discovering};
+use mcd_integration_tests::{cluster, compile_c, run_discovering};
 use mcd_tools::cbuild::{self, Mpi};
 use mcd_tools::mpi::MpiRun;
 use mcd_tools::vcluster::{ClusterSpec, NodeOutcome};
@@ -31,24 +31,6 @@ fn c_example(lib_dir: &Path) -> PathBuf {
 
 fn compile_c_example(lib_dir: &Path) -> PathBuf {
     compile_c(lib_dir, "barrier", "mcd-c-example")
-}
-
-/// Compiles capi/examples/`name`.c into `lib_dir`/`out`.
-fn compile_c(lib_dir: &Path, name: &str, out: &str) -> PathBuf {
-    let out = lib_dir.join(out);
-    let status = Command::new("cc")
-        .args(["-Wall", "-Werror", "-O2", "-I"])
-        .arg(cbuild::capi_include().unwrap())
-        .arg("-o")
-        .arg(&out)
-        .arg(format!("{}/../capi/examples/{name}.c", env!("CARGO_MANIFEST_DIR")))
-        .arg(format!("-L{}", lib_dir.display()))
-        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
-        .arg("-lmcd_barrier")
-        .status()
-        .expect("this test needs a C compiler `cc` (apt-get install gcc, or sudo ./run deps)");
-    assert!(status.success(), "compiling capi/examples/{name}.c failed");
-    out
 }
 
 /// Runs the C example on every node of `c` (discovering each other) with

@@ -227,19 +227,7 @@ fn a_stale_segment_of_a_crashed_job_is_replaced_and_removed() {
 #[test]
 fn the_c_abi_chooses_the_hierarchical_barrier_when_ranks_share_hosts() {
     let lib = mcd_tools::cbuild::build_capi(false).unwrap_or_else(|e| panic!("building the C ABI: {e:#}"));
-    let program = lib.join("mcd-c-example-hier");
-    let status = std::process::Command::new("cc")
-        .args(["-Wall", "-Werror", "-O2", "-I"])
-        .arg(mcd_tools::cbuild::capi_include().unwrap())
-        .arg("-o")
-        .arg(&program)
-        .arg(format!("{}/../capi/examples/barrier.c", env!("CARGO_MANIFEST_DIR")))
-        .arg(format!("-L{}", lib.display()))
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-lmcd_barrier")
-        .status()
-        .expect("this test needs a C compiler `cc` (apt-get install gcc, or sudo ./run deps)");
-    assert!(status.success(), "compiling capi/examples/barrier.c failed");
+    let program = mcd_integration_tests::compile_c(&lib, "barrier", "mcd-c-example-hier");
     let c = cluster(ClusterSpec::new("h14j", 3));
     let j = job(&c, 3, "h14j");
     let outcomes = j.run(&[program.to_str().unwrap(), "10"], Duration::from_secs(120));
