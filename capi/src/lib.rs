@@ -278,8 +278,10 @@ impl Job {
         };
         let shared = SharedEndpoint::new(endpoint);
         let (barrier, algorithm) = if hierarchical {
-            // On the wire, one leader per host.
-            let barrier_config = barrier_config(&asked, hosts, rails, 1)?;
+            // On the wire, one leader per host; on the cores, every process
+            // of the host (the ranks that wait in shared memory too).
+            let local = shared.with_endpoint(|e| e.local_processes());
+            let barrier_config = barrier_config(&asked, hosts, rails, local)?;
             let name = format!("hierarchical:{}", barrier_config.algorithm);
             (WorldBarrier::Hierarchical(Box::new(HierarchicalBarrier::on_endpoint(&shared, barrier_config)?)), name)
         } else {
