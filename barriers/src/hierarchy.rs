@@ -72,7 +72,8 @@ impl HierarchicalBarrier<GroupTransport> {
     /// the node list ([`mcd::NodeList::hosts`]: nodes with one rail-0 MAC),
     /// the host's segment named by job key, MAC and leader port in
     /// `/dev/shm`, and the leaders' barrier with `config` on a group of the
-    /// endpoint. Collective over all nodes; `config`'s algorithm is for as
+    /// endpoint whose multicasts go to [`mcd::GroupId::HOST_LEADERS`] (so
+    /// they land in the leaders' rings, not in every rank's). Collective over all nodes; `config`'s algorithm is for as
     /// many nodes as there are hosts.
     pub fn on_endpoint(shared: &SharedEndpoint, config: BarrierConfig) -> Result<Self, BarrierError> {
         let (nodes, job_key, policy, local_hint) =
@@ -91,7 +92,10 @@ impl HierarchicalBarrier<GroupTransport> {
             attach_timeout: config.join_timeout,
         };
         let leaders: Vec<NodeId> = hosts.iter().map(|h| h[0]).collect();
-        HierarchicalBarrier::new(host_config, leaders, nodes.len(), config, || shared.group(&hosts.iter().map(|h| h[0]).collect::<Vec<_>>()))
+        let on_wire = leaders.clone();
+        HierarchicalBarrier::new(host_config, leaders, nodes.len(), config, || {
+            shared.group_multicasting_to(&on_wire, mcd::GroupId::HOST_LEADERS)
+        })
     }
 }
 
