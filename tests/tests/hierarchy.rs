@@ -1,9 +1,9 @@
 //! The hierarchical barrier across the virtual cluster, several processes
 //! per node (a node's namespace is a host): hosts × ranks of 4×4, 2×8, 8×2
-//! and 3×5 on the shared clock, 20% loss between hosts, a local rank
-//! killed (named), a whole host killed, two jobs sharing the hosts, the C
-//! ABI choosing it by itself, and the host's shared memory gone after
-//! every run. Needs root.
+//! and 3×5 on the shared clock, each also under 20% loss between hosts, a
+//! local rank killed (named; 3×5), a whole host killed (4×4), two jobs
+//! sharing the hosts, a stale segment, the C ABI choosing it by itself, and
+//! the host's shared memory gone after every run. Needs root.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -140,21 +140,42 @@ fn three_hosts_of_five_ranks_never_leave_before_all_entered() {
     shape("h14d", 3, 5, 30);
 }
 
-#[test]
-fn twenty_percent_loss_between_hosts_is_recovered() {
-    let c = cluster(ClusterSpec::new("h14e", 4).loss(20.0, LossPoint::Node));
-    let j = job(&c, 4, "h14e");
+/// `shape` under 20% loss of mcd frames at every host's ingress.
+fn lossy(name: &str, hosts: usize, per_host: usize) {
+    let c = cluster(ClusterSpec::new(name, hosts).loss(20.0, LossPoint::Node));
+    let j = job(&c, per_host, name);
     let outcomes = j.run(&[PEER, "hierarchical", "30"], Duration::from_secs(120));
-    assert_all_done(&outcomes, 4, 4);
+    assert_all_done(&outcomes, hosts, per_host);
     j.assert_safe(30);
     assert!(c.loss_drops().unwrap() > 0, "no frame was dropped: the loss did not apply");
+    assert!(j.segments_left().is_empty(), "left behind: {:?}", j.segments_left());
 }
 
-/// Runs 3 hosts × 3 ranks of which `crashing` abort before barrier 5;
-/// every other rank must fail (exit 3) within seconds, not hang.
-fn crash(name: &str, crashing: &[usize]) -> Vec<NodeOutcome> {
-    let c = cluster(ClusterSpec::new(name, 3));
-    let mut j = job(&c, 3, name);
+#[test]
+fn four_hosts_of_four_ranks_recover_twenty_percent_loss_between_hosts() {
+    lossy("h14e", 4, 4);
+}
+
+#[test]
+fn two_hosts_of_eight_ranks_recover_twenty_percent_loss_between_hosts() {
+    lossy("h14k", 2, 8);
+}
+
+#[test]
+fn eight_hosts_of_two_ranks_recover_twenty_percent_loss_between_hosts() {
+    lossy("h14l", 8, 2);
+}
+
+#[test]
+fn three_hosts_of_five_ranks_recover_twenty_percent_loss_between_hosts() {
+    lossy("h14n", 3, 5);
+}
+
+/// Runs `hosts` × `per_host` ranks of which `crashing` abort before
+/// barrier 5; every other rank must fail (exit 3) within seconds, not hang.
+fn crash(name: &str, hosts: usize, per_host: usize, crashing: &[usize]) -> Vec<NodeOutcome> {
+    let c = cluster(ClusterSpec::new(name, hosts));
+    let mut j = job(&c, per_host, name);
     let list: Vec<String> = crashing.iter().map(|r| r.to_string()).collect();
     j.env = vec![
         ("MCD_TEST_CRASH_AT".into(), "5".into()),
@@ -175,21 +196,23 @@ fn crash(name: &str, crashing: &[usize]) -> Vec<NodeOutcome> {
 
 #[test]
 fn a_killed_local_rank_is_named_by_its_host_and_every_rank_fails() {
-    // Rank 4 is local rank 1 of host 1 (ranks 3, 4, 5; leader 3).
-    let outcomes = crash("h14f", &[4]);
-    let leader = &outcomes[3].stdout;
-    assert!(leader.contains("local rank 1 on this host (node 4, pid"), "leader: {leader}");
-    let mate = &outcomes[5].stdout;
-    assert!(mate.contains("this host's leader (node 3) gave up") && mate.contains("node 4"), "host mate: {mate}");
+    // 3 × 5: rank 7 is local rank 2 of host 1 (ranks 5 to 9; leader 5).
+    let outcomes = crash("h14f", 3, 5, &[7]);
+    let leader = &outcomes[5].stdout;
+    assert!(leader.contains("local rank 2 on this host (node 7, pid"), "leader: {leader}");
+    for mate in [6, 8, 9] {
+        let out = &outcomes[mate].stdout;
+        assert!(out.contains("this host's leader (node 5) gave up") && out.contains("node 7"), "host mate {mate}: {out}");
+    }
 }
 
 #[test]
 fn a_killed_host_is_named_by_the_other_hosts() {
-    // Host 2 is ranks 6, 7, 8 (leader 6).
-    let outcomes = crash("h14g", &[6, 7, 8]);
-    for (rank, o) in outcomes.iter().enumerate().take(6) {
+    // 4 × 4: host 3 is ranks 12 to 15 (leader 12).
+    let outcomes = crash("h14g", 4, 4, &[12, 13, 14, 15]);
+    for (rank, o) in outcomes.iter().enumerate().take(12) {
         let out = &o.stdout;
-        assert!(out.contains("node(s) [6]") || out.contains("because node 6 is silent"), "rank {rank}: {out}");
+        assert!(out.contains("node(s) [12]") || out.contains("because node 12 is silent"), "rank {rank}: {out}");
     }
 }
 
