@@ -1,6 +1,7 @@
 //! Running MPI programs across a virtual cluster, one rank per node
-//! namespace, so that MPI's own traffic (out-of-band and TCP) crosses the
-//! virtual links exactly as mcd's frames do: under Open MPI's `mpirun` or
+//! namespace (or several, [`MpiRun::ranks_per_node`]: a namespace is then a
+//! host of several ranks), so that MPI's own traffic (out-of-band and TCP)
+//! crosses the virtual links exactly as mcd's frames do: under Open MPI's `mpirun` or
 //! MPICH's Hydra (`mpiexec.hydra`), both through the same rsh agent.
 //!
 //! MPICH (Debian's `mpich`, ch4:ucx): Hydra with `-launcher rsh
