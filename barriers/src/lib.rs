@@ -20,6 +20,10 @@
 //!   the split-phase [`Barrier::enter`] / [`Barrier::test`] /
 //!   [`Barrier::wait`], [`Barrier::finish`], and a progress agent thread that
 //!   answers peers while the application is elsewhere.
+//! - [`HierarchicalBarrier`]: many ranks per host — each host's ranks meet
+//!   in shared memory ([`HostBarrier`], a `/dev/shm` segment with futexes),
+//!   the hosts' leaders run a [`Barrier`] among themselves, and each leader
+//!   releases its host.
 //! - [`model`]: cost prediction (the paper's closed forms, and a
 //!   discrete-event simulation of each algorithm's real message pattern with
 //!   receive gaps, links, a switch or a CSMA/CD hub, rails and hosts), and
