@@ -191,6 +191,7 @@ fn crash(name: &str, hosts: usize, per_host: usize, crashing: &[usize]) -> Vec<N
         }
     }
     assert!(j.segments_left().is_empty(), "left behind after a crash: {:?}", j.segments_left());
+    std::fs::remove_dir_all(j.times_dir()).unwrap();
     outcomes
 }
 
