@@ -337,6 +337,30 @@ pub enum BarrierError {
         /// This node.
         node: NodeId,
     },
+    /// A rank on this host that the barrier waited for died (its process
+    /// exited or was killed): the host-local step of a hierarchical barrier.
+    #[error("barrier {epoch}: local rank {local_rank} on this host (node {node}, pid {pid}) died: exited or killed")]
+    LocalRankDead {
+        /// The barrier's number.
+        epoch: u64,
+        /// Its rank among the host's ranks.
+        local_rank: usize,
+        /// Its node number in the job.
+        node: NodeId,
+        /// Its process id.
+        pid: u32,
+    },
+    /// This host's leader gave up on a barrier (a remote host or a local
+    /// rank failed) and said why.
+    #[error("barrier {epoch}: this host's leader (node {leader}) gave up: {reason}")]
+    LeaderGaveUp {
+        /// The barrier's number.
+        epoch: u64,
+        /// The leader's node number in the job.
+        leader: NodeId,
+        /// Its error.
+        reason: String,
+    },
     /// The transport failed.
     #[error("barrier transport: {0}")]
     Transport(#[source] TransportError),

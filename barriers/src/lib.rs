@@ -20,6 +20,10 @@
 //!   the split-phase [`Barrier::enter`] / [`Barrier::test`] /
 //!   [`Barrier::wait`], [`Barrier::finish`], and a progress agent thread that
 //!   answers peers while the application is elsewhere.
+//! - [`HierarchicalBarrier`]: many ranks per host — each host's ranks meet
+//!   in shared memory ([`HostBarrier`], a `/dev/shm` segment with futexes),
+//!   the hosts' leaders run a [`Barrier`] among themselves, and each leader
+//!   releases its host.
 //! - [`model`]: cost prediction (the paper's closed forms, and a
 //!   discrete-event simulation of each algorithm's real message pattern with
 //!   receive gaps, links, a switch or a CSMA/CD hub, rails and hosts), and
@@ -50,6 +54,8 @@ mod barrier;
 pub mod check;
 mod engine;
 mod expect;
+mod hierarchy;
+mod host_barrier;
 mod mcd_shared;
 mod mcd_transport;
 pub mod mem;
@@ -61,6 +67,8 @@ pub mod transport;
 
 pub use barrier::{Barrier, PreparedBarrier, AGENT_GRACE, AGENT_GRACE_MAX};
 pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARNED_RETRY};
+pub use hierarchy::{host_phases, HierarchicalBarrier, HOST_ADAPTIVE_YIELD};
+pub use host_barrier::{segment_path, HostBarrier, HostConfig, LIVENESS_CHECK};
 pub use mcd_shared::{GroupTransport, RouteStats, SharedEndpoint, GROUP_PAYLOAD_LEN};
 pub use mcd_transport::McdTransport;
 pub use plan::{Algorithm, Fanout, Release};

@@ -35,7 +35,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use mcd::{Destination, Endpoint, Readiness};
+use mcd::{Destination, Endpoint, GroupId, Readiness};
 
 use crate::engine::mix;
 use crate::mcd_transport::wire;
@@ -324,8 +324,25 @@ impl SharedEndpoint {
             rails: self.rails,
             readiness,
             everyone: members.len() == self.nodes,
+            multicast_to: Destination::ALL_NODES,
             dropped: 0,
         })
+    }
+
+    /// As [`group`](Self::group), with the group's multicasts sent to the
+    /// named multicast group `multicast` (which this endpoint joins, and
+    /// leaves when the transport drops) instead of to every node of the
+    /// job: for a group whose other nodes should not see its frames at all,
+    /// such as the hosts' leaders ([`GroupId::HOST_LEADERS`]).
+    pub fn group_multicasting_to(&self, members: &[NodeId], multicast: GroupId) -> Result<GroupTransport, TransportError> {
+        if multicast == GroupId::ALL {
+            return self.group(members);
+        }
+        let mut transport = self.group(members)?;
+        lock(&self.hub).endpoint.join(multicast)?;
+        transport.multicast_to = Destination::Group(multicast);
+        transport.everyone = false;
+        Ok(transport)
     }
 
     /// Runs `f` on the endpoint (for its statistics, say).
@@ -351,6 +368,9 @@ pub struct GroupTransport {
     rails: usize,
     readiness: Arc<Readiness>,
     everyone: bool,
+    /// Where the group's multicasts go: every node of the job, or a named
+    /// group only the members joined.
+    multicast_to: Destination,
     dropped: u64,
 }
 
@@ -414,6 +434,12 @@ impl Drop for GroupTransport {
     fn drop(&mut self) {
         let mut hub = lock(&self.hub);
         hub.routes.remove(&self.key);
+        if let Destination::Group(g) = self.multicast_to {
+            if g != GroupId::ALL {
+                // Failing to leave only lets a few frames more in, dropped as foreign.
+                let _ = hub.endpoint.leave(g);
+            }
+        }
         if hub.watcher == Some(self.key) {
             // Another group's agent watches the rings from now on.
             hub.watcher = hub.routes.iter().find(|(_, r)| r.members > 1).map(|(&k, _)| k);
@@ -455,7 +481,7 @@ impl Transport for GroupTransport {
             }
             return Ok(());
         }
-        self.send_to(rail, Destination::ALL_NODES, msg)
+        self.send_to(rail, self.multicast_to, msg)
     }
 
     fn recv(&mut self, timeout: Duration) -> Result<Option<Incoming>, TransportError> {

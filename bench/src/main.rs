@@ -127,6 +127,18 @@ enum Bench {
         #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
         scale: f64,
     },
+    /// Many ranks per host: the hierarchical barrier against the flat one
+    /// and against Open MPI with shared memory (`btl self,vader,tcp`), at
+    /// hosts × ranks per host (several processes per namespace). Writes
+    /// results/hierarchy.{md,json}.
+    Hierarchy {
+        /// Shapes, HOSTSxRANKS (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "4x4,8x2,4x8", value_parser = shape)]
+        shapes: Vec<(usize, usize)>,
+        /// Timed barriers per contender.
+        #[arg(long, default_value_t = 300, value_parser = mcd_tools::cli::at_least_one)]
+        iterations: usize,
+    },
     /// Every barrier algorithm at 2, 4, 8 and 16 nodes, the paper's method.
     Barriers {
         /// Node counts.
@@ -136,6 +148,17 @@ enum Bench {
         #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
         scale: f64,
     },
+}
+
+/// A shape `HOSTSxRANKS`: hosts, ranks per host.
+fn shape(s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("`{s}` is not HOSTSxRANKS (e.g. 4x4)");
+    let (h, r) = s.split_once('x').ok_or_else(bad)?;
+    let (h, r): (usize, usize) = (h.parse().map_err(|_| bad())?, r.parse().map_err(|_| bad())?);
+    if h < 1 || r < 1 {
+        return Err(format!("`{s}`: at least one host and one rank per host"));
+    }
+    Ok((h, r))
 }
 
 fn main() {
@@ -155,6 +178,7 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Validate { measure, nodes, scale } => validate::run(&cli.out, measure.then_some((&nodes[..], scale))),
         Bench::Hotpath { iterations, rounds } => hotpath::run(&cli.out, iterations, rounds),
         Bench::Load { nodes, rounds, iterations } => load::run(&cli.out, &nodes, rounds, iterations),
+        Bench::Hierarchy { shapes, iterations } => hierarchy::run(&cli.out, &shapes, iterations),
         Bench::HeadToHead { nodes, scale, logp, report } => {
             let logp = logp.or_else(|| Some(cli.out.join("logp.json")).filter(|p| p.exists()));
             head_to_head::run(&cli.out, &report, &nodes, scale, logp.as_deref())
@@ -163,6 +187,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 mod head_to_head;
+mod hierarchy;
 mod validate;
 mod hotpath;
 mod load;

@@ -24,7 +24,11 @@
 //! peer is waited for as long as it takes), `MCD_BARRIER_DEADLINE` (seconds
 //! after which one barrier call gives up even on live peers; default none),
 //! `MCD_JOIN_TIMEOUT` (seconds a group's or job's creation waits for every
-//! member; default 30).
+//! member; default 30),
+//! `MCD_HIERARCHY` (`auto`, the default: the hierarchical barrier when some
+//! host runs more than one rank and the model
+//! ([`barriers::model::auto_layout`]) predicts it faster, ranks on one host
+//! being the nodes with one rail-0 MAC; `on`; `off`: always flat).
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
@@ -34,7 +38,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use barriers::model::LogP;
-use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, GroupTransport, PreparedBarrier, SharedEndpoint, Transport};
+use barriers::{
+    Algorithm, Barrier, BarrierConfig, BarrierError, BarrierStats, GroupTransport, HierarchicalBarrier, PreparedBarrier, SharedEndpoint,
+    Transport,
+};
 use mcd::bootstrap::JobSettings;
 use mcd::{Endpoint, EndpointConfig, NodeList};
 
@@ -130,12 +137,70 @@ pub struct mcd_stats {
     pub frames_dropped: u64,
 }
 
+/// The job's barrier over all of its ranks.
+pub enum WorldBarrier {
+    /// Every rank on the wire.
+    Flat(Barrier<GroupTransport>),
+    /// Each host's ranks meet in shared memory, its leader on the wire.
+    Hierarchical(Box<HierarchicalBarrier<GroupTransport>>),
+}
+
+impl WorldBarrier {
+    /// One whole barrier (completes an entered one).
+    pub fn wait(&mut self) -> Result<(), BarrierError> {
+        match self {
+            WorldBarrier::Flat(b) => b.wait(),
+            WorldBarrier::Hierarchical(b) => b.wait(),
+        }
+    }
+
+    /// Enters the next barrier without waiting.
+    pub fn enter(&mut self) -> Result<(), BarrierError> {
+        match self {
+            WorldBarrier::Flat(b) => b.enter(),
+            WorldBarrier::Hierarchical(b) => b.enter(),
+        }
+    }
+
+    /// Progress without blocking; true once the entered barrier is complete.
+    pub fn test(&mut self) -> Result<bool, BarrierError> {
+        match self {
+            WorldBarrier::Flat(b) => b.test(),
+            WorldBarrier::Hierarchical(b) => b.test(),
+        }
+    }
+
+    /// The closing barrier.
+    pub fn finish(&mut self) -> Result<(), BarrierError> {
+        match self {
+            WorldBarrier::Flat(b) => b.finish(),
+            WorldBarrier::Hierarchical(b) => b.finish(),
+        }
+    }
+
+    /// This rank.
+    pub fn node(&self) -> usize {
+        match self {
+            WorldBarrier::Flat(b) => b.node(),
+            WorldBarrier::Hierarchical(b) => b.node(),
+        }
+    }
+
+    /// The counters (of the leaders' barrier, on a hierarchical leader).
+    pub fn stats(&self) -> BarrierStats {
+        match self {
+            WorldBarrier::Flat(b) => b.stats(),
+            WorldBarrier::Hierarchical(b) => b.stats(),
+        }
+    }
+}
+
 /// An open job (`mcd_job` in C): an endpoint and its barrier, the endpoint
 /// shared with the job's groups. Its methods take `&self`, so that one
 /// thread may wait in the job's barrier while another creates or frees
 /// groups (MPI_THREAD_MULTIPLE).
 pub struct Job {
-    barrier: Mutex<Barrier<GroupTransport>>,
+    barrier: Mutex<WorldBarrier>,
     shared: SharedEndpoint,
     algorithm: CString,
     /// The algorithm asked for (`auto` or a name), for groups.
@@ -218,7 +283,7 @@ impl Closing {
     /// Finishes every closing group, all at once, and `world` beside them
     /// (so a dead member costs one failure timeout, not one per group);
     /// waits as long as that takes. The first error, if any.
-    fn finish_all(&self, world: &Mutex<Barrier<GroupTransport>>) -> Result<(), CError> {
+    fn finish_all(&self, world: &Mutex<WorldBarrier>) -> Result<(), CError> {
         let (groups, failed) = {
             let mut closing = self.lock();
             (std::mem::take(&mut closing.groups), closing.failed.take())
@@ -243,15 +308,20 @@ impl Closing {
     }
 }
 
+/// The LogP parameters for `auto`: `MCD_LOGP`, or the reference machine's.
+fn logp_params() -> Result<LogP, CError> {
+    match mcd::config::env_var("MCD_LOGP") {
+        Some(list) => LogP::parse_list(&list).map_err(|e| config_error(format!("MCD_LOGP: {e}"))),
+        None => Ok(LogP::REFERENCE),
+    }
+}
+
 /// The barrier configuration for `size` nodes on `rails` rails: `name`, or
-/// `auto`'s pick on this host; timeouts from the environment.
+/// `auto`'s pick for `host` (processes on the busiest host's cores, the
+/// smallest host's cores); timeouts from the environment.
 fn barrier_config(name: &str, size: usize, rails: usize, host: HostShape) -> Result<BarrierConfig, CError> {
-    let var = mcd::config::env_var;
     let mut barrier_config = if name == "auto" {
-        let params = match var("MCD_LOGP") {
-            Some(list) => LogP::parse_list(&list).map_err(|e| config_error(format!("MCD_LOGP: {e}")))?,
-            None => LogP::REFERENCE,
-        };
+        let params = logp_params()?;
         BarrierConfig::auto_on_host(size, rails, &params, true, host.local_processes, host.cores)
     } else {
         let algorithm: Algorithm = name.parse().map_err(|e: String| config_error(format!("algorithm: {e}")))?;
@@ -273,9 +343,8 @@ fn transport_error(e: barriers::TransportError) -> CError {
     CError { code: MCD_ERR_SYSTEM, message: e.to_string() }
 }
 
-/// The counters of `barrier` and of the shared endpoint.
-fn stats_of(barrier: &Barrier<GroupTransport>, shared: &SharedEndpoint) -> Result<mcd_stats, CError> {
-    let b = barrier.stats();
+/// The counters `b` of a barrier, and those of the shared endpoint.
+fn stats_of(b: BarrierStats, shared: &SharedEndpoint) -> Result<mcd_stats, CError> {
     let e = shared.with_endpoint(|e| e.stats())?;
     Ok(mcd_stats {
         barriers: b.completed,
@@ -304,12 +373,36 @@ impl Job {
             local_processes: settings.local_processes.unwrap_or_else(mcd::wait::local_processes_from_env),
             cores: settings.cores.unwrap_or_else(mcd::host::online_cpus),
         };
-        let barrier_config = barrier_config(&asked, size, rails, host)?;
-        let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");
+        let host_list = endpoint.nodes().hosts();
+        let hosts = host_list.len();
+        let per_host = host_list.iter().map(Vec::len).max().unwrap_or(1);
+        let hierarchical = match var("MCD_HIERARCHY").as_deref() {
+            // The model's choice when some host has several ranks.
+            None | Some("auto") => {
+                let shm = barriers::model::ShmCosts::REFERENCE;
+                let (layout, _) = barriers::model::auto_layout(hosts, per_host, host.cores, rails, &logp_params()?, true, &shm);
+                hosts < size && matches!(layout, barriers::model::Layout::Hierarchical(_))
+            }
+            Some("on") => true,
+            Some("off") => false,
+            Some(other) => return Err(config_error(format!("MCD_HIERARCHY={other}: auto, on or off"))),
+        };
         let shared = SharedEndpoint::new(endpoint);
-        let everyone: Vec<usize> = (0..size).collect();
-        let transport = shared.group(&everyone).map_err(transport_error)?;
-        let barrier = Barrier::new(transport, barrier_config)?;
+        let (barrier, algorithm) = if hierarchical {
+            // On the wire, one leader per host; on the cores, every process
+            // of the busiest host (the ranks that wait in shared memory too):
+            // from the node list, the same on every rank.
+            let leaders = HostShape { local_processes: per_host.max(settings.local_processes.unwrap_or(1)), ..host };
+            let barrier_config = barrier_config(&asked, hosts, rails, leaders)?;
+            let name = format!("hierarchical:{}", barrier_config.algorithm);
+            (WorldBarrier::Hierarchical(Box::new(HierarchicalBarrier::on_endpoint(&shared, barrier_config)?)), name)
+        } else {
+            let barrier_config = barrier_config(&asked, size, rails, host)?;
+            let everyone: Vec<usize> = (0..size).collect();
+            let transport = shared.group(&everyone).map_err(transport_error)?;
+            (WorldBarrier::Flat(Barrier::new(transport, barrier_config)?), barrier_config.algorithm.to_string())
+        };
+        let algorithm = CString::new(algorithm).expect("algorithm names have no NUL");
         let rank = barrier.node();
         Ok(Job { barrier: Mutex::new(barrier), shared, algorithm, asked, rank, size, rails, host, closing: Closing::default() })
     }
@@ -331,13 +424,13 @@ impl Job {
 
     /// The job's barrier (held while in use: a second thread's barrier call
     /// waits for the first's).
-    pub fn barrier(&self) -> MutexGuard<'_, Barrier<GroupTransport>> {
+    pub fn barrier(&self) -> MutexGuard<'_, WorldBarrier> {
         self.barrier.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The counters.
     pub fn stats(&self) -> Result<mcd_stats, CError> {
-        stats_of(&self.barrier(), &self.shared)
+        stats_of(self.barrier().stats(), &self.shared)
     }
 
     /// A barrier over the job's ranks `ranks` (this one among them), numbered
@@ -435,7 +528,7 @@ impl Group {
     /// The counters (the endpoint's are the job's).
     pub fn stats(&mut self) -> Result<mcd_stats, CError> {
         let shared = self.shared.clone();
-        stats_of(self.barrier()?, &shared)
+        stats_of(self.barrier()?.stats(), &shared)
     }
 
     /// Ends this node's use of the group without waiting: enters its closing

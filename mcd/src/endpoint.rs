@@ -272,6 +272,11 @@ impl Endpoint {
         self.rails.len()
     }
 
+    /// The job key every frame carries.
+    pub fn job_key(&self) -> u32 {
+        self.demux.job_key
+    }
+
     /// The port this endpoint holds.
     pub fn port(&self) -> Port {
         self.demux.port

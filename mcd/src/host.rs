@@ -3,7 +3,7 @@
 //! counting cores, and the few process operations the virtual cluster's
 //! daemons need (so that no crate above mcd writes `unsafe`).
 
-pub use crate::sys::{close_inherited_descriptors_on_exec, effective_uid_is_root, process_exists, signal_end};
+pub use crate::sys::{close_inherited_descriptors_on_exec, effective_uid_is_root, monotonic_clock, process_exists, signal_end};
 
 use std::io;
 use std::path::Path;

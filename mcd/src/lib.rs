@@ -35,6 +35,9 @@
 //! - [`kind`]: the registry of message kinds, where every protocol of the
 //!   workspace (bootstrap, barriers, the tools) has its kind bytes allocated.
 //!
+//! - [`shm`]: shared memory and futexes between a host's processes, and
+//!   process identities that survive pid reuse (for host-local barriers).
+//!
 //! - [`bootstrap`]: for launched jobs (Slurm, `mpirun`, PMI): rank, size,
 //!   interfaces and job key from the environment, and discovery of the other
 //!   ranks by multicast hellos when there is no node list
@@ -76,6 +79,7 @@ pub mod kind;
 pub mod node;
 pub mod port;
 pub mod raw;
+pub mod shm;
 pub mod stats;
 #[allow(unsafe_code)]
 mod sys;

@@ -170,6 +170,22 @@ impl NodeList {
     pub fn rails(&self) -> usize {
         self.nodes.iter().map(|n| n.macs.len()).min().unwrap_or(0)
     }
+
+    /// The nodes grouped by host: nodes with one rail-0 MAC share a NIC, so
+    /// a host (on the virtual cluster, a namespace). Hosts are ordered by
+    /// their first node, and each host's nodes by number, so every node
+    /// computes the same grouping; the first node of each is its leader.
+    pub fn hosts(&self) -> Vec<Vec<NodeId>> {
+        let mut hosts: Vec<(MacAddr, Vec<NodeId>)> = Vec::new();
+        for (id, node) in self.nodes.iter().enumerate() {
+            let mac = node.macs.first().copied().unwrap_or_default();
+            match hosts.iter_mut().find(|(m, _)| *m == mac) {
+                Some((_, members)) => members.push(id),
+                None => hosts.push((mac, vec![id])),
+            }
+        }
+        hosts.into_iter().map(|(_, members)| members).collect()
+    }
 }
 
 #[cfg(test)]
@@ -235,5 +251,15 @@ mod tests {
         let (line, why) = reason(too_many.collect());
         assert!(line == 0 && why.contains("at most 65536"), "{why}");
         assert_eq!(NodeList::default().find(MacAddr([2, 0, 0, 0, 0, 1]), 0), None);
+    }
+
+    #[test]
+    fn nodes_sharing_a_mac_are_one_host_led_by_the_lowest_node() {
+        let list = NodeList::parse(
+            "02:00:00:00:00:01 0\n02:00:00:00:00:02 0\n02:00:00:00:00:01 1\n02:00:00:00:00:03\n02:00:00:00:00:02 1\n",
+            "test",
+        )
+        .unwrap();
+        assert_eq!(list.hosts(), vec![vec![0, 2], vec![1, 4], vec![3]]);
     }
 }

@@ -139,6 +139,10 @@ pub struct GroupId(pub u8);
 impl GroupId {
     /// Every node of the job; every endpoint is a member.
     pub const ALL: GroupId = GroupId(0);
+    /// The hosts' leaders of a hierarchical barrier (reserved, as is
+    /// [`crate::bootstrap::BOOTSTRAP_GROUP`]): their multicasts reach the
+    /// other leaders' rings only, not those of every rank of each host.
+    pub const HOST_LEADERS: GroupId = GroupId(254);
 }
 
 /// Why a byte buffer is not a valid MCD frame.

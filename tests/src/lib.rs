@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mcd::{Endpoint, EndpointConfig, Received};
@@ -85,8 +86,9 @@ pub fn run_discovering(
 }
 
 /// Compiles the C program `source` against the C ABI's library in
-/// `lib_dir` (from `cbuild::build_capi`) into `out`.
-pub fn compile_with_capi(lib_dir: &std::path::Path, source: &std::path::Path, out: &std::path::Path) -> std::path::PathBuf {
+/// `lib_dir` (from [`mcd_tools::cbuild::build_capi`]) into `out`; panics,
+/// saying what is missing, when it cannot.
+pub fn compile_with_capi(lib_dir: &Path, source: &Path, out: &Path) -> PathBuf {
     let status = std::process::Command::new("cc")
         .args(["-Wall", "-Werror", "-O2", "-I"])
         .arg(mcd_tools::cbuild::capi_include().unwrap())
@@ -100,6 +102,13 @@ pub fn compile_with_capi(lib_dir: &std::path::Path, source: &std::path::Path, ou
         .expect("this test needs a C compiler `cc` (apt-get install gcc, or sudo ./run deps)");
     assert!(status.success(), "compiling {} failed", source.display());
     out.to_path_buf()
+}
+
+/// Compiles capi/examples/`example`.c into `lib_dir`/`out` (see
+/// [`compile_with_capi`]).
+pub fn compile_c(lib_dir: &Path, example: &str, out: &str) -> PathBuf {
+    let source = PathBuf::from(format!("{}/../capi/examples/{example}.c", env!("CARGO_MANIFEST_DIR")));
+    compile_with_capi(lib_dir, &source, &lib_dir.join(out))
 }
 
 /// Each rank's `MCD_MPI_REPORT` line (from the MPI_Barrier interposer) in

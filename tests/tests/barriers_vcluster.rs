@@ -198,3 +198,41 @@ fn groups_on_shared_endpoints_never_count_each_others_frames() {
         assert!(stats.routed > 0 && stats.ignored == 0 && stats.overflow == 0, "node {node}: {stats:?}");
     }
 }
+
+#[test]
+fn a_group_multicasting_to_a_named_group_keeps_its_frames_from_the_other_nodes() {
+    // As the hosts' leaders do: nodes 0, 1 and 2 run a multicast-release
+    // tree whose multicasts go to GroupId::HOST_LEADERS; node 3, in the job
+    // but not in the group, must receive none of its frames.
+    let n = 4;
+    let c = cluster(ClusterSpec::new("h14gm", n));
+    let shared: Vec<barriers::SharedEndpoint> = mcd_integration_tests::open_all(&c).into_iter().map(barriers::SharedEndpoint::new).collect();
+    let members = [0, 1, 2];
+    let rounds = 50;
+    let threads: Vec<_> = members
+        .iter()
+        .map(|&node| {
+            let transport = shared[node].group_multicasting_to(&members, mcd::GroupId::HOST_LEADERS).unwrap();
+            std::thread::spawn(move || {
+                let config = BarrierConfig::new(Algorithm::Tree { k: barriers::Fanout::FOUR, release: barriers::Release::Multicast });
+                let mut b = barriers::Barrier::new(transport, config).unwrap();
+                let mut timeline = barriers::check::Timeline::default();
+                for _ in 0..rounds {
+                    let entered = std::time::Instant::now();
+                    b.wait().unwrap();
+                    timeline.record(entered, std::time::Instant::now());
+                }
+                b.finish().unwrap();
+                timeline
+            })
+        })
+        .collect();
+    let timelines: Vec<_> = threads.into_iter().map(|t| t.join().expect("a member failed")).collect();
+    let (violations, checked) = barriers::check::check(&timelines);
+    assert_eq!(checked, rounds);
+    assert!(violations.is_empty(), "{violations:?}");
+    let outsider = shared[3].with_endpoint(|e| e.stats()).unwrap();
+    assert_eq!(outsider.received, 0, "node 3 got the group's frames: {outsider:?}");
+    let member = shared[1].with_endpoint(|e| e.stats()).unwrap();
+    assert!(member.received >= rounds as u64, "node 1 got too few frames: {member:?}");
+}

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use mcd_integration_tests::{cluster, interposer_reports, run_discovering};
+use mcd_integration_tests::{cluster, compile_c, interposer_reports, run_discovering};
 use mcd_tools::cbuild::{self, Mpi};
 use mcd_tools::mpi::MpiRun;
 use mcd_tools::vcluster::{ClusterSpec, NodeOutcome};
@@ -31,12 +31,6 @@ fn c_example(lib_dir: &Path) -> PathBuf {
 
 fn compile_c_example(lib_dir: &Path) -> PathBuf {
     compile_c(lib_dir, "barrier", "mcd-c-example")
-}
-
-/// Compiles capi/examples/`name`.c into `lib_dir`/`out`.
-fn compile_c(lib_dir: &Path, name: &str, out: &str) -> PathBuf {
-    let source = PathBuf::from(format!("{}/../capi/examples/{name}.c", env!("CARGO_MANIFEST_DIR")));
-    mcd_integration_tests::compile_with_capi(lib_dir, &source, &lib_dir.join(out))
 }
 
 /// Runs the C example on every node of `c` (discovering each other) with

@@ -48,20 +48,7 @@ fn mcd_barrier() -> PathBuf {
 /// tests/tests/embedding.rs does), under a name of its own.
 fn c_example() -> PathBuf {
     let lib = mcd_tools::cbuild::build_capi(false).unwrap_or_else(|e| panic!("building the C ABI: {e:#}"));
-    let out = lib.join("mcd-c-example-slurm");
-    let status = Command::new("cc")
-        .args(["-Wall", "-Werror", "-O2", "-I"])
-        .arg(mcd_tools::cbuild::capi_include().unwrap())
-        .arg("-o")
-        .arg(&out)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../capi/examples/barrier.c"))
-        .arg(format!("-L{}", lib.display()))
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-lmcd_barrier")
-        .status()
-        .expect("this test needs a C compiler `cc` (apt-get install gcc, or sudo ./run deps)");
-    assert!(status.success(), "compiling capi/examples/barrier.c failed");
-    out
+    mcd_integration_tests::compile_c(&lib, "barrier", "mcd-c-example-slurm")
 }
 
 #[test]

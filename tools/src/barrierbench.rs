@@ -262,6 +262,78 @@ pub fn measure(cluster: &Cluster, config: BarrierConfig, bench: BarrierBench) ->
     Ok(bench.summarize(&config.algorithm.to_string(), config.rails, &nodes))
 }
 
+/// Measures `config` with `per_host` ranks on every node of `cluster` (a
+/// node is a host: its namespace, one NIC), one thread per rank, each with
+/// its own endpoint (port = its place on the host). Flat: every rank runs
+/// `config` on the wire. Hierarchical: each host's ranks meet in shared
+/// memory and its leader runs `config` among the hosts' leaders
+/// ([`barriers::HierarchicalBarrier`]). The measurement's `nodes` counts
+/// ranks.
+pub fn measure_ranks_per_host(
+    cluster: &Cluster,
+    per_host: usize,
+    config: BarrierConfig,
+    bench: BarrierBench,
+    hierarchical: bool,
+) -> Result<BarrierMeasurement> {
+    anyhow::ensure!(per_host >= 1, "at least one rank per host");
+    let hosts = cluster.nodes();
+    let ranks = hosts * per_host;
+    anyhow::ensure!(per_host <= 256, "at most 256 ranks per host (one port each)");
+    let mut addrs = Vec::with_capacity(ranks);
+    for h in 0..hosts {
+        for r in 0..per_host {
+            let macs = (0..cluster.rails()).map(|rail| cluster.mac(h, rail)).collect();
+            addrs.push(mcd::NodeAddr { macs, port: r as mcd::Port });
+        }
+    }
+    let nodes = mcd::NodeList::new(addrs)?;
+    let endpoints = (0..ranks)
+        .map(|rank| {
+            let _ns = cluster.enter(rank / per_host)?;
+            let mut ep_config = mcd::EndpointConfig::new(cluster.interfaces(), (rank % per_host) as mcd::Port, nodes.clone());
+            ep_config.wait = bench.wait;
+            ep_config.local_processes = ranks;
+            Ok(Endpoint::open(ep_config)?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let cores = mcd::host::online_cpus();
+    let threads: Vec<_> = endpoints
+        .into_iter()
+        .enumerate()
+        .map(|(rank, endpoint)| {
+            std::thread::spawn(move || -> Result<NodeTimes> {
+                if ranks <= cores {
+                    let _ = mcd::host::pin_current_thread(rank);
+                }
+                if hierarchical {
+                    let shared = barriers::SharedEndpoint::new(endpoint);
+                    let mut b = barriers::HierarchicalBarrier::on_endpoint(&shared, config)?;
+                    let before = b.stats();
+                    let mut times = bench.time_node(|| b.wait())?;
+                    times.recoveries = b.stats().answers - before.answers;
+                    b.finish()?;
+                    Ok(times)
+                } else {
+                    let mut b = barriers::Barrier::new(McdTransport::new(endpoint), config)?;
+                    let before = b.stats();
+                    let mut times = bench.time_node(|| b.wait())?;
+                    times.recoveries = b.stats().answers - before.answers;
+                    b.finish()?;
+                    Ok(times)
+                }
+            })
+        })
+        .collect();
+    let times: Vec<NodeTimes> = threads
+        .into_iter()
+        .enumerate()
+        .map(|(rank, t)| t.join().map_err(|_| anyhow!("rank {rank} panicked"))?.map_err(|e| anyhow!("{} on rank {rank}: {e}", config.algorithm)))
+        .collect::<Result<_>>()?;
+    let name = if hierarchical { format!("hier:{}", config.algorithm) } else { config.algorithm.to_string() };
+    Ok(bench.summarize(&name, config.rails, &times))
+}
+
 /// Measures `config` across the hosts of a job: this process is one node,
 /// `endpoint` its endpoint (opened by [`mcd::EndpointConfig::bootstrap`], say).
 /// Every node runs the loop; node 0 then asks each node for its figures and

@@ -626,6 +626,76 @@ pub fn receive_gap_on_cluster(cluster: &crate::vcluster::Cluster, burst: usize) 
     })
 }
 
+/// The model's shared-memory costs ([`barriers::model::ShmCosts`]) between
+/// two threads of this process on two cores, through the host barrier's own
+/// segment in `/dev/shm`: `iterations` barriers of two ranks busy-polling
+/// (each is two cache-line transfers) and blocking (two futex wake-ups
+/// more); the scan from timing the leader's look at the arrivals.
+pub fn measure_shm(iterations: usize) -> Result<barriers::model::ShmCosts> {
+    let cores = mcd::host::online_cpus();
+    let per_barrier = |policy: WaitPolicy| -> Result<f64> {
+        let path = std::path::PathBuf::from(mcd::shm::SHM_DIR).join(format!("mcd-logp-shm-{}-{policy}", std::process::id()));
+        let ranks: Vec<_> = (0..2)
+            .map(|me| {
+                let config = barriers::HostConfig {
+                    path: path.clone(),
+                    job_key: 0,
+                    members: vec![0, 1],
+                    me,
+                    attach_timeout: Duration::from_secs(10),
+                    phases: policy.phases(2, cores),
+                };
+                std::thread::spawn(move || -> Result<f64> {
+                    if cores >= 2 {
+                        let _ = mcd::host::pin_current_thread(me);
+                    }
+                    let mut b = barriers::HostBarrier::join(config)?;
+                    for _ in 0..iterations / 10 + 10 {
+                        b.wait(None)?;
+                    }
+                    let start = Instant::now();
+                    for _ in 0..iterations {
+                        b.wait(None)?;
+                    }
+                    Ok(start.elapsed().as_secs_f64() * 1e6 / iterations as f64)
+                })
+            })
+            .collect();
+        let mut times = Vec::new();
+        for r in ranks {
+            times.push(r.join().map_err(|_| anyhow::anyhow!("a shared-memory rank panicked"))??);
+        }
+        Ok(times[0])
+    };
+    let busy = per_barrier(WaitPolicy::BusyPoll)?;
+    let block = per_barrier(WaitPolicy::Block)?;
+    let transfer = busy / 2.0;
+    // The leader's scan of the arrivals, on a barrier of 64 ranks none of
+    // which has arrived: the whole scan, per rank.
+    let path = std::path::PathBuf::from(mcd::shm::SHM_DIR).join(format!("mcd-logp-scan-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let scan = {
+        let config = barriers::HostConfig {
+            path,
+            job_key: 0,
+            members: vec![0],
+            me: 0,
+            attach_timeout: Duration::from_secs(1),
+            phases: WaitPolicy::BusyPoll.phases(1, cores),
+        };
+        let mut b = barriers::HostBarrier::join(config)?;
+        b.arrive();
+        let start = Instant::now();
+        let mut seen = 0;
+        for _ in 0..iterations {
+            seen += usize::from(std::hint::black_box(&b).all_arrived());
+        }
+        anyhow::ensure!(seen == iterations, "a lone rank has always gathered");
+        start.elapsed().as_secs_f64() * 1e6 / iterations as f64
+    };
+    Ok(barriers::model::ShmCosts { transfer, wake: (block / 2.0 - transfer).max(0.0), scan })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! Running MPI programs across a virtual cluster, one rank per node
-//! namespace, so that MPI's own traffic (out-of-band and TCP) crosses the
-//! virtual links exactly as mcd's frames do: under Open MPI's `mpirun` or
+//! namespace (or several, [`MpiRun::ranks_per_node`]: a namespace is then a
+//! host of several ranks), so that MPI's own traffic (out-of-band and TCP)
+//! crosses the virtual links exactly as mcd's frames do: under Open MPI's `mpirun` or
 //! MPICH's Hydra (`mpiexec.hydra`), both through the same rsh agent.
 //!
 //! MPICH (Debian's `mpich`, ch4:ucx): Hydra with `-launcher rsh
@@ -49,8 +50,11 @@ pub const SUBNET: &str = "10.77.0.0/16";
 pub struct MpiRun {
     /// Which MPI launches it (the program must be built for the same one).
     pub mpi: Mpi,
-    /// Ranks (at most one per node; default: every node).
+    /// Ranks (at most `ranks_per_node` per node; default: all of them).
     pub ranks: Option<usize>,
+    /// Ranks on each node (a host: its namespace), filled node by node
+    /// (ranks 0..k on node 0, ...); 0 counts as 1.
+    pub ranks_per_node: usize,
     /// Open MPI's `mpi_yield_when_idle` (sched_yield while polling; its best
     /// mode when ranks outnumber cores).
     pub yield_when_idle: bool,
@@ -85,11 +89,12 @@ impl MpiRun {
     /// `mpirun` command that runs `program` with `args` on it.
     pub fn command(&self, cluster: &Cluster, program: &str, args: &[String]) -> Result<Command> {
         check_launcher(self.mpi)?;
-        let ranks = self.ranks.unwrap_or(cluster.nodes());
-        if ranks == 0 || ranks > cluster.nodes() {
-            bail!("{ranks} ranks asked on a cluster of {} nodes (one rank per node)", cluster.nodes());
+        let per_node = self.ranks_per_node.max(1);
+        let ranks = self.ranks.unwrap_or(cluster.nodes() * per_node);
+        if ranks == 0 || ranks > cluster.nodes() * per_node {
+            bail!("{ranks} ranks asked on a cluster of {} nodes ({per_node} rank(s) per node)", cluster.nodes());
         }
-        let files = prepare(cluster)?;
+        let files = prepare(cluster, per_node)?;
         let defaults = [
             ("MCD_IFACES".to_string(), cluster.interfaces().join(",")),
             ("MCD_LOCAL_PROCS".to_string(), ranks.to_string()),
@@ -104,7 +109,7 @@ impl MpiRun {
                 .arg(&files.mpich_hostfile)
                 .args(["-launcher", "rsh", "-launcher-exec"])
                 .arg(&files.agent)
-                .args(["-iface", &cluster.bridge(0), "-ppn", "1", "-n"])
+                .args(["-iface", &cluster.bridge(0), "-ppn", &per_node.to_string(), "-n"])
                 .arg(ranks.to_string());
             for (name, value) in defaults.iter().chain(&self.env) {
                 cmd.args(["-genv", name, value]);
@@ -117,15 +122,18 @@ impl MpiRun {
             .arg(ranks.to_string())
             .arg("--hostfile")
             .arg(&files.hostfile);
+        // `btl` may be replaced (`self,vader,tcp`: shared memory between
+        // the ranks of one node).
+        let btl = self.mca.iter().find(|(k, _)| k == "btl").map_or("tcp,self".to_string(), |(_, v)| v.clone());
         let mut mca = vec![
             ("plm_rsh_agent".to_string(), files.agent.display().to_string()),
-            ("btl".into(), "tcp,self".into()),
+            ("btl".into(), btl),
             ("btl_tcp_if_include".into(), SUBNET.into()),
             ("oob_tcp_if_include".into(), SUBNET.into()),
             ("orte_tmpdir_base".into(), files.tmpdir.display().to_string()),
             ("mpi_yield_when_idle".into(), if self.yield_when_idle { "1" } else { "0" }.into()),
         ];
-        mca.extend(self.mca.iter().cloned());
+        mca.extend(self.mca.iter().filter(|(k, _)| k != "btl").cloned());
         for (name, value) in &mca {
             cmd.args(["--mca", name, value]);
         }
@@ -172,7 +180,7 @@ host=$1; shift
 exec ip netns exec "$host" unshare --uts sh -c 'hostname "$1" && exec sh -c "$2"' sh "$host" "$*"
 "#;
 
-fn prepare(cluster: &Cluster) -> Result<LaunchFiles> {
+fn prepare(cluster: &Cluster, per_node: usize) -> Result<LaunchFiles> {
     let bridge = cluster.bridge(0);
     // The address belongs to one cluster at a time: take it from any other.
     let holders = Command::new("ip").args(["-o", "addr", "show", "to", HOST_ADDRESS]).output()?;
@@ -187,10 +195,10 @@ fn prepare(cluster: &Cluster) -> Result<LaunchFiles> {
     }
     let dir = cluster.scratch_dir()?;
     let hostfile = dir.join("hostfile");
-    let hosts: String = (0..cluster.nodes()).map(|n| format!("{} slots=1\n", cluster.namespace(n))).collect();
+    let hosts: String = (0..cluster.nodes()).map(|n| format!("{} slots={per_node}\n", cluster.namespace(n))).collect();
     std::fs::write(&hostfile, hosts).with_context(|| format!("writing {}", hostfile.display()))?;
     let mpich_hostfile = dir.join("hostfile.mpich");
-    let hosts: String = (0..cluster.nodes()).map(|n| format!("{}:1\n", cluster.namespace(n))).collect();
+    let hosts: String = (0..cluster.nodes()).map(|n| format!("{}:{per_node}\n", cluster.namespace(n))).collect();
     std::fs::write(&mpich_hostfile, hosts).with_context(|| format!("writing {}", mpich_hostfile.display()))?;
     let agent = dir.join("rsh");
     std::fs::write(&agent, AGENT).with_context(|| format!("writing {}", agent.display()))?;

@@ -24,12 +24,15 @@
 //!   paper's hardware ([`Setup::paper`]).
 //!
 //! [`auto`] / [`auto_with`] pick the algorithm (and k) with the lowest
-//! simulated cost.
+//! simulated cost; [`hierarchy::auto_layout`] also picks between every rank
+//! on the wire and the hierarchical barrier (hosts × ranks per host).
 
+pub mod hierarchy;
 pub mod host;
 pub mod link;
 mod sim;
 
+pub use hierarchy::{auto_layout, Layout, ShmCosts};
 pub use host::Host;
 pub use link::{Link, Topology};
 

@@ -9,7 +9,8 @@
 //! - [`lock`]: POSIX record locks;
 //! - [`netns`]: network namespaces;
 //! - [`affinity`]: CPU affinity;
-//! - [`process`]: credentials, signals, descriptors a child inherits.
+//! - [`process`]: credentials, signals, descriptors a child inherits;
+//! - [`shm`]: shared memory between a host's processes, and futexes.
 //!
 //! This module is the bottom of the crate: it imports no other module of it
 //! (no wire or filter types), and no other module names `libc`. Every system
@@ -37,6 +38,7 @@ mod lock;
 mod netns;
 mod process;
 mod ring;
+mod shm;
 mod socket;
 
 pub use affinity::pin_current_thread;
@@ -44,8 +46,9 @@ pub use event::{dup, poll_readable, EventFd, POLL_MAX};
 pub use iface::{interface_info, interface_names};
 pub use lock::{record_lock_holder, try_lock_record};
 pub use netns::{current_netns_id, NetnsGuard};
-pub use process::{close_inherited_descriptors_on_exec, effective_uid_is_root, process_exists, signal_end};
+pub use process::{close_inherited_descriptors_on_exec, effective_uid_is_root, monotonic_clock, process_exists, signal_end};
 pub use ring::{RingGeometry, Rings, RxFrame, TxStatus};
+pub use shm::{futex_wait, futex_wake, SharedMapping};
 pub use socket::{BpfInsn, PacketSocket, ALL_PROTOCOLS};
 
 /// A system call's return value whose negative values mean failure.
@@ -55,6 +58,13 @@ pub trait SysReturn: Copy {
 }
 
 impl SysReturn for libc::c_int {
+    fn failed(self) -> bool {
+        self < 0
+    }
+}
+
+#[cfg(target_pointer_width = "64")]
+impl SysReturn for libc::c_long {
     fn failed(self) -> bool {
         self < 0
     }

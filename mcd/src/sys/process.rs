@@ -52,3 +52,12 @@ pub fn close_inherited_descriptors_on_exec(cmd: &mut Command) {
     // async-signal-safe functions (sysconf, fcntl); it allocates nothing.
     unsafe { cmd.pre_exec(hook) };
 }
+
+/// The time on `CLOCK_MONOTONIC`: one clock for every process (and network
+/// namespace) of the machine, so processes can compare their times.
+pub fn monotonic_clock() -> std::time::Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a live timespec to fill; CLOCK_MONOTONIC always exists.
+    syscall!(clock_gettime(libc::CLOCK_MONOTONIC, &mut ts)).expect("CLOCK_MONOTONIC");
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}

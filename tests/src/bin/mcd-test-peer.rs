@@ -9,12 +9,20 @@
 //! - `discover COUNT`: open through the bootstrap (`EndpointConfig::bootstrap`:
 //!   rank and size from the environment, discovery without a node list), print
 //!   `node N nodes: MAC,MAC,...`, run COUNT dissemination barriers, print `done`.
+//! - `hierarchical COUNT`: open through the bootstrap, run COUNT barriers of
+//!   the hierarchical barrier (tree4 among the hosts' leaders; failure
+//!   timeout MCD_BARRIER_TIMEOUT seconds, default 10), writing each
+//!   barrier's entry and exit times (CLOCK_MONOTONIC µs) to
+//!   MCD_TEST_TIMES/rank<N> when set, then finish; print
+//!   `node N: host of H ranks, leader L, H hosts` first and `done` last, or
+//!   `error: ...` and exit 3. With MCD_TEST_CRASH_AT=K, the ranks listed in
+//!   MCD_TEST_CRASH_RANKS (commas) abort before barrier K.
 
 use std::io::Read;
 
 fn main() {
     let action = std::env::args().nth(1).unwrap_or_default();
-    let config = if action == "discover" { mcd::EndpointConfig::bootstrap() } else { mcd::EndpointConfig::from_env() };
+    let config = if action == "discover" || action == "hierarchical" { mcd::EndpointConfig::bootstrap() } else { mcd::EndpointConfig::from_env() };
     let endpoint = config.and_then(mcd::Endpoint::open);
     let endpoint = match endpoint {
         Ok(ep) => ep,
@@ -65,9 +73,48 @@ fn main() {
             }
             println!("done");
         }
+        "hierarchical" => hierarchical(endpoint),
         other => {
-            eprintln!("unknown action `{other}` (hold, open, barrier or discover)");
+            eprintln!("unknown action `{other}` (hold, open, barrier, discover or hierarchical)");
             std::process::exit(64);
         }
     }
+}
+
+fn exit_on<T>(result: Result<T, barriers::BarrierError>) -> T {
+    result.unwrap_or_else(|e| {
+        println!("error: {e}");
+        std::process::exit(3);
+    })
+}
+
+fn hierarchical(endpoint: mcd::Endpoint) {
+    use std::io::Write;
+    let count: u64 = std::env::args().nth(2).and_then(|c| c.parse().ok()).expect("COUNT");
+    let failure = mcd::config::env_seconds("MCD_BARRIER_TIMEOUT").expect("MCD_BARRIER_TIMEOUT").unwrap_or(std::time::Duration::from_secs(10));
+    let crash_at: Option<u64> = std::env::var("MCD_TEST_CRASH_AT").ok().map(|k| k.parse().expect("MCD_TEST_CRASH_AT"));
+    let crashing: Vec<usize> =
+        std::env::var("MCD_TEST_CRASH_RANKS").unwrap_or_default().split(',').filter(|s| !s.is_empty()).map(|s| s.parse().expect("rank")).collect();
+    let algorithm = barriers::Algorithm::Tree { k: barriers::Fanout::FOUR, release: barriers::Release::Multicast };
+    let config = barriers::BarrierConfig::new(algorithm).timeouts(std::time::Duration::from_millis(1), failure);
+    let shared = barriers::SharedEndpoint::new(endpoint);
+    let mut barrier = exit_on(barriers::HierarchicalBarrier::on_endpoint(&shared, config));
+    let me = barrier.node();
+    println!("node {me}: host of {} ranks, leader {}, {} hosts", barrier.host_members().len(), barrier.host_members()[0], barrier.hosts());
+    let mut times = std::env::var_os("MCD_TEST_TIMES")
+        .map(|dir| std::fs::File::create(std::path::Path::new(&dir).join(format!("rank{me}"))).expect("times file"));
+    for k in 0..count {
+        if crash_at == Some(k) && crashing.contains(&me) {
+            std::process::abort();
+        }
+        let entered = mcd::host::monotonic_clock();
+        exit_on(barrier.wait());
+        let left = mcd::host::monotonic_clock();
+        if let Some(f) = &mut times {
+            let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
+            writeln!(f, "{k} {:.3} {:.3}", us(entered), us(left)).expect("write times");
+        }
+    }
+    exit_on(barrier.finish());
+    println!("done");
 }

@@ -83,6 +83,16 @@ struct Cli {
     /// apply; without --logp the predictions use the reference parameters.
     #[arg(long)]
     across_hosts: bool,
+    /// Ranks per host (comma-separated): with more than one, each node of
+    /// the virtual cluster (a host) runs that many ranks, each with its own
+    /// endpoint, and every algorithm is measured flat (every rank on the
+    /// wire) and hierarchical (`hier:`: the host's ranks meet in shared
+    /// memory, the hosts' leaders run the algorithm). `--nodes` counts hosts.
+    #[arg(long, value_delimiter = ',', default_value = "1", value_parser = cli::at_least_one)]
+    ranks_per_host: Vec<usize>,
+    /// The virtual cluster's name (1 to 6 lowercase letters or digits).
+    #[arg(long, default_value = "mb")]
+    cluster_name: String,
 }
 
 impl Cli {
@@ -107,6 +117,8 @@ struct Row {
     measured: BarrierMeasurement,
     predicted_us: f64,
     auto_pick: bool,
+    /// Ranks on each host (1: one per node of the cluster).
+    ranks_per_host: usize,
 }
 
 fn main() {
@@ -153,7 +165,8 @@ fn run(cli: Cli) -> Result<()> {
     std::fs::create_dir_all(&cli.out).with_context(|| format!("creating {}", cli.out.display()))?;
 
     let per_cluster = algs.len() + usize::from(with_auto);
-    let total = cli.topology.len() * cli.rails.len() * cli.nodes.len() * cli.wait.len() * per_cluster;
+    let per_shape: usize = cli.ranks_per_host.iter().map(|&r| if r > 1 { 2 } else { 1 }).sum();
+    let total = cli.topology.len() * cli.rails.len() * cli.nodes.len() * cli.wait.len() * per_cluster * per_shape;
     let bar = ProgressBar::new(total as u64);
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed_precise} {msg}").expect("template"));
     let mut rows: Vec<Row> = Vec::new();
@@ -161,10 +174,16 @@ fn run(cli: Cli) -> Result<()> {
         for &rails in &cli.rails {
             for &n in &cli.nodes {
                 bar.set_message(format!("bringing up {n} nodes, {rails} rail(s), {topology}"));
-                let cluster = Cluster::up_guarded(ClusterSpec::new("mb", n).rails(rails).topology(topology))?;
+                let cluster = Cluster::up_guarded(ClusterSpec::new(&cli.cluster_name, n).rails(rails).topology(topology))?;
                 // Every node of the virtual cluster shares this machine's cores.
                 let (auto_alg, _) = model::auto_on_host(n, rails, &p, true, n, mcd::host::online_cpus());
                 for &wait in &cli.wait {
+                    for &per_host in cli.ranks_per_host.iter().filter(|&&r| r > 1) {
+                        rows.extend(measure_shared_hosts(&cli, &cluster, per_host, (&algs, with_auto), wait, &p, &bar)?);
+                    }
+                    if !cli.ranks_per_host.contains(&1) {
+                        continue;
+                    }
                     let bench = cli.bench(n, wait);
                     let mut todo: Vec<(Algorithm, bool)> = algs.iter().map(|&a| (a, false)).collect();
                     if with_auto {
@@ -183,6 +202,7 @@ fn run(cli: Cli) -> Result<()> {
                             predicted_us: predict_here(algorithm, n, rails, &p, (cli.wake_us, cli.engine_us), &bench),
                             auto_pick: algorithm == auto_alg,
                             measured,
+                            ranks_per_host: 1,
                         });
                         bar.inc(1);
                     }
@@ -192,6 +212,55 @@ fn run(cli: Cli) -> Result<()> {
     }
     bar.finish_and_clear();
     report(&cli, &p, &rows)
+}
+
+/// Every algorithm (and auto's picks) flat and hierarchical with `per_host`
+/// ranks on each node of `cluster`.
+fn measure_shared_hosts(
+    cli: &Cli,
+    cluster: &Cluster,
+    per_host: usize,
+    (algs, with_auto): (&[Algorithm], bool),
+    wait: WaitPolicy,
+    p: &LogP,
+    bar: &ProgressBar,
+) -> Result<Vec<Row>> {
+    let (hosts, rails, cores) = (cluster.nodes(), cluster.rails(), mcd::host::online_cpus());
+    let ranks = hosts * per_host;
+    let costs = (cli.wake_us, cli.engine_us);
+    let bench = cli.bench(ranks, wait);
+    let mut rows = Vec::new();
+    for hierarchical in [false, true] {
+        // On the wire: every rank (flat) or each host's leader.
+        let wire = if hierarchical { hosts } else { ranks };
+        let (auto_alg, _) = model::auto_on_host(wire, rails, p, true, ranks, cores);
+        let mut todo: Vec<(Algorithm, bool)> = algs.iter().map(|&a| (a, false)).collect();
+        if with_auto {
+            todo.push((auto_alg, true));
+        }
+        for (algorithm, is_auto_row) in todo {
+            let layout = if hierarchical { "hierarchical" } else { "flat" };
+            bar.set_message(format!("{hosts} hosts × {per_host} ranks, {layout}, {wait}: {algorithm}"));
+            let config = BarrierConfig::new(algorithm).rails(rails);
+            let mut measured = barrierbench::measure_ranks_per_host(cluster, per_host, config, bench, hierarchical)?;
+            if is_auto_row {
+                measured.algorithm = format!("auto={}", measured.algorithm);
+            }
+            rows.push(Row {
+                topology: cluster.spec().topology.to_string(),
+                wait: wait.to_string(),
+                // The leaders' (or every rank's) algorithm with the ranks
+                // taking turns on the cores; the shared-memory steps are not
+                // modelled.
+                predicted_us: predict_here(algorithm, wire, rails, p, costs, &bench),
+                auto_pick: algorithm == auto_alg,
+                measured,
+                ranks_per_host: per_host,
+            });
+            bar.inc(1);
+        }
+    }
+    Ok(rows)
 }
 
 /// The prediction for `n` nodes sharing this machine: the paper's loop on
@@ -249,6 +318,7 @@ fn run_across_hosts(cli: &Cli, algs: &[Algorithm], with_auto: bool) -> Result<()
                     predicted_us: model::simulate(algorithm, n, rails, &p).last_exit,
                     auto_pick: algorithm == auto_alg,
                     measured,
+                    ranks_per_host: 1,
                 });
             }
         }
@@ -267,15 +337,19 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
         Method::Osu => "OSU convention: back-to-back barriers; min/mean/max of the per-node means",
     };
     writeln!(table, "mcd barrier microbenchmark ({method}); µs per barrier; * = auto's pick")?;
-    let mut groups: Vec<(String, usize, String, usize)> = Vec::new();
+    let mut groups: Vec<(String, usize, String, usize, usize)> = Vec::new();
     for r in rows {
-        let key = (r.topology.clone(), r.measured.rails, r.wait.clone(), r.measured.nodes);
+        let key = (r.topology.clone(), r.measured.rails, r.wait.clone(), r.measured.nodes, r.ranks_per_host);
         if !groups.contains(&key) {
             groups.push(key);
         }
     }
-    for (topology, rails, wait, n) in &groups {
-        writeln!(table, "\n{n} nodes, {topology}, {rails} rail(s), wait {wait}")?;
+    for (topology, rails, wait, n, per_host) in &groups {
+        if *per_host > 1 {
+            writeln!(table, "\n{n} ranks = {} hosts × {per_host} ranks, {topology}, {rails} rail(s), wait {wait} (hier: = hierarchical)", n / per_host)?;
+        } else {
+            writeln!(table, "\n{n} nodes, {topology}, {rails} rail(s), wait {wait}")?;
+        }
         let cores = mcd::host::online_cpus();
         if *n > cores && topology != "hosts" {
             writeln!(
@@ -286,7 +360,10 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
             )?;
         }
         writeln!(table, "  {:<20} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11}", "algorithm", "min", "mean", "max", "p50", "p99", "p99.9", "predicted")?;
-        for r in rows.iter().filter(|r| (&r.topology, r.measured.rails, &r.wait, r.measured.nodes) == (topology, *rails, wait, *n)) {
+        for r in rows
+            .iter()
+            .filter(|r| (&r.topology, r.measured.rails, &r.wait, r.measured.nodes, r.ranks_per_host) == (topology, *rails, wait, *n, *per_host))
+        {
             let m = &r.measured;
             let name = format!("{}{}", m.algorithm, if r.auto_pick && !m.algorithm.starts_with("auto") { " *" } else { "" });
             writeln!(
@@ -297,13 +374,13 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
         }
     }
     print!("{table}");
-    let mut csv = String::from("topology,rails,wait,method,nodes,algorithm,iterations,min_us,mean_us,max_us,p50_us,p99_us,p999_us,predicted_us,auto_pick,recoveries\n");
+    let mut csv = String::from("topology,rails,wait,method,nodes,ranks_per_host,algorithm,iterations,min_us,mean_us,max_us,p50_us,p99_us,p999_us,predicted_us,auto_pick,recoveries\n");
     for r in rows {
         let m = &r.measured;
         writeln!(
             csv,
-            "{},{},{},{:?},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{}",
-            r.topology, m.rails, r.wait, m.method, m.nodes, m.algorithm, m.iterations, m.min_us, m.mean_us, m.max_us, m.p50_us, m.p99_us, m.p999_us, r.predicted_us, r.auto_pick, m.recoveries
+            "{},{},{},{:?},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{}",
+            r.topology, m.rails, r.wait, m.method, m.nodes, r.ranks_per_host, m.algorithm, m.iterations, m.min_us, m.mean_us, m.max_us, m.p50_us, m.p99_us, m.p999_us, r.predicted_us, r.auto_pick, m.recoveries
         )?;
     }
     std::fs::write(cli.out.join("results.csv"), csv)?;
@@ -313,6 +390,7 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
     // side, a line per algorithm, measured solid and predicted dashed.
     let mut plots = Vec::new();
     let mut waits: Vec<&String> = groups.iter().map(|g| &g.2).collect();
+    waits.sort();
     waits.dedup();
     for wait in waits {
         let mut panels = Vec::new();

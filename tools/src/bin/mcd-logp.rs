@@ -45,6 +45,11 @@ struct Cli {
     /// Write the further parameters (G, receive gap, wake-up) as JSON here.
     #[arg(long)]
     extra_json: Option<PathBuf>,
+    /// Measure only the shared-memory costs of the hierarchical barrier
+    /// (a cache-line transfer, a futex wake-up, the leader's scan per rank)
+    /// between two threads, and print them (no cluster, no root needed).
+    #[arg(long)]
+    shm: bool,
 }
 
 fn main() {
@@ -55,6 +60,17 @@ fn main() {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    if cli.shm {
+        let shm = logp::measure_shm(cli.samples.max(10) * 10)?;
+        println!(
+            "shared memory: transfer {:.3} µs, futex wake-up {:.2} µs, scan {:.4} µs per rank",
+            shm.transfer, shm.wake, shm.scan
+        );
+        if let Some(path) = &cli.json {
+            std::fs::write(path, serde_json::to_string_pretty(&shm)?).with_context(|| format!("writing {}", path.display()))?;
+        }
+        return Ok(());
+    }
     let effort = Effort { samples: cli.samples.max(10), ..Effort::default() };
     let progress = |what: &str| eprintln!("  measuring {what}");
     let mut extra = logp::Extra::default();
