@@ -126,6 +126,9 @@ enum Bench {
         /// Scales the number of timed barriers.
         #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
         scale: f64,
+        /// Stem of the virtual clusters' names (1 to 4 lowercase letters or digits).
+        #[arg(long, default_value = "bnv", value_parser = mcd_tools::cli::cluster_stem)]
+        cluster: String,
     },
     /// Every barrier algorithm at 2, 4, 8 and 16 nodes, the paper's method.
     Barriers {
@@ -152,7 +155,7 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Barriers { nodes, scale } => barrier_sweep(&cli.out, &nodes, scale),
         Bench::Loss { nodes, loss, scale } => loss_sweep(&cli.out, &nodes, &loss, scale),
         Bench::Model { nodes, scale } => model(&cli.out, &nodes, scale),
-        Bench::Validate { measure, nodes, scale } => validate::run(&cli.out, measure.then_some((&nodes[..], scale))),
+        Bench::Validate { measure, nodes, scale, cluster } => validate::run(&cli.out, measure.then_some((&nodes[..], scale)), &cluster),
         Bench::Hotpath { iterations, rounds } => hotpath::run(&cli.out, iterations, rounds),
         Bench::Load { nodes, rounds, iterations } => load::run(&cli.out, &nodes, rounds, iterations),
         Bench::HeadToHead { nodes, scale, logp, report } => {

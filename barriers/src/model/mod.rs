@@ -29,9 +29,11 @@
 pub mod host;
 pub mod link;
 mod sim;
+pub mod virtual_cluster;
 
 pub use host::Host;
 pub use link::{Link, Topology};
+pub use virtual_cluster::{Estimate, Verdict, VirtualCluster};
 
 use crate::plan::{self, Algorithm, Fanout, Release};
 
@@ -60,15 +62,19 @@ impl LogP {
 
     /// Parses `o_s,o_r,g,L` in microseconds (the form of `MCD_LOGP`).
     pub fn parse_list(s: &str) -> Result<LogP, String> {
-        let v: Vec<f64> = s
-            .split(',')
-            .map(|x| x.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0))
-            .collect::<Option<_>>()
-            .ok_or_else(|| format!("`{s}` is not four non-negative numbers o_s,o_r,g,L (µs)"))?;
+        let v = LogP::parse_numbers(s).map_err(|_| format!("`{s}` is not four non-negative numbers o_s,o_r,g,L (µs)"))?;
         match v[..] {
             [o_s, o_r, g, l] => Ok(LogP { o_s, o_r, g, l }),
             _ => Err(format!("`{s}` has {} numbers; give o_s,o_r,g,L (µs)", v.len())),
         }
+    }
+
+    /// Parses comma-separated non-negative numbers (µs), however many.
+    pub fn parse_numbers(s: &str) -> Result<Vec<f64>, String> {
+        s.split(',')
+            .map(|x| x.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0))
+            .collect::<Option<_>>()
+            .ok_or_else(|| format!("`{s}` is not a list of non-negative numbers (µs)"))
     }
 
     /// One message end to end: o_s + L + o_r.
@@ -134,8 +140,17 @@ pub struct Setup {
     pub bytes: usize,
     /// The link, for frame serialisation and the hub's CSMA/CD timing; `None`: no wire limit.
     pub link: Option<Link>,
-    /// Switch or repeater hub (every rail the same).
+    /// Switch, repeater hub or flooding bridge (every rail the same).
     pub topology: Topology,
+    /// Where a software bridge copies frames in the sender's context (veth),
+    /// the sender's CPU time per receiver of a multicast beyond the first,
+    /// µs: each copy is delivered into a receiver's ring. 0 where the
+    /// network copies (hardware switches and hubs).
+    pub fanout_us: f64,
+    /// The same per port a unicast is flooded to beyond its destination on
+    /// a [`Topology::FloodingBridge`], µs: each copy crosses to the port's
+    /// namespace, whose socket filter drops it (`PACKET_OTHERHOST`).
+    pub flood_us: f64,
     /// Interrupts and shared cores.
     pub host: Host,
 }
@@ -144,7 +159,7 @@ impl Setup {
     /// Plain LogP: `g` bounds one NIC's receptions as it bounds its sends,
     /// a switch, no wire limit, a core per node.
     pub fn logp(p: &LogP) -> Setup {
-        Setup { logp: *p, g_r: p.g, big_g: 0.0, bytes: 4, link: None, topology: Topology::Switch, host: Host::DEDICATED }
+        Setup { logp: *p, g_r: p.g, big_g: 0.0, bytes: 4, link: None, topology: Topology::Switch, fanout_us: 0.0, flood_us: 0.0, host: Host::DEDICATED }
     }
 
     /// `p` on `link`: frames serialise on it and a NIC receives no faster than its link.
@@ -215,7 +230,7 @@ fn repeat(algorithm: Algorithm, n: usize, rails: usize, setup: &Setup, runs: sim
         let t = onephase_bound(n, setup);
         return Prediction { last_exit: t, mean_exit: t, mean_cost: t, messages: n as u64, deliveries: (n * (n - 1)) as u64 };
     }
-    if setup.topology == Topology::Switch {
+    if setup.topology != Topology::Hub {
         return sim::run(algorithm, n, rails, setup, runs, 1);
     }
     let all: Vec<Prediction> = (1..=HUB_SEEDS).map(|seed| sim::run(algorithm, n, rails, setup, runs, seed)).collect();

@@ -125,6 +125,12 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
     let shared = s.host.oversubscribed();
     let (slot, jam, window) = s.link.map_or((0, 0, 0), |l| (ps(l.slot_us()), ps(l.jam_us()), ps(l.collision_window_us)));
     let hub = s.topology == Topology::Hub;
+    // The sender's share of a software bridge's copies beyond the first
+    // (which o_s holds): a multicast's to the n − 2 other receivers, a
+    // flooded unicast's to the n − 2 ports that drop it.
+    let further = n.saturating_sub(2) as f64;
+    let o_s_multicast = o_s + ps(s.fanout_us * further);
+    let o_s_unicast = o_s + if s.topology == Topology::FloodingBridge { ps(s.flood_us * further) } else { 0 };
     let ifg = s.link.map_or(0, |l| ps(l.ifg_us()));
 
     // Plans, flattened: per node its steps' sends, its wait counts, and an
@@ -229,8 +235,9 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
                         let r = out.rail;
                         let nic = v * rails + r;
                         let start = cpu_free[v].max(tx_gap_free[nic]);
-                        let done = acquire(v, start, o_s, &mut cpu_free);
-                        tx_gap_free[nic] = done - o_s + gap;
+                        let cost = if matches!(out.dest, Dest::All) { o_s_multicast } else { o_s_unicast };
+                        let done = acquire(v, start, cost, &mut cpu_free);
+                        tx_gap_free[nic] = start + gap;
                         let dep = done.max(link_free[nic]);
                         link_free[nic] = dep + ft;
                         messages += 1;
