@@ -375,26 +375,43 @@ fn measure_here(stem: &str, sizes: &[usize]) -> Result<Here> {
 }
 
 /// `--measure`: [`Here`], then every algorithm at `sizes` on the virtual
-/// cluster, switch and hub, 1 and 2 rails; written to [`MEASURED_FILE`].
+/// cluster, switch and hub, 1 and 2 rails, `rounds` times over (the rounds
+/// one after the other, so that a burst of load from elsewhere on this
+/// shared machine spoils one round of a few rows, not a row); each row's
+/// figure is the median of its rounds' means. Written to [`MEASURED_FILE`].
 /// Needs root.
-fn measure(out: &Path, sizes: &[usize], scale: f64, stem: &str) -> Result<()> {
+fn measure(out: &Path, sizes: &[usize], scale: f64, rounds: usize, stem: &str) -> Result<()> {
     use mcd_tools::barrierbench;
     use mcd_tools::vcluster::{Cluster, ClusterSpec, Topology as VTopology};
     let here = measure_here(stem, sizes)?;
-    let mut rows = Vec::new();
-    for &n in sizes {
-        for vtop in [VTopology::Switch, VTopology::Hub] {
+    let shapes: Vec<(usize, VTopology)> = sizes.iter().flat_map(|&n| [(n, VTopology::Switch), (n, VTopology::Hub)]).collect();
+    let configs = crate::barrier_configs();
+    let mut means: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); configs.len()]; shapes.len()];
+    let mut last: Vec<Vec<Option<mcd_tools::barrierbench::BarrierMeasurement>>> = vec![vec![None; configs.len()]; shapes.len()];
+    for round in 0..rounds.max(1) {
+        for (si, &(n, vtop)) in shapes.iter().enumerate() {
             let name = format!("{stem}{}", if vtop == VTopology::Switch { "s" } else { "h" });
             let cluster = Cluster::up_guarded(ClusterSpec::new(&name, n).rails(2).topology(vtop))?;
             let bench = crate::paper_bench(n, scale);
-            for config in crate::barrier_configs() {
+            for (ci, &config) in configs.iter().enumerate() {
                 let m = barrierbench::measure(&cluster, config, bench)?;
-                eprintln!("  n={n} {vtop} {} rails={} mean {:.1} µs", config.algorithm, config.rails, m.mean_us);
-                rows.push(serde_json::json!({ "topology": vtop.to_string(), "measurement": m }));
+                eprintln!("  round {round}: n={n} {vtop} {} rails={} mean {:.1} µs", config.algorithm, config.rails, m.mean_us);
+                means[si][ci].push(m.mean_us);
+                last[si][ci] = Some(m);
             }
         }
     }
-    let record = serde_json::json!({ "measured": crate::today(), "machine": crate::machine(), "here": here, "rows": rows });
+    let mut rows = Vec::new();
+    for (si, &(_, vtop)) in shapes.iter().enumerate() {
+        for ci in 0..configs.len() {
+            let Some(mut m) = last[si][ci].take() else { continue };
+            let mut of = means[si][ci].clone();
+            of.sort_by(f64::total_cmp);
+            m.mean_us = of[of.len() / 2];
+            rows.push(serde_json::json!({ "topology": vtop.to_string(), "rounds_mean_us": means[si][ci], "measurement": m }));
+        }
+    }
+    let record = serde_json::json!({ "measured": crate::today(), "machine": crate::machine(), "rounds": rounds, "here": here, "rows": rows });
     std::fs::write(out.join(MEASURED_FILE), serde_json::to_string_pretty(&record)?)?;
     Ok(())
 }
@@ -428,11 +445,12 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
     writeln!(
         md,
         "Measured {} on {} by `mcd-bench validate --measure` (`results/{MEASURED_FILE}`): the paper's method, `Adaptive` \
-         waiting, every algorithm on a learning bridge (switch) and a flooding one (hub), 1 and 2 rails. Parameters \
+         waiting, {} rounds one after the other, each row the median of its rounds' means; every algorithm on a learning bridge (switch) and a flooding one (hub), 1 and 2 rails. Parameters \
          measured in the same run: {}; wake-up {:.1} µs (blocked minus busy RTT/2); {cores} cores; the engine's \
          {ENGINE_US} µs per barrier as in section 3.\n",
         record["measured"].as_str().unwrap_or("?"),
         record["machine"].as_str().unwrap_or("?"),
+        record["rounds"].as_u64().unwrap_or(1),
         crate::fmt_logp(&here.logp),
         here.wake
     )?;
@@ -631,9 +649,9 @@ pub fn recorded(results: &Path, md: &mut String, json: &mut serde_json::Map<Stri
 
 /// `mcd-bench validate`: with `measure` (sizes, scale), first measures on
 /// the virtual cluster (clusters named after `stem`).
-pub fn run(out: &Path, measure: Option<(&[usize], f64)>, stem: &str) -> Result<()> {
-    if let Some((sizes, scale)) = measure {
-        self::measure(out, sizes, scale, stem)?;
+pub fn run(out: &Path, measure: Option<(&[usize], f64, usize)>, stem: &str) -> Result<()> {
+    if let Some((sizes, scale, rounds)) = measure {
+        self::measure(out, sizes, scale, rounds, stem)?;
     }
     let mut md = String::new();
     let mut json = serde_json::Map::new();
