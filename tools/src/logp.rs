@@ -719,6 +719,22 @@ pub fn send_cost_on_cluster(cluster: &crate::vcluster::Cluster, samples: usize) 
     })
 }
 
+/// [`SendCost`] on a hub and a switch cluster of each of `ports` nodes, one
+/// after the other, the clusters named `{stem}f0`, `{stem}f1`, ...
+pub fn send_costs(stem: &str, ports: &[usize], samples: usize) -> Result<Vec<SendCost>> {
+    use crate::vcluster::{Cluster, ClusterSpec, Topology};
+    let mut out = Vec::new();
+    for (i, &n) in ports.iter().enumerate() {
+        for topology in [Topology::Hub, Topology::Switch] {
+            let name = format!("{stem}f{}", 2 * i + usize::from(topology == Topology::Switch));
+            eprintln!("  measuring the send call on a {n}-port {topology} (cluster `{name}`)");
+            let cluster = Cluster::up_guarded(ClusterSpec::new(&name, n).topology(topology))?;
+            out.push(send_cost_on_cluster(&cluster, samples)?);
+        }
+    }
+    Ok(out)
+}
+
 /// What each further copy of a frame costs the sender, µs, from
 /// [`SendCost`]s: the slopes of the send call's median over the ports
 /// beyond the first.

@@ -13,9 +13,12 @@
 //!   send gap and a receive gap per NIC (LogP's `g` bounds both), LogGP's
 //!   `G` and the message size, frame serialisation on a [`Link`] (preamble
 //!   and inter-frame gap included), a switch with one output queue per port
-//!   or a repeater hub simulated as CSMA/CD with binary exponential backoff
-//!   ([`Topology`]), rails, and [`Host`]s (interrupt coalescing, send
-//!   completion interrupts, wake-ups, processes sharing cores). Exact under
+//!   or a repeater hub simulated as CSMA/CD with binary exponential backoff,
+//!   or a software bridge that floods without collisions ([`Topology`]),
+//!   the copies a software bridge makes in the sender's context
+//!   ([`Setup::fanout_us`], [`Setup::flood_us`]), rails, and [`Host`]s
+//!   (interrupt coalescing, send completion interrupts, wake-ups, processes
+//!   sharing cores). Exact under
 //!   the model for any n; 65,536 nodes take well under a second per
 //!   algorithm (one-phase, whose n² messages are too many, uses a bound
 //!   above 1,024 nodes). [`simulate`] is [`predict`] on plain LogP;
@@ -24,7 +27,8 @@
 //!   paper's hardware ([`Setup::paper`]).
 //!
 //! [`auto`] / [`auto_with`] pick the algorithm (and k) with the lowest
-//! simulated cost.
+//! simulated cost. [`VirtualCluster`] models nodes that are processes of one
+//! machine (the virtual cluster), with bounds where they outnumber its cores.
 
 pub mod host;
 pub mod link;

@@ -324,7 +324,14 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
         let cores = mcd::host::online_cpus();
         let mine: Vec<&Row> = rows.iter().filter(|r| (&r.topology, r.measured.rails, &r.wait, r.measured.nodes) == (topology, *rails, wait, *n)).collect();
         let shared = mine.iter().any(|r| r.bounds_us.is_some());
-        if shared {
+        if shared && wait == "busy" {
+            writeln!(
+                table,
+                "  (more processes than the {cores} cores of a machine, busy-polling: a process holds its core until \
+                 the scheduler's tick takes it away, milliseconds, which the model does not hold; the prediction \
+                 and bounds assume waiters that give the core up, as adaptive, yield and block do.)"
+            )?;
+        } else if shared {
             writeln!(
                 table,
                 "  (more processes than the {cores} cores of a machine: the prediction has them take turns on the \

@@ -8,7 +8,7 @@ use clap::Parser;
 use mcd::{Endpoint, EndpointConfig, WaitPolicy};
 use mcd_tools::logp::{self, Effort};
 use mcd_tools::cli::{self, Role, TwoNodeArgs};
-use mcd_tools::vcluster::{Cluster, ClusterSpec, Topology};
+use mcd_tools::vcluster::{Cluster, ClusterSpec};
 
 /// Measures the LogP parameters (o_s, o_r, g, L) of mcd, and of UDP sockets
 /// over the same link, for each wait policy: o_s as the time of an isolated
@@ -73,20 +73,6 @@ fn main() {
     }
 }
 
-/// The flooding cost on a hub and a switch cluster of each of `ports` nodes.
-fn flood(stem: &str, ports: &[usize], samples: usize) -> Result<Vec<logp::SendCost>> {
-    let mut out = Vec::new();
-    for (i, &n) in ports.iter().enumerate() {
-        for topology in [Topology::Hub, Topology::Switch] {
-            let name = format!("{stem}f{}", 2 * i + usize::from(topology == Topology::Switch));
-            eprintln!("  measuring the send call on a {n}-port {topology} (cluster `{name}`)");
-            let cluster = Cluster::up_guarded(ClusterSpec::new(&name, n).topology(topology))?;
-            out.push(logp::send_cost_on_cluster(&cluster, samples)?);
-        }
-    }
-    Ok(out)
-}
-
 fn run(cli: Cli) -> Result<()> {
     let effort = Effort { samples: cli.samples.max(10), ..Effort::default() };
     let progress = |what: &str| eprintln!("  measuring {what}");
@@ -108,7 +94,7 @@ fn run(cli: Cli) -> Result<()> {
                 let (senders, g_r, delivered) = logp::receive_gap_on_cluster(&cluster, 2000)?;
                 (extra.receive_gap_senders, extra.g_r, extra.receive_gap_delivered) = (senders, Some(g_r), delivered);
             }
-            extra.flood = flood(&cli.cluster, &cli.flood_ports, cli.samples.clamp(10, 2000))?;
+            extra.flood = logp::send_costs(&cli.cluster, &cli.flood_ports, cli.samples.clamp(10, 2000))?;
             extra.copy_cost = logp::CopyCost::fit(&extra.flood);
             ms
         }
