@@ -149,6 +149,9 @@ mod tests {
         assert_eq!(spread.bounds, None);
         let packed = VirtualCluster { per_host: Some(8), ..HERE }.estimate(TREE4, 16, 1, Topology::Switch, 30.0);
         assert!(packed.bounds.is_some() && packed.predicted.mean_cost > spread.predicted.mean_cost + HERE.wake, "{packed:?} {spread:?}");
+        // Three processes on two cores: the last node shares core 0.
+        let three = VirtualCluster { per_host: Some(3), ..HERE }.estimate(Algorithm::Dissemination, 3, 1, Topology::Switch, 30.0);
+        assert!(three.bounds.is_some() && three.predicted.mean_cost > 0.0, "{three:?}");
     }
 
     #[test]
