@@ -338,8 +338,8 @@ pub const ENGINE_US: f64 = 3.3;
 /// rendered (so the model can be re-checked without measuring again).
 const MEASURED_FILE: &str = "validation-measured.json";
 
-/// This machine's parameters as `--measure` measures them before the
-/// barriers: LogP, the wake-up, and what a bridge's copies cost the sender.
+/// This machine's parameters as `--measure` measures them: LogP and the
+/// wake-up (medians over the rounds), and what a bridge's copies cost the sender.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct Here {
     /// Busy-poll LogP between two nodes.
@@ -352,20 +352,22 @@ pub struct Here {
     pub copy_cost: mcd_tools::logp::CopyCost,
 }
 
-/// Measures [`Here`] on clusters named after `stem`, the flooding cost at
-/// each of `sizes` (hub and switch).
-fn measure_here(stem: &str, sizes: &[usize]) -> Result<Here> {
+/// LogP (busy-polling) and the wake-up between two nodes of a cluster named `stem`.
+fn measure_logp(stem: &str) -> Result<(LogP, f64)> {
     use mcd::WaitPolicy;
     use mcd_tools::logp;
     use mcd_tools::vcluster::{Cluster, ClusterSpec};
     let cluster = Cluster::up_guarded(ClusterSpec::new(stem, 2))?;
     let ms = logp::measure_on_cluster(&cluster, &[WaitPolicy::BusyPoll, WaitPolicy::Block], logp::Effort { samples: 500, burst: 100 }, false, |_| {})?;
-    drop(cluster);
     let busy = ms.iter().find(|m| m.wait == "busy").context("busy measurement")?;
-    let wake = logp::wake_up(&ms).context("block measurement")?;
-    let costs = logp::send_costs(stem, sizes, 2000)?;
-    let copy_cost = logp::CopyCost::fit(&costs).context("the send cost at two sizes at least")?;
-    Ok(Here { logp: busy.logp(), wake, send_cost: serde_json::to_value(&costs)?, copy_cost })
+    Ok((busy.logp(), logp::wake_up(&ms).context("block measurement")?))
+}
+
+/// The median of `values`.
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// `--measure`: [`Here`], then every algorithm at `sizes` on the virtual
@@ -377,13 +379,16 @@ fn measure_here(stem: &str, sizes: &[usize]) -> Result<Here> {
 fn measure(out: &Path, sizes: &[usize], scale: f64, rounds: usize, stem: &str) -> Result<()> {
     use mcd_tools::barrierbench;
     use mcd_tools::vcluster::{Cluster, ClusterSpec, Topology as VTopology};
-    let here = measure_here(stem, sizes)?;
+    let costs = mcd_tools::logp::send_costs(stem, sizes, 2000)?;
+    let copy_cost = mcd_tools::logp::CopyCost::fit(&costs).context("the send cost at two sizes at least")?;
+    let mut params: Vec<(LogP, f64)> = Vec::new();
     let shapes: Vec<(usize, VTopology)> = sizes.iter().flat_map(|&n| [(n, VTopology::Switch), (n, VTopology::Hub)]).collect();
     let configs = crate::barrier_configs();
     let mut means: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); configs.len()]; shapes.len()];
     let mut last: Vec<Vec<Option<mcd_tools::barrierbench::BarrierMeasurement>>> = vec![vec![None; configs.len()]; shapes.len()];
     let mut load = vec![load_average()];
     for round in 0..rounds.max(1) {
+        params.push(measure_logp(stem)?);
         for (si, &(n, vtop)) in shapes.iter().enumerate() {
             let name = format!("{stem}{}", if vtop == VTopology::Switch { "s" } else { "h" });
             let cluster = Cluster::up_guarded(ClusterSpec::new(&name, n).rails(2).topology(vtop))?;
@@ -397,6 +402,10 @@ fn measure(out: &Path, sizes: &[usize], scale: f64, rounds: usize, stem: &str) -
         }
         load.push(load_average());
     }
+    let of = |f: fn(&(LogP, f64)) -> f64| median(&params.iter().map(f).collect::<Vec<_>>());
+    let logp = LogP { o_s: of(|p| p.0.o_s), o_r: of(|p| p.0.o_r), g: of(|p| p.0.g), l: of(|p| p.0.l) };
+    let here = Here { logp, wake: of(|p| p.1), send_cost: serde_json::to_value(&costs)?, copy_cost };
+    let per_round: Vec<_> = params.iter().map(|(p, w)| serde_json::json!({ "logp": p, "wake_us": w })).collect();
     let mut rows = Vec::new();
     for (si, &(_, vtop)) in shapes.iter().enumerate() {
         for ci in 0..configs.len() {
@@ -408,7 +417,7 @@ fn measure(out: &Path, sizes: &[usize], scale: f64, rounds: usize, stem: &str) -
         }
     }
     let record = serde_json::json!({ "measured": crate::today(), "machine": crate::machine(), "rounds": rounds,
-        "load_average": load, "here": here, "rows": rows });
+        "load_average": load, "here": here, "parameters_per_round": per_round, "rows": rows });
     std::fs::write(out.join(MEASURED_FILE), serde_json::to_string_pretty(&record)?)?;
     Ok(())
 }
@@ -450,7 +459,7 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
         "Measured {} on {} by `mcd-bench validate --measure` (`results/{MEASURED_FILE}`): the paper's method, `Adaptive` \
          waiting, {} rounds one after the other (the machine's 1-minute load average at their starts and end: {}), \
          each row the median of its rounds' means; every algorithm on a learning bridge (switch) and a flooding one (hub), 1 and 2 rails. Parameters \
-         measured in the same run: {}; wake-up {:.1} µs (blocked minus busy RTT/2); {cores} cores; the engine's \
+         measured in the same run, before each round, the medians: {}; wake-up {:.1} µs (blocked minus busy RTT/2); {cores} cores; the engine's \
          {ENGINE_US} µs per barrier as in section 3.\n",
         record["measured"].as_str().unwrap_or("?"),
         record["machine"].as_str().unwrap_or("?"),
