@@ -126,6 +126,14 @@ enum Bench {
         /// Scales the number of timed barriers.
         #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
         scale: f64,
+        /// Rounds of the whole measurement; each row's figure is the median of
+        /// its rounds' means (this machine is shared: a burst of load spoils
+        /// a round, not a row).
+        #[arg(long, default_value_t = 3, value_parser = mcd_tools::cli::at_least_one)]
+        rounds: usize,
+        /// Stem of the virtual clusters' names (1 to 4 lowercase letters or digits).
+        #[arg(long, default_value = "bnv", value_parser = mcd_tools::cli::cluster_stem)]
+        cluster: String,
     },
     /// Many ranks per host: the hierarchical barrier against the flat one
     /// and against Open MPI with shared memory (`btl self,vader,tcp`), at
@@ -175,7 +183,7 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Barriers { nodes, scale } => barrier_sweep(&cli.out, &nodes, scale),
         Bench::Loss { nodes, loss, scale } => loss_sweep(&cli.out, &nodes, &loss, scale),
         Bench::Model { nodes, scale } => model(&cli.out, &nodes, scale),
-        Bench::Validate { measure, nodes, scale } => validate::run(&cli.out, measure.then_some((&nodes[..], scale))),
+        Bench::Validate { measure, nodes, scale, rounds, cluster } => validate::run(&cli.out, measure.then_some((&nodes[..], scale, rounds)), &cluster),
         Bench::Hotpath { iterations, rounds } => hotpath::run(&cli.out, iterations, rounds),
         Bench::Load { nodes, rounds, iterations } => load::run(&cli.out, &nodes, rounds, iterations),
         Bench::Hierarchy { shapes, iterations } => hierarchy::run(&cli.out, &shapes, iterations),

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use barriers::model::{self, Host, Link, LogP, Prediction, Setup, Topology};
-use barriers::{Algorithm, BarrierConfig, Fanout, Release};
+use barriers::model::{self, Host, Link, LogP, Setup, Topology, Verdict, VirtualCluster};
+use barriers::{Algorithm, Fanout, Release};
 use mcd_tools::plot::{self, Panel, Series};
 
 const T2: Algorithm = Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast };
@@ -230,15 +230,17 @@ pub fn scale(out: &Path, md: &mut String, json: &mut serde_json::Map<String, ser
         md,
         "Columns: *before* = the old simulator (no receive gap, no wire), mcd's reference parameters \
          (o_s {}, o_r {}, g {}, L {} µs); *LogP* = the same with g bounding receptions too (`model::auto`); \
-         1/10/100 GbE = mcd's host overheads behind one switch of that speed (`Setup::preset`: L an \
-         assumed typical {}/{}/{} µs, the NIC receiving at line rate); *paper* = the paper's hardware.\n",
-        host.o_s, host.o_r, host.g, host.l, links[0].latency_us, links[1].latency_us, links[2].latency_us
+         1/10/25/100 GbE = mcd's host overheads behind one switch of that speed (`Setup::preset`, the named \
+         link presets: L an assumed typical {}/{}/{}/{} µs, the NIC receiving at line rate); *paper* = the \
+         paper's hardware (the 100 Mb/s preset).\n",
+        host.o_s, host.o_r, host.g, host.l, links[0].latency_us, links[1].latency_us, Link::GBE_25.latency_us, links[2].latency_us
     )?;
     let setups: Vec<(String, Setup)> = vec![
         ("before".into(), Setup { g_r: 0.0, ..Setup::logp(&LogP { g: 0.0, ..host }) }),
         ("LogP".into(), Setup::logp(&host)),
         ("1 GbE".into(), Setup::preset(&host, links[0])),
         ("10 GbE".into(), Setup::preset(&host, links[1])),
+        ("25 GbE".into(), Setup::preset(&host, Link::GBE_25)),
         ("100 GbE".into(), Setup::preset(&host, links[2])),
         ("paper".into(), Setup::paper(Topology::Switch)),
     ];
@@ -326,117 +328,353 @@ pub fn scale(out: &Path, md: &mut String, json: &mut serde_json::Map<String, ser
     Ok(())
 }
 
-/// One measured row.
-pub struct Measured {
-    /// Nodes.
-    pub nodes: usize,
-    /// Switch or hub.
-    pub topology: Topology,
-    /// The configuration measured.
-    pub config: BarrierConfig,
-    /// The model's prediction.
-    pub predicted: Prediction,
-    /// Bounds on the measurement (below, above), when the host is oversubscribed.
-    pub bound: Option<(f64, f64)>,
-    /// Measured mean per-node barrier time, µs.
-    pub measured_us: f64,
-}
-
-/// The model of the virtual cluster: the measured LogP, no wire (veth), the
-/// virtual hub a switch (a Linux bridge that floods has no CSMA/CD), `n`
-/// processes on this machine's cores with `wake` µs per switch, and
-/// [`ENGINE_US`] per barrier.
-pub fn vcluster_setup(p: &LogP, n: usize, cores: usize, wake: f64) -> Setup {
-    Setup::logp(p).with_host(Host { wake: 0.0, per_barrier: ENGINE_US, ..Host::shared(n, cores, wake) })
-}
-
 /// The engine's and the benchmark's own time per barrier on this machine,
 /// beyond the messages: fitted to one recorded figure (shuffle exchange at
 /// 2 nodes, 6.0 µs against LogP's 2.7), the other ten 2-node rows are checks.
 pub const ENGINE_US: f64 = 3.3;
 
-/// The measured part: every algorithm at `sizes` on the virtual cluster,
-/// switch and hub, 1 and 2 rails, against the model. Needs root.
-pub fn measured(md: &mut String, json: &mut serde_json::Map<String, serde_json::Value>, sizes: &[usize], scale: f64) -> Result<()> {
-    use mcd::WaitPolicy;
-    use mcd_tools::barrierbench;
-    use mcd_tools::logp;
-    use mcd_tools::vcluster::{Cluster, ClusterSpec, Topology as VTopology};
+/// The file `--measure` writes: this machine's parameters and every
+/// algorithm measured on the virtual cluster, from which section 4 is
+/// rendered (so the model can be re-checked without measuring again).
+const MEASURED_FILE: &str = "validation-measured.json";
 
-    let cluster = Cluster::up_guarded(ClusterSpec::new("bnval", 2))?;
+/// This machine's parameters as `--measure` measures them: LogP and the
+/// wake-up (medians over the rounds), and what a bridge's copies cost the sender.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Here {
+    /// Busy-poll LogP between two nodes.
+    pub logp: LogP,
+    /// RTT/2 blocking minus busy, µs.
+    pub wake: f64,
+    /// The send call on hub and switch clusters of each measured size.
+    pub send_cost: serde_json::Value,
+    /// What each copy beyond the first costs the sender (the slopes).
+    pub copy_cost: mcd_tools::logp::CopyCost,
+}
+
+/// LogP (busy-polling) and the wake-up between two nodes of a cluster named `stem`.
+fn measure_logp(stem: &str) -> Result<(LogP, f64)> {
+    use mcd::WaitPolicy;
+    use mcd_tools::logp;
+    use mcd_tools::vcluster::{Cluster, ClusterSpec};
+    let cluster = Cluster::up_guarded(ClusterSpec::new(stem, 2))?;
     let ms = logp::measure_on_cluster(&cluster, &[WaitPolicy::BusyPoll, WaitPolicy::Block], logp::Effort { samples: 500, burst: 100 }, false, |_| {})?;
-    drop(cluster);
     let busy = ms.iter().find(|m| m.wait == "busy").context("busy measurement")?;
-    let block = ms.iter().find(|m| m.wait == "block").context("block measurement")?;
-    let p = busy.logp();
-    // A wake-up: what a blocked receiver adds to a one-way trip.
-    let wake = (block.rtt_half.median - busy.rtt_half.median).max(0.0);
-    let cores = mcd::host::online_cpus();
-    writeln!(md, "## 4. mcd measured on the virtual cluster (this run)\n")?;
-    writeln!(md, "Parameters measured here: {}; wake-up {wake:.1} µs (blocked minus busy RTT/2). {cores} cores.\n", crate::fmt_logp(&p))?;
-    writeln!(
-        md,
-        "Model and bounds as in section 3 (`vcluster_setup`; the virtual hub, a flooding bridge without \
-         collisions, is modelled as the switch).\n"
-    )?;
-    writeln!(md, "| nodes | network | algorithm | rails | predicted µs | bounds µs | measured µs | error | verdict |")?;
-    writeln!(md, "|---:|---|---|---:|---:|---:|---:|---:|---|")?;
-    let mut rows = Vec::new();
-    for &n in sizes {
-        for (top, vtop) in [(Topology::Switch, VTopology::Switch), (Topology::Hub, VTopology::Hub)] {
-            let cluster = Cluster::up_guarded(ClusterSpec::new("bnval", n).rails(2).topology(vtop))?;
+    Ok((busy.logp(), logp::wake_up(&ms).context("block measurement")?))
+}
+
+/// The median of `values`.
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// `--measure`: [`Here`], then every algorithm at `sizes` on the virtual
+/// cluster, switch and hub, 1 and 2 rails, `rounds` times over (the rounds
+/// one after the other, so that a burst of load from elsewhere on this
+/// shared machine spoils one round of a few rows, not a row); each row's
+/// figure is the median of its rounds' means. Written to [`MEASURED_FILE`].
+/// Needs root.
+fn measure(out: &Path, sizes: &[usize], scale: f64, rounds: usize, stem: &str) -> Result<()> {
+    use mcd_tools::barrierbench;
+    use mcd_tools::vcluster::{Cluster, ClusterSpec, Topology as VTopology};
+    let costs = mcd_tools::logp::send_costs(stem, sizes, 2000)?;
+    let copy_cost = mcd_tools::logp::CopyCost::fit(&costs).context("the send cost at two sizes at least")?;
+    let mut params: Vec<(LogP, f64)> = Vec::new();
+    let shapes: Vec<(usize, VTopology)> = sizes.iter().flat_map(|&n| [(n, VTopology::Switch), (n, VTopology::Hub)]).collect();
+    let configs = crate::barrier_configs();
+    let mut means: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); configs.len()]; shapes.len()];
+    let mut last: Vec<Vec<Option<mcd_tools::barrierbench::BarrierMeasurement>>> = vec![vec![None; configs.len()]; shapes.len()];
+    let mut load = vec![load_average()];
+    for round in 0..rounds.max(1) {
+        params.push(measure_logp(stem)?);
+        for (si, &(n, vtop)) in shapes.iter().enumerate() {
+            let name = format!("{stem}{}", if vtop == VTopology::Switch { "s" } else { "h" });
+            let cluster = Cluster::up_guarded(ClusterSpec::new(&name, n).rails(2).topology(vtop))?;
             let bench = crate::paper_bench(n, scale);
-            for config in crate::barrier_configs() {
+            for (ci, &config) in configs.iter().enumerate() {
                 let m = barrierbench::measure(&cluster, config, bench)?;
-                let (predicted, bound, within) = compare(config.algorithm, n, config.rails, &p, wake, cores, m.mean_us);
-                let e = err(predicted.mean_cost, m.mean_us);
-                eprintln!("  n={n} {top} {} rails={} predicted {:.1} measured {:.1}", config.algorithm, config.rails, predicted.mean_cost, m.mean_us);
-                writeln!(
-                    md,
-                    "| {n} | {top} | {} | {} | {:.1} | {} | {:.1} | {e:+.0}% | {within} |",
-                    config.algorithm,
-                    config.rails,
-                    predicted.mean_cost,
-                    bound.map_or("–".into(), |(lo, hi)| format!("{lo:.0} – {hi:.0}")),
-                    m.mean_us
-                )?;
-                rows.push(Measured { nodes: n, topology: top, config, predicted, bound, measured_us: m.mean_us });
+                eprintln!("  round {round}: n={n} {vtop} {} rails={} mean {:.1} µs", config.algorithm, config.rails, m.mean_us);
+                means[si][ci].push(m.mean_us);
+                last[si][ci] = Some(m);
             }
         }
+        load.push(load_average());
     }
-    writeln!(md)?;
-    let json_rows: Vec<_> = rows
-        .iter()
-        .map(|r| {
-            serde_json::json!({ "nodes": r.nodes, "topology": r.topology.to_string(), "algorithm": r.config.algorithm.to_string(),
-            "rails": r.config.rails, "predicted_us": r.predicted.mean_cost, "bounds_us": r.bound.map(|(lo, hi)| [lo, hi]), "measured_us": r.measured_us })
-        })
-        .collect();
-    json.insert("measured".into(), serde_json::Value::Array(json_rows));
-    json.insert("measured_logp".into(), serde_json::to_value(p)?);
-    json.insert("measured_wake_us".into(), wake.into());
+    let of = |f: fn(&(LogP, f64)) -> f64| median(&params.iter().map(f).collect::<Vec<_>>());
+    let logp = LogP { o_s: of(|p| p.0.o_s), o_r: of(|p| p.0.o_r), g: of(|p| p.0.g), l: of(|p| p.0.l) };
+    let here = Here { logp, wake: of(|p| p.1), send_cost: serde_json::to_value(&costs)?, copy_cost };
+    let per_round: Vec<_> = params.iter().map(|(p, w)| serde_json::json!({ "logp": p, "wake_us": w })).collect();
+    let mut rows = Vec::new();
+    for (si, &(_, vtop)) in shapes.iter().enumerate() {
+        for ci in 0..configs.len() {
+            let Some(mut m) = last[si][ci].take() else { continue };
+            let mut of = means[si][ci].clone();
+            of.sort_by(f64::total_cmp);
+            m.mean_us = of[of.len() / 2];
+            rows.push(serde_json::json!({ "topology": vtop.to_string(), "rounds_mean_us": means[si][ci], "measurement": m }));
+        }
+    }
+    let record = serde_json::json!({ "measured": crate::today(), "machine": crate::machine(), "rounds": rounds,
+        "load_average": load, "here": here, "parameters_per_round": per_round, "rows": rows });
+    std::fs::write(out.join(MEASURED_FILE), serde_json::to_string_pretty(&record)?)?;
     Ok(())
 }
 
-/// The model's prediction for a measured row on the virtual cluster, its
-/// bounds where processes outnumber cores, and the verdict.
-fn compare(a: Algorithm, n: usize, rails: usize, p: &LogP, wake: f64, cores: usize, measured: f64) -> (Prediction, Option<(f64, f64)>, String) {
-    let pr = model::steady_state(a, n, rails, &vcluster_setup(p, n, cores, wake), 50, 30.0);
-    let bounds = (n > cores).then(|| {
-        let lower = model::steady_state(a, n, rails, &vcluster_setup(p, n, cores, 0.0), 50, 30.0).mean_cost;
-        let upper = pr.mean_cost + (pr.deliveries as f64 * (p.o_r + wake) + pr.messages as f64 * (p.o_s + wake)) / cores as f64;
-        (lower, upper)
-    });
-    let e = err(pr.mean_cost, measured);
-    let goal = if n <= cores { 20.0 } else { 35.0 };
-    let verdict = if e.abs() <= goal {
-        format!("within {goal:.0}%")
-    } else if bounds.is_some_and(|(lo, hi)| lo <= measured && measured <= hi) {
-        "within the bounds".to_string()
-    } else {
-        "missed".to_string()
+/// The machine's 1-minute load average (`/proc/loadavg`), if it can be read:
+/// what else ran while this measured.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// The copy costs recorded in [`MEASURED_FILE`], if any.
+fn recorded_copy_cost(results: &Path) -> Option<mcd_tools::logp::CopyCost> {
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(results.join(MEASURED_FILE)).ok()?).ok()?;
+    serde_json::from_value(v["here"]["copy_cost"].clone()).ok()
+}
+
+/// The model's topology for the virtual cluster's: its hub floods without collisions.
+fn model_topology(name: &str) -> Result<Topology> {
+    match name {
+        "switch" => Ok(Topology::Switch),
+        "hub" => Ok(Topology::FloodingBridge),
+        other => anyhow::bail!("unknown virtual topology `{other}`"),
+    }
+}
+
+/// Section 4: the measurements of [`MEASURED_FILE`] against the model.
+fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serde_json::Value>) -> Result<()> {
+    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join(MEASURED_FILE))?)?;
+    let here: Here = serde_json::from_value(record["here"].clone()).context("the measured parameters")?;
+    let cores = mcd::host::online_cpus();
+    let vc = VirtualCluster { logp: here.logp, cores, wake: here.wake, engine: ENGINE_US,
+        fanout: here.copy_cost.delivered,
+        flood: here.copy_cost.dropped,
+        per_host: None,
     };
-    (pr, bounds, verdict)
+    writeln!(md, "## 4. mcd measured on the virtual cluster, switch and hub\n")?;
+    writeln!(
+        md,
+        "Measured {} on {} by `mcd-bench validate --measure` (`results/{MEASURED_FILE}`): the paper's method, `Adaptive` \
+         waiting, {} rounds one after the other (the machine's 1-minute load average at their starts and end: {}), \
+         each row the median of its rounds' means; every algorithm on a learning bridge (switch) and a flooding one (hub), 1 and 2 rails. Parameters \
+         measured in the same run, before each round, the medians: {}; wake-up {:.1} µs (blocked minus busy RTT/2); {cores} cores; the engine's \
+         {ENGINE_US} µs per barrier as in section 3.\n",
+        record["measured"].as_str().unwrap_or("?"),
+        record["machine"].as_str().unwrap_or("?"),
+        record["rounds"].as_u64().unwrap_or(1),
+        record["load_average"].as_array().map_or("not recorded".to_string(), |l| l
+            .iter()
+            .map(|x| x.as_f64().map_or("?".into(), |x| format!("{x:.1}")))
+            .collect::<Vec<_>>()
+            .join(", ")),
+        crate::fmt_logp(&here.logp),
+        here.wake
+    )?;
+    writeln!(
+        md,
+        "**The virtual hub.** A Linux bridge with ageing time 0 floods every frame to every port, without a \
+         shared medium: no collisions, so not the paper's CSMA/CD hub. On veth the bridge copies in the sender's \
+         context: each copy crosses a veth pair and runs the receiving namespace's socket filter (which drops \
+         it as `PACKET_OTHERHOST` unless it is addressed there) before the send call returns. So the sender pays \
+         per port, and the other nodes' processes pay nothing. Measured (node 0 timing isolated send calls while \
+         every other node holds an endpoint; median µs, [p10, p90]):\n"
+    )?;
+    writeln!(md, "| ports | bridge | unicast send | multicast send |")?;
+    writeln!(md, "|---:|---|---:|---:|")?;
+    let stat = |s: &serde_json::Value| format!("{:.2} [{:.2}, {:.2}]", s["median"].as_f64().unwrap_or(f64::NAN), s["p10"].as_f64().unwrap_or(f64::NAN), s["p90"].as_f64().unwrap_or(f64::NAN));
+    for c in here.send_cost.as_array().into_iter().flatten() {
+        writeln!(md, "| {} | {} | {} | {} |", c["ports"], c["topology"].as_str().unwrap_or("?"), stat(&c["unicast"]), stat(&c["multicast"]))?;
+    }
+    writeln!(
+        md,
+        "\nThe slopes over the ports beyond the first: a copy the receiving kernel drops (the hub's unicasts) costs \
+         the sender **{:.2} µs**, a copy delivered into a receiver's ring (every multicast, on either bridge) \
+         **{:.2} µs**. The model times the virtual hub as the switch (`Topology::FloodingBridge`) and charges the \
+         sender (n − 2) × the first for every unicast on it (`Setup::flood_us`) and (n − 2) × the second for \
+         every multicast on either bridge (`Setup::fanout_us`). The other nodes' processes pay nothing for a \
+         dropped copy: their kernel's share of it is in the sender's send call.\n",
+        here.copy_cost.dropped,
+        here.copy_cost.delivered
+    )?;
+    writeln!(md, "| nodes | network | algorithm | rails | predicted µs | bounds µs | measured µs | rounds µs | error | verdict |")?;
+    writeln!(md, "|---:|---|---|---:|---:|---:|---:|---:|---:|---|")?;
+    let mut rows = Vec::new();
+    for r in record["rows"].as_array().into_iter().flatten() {
+        let m = &r["measurement"];
+        let (Some(n), Some(rails), Some(name), Some(mean), Some(top)) =
+            (m["nodes"].as_u64(), m["rails"].as_u64(), m["algorithm"].as_str(), m["mean_us"].as_f64(), r["topology"].as_str())
+        else {
+            continue;
+        };
+        let (n, rails) = (n as usize, rails as usize);
+        let a: Algorithm = name.parse().map_err(anyhow::Error::msg)?;
+        let est = vc.estimate(a, n, rails, model_topology(top)?, 30.0);
+        let verdict = est.verdict(mean);
+        let e = err(est.predicted.mean_cost, mean);
+        let rounds: Vec<f64> = r["rounds_mean_us"].as_array().into_iter().flatten().filter_map(serde_json::Value::as_f64).collect();
+        let spread = rounds.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        let spread = if rounds.is_empty() { "–".to_string() } else { format!("{:.1} – {:.1}", spread.0, spread.1) };
+        writeln!(
+            md,
+            "| {n} | {top} | {a} | {rails} | {:.1} | {} | {mean:.1} | {spread} | {e:+.0}% | {verdict} |",
+            est.predicted.mean_cost,
+            bounds_cell(est.bounds)
+        )?;
+        rows.push(serde_json::json!({ "nodes": n, "topology": top, "algorithm": a.to_string(), "rails": rails,
+            "predicted_us": est.predicted.mean_cost, "bounds_us": est.bounds.map(|(lo, hi)| [lo, hi]),
+            "measured_us": mean, "verdict": verdict.to_string() }));
+    }
+    let (ok, total) = (rows.iter().filter(|r| r["verdict"] != "missed").count(), rows.len());
+    let worst_spread = record["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            let rounds: Vec<f64> = r["rounds_mean_us"].as_array()?.iter().filter_map(serde_json::Value::as_f64).collect();
+            let lo = rounds.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = rounds.iter().copied().fold(0.0, f64::max);
+            (lo > 0.0).then(|| hi / lo)
+        })
+        .fold(1.0, f64::max);
+    let of = |top: &str| -> Vec<serde_json::Value> { rows.iter().filter(|r| r["topology"] == top).cloned().collect() };
+    let (switch, hub) = (Summary::of(&of("switch")), Summary::of(&of("hub")));
+    writeln!(
+        md,
+        "\n**{ok} of {total}** within the goal (20% where processes ≤ cores, 35% beyond) or within the stated bounds. \
+         Point predictions where processes ≤ cores within 20%: switch {}, hub {}; beyond the cores within 35%: \
+         switch {} (errors {}), hub {} (errors {}). {} {}\n",
+        switch.fitting,
+        hub.fitting,
+        switch.beyond,
+        switch.range,
+        hub.beyond,
+        hub.range,
+        switch.misses("On the switch, the point prediction misses by more than 35%"),
+        hub.misses("On the hub, the point prediction misses by more than 35%")
+    )?;
+    writeln!(
+        md,
+        "Not modelled, and what it does here: the other engineers' work on this shared 2-core machine (builds, \
+         tests) comes and goes during a run, and a round it hits is slower, here by up to {worst_spread:.1}× (the \
+         rounds column: slowest round over fastest); the median of the rounds keeps most of it out, not all. \
+         Beyond the cores, the scheduler: the model's \
+         turns (a process runs until it waits, each change a wake-up) stand in for the kernel's choice among \
+         yielding processes. Lost frames and their recovery are not modelled (none are injected here).\n"
+    )?;
+    for r in rows.iter().filter(|r| r["verdict"] == "missed") {
+        writeln!(
+            md,
+            "- missed: {} nodes, {}, {} on {} rail(s): predicted {:.1}, measured {:.1} µs",
+            r["nodes"],
+            r["topology"].as_str().unwrap_or(""),
+            r["algorithm"].as_str().unwrap_or(""),
+            r["rails"],
+            r["predicted_us"].as_f64().unwrap_or(0.0),
+            r["measured_us"].as_f64().unwrap_or(0.0)
+        )?;
+    }
+    let panels: Vec<Panel> = ["switch", "hub"]
+        .into_iter()
+        .map(|top| Panel { title: format!("{top}, 1 rail, {cores} cores"), series: measured_series(&rows, top) })
+        .collect();
+    plot::nodes_vs_time(&out.join("validation-measured"), "mcd on the virtual cluster, switch and hub: measured (solid), model (dashed)", &panels)?;
+    writeln!(md, "\nPlot: [validation-measured.svg](validation-measured.svg) / [.png](validation-measured.png).\n")?;
+    json.insert("measured".into(), serde_json::Value::Array(rows));
+    json.insert("measured_parameters".into(), serde_json::to_value(&here)?);
+    Ok(())
+}
+
+/// What a table of compared rows says, in words.
+struct Summary {
+    /// "k of m" rows where processes ≤ cores within 20%.
+    fitting: String,
+    /// "k of m" rows beyond the cores within 35%.
+    beyond: String,
+    /// The range of the errors beyond the cores.
+    range: String,
+    /// The rows beyond the cores outside 35%: (algorithm, error %).
+    outside: Vec<(String, f64)>,
+    /// How many of those the bounds hold.
+    bounded: usize,
+}
+
+impl Summary {
+    fn of(rows: &[serde_json::Value]) -> Summary {
+        let error = |r: &serde_json::Value| {
+            let (p, m) = (r["predicted_us"].as_f64().unwrap_or(f64::NAN), r["measured_us"].as_f64().unwrap_or(f64::NAN));
+            err(p, m)
+        };
+        let (fit, over): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) = rows.iter().partition(|r| r["bounds_us"].is_null());
+        let within = |of: &[&serde_json::Value], goal: f64| of.iter().filter(|r| error(r).abs() <= goal).count();
+        let errors: Vec<f64> = over.iter().map(|r| error(r)).collect();
+        let (lo, hi) = errors.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &e| (lo.min(e), hi.max(e)));
+        let mut outside: Vec<(String, f64)> = Vec::new();
+        let mut bounded = 0;
+        for r in over.iter().filter(|r| error(r).abs() > 35.0) {
+            let rails = if r["rails"].as_u64() == Some(1) { String::new() } else { format!(" on {} rails", r["rails"]) };
+            outside.push((format!("{} at {}{rails}", r["algorithm"].as_str().unwrap_or("?"), r["nodes"]), error(r)));
+            bounded += usize::from(r["verdict"] == "within the bounds");
+        }
+        Summary {
+            fitting: format!("{} of {}", within(&fit, 20.0), fit.len()),
+            beyond: format!("{} of {}", within(&over, 35.0), over.len()),
+            range: if errors.is_empty() { "none".into() } else { format!("{lo:+.0}% to {hi:+.0}%") },
+            outside,
+            bounded,
+        }
+    }
+
+    /// `lead`, then the rows outside 35% and what they have in common; or
+    /// that there are none.
+    fn misses(&self, lead: &str) -> String {
+        if self.outside.is_empty() {
+            return "No point prediction beyond the cores misses by more than 35%.".into();
+        }
+        let list: Vec<String> = self.outside.iter().map(|(n, e)| format!("{n} {e:+.0}%")).collect();
+        let over = self.outside.iter().filter(|(_, e)| *e > 0.0).count();
+        let why = if over * 2 >= self.outside.len() {
+            "Mostly overestimates, of algorithms with many dependent hops: with `Adaptive` waiting a change of \
+             process is mostly a yield to a runnable peer, cheaper than the wake-up from sleep the model charges"
+        } else {
+            "Mostly underestimates: the model has no other load on the machine and no scheduler delay beyond one \
+             wake-up per change of process"
+        };
+        format!(
+            "{lead} for {}: {}. Telling yields from sleeps (a scheduler model with run queues and the spin–yield–sleep \
+             policy) is what would close this, and is not built; the bounds hold {} of these {}.",
+            list.join(", "),
+            why,
+            self.bounded,
+            self.outside.len()
+        )
+    }
+}
+
+fn bounds_cell(bounds: Option<(f64, f64)>) -> String {
+    bounds.map_or("–".into(), |(lo, hi)| format!("{lo:.0} – {hi:.0}"))
+}
+
+/// Measured (solid) and predicted (dashed) per algorithm, 1 rail, of the
+/// rows on `topology` (all rows when `None`).
+fn measured_series(rows: &[serde_json::Value], topology: &str) -> Vec<Series> {
+    let mine: Vec<&serde_json::Value> = rows.iter().filter(|r| r["rails"] == 1 && (r["topology"].is_null() || r["topology"] == topology)).collect();
+    let mut names: Vec<String> = Vec::new();
+    for name in mine.iter().filter_map(|r| r["algorithm"].as_str()) {
+        if !names.iter().any(|n| n == name) {
+            names.push(name.to_string());
+        }
+    }
+    let mut series = Vec::new();
+    for name in names {
+        let pts = |key: &str| -> Vec<(f64, f64)> {
+            mine.iter().filter(|r| r["algorithm"] == name.as_str()).filter_map(|r| Some((r["nodes"].as_f64()?, r[key].as_f64()?))).collect()
+        };
+        series.push(Series { label: format!("{name} measured"), points: pts("measured_us"), dashed: false, key: name.clone() });
+        series.push(Series { label: format!("{name} predicted"), points: pts("predicted_us"), dashed: true, key: name.clone() });
+    }
+    series
 }
 
 /// The model against the measurements already recorded in
@@ -457,16 +695,22 @@ pub fn recorded(results: &Path, md: &mut String, json: &mut serde_json::Map<Stri
         .and_then(|t| t.lines().find(|l| l.starts_with("Measured")).map(|l| l.trim_start_matches("Measured ").split(" by ").next().unwrap_or("").trim_end_matches([',', ' ']).to_string()))
         .unwrap_or_default();
     let cores = mcd::host::online_cpus();
+    let copies = recorded_copy_cost(results);
+    let vc = VirtualCluster { logp: p, cores, wake, engine: ENGINE_US, fanout: copies.map_or(0.0, |c| c.delivered), flood: 0.0, per_host: None };
     writeln!(md, "## 3. mcd measured on the virtual cluster (recorded)\n")?;
     writeln!(
         md,
         "The measurements of `results/barriers.json` (measured {measured_on}; switch, 1 and 2 rails, the paper's \
          method, `Adaptive` waiting) against the model with `results/logp.json`'s parameters ({}; wake-up {wake:.1} µs = \
-         RTT/2 blocking − busy): `vcluster_setup`, n processes taking turns on {cores} cores, each change of process a wake-up, \
+         RTT/2 blocking − busy): `VirtualCluster`, n processes taking turns on {cores} cores, each change of process a wake-up, \
          {ENGINE_US} µs of the engine's own work per barrier (fitted to the 2-node shuffle row, the one fitted \
-         number here), the paper's loop. Where processes > cores, *bounds*: below, the same turns with free changes (the cores' \
+         number here), {}, the paper's loop. Where processes > cores, *bounds*: below, the same turns with free changes (the cores' \
          sharing alone); above, every message also paying a wake-up at both ends, shared over the cores.\n",
-        crate::fmt_logp(&p)
+        crate::fmt_logp(&p),
+        match copies {
+            Some(c) => format!("each multicast costing its sender {:.2} µs per receiver beyond the first (the bridge's copy, measured in section 4)", c.delivered),
+            None => "no cost of the bridge's copies (not measured yet: `validate --measure`)".to_string(),
+        }
     )?;
     writeln!(md, "| nodes | algorithm | rails | predicted µs | bounds µs | measured µs | error | verdict |")?;
     writeln!(md, "|---:|---|---:|---:|---:|---:|---:|---|")?;
@@ -480,53 +724,30 @@ pub fn recorded(results: &Path, md: &mut String, json: &mut serde_json::Map<Stri
         };
         let (n, rails) = (n as usize, rails as usize);
         let Ok(a) = name.parse::<Algorithm>() else { continue };
-        let (pr, bound, verdict) = compare(a, n, rails, &p, wake, cores, measured);
+        let est = vc.estimate(a, n, rails, Topology::Switch, 30.0);
+        let verdict = est.verdict(measured);
+        let (pr, bound) = (est.predicted, est.bounds);
         let e = err(pr.mean_cost, measured);
         total += 1;
-        ok += usize::from(verdict != "missed");
-        writeln!(
-            md,
-            "| {n} | {a} | {rails} | {:.1} | {} | {measured:.1} | {e:+.0}% | {verdict} |",
-            pr.mean_cost,
-            bound.map_or("–".into(), |(lo, hi)| format!("{lo:.0} – {hi:.0}"))
-        )?;
+        ok += usize::from(verdict != Verdict::Missed);
+        writeln!(md, "| {n} | {a} | {rails} | {:.1} | {} | {measured:.1} | {e:+.0}% | {verdict} |", pr.mean_cost, bounds_cell(bound))?;
         out.push(serde_json::json!({ "nodes": n, "algorithm": a.to_string(), "rails": rails, "predicted_us": pr.mean_cost,
-            "bounds_us": bound.map(|(lo, hi)| [lo, hi]), "measured_us": measured, "verdict": verdict }));
+            "bounds_us": bound.map(|(lo, hi)| [lo, hi]), "measured_us": measured, "verdict": verdict.to_string() }));
     }
-    let over: Vec<&serde_json::Value> = out.iter().filter(|r| r["bounds_us"].is_array()).collect();
-    let over_within = over.iter().filter(|r| r["verdict"].as_str().is_some_and(|v| v.starts_with("within 35"))).count();
+    let summary = Summary::of(&out);
     writeln!(
         md,
-        "\n**{ok} of {total}** within the goal (20% where processes ≤ cores, 35% beyond) or within the stated bounds; \
-         beyond the cores, {over_within} of {} point predictions within 35%. Where processes ≤ cores the model (with \
-         the one fitted engine constant) is within 20% everywhere. Beyond, the cores are shared in turns: a process \
-         given the core takes every message waiting for it and runs until it waits again; each change of process \
-         costs the measured wake-up. That holds one-phase, concurrent and the wide trees within 35%, and \
-         overestimates the algorithms with many dependent hops (binary and p2p trees, shuffle exchange: up to \
-         +90%), because with `Adaptive` waiting a change of process is mostly a yield to a runnable peer, cheaper \
-         than a wake-up from sleep; the lower bound (free changes) is 1.5–2× under the measurement. Telling \
-         yields from sleeps (a scheduler model with run queues and the spin–yield–sleep policy) is what would \
-         close this, and is not built.\n",
-        over.len()
+        "\n**{ok} of {total}** within the goal (20% where processes ≤ cores, 35% beyond) or within the stated bounds. \
+         Where processes ≤ cores, {} point predictions within 20% (with the one fitted engine constant). Beyond \
+         the cores, {} within 35% (errors {}). There the cores are shared in turns: a process given the core takes \
+         every message waiting for it and runs until it waits again; each change of process costs the measured \
+         wake-up. {}\n",
+        summary.fitting,
+        summary.beyond,
+        summary.range,
+        summary.misses("The point prediction misses by more than 35%")
     )?;
-    // Measured (solid) against predicted (dashed), per algorithm, 1 rail.
-    let mut series = Vec::new();
-    let mut names: Vec<String> = Vec::new();
-    for name in out.iter().filter(|r| r["rails"] == 1).filter_map(|r| r["algorithm"].as_str()) {
-        if !names.iter().any(|n| n == name) {
-            names.push(name.to_string());
-        }
-    }
-    for name in names {
-        let pts = |key: &str| -> Vec<(f64, f64)> {
-            out.iter()
-                .filter(|r| r["rails"] == 1 && r["algorithm"] == name.as_str())
-                .filter_map(|r| Some((r["nodes"].as_f64()?, r[key].as_f64()?)))
-                .collect()
-        };
-        series.push(Series { label: format!("{name} measured"), points: pts("measured_us"), dashed: false, key: name.clone() });
-        series.push(Series { label: format!("{name} predicted"), points: pts("predicted_us"), dashed: true, key: name.clone() });
-    }
+    let series = measured_series(&out, "switch");
     plot::nodes_vs_time(
         &results.join("validation-vcluster"),
         "mcd on the virtual cluster (recorded): measured (solid), model (dashed)",
@@ -537,27 +758,68 @@ pub fn recorded(results: &Path, md: &mut String, json: &mut serde_json::Map<Stri
     Ok(())
 }
 
-/// `mcd-bench validate`.
-pub fn run(out: &Path, measure: Option<(&[usize], f64)>) -> Result<()> {
+/// `mcd-bench validate`: with `measure` (sizes, scale), first measures on
+/// the virtual cluster (clusters named after `stem`).
+pub fn run(out: &Path, measure: Option<(&[usize], f64, usize)>, stem: &str) -> Result<()> {
+    if let Some((sizes, scale, rounds)) = measure {
+        self::measure(out, sizes, scale, rounds, stem)?;
+    }
     let mut md = String::new();
     let mut json = serde_json::Map::new();
     writeln!(md, "# The cost model, validated\n")?;
-    writeln!(md, "Written by `cargo run --release -p mcd-bench -- validate`{} on {}.\n", if measure.is_some() { " --measure" } else { "" }, crate::today())?;
+    writeln!(md, "Written by `cargo run --release -p mcd-bench -- validate` on {}.\n", crate::today())?;
     paper(out, &mut md, &mut json)?;
     scale(out, &mut md, &mut json)?;
     if let Err(e) = recorded(out, &mut md, &mut json) {
         writeln!(md, "## 3. mcd measured on the virtual cluster (recorded)\n\nNo recorded measurements to compare: {e:#}\n")?;
     }
-    match measure {
-        Some((sizes, scale)) => measured(&mut md, &mut json, sizes, scale)?,
-        None => writeln!(
+    if out.join(MEASURED_FILE).exists() {
+        measured(out, &mut md, &mut json)?;
+    } else {
+        writeln!(
             md,
-            "## 4. mcd measured on the virtual cluster (this run)\n\nNot in this run: `mcd-bench validate --measure --nodes 2,4,8,16` (root) measures every \
-             algorithm on switch and hub, 1 and 2 rails, and adds the table here.\n"
-        )?,
+            "## 4. mcd measured on the virtual cluster, switch and hub\n\nNot measured yet: `mcd-bench validate --measure --nodes 2,4,8,16` (root) \
+             measures every algorithm on switch and hub, 1 and 2 rails, into `results/{MEASURED_FILE}`, and this section compares them.\n"
+        )?;
     }
     std::fs::write(out.join("validation.md"), &md)?;
     std::fs::write(out.join("validation.json"), serde_json::to_string_pretty(&serde_json::Value::Object(json))?)?;
     print!("{md}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(nodes: u64, algorithm: &str, rails: u64, predicted: f64, measured: f64, bounds: Option<[f64; 2]>, verdict: &str) -> serde_json::Value {
+        serde_json::json!({ "nodes": nodes, "algorithm": algorithm, "rails": rails, "predicted_us": predicted,
+            "measured_us": measured, "bounds_us": bounds, "verdict": verdict })
+    }
+
+    #[test]
+    fn the_summary_counts_and_names_what_it_claims() {
+        let rows = [
+            row(2, "shuffle", 1, 10.0, 11.0, None, "within 20%"),
+            row(2, "tree2", 1, 10.0, 15.0, None, "missed"),
+            row(8, "tree2", 1, 200.0, 100.0, Some([80.0, 300.0]), "within the bounds"),
+            row(8, "tree3", 2, 100.0, 400.0, Some([80.0, 300.0]), "missed"),
+            row(16, "concurrent", 1, 330.0, 300.0, Some([200.0, 600.0]), "within 35%"),
+        ];
+        let s = Summary::of(&rows);
+        assert_eq!((s.fitting.as_str(), s.beyond.as_str(), s.range.as_str()), ("1 of 2", "1 of 3", "-75% to +100%"));
+        let text = s.misses("Misses");
+        assert!(text.contains("tree2 at 8 +100%") && text.contains("tree3 at 8 on 2 rails -75%"), "{text}");
+        assert!(text.contains("the bounds hold 1 of these 2"), "{text}");
+        let none = Summary::of(&rows[..1]);
+        assert_eq!(none.range, "none");
+        assert!(none.misses("Misses").starts_with("No point prediction"));
+    }
+
+    #[test]
+    fn the_virtual_hub_is_modelled_as_a_flooding_bridge() {
+        assert_eq!(model_topology("switch").unwrap(), Topology::Switch);
+        assert_eq!(model_topology("hub").unwrap(), Topology::FloodingBridge);
+        assert!(model_topology("ring").unwrap_err().to_string().contains("ring"));
+    }
 }

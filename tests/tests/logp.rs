@@ -27,3 +27,52 @@ fn logp_parameters_of_mcd_and_udp_are_measured_and_consistent() {
         assert!(p.l >= 0.0 && p.o_s > 0.0 && p.o_r > 0.0 && p.g > 0.0, "{what}: {p:?}");
     }
 }
+
+/// The packets `node`'s rail-0 interface has received, from `ip -s -j link`.
+fn rx_packets(c: &mcd_tools::vcluster::Cluster, node: usize) -> u64 {
+    let out = std::process::Command::new("ip")
+        .args(["-n", &c.namespace(node), "-s", "-j", "link", "show", "eth0"])
+        .output()
+        .expect("ip -s link");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j prints JSON");
+    v[0]["stats64"]["rx"]["packets"].as_u64().expect("rx packets")
+}
+
+/// What the model's flooding bridge stands on: a hub cluster's unicasts
+/// reach every node's interface, whose socket filter drops them (no
+/// endpoint sees a frame not addressed to it), while a learning bridge's
+/// stop at their destination; and the send-cost measurement reports per
+/// port count and bridge.
+#[test]
+fn a_virtual_hub_floods_unicasts_that_other_nodes_drop() {
+    use mcd::Destination;
+    use mcd_tools::vcluster::Topology;
+    const SENDS: u64 = 50;
+    for (name, topology) in [("flh", Topology::Hub), ("fls", Topology::Switch)] {
+        let c = cluster(ClusterSpec::new(name, 4).topology(topology));
+        let mut eps = mcd_integration_tests::open_all(&c);
+        let mut buf = [0u8; 256];
+        // Node 1 makes itself known to a learning bridge.
+        eps[1].send(0, Destination::Node(0), mcd::kind::logp::SINK, 0, &[]).unwrap();
+        assert!(eps[0].recv(&mut buf, Some(std::time::Duration::from_secs(2))).unwrap().is_some());
+        let before = rx_packets(&c, 2);
+        for seq in 1..=SENDS {
+            eps[0].send(0, Destination::Node(1), mcd::kind::logp::SINK, seq as u32, &[0u8; 8]).unwrap();
+        }
+        for _ in 0..SENDS {
+            let m = eps[1].recv(&mut buf, Some(std::time::Duration::from_secs(2))).unwrap().expect("node 1 gets every unicast");
+            assert_eq!(m.from, 0);
+        }
+        let reached = rx_packets(&c, 2) - before;
+        match topology {
+            Topology::Hub => assert!(reached >= SENDS, "{name}: a hub floods every unicast to node 2 ({reached} frames)"),
+            Topology::Switch => assert!(reached < SENDS, "{name}: a learning bridge sends node 1's unicasts to node 1 only ({reached} at node 2)"),
+        }
+        assert!(eps[2].try_recv(&mut buf).unwrap().is_none(), "{name}: node 2's filter drops frames for node 1");
+        drop(eps);
+        let cost = mcd_tools::logp::send_cost_on_cluster(&c, 100).expect("send cost");
+        assert_eq!((cost.ports, cost.topology), (4, topology));
+        ordered(&cost.unicast, "unicast send");
+        ordered(&cost.multicast, "multicast send");
+    }
+}

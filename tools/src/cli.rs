@@ -59,6 +59,17 @@ pub fn positive(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A stem for the names of the virtual clusters a tool builds: 1 to 4
+/// lowercase letters or digits (the tool appends up to two characters, and a
+/// cluster's name is at most 6).
+pub fn cluster_stem(s: &str) -> Result<String, String> {
+    if (1..=4).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("`{s}`: a cluster name stem is 1 to 4 lowercase letters or digits"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,5 +84,8 @@ mod tests {
         assert!(node_count("65").is_err());
         assert_eq!(positive("0.5"), Ok(0.5));
         assert!(positive("0").is_err() && positive("nan").is_err() && positive("x").is_err());
+        assert_eq!(cluster_stem("h15"), Ok("h15".to_string()));
+        assert!(cluster_stem("toolong").unwrap_err().contains("1 to 4"));
+        assert!(cluster_stem("A-b").is_err() && cluster_stem("").is_err());
     }
 }

@@ -484,6 +484,10 @@ pub struct Extra {
     pub receive_gap_delivered: f64,
     /// Wake-up: RTT/2 with both sides blocking minus RTT/2 busy-polling, µs.
     pub wake: Option<f64>,
+    /// The send call on bridges of several port counts, hub and switch.
+    pub flood: Vec<SendCost>,
+    /// What each further copy costs the sender ([`CopyCost::fit`]).
+    pub copy_cost: Option<CopyCost>,
 }
 
 /// LogGP's G from (size, g) points: the least-squares slope.
@@ -696,6 +700,136 @@ pub fn measure_shm(iterations: usize) -> Result<barriers::model::ShmCosts> {
     Ok(barriers::model::ShmCosts { transfer, wake: (block / 2.0 - transfer).max(0.0), scan })
 }
 
+/// What one send call costs node 0 of a virtual cluster whose bridge copies
+/// the frame to many ports: on veth the bridge floods in the sender's
+/// context (each copy crosses a veth pair and runs the receiving
+/// namespace's socket filter before the send call returns), so a repeater
+/// hub's unicast and any multicast cost the sender per port.
+#[derive(Clone, Debug, Serialize)]
+pub struct SendCost {
+    /// Nodes, one bridge port each.
+    pub ports: usize,
+    /// The bridge: a learning one (switch) or one flooding every frame (hub).
+    pub topology: crate::vcluster::Topology,
+    /// An isolated unicast send call from node 0 to node 1, µs.
+    pub unicast: Stat,
+    /// An isolated multicast send call from node 0 to every other node, µs.
+    pub multicast: Stat,
+}
+
+/// Measures [`SendCost`] on `cluster`: node 0 (CPU 0) times `samples`
+/// isolated unicast and multicast send calls, alternating, while every other
+/// node holds an endpoint (its filter attached, as in a barrier), pinned to
+/// the last CPU and draining its ring every millisecond without blocking in
+/// the kernel (so no send pays a wake-up).
+pub fn send_cost_on_cluster(cluster: &crate::vcluster::Cluster, samples: usize) -> Result<SendCost> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let n = cluster.nodes();
+    anyhow::ensure!(n >= 2, "a send cost needs a sender and a receiver");
+    let cpus = mcd::host::online_cpus();
+    let open = |node: usize| -> Result<(mcd::host::NetnsGuard, Endpoint)> {
+        let _ = mcd::host::pin_current_thread(if node == 0 { 0 } else { cpus - 1 });
+        let ns = cluster.enter(node)?;
+        Ok((ns, Endpoint::open(cluster.endpoint_config())?))
+    };
+    let ready = std::sync::Barrier::new(n);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let receivers: Vec<_> = (1..n)
+            .map(|me| {
+                let (ready, stop) = (&ready, &stop);
+                scope.spawn(move || -> Result<()> {
+                    let opened = open(me);
+                    ready.wait();
+                    let (_ns, mut ep) = opened?;
+                    // Teach a learning bridge where this node is.
+                    ep.send(0, Destination::Node(0), kind::SINK, 0, &[])?;
+                    let mut buf = [0u8; 2048];
+                    while !stop.load(Ordering::Relaxed) {
+                        while ep.try_recv(&mut buf)?.is_some() {}
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let sender = scope.spawn(|| -> Result<SendCost> {
+            let opened = open(0);
+            ready.wait();
+            let result = (|| {
+                let (_ns, mut ep) = opened?;
+                let mut buf = [0u8; 2048];
+                let settle = Instant::now();
+                while settle.elapsed() < Duration::from_millis(20) {
+                    ep.try_recv(&mut buf)?;
+                }
+                let (mut uni, mut multi) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
+                for i in 0..samples {
+                    let seq = i as u32;
+                    let t0 = Instant::now();
+                    ep.send(0, Destination::Node(1), kind::SINK, seq, &[0u8; 8])?;
+                    uni.push(t0.elapsed().as_secs_f64() * 1e6);
+                    spin_for(Duration::from_micros(30));
+                    let t0 = Instant::now();
+                    ep.send(0, Destination::ALL_NODES, kind::SINK, seq, &[0u8; 8])?;
+                    multi.push(t0.elapsed().as_secs_f64() * 1e6);
+                    spin_for(Duration::from_micros(30));
+                    while ep.try_recv(&mut buf)?.is_some() {}
+                }
+                Ok(SendCost { ports: n, topology: cluster.spec().topology, unicast: stat(&mut uni), multicast: stat(&mut multi) })
+            })();
+            stop.store(true, Ordering::Relaxed);
+            result
+        });
+        let result = sender.join().map_err(|_| anyhow::anyhow!("sender panicked"))?;
+        for r in receivers {
+            r.join().map_err(|_| anyhow::anyhow!("receiver panicked"))??;
+        }
+        result
+    })
+}
+
+/// [`SendCost`] on a hub and a switch cluster of each of `ports` nodes, one
+/// after the other, the clusters named `{stem}f0`, `{stem}f1`, ...
+pub fn send_costs(stem: &str, ports: &[usize], samples: usize) -> Result<Vec<SendCost>> {
+    use crate::vcluster::{Cluster, ClusterSpec, Topology};
+    let mut out = Vec::new();
+    for (i, &n) in ports.iter().enumerate() {
+        for topology in [Topology::Hub, Topology::Switch] {
+            let name = format!("{stem}f{}", 2 * i + usize::from(topology == Topology::Switch));
+            eprintln!("  measuring the send call on a {n}-port {topology} (cluster `{name}`)");
+            let cluster = Cluster::up_guarded(ClusterSpec::new(&name, n).topology(topology))?;
+            out.push(send_cost_on_cluster(&cluster, samples)?);
+        }
+    }
+    Ok(out)
+}
+
+/// What each further copy of a frame costs the sender, µs, from
+/// [`SendCost`]s: the slopes of the send call's median over the ports
+/// beyond the first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct CopyCost {
+    /// A copy the receiving kernel drops (a hub's unicast to a port not its
+    /// destination: `PACKET_OTHERHOST`, refused by the socket filter).
+    pub dropped: f64,
+    /// A copy delivered into a receiver's ring (a multicast, on either bridge).
+    pub delivered: f64,
+}
+
+impl CopyCost {
+    /// The slopes over `costs` (hubs' unicasts for `dropped`, every
+    /// multicast for `delivered`), each clamped at 0; `None` without two
+    /// port counts.
+    pub fn fit(costs: &[SendCost]) -> Option<CopyCost> {
+        let beyond = |c: &SendCost| c.ports.saturating_sub(2);
+        let hub: Vec<(usize, f64)> =
+            costs.iter().filter(|c| c.topology == crate::vcluster::Topology::Hub).map(|c| (beyond(c), c.unicast.median)).collect();
+        let multicast: Vec<(usize, f64)> = costs.iter().map(|c| (beyond(c), c.multicast.median)).collect();
+        Some(CopyCost { dropped: slope(&hub)?.max(0.0), delivered: slope(&multicast)?.max(0.0) })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -707,5 +841,25 @@ mod tests {
         assert!((slope(&pts).unwrap() - 0.008).abs() < 1e-12);
         assert_eq!(slope(&pts[..1]), None);
         assert_eq!(slope(&[(64, 1.0), (64, 2.0)]), None);
+    }
+
+    #[test]
+    fn copy_costs_are_the_slopes_over_the_further_ports() {
+        use crate::vcluster::Topology;
+        let at = |v: f64| Stat { median: v, p10: v, p90: v };
+        // 4 µs alone; a dropped copy 0.8 µs, a delivered one 1.5 µs.
+        let costs: Vec<SendCost> = [2usize, 4, 8, 16]
+            .iter()
+            .flat_map(|&n| {
+                let k = (n - 2) as f64;
+                [
+                    SendCost { ports: n, topology: Topology::Hub, unicast: at(4.0 + 0.8 * k), multicast: at(4.0 + 1.5 * k) },
+                    SendCost { ports: n, topology: Topology::Switch, unicast: at(4.0), multicast: at(4.0 + 1.5 * k) },
+                ]
+            })
+            .collect();
+        let c = CopyCost::fit(&costs).unwrap();
+        assert!((c.dropped - 0.8).abs() < 1e-9 && (c.delivered - 1.5).abs() < 1e-9, "{c:?}");
+        assert_eq!(CopyCost::fit(&costs[..2]), None, "one port count gives no slope");
     }
 }

@@ -2,7 +2,8 @@
 //! frame with its preamble and inter-frame gap), named link presets, and the
 //! two topologies the paper measured: a switch (one output queue per port,
 //! full duplex) and a repeater hub (one half-duplex medium per segment,
-//! CSMA/CD with binary exponential backoff).
+//! CSMA/CD with binary exponential backoff); and the virtual cluster's hub, a
+//! software bridge that floods every frame without a shared medium.
 
 /// An Ethernet link's speed and framing.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -96,6 +97,15 @@ pub enum Topology {
     /// A repeater hub: one half-duplex medium that every frame on the rail
     /// takes in turn; stations that start together collide and back off.
     Hub,
+    /// A software bridge that floods every frame to every port (a Linux
+    /// bridge with ageing time 0: the virtual cluster's hub). No shared
+    /// medium and no collisions, timed as the switch, but every unicast
+    /// reaches every port as a multicast does, and on veth the bridge copies
+    /// in the sender's context: each port beyond the first costs the sender
+    /// [`super::Setup::flood_us`]. The other nodes' kernels drop the frames
+    /// not addressed to them (`PACKET_OTHERHOST`, in mcd's socket filter),
+    /// still in the sender's context, so their processes pay nothing.
+    FloodingBridge,
 }
 
 impl std::fmt::Display for Topology {
@@ -103,6 +113,7 @@ impl std::fmt::Display for Topology {
         f.write_str(match self {
             Topology::Switch => "switch",
             Topology::Hub => "hub",
+            Topology::FloodingBridge => "flooding bridge",
         })
     }
 }

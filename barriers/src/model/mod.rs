@@ -13,9 +13,12 @@
 //!   send gap and a receive gap per NIC (LogP's `g` bounds both), LogGP's
 //!   `G` and the message size, frame serialisation on a [`Link`] (preamble
 //!   and inter-frame gap included), a switch with one output queue per port
-//!   or a repeater hub simulated as CSMA/CD with binary exponential backoff
-//!   ([`Topology`]), rails, and [`Host`]s (interrupt coalescing, send
-//!   completion interrupts, wake-ups, processes sharing cores). Exact under
+//!   or a repeater hub simulated as CSMA/CD with binary exponential backoff,
+//!   or a software bridge that floods without collisions ([`Topology`]),
+//!   the copies a software bridge makes in the sender's context
+//!   ([`Setup::fanout_us`], [`Setup::flood_us`]), rails, and [`Host`]s
+//!   (interrupt coalescing, send completion interrupts, wake-ups, processes
+//!   sharing cores). Exact under
 //!   the model for any n; 65,536 nodes take well under a second per
 //!   algorithm (one-phase, whose n² messages are too many, uses a bound
 //!   above 1,024 nodes). [`simulate`] is [`predict`] on plain LogP;
@@ -26,15 +29,19 @@
 //! [`auto`] / [`auto_with`] pick the algorithm (and k) with the lowest
 //! simulated cost; [`hierarchy::auto_layout`] also picks between every rank
 //! on the wire and the hierarchical barrier (hosts × ranks per host).
+//! [`VirtualCluster`] models nodes that are processes of one machine (the
+//! virtual cluster), with bounds where they outnumber its cores.
 
 pub mod hierarchy;
 pub mod host;
 pub mod link;
 mod sim;
+pub mod virtual_cluster;
 
 pub use hierarchy::{auto_layout, Layout, ShmCosts};
 pub use host::Host;
 pub use link::{Link, Topology};
+pub use virtual_cluster::{Estimate, Verdict, VirtualCluster};
 
 use crate::plan::{self, Algorithm, Fanout, Release};
 
@@ -63,15 +70,19 @@ impl LogP {
 
     /// Parses `o_s,o_r,g,L` in microseconds (the form of `MCD_LOGP`).
     pub fn parse_list(s: &str) -> Result<LogP, String> {
-        let v: Vec<f64> = s
-            .split(',')
-            .map(|x| x.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0))
-            .collect::<Option<_>>()
-            .ok_or_else(|| format!("`{s}` is not four non-negative numbers o_s,o_r,g,L (µs)"))?;
+        let v = LogP::parse_numbers(s).map_err(|_| format!("`{s}` is not four non-negative numbers o_s,o_r,g,L (µs)"))?;
         match v[..] {
             [o_s, o_r, g, l] => Ok(LogP { o_s, o_r, g, l }),
             _ => Err(format!("`{s}` has {} numbers; give o_s,o_r,g,L (µs)", v.len())),
         }
+    }
+
+    /// Parses comma-separated non-negative numbers (µs), however many.
+    pub fn parse_numbers(s: &str) -> Result<Vec<f64>, String> {
+        s.split(',')
+            .map(|x| x.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0))
+            .collect::<Option<_>>()
+            .ok_or_else(|| format!("`{s}` is not a list of non-negative numbers (µs)"))
     }
 
     /// One message end to end: o_s + L + o_r.
@@ -137,8 +148,17 @@ pub struct Setup {
     pub bytes: usize,
     /// The link, for frame serialisation and the hub's CSMA/CD timing; `None`: no wire limit.
     pub link: Option<Link>,
-    /// Switch or repeater hub (every rail the same).
+    /// Switch, repeater hub or flooding bridge (every rail the same).
     pub topology: Topology,
+    /// Where a software bridge copies frames in the sender's context (veth),
+    /// the sender's CPU time per receiver of a multicast beyond the first,
+    /// µs: each copy is delivered into a receiver's ring. 0 where the
+    /// network copies (hardware switches and hubs).
+    pub fanout_us: f64,
+    /// The same per port a unicast is flooded to beyond its destination on
+    /// a [`Topology::FloodingBridge`], µs: each copy crosses to the port's
+    /// namespace, whose socket filter drops it (`PACKET_OTHERHOST`).
+    pub flood_us: f64,
     /// Interrupts and shared cores.
     pub host: Host,
 }
@@ -147,7 +167,7 @@ impl Setup {
     /// Plain LogP: `g` bounds one NIC's receptions as it bounds its sends,
     /// a switch, no wire limit, a core per node.
     pub fn logp(p: &LogP) -> Setup {
-        Setup { logp: *p, g_r: p.g, big_g: 0.0, bytes: 4, link: None, topology: Topology::Switch, host: Host::DEDICATED }
+        Setup { logp: *p, g_r: p.g, big_g: 0.0, bytes: 4, link: None, topology: Topology::Switch, fanout_us: 0.0, flood_us: 0.0, host: Host::DEDICATED }
     }
 
     /// `p` on `link`: frames serialise on it and a NIC receives no faster than its link.
@@ -218,7 +238,7 @@ fn repeat(algorithm: Algorithm, n: usize, rails: usize, setup: &Setup, runs: sim
         let t = onephase_bound(n, setup);
         return Prediction { last_exit: t, mean_exit: t, mean_cost: t, messages: n as u64, deliveries: (n * (n - 1)) as u64 };
     }
-    if setup.topology == Topology::Switch {
+    if setup.topology != Topology::Hub {
         return sim::run(algorithm, n, rails, setup, runs, 1);
     }
     let all: Vec<Prediction> = (1..=HUB_SEEDS).map(|seed| sim::run(algorithm, n, rails, setup, runs, seed)).collect();

@@ -125,6 +125,12 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
     let shared = s.host.oversubscribed();
     let (slot, jam, window) = s.link.map_or((0, 0, 0), |l| (ps(l.slot_us()), ps(l.jam_us()), ps(l.collision_window_us)));
     let hub = s.topology == Topology::Hub;
+    // The sender's share of a software bridge's copies beyond the first
+    // (which o_s holds): a multicast's to the n − 2 other receivers, a
+    // flooded unicast's to the n − 2 ports that drop it.
+    let further = n.saturating_sub(2) as f64;
+    let o_s_multicast = o_s + ps(s.fanout_us * further);
+    let o_s_unicast = o_s + if s.topology == Topology::FloodingBridge { ps(s.flood_us * further) } else { 0 };
     let ifg = s.link.map_or(0, |l| ps(l.ifg_us()));
 
     // Plans, flattened: per node its steps' sends, its wait counts, and an
@@ -156,8 +162,8 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
     let mut port_free = vec![0u64; nr];
     let mut rx_free = vec![0u64; nr];
     let mut rx_handler_end = vec![0u64; nr];
-    // The last node need not be on the last core (5 processes on 2 cores: node 4 is on core 0).
-    let ncores = if shared { (0..n).map(|v| s.host.core_of(v)).max().map_or(0, |c| c + 1) } else { 0 };
+    // The last node need not be on the highest core (3 processes on 2 cores: 0, 1, 0).
+    let ncores = if shared { (0..n).map(|v| s.host.core_of(v) + 1).max().unwrap_or(0) } else { 0 };
     let mut core_free = vec![0u64; ncores]; // the end of the current turn
     let mut core_last = vec![u32::MAX; ncores];
     let mut core_current = vec![u32::MAX; ncores];
@@ -230,8 +236,9 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
                         let r = out.rail;
                         let nic = v * rails + r;
                         let start = cpu_free[v].max(tx_gap_free[nic]);
-                        let done = acquire(v, start, o_s, &mut cpu_free);
-                        tx_gap_free[nic] = done - o_s + gap;
+                        let cost = if matches!(out.dest, Dest::All) { o_s_multicast } else { o_s_unicast };
+                        let done = acquire(v, start, cost, &mut cpu_free);
+                        tx_gap_free[nic] = start + gap;
                         let dep = done.max(link_free[nic]);
                         link_free[nic] = dep + ft;
                         messages += 1;

@@ -17,7 +17,12 @@ use mcd_tools::vcluster::{Cluster, ClusterSpec};
 /// until every median moves less than 3%. Prints medians with [p10, p90].
 ///
 /// With no --role it builds a two-node virtual cluster (root needed), measures
-/// there, and takes it down. On real NICs run `--role echo` on one node and
+/// there, and takes it down. There it can also measure what the cost model
+/// takes beyond LogP (see --receive-gap-nodes and --flood-ports): LogGP's G
+/// (g against payload size), the receive gap (n−1 senders bursting to one
+/// receiver), the wake-up (RTT/2 blocking minus busy-polling), and the
+/// sender's cost per port of a bridge that floods (a repeater hub's unicast,
+/// every multicast). On real NICs run `--role echo` on one node and
 /// `--role client` on the other, each with MCD_NODE_FILE and MCD_IFACES set.
 #[derive(Parser)]
 #[command(name = "mcd-logp", version)]
@@ -42,7 +47,21 @@ struct Cli {
     /// wake-up cost is RTT/2 blocking minus busy, when both are measured.
     #[arg(long, default_value_t = 3)]
     receive_gap_nodes: usize,
-    /// Write the further parameters (G, receive gap, wake-up) as JSON here.
+    /// On the virtual cluster, also measure what flooding costs the sender:
+    /// for each of these node counts (comma-separated, 2 to 64), a hub and a
+    /// switch cluster, node 0 timing isolated unicast and multicast sends
+    /// while every other node holds an endpoint; prints the send call per
+    /// port count and what each further copy costs (the slopes), which the
+    /// model's `Setup::flood_us` (dropped copies) and `Setup::fanout_us`
+    /// (delivered ones) take. Empty (the default) skips it.
+    #[arg(long, value_delimiter = ',', value_parser = cli::node_count)]
+    flood_ports: Vec<usize>,
+    /// Stem of the virtual clusters' names (1 to 4 lowercase letters or
+    /// digits): STEM for LogP, STEMrg for the receive gap, STEMf0.. for the
+    /// flooding cost.
+    #[arg(long, default_value = "lp", value_parser = cli::cluster_stem)]
+    cluster: String,
+    /// Write the further parameters (G, receive gap, wake-up, flooding) as JSON here.
     #[arg(long)]
     extra_json: Option<PathBuf>,
     /// Measure only the shared-memory costs of the hierarchical barrier
@@ -76,8 +95,8 @@ fn run(cli: Cli) -> Result<()> {
     let mut extra = logp::Extra::default();
     let measurements = match cli.nodes.role {
         None => {
-            eprintln!("bringing up a 2-node virtual cluster `lp`");
-            let cluster = Cluster::up_guarded(ClusterSpec::new("lp", 2))?;
+            eprintln!("bringing up a 2-node virtual cluster `{}`", cli.cluster);
+            let cluster = Cluster::up_guarded(ClusterSpec::new(&cli.cluster, 2))?;
             let ms = logp::measure_on_cluster(&cluster, &cli.wait, effort, !cli.no_udp, progress)?;
             if cli.receive_gap_nodes >= 2 {
                 eprintln!("  measuring g against payload size");
@@ -85,11 +104,14 @@ fn run(cli: Cli) -> Result<()> {
                 extra.big_g = logp::slope(&extra.g_by_size);
                 drop(cluster);
                 let n = cli.receive_gap_nodes;
-                eprintln!("  measuring the receive gap: {} senders bursting to one receiver ({n}-node cluster `lprg`)", n - 1);
-                let cluster = Cluster::up_guarded(ClusterSpec::new("lprg", n))?;
+                let name = format!("{}rg", cli.cluster);
+                eprintln!("  measuring the receive gap: {} senders bursting to one receiver ({n}-node cluster `{name}`)", n - 1);
+                let cluster = Cluster::up_guarded(ClusterSpec::new(&name, n))?;
                 let (senders, g_r, delivered) = logp::receive_gap_on_cluster(&cluster, 2000)?;
                 (extra.receive_gap_senders, extra.g_r, extra.receive_gap_delivered) = (senders, Some(g_r), delivered);
             }
+            extra.flood = logp::send_costs(&cli.cluster, &cli.flood_ports, cli.samples.clamp(10, 2000))?;
+            extra.copy_cost = logp::CopyCost::fit(&extra.flood);
             ms
         }
         Some(role) => {
@@ -124,6 +146,21 @@ fn run(cli: Cli) -> Result<()> {
             extra.receive_gap_senders,
             extra.receive_gap_delivered * 100.0
         );
+    }
+    if !extra.flood.is_empty() {
+        println!("send call on a bridge of n ports (µs, median [p10, p90]):");
+        println!("{:>6} {:>7} {:>22} {:>22}", "ports", "bridge", "unicast", "multicast");
+        for c in &extra.flood {
+            let cell = |s: &logp::Stat| format!("{:.2} [{:.2},{:.2}]", s.median, s.p10, s.p90);
+            println!("{:>6} {:>7} {:>22} {:>22}", c.ports, c.topology.to_string(), cell(&c.unicast), cell(&c.multicast));
+        }
+        if let Some(c) = extra.copy_cost {
+            println!(
+                "each further copy costs the sender: {:.3} µs dropped by the receiving kernel (a hub's unicast), \
+                 {:.3} µs delivered (a multicast)",
+                c.dropped, c.delivered
+            );
+        }
     }
     if let Some(path) = &cli.extra_json {
         std::fs::write(path, serde_json::to_string_pretty(&extra)?).with_context(|| format!("writing {}", path.display()))?;
