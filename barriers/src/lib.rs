@@ -48,6 +48,7 @@
 
 mod barrier;
 pub mod check;
+pub mod collective;
 mod engine;
 mod expect;
 mod mcd_shared;
@@ -60,6 +61,7 @@ pub mod threads;
 pub mod transport;
 
 pub use barrier::{Barrier, AGENT_GRACE, AGENT_GRACE_MAX};
+pub use collective::{Collective, Dtype, Element, Op};
 pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARNED_RETRY};
 pub use mcd_shared::{GroupTransport, RouteStats, SharedEndpoint, GROUP_PAYLOAD_LEN};
 pub use mcd_transport::McdTransport;
