@@ -134,6 +134,18 @@ typedef struct mcd_params {
 } mcd_params;
 
 /**
+ * An element type of [`mcd_allreduce`] and [`mcd_reduce`]: one of the
+ * `MCD_INT32` ... `MCD_DOUBLE` constants (another value is an argument error).
+ */
+typedef int mcd_dtype;
+
+/**
+ * A reduction of [`mcd_allreduce`] and [`mcd_reduce`]: one of the
+ * `MCD_SUM` ... `MCD_BXOR` constants (the bitwise ones on integers only).
+ */
+typedef int mcd_op;
+
+/**
  * Counters of a job's barrier and endpoint.
  */
 typedef struct mcd_stats {
@@ -162,6 +174,71 @@ typedef struct mcd_stats {
      */
     uint64_t frames_dropped;
 } mcd_stats;
+
+/**
+ * `int32_t`.
+ */
+#define MCD_INT32 1
+
+/**
+ * `int64_t`.
+ */
+#define MCD_INT64 2
+
+/**
+ * `uint32_t`.
+ */
+#define MCD_UINT32 3
+
+/**
+ * `uint64_t`.
+ */
+#define MCD_UINT64 4
+
+/**
+ * `float`.
+ */
+#define MCD_FLOAT 5
+
+/**
+ * `double`.
+ */
+#define MCD_DOUBLE 6
+
+/**
+ * Sum (integers wrap around).
+ */
+#define MCD_SUM 1
+
+/**
+ * Minimum.
+ */
+#define MCD_MIN 2
+
+/**
+ * Maximum.
+ */
+#define MCD_MAX 3
+
+/**
+ * Product (integers wrap around).
+ */
+#define MCD_PROD 4
+
+/**
+ * Bitwise and.
+ */
+#define MCD_BAND 5
+
+/**
+ * Bitwise or.
+ */
+#define MCD_BOR 6
+
+/**
+ * Bitwise exclusive or.
+ */
+#define MCD_BXOR 7
 
 #ifdef __cplusplus
 extern "C" {
@@ -227,6 +304,53 @@ int mcd_barrier_test(struct mcd_job *job, int *done);
  * As [`mcd_barrier`].
  */
 int mcd_barrier_wait(struct mcd_job *job);
+
+/**
+ * Allreduce across the job: `recvbuf` receives `count` elements of
+ * `dtype` reduced with `op` over every rank's `sendbuf`, bitwise the same
+ * on every rank and in every run (the algorithm fixes the combining order,
+ * whatever the arrival order; MPI does not promise this). `sendbuf` NULL
+ * (or equal to `recvbuf`): in place, the input is `recvbuf`. Every rank
+ * calls it with the same count, type and operation. Any length: data
+ * longer than one frame goes in segments of one frame each.
+ *
+ * # Safety
+ * `job` as [`mcd_barrier`]; `sendbuf` is NULL or readable and `recvbuf`
+ * writable for `count` elements.
+ */
+int mcd_allreduce(struct mcd_job *job,
+                  const void *sendbuf,
+                  void *recvbuf,
+                  size_t count,
+                  mcd_dtype dtype,
+                  mcd_op op);
+
+/**
+ * Reduce to `root`: as [`mcd_allreduce`], but only `root`'s `recvbuf`
+ * receives the result (other ranks' may be NULL, and is not written). At
+ * the root, `sendbuf` NULL (or equal to `recvbuf`) is in place.
+ *
+ * # Safety
+ * As [`mcd_allreduce`]; at ranks other than `root`, `sendbuf` is readable
+ * for `count` elements and `recvbuf` is ignored.
+ */
+int mcd_reduce(struct mcd_job *job,
+               const void *sendbuf,
+               void *recvbuf,
+               size_t count,
+               mcd_dtype dtype,
+               mcd_op op,
+               int root);
+
+/**
+ * Broadcast: `root`'s `bytes` bytes at `buf` into every rank's `buf`.
+ * Every rank calls it with the same length and root.
+ *
+ * # Safety
+ * `job` as [`mcd_barrier`]; `buf` is readable (at the root) or writable
+ * (elsewhere) for `bytes` bytes.
+ */
+int mcd_bcast(struct mcd_job *job, void *buf, size_t bytes, int root);
 
 /**
  * This process's rank, or a negative error code.

@@ -27,11 +27,11 @@
 #![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use barriers::model::LogP;
-use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, GroupTransport, SharedEndpoint};
+use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, Collective, Dtype, GroupTransport, Op, SharedEndpoint};
 use mcd::bootstrap::JobSettings;
 use mcd::{Endpoint, EndpointConfig, NodeList};
 
@@ -124,6 +124,11 @@ pub struct mcd_stats {
 /// shared with the job's groups.
 pub struct Job {
     barrier: Barrier<GroupTransport>,
+    /// The collectives' barrier when the job's algorithm does not reduce
+    /// (made at the first collective call, which every rank makes).
+    collectives: Option<Barrier<GroupTransport>>,
+    /// A collective's input when it is also its output (reused).
+    in_place: Vec<u8>,
     shared: SharedEndpoint,
     algorithm: CString,
     /// The algorithm asked for (`auto` or a name), for groups.
@@ -165,6 +170,28 @@ fn barrier_config(name: &str, size: usize, rails: usize) -> Result<BarrierConfig
     Ok(barrier_config)
 }
 
+/// The configuration of a job's collectives barrier: the job barrier's
+/// timeouts, and `auto`'s pick among the algorithms that reduce (one-frame
+/// contributions of 8 bytes), or `MCD_COLLECTIVE_ALGORITHM`.
+fn collective_config(job_barrier: &Barrier<GroupTransport>, size: usize, rails: usize) -> Result<BarrierConfig, CError> {
+    let base = job_barrier.config();
+    let algorithm = match mcd::config::env_var("MCD_COLLECTIVE_ALGORITHM") {
+        Some(name) if name != "auto" => name.parse().map_err(|e: String| config_error(format!("MCD_COLLECTIVE_ALGORITHM: {e}")))?,
+        _ => {
+            let params = match mcd::config::env_var("MCD_LOGP") {
+                Some(list) => LogP::parse_list(&list).map_err(|e| config_error(format!("MCD_LOGP: {e}")))?,
+                None => LogP::REFERENCE,
+            };
+            barriers::model::auto_collective(size, rails, &barriers::model::Setup::logp(&params), true, 8).0
+        }
+    };
+    let call = Collective::Allreduce { op: Op::Sum, dtype: Dtype::F64 };
+    if !call.runs_on(algorithm) {
+        return Err(config_error(format!("MCD_COLLECTIVE_ALGORITHM: {algorithm} does not reduce")));
+    }
+    Ok(BarrierConfig { algorithm, ..*base })
+}
+
 fn transport_error(e: barriers::TransportError) -> CError {
     CError { code: MCD_ERR_SYSTEM, message: e.to_string() }
 }
@@ -202,7 +229,7 @@ impl Job {
         let everyone: Vec<usize> = (0..size).collect();
         let transport = shared.group(&everyone).map_err(transport_error)?;
         let barrier = Barrier::new(transport, barrier_config)?;
-        Ok(Job { barrier, shared, algorithm, asked, size, rails })
+        Ok(Job { barrier, collectives: None, in_place: Vec::new(), shared, algorithm, asked, size, rails })
     }
 
     /// This process's node number (its rank).
@@ -228,6 +255,53 @@ impl Job {
     /// The counters.
     pub fn stats(&mut self) -> Result<mcd_stats, CError> {
         stats_of(&self.barrier, &self.shared)
+    }
+
+    /// The barrier that runs the job's collectives: the job's own if its
+    /// algorithm reduces, else (dissemination) one of its own over every
+    /// rank, with `auto`'s pick among the algorithms that reduce
+    /// ([`barriers::model::auto_collective`]), made at the first call.
+    pub fn collectives(&mut self) -> Result<&mut Barrier<GroupTransport>, CError> {
+        if (Collective::Allreduce { op: Op::Sum, dtype: Dtype::F64 }).runs_on(self.barrier.config().algorithm) {
+            return Ok(&mut self.barrier);
+        }
+        if self.collectives.is_none() {
+            let everyone: Vec<usize> = (0..self.size).collect();
+            let transport = self.shared.group(&everyone).map_err(transport_error)?;
+            let config = collective_config(&self.barrier, self.size, self.rails)?;
+            self.collectives = Some(Barrier::new(transport, config)?);
+        }
+        Ok(self.collectives.as_mut().expect("made above"))
+    }
+
+    /// Runs `call` on the job: `input` (NULL: in place, from `output`) and
+    /// `output` (NULL where no result is wanted) of `bytes` bytes each.
+    ///
+    /// # Safety
+    /// `input` is NULL or readable for `bytes` bytes; `output` is NULL or
+    /// writable for `bytes` bytes; they may be the same.
+    unsafe fn collective(&mut self, call: Collective, input: *const u8, output: *mut u8, bytes: usize) -> Result<(), CError> {
+        if input.is_null() && output.is_null() && bytes > 0 {
+            return Err(argument(&format!("{call}: both buffers are NULL")));
+        }
+        let mut staged = std::mem::take(&mut self.in_place);
+        staged.clear();
+        let from = if input.is_null() { output as *const u8 } else { input };
+        if bytes > 0 {
+            // SAFETY: readable for `bytes` bytes per the contract; copied,
+            // so input and output may overlap.
+            staged.extend_from_slice(unsafe { std::slice::from_raw_parts(from, bytes) });
+        }
+        let out = if output.is_null() || bytes == 0 {
+            None
+        } else {
+            // SAFETY: writable for `bytes` bytes per the contract, and not
+            // aliased by `staged` (a copy).
+            Some(unsafe { std::slice::from_raw_parts_mut(output, bytes) })
+        };
+        let result = self.collectives().and_then(|b| Ok(b.collective(call, &staged, out)?));
+        self.in_place = staged;
+        result
     }
 
     /// A barrier over the job's ranks `ranks` (this one among them), numbered
@@ -468,6 +542,156 @@ pub unsafe extern "C" fn mcd_barrier_wait(job: *mut Job) -> c_int {
     unsafe { mcd_barrier(job) }
 }
 
+/// An element type of [`mcd_allreduce`] and [`mcd_reduce`]: one of the
+/// `MCD_INT32` ... `MCD_DOUBLE` constants (another value is an argument error).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub struct mcd_dtype(pub c_int);
+
+/// `int32_t`.
+pub const MCD_INT32: mcd_dtype = mcd_dtype(1);
+/// `int64_t`.
+pub const MCD_INT64: mcd_dtype = mcd_dtype(2);
+/// `uint32_t`.
+pub const MCD_UINT32: mcd_dtype = mcd_dtype(3);
+/// `uint64_t`.
+pub const MCD_UINT64: mcd_dtype = mcd_dtype(4);
+/// `float`.
+pub const MCD_FLOAT: mcd_dtype = mcd_dtype(5);
+/// `double`.
+pub const MCD_DOUBLE: mcd_dtype = mcd_dtype(6);
+
+/// A reduction of [`mcd_allreduce`] and [`mcd_reduce`]: one of the
+/// `MCD_SUM` ... `MCD_BXOR` constants (the bitwise ones on integers only).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub struct mcd_op(pub c_int);
+
+/// Sum (integers wrap around).
+pub const MCD_SUM: mcd_op = mcd_op(1);
+/// Minimum.
+pub const MCD_MIN: mcd_op = mcd_op(2);
+/// Maximum.
+pub const MCD_MAX: mcd_op = mcd_op(3);
+/// Product (integers wrap around).
+pub const MCD_PROD: mcd_op = mcd_op(4);
+/// Bitwise and.
+pub const MCD_BAND: mcd_op = mcd_op(5);
+/// Bitwise or.
+pub const MCD_BOR: mcd_op = mcd_op(6);
+/// Bitwise exclusive or.
+pub const MCD_BXOR: mcd_op = mcd_op(7);
+
+/// The reduction `op` on `dtype`, or an argument error.
+fn reduction(dtype: mcd_dtype, op: mcd_op) -> Result<(Dtype, Op), CError> {
+    let d = u8::try_from(dtype.0).ok().and_then(Dtype::from_code).ok_or_else(|| argument(&format!("{} is not an mcd_dtype", dtype.0)))?;
+    let o = u8::try_from(op.0).ok().and_then(Op::from_code).ok_or_else(|| argument(&format!("{} is not an mcd_op", op.0)))?;
+    if !o.applies_to(d) {
+        return Err(argument(&format!("{o} applies to integers only, not {d}")));
+    }
+    Ok((d, o))
+}
+
+/// A root argument: a rank of the job.
+fn root_of(job: &Job, root: c_int) -> Result<usize, CError> {
+    usize::try_from(root).ok().filter(|&r| r < job.size).ok_or_else(|| argument(&format!("root {root} is not a rank of the {} rank(s)", job.size)))
+}
+
+/// The byte length of `count` elements of `dtype`.
+fn bytes_of(count: usize, dtype: Dtype) -> Result<usize, CError> {
+    count.checked_mul(dtype.size()).ok_or_else(|| argument(&format!("{count} elements: too many")))
+}
+
+/// Allreduce across the job: `recvbuf` receives `count` elements of
+/// `dtype` reduced with `op` over every rank's `sendbuf`, bitwise the same
+/// on every rank and in every run (the algorithm fixes the combining order,
+/// whatever the arrival order; MPI does not promise this). `sendbuf` NULL
+/// (or equal to `recvbuf`): in place, the input is `recvbuf`. Every rank
+/// calls it with the same count, type and operation. Any length: data
+/// longer than one frame goes in segments of one frame each.
+///
+/// # Safety
+/// `job` as [`mcd_barrier`]; `sendbuf` is NULL or readable and `recvbuf`
+/// writable for `count` elements.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_allreduce(
+    job: *mut Job,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: usize,
+    dtype: mcd_dtype,
+    op: mcd_op,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: forwarded contract.
+        let job = unsafe { handle(job) }?;
+        let (dtype, op) = reduction(dtype, op)?;
+        if recvbuf.is_null() && count > 0 {
+            return Err(argument("mcd_allreduce: `recvbuf` is NULL"));
+        }
+        let bytes = bytes_of(count, dtype)?;
+        // SAFETY: forwarded contract on the buffers.
+        unsafe { job.collective(Collective::Allreduce { op, dtype }, sendbuf.cast(), recvbuf.cast(), bytes) }
+    })
+}
+
+/// Reduce to `root`: as [`mcd_allreduce`], but only `root`'s `recvbuf`
+/// receives the result (other ranks' may be NULL, and is not written). At
+/// the root, `sendbuf` NULL (or equal to `recvbuf`) is in place.
+///
+/// # Safety
+/// As [`mcd_allreduce`]; at ranks other than `root`, `sendbuf` is readable
+/// for `count` elements and `recvbuf` is ignored.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_reduce(
+    job: *mut Job,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: usize,
+    dtype: mcd_dtype,
+    op: mcd_op,
+    root: c_int,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: forwarded contract.
+        let job = unsafe { handle(job) }?;
+        let (dtype, op) = reduction(dtype, op)?;
+        let root = root_of(job, root)?;
+        let bytes = bytes_of(count, dtype)?;
+        let at_root = job.rank() == root;
+        if count > 0 && ((at_root && recvbuf.is_null()) || (!at_root && sendbuf.is_null())) {
+            return Err(argument(&format!("mcd_reduce: {} is NULL", if at_root { "the root's `recvbuf`" } else { "`sendbuf`" })));
+        }
+        let output = if at_root { recvbuf.cast() } else { std::ptr::null_mut() };
+        // SAFETY: forwarded contract on the buffers.
+        unsafe { job.collective(Collective::Reduce { op, dtype, root }, sendbuf.cast(), output, bytes) }
+    })
+}
+
+/// Broadcast: `root`'s `bytes` bytes at `buf` into every rank's `buf`.
+/// Every rank calls it with the same length and root.
+///
+/// # Safety
+/// `job` as [`mcd_barrier`]; `buf` is readable (at the root) or writable
+/// (elsewhere) for `bytes` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_bcast(job: *mut Job, buf: *mut c_void, bytes: usize, root: c_int) -> c_int {
+    guarded(|| {
+        // SAFETY: forwarded contract.
+        let job = unsafe { handle(job) }?;
+        let root = root_of(job, root)?;
+        if buf.is_null() && bytes > 0 {
+            return Err(argument("mcd_bcast: `buf` is NULL"));
+        }
+        let at_root = job.rank() == root;
+        let (input, output) = if at_root { (buf as *const u8, std::ptr::null_mut()) } else { (std::ptr::null(), buf.cast()) };
+        // SAFETY: forwarded contract on the buffer.
+        unsafe { job.collective(Collective::Bcast { root }, input, output, bytes) }
+    })
+}
+
 /// `f` of the job as a C int, or a negative error code.
 ///
 /// # Safety
@@ -554,6 +778,9 @@ pub unsafe extern "C" fn mcd_finalize(job: *mut Job) -> c_int {
         }
         // SAFETY: a handle from Box::into_raw, given back exactly once.
         let mut job = unsafe { Box::from_raw(job) };
+        if let Some(collectives) = job.collectives.as_mut() {
+            collectives.finish()?;
+        }
         Ok(job.barrier.finish()?)
     })
 }
@@ -795,6 +1022,24 @@ pub extern "C" fn mcd_last_error() -> *const c_char {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_c_constants_are_the_wire_codes_and_others_are_refused() {
+        let dtypes = [MCD_INT32, MCD_INT64, MCD_UINT32, MCD_UINT64, MCD_FLOAT, MCD_DOUBLE];
+        for (c, d) in dtypes.into_iter().zip(Dtype::ALL) {
+            assert_eq!(reduction(c, MCD_SUM).unwrap(), (d, Op::Sum));
+        }
+        let ops = [MCD_SUM, MCD_MIN, MCD_MAX, MCD_PROD, MCD_BAND, MCD_BOR, MCD_BXOR];
+        for (c, o) in ops.into_iter().zip(Op::ALL) {
+            assert_eq!(reduction(MCD_UINT64, c).unwrap(), (Dtype::U64, o));
+        }
+        assert!(reduction(mcd_dtype(0), MCD_SUM).unwrap_err().message.contains("not an mcd_dtype"));
+        assert!(reduction(MCD_INT32, mcd_op(99)).unwrap_err().message.contains("not an mcd_op"));
+        assert!(reduction(MCD_DOUBLE, MCD_BAND).unwrap_err().message.contains("integers only"));
+        // SAFETY: NULL handles are caught.
+        let code = unsafe { mcd_allreduce(std::ptr::null_mut(), std::ptr::null(), std::ptr::null_mut(), 1, MCD_INT32, MCD_SUM) };
+        assert_eq!(code, MCD_ERR_ARGUMENT);
+    }
 
     #[test]
     fn errors_are_codes_with_text_never_unwinding() {

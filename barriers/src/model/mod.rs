@@ -342,6 +342,25 @@ pub fn auto_with(n: usize, rails: usize, setup: &Setup, multicast: bool) -> (Alg
         .expect("there are candidates")
 }
 
+/// [`auto`] for a collective whose messages carry `bytes` bytes of data
+/// (the contribution's header included: see [`crate::collective::wire`]),
+/// among the algorithms that reduce (every candidate but dissemination,
+/// which would count contributions more than once): each message costs
+/// `setup`'s `G` per byte on top of its overheads.
+pub fn auto_collective(n: usize, rails: usize, setup: &Setup, multicast: bool, bytes: usize) -> (Algorithm, Prediction) {
+    let setup = Setup { bytes: bytes + crate::collective::wire::HEADER_LEN, ..*setup };
+    let reduce = crate::Collective::Allreduce { op: crate::Op::Sum, dtype: crate::Dtype::F64 };
+    candidates(multicast)
+        .into_iter()
+        .filter(|&a| reduce.runs_on(a))
+        .map(|a| (a, predict(a, n, rails, &setup)))
+        .fold(None, |best: Option<(Algorithm, Prediction)>, (a, pr)| match best {
+            Some((_, b)) if b.last_exit <= pr.last_exit => best,
+            _ => Some((a, pr)),
+        })
+        .expect("there are candidates")
+}
+
 /// [`auto`] for nodes that share a host: `local_processes` of them on
 /// `cores` cores. While they fit, as [`auto`]. When they do not, nodes wait
 /// for a core rather than for the network, and each message delivered to a
