@@ -170,14 +170,24 @@ fn barrier_config(name: &str, size: usize, rails: usize) -> Result<BarrierConfig
     Ok(barrier_config)
 }
 
-/// The configuration of a job's collectives barrier: the job barrier's
-/// timeouts, and `auto`'s pick among the algorithms that reduce (one-frame
-/// contributions of 8 bytes), or `MCD_COLLECTIVE_ALGORITHM`.
-fn collective_config(job_barrier: &Barrier<GroupTransport>, size: usize, rails: usize) -> Result<BarrierConfig, CError> {
-    let base = job_barrier.config();
-    let algorithm = match mcd::config::env_var("MCD_COLLECTIVE_ALGORITHM") {
-        Some(name) if name != "auto" => name.parse().map_err(|e: String| config_error(format!("MCD_COLLECTIVE_ALGORITHM: {e}")))?,
-        _ => {
+/// The configuration of a job's collectives barrier (see
+/// [`Job::collectives`]): the job barrier's timeouts, and its algorithm.
+fn collective_config(job_barrier: &Barrier<GroupTransport>, asked: &str, size: usize, rails: usize) -> Result<BarrierConfig, CError> {
+    let call = Collective::Allreduce { op: Op::Sum, dtype: Dtype::F64 };
+    let named = match mcd::config::env_var("MCD_COLLECTIVE_ALGORITHM") {
+        Some(name) if name != "auto" => {
+            let algorithm: Algorithm = name.parse().map_err(|e: String| config_error(format!("MCD_COLLECTIVE_ALGORITHM: {e}")))?;
+            if !call.runs_on(algorithm) {
+                return Err(config_error(format!("MCD_COLLECTIVE_ALGORITHM: {algorithm} does not reduce (it would count contributions more than once)")));
+            }
+            Some(algorithm)
+        }
+        Some(_) => None,
+        None => asked.parse::<Algorithm>().ok().filter(|&a| call.runs_on(a)),
+    };
+    let algorithm = match named {
+        Some(algorithm) => algorithm,
+        None => {
             let params = match mcd::config::env_var("MCD_LOGP") {
                 Some(list) => LogP::parse_list(&list).map_err(|e| config_error(format!("MCD_LOGP: {e}")))?,
                 None => LogP::REFERENCE,
@@ -185,11 +195,7 @@ fn collective_config(job_barrier: &Barrier<GroupTransport>, size: usize, rails: 
             barriers::model::auto_collective(size, rails, &barriers::model::Setup::logp(&params), true, 8).0
         }
     };
-    let call = Collective::Allreduce { op: Op::Sum, dtype: Dtype::F64 };
-    if !call.runs_on(algorithm) {
-        return Err(config_error(format!("MCD_COLLECTIVE_ALGORITHM: {algorithm} does not reduce")));
-    }
-    Ok(BarrierConfig { algorithm, ..*base })
+    Ok(BarrierConfig { algorithm, ..*job_barrier.config() })
 }
 
 fn transport_error(e: barriers::TransportError) -> CError {
@@ -257,18 +263,17 @@ impl Job {
         stats_of(&self.barrier, &self.shared)
     }
 
-    /// The barrier that runs the job's collectives: the job's own if its
-    /// algorithm reduces, else (dissemination) one of its own over every
-    /// rank, with `auto`'s pick among the algorithms that reduce
-    /// ([`barriers::model::auto_collective`]), made at the first call.
+    /// The barrier that runs the job's collectives: one of its own over
+    /// every rank (its own instance and counters, so the job barrier's count
+    /// is of barriers only), made at the first collective call, which every
+    /// rank makes. Its algorithm: `MCD_COLLECTIVE_ALGORITHM`, else the job's
+    /// if it was named and reduces, else `auto`'s pick among the algorithms
+    /// that reduce ([`barriers::model::auto_collective`]).
     pub fn collectives(&mut self) -> Result<&mut Barrier<GroupTransport>, CError> {
-        if (Collective::Allreduce { op: Op::Sum, dtype: Dtype::F64 }).runs_on(self.barrier.config().algorithm) {
-            return Ok(&mut self.barrier);
-        }
         if self.collectives.is_none() {
             let everyone: Vec<usize> = (0..self.size).collect();
             let transport = self.shared.group(&everyone).map_err(transport_error)?;
-            let config = collective_config(&self.barrier, self.size, self.rails)?;
+            let config = collective_config(&self.barrier, &self.asked, self.size, self.rails)?;
             self.collectives = Some(Barrier::new(transport, config)?);
         }
         Ok(self.collectives.as_mut().expect("made above"))
