@@ -22,7 +22,9 @@
 //! `MCD_BOOTSTRAP_TIMEOUT`, `MCD_BARRIER_TIMEOUT` (seconds a peer may stay
 //! silent, though probed, before it is taken for dead; default 10; a live
 //! peer is waited for as long as it takes), `MCD_BARRIER_DEADLINE` (seconds
-//! after which one barrier call gives up even on live peers; default none).
+//! after which one barrier call gives up even on live peers; default none),
+//! `MCD_COLLECTIVE_ALGORITHM` (the collectives' algorithm: see
+//! [`Job::collectives`]).
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
