@@ -20,6 +20,11 @@
 //!   the split-phase [`Barrier::enter`] / [`Barrier::test`] /
 //!   [`Barrier::wait`], [`Barrier::finish`], and a progress agent thread that
 //!   answers peers while the application is elsewhere.
+//! - [`collective`]: allreduce, reduce to a root and broadcast from any
+//!   root on the same plans and engine ([`Barrier::allreduce`],
+//!   [`Barrier::reduce`], [`Barrier::bcast`]): contributions in the gathered
+//!   messages, the result in the release, never counted twice, combined in
+//!   a fixed order (bitwise-reproducible floats).
 //! - [`model`]: cost prediction (the paper's closed forms, and a
 //!   discrete-event simulation of each algorithm's real message pattern with
 //!   receive gaps, links, a switch or a CSMA/CD hub, rails and hosts), and
