@@ -3,11 +3,15 @@
  * that the same binary measures Open MPI's own collectives and, with the mcd
  * interposer preloaded, mcd's.
  *
- *   coll_bench [--sizes 8,64,...] [--iterations N] [--warmup W]
+ *   coll_bench [--sizes 8,64,...] [--iterations N] [--warmup W] [--sync]
  *
  * For each size (bytes of doubles), MPI_Allreduce (MPI_SUM on doubles) then
  * MPI_Bcast (from rank 0, rotating the root would measure the same tree),
- * each: W warm-up calls, then N back-to-back timed calls. Every rank keeps
+ * each: W warm-up calls, then N back-to-back timed calls (with --sync, an
+ * untimed MPI_Barrier before each, as osu_bcast does: then a call's time is
+ * how long until this rank has the result, not how fast calls can follow one
+ * another; an eager broadcast's root returns at once, its receivers wait for
+ * the data). Every rank keeps
  * each call's time; rank 0 prints, per collective and size, one JSON object
  * with the median, 99th percentile, mean and maximum of the calls, each
  * averaged over the ranks, and whether every rank's result was right. */
@@ -29,6 +33,8 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* Prints the statistics of `t[0..n]` over all ranks, as JSON, at rank 0. */
+static int sync_calls;
+
 static void report(const char *what, int bytes, double *t, int n, int ok, int rank, int size) {
     double sum = 0;
     for (int i = 0; i < n; i++) sum += t[i];
@@ -41,8 +47,8 @@ static void report(const char *what, int bytes, double *t, int n, int ok, int ra
     PMPI_Reduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, 0, MPI_COMM_WORLD);
     if (rank == 0) {
         printf("{\"collective\":\"%s\",\"bytes\":%d,\"ranks\":%d,\"iterations\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,"
-               "\"mean_us\":%.3f,\"max_us\":%.3f,\"correct\":%s}\n",
-               what, bytes, size, n, sums[0] / size, sums[1] / size, sums[2] / size, sums[3] / size, all_ok ? "true" : "false");
+               "\"mean_us\":%.3f,\"max_us\":%.3f,\"correct\":%s,\"sync\":%s}\n",
+               what, bytes, size, n, sums[0] / size, sums[1] / size, sums[2] / size, sums[3] / size, all_ok ? "true" : "false", sync_calls ? "true" : "false");
         fflush(stdout);
     }
 }
@@ -58,9 +64,10 @@ int main(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--iterations") && v) { iterations = atoi(v); i++; }
         else if (!strcmp(argv[i], "--warmup") && v) { warmup = atoi(v); i++; }
+        else if (!strcmp(argv[i], "--sync")) sync_calls = 1;
         else if (!strcmp(argv[i], "--sizes") && v && strlen(v) < sizeof sizes) { strcpy(sizes, v); i++; }
         else {
-            if (rank == 0) fprintf(stderr, "usage: %s [--sizes 8,64,...] [--iterations N] [--warmup W]\n", argv[0]);
+            if (rank == 0) fprintf(stderr, "usage: %s [--sizes 8,64,...] [--iterations N] [--warmup W] [--sync]\n", argv[0]);
             MPI_Finalize();
             return 2;
         }
@@ -76,6 +83,7 @@ int main(int argc, char **argv) {
         int ok = 1;
         for (int i = 0; i < warmup; i++) MPI_Allreduce(in, out, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         for (int k = 0; k < iterations; k++) {
+            if (sync_calls) MPI_Barrier(MPI_COMM_WORLD);
             double t0 = now_us();
             MPI_Allreduce(in, out, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
             t[k] = now_us() - t0;
@@ -87,6 +95,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < warmup; i++) MPI_Bcast(out, count, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         for (int k = 0; k < iterations; k++) {
             if (rank == 0) out[0] = k;
+            if (sync_calls) MPI_Barrier(MPI_COMM_WORLD);
             double t0 = now_us();
             MPI_Bcast(out, count, MPI_DOUBLE, 0, MPI_COMM_WORLD);
             t[k] = now_us() - t0;

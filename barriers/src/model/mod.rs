@@ -386,6 +386,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn auto_for_a_collective_never_picks_dissemination_and_prices_the_bytes() {
+        let p = LogP::REFERENCE;
+        for n in [2, 3, 5, 8, 16, 64] {
+            for bytes in [8, 1448] {
+                let setup = Setup { big_g: 0.01, ..Setup::logp(&p) };
+                let (a, pr) = auto_collective(n, 1, &setup, true, bytes);
+                assert_ne!(a, Algorithm::Dissemination, "n={n} bytes={bytes}");
+                // Never worse than any algorithm that reduces, at that size.
+                let sized = Setup { bytes: bytes + crate::collective::wire::HEADER_LEN, ..setup };
+                for other in candidates(true).into_iter().filter(|&o| o != Algorithm::Dissemination) {
+                    assert!(pr.last_exit <= predict(other, n, 1, &sized).last_exit, "n={n} bytes={bytes}: {a} against {other}");
+                }
+            }
+        }
+        // G per byte makes a frame of data cost more than 8 bytes do.
+        let setup = Setup { big_g: 0.01, ..Setup::logp(&p) };
+        assert!(auto_collective(8, 1, &setup, true, 1448).1.last_exit > auto_collective(8, 1, &setup, true, 8).1.last_exit);
+    }
+
+    #[test]
     fn logp_lists_parse() {
         assert_eq!(LogP::parse_list("2.7, 0.1,2.7,0").unwrap(), LogP::REFERENCE);
         assert!(LogP::parse_list("1,2,3").unwrap_err().contains("3 numbers"));
