@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use barriers::model::{self, LogP};
-use barriers::{Algorithm, BarrierConfig};
+use barriers::{Algorithm, BarrierConfig, Collective};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use mcd::WaitPolicy;
@@ -83,6 +83,18 @@ struct Cli {
     /// apply; without --logp the predictions use the reference parameters.
     #[arg(long)]
     across_hosts: bool,
+    /// What to time: barrier, allreduce (sum of doubles), reduce (sum of
+    /// doubles to the last node), bcast (from node 0). Collectives skip
+    /// dissemination (it does not reduce), and auto picks among the
+    /// algorithms that reduce, for --bytes.
+    #[arg(long, default_value = "barrier")]
+    collective: String,
+    /// The collectives' data, bytes.
+    #[arg(long, default_value_t = 8)]
+    bytes: usize,
+    /// The virtual clusters' name (unique among clusters up at once).
+    #[arg(long, default_value = "mb")]
+    cluster_name: String,
 }
 
 impl Cli {
@@ -100,6 +112,8 @@ impl Cli {
 
 #[derive(Serialize)]
 struct Row {
+    /// What was timed: barrier, allreduce, reduce, bcast (with its bytes).
+    collective: String,
     /// switch, hub, or hosts (across real hosts).
     topology: String,
     wait: String,
@@ -142,8 +156,23 @@ fn iterations_for(n: usize) -> usize {
     }
 }
 
+/// The `--collective` at `n` nodes.
+fn collective(name: &str, n: usize) -> Result<Collective> {
+    let (op, dtype) = (barriers::Op::Sum, barriers::Dtype::F64);
+    Ok(match name {
+        "barrier" => Collective::Barrier,
+        "allreduce" => Collective::Allreduce { op, dtype },
+        "reduce" => Collective::Reduce { op, dtype, root: n - 1 },
+        "bcast" => Collective::Bcast { root: 0 },
+        other => anyhow::bail!("--collective {other}: barrier, allreduce, reduce or bcast"),
+    })
+}
+
 fn run(cli: Cli) -> Result<()> {
-    let (algs, with_auto) = algorithms(&cli.algorithms)?;
+    let (mut algs, with_auto) = algorithms(&cli.algorithms)?;
+    let call = collective(&cli.collective, 2)?;
+    anyhow::ensure!(call == Collective::Barrier || !cli.across_hosts, "--collective runs on the virtual cluster only");
+    algs.retain(|&a| call.runs_on(a));
     anyhow::ensure!(!algs.is_empty() || with_auto, "no algorithm to measure");
     if cli.across_hosts {
         return run_across_hosts(&cli, &algs, with_auto);
@@ -161,9 +190,14 @@ fn run(cli: Cli) -> Result<()> {
         for &rails in &cli.rails {
             for &n in &cli.nodes {
                 bar.set_message(format!("bringing up {n} nodes, {rails} rail(s), {topology}"));
-                let cluster = Cluster::up_guarded(ClusterSpec::new("mb", n).rails(rails).topology(topology))?;
+                let cluster = Cluster::up_guarded(ClusterSpec::new(&cli.cluster_name, n).rails(rails).topology(topology))?;
                 // Every node of the virtual cluster shares this machine's cores.
-                let (auto_alg, _) = model::auto_on_host(n, rails, &p, true, n, mcd::host::online_cpus());
+                let call = collective(&cli.collective, n)?;
+                let (auto_alg, _) = if call == Collective::Barrier {
+                    model::auto_on_host(n, rails, &p, true, n, mcd::host::online_cpus())
+                } else {
+                    model::auto_collective(n, rails, &model::Setup::logp(&p), true, cli.bytes)
+                };
                 for &wait in &cli.wait {
                     let bench = cli.bench(n, wait);
                     let mut todo: Vec<(Algorithm, bool)> = algs.iter().map(|&a| (a, false)).collect();
@@ -173,14 +207,15 @@ fn run(cli: Cli) -> Result<()> {
                     for (algorithm, is_auto_row) in todo {
                         bar.set_message(format!("{n} nodes, {topology}, {rails} rail(s), {wait}: {algorithm}"));
                         let config = BarrierConfig::new(algorithm).rails(rails);
-                        let mut measured = barrierbench::measure(&cluster, config, bench)?;
+                        let mut measured = barrierbench::measure_collective(&cluster, config, bench, call, cli.bytes)?;
                         if is_auto_row {
                             measured.algorithm = format!("auto={algorithm}");
                         }
                         rows.push(Row {
+                            collective: if call == Collective::Barrier { "barrier".into() } else { format!("{} {} B", cli.collective, cli.bytes) },
                             topology: topology.to_string(),
                             wait: wait.to_string(),
-                            predicted_us: predict_here(algorithm, n, rails, &p, (cli.wake_us, cli.engine_us), &bench),
+                            predicted_us: predict_here(algorithm, n, rails, &p, (cli.wake_us, cli.engine_us), &bench, data_bytes(call, cli.bytes)),
                             auto_pick: algorithm == auto_alg,
                             measured,
                         });
@@ -198,10 +233,28 @@ fn run(cli: Cli) -> Result<()> {
 /// the model with n processes on this machine's cores, each switch of a core
 /// costing a wake-up (`--wake-us`), plus the engine's own time per barrier
 /// (`--engine-us`). With no more processes than cores, each node has a core.
-fn predict_here(algorithm: Algorithm, n: usize, rails: usize, p: &LogP, (wake_us, engine_us): (f64, f64), bench: &BarrierBench) -> f64 {
+/// What a message of `call` carries beyond the barrier's own payload.
+fn data_bytes(call: Collective, bytes: usize) -> usize {
+    if call == Collective::Barrier {
+        0
+    } else {
+        bytes + barriers::collective::wire::HEADER_LEN
+    }
+}
+
+fn predict_here(
+    algorithm: Algorithm,
+    n: usize,
+    rails: usize,
+    p: &LogP,
+    (wake_us, engine_us): (f64, f64),
+    bench: &BarrierBench,
+    data: usize,
+) -> f64 {
     let cores = mcd::host::online_cpus();
     let host = model::Host { per_barrier: engine_us, ..model::Host::shared(n, cores, wake_us) };
     let setup = model::Setup::logp(p).with_host(host);
+    let setup = model::Setup { bytes: setup.bytes + data, ..setup };
     let dummy = match bench.method {
         Method::Paper => bench.dummy.as_secs_f64() * 1e6,
         Method::Osu => 0.0,
@@ -244,6 +297,7 @@ fn run_across_hosts(cli: &Cli, algs: &[Algorithm], with_auto: bool) -> Result<()
                     measured.algorithm = format!("auto={algorithm}");
                 }
                 rows.push(Row {
+                    collective: "barrier".into(),
                     topology: "hosts".into(),
                     wait: wait.to_string(),
                     predicted_us: model::simulate(algorithm, n, rails, &p).last_exit,
