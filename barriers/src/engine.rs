@@ -1376,6 +1376,11 @@ mod tests {
         n: usize,
         inbox: VecDeque<Incoming>,
         sent: Vec<(NodeId, Msg)>,
+        /// Data of the messages in `inbox` (in order; missing: none).
+        inbox_data: VecDeque<Vec<u8>>,
+        /// Data of each message in `sent`.
+        sent_data: Vec<Vec<u8>>,
+        last: Vec<u8>,
     }
 
     impl Transport for Script {
@@ -1388,12 +1393,24 @@ mod tests {
         fn rails(&self) -> usize {
             1
         }
-        fn send(&mut self, _rail: usize, to: NodeId, msg: Msg) -> Result<(), TransportError> {
+        fn send(&mut self, rail: usize, to: NodeId, msg: Msg) -> Result<(), TransportError> {
+            self.send_data(rail, to, msg, &[])
+        }
+        fn max_data(&self) -> usize {
+            1000
+        }
+        fn send_data(&mut self, _rail: usize, to: NodeId, msg: Msg, data: &[u8]) -> Result<(), TransportError> {
             self.sent.push((to, msg));
+            self.sent_data.push(data.to_vec());
             Ok(())
         }
         fn recv(&mut self, _timeout: Duration) -> Result<Option<Incoming>, TransportError> {
-            Ok(self.inbox.pop_front())
+            let got = self.inbox.pop_front();
+            self.last = if got.is_some() { self.inbox_data.pop_front().unwrap_or_default() } else { Vec::new() };
+            Ok(got)
+        }
+        fn data(&self) -> &[u8] {
+            &self.last
         }
     }
 
@@ -1402,7 +1419,7 @@ mod tests {
     /// Node 1 of 2 in dissemination (one round: it waits for node 0's tag
     /// ROUND), joined to INSTANCE, at barrier `epoch`.
     fn node1(epoch: u64) -> Engine<Script> {
-        let script = Script { me: 1, n: 2, inbox: VecDeque::new(), sent: Vec::new() };
+        let script = Script { me: 1, n: 2, inbox: VecDeque::new(), sent: Vec::new(), inbox_data: VecDeque::new(), sent_data: Vec::new(), last: Vec::new() };
         let mut config = BarrierConfig::new(Algorithm::Dissemination);
         config.first_epoch = epoch;
         let mut e = Engine::new(script, config).unwrap();
@@ -1412,6 +1429,53 @@ mod tests {
 
     fn from0(kind: MsgKind, instance: u64, epoch: u64) -> Incoming {
         Incoming { from: 0, rail: 0, msg: Msg { kind, instance, epoch: epoch as u32, tag: plan::tag::ROUND, arg: 0 } }
+    }
+
+    #[test]
+    fn a_contribution_is_re_sent_as_stored_and_a_duplicate_release_never_counts() {
+        use crate::collective::{wire, Dtype, Op};
+        // Node 1 of 2, concurrent: it sends its contribution to node 0 and
+        // waits for node 0's release with the result.
+        let script = Script { me: 1, n: 2, inbox: VecDeque::new(), sent: Vec::new(), inbox_data: VecDeque::new(), sent_data: Vec::new(), last: Vec::new() };
+        let mut e = Engine::new(script, BarrierConfig::new(Algorithm::Concurrent)).unwrap();
+        e.instance = INSTANCE;
+        let call = Collective::Allreduce { op: Op::Sum, dtype: Dtype::I64 };
+        e.enter_collective(call, 1, &5i64.to_ne_bytes()).unwrap();
+        let (to, arrive) = e.transport.sent[0];
+        assert_eq!((to, arrive.kind, arrive.tag), (0, MsgKind::Data, plan::tag::ARRIVE));
+        let contribution = e.transport.sent_data[0].clone();
+        let view = wire::Contribution::new_checked(&contribution[..]).unwrap();
+        assert_eq!((view.call(), view.count(), view.data()), (Some(call), 1, &5i64.to_le_bytes()[..]));
+        // Node 0 lost it and asks: the answer carries the very same bytes.
+        let nack = Msg { kind: MsgKind::Nack, instance: INSTANCE, epoch: 0, tag: plan::tag::ARRIVE, arg: 0 };
+        e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: nack });
+        assert!(!e.test().unwrap());
+        let answered = e.transport.sent.iter().position(|(_, m)| m.kind == MsgKind::Answer).expect("answered");
+        assert_eq!(e.transport.sent_data[answered], contribution);
+        // The release, then a duplicate of it carrying other bytes: the first counts.
+        let release = |sum: i64| {
+            let mut data = Vec::new();
+            wire::emit_header(call, 1, true, &mut data);
+            data.extend_from_slice(&sum.to_le_bytes());
+            data
+        };
+        let msg = Msg { kind: MsgKind::Data, instance: INSTANCE, epoch: 0, tag: plan::tag::RELEASE, arg: 0 };
+        e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg });
+        e.transport.inbox_data.push_back(release(12));
+        e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { kind: MsgKind::Answer, ..msg } });
+        e.transport.inbox_data.push_back(release(99));
+        assert!(e.test().unwrap());
+        e.test().unwrap(); // the duplicate arrives after completion: stale
+        let mut out = [0u8; 8];
+        e.collective_result(Some(&mut out)).unwrap();
+        assert_eq!(i64::from_ne_bytes(out), 12);
+        // A release of another call is an error, never a result.
+        e.enter_collective(Collective::Allreduce { op: Op::Max, dtype: Dtype::I64 }, 1, &5i64.to_ne_bytes()).unwrap();
+        e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { epoch: 1, ..msg } });
+        e.transport.inbox_data.push_back(release(12));
+        assert!(e.test().unwrap());
+        let err = e.collective_result(Some(&mut out)).unwrap_err().to_string();
+        assert!(err.contains("collective mismatch") && err.contains("allreduce(sum, i64)"), "{err}");
     }
 
     #[test]
