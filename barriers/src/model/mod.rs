@@ -386,6 +386,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_odd_number_of_processes_on_fewer_cores_is_simulated() {
+        // 3 processes on 2 cores: node 1 runs on core 1, node 2 on core 0.
+        let host = Host { per_barrier: 3.3, ..Host::shared(3, 2, 23.0) };
+        let setup = Setup::logp(&LogP::REFERENCE).with_host(host);
+        for a in [Algorithm::OnePhase, Algorithm::ShuffleExchange, Algorithm::Dissemination] {
+            assert!(steady_state(a, 3, 1, &setup, 10, 30.0).mean_cost > 0.0, "{a}");
+        }
+    }
+
+    #[test]
     fn auto_for_a_collective_never_picks_dissemination_and_prices_the_bytes() {
         let p = LogP::REFERENCE;
         for n in [2, 3, 5, 8, 16, 64] {

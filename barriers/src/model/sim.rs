@@ -156,7 +156,9 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
     let mut port_free = vec![0u64; nr];
     let mut rx_free = vec![0u64; nr];
     let mut rx_handler_end = vec![0u64; nr];
-    let ncores = if shared { s.host.core_of(n - 1) + 1 } else { 0 };
+    // The highest core any node runs on (not always the last node's: 3
+    // processes on 2 cores put node 1 on core 1 and node 2 on core 0).
+    let ncores = if shared { (0..n).map(|v| s.host.core_of(v)).max().unwrap_or(0) + 1 } else { 0 };
     let mut core_free = vec![0u64; ncores]; // the end of the current turn
     let mut core_last = vec![u32::MAX; ncores];
     let mut core_current = vec![u32::MAX; ncores];
