@@ -112,9 +112,12 @@ fn render(nodes: &[usize], sizes: &[usize], rows: &[Row]) -> String {
     let _ = writeln!(md, "mcd's broadcast is a gather of empty arrivals and a multicast of the data: it synchronises like a barrier. Open MPI's is eager: the root returns once its data is sent, and back-to-back calls pipeline. So each collective is measured twice: back to back, and with an untimed `MPI_Barrier` before each call (osu_bcast's way), where a call's time is how long until this rank has the result.\n");
     let picks: Vec<String> = nodes
         .iter()
-        .map(|&n| format!("{} at {n}", barriers::model::auto_collective(n, 1, &barriers::model::Setup::logp(&barriers::model::LogP::REFERENCE), true, 8).0))
+        .map(|&n| {
+            let setup = barriers::model::Setup::logp(&barriers::model::LogP::REFERENCE);
+            format!("{} at {n}", barriers::model::auto_collective_on_host(n, 1, &setup, true, 8, n, mcd::host::online_cpus()).0)
+        })
         .collect();
-    let _ = writeln!(md, "mcd's algorithm (`auto_collective` with the reference LogP parameters, as the interposer picks it without `MCD_LOGP`): {}.\n", picks.join(", "));
+    let _ = writeln!(md, "mcd's algorithm (`auto_collective_on_host` with the reference LogP parameters and every rank on this host, as the interposer picks it without `MCD_LOGP`): {}.\n", picks.join(", "));
     for (collective, sync) in [("allreduce", false), ("bcast", false), ("allreduce", true), ("bcast", true)] {
         let how = if sync { "after a barrier (osu)" } else { "back to back" };
         let _ = writeln!(md, "## {collective}, {how}\n");

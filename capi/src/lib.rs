@@ -194,7 +194,9 @@ fn collective_config(job_barrier: &Barrier<GroupTransport>, asked: &str, size: u
                 Some(list) => LogP::parse_list(&list).map_err(|e| config_error(format!("MCD_LOGP: {e}")))?,
                 None => LogP::REFERENCE,
             };
-            barriers::model::auto_collective(size, rails, &barriers::model::Setup::logp(&params), true, 8).0
+            let local = mcd::wait::local_processes_from_env();
+            let setup = barriers::model::Setup::logp(&params);
+            barriers::model::auto_collective_on_host(size, rails, &setup, true, 8, local, mcd::host::online_cpus()).0
         }
     };
     Ok(BarrierConfig { algorithm, ..*job_barrier.config() })
@@ -270,7 +272,7 @@ impl Job {
     /// is of barriers only), made at the first collective call, which every
     /// rank makes. Its algorithm: `MCD_COLLECTIVE_ALGORITHM`, else the job's
     /// if it was named and reduces, else `auto`'s pick among the algorithms
-    /// that reduce ([`barriers::model::auto_collective`]).
+    /// that reduce ([`barriers::model::auto_collective_on_host`]).
     pub fn collectives(&mut self) -> Result<&mut Barrier<GroupTransport>, CError> {
         if self.collectives.is_none() {
             let everyone: Vec<usize> = (0..self.size).collect();

@@ -196,7 +196,7 @@ fn run(cli: Cli) -> Result<()> {
                 let (auto_alg, _) = if call == Collective::Barrier {
                     model::auto_on_host(n, rails, &p, true, n, mcd::host::online_cpus())
                 } else {
-                    model::auto_collective(n, rails, &model::Setup::logp(&p), true, cli.bytes)
+                    model::auto_collective_on_host(n, rails, &model::Setup::logp(&p), true, cli.bytes, n, mcd::host::online_cpus())
                 };
                 for &wait in &cli.wait {
                     let bench = cli.bench(n, wait);
