@@ -69,6 +69,11 @@ struct Route {
     app: Arc<Readiness>,
     /// The agent's sleep when it is not the watcher.
     agent: Option<Arc<Sleeper>>,
+    /// The agent's sleep on the rings when it is (or was, when it went to
+    /// sleep) the watcher: another thread that drains the rings first takes
+    /// the frame that woke it, and the kernel puts it back to sleep, so a
+    /// frame routed to its group must wake it here too.
+    agent_rings: Option<Arc<Readiness>>,
     /// Members (a group of one has no agent, so it never watches).
     members: usize,
 }
@@ -162,6 +167,9 @@ impl Hub {
                         let _ = route.app.wake();
                         if let Some(agent) = &route.agent {
                             agent.wake();
+                        }
+                        if let Some(rings) = &route.agent_rings {
+                            let _ = rings.wake();
                         }
                     }
                 }
@@ -270,7 +278,7 @@ impl SharedEndpoint {
                 hub.pending.push_back((k, from, rail, msg));
             }
         }
-        hub.routes.insert(key, Route { queue, app: readiness.clone(), agent: None, members: members.len() });
+        hub.routes.insert(key, Route { queue, app: readiness.clone(), agent: None, agent_rings: None, members: members.len() });
         if hub.watcher.is_none() && members.len() > 1 {
             hub.watcher = Some(key);
         }
@@ -485,10 +493,11 @@ impl Transport for GroupTransport {
 
     fn waker(&self) -> Result<Arc<dyn Waker>, TransportError> {
         let mut hub = lock(&self.hub);
-        let rings = hub.endpoint.readiness()?;
+        let rings = Arc::new(hub.endpoint.readiness()?);
         let sleeper = Arc::new(Sleeper::default());
         if let Some(route) = hub.routes.get_mut(&self.key) {
             route.agent = Some(sleeper.clone());
+            route.agent_rings = Some(rings.clone());
         }
         Ok(Arc::new(GroupWaker { hub: self.hub.clone(), key: self.key, rings, sleeper }))
     }
@@ -499,7 +508,7 @@ impl Transport for GroupTransport {
 struct GroupWaker {
     hub: Arc<Mutex<Hub>>,
     key: u64,
-    rings: Readiness,
+    rings: Arc<Readiness>,
     sleeper: Arc<Sleeper>,
 }
 
