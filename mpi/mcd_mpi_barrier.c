@@ -36,6 +36,18 @@
  * Inter-communicators, and communicators with a rank outside MPI_COMM_WORLD
  * (spawned or connected jobs), stay with PMPI_Barrier.
  *
+ * Collectives. MPI_Allreduce, MPI_Reduce and MPI_Bcast on MPI_COMM_WORLD go
+ * through mcd (mcd_allreduce, mcd_reduce, mcd_bcast: a gather with the data
+ * in the messages and a multicast result, reproducible to the bit) for the
+ * types int, long, long long, unsigned, unsigned long, unsigned long long,
+ * the fixed-width (u)int32/64_t, float and double, the operations MPI_SUM,
+ * MPI_MIN, MPI_MAX, MPI_PROD, MPI_BAND, MPI_BOR and MPI_BXOR (bitwise ones on
+ * integers), MPI_IN_PLACE included; MPI_Bcast for any predefined type. Up to
+ * MCD_MPI_MAX_BYTES bytes (default 65536) per call. Everything else (other
+ * communicators, types or operations, larger data) goes to PMPI. Every
+ * condition is one MPI makes the same on every rank, so all ranks decide
+ * alike.
+ *
  * MPI_Ibarrier is not interposed: an MPI request completed by mcd would need
  * MPI to drive mcd's progress inside MPI_Wait/MPI_Test, which the PMPI
  * interface cannot arrange (generalized requests have no progress hook).
@@ -44,7 +56,10 @@
  *   MCD_MPI_REPORT=1    each rank prints its counters in MPI_Finalize:
  *                       "mcd-mpi: rank R: N MPI_Barrier via mcd (ALG), M via PMPI; ...;
  *                        communicators: C via mcd, F via PMPI (I inter, U unreachable)"
- *                       and rank 0 of a communicator left to PMPI says why.
+ *                       and rank 0 of a communicator left to PMPI says why;
+ *                       then "mcd-mpi: rank R: collectives: A MPI_Allreduce via
+ *                        mcd, a via PMPI; B MPI_Reduce via mcd, ...; C MPI_Bcast ..."
+ *   MCD_MPI_MAX_BYTES=N the largest collective mcd serves (bytes; default 65536)
  *
  * Built by `tools::mpi::build_interposer` (mpicc -shared, with the static
  * libmcd_barrier.a inside, so the one file is all a job needs). */
@@ -68,6 +83,10 @@ static unsigned long long via_mcd, via_pmpi;
 static unsigned long long keys_made;
 /* Guards the list of live states (never held across a collective). */
 static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Collectives served by mcd and passed to PMPI: allreduce, reduce, bcast. */
+enum { ALLREDUCE, REDUCE, BCAST, KINDS };
+static unsigned long long coll_mcd[KINDS], coll_pmpi[KINDS];
+static long long max_bytes = 65536;
 
 /* A communicator's barrier, cached in an attribute. */
 typedef struct comm_state {
@@ -235,6 +254,95 @@ static void start_mcd(void) {
     }
     active = all_ok;
     if (active) PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_state, &keyval, NULL);
+    const char *limit = getenv("MCD_MPI_MAX_BYTES");
+    if (limit && *limit) max_bytes = atoll(limit);
+}
+
+/* The mcd type of a predefined MPI type, or -1. (Open MPI's handles are not
+ * constants, hence no switch.) */
+static int dtype_of(MPI_Datatype t) {
+    if (t == MPI_INT32_T || (t == MPI_INT && sizeof(int) == 4)) return MCD_INT32;
+    if (t == MPI_INT64_T || t == MPI_LONG_LONG || t == MPI_LONG_LONG_INT || (t == MPI_LONG && sizeof(long) == 8)) return MCD_INT64;
+    if (t == MPI_UINT32_T || (t == MPI_UNSIGNED && sizeof(unsigned) == 4)) return MCD_UINT32;
+    if (t == MPI_UINT64_T || t == MPI_UNSIGNED_LONG_LONG || (t == MPI_UNSIGNED_LONG && sizeof(unsigned long) == 8)) return MCD_UINT64;
+    if (t == MPI_FLOAT) return MCD_FLOAT;
+    if (t == MPI_DOUBLE) return MCD_DOUBLE;
+    return -1;
+}
+
+/* The mcd operation of a predefined MPI operation on `dtype`, or -1. */
+static int op_of(MPI_Op op, int dtype) {
+    int integer = dtype != MCD_FLOAT && dtype != MCD_DOUBLE;
+    if (op == MPI_SUM) return MCD_SUM;
+    if (op == MPI_MIN) return MCD_MIN;
+    if (op == MPI_MAX) return MCD_MAX;
+    if (op == MPI_PROD) return MCD_PROD;
+    if (op == MPI_BAND && integer) return MCD_BAND;
+    if (op == MPI_BOR && integer) return MCD_BOR;
+    if (op == MPI_BXOR && integer) return MCD_BXOR;
+    return -1;
+}
+
+/* Whether mcd takes a reduction of `count` elements of `t` with `op` on
+ * `comm`; if so, its mcd type and operation. */
+static int reducible(MPI_Comm comm, int count, MPI_Datatype t, MPI_Op op, int *dtype, int *mop) {
+    if (!active || comm != MPI_COMM_WORLD || count < 0) return 0;
+    *dtype = dtype_of(t);
+    if (*dtype < 0) return 0;
+    *mop = op_of(op, *dtype);
+    if (*mop < 0) return 0;
+    int size = 0;
+    PMPI_Type_size(t, &size);
+    return (long long)count * size <= max_bytes;
+}
+
+int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+    int dtype, mop;
+    if (reducible(comm, count, datatype, op, &dtype, &mop)) {
+        const void *in = sendbuf == MPI_IN_PLACE ? NULL : sendbuf;
+        if (mcd_allreduce(job, in, recvbuf, (size_t)count, dtype, mop) == MCD_OK) {
+            COUNT(coll_mcd[ALLREDUCE]);
+            return MPI_SUCCESS;
+        }
+        fprintf(stderr, "mcd-mpi: MPI_Allreduce on MPI_COMM_WORLD failed: %s\n", mcd_last_error());
+        return MPI_ERR_OTHER;
+    }
+    COUNT(coll_pmpi[ALLREDUCE]);
+    return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+}
+
+int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm) {
+    int dtype, mop;
+    if (reducible(comm, count, datatype, op, &dtype, &mop)) {
+        const void *in = sendbuf == MPI_IN_PLACE ? NULL : sendbuf;
+        if (mcd_reduce(job, in, recvbuf, (size_t)count, dtype, mop, root) == MCD_OK) {
+            COUNT(coll_mcd[REDUCE]);
+            return MPI_SUCCESS;
+        }
+        fprintf(stderr, "mcd-mpi: MPI_Reduce on MPI_COMM_WORLD failed: %s\n", mcd_last_error());
+        return MPI_ERR_OTHER;
+    }
+    COUNT(coll_pmpi[REDUCE]);
+    return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+}
+
+int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+    int size = 0, ints, addrs, types, combiner = -1;
+    if (active && comm == MPI_COMM_WORLD && count >= 0) {
+        /* A predefined type is contiguous: its bytes are the data. */
+        PMPI_Type_get_envelope(datatype, &ints, &addrs, &types, &combiner);
+        PMPI_Type_size(datatype, &size);
+    }
+    if (combiner == MPI_COMBINER_NAMED && (long long)count * size <= max_bytes) {
+        if (mcd_bcast(job, buffer, (size_t)count * (size_t)size, root) == MCD_OK) {
+            COUNT(coll_mcd[BCAST]);
+            return MPI_SUCCESS;
+        }
+        fprintf(stderr, "mcd-mpi: MPI_Bcast on MPI_COMM_WORLD failed: %s\n", mcd_last_error());
+        return MPI_ERR_OTHER;
+    }
+    COUNT(coll_pmpi[BCAST]);
+    return PMPI_Bcast(buffer, count, datatype, root, comm);
 }
 
 int MPI_Init(int *argc, char ***argv) {
@@ -290,6 +398,9 @@ int MPI_Finalize(void) {
                     mcd_rank(job), via_mcd, mcd_algorithm(job), via_pmpi, (unsigned long long)s.barriers,
                     (unsigned long long)s.messages_sent, (unsigned long long)s.frames_received, (unsigned long long)s.resends,
                     comms_mcd, comms_inter + comms_unreachable + comms_failed, comms_inter, comms_unreachable, comms_failed);
+            fprintf(stderr, "mcd-mpi: rank %d: collectives: %llu MPI_Allreduce via mcd, %llu via PMPI; %llu MPI_Reduce via mcd, %llu via PMPI; "
+                    "%llu MPI_Bcast via mcd, %llu via PMPI\n", mcd_rank(job), coll_mcd[ALLREDUCE], coll_pmpi[ALLREDUCE],
+                    coll_mcd[REDUCE], coll_pmpi[REDUCE], coll_mcd[BCAST], coll_pmpi[BCAST]);
         }
         /* Communicators never freed: their groups end here (without waiting,
          * so in any order); the states stay for MPI's own teardown. */
@@ -309,6 +420,8 @@ int MPI_Finalize(void) {
             int rank;
             PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
             fprintf(stderr, "mcd-mpi: rank %d: 0 MPI_Barrier via mcd (off), %llu via PMPI\n", rank, via_pmpi);
+            fprintf(stderr, "mcd-mpi: rank %d: collectives: 0 MPI_Allreduce via mcd, %llu via PMPI; 0 MPI_Reduce via mcd, %llu via PMPI; "
+                    "0 MPI_Bcast via mcd, %llu via PMPI\n", rank, coll_pmpi[ALLREDUCE], coll_pmpi[REDUCE], coll_pmpi[BCAST]);
         }
     }
     return PMPI_Finalize();

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::collective::{wire, Collective, Element, Op};
 use crate::engine::{BarrierConfig, BarrierError, BarrierStats, Engine};
 use crate::transport::{NodeId, Transport, Waker};
 
@@ -58,6 +59,9 @@ pub struct Barrier<T: Transport + Send + 'static> {
     me: NodeId,
     nodes: usize,
     config: BarrierConfig,
+    /// The typed collectives' elements as bytes, in and out (reused).
+    bytes_in: Vec<u8>,
+    bytes_out: Vec<u8>,
 }
 
 impl<T: Transport + Send + 'static> std::fmt::Debug for Barrier<T> {
@@ -93,7 +97,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         } else {
             None
         };
-        Ok(Barrier { shared, agent, me, nodes, config })
+        Ok(Barrier { shared, agent, me, nodes, config, bytes_in: Vec::new(), bytes_out: Vec::new() })
     }
 
     /// Runs `f` on the engine as the application (the agent stands aside).
@@ -166,6 +170,84 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     pub fn wait(&mut self) -> Result<(), BarrierError> {
         let deadline = self.config.deadline.map(|d| Instant::now() + d);
         self.call(|e| e.wait(deadline))
+    }
+
+    /// Allreduce (see [`crate::collective`]): `data` holds this node's
+    /// elements, and on return the elements reduced with `op` over every
+    /// node, in the plan's fixed order (bitwise the same on every node).
+    /// Every node calls it with the same operation and length.
+    pub fn allreduce<E: Element>(&mut self, data: &mut [E], op: Op) -> Result<(), BarrierError> {
+        self.typed(data, Collective::Allreduce { op, dtype: E::DTYPE }, true)
+    }
+
+    /// Reduce to `root`: as [`allreduce`](Self::allreduce), but only
+    /// `root`'s `data` receives the result; the others' stays as it was.
+    pub fn reduce<E: Element>(&mut self, data: &mut [E], op: Op, root: NodeId) -> Result<(), BarrierError> {
+        self.typed(data, Collective::Reduce { op, dtype: E::DTYPE, root }, self.me == root)
+    }
+
+    /// Broadcast: `root`'s `data` into every node's `data` (of the same length).
+    pub fn bcast<E: Element>(&mut self, data: &mut [E], root: NodeId) -> Result<(), BarrierError> {
+        self.typed(data, Collective::Bcast { root }, self.me != root)
+    }
+
+    /// Runs a typed collective in place (the result into `data` if `result_here`).
+    fn typed<E: Element>(&mut self, data: &mut [E], call: Collective, result_here: bool) -> Result<(), BarrierError> {
+        self.bytes_in.clear();
+        data.iter().for_each(|x| x.put(&mut self.bytes_in));
+        let input = std::mem::take(&mut self.bytes_in);
+        let mut out = std::mem::take(&mut self.bytes_out);
+        out.clear();
+        out.resize(input.len(), 0);
+        let result = self.collective(call, &input, result_here.then_some(&mut out[..]));
+        if result.is_ok() && result_here {
+            for (x, b) in data.iter_mut().zip(out.chunks_exact(E::DTYPE.size())) {
+                *x = E::get(b);
+            }
+        }
+        (self.bytes_in, self.bytes_out) = (input, out);
+        result
+    }
+
+    /// A collective on bytes (the C ABI's): `input` is this node's
+    /// native-endian elements (for a broadcast, the root's bytes; others'
+    /// are ignored), `output`, of the same length, receives the result where
+    /// the call has one for this node (`None`: not wanted). Data longer than
+    /// one message goes in segments of whole elements, one epoch each.
+    pub fn collective(&mut self, call: Collective, input: &[u8], mut output: Option<&mut [u8]>) -> Result<(), BarrierError> {
+        call.check(self.nodes).map_err(BarrierError::Usage)?;
+        let size = call.element_size();
+        if call == Collective::Barrier {
+            return self.wait();
+        }
+        if !input.len().is_multiple_of(size) || output.as_ref().is_some_and(|o| o.len() != input.len()) {
+            return Err(BarrierError::Usage(format!(
+                "{call}: {} input bytes and {} output bytes: need whole {size}-byte elements, as many out as in",
+                input.len(),
+                output.as_ref().map_or(0, |o| o.len())
+            )));
+        }
+        let max_data = self.shared.lock().max_data();
+        let per_segment = max_data.saturating_sub(wire::HEADER_LEN) / size * size;
+        if per_segment == 0 {
+            return Err(BarrierError::Usage(format!("{call}: this transport carries no data")));
+        }
+        let deadline = self.config.deadline.map(|d| Instant::now() + d);
+        let mut start = 0;
+        loop {
+            let end = (start + per_segment).min(input.len());
+            let count = u32::try_from((end - start) / size).expect("a segment's count fits one message");
+            let out = output.as_deref_mut().map(|o| &mut o[start..end]);
+            self.call(|e| {
+                e.enter_collective(call, count, &input[start..end])?;
+                e.wait(deadline)?;
+                e.collective_result(out)
+            })?;
+            start = end;
+            if start >= input.len() {
+                return Ok(());
+            }
+        }
     }
 
     /// Ends this node's use of the barrier: one closing barrier (so every

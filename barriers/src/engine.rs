@@ -52,6 +52,7 @@
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
+use crate::collective::{Collective, Contributions};
 use crate::expect::{Bits, Expectations};
 use crate::plan::{self, Algorithm, Dest, Out, Plan};
 use crate::rto::Rto;
@@ -511,6 +512,10 @@ pub(crate) struct Engine<T: Transport> {
     /// An error the progress agent met, for the application's next call.
     pub(crate) agent_error: Option<TransportError>,
     pub(crate) stats: BarrierStats,
+    /// The collectives' data (see [`crate::collective`]): made when this
+    /// node first calls a collective or first hears data; until then
+    /// barriers carry none and keep none.
+    coll: Option<Box<Contributions>>,
 }
 
 impl<T: Transport> Engine<T> {
@@ -576,6 +581,7 @@ impl<T: Transport> Engine<T> {
             call_started: now,
             agent_error: None,
             stats: BarrierStats::default(),
+            coll: None,
         })
     }
 
@@ -647,7 +653,7 @@ impl<T: Transport> Engine<T> {
         let request = Msg { kind: MsgKind::Join, instance: incarnation, epoch: 0, tag: 0, arg: self.fingerprint() };
         let mut interval = self.config.retry_timeout;
         let mut next_request = start;
-        let mut early: Vec<Incoming> = Vec::new();
+        let mut early: Vec<(Incoming, Vec<u8>)> = Vec::new();
         loop {
             let now = Instant::now();
             let waited = now - start;
@@ -667,12 +673,14 @@ impl<T: Transport> Engine<T> {
                     // Peers admitted first may have started barrier 0: their
                     // messages that came before the admission count now.
                     let now = Instant::now();
-                    for early in std::mem::take(&mut early) {
-                        self.handle(early, now)?;
+                    for (early, data) in std::mem::take(&mut early) {
+                        self.handle_with(early, Some(&data), now)?;
                     }
                     return Ok(());
                 }
-                MsgKind::Data | MsgKind::Nack | MsgKind::Status | MsgKind::Answer if early.len() < JOIN_STASH => early.push(m),
+                MsgKind::Data | MsgKind::Nack | MsgKind::Status | MsgKind::Answer if early.len() < JOIN_STASH => {
+                    early.push((m, self.transport.data().to_vec()))
+                }
                 MsgKind::Refuse if ours && m.msg.tag == REFUSE_CONFIG => {
                     return Err(BarrierError::Usage(format!(
                         "creating the barrier: node 0 runs another configuration than node {} ({} on {} rail(s) here): every node must use the same algorithm, rails and first barrier",
@@ -730,13 +738,61 @@ impl<T: Transport> Engine<T> {
         Msg { kind, instance: self.instance, epoch: epoch as u32, tag, arg: 0 }
     }
 
-    fn send_out(&mut self, out: Out, epoch: u64) -> Result<(), TransportError> {
+    /// Sends `out` of step `step` of barrier `epoch`, with what the step
+    /// staged for it if collectives are in use.
+    fn send_out(&mut self, out: Out, step: usize, epoch: u64) -> Result<(), TransportError> {
         let arg = if self.recovered() { RECOVERED } else { 0 };
         let msg = Msg { arg, ..self.msg(MsgKind::Data, epoch, out.tag) };
+        let data = self.coll.as_ref().map_or(&[][..], |c| c.sent((epoch % 2) as usize, step));
         match out.dest {
-            Dest::Node(to) => self.transport.send(out.rail, to, msg),
-            Dest::All => self.transport.multicast(out.rail, msg),
+            Dest::Node(to) => self.transport.send_data(out.rail, to, msg, data),
+            Dest::All => self.transport.multicast_data(out.rail, msg, data),
         }
+    }
+
+    /// The collective storage, made on first use.
+    fn contributions(&mut self) -> &mut Contributions {
+        let (steps, expected) = (self.plan.steps.len(), self.expect.len());
+        self.coll.get_or_insert_with(|| Box::new(Contributions::new(steps, expected)))
+    }
+
+    /// Enters the next barrier as an epoch of `call` with `count` elements
+    /// of this node's `input` (native-endian; see [`crate::collective`]).
+    pub(crate) fn enter_collective(&mut self, call: Collective, count: u32, input: &[u8]) -> Result<(), BarrierError> {
+        if self.in_progress || self.owed {
+            return Err(BarrierError::Usage(format!(
+                "{call} while barrier {} is entered and not yet completed: complete it with wait() first",
+                self.epoch
+            )));
+        }
+        if !call.runs_on(self.config.algorithm) {
+            return Err(BarrierError::Usage(format!("{call} cannot run on {}: it would count contributions more than once", self.config.algorithm)));
+        }
+        let now = Instant::now();
+        self.call_started = now;
+        let me = self.me;
+        self.contributions().begin(call, count, input, me);
+        self.enter(now)
+    }
+
+    /// After a collective epoch: its result into `out` (native-endian);
+    /// an error if peers called another collective.
+    pub(crate) fn collective_result(&mut self, out: Option<&mut [u8]>) -> Result<(), BarrierError> {
+        let coll = self.contributions();
+        if let Some(e) = coll.take_error() {
+            return Err(BarrierError::Usage(format!("collective mismatch in barrier {}: {e}", self.epoch - 1)));
+        }
+        if let Some(out) = out {
+            if !coll.result(out) {
+                return Err(BarrierError::Usage(format!("barrier {}: the collective has no result of {} bytes", self.epoch - 1, out.len())));
+            }
+        }
+        Ok(())
+    }
+
+    /// The most data one collective message carries.
+    pub(crate) fn max_data(&self) -> usize {
+        self.transport.max_data()
     }
 
     fn status_msg(&self) -> Msg {
@@ -772,10 +828,20 @@ impl<T: Transport> Engine<T> {
         }
         let now = Instant::now();
         self.call_started = now;
+        self.enter_barrier(now)
+    }
+
+    /// Enters the next barrier at `now` as a plain barrier.
+    fn enter_barrier(&mut self, now: Instant) -> Result<(), BarrierError> {
+        let me = self.me;
+        if let Some(coll) = &mut self.coll {
+            coll.begin(Collective::Barrier, 0, &[], me);
+        }
         self.enter(now)
     }
 
-    /// Enters the next barrier at `now`.
+    /// Enters the next barrier at `now` (of the collective staged by
+    /// [`enter_collective`](Self::enter_collective), else a plain barrier).
     fn enter(&mut self, now: Instant) -> Result<(), BarrierError> {
         if self.finished {
             return Err(BarrierError::Usage("the barrier is finished: no more barriers after finish()".into()));
@@ -809,6 +875,10 @@ impl<T: Transport> Engine<T> {
             self.handle(incoming, now)?;
         }
         Ok(())
+    }
+
+    fn handle(&mut self, incoming: Incoming, now: Instant) -> Result<(), BarrierError> {
+        self.handle_with(incoming, None, now)
     }
 
     /// One round of progress without blocking: reads everything, advances,
@@ -850,7 +920,7 @@ impl<T: Transport> Engine<T> {
         self.call_started = now;
         self.gave_up = None; // waiting again: no longer giving up, until judged again
         if !self.in_progress && !self.owed {
-            self.enter(now)?;
+            self.enter_barrier(now)?;
         }
         loop {
             // Read before judging: whatever has arrived counts before any
@@ -1044,23 +1114,30 @@ impl<T: Transport> Engine<T> {
                 self.stats.completed += 1;
                 return Ok(());
             }
+            let parity = (self.epoch % 2) as usize;
             if !self.step_sent {
+                if let Some(coll) = &mut self.coll {
+                    coll.stage(parity, self.step);
+                }
                 for i in 0..self.plan.steps[self.step].sends.len() {
                     let out = self.plan.steps[self.step].sends[i];
-                    self.send_out(out, self.epoch)?;
+                    self.send_out(out, self.step, self.epoch)?;
                     self.stats.sent += 1;
                     let twice = match out.dest {
                         Dest::All => self.loss_seen_in.is_some_and(|e| e + TWICE_FOR > self.epoch),
                         Dest::Node(_) => self.asked_early,
                     };
                     if twice {
-                        self.send_out(out, self.epoch)?;
+                        self.send_out(out, self.step, self.epoch)?;
                         self.stats.copies += 1;
                     }
                 }
                 self.step_sent = true;
             }
             if self.remaining[self.step] == 0 {
+                if let Some(coll) = &mut self.coll {
+                    coll.absorb(parity, &self.plan.steps[self.step], self.expect.of_step(self.step), self.me);
+                }
                 self.step += 1;
                 self.step_sent = false;
                 self.progressed(now);
@@ -1071,7 +1148,8 @@ impl<T: Transport> Engine<T> {
         Ok(())
     }
 
-    fn handle(&mut self, incoming: Incoming, now: Instant) -> Result<(), BarrierError> {
+    /// Takes in a message; its data is `data`, or the transport's if `None`.
+    fn handle_with(&mut self, incoming: Incoming, data: Option<&[u8]>, now: Instant) -> Result<(), BarrierError> {
         let Incoming { from, msg, .. } = incoming;
         if from >= self.nodes() || from == self.me {
             return Ok(());
@@ -1146,7 +1224,20 @@ impl<T: Transport> Engine<T> {
                     self.stats.stale += 1; // nothing this node's plan waits for
                     return Ok(());
                 };
-                if !self.got[(epoch % 2) as usize].insert(i) {
+                let fresh = self.got[(epoch % 2) as usize].insert(i);
+                if fresh {
+                    // The first arrival's data is the contribution; a
+                    // duplicate's never counts.
+                    let data = data.unwrap_or(self.transport.data());
+                    if !data.is_empty() && self.coll.is_none() {
+                        let (steps, expected) = (self.plan.steps.len(), self.expect.len());
+                        self.coll = Some(Box::new(Contributions::new(steps, expected)));
+                    }
+                    if let Some(coll) = &mut self.coll {
+                        coll.arrive((epoch % 2) as usize, i, data);
+                    }
+                }
+                if !fresh {
                     self.stats.duplicates += 1;
                     if msg.kind == MsgKind::Data && self.last_answered == Some((epoch, i)) {
                         // The original came after all: it was late, not lost.
@@ -1235,7 +1326,8 @@ impl<T: Transport> Engine<T> {
                 let for_them = matches!(out.dest, Dest::All) || out.dest == Dest::Node(to);
                 if for_them && tag.is_none_or(|t| t == out.tag) {
                     let msg = self.msg(MsgKind::Answer, epoch, out.tag);
-                    self.transport.send(out.rail, to, msg)?;
+                    let data = self.coll.as_ref().map_or(&[][..], |c| c.sent((epoch % 2) as usize, s));
+                    self.transport.send_data(out.rail, to, msg, data)?;
                     self.stats.answers += 1;
                     answered += 1;
                 }
@@ -1382,6 +1474,11 @@ mod tests {
         n: usize,
         inbox: VecDeque<Incoming>,
         sent: Vec<(NodeId, Msg)>,
+        /// Data of the messages in `inbox` (in order; missing: none).
+        inbox_data: VecDeque<Vec<u8>>,
+        /// Data of each message in `sent`.
+        sent_data: Vec<Vec<u8>>,
+        last: Vec<u8>,
     }
 
     impl Transport for Script {
@@ -1394,12 +1491,24 @@ mod tests {
         fn rails(&self) -> usize {
             1
         }
-        fn send(&mut self, _rail: usize, to: NodeId, msg: Msg) -> Result<(), TransportError> {
+        fn send(&mut self, rail: usize, to: NodeId, msg: Msg) -> Result<(), TransportError> {
+            self.send_data(rail, to, msg, &[])
+        }
+        fn max_data(&self) -> usize {
+            1000
+        }
+        fn send_data(&mut self, _rail: usize, to: NodeId, msg: Msg, data: &[u8]) -> Result<(), TransportError> {
             self.sent.push((to, msg));
+            self.sent_data.push(data.to_vec());
             Ok(())
         }
         fn recv(&mut self, _timeout: Duration) -> Result<Option<Incoming>, TransportError> {
-            Ok(self.inbox.pop_front())
+            let got = self.inbox.pop_front();
+            self.last = if got.is_some() { self.inbox_data.pop_front().unwrap_or_default() } else { Vec::new() };
+            Ok(got)
+        }
+        fn data(&self) -> &[u8] {
+            &self.last
         }
     }
 
@@ -1408,7 +1517,7 @@ mod tests {
     /// Node 1 of 2 in dissemination (one round: it waits for node 0's tag
     /// ROUND), joined to INSTANCE, at barrier `epoch`.
     fn node1(epoch: u64) -> Engine<Script> {
-        let script = Script { me: 1, n: 2, inbox: VecDeque::new(), sent: Vec::new() };
+        let script = Script { me: 1, n: 2, inbox: VecDeque::new(), sent: Vec::new(), inbox_data: VecDeque::new(), sent_data: Vec::new(), last: Vec::new() };
         let mut config = BarrierConfig::new(Algorithm::Dissemination);
         config.first_epoch = epoch;
         let mut e = Engine::new(script, config).unwrap();
@@ -1418,6 +1527,53 @@ mod tests {
 
     fn from0(kind: MsgKind, instance: u64, epoch: u64) -> Incoming {
         Incoming { from: 0, rail: 0, msg: Msg { kind, instance, epoch: epoch as u32, tag: plan::tag::ROUND, arg: 0 } }
+    }
+
+    #[test]
+    fn a_contribution_is_re_sent_as_stored_and_a_duplicate_release_never_counts() {
+        use crate::collective::{wire, Dtype, Op};
+        // Node 1 of 2, concurrent: it sends its contribution to node 0 and
+        // waits for node 0's release with the result.
+        let script = Script { me: 1, n: 2, inbox: VecDeque::new(), sent: Vec::new(), inbox_data: VecDeque::new(), sent_data: Vec::new(), last: Vec::new() };
+        let mut e = Engine::new(script, BarrierConfig::new(Algorithm::Concurrent)).unwrap();
+        e.instance = INSTANCE;
+        let call = Collective::Allreduce { op: Op::Sum, dtype: Dtype::I64 };
+        e.enter_collective(call, 1, &5i64.to_ne_bytes()).unwrap();
+        let (to, arrive) = e.transport.sent[0];
+        assert_eq!((to, arrive.kind, arrive.tag), (0, MsgKind::Data, plan::tag::ARRIVE));
+        let contribution = e.transport.sent_data[0].clone();
+        let view = wire::Contribution::new_checked(&contribution[..]).unwrap();
+        assert_eq!((view.call(), view.count(), view.data()), (Some(call), 1, &5i64.to_le_bytes()[..]));
+        // Node 0 lost it and asks: the answer carries the very same bytes.
+        let nack = Msg { kind: MsgKind::Nack, instance: INSTANCE, epoch: 0, tag: plan::tag::ARRIVE, arg: 0 };
+        e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: nack });
+        assert!(!e.test().unwrap());
+        let answered = e.transport.sent.iter().position(|(_, m)| m.kind == MsgKind::Answer).expect("answered");
+        assert_eq!(e.transport.sent_data[answered], contribution);
+        // The release, then a duplicate of it carrying other bytes: the first counts.
+        let release = |sum: i64| {
+            let mut data = Vec::new();
+            wire::emit_header(call, 1, true, &mut data);
+            data.extend_from_slice(&sum.to_le_bytes());
+            data
+        };
+        let msg = Msg { kind: MsgKind::Data, instance: INSTANCE, epoch: 0, tag: plan::tag::RELEASE, arg: 0 };
+        e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg });
+        e.transport.inbox_data.push_back(release(12));
+        e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { kind: MsgKind::Answer, ..msg } });
+        e.transport.inbox_data.push_back(release(99));
+        assert!(e.test().unwrap());
+        e.test().unwrap(); // the duplicate arrives after completion: stale
+        let mut out = [0u8; 8];
+        e.collective_result(Some(&mut out)).unwrap();
+        assert_eq!(i64::from_ne_bytes(out), 12);
+        // A release of another call is an error, never a result.
+        e.enter_collective(Collective::Allreduce { op: Op::Max, dtype: Dtype::I64 }, 1, &5i64.to_ne_bytes()).unwrap();
+        e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { epoch: 1, ..msg } });
+        e.transport.inbox_data.push_back(release(12));
+        assert!(e.test().unwrap());
+        let err = e.collective_result(Some(&mut out)).unwrap_err().to_string();
+        assert!(err.contains("collective mismatch") && err.contains("allreduce(sum, i64)"), "{err}");
     }
 
     #[test]

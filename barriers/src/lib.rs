@@ -24,6 +24,11 @@
 //!   in shared memory ([`HostBarrier`], a `/dev/shm` segment with futexes),
 //!   the hosts' leaders run a [`Barrier`] among themselves, and each leader
 //!   releases its host.
+//! - [`collective`]: allreduce, reduce to a root and broadcast from any
+//!   root on the same plans and engine ([`Barrier::allreduce`],
+//!   [`Barrier::reduce`], [`Barrier::bcast`]): contributions in the gathered
+//!   messages, the result in the release, never counted twice, combined in
+//!   a fixed order (bitwise-reproducible floats).
 //! - [`model`]: cost prediction (the paper's closed forms, and a
 //!   discrete-event simulation of each algorithm's real message pattern with
 //!   receive gaps, links, a switch or a CSMA/CD hub, rails and hosts), and
@@ -52,6 +57,7 @@
 
 mod barrier;
 pub mod check;
+pub mod collective;
 mod engine;
 mod expect;
 mod hierarchy;
@@ -66,6 +72,7 @@ pub mod threads;
 pub mod transport;
 
 pub use barrier::{Barrier, PreparedBarrier, AGENT_GRACE, AGENT_GRACE_MAX};
+pub use collective::{Collective, Dtype, Element, Op};
 pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARNED_RETRY};
 pub use hierarchy::{host_phases, HierarchicalBarrier, HOST_ADAPTIVE_YIELD};
 pub use host_barrier::{segment_path, HostBarrier, HostConfig, LIVENESS_CHECK};

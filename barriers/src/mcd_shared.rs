@@ -64,8 +64,12 @@ pub struct RouteStats {
     pub overflow: u64,
 }
 
+/// A routed frame: sender, rail, message, and its data (a buffer from the
+/// hub's pool, empty for a plain barrier message).
+type Routed = (NodeId, usize, Msg, Vec<u8>);
+
 struct Route {
-    queue: VecDeque<(NodeId, usize, Msg)>,
+    queue: VecDeque<Routed>,
     /// The application's sleep on the rings and on this group's routing.
     app: Arc<Readiness>,
     /// The group's agent's alarm (it sleeps on the rings as the watcher,
@@ -143,6 +147,8 @@ struct Hub {
     routes: KeyMap<Route>,
     /// Join requests for keys no group holds yet.
     pending: VecDeque<(u64, NodeId, usize, Msg)>,
+    /// Data buffers to reuse (no allocation per frame once warm).
+    spare: Vec<Vec<u8>>,
     /// Groups created per member list (by the list's hash).
     created: HashMap<u64, u64>,
     /// Every key made from an agreed number: never routed twice, so that
@@ -159,8 +165,8 @@ impl Hub {
     /// groups other than `reader`'s whose queue was empty.
     fn drain(&mut self, reader: u64) -> Result<(), TransportError> {
         while let Some(m) = self.endpoint.try_recv(&mut self.buf)? {
-            let parsed = wire::parse_grouped(m.kind, m.seq, &self.buf[..m.len]);
-            let Some((key, msg)) = parsed else {
+            let parsed = wire::parse_grouped_with_data(m.kind, m.seq, &self.buf[..m.len]);
+            let Some((key, msg, data)) = parsed else {
                 self.stats.ignored += 1;
                 continue;
             };
@@ -168,11 +174,16 @@ impl Hub {
                 Some(route) => {
                     self.stats.routed += 1;
                     if route.queue.len() >= QUEUE_LIMIT {
-                        route.queue.pop_front();
+                        if let Some((_, _, _, old)) = route.queue.pop_front() {
+                            self.spare.push(old);
+                        }
                         self.stats.overflow += 1;
                     }
                     let idle = route.queue.is_empty();
-                    route.queue.push_back((m.from, m.rail, msg));
+                    let mut copy = if data.is_empty() { Vec::new() } else { self.spare.pop().unwrap_or_default() };
+                    copy.clear();
+                    copy.extend_from_slice(data);
+                    route.queue.push_back((m.from, m.rail, msg, copy));
                     if idle && key != reader {
                         // Failing to signal leaves the sleeper to its timeout.
                         let _ = route.app.wake();
@@ -193,7 +204,7 @@ impl Hub {
         Ok(())
     }
 
-    fn take(&mut self, key: u64) -> Option<(NodeId, usize, Msg)> {
+    fn take(&mut self, key: u64) -> Option<Routed> {
         self.routes.get_mut(&key).and_then(|r| r.queue.pop_front())
     }
 }
@@ -232,6 +243,7 @@ impl SharedEndpoint {
             buf: vec![0u8; 65536].into_boxed_slice(),
             routes: KeyMap::default(),
             pending: VecDeque::new(),
+            spare: Vec::new(),
             created: HashMap::new(),
             agreed_keys: Default::default(),
             watcher: None,
@@ -306,7 +318,7 @@ impl SharedEndpoint {
         let pending = std::mem::take(&mut hub.pending);
         for (k, from, rail, msg) in pending {
             if k == key {
-                queue.push_back((from, rail, msg));
+                queue.push_back((from, rail, msg, Vec::new()));
             } else {
                 hub.pending.push_back((k, from, rail, msg));
             }
@@ -326,6 +338,8 @@ impl SharedEndpoint {
             everyone: members.len() == self.nodes,
             multicast_to: Destination::ALL_NODES,
             dropped: 0,
+            data: Vec::new(),
+            frame: Vec::new(),
         })
     }
 
@@ -372,6 +386,10 @@ pub struct GroupTransport {
     /// group only the members joined.
     multicast_to: Destination,
     dropped: u64,
+    /// The data of the message last received.
+    data: Vec<u8>,
+    /// Where a frame with data is built (reused).
+    frame: Vec<u8>,
 }
 
 impl std::fmt::Debug for GroupTransport {
@@ -401,9 +419,13 @@ impl GroupTransport {
         f(&mut lock(&self.hub).endpoint)
     }
 
-    fn send_to(&mut self, rail: usize, to: Destination, msg: Msg) -> Result<(), TransportError> {
-        let payload = wire::emit_grouped(self.key, &msg);
-        Ok(lock(&self.hub).endpoint.send(rail, to, wire::kind_byte(msg.kind), msg.epoch, &payload)?)
+    fn send_to(&mut self, rail: usize, to: Destination, msg: Msg, data: &[u8]) -> Result<(), TransportError> {
+        if data.is_empty() {
+            let payload = wire::emit_grouped(self.key, &msg);
+            return Ok(lock(&self.hub).endpoint.send(rail, to, wire::kind_byte(msg.kind), msg.epoch, &payload)?);
+        }
+        wire::emit_grouped_with_data(self.key, &msg, data, &mut self.frame);
+        Ok(lock(&self.hub).endpoint.send(rail, to, wire::kind_byte(msg.kind), msg.epoch, &self.frame)?)
     }
 
     /// The next frame of this group, reading the rings if none is queued.
@@ -421,7 +443,11 @@ impl GroupTransport {
                     hub.take(self.key)
                 }
             };
-            let Some((from, rail, msg)) = got else { return Ok((None, hub.endpoint.wait_phases())) };
+            let Some((from, rail, msg, data)) = got else { return Ok((None, hub.endpoint.wait_phases())) };
+            let old = std::mem::replace(&mut self.data, data);
+            if old.capacity() > 0 {
+                hub.spare.push(old);
+            }
             match self.index.get(from).copied().flatten() {
                 Some(from) => return Ok((Some(Incoming { from, rail, msg }), hub.endpoint.wait_phases())),
                 None => self.dropped += 1,
@@ -464,8 +490,33 @@ impl Transport for GroupTransport {
     }
 
     fn send(&mut self, rail: usize, to: NodeId, msg: Msg) -> Result<(), TransportError> {
+        self.send_data(rail, to, msg, &[])
+    }
+
+    fn max_data(&self) -> usize {
+        let hub = lock(&self.hub);
+        let least = (0..self.rails).filter_map(|r| hub.endpoint.max_payload(r).ok()).min().unwrap_or(0);
+        least.saturating_sub(GROUP_PAYLOAD_LEN)
+    }
+
+    fn send_data(&mut self, rail: usize, to: NodeId, msg: Msg, data: &[u8]) -> Result<(), TransportError> {
         let node = *self.members.get(to).ok_or_else(|| format!("group node {to} of {}", self.members.len()))?;
-        self.send_to(rail, Destination::Node(node), msg)
+        self.send_to(rail, Destination::Node(node), msg, data)
+    }
+
+    fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    fn multicast_data(&mut self, rail: usize, msg: Msg, data: &[u8]) -> Result<(), TransportError> {
+        if !self.everyone && self.members.len() <= 2 {
+            let me = self.me;
+            for to in (0..self.members.len()).filter(|&n| n != me) {
+                self.send_data(rail, to, msg, data)?;
+            }
+            return Ok(());
+        }
+        self.send_to(rail, Destination::ALL_NODES, msg, data)
     }
 
     fn has_multicast(&self) -> bool {
@@ -481,7 +532,7 @@ impl Transport for GroupTransport {
             }
             return Ok(());
         }
-        self.send_to(rail, self.multicast_to, msg)
+        self.send_to(rail, self.multicast_to, msg, &[])
     }
 
     fn recv(&mut self, timeout: Duration) -> Result<Option<Incoming>, TransportError> {

@@ -95,6 +95,21 @@ pub mod wire {
         Some(Msg { kind, epoch: seq, tag: p.tag(), arg: p.arg(), instance: p.instance() })
     }
 
+    /// Writes `msg`'s payload followed by `data` (a collective's
+    /// contribution) into `out`, cleared first.
+    pub fn emit_with_data(msg: &Msg, data: &[u8], out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&emit(msg));
+        out.extend_from_slice(data);
+    }
+
+    /// Reads a barrier message and the data after it (see
+    /// [`emit_with_data`]); `None` if it is not one (wrong kind, short).
+    pub fn parse_with_data(kind: u8, seq: u32, payload: &[u8]) -> Option<(Msg, &[u8])> {
+        let head = payload.get(..PAYLOAD_LEN)?;
+        Some((parse(kind, seq, head)?, &payload[PAYLOAD_LEN..]))
+    }
+
     /// Payload length of a group's message ([`crate::SharedEndpoint`]): the
     /// group key (8 bytes, big-endian), then the message's payload.
     pub const GROUP_PAYLOAD_LEN: usize = 8 + PAYLOAD_LEN;
@@ -107,11 +122,20 @@ pub mod wire {
         p
     }
 
-    /// Reads a group message: its key and the message; `None` if it is not
-    /// one (wrong kind or length).
-    pub fn parse_grouped(kind: u8, seq: u32, payload: &[u8]) -> Option<(u64, Msg)> {
+    /// Writes a group message's payload followed by `data` into `out`,
+    /// cleared first.
+    pub fn emit_grouped_with_data(key: u64, msg: &Msg, data: &[u8], out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&emit_grouped(key, msg));
+        out.extend_from_slice(data);
+    }
+
+    /// Reads a group message with data: key, message and data; `None` if it
+    /// is not one (wrong kind, short).
+    pub fn parse_grouped_with_data(kind: u8, seq: u32, payload: &[u8]) -> Option<(u64, Msg, &[u8])> {
         let (key, rest) = payload.split_first_chunk::<8>()?;
-        Some((u64::from_be_bytes(*key), parse(kind, seq, rest)?))
+        let (msg, data) = parse_with_data(kind, seq, rest)?;
+        Some((u64::from_be_bytes(*key), msg, data))
     }
 
     #[cfg(test)]
@@ -123,9 +147,21 @@ pub mod wire {
             let msg = Msg { kind: MsgKind::Data, instance: 7, epoch: 3, tag: 1, arg: 0 };
             let bytes = emit_grouped(0x1122_3344_5566_7788, &msg);
             assert_eq!(&bytes[..8], &[0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]);
-            assert_eq!(parse_grouped(kind_byte(MsgKind::Data), 3, &bytes), Some((0x1122_3344_5566_7788, msg)));
-            assert!(parse_grouped(kind_byte(MsgKind::Data), 3, &bytes[..GROUP_PAYLOAD_LEN - 1]).is_none());
-            assert!(parse_grouped(kind_byte(MsgKind::Data), 3, &emit(&msg)).is_none(), "an ungrouped payload is too short");
+            assert_eq!(parse_grouped_with_data(kind_byte(MsgKind::Data), 3, &bytes), Some((0x1122_3344_5566_7788, msg, &[][..])));
+            assert!(parse_grouped_with_data(kind_byte(MsgKind::Data), 3, &bytes[..GROUP_PAYLOAD_LEN - 1]).is_none());
+            assert!(parse_grouped_with_data(kind_byte(MsgKind::Data), 3, &emit(&msg)).is_none(), "an ungrouped payload is too short");
+        }
+
+        #[test]
+        fn data_follows_the_message_and_a_short_header_is_refused() {
+            let msg = Msg { kind: MsgKind::Answer, instance: 9, epoch: 4, tag: 16, arg: 1 };
+            let mut out = Vec::new();
+            emit_with_data(&msg, &[7, 8, 9], &mut out);
+            assert_eq!(parse_with_data(kind_byte(MsgKind::Answer), 4, &out), Some((msg, &[7u8, 8, 9][..])));
+            assert_eq!(parse_with_data(kind_byte(MsgKind::Answer), 4, &out[..PAYLOAD_LEN]), Some((msg, &[][..])));
+            assert!(parse_with_data(kind_byte(MsgKind::Answer), 4, &out[..PAYLOAD_LEN - 1]).is_none());
+            emit_grouped_with_data(5, &msg, &[1], &mut out);
+            assert_eq!(parse_grouped_with_data(kind_byte(MsgKind::Answer), 4, &out), Some((5, msg, &[1u8][..])));
         }
 
         #[test]
@@ -147,12 +183,16 @@ pub struct McdTransport {
     endpoint: Endpoint,
     buf: Box<[u8]>,
     ignored: u64,
+    /// Where the last received message's data lies in `buf`.
+    data: std::ops::Range<usize>,
+    /// Where a message with data is built (reused).
+    frame: Vec<u8>,
 }
 
 impl McdTransport {
     /// Wraps `endpoint`.
     pub fn new(endpoint: Endpoint) -> McdTransport {
-        McdTransport { endpoint, buf: vec![0u8; 65536].into_boxed_slice(), ignored: 0 }
+        McdTransport { endpoint, buf: vec![0u8; 65536].into_boxed_slice(), ignored: 0, data: 0..0, frame: Vec::new() }
     }
 
     /// The endpoint (for its statistics, say).
@@ -170,9 +210,13 @@ impl McdTransport {
         self.ignored
     }
 
-    fn send_to(&mut self, rail: usize, to: Destination, msg: Msg) -> Result<(), TransportError> {
-        let payload = wire::emit(&msg);
-        Ok(self.endpoint.send(rail, to, wire::kind_byte(msg.kind), msg.epoch, &payload)?)
+    fn send_to(&mut self, rail: usize, to: Destination, msg: Msg, data: &[u8]) -> Result<(), TransportError> {
+        if data.is_empty() {
+            let payload = wire::emit(&msg);
+            return Ok(self.endpoint.send(rail, to, wire::kind_byte(msg.kind), msg.epoch, &payload)?);
+        }
+        wire::emit_with_data(&msg, data, &mut self.frame);
+        Ok(self.endpoint.send(rail, to, wire::kind_byte(msg.kind), msg.epoch, &self.frame)?)
     }
 }
 
@@ -190,7 +234,7 @@ impl Transport for McdTransport {
     }
 
     fn send(&mut self, rail: usize, to: NodeId, msg: Msg) -> Result<(), TransportError> {
-        self.send_to(rail, Destination::Node(to), msg)
+        self.send_to(rail, Destination::Node(to), msg, &[])
     }
 
     fn has_multicast(&self) -> bool {
@@ -198,7 +242,24 @@ impl Transport for McdTransport {
     }
 
     fn multicast(&mut self, rail: usize, msg: Msg) -> Result<(), TransportError> {
-        self.send_to(rail, Destination::ALL_NODES, msg)
+        self.send_to(rail, Destination::ALL_NODES, msg, &[])
+    }
+
+    fn max_data(&self) -> usize {
+        let least = (0..self.endpoint.rails()).filter_map(|r| self.endpoint.max_payload(r).ok()).min().unwrap_or(0);
+        least.saturating_sub(wire::PAYLOAD_LEN)
+    }
+
+    fn send_data(&mut self, rail: usize, to: NodeId, msg: Msg, data: &[u8]) -> Result<(), TransportError> {
+        self.send_to(rail, Destination::Node(to), msg, data)
+    }
+
+    fn multicast_data(&mut self, rail: usize, msg: Msg, data: &[u8]) -> Result<(), TransportError> {
+        self.send_to(rail, Destination::ALL_NODES, msg, data)
+    }
+
+    fn data(&self) -> &[u8] {
+        &self.buf[self.data.clone()]
     }
 
     fn recv(&mut self, timeout: Duration) -> Result<Option<Incoming>, TransportError> {
@@ -209,8 +270,11 @@ impl Transport for McdTransport {
                 Some(d) => self.endpoint.recv(&mut self.buf, Some(d.saturating_duration_since(Instant::now())))?,
             };
             let Some(m) = m else { return Ok(None) };
-            match wire::parse(m.kind, m.seq, &self.buf[..m.len]) {
-                Some(msg) => return Ok(Some(Incoming { from: m.from, rail: m.rail, msg })),
+            match wire::parse_with_data(m.kind, m.seq, &self.buf[..m.len]) {
+                Some((msg, _)) => {
+                    self.data = wire::PAYLOAD_LEN..m.len;
+                    return Ok(Some(Incoming { from: m.from, rail: m.rail, msg }));
+                }
                 None => self.ignored += 1,
             }
         }

@@ -30,11 +30,16 @@ impl Faults {
     }
 }
 
+/// The most data a message carries ([`Transport::max_data`]): as much as a
+/// group's frame of a 1500-byte MTU over mcd ([`crate::GroupTransport`]).
+pub const MAX_DATA: usize = 1462;
+
 /// A message in a mailbox, ordered by delivery time, then by posting order.
 struct Letter {
     due: Instant,
     order: u64,
     incoming: Incoming,
+    data: Vec<u8>,
 }
 
 impl PartialEq for Letter {
@@ -87,6 +92,8 @@ pub struct MemTransport {
     shared: Arc<Shared>,
     faults: Faults,
     rng: u64,
+    /// The data of the message last received.
+    last: Vec<u8>,
 }
 
 /// Builds an in-process network of `n` nodes with `rails` rails; element i is node i's end.
@@ -104,6 +111,7 @@ pub fn network(n: usize, rails: usize, faults: Faults) -> Vec<MemTransport> {
             shared: shared.clone(),
             faults,
             rng: faults.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (me as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03) | 1,
+            last: Vec::new(),
         })
         .collect()
 }
@@ -148,11 +156,12 @@ impl MemTransport {
         (self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    fn deliver(&mut self, to: NodeId, incoming: Incoming) {
+    fn deliver(&mut self, to: NodeId, incoming: Incoming, data: &[u8]) {
         let delay = self.faults.max_delay.mul_f64(self.random());
         let mailbox = &self.shared.boxes[to];
         let order = self.shared.posted.fetch_add(1, Ordering::Relaxed);
-        mailbox.lock().letters.push(Reverse(Letter { due: Instant::now() + delay, order, incoming }));
+        let data = data.to_vec();
+        mailbox.lock().letters.push(Reverse(Letter { due: Instant::now() + delay, order, incoming, data }));
         // The node's thread and its progress agent may both wait.
         mailbox.ready.notify_all();
     }
@@ -172,18 +181,33 @@ impl Transport for MemTransport {
     }
 
     fn send(&mut self, rail: usize, to: NodeId, msg: Msg) -> Result<(), TransportError> {
+        self.send_data(rail, to, msg, &[])
+    }
+
+    fn max_data(&self) -> usize {
+        MAX_DATA
+    }
+
+    fn data(&self) -> &[u8] {
+        &self.last
+    }
+
+    fn send_data(&mut self, rail: usize, to: NodeId, msg: Msg, data: &[u8]) -> Result<(), TransportError> {
         if to >= self.node_count() || rail >= self.rails {
             return Err(format!("no node {to} on rail {rail}").into());
+        }
+        if data.len() > MAX_DATA {
+            return Err(format!("{} bytes of data: more than a message carries ({MAX_DATA})", data.len()).into());
         }
         if self.random() < self.faults.loss {
             self.shared.lost.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         let incoming = Incoming { from: self.me, rail, msg };
-        self.deliver(to, incoming);
+        self.deliver(to, incoming, data);
         if self.random() < self.faults.duplicate {
             self.shared.duplicated.fetch_add(1, Ordering::Relaxed);
-            self.deliver(to, incoming);
+            self.deliver(to, incoming, data);
         }
         Ok(())
     }
@@ -196,7 +220,9 @@ impl Transport for MemTransport {
             let now = Instant::now();
             let next_due = queue.letters.peek().map(|Reverse(l)| l.due);
             if next_due.is_some_and(|due| due <= now) {
-                return Ok(queue.letters.pop().map(|Reverse(l)| l.incoming));
+                let Some(Reverse(letter)) = queue.letters.pop() else { unreachable!("a letter is due") };
+                self.last = letter.data;
+                return Ok(Some(letter.incoming));
             }
             if now >= deadline {
                 return Ok(None);

@@ -157,6 +157,38 @@ pub trait Transport {
     /// Waits up to `timeout` for a message (`Duration::ZERO`: only take one
     /// that is already there).
     fn recv(&mut self, timeout: Duration) -> Result<Option<Incoming>, TransportError>;
+    /// The most data one message carries beside the [`Msg`]
+    /// ([`send_data`](Self::send_data)); 0 (the default): none.
+    fn max_data(&self) -> usize {
+        0
+    }
+    /// Sends `msg` with `data` (at most [`max_data`](Self::max_data) bytes)
+    /// to node `to` on rail `rail`. The default carries no data: it sends
+    /// `msg` alone if `data` is empty, and fails otherwise.
+    fn send_data(&mut self, rail: usize, to: NodeId, msg: Msg, data: &[u8]) -> Result<(), TransportError> {
+        if !data.is_empty() {
+            return Err(format!("this transport carries no data ({} bytes to node {to})", data.len()).into());
+        }
+        self.send(rail, to, msg)
+    }
+    /// Sends `msg` with `data` to every other node on rail `rail`, as
+    /// [`multicast`](Self::multicast). The default sends one
+    /// [`send_data`](Self::send_data) to each.
+    fn multicast_data(&mut self, rail: usize, msg: Msg, data: &[u8]) -> Result<(), TransportError> {
+        if data.is_empty() {
+            return self.multicast(rail, msg);
+        }
+        let me = self.node();
+        for to in (0..self.node_count()).filter(|&n| n != me) {
+            self.send_data(rail, to, msg, data)?;
+        }
+        Ok(())
+    }
+    /// The data of the message the last [`recv`](Self::recv) returned
+    /// (empty: none). The default: always empty.
+    fn data(&self) -> &[u8] {
+        &[]
+    }
     /// Called once every node has joined the barrier (every process of the
     /// job is up): a transport may re-read how loaded its host is.
     fn all_joined(&mut self) {}

@@ -147,6 +147,20 @@ enum Bench {
         #[arg(long, default_value_t = 300, value_parser = mcd_tools::cli::at_least_one)]
         iterations: usize,
     },
+    /// Collectives: MPI_Allreduce and MPI_Bcast (osu style) in one MPI
+    /// program under mpirun, Open MPI's own over TCP (yield mode) against
+    /// mcd's through the interposer. Writes results/collectives.{md,json}.
+    Collectives {
+        /// Rank counts.
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
+        nodes: Vec<usize>,
+        /// Message sizes, bytes (whole doubles).
+        #[arg(long, value_delimiter = ',', default_value = "8,64,512,1024,1448,4096")]
+        sizes: Vec<usize>,
+        /// Scales the number of timed calls (1.0: 2000 at 2 ranks down to 300 at 16).
+        #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
+        scale: f64,
+    },
     /// Every barrier algorithm at 2, 4, 8 and 16 nodes, the paper's method.
     Barriers {
         /// Node counts.
@@ -185,6 +199,7 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Model { nodes, scale } => model(&cli.out, &nodes, scale),
         Bench::Validate { measure, nodes, scale, rounds, cluster } => validate::run(&cli.out, measure.then_some((&nodes[..], scale, rounds)), &cluster),
         Bench::Hotpath { iterations, rounds } => hotpath::run(&cli.out, iterations, rounds),
+        Bench::Collectives { nodes, sizes, scale } => collectives::run(&cli.out, &nodes, &sizes, scale),
         Bench::Load { nodes, rounds, iterations } => load::run(&cli.out, &nodes, rounds, iterations),
         Bench::Hierarchy { shapes, iterations } => hierarchy::run(&cli.out, &shapes, iterations),
         Bench::HeadToHead { nodes, scale, logp, report } => {
@@ -194,6 +209,7 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+mod collectives;
 mod head_to_head;
 mod hierarchy;
 mod validate;

@@ -28,19 +28,22 @@
 //! `MCD_HIERARCHY` (`auto`, the default: the hierarchical barrier when some
 //! host runs more than one rank and the model
 //! ([`barriers::model::auto_layout`]) predicts it faster, ranks on one host
-//! being the nodes with one rail-0 MAC; `on`; `off`: always flat).
+//! being the nodes with one rail-0 MAC; `on`; `off`: always flat),
+
+//! `MCD_COLLECTIVE_ALGORITHM` (the collectives' algorithm: see
+//! [`Job::collectives`]).
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use barriers::model::LogP;
 use barriers::{
-    Algorithm, Barrier, BarrierConfig, BarrierError, BarrierStats, GroupTransport, HierarchicalBarrier, PreparedBarrier, SharedEndpoint,
-    Transport,
+    Algorithm, Barrier, BarrierConfig, BarrierError, BarrierStats, Collective, Dtype, GroupTransport, HierarchicalBarrier, Op,
+    PreparedBarrier, SharedEndpoint, Transport,
 };
 use mcd::bootstrap::JobSettings;
 use mcd::{Endpoint, EndpointConfig, NodeList};
@@ -138,6 +141,7 @@ pub struct mcd_stats {
 }
 
 /// The job's barrier over all of its ranks.
+#[allow(clippy::large_enum_variant)] // one per job, never moved on a hot path
 pub enum WorldBarrier {
     /// Every rank on the wire.
     Flat(Barrier<GroupTransport>),
@@ -195,12 +199,23 @@ impl WorldBarrier {
     }
 }
 
+/// A job's collectives (see [`Job::collectives`]).
+#[derive(Default)]
+struct Collectives {
+    /// Their barrier, made at the first collective call (which every rank makes).
+    barrier: Option<Barrier<GroupTransport>>,
+    /// A collective's input when it is also its output (reused).
+    in_place: Vec<u8>,
+}
+
 /// An open job (`mcd_job` in C): an endpoint and its barrier, the endpoint
 /// shared with the job's groups. Its methods take `&self`, so that one
 /// thread may wait in the job's barrier while another creates or frees
 /// groups (MPI_THREAD_MULTIPLE).
 pub struct Job {
     barrier: Mutex<WorldBarrier>,
+    /// The collectives' barrier and buffer (see [`Job::collectives`]).
+    collectives: Mutex<Collectives>,
     shared: SharedEndpoint,
     algorithm: CString,
     /// The algorithm asked for (`auto` or a name), for groups.
@@ -233,6 +248,7 @@ pub struct Group {
     size: usize,
 }
 
+#[allow(clippy::large_enum_variant)] // one per group, never moved on a hot path
 enum GroupState {
     Prepared(Box<PreparedBarrier<GroupTransport>>),
     Joined(Barrier<GroupTransport>),
@@ -339,6 +355,32 @@ fn barrier_config(name: &str, size: usize, rails: usize, host: HostShape) -> Res
     Ok(barrier_config)
 }
 
+/// The configuration of a job's collectives barrier (see
+/// [`Job::collectives`]): the job's timeouts, and its algorithm.
+fn collective_config(asked: &str, size: usize, rails: usize, host: HostShape) -> Result<BarrierConfig, CError> {
+    let call = Collective::Allreduce { op: Op::Sum, dtype: Dtype::F64 };
+    let named = match mcd::config::env_var("MCD_COLLECTIVE_ALGORITHM") {
+        Some(name) if name != "auto" => {
+            let algorithm: Algorithm = name.parse().map_err(|e: String| config_error(format!("MCD_COLLECTIVE_ALGORITHM: {e}")))?;
+            if !call.runs_on(algorithm) {
+                return Err(config_error(format!("MCD_COLLECTIVE_ALGORITHM: {algorithm} does not reduce (it would count contributions more than once)")));
+            }
+            Some(algorithm)
+        }
+        Some(_) => None,
+        None => asked.parse::<Algorithm>().ok().filter(|&a| call.runs_on(a)),
+    };
+    let algorithm = match named {
+        Some(algorithm) => algorithm,
+        None => {
+            let setup = barriers::model::Setup::logp(&logp_params()?);
+            barriers::model::auto_collective_on_host(size, rails, &setup, true, 8, host.local_processes, host.cores).0
+        }
+    };
+    // The job's timeouts, from the environment.
+    barrier_config(&algorithm.to_string(), size, rails, host)
+}
+
 fn transport_error(e: barriers::TransportError) -> CError {
     CError { code: MCD_ERR_SYSTEM, message: e.to_string() }
 }
@@ -404,7 +446,18 @@ impl Job {
         };
         let algorithm = CString::new(algorithm).expect("algorithm names have no NUL");
         let rank = barrier.node();
-        Ok(Job { barrier: Mutex::new(barrier), shared, algorithm, asked, rank, size, rails, host, closing: Closing::default() })
+        Ok(Job {
+            barrier: Mutex::new(barrier),
+            collectives: Mutex::default(),
+            shared,
+            algorithm,
+            asked,
+            rank,
+            size,
+            rails,
+            host,
+            closing: Closing::default(),
+        })
     }
 
     /// This process's node number (its rank).
@@ -431,6 +484,53 @@ impl Job {
     /// The counters.
     pub fn stats(&self) -> Result<mcd_stats, CError> {
         stats_of(self.barrier().stats(), &self.shared)
+    }
+
+    /// The barrier that runs the job's collectives: one of its own over
+    /// every rank (its own instance and counters, so the job barrier's count
+    /// is of barriers only), made at the first collective call, which every
+    /// rank makes. Its algorithm: `MCD_COLLECTIVE_ALGORITHM`, else the job's
+    /// if it was named and reduces, else `auto`'s pick among the algorithms
+    /// that reduce ([`barriers::model::auto_collective_on_host`]).
+    fn collectives<'a>(&self, state: &'a mut Collectives) -> Result<&'a mut Barrier<GroupTransport>, CError> {
+        if state.barrier.is_none() {
+            let everyone: Vec<usize> = (0..self.size).collect();
+            let transport = self.shared.group(&everyone).map_err(transport_error)?;
+            let config = collective_config(&self.asked, self.size, self.rails, self.host)?;
+            state.barrier = Some(Barrier::new(transport, config)?);
+        }
+        Ok(state.barrier.as_mut().expect("made above"))
+    }
+
+    /// Runs `call` on the job: `input` (NULL: in place, from `output`) and
+    /// `output` (NULL where no result is wanted) of `bytes` bytes each.
+    ///
+    /// # Safety
+    /// `input` is NULL or readable for `bytes` bytes; `output` is NULL or
+    /// writable for `bytes` bytes; they may be the same.
+    unsafe fn collective(&self, call: Collective, input: *const u8, output: *mut u8, bytes: usize) -> Result<(), CError> {
+        if input.is_null() && output.is_null() && bytes > 0 {
+            return Err(argument(&format!("{call}: both buffers are NULL")));
+        }
+        let mut state = self.collectives.lock().unwrap_or_else(|e| e.into_inner());
+        let mut staged = std::mem::take(&mut state.in_place);
+        staged.clear();
+        let from = if input.is_null() { output as *const u8 } else { input };
+        if bytes > 0 {
+            // SAFETY: readable for `bytes` bytes per the contract; copied,
+            // so input and output may overlap.
+            staged.extend_from_slice(unsafe { std::slice::from_raw_parts(from, bytes) });
+        }
+        let out = if output.is_null() || bytes == 0 {
+            None
+        } else {
+            // SAFETY: writable for `bytes` bytes per the contract, and not
+            // aliased by `staged` (a copy).
+            Some(unsafe { std::slice::from_raw_parts_mut(output, bytes) })
+        };
+        let result = self.collectives(&mut state).and_then(|b| Ok(b.collective(call, &staged, out)?));
+        state.in_place = staged;
+        result
     }
 
     /// A barrier over the job's ranks `ranks` (this one among them), numbered
@@ -479,6 +579,10 @@ impl Job {
     /// [`Group::close`]) and the job's own closing barrier and answers, all
     /// at once.
     pub fn finish(&self) -> Result<(), CError> {
+        // The collectives' barrier closes beside the groups.
+        if let Some(collectives) = self.collectives.lock().unwrap_or_else(|e| e.into_inner()).barrier.take() {
+            self.closing.add(collectives);
+        }
         self.closing.finish_all(&self.barrier)
     }
 
@@ -775,6 +879,156 @@ pub unsafe extern "C" fn mcd_barrier_test(job: *mut Job, done: *mut c_int) -> c_
 pub unsafe extern "C" fn mcd_barrier_wait(job: *mut Job) -> c_int {
     // SAFETY: forwarded contract.
     unsafe { mcd_barrier(job) }
+}
+
+/// An element type of [`mcd_allreduce`] and [`mcd_reduce`]: one of the
+/// `MCD_INT32` ... `MCD_DOUBLE` constants (another value is an argument error).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub struct mcd_dtype(pub c_int);
+
+/// `int32_t`.
+pub const MCD_INT32: mcd_dtype = mcd_dtype(1);
+/// `int64_t`.
+pub const MCD_INT64: mcd_dtype = mcd_dtype(2);
+/// `uint32_t`.
+pub const MCD_UINT32: mcd_dtype = mcd_dtype(3);
+/// `uint64_t`.
+pub const MCD_UINT64: mcd_dtype = mcd_dtype(4);
+/// `float`.
+pub const MCD_FLOAT: mcd_dtype = mcd_dtype(5);
+/// `double`.
+pub const MCD_DOUBLE: mcd_dtype = mcd_dtype(6);
+
+/// A reduction of [`mcd_allreduce`] and [`mcd_reduce`]: one of the
+/// `MCD_SUM` ... `MCD_BXOR` constants (the bitwise ones on integers only).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub struct mcd_op(pub c_int);
+
+/// Sum (integers wrap around).
+pub const MCD_SUM: mcd_op = mcd_op(1);
+/// Minimum.
+pub const MCD_MIN: mcd_op = mcd_op(2);
+/// Maximum.
+pub const MCD_MAX: mcd_op = mcd_op(3);
+/// Product (integers wrap around).
+pub const MCD_PROD: mcd_op = mcd_op(4);
+/// Bitwise and.
+pub const MCD_BAND: mcd_op = mcd_op(5);
+/// Bitwise or.
+pub const MCD_BOR: mcd_op = mcd_op(6);
+/// Bitwise exclusive or.
+pub const MCD_BXOR: mcd_op = mcd_op(7);
+
+/// The reduction `op` on `dtype`, or an argument error.
+fn reduction(dtype: mcd_dtype, op: mcd_op) -> Result<(Dtype, Op), CError> {
+    let d = u8::try_from(dtype.0).ok().and_then(Dtype::from_code).ok_or_else(|| argument(&format!("{} is not an mcd_dtype", dtype.0)))?;
+    let o = u8::try_from(op.0).ok().and_then(Op::from_code).ok_or_else(|| argument(&format!("{} is not an mcd_op", op.0)))?;
+    if !o.applies_to(d) {
+        return Err(argument(&format!("{o} applies to integers only, not {d}")));
+    }
+    Ok((d, o))
+}
+
+/// A root argument: a rank of the job.
+fn root_of(job: &Job, root: c_int) -> Result<usize, CError> {
+    usize::try_from(root).ok().filter(|&r| r < job.size).ok_or_else(|| argument(&format!("root {root} is not a rank of the {} rank(s)", job.size)))
+}
+
+/// The byte length of `count` elements of `dtype`.
+fn bytes_of(count: usize, dtype: Dtype) -> Result<usize, CError> {
+    count.checked_mul(dtype.size()).ok_or_else(|| argument(&format!("{count} elements: too many")))
+}
+
+/// Allreduce across the job: `recvbuf` receives `count` elements of
+/// `dtype` reduced with `op` over every rank's `sendbuf`, bitwise the same
+/// on every rank and in every run (the algorithm fixes the combining order,
+/// whatever the arrival order; MPI does not promise this). `sendbuf` NULL
+/// (or equal to `recvbuf`): in place, the input is `recvbuf`. Every rank
+/// calls it with the same count, type and operation. Any length: data
+/// longer than one frame goes in segments of one frame each.
+///
+/// # Safety
+/// `job` as [`mcd_barrier`]; `sendbuf` is NULL or readable and `recvbuf`
+/// writable for `count` elements.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_allreduce(
+    job: *mut Job,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: usize,
+    dtype: mcd_dtype,
+    op: mcd_op,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: forwarded contract.
+        let job = unsafe { handle(job) }?;
+        let (dtype, op) = reduction(dtype, op)?;
+        if recvbuf.is_null() && count > 0 {
+            return Err(argument("mcd_allreduce: `recvbuf` is NULL"));
+        }
+        let bytes = bytes_of(count, dtype)?;
+        // SAFETY: forwarded contract on the buffers.
+        unsafe { job.collective(Collective::Allreduce { op, dtype }, sendbuf.cast(), recvbuf.cast(), bytes) }
+    })
+}
+
+/// Reduce to `root`: as [`mcd_allreduce`], but only `root`'s `recvbuf`
+/// receives the result (other ranks' may be NULL, and is not written). At
+/// the root, `sendbuf` NULL (or equal to `recvbuf`) is in place.
+///
+/// # Safety
+/// As [`mcd_allreduce`]; at ranks other than `root`, `sendbuf` is readable
+/// for `count` elements and `recvbuf` is ignored.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_reduce(
+    job: *mut Job,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: usize,
+    dtype: mcd_dtype,
+    op: mcd_op,
+    root: c_int,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: forwarded contract.
+        let job = unsafe { handle(job) }?;
+        let (dtype, op) = reduction(dtype, op)?;
+        let root = root_of(job, root)?;
+        let bytes = bytes_of(count, dtype)?;
+        let at_root = job.rank() == root;
+        if count > 0 && ((at_root && recvbuf.is_null()) || (!at_root && sendbuf.is_null())) {
+            return Err(argument(&format!("mcd_reduce: {} is NULL", if at_root { "the root's `recvbuf`" } else { "`sendbuf`" })));
+        }
+        let output = if at_root { recvbuf.cast() } else { std::ptr::null_mut() };
+        // SAFETY: forwarded contract on the buffers.
+        unsafe { job.collective(Collective::Reduce { op, dtype, root }, sendbuf.cast(), output, bytes) }
+    })
+}
+
+/// Broadcast: `root`'s `bytes` bytes at `buf` into every rank's `buf`.
+/// Every rank calls it with the same length and root.
+///
+/// # Safety
+/// `job` as [`mcd_barrier`]; `buf` is readable (at the root) or writable
+/// (elsewhere) for `bytes` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_bcast(job: *mut Job, buf: *mut c_void, bytes: usize, root: c_int) -> c_int {
+    guarded(|| {
+        // SAFETY: forwarded contract.
+        let job = unsafe { handle(job) }?;
+        let root = root_of(job, root)?;
+        if buf.is_null() && bytes > 0 {
+            return Err(argument("mcd_bcast: `buf` is NULL"));
+        }
+        let at_root = job.rank() == root;
+        let (input, output) = if at_root { (buf as *const u8, std::ptr::null_mut()) } else { (std::ptr::null(), buf.cast()) };
+        // SAFETY: forwarded contract on the buffer.
+        unsafe { job.collective(Collective::Bcast { root }, input, output, bytes) }
+    })
 }
 
 /// `f` of the job as a C int, or a negative error code.
@@ -1168,6 +1422,24 @@ pub extern "C" fn mcd_last_error() -> *const c_char {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_c_constants_are_the_wire_codes_and_others_are_refused() {
+        let dtypes = [MCD_INT32, MCD_INT64, MCD_UINT32, MCD_UINT64, MCD_FLOAT, MCD_DOUBLE];
+        for (c, d) in dtypes.into_iter().zip(Dtype::ALL) {
+            assert_eq!(reduction(c, MCD_SUM).unwrap(), (d, Op::Sum));
+        }
+        let ops = [MCD_SUM, MCD_MIN, MCD_MAX, MCD_PROD, MCD_BAND, MCD_BOR, MCD_BXOR];
+        for (c, o) in ops.into_iter().zip(Op::ALL) {
+            assert_eq!(reduction(MCD_UINT64, c).unwrap(), (Dtype::U64, o));
+        }
+        assert!(reduction(mcd_dtype(0), MCD_SUM).unwrap_err().message.contains("not an mcd_dtype"));
+        assert!(reduction(MCD_INT32, mcd_op(99)).unwrap_err().message.contains("not an mcd_op"));
+        assert!(reduction(MCD_DOUBLE, MCD_BAND).unwrap_err().message.contains("integers only"));
+        // SAFETY: NULL handles are caught.
+        let code = unsafe { mcd_allreduce(std::ptr::null_mut(), std::ptr::null(), std::ptr::null_mut(), 1, MCD_INT32, MCD_SUM) };
+        assert_eq!(code, MCD_ERR_ARGUMENT);
+    }
 
     #[test]
     fn errors_are_codes_with_text_never_unwinding() {

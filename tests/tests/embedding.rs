@@ -404,3 +404,50 @@ fn mpi4py_gets_mcd_barriers_on_its_communicators() {
         assert!(line.contains("communicators: 4 via mcd, 0 via PMPI"), "{line}");
     }
 }
+
+/// Runs `program` with `args` under Open MPI's mpirun on the new cluster
+/// `spec`, without the interposer.
+fn without_interposer(spec: ClusterSpec, program: &str, args: &[&str]) -> NodeOutcome {
+    let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
+    let c = cluster(spec);
+    let run = MpiRun { mpi: Mpi::OpenMpi, yield_when_idle: true, ..MpiRun::default() };
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let out = run.output(&c, program, &args, Duration::from_secs(120)).unwrap();
+    assert!(out.success(), "mpirun failed:\n{}\n{}", out.stdout, out.stderr);
+    out
+}
+
+/// Each rank's collectives report: (allreduce, reduce, bcast) × (via mcd, via PMPI).
+fn collective_reports(out: &NodeOutcome, ranks: usize) -> Vec<[u64; 6]> {
+    (0..ranks)
+        .map(|rank| {
+            let prefix = format!("mcd-mpi: rank {rank}: collectives: ");
+            let line = out.stderr.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no collectives report from rank {rank}:\n{}", out.stderr));
+            let numbers: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+            numbers.try_into().unwrap_or_else(|_| panic!("rank {rank}: {line}"))
+        })
+        .collect()
+}
+
+#[test]
+fn a_solver_prints_the_same_with_the_collectives_interposer_under_loss_and_the_same_bits_every_run() {
+    let program = cbuild::build_program(Mpi::OpenMpi, "cg_check").unwrap();
+    let program = program.to_str().unwrap();
+    let plain = without_interposer(ClusterSpec::new("h16m0", 4), program, &["40"]);
+    assert!(plain.stdout.contains("converged yes"), "{}\n{}", plain.stdout, plain.stderr);
+    let lossy = || ClusterSpec::new("h16m1", 4).loss(20.0, mcd_tools::vcluster::LossPoint::Node);
+    let with = with_interposer(lossy(), program, &["40"], &[]);
+    assert_eq!(with.stdout, plain.stdout, "the interposer changed the program's output\n{}", with.stderr);
+    // Every served call went through mcd; the broadcast of a user type went to PMPI.
+    let iterations: u64 = plain.stdout.split("after ").nth(1).and_then(|s| s.split(' ').next()).and_then(|s| s.parse().ok()).unwrap();
+    for (rank, counts) in collective_reports(&with, 4).into_iter().enumerate() {
+        assert_eq!(counts, [4 * iterations + 7, 0, 1, 0, iterations + 4, 1], "rank {rank}: allreduce, reduce, bcast via mcd and via PMPI");
+    }
+    for bad in ["on MPI_COMM_WORLD failed", "finalizing mcd"] {
+        assert!(!with.stderr.contains(bad), "{bad}: {}", with.stderr);
+    }
+    // To the last bit: two runs (one under loss) print the same 17 digits.
+    let first = with_interposer(lossy(), program, &["40", "17"], &[]);
+    let second = with_interposer(ClusterSpec::new("h16m2", 4), program, &["40", "17"], &[]);
+    assert_eq!(first.stdout, second.stdout, "two runs with mcd's collectives differ in their bits");
+}

@@ -233,6 +233,18 @@ impl BarrierBench {
 /// Measures `config` on every node of `cluster` (one thread per node, each in
 /// its namespace; pinned to a core of its own while nodes ≤ cores).
 pub fn measure(cluster: &Cluster, config: BarrierConfig, bench: BarrierBench) -> Result<BarrierMeasurement> {
+    measure_collective(cluster, config, bench, barriers::Collective::Barrier, 0)
+}
+
+/// As [`measure`], timing `call` on `bytes` bytes of data (whole elements of
+/// its type; node i contributes i + element index) instead of a barrier.
+pub fn measure_collective(
+    cluster: &Cluster,
+    config: BarrierConfig,
+    bench: BarrierBench,
+    call: barriers::Collective,
+    bytes: usize,
+) -> Result<BarrierMeasurement> {
     let n = cluster.nodes();
     let cores = mcd::host::online_cpus();
     let transports = (0..n)
@@ -248,8 +260,11 @@ pub fn measure(cluster: &Cluster, config: BarrierConfig, bench: BarrierBench) ->
         if n <= cores {
             let _ = mcd::host::pin_current_thread(me);
         }
+        let size = call.element_size().max(1);
+        let input: Vec<u8> = (0..bytes / size * size).map(|i| (me + i / size) as u8).collect();
+        let mut output = vec![0u8; input.len()];
         let before = b.stats();
-        let mut times = bench.time_node(|| b.wait())?;
+        let mut times = bench.time_node(|| b.collective(call, &input, Some(&mut output)))?;
         let after = b.stats();
         times.recoveries = after.answers - before.answers;
         Ok(times)

@@ -54,26 +54,44 @@ fn bad_options_and_files_are_clear_errors() {
     }
 }
 
-#[test]
-fn a_short_sweep_writes_complete_ordered_results_and_leaves_no_cluster() {
-    let dir = scratch("sweep");
+/// Runs a short sweep (30 timed barriers, or collectives, 5 warm-up) with
+/// the reference LogP parameters and `args` into `dir`; its results.json.
+fn sweep(dir: &std::path::Path, args: &[&str]) -> serde_json::Value {
     let logp = dir.join("logp.json");
-    std::fs::write(
-        &logp,
-        r#"[{"transport":"mcd","wait":"busy","o_s":{"median":2.7},"o_r":{"median":0.1},"g":{"median":2.7},"l":0.0}]"#,
-    )
-    .unwrap();
+    std::fs::write(&logp, r#"[{"transport":"mcd","wait":"busy","o_s":{"median":2.7},"o_r":{"median":0.1},"g":{"median":2.7},"l":0.0}]"#).unwrap();
     let out = Command::new(BIN)
-        .args(["--nodes", "2,4", "--algorithms", "dissemination,auto", "--iterations", "30", "--warmup", "5"])
+        .args(["--iterations", "30", "--warmup", "5"])
+        .args(args)
         .arg("--logp")
         .arg(&logp)
         .arg("--out")
-        .arg(&dir)
+        .arg(dir)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn a_collectives_sweep_times_allreduce_on_the_algorithms_that_reduce() {
+    let dir = scratch("collectives");
+    let out = Command::new(BIN).args(["--collective", "gather"]).arg("--out").arg(dir.join("never")).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("barrier, allreduce, reduce or bcast"), "{}", String::from_utf8_lossy(&out.stderr));
+    let json = sweep(&dir, &["--nodes", "3", "--algorithms", "dissemination,tree2,onephase,auto", "--collective", "allreduce", "--bytes", "800", "--cluster-name", "h16mb"]);
+    // Dissemination does not reduce: tree2, onephase and auto's pick remain.
+    check_csv(&dir, 3, 30);
+    let rows = json["rows"].as_array().unwrap();
+    assert!(rows.iter().all(|r| r["collective"] == "allreduce 800 B" && r["algorithm"] != "dissemination"), "{rows:?}");
+    let leftovers = mcd_tools::vcluster::Cluster::leftovers("h16mb").unwrap();
+    assert!(leftovers.is_empty(), "the sweep's cluster is gone: {leftovers:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_short_sweep_writes_complete_ordered_results_and_leaves_no_cluster() {
+    let dir = scratch("sweep");
+    let json = sweep(&dir, &["--nodes", "2,4", "--algorithms", "dissemination,auto"]);
     check_csv(&dir, 4, 30);
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
     assert_eq!(json["rows"].as_array().unwrap().len(), 4);
     assert!(json["logp"]["o_s"].as_f64().unwrap() > 0.0);
     assert!(dir.join("barrier-adaptive.svg").exists() && dir.join("barrier-adaptive.png").exists());

@@ -102,7 +102,14 @@ impl VirtualCluster {
     /// (`dummy_us` of work between barriers), with bounds where the nodes
     /// outnumber the cores.
     pub fn estimate(&self, algorithm: Algorithm, n: usize, rails: usize, topology: Topology, dummy_us: f64) -> Estimate {
+        self.estimate_with_data(algorithm, n, rails, topology, dummy_us, 0)
+    }
+
+    /// As [`estimate`](Self::estimate), each message carrying `data` bytes
+    /// more (a collective's contribution).
+    pub fn estimate_with_data(&self, algorithm: Algorithm, n: usize, rails: usize, topology: Topology, dummy_us: f64, data: usize) -> Estimate {
         let setup = self.setup(n, topology);
+        let setup = Setup { bytes: setup.bytes + data, ..setup };
         let predicted = steady_state(algorithm, n, rails, &setup, ITERATIONS, dummy_us);
         let bounds = setup.host.oversubscribed().then(|| {
             let free = Setup { host: Host { switch: 0.0, ..setup.host }, ..setup };

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use barriers::model::{self, LogP};
-use barriers::{Algorithm, BarrierConfig};
+use barriers::{Algorithm, BarrierConfig, Collective};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use mcd::WaitPolicy;
@@ -97,7 +97,16 @@ struct Cli {
     /// memory, the hosts' leaders run the algorithm). `--nodes` counts hosts.
     #[arg(long, value_delimiter = ',', default_value = "1", value_parser = cli::at_least_one)]
     ranks_per_host: Vec<usize>,
-    /// The virtual cluster's name (1 to 6 lowercase letters or digits).
+    /// What to time: barrier, allreduce (sum of doubles), reduce (sum of
+    /// doubles to the last node), bcast (from node 0). Collectives skip
+    /// dissemination (it does not reduce), and auto picks among the
+    /// algorithms that reduce, for --bytes.
+    #[arg(long, default_value = "barrier")]
+    collective: String,
+    /// The collectives' data, bytes.
+    #[arg(long, default_value_t = 8)]
+    bytes: usize,
+    /// The virtual clusters' name (unique among clusters up at once).
     #[arg(long, default_value = "mb")]
     cluster_name: String,
 }
@@ -146,6 +155,8 @@ impl Cli {
 
 #[derive(Serialize)]
 struct Row {
+    /// What was timed: barrier, allreduce, reduce, bcast (with its bytes).
+    collective: String,
     /// switch, hub, or hosts (across real hosts).
     topology: String,
     wait: String,
@@ -193,8 +204,23 @@ fn iterations_for(n: usize) -> usize {
     }
 }
 
+/// The `--collective` at `n` nodes.
+fn collective(name: &str, n: usize) -> Result<Collective> {
+    let (op, dtype) = (barriers::Op::Sum, barriers::Dtype::F64);
+    Ok(match name {
+        "barrier" => Collective::Barrier,
+        "allreduce" => Collective::Allreduce { op, dtype },
+        "reduce" => Collective::Reduce { op, dtype, root: n - 1 },
+        "bcast" => Collective::Bcast { root: 0 },
+        other => anyhow::bail!("--collective {other}: barrier, allreduce, reduce or bcast"),
+    })
+}
+
 fn run(cli: Cli) -> Result<()> {
-    let (algs, with_auto) = algorithms(&cli.algorithms)?;
+    let (mut algs, with_auto) = algorithms(&cli.algorithms)?;
+    let call = collective(&cli.collective, 2)?;
+    anyhow::ensure!(call == Collective::Barrier || !cli.across_hosts, "--collective runs on the virtual cluster only");
+    algs.retain(|&a| call.runs_on(a));
     anyhow::ensure!(!algs.is_empty() || with_auto, "no algorithm to measure");
     if cli.across_hosts {
         return run_across_hosts(&cli, &algs, with_auto);
@@ -215,8 +241,16 @@ fn run(cli: Cli) -> Result<()> {
                 bar.set_message(format!("bringing up {n} nodes, {rails} rail(s), {topology}"));
                 let cluster = Cluster::up_guarded(ClusterSpec::new(&cli.cluster_name, n).rails(rails).topology(topology))?;
                 // Every node of the virtual cluster shares this machine's cores.
-                let (auto_alg, _) = model::auto_on_host(n, rails, &p, true, n, mcd::host::online_cpus());
+                let call = collective(&cli.collective, n)?;
+                let (auto_alg, _) = if call == Collective::Barrier {
+                    model::auto_on_host(n, rails, &p, true, n, mcd::host::online_cpus())
+                } else {
+                    model::auto_collective_on_host(n, rails, &model::Setup::logp(&p), true, cli.bytes, n, mcd::host::online_cpus())
+                };
                 for &wait in &cli.wait {
+                    if call != Collective::Barrier && cli.ranks_per_host.iter().any(|&r| r > 1) {
+                        anyhow::bail!("--ranks-per-host above 1 times barriers only, not --collective {}", cli.collective);
+                    }
                     for &per_host in cli.ranks_per_host.iter().filter(|&&r| r > 1) {
                         rows.extend(measure_shared_hosts(&cli, &cluster, per_host, (&algs, with_auto), wait, &p, &bar)?);
                     }
@@ -231,13 +265,14 @@ fn run(cli: Cli) -> Result<()> {
                     for (algorithm, is_auto_row) in todo {
                         bar.set_message(format!("{n} nodes, {topology}, {rails} rail(s), {wait}: {algorithm}"));
                         let config = BarrierConfig::new(algorithm).rails(rails);
-                        let mut measured = barrierbench::measure(&cluster, config, bench)?;
+                        let mut measured = barrierbench::measure_collective(&cluster, config, bench, call, cli.bytes)?;
                         if is_auto_row {
                             measured.algorithm = format!("auto={algorithm}");
                         }
                         let here = cli.model_here(p, None);
-                        let est = here.estimate(algorithm, n, rails, model_topology(topology), dummy_us(&bench));
+                        let est = here.estimate_with_data(algorithm, n, rails, model_topology(topology), dummy_us(&bench), data_bytes(call, cli.bytes));
                         rows.push(Row {
+                            collective: if call == Collective::Barrier { "barrier".into() } else { format!("{} {} B", cli.collective, cli.bytes) },
                             topology: topology.to_string(),
                             wait: wait.to_string(),
                             predicted_us: est.predicted.mean_cost,
@@ -254,6 +289,15 @@ fn run(cli: Cli) -> Result<()> {
     }
     bar.finish_and_clear();
     report(&cli, &p, &rows)
+}
+
+/// What a message of `call` carries beyond the barrier's own payload.
+fn data_bytes(call: Collective, bytes: usize) -> usize {
+    if call == Collective::Barrier {
+        0
+    } else {
+        bytes + barriers::collective::wire::HEADER_LEN
+    }
 }
 
 /// Every algorithm (and auto's picks) flat and hierarchical with `per_host`
@@ -289,6 +333,7 @@ fn measure_shared_hosts(
                 measured.algorithm = format!("auto={}", measured.algorithm);
             }
             rows.push(Row {
+                collective: "barrier".into(),
                 topology: cluster.spec().topology.to_string(),
                 wait: wait.to_string(),
                 // The leaders' (or every rank's) algorithm with the ranks
@@ -359,6 +404,7 @@ fn run_across_hosts(cli: &Cli, algs: &[Algorithm], with_auto: bool) -> Result<()
                 }
                 let est = cli.model_here(p, Some(config.local_processes)).estimate(algorithm, n, rails, model::Topology::Switch, dummy_us(&bench));
                 rows.push(Row {
+                    collective: "barrier".into(),
                     topology: "hosts".into(),
                     wait: wait.to_string(),
                     predicted_us: est.predicted.mean_cost,
