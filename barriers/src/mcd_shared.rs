@@ -431,9 +431,15 @@ impl GroupTransport {
     /// The next frame of this group, reading the rings if none is queued.
     fn poll(&mut self) -> Result<(Option<Incoming>, mcd::wait::WaitPhases), TransportError> {
         let mut hub = lock(&self.hub);
-        if self.members.len() > 1 {
-            // The group in use watches the rings once its caller is away.
+        if self.members.len() > 1 && hub.watcher != Some(self.key) {
+            // The group in use watches the rings once its caller is away. Its
+            // agent may be asleep on its flag (it was not the watcher when it
+            // went to sleep): wake it, or nobody would read the rings once
+            // the caller leaves, and peers would take this node for dead.
             hub.watcher = Some(self.key);
+            if let Some(agent) = hub.routes.get(&self.key).and_then(|r| r.agent.clone()) {
+                agent.wake();
+            }
         }
         loop {
             let got = match hub.take(self.key) {
