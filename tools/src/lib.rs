@@ -13,7 +13,10 @@
 //! - [`plot`]: SVG line plots of time against nodes.
 //! - [`slurm`]: a real Slurm (slurmctld, a slurmd per node) on a virtual cluster.
 //! - [`twonode`]: a client on node 0 and an echo on node 1 (ping-pong, LogP).
-//! - [`udpbarrier`]: the UDP dissemination barrier mcd is compared against.
+//! - [`udpbarrier`]: a group of nodes over plain UDP sockets, and the UDP
+//!   dissemination barrier mcd is compared against.
+//! - [`udpcollectives`]: allreduce and broadcast on that group, the UDP
+//!   baseline of the collectives benchmark.
 //! - [`pingpong`]: one-way latency and bandwidth against message size, mcd
 //!   versus UDP between the same two nodes.
 #![deny(missing_docs)]
@@ -29,4 +32,5 @@ pub mod plot;
 pub mod slurm;
 pub mod twonode;
 pub mod udpbarrier;
+pub mod udpcollectives;
 pub mod vcluster;
