@@ -149,7 +149,11 @@ enum Bench {
     },
     /// Collectives: MPI_Allreduce and MPI_Bcast (osu style) in one MPI
     /// program under mpirun, Open MPI's own over TCP (yield mode) against
-    /// mcd's through the interposer. Writes results/collectives.{md,json}.
+    /// mcd's through the interposer, and the same loop over plain UDP
+    /// (recursive doubling, binomial broadcast); each with a barrier before
+    /// every call (the goals' method) and back to back. About 10 minutes at
+    /// --scale 1. Writes results/collectives.{md,json} and
+    /// collectives-{allreduce,bcast}.{svg,png}.
     Collectives {
         /// Rank counts.
         #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
@@ -160,6 +164,9 @@ enum Bench {
         /// Scales the number of timed calls (1.0: 2000 at 2 ranks down to 300 at 16).
         #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
         scale: f64,
+        /// Stem of the virtual clusters' names (1 to 4 lowercase letters or digits).
+        #[arg(long, default_value = "bnc", value_parser = mcd_tools::cli::cluster_stem)]
+        cluster: String,
     },
     /// Every barrier algorithm at 2, 4, 8 and 16 nodes, the paper's method.
     Barriers {
@@ -199,7 +206,7 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Model { nodes, scale } => model(&cli.out, &nodes, scale),
         Bench::Validate { measure, nodes, scale, rounds, cluster } => validate::run(&cli.out, measure.then_some((&nodes[..], scale, rounds)), &cluster),
         Bench::Hotpath { iterations, rounds } => hotpath::run(&cli.out, iterations, rounds),
-        Bench::Collectives { nodes, sizes, scale } => collectives::run(&cli.out, &nodes, &sizes, scale),
+        Bench::Collectives { nodes, sizes, scale, cluster } => collectives::run(&cli.out, &nodes, &sizes, scale, &cluster),
         Bench::Load { nodes, rounds, iterations } => load::run(&cli.out, &nodes, rounds, iterations),
         Bench::Hierarchy { shapes, iterations } => hierarchy::run(&cli.out, &shapes, iterations),
         Bench::HeadToHead { nodes, scale, logp, report } => {

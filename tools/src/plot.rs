@@ -110,6 +110,21 @@ fn register_font() -> Result<()> {
 /// Draws `panels` side by side into `<stem>.svg` and `<stem>.png`, x (nodes)
 /// and y (µs) both logarithmic. Returns the two paths.
 pub fn nodes_vs_time(stem: &Path, title: &str, panels: &[Panel]) -> Result<[PathBuf; 2]> {
+    log2_x_vs_time(stem, title, Axes { x: "nodes", y: "µs per barrier" }, panels)
+}
+
+/// What a figure's axes say.
+#[derive(Clone, Copy, Debug)]
+pub struct Axes<'a> {
+    /// Under the x axis (powers of two: nodes, bytes).
+    pub x: &'a str,
+    /// Beside the y axis (a time in µs).
+    pub y: &'a str,
+}
+
+/// As [`nodes_vs_time`], for any x that grows in powers of two (message
+/// sizes, ranks) and any time on y, with `axes`' descriptions.
+pub fn log2_x_vs_time(stem: &Path, title: &str, axes: Axes, panels: &[Panel]) -> Result<[PathBuf; 2]> {
     if panels.is_empty() {
         bail!("nothing to plot into {}", stem.display());
     }
@@ -118,12 +133,12 @@ pub fn nodes_vs_time(stem: &Path, title: &str, panels: &[Panel]) -> Result<[Path
     let size = ((560 * panels.len() as u32 + 40).max(900), 540 + 14 + 18 * legend_rows);
     let svg = stem.with_extension("svg");
     let png = stem.with_extension("png");
-    draw(SVGBackend::new(&svg, size).into_drawing_area(), title, panels).map_err(|e| anyhow!("plotting {}: {e}", svg.display()))?;
-    draw(BitMapBackend::new(&png, size).into_drawing_area(), title, panels).map_err(|e| anyhow!("plotting {}: {e}", png.display()))?;
+    draw(SVGBackend::new(&svg, size).into_drawing_area(), title, axes, panels).map_err(|e| anyhow!("plotting {}: {e}", svg.display()))?;
+    draw(BitMapBackend::new(&png, size).into_drawing_area(), title, axes, panels).map_err(|e| anyhow!("plotting {}: {e}", png.display()))?;
     Ok([svg, png])
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, title: &str, panels: &[Panel]) -> Result<(), String> {
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, title: &str, axes: Axes, panels: &[Panel]) -> Result<(), String> {
     let e = |x: &dyn std::fmt::Display| x.to_string();
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let root = root.titled(title, ("sans-serif", 20)).map_err(|x| e(&x))?;
@@ -132,7 +147,7 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, title: &str, panels: &
     let all = || panels.iter().flat_map(|p| p.series.iter().flat_map(|s| s.points.iter()));
     let (x_min, x_max) = all().fold((f64::INFINITY, 1.0f64), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
     let (y_min, y_max) = all().fold((f64::INFINITY, 1.0f64), |(lo, hi), p| (lo.min(p.1), hi.max(p.1)));
-    // Nodes on a log2 axis drawn as a linear one over the exponent, so that
+    // x on a log2 axis drawn as a linear one over the exponent, so that
     // ticks fall on whole powers of two and no label repeats.
     let (lo, hi) = (x_min.max(1.0).log2().floor(), x_max.max(2.0).log2().ceil().max(x_min.max(1.0).log2().floor() + 1.0));
     let x_range = (lo - 0.05)..(hi + 0.05);
@@ -152,8 +167,8 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, title: &str, panels: &
             .map_err(|x| e(&x))?;
         chart
             .configure_mesh()
-            .x_desc("nodes")
-            .y_desc("µs per barrier")
+            .x_desc(axes.x)
+            .y_desc(axes.y)
             .x_labels(ticks)
             .x_label_formatter(&|x| {
                 let whole = x.round();
