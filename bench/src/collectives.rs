@@ -101,11 +101,11 @@ pub fn run(out: &Path, nodes: &[usize], sizes: &[usize], scale: f64, cluster_ste
     for collective in COLLECTIVES {
         plot_collective(&out.join(format!("collectives-{collective}")), collective, nodes, &rows)?;
     }
-    md.push_str(&format!(
+    md.push_str(
         "\nPlots, median µs against bytes, a panel per rank count (solid: after a barrier; dashed: back to back): \
          [allreduce](collectives-allreduce.svg) ([PNG](collectives-allreduce.png)), \
-         [bcast](collectives-bcast.svg) ([PNG](collectives-bcast.png)); every figure in [collectives.json](collectives.json).\n"
-    ));
+         [bcast](collectives-bcast.svg) ([PNG](collectives-bcast.png)); every figure in [collectives.json](collectives.json).\n",
+    );
     std::fs::write(out.join("collectives.md"), &md)?;
     let json = serde_json::json!({ "date": today(), "machine": machine(), "run_seconds": elapsed.as_secs(), "scale": scale, "rows": rows });
     std::fs::write(out.join("collectives.json"), serde_json::to_string_pretty(&json)?)?;

@@ -3,8 +3,9 @@
 //!
 //! - **Allreduce** (sum of doubles): recursive doubling, as MPICH and Open
 //!   MPI do for small messages. Round r exchanges the whole vector with node
-//!   `me XOR 2^r` and adds, the lower-numbered node's partial sum first, so
-//!   every node ends with the same bits. With n not a power of two, the
+//!   `me XOR 2^r` and adds; both partners add the same two partial sums
+//!   (IEEE addition is commutative), so every node ends with the same bits.
+//!   With n not a power of two, the
 //!   nodes beyond the largest power of two p first fold their vector into
 //!   node `me − p`, and get the result back from it at the end.
 //! - **Broadcast** from any root: a binomial tree (the root sends to
@@ -84,8 +85,8 @@ impl UdpGroup {
             let slot = self.receive(step, kind, len)?;
             let got = self.data(slot);
             for (i, v) in data.iter_mut().enumerate() {
-                // The lower node's partial sum first: the same bits on both.
-                *v = if me < partner { *v + f64_at(got, i) } else { f64_at(got, i) + *v };
+                // The same two partial sums on both partners: the same bits.
+                *v += f64_at(got, i);
             }
             self.release(slot);
             mask <<= 1;
@@ -126,7 +127,7 @@ impl UdpGroup {
             mask >>= 1;
         }
         self.bcasts += 1;
-        if self.bcasts % BCAST_WINDOW as u64 == 0 {
+        if self.bcasts.is_multiple_of(BCAST_WINDOW as u64) {
             self.barrier()?;
         }
         Ok(())

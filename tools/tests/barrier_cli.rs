@@ -52,6 +52,21 @@ fn bad_options_and_files_are_clear_errors() {
         assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{option} {value}: {}", String::from_utf8_lossy(&out.stderr));
         assert!(!dir.join("never").exists(), "{option} {value} wrote results");
     }
+    // A collective's data is whole doubles; a barrier has none.
+    for (args, says) in [
+        (&["--collective", "allreduce", "--bytes", "12"][..], "--bytes 12: allreduce runs on doubles: a multiple of 8 from 8 to 1048576"),
+        (&["--collective", "bcast", "--bytes", "0"][..], "--bytes 0: bcast runs on doubles"),
+        (&["--collective", "reduce", "--bytes", "2097152"][..], "a multiple of 8 from 8 to 1048576"),
+        (&["--bytes", "64"][..], "--bytes is the data of --collective allreduce, reduce or bcast, not of a barrier"),
+    ] {
+        let out = Command::new(BIN).args(args).arg("--out").arg(dir.join("never")).output().unwrap();
+        assert!(!out.status.success(), "{args:?} accepted");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(!dir.join("never").exists(), "{args:?} wrote results");
+    }
+    // --help explains the collectives.
+    let help = String::from_utf8_lossy(&Command::new(BIN).arg("--help").output().unwrap().stdout).to_string();
+    assert!(help.contains("--collective allreduce|reduce|bcast --bytes N") && help.contains("whole doubles"), "{help}");
 }
 
 /// Runs a short sweep (30 timed barriers, or collectives, 5 warm-up) with
@@ -81,7 +96,13 @@ fn a_collectives_sweep_times_allreduce_on_the_algorithms_that_reduce() {
     // Dissemination does not reduce: tree2, onephase and auto's pick remain.
     check_csv(&dir, 3, 30);
     let rows = json["rows"].as_array().unwrap();
-    assert!(rows.iter().all(|r| r["collective"] == "allreduce 800 B" && r["algorithm"] != "dissemination"), "{rows:?}");
+    assert!(rows.iter().all(|r| r["collective"] == "allreduce 800 B" && r["bytes"] == 800 && r["algorithm"] != "dissemination"), "{rows:?}");
+    // The same outputs as a barrier sweep's, named for the collective.
+    let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().starts_with("collective,bytes,"), "{csv}");
+    assert!(csv.lines().skip(1).all(|l| l.starts_with("allreduce,800,")), "{csv}");
+    assert!(rows.iter().all(|r| r["p50_us"].as_f64().unwrap() > 0.0 && r["p999_us"].as_f64().unwrap() >= r["p99_us"].as_f64().unwrap()), "{rows:?}");
+    assert!(dir.join("allreduce-800B-adaptive.svg").exists() && dir.join("allreduce-800B-adaptive.png").exists());
     let leftovers = mcd_tools::vcluster::Cluster::leftovers("h16mb").unwrap();
     assert!(leftovers.is_empty(), "the sweep's cluster is gone: {leftovers:?}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -93,6 +114,7 @@ fn a_short_sweep_writes_complete_ordered_results_and_leaves_no_cluster() {
     let json = sweep(&dir, &["--nodes", "2,4", "--algorithms", "dissemination,auto"]);
     check_csv(&dir, 4, 30);
     assert_eq!(json["rows"].as_array().unwrap().len(), 4);
+    assert!(std::fs::read_to_string(dir.join("results.csv")).unwrap().lines().skip(1).all(|l| l.starts_with("barrier,0,")));
     assert!(json["logp"]["o_s"].as_f64().unwrap() > 0.0);
     assert!(dir.join("barrier-adaptive.svg").exists() && dir.join("barrier-adaptive.png").exists());
     let leftovers = mcd_tools::vcluster::Cluster::leftovers("mb").unwrap();

@@ -31,6 +31,12 @@ use serde::Serialize;
 ///
 /// With no arguments: 2 and 4 nodes, every algorithm and auto, a switch, one
 /// rail, adaptive waiting, the paper's method; about half a minute.
+///
+/// Collectives: `--collective allreduce|reduce|bcast --bytes N` times that
+/// call on N bytes of doubles instead of a barrier, by the same methods,
+/// with the same outputs (the table, results.csv and results.json with the
+/// collective and its bytes on every row, and plots named after it,
+/// e.g. `allreduce-800B-adaptive.svg`); predictions count the data.
 #[derive(Parser)]
 #[command(name = "mcd-barrier", version)]
 struct Cli {
@@ -100,12 +106,15 @@ struct Cli {
     /// What to time: barrier, allreduce (sum of doubles), reduce (sum of
     /// doubles to the last node), bcast (from node 0). Collectives skip
     /// dissemination (it does not reduce), and auto picks among the
-    /// algorithms that reduce, for --bytes.
+    /// algorithms that reduce, for --bytes. Virtual cluster only, one rank
+    /// per node.
     #[arg(long, default_value = "barrier")]
     collective: String,
-    /// The collectives' data, bytes.
-    #[arg(long, default_value_t = 8)]
-    bytes: usize,
+    /// The collective's data, bytes: whole doubles, 8 to 1048576 (default
+    /// 8); more than one frame's worth goes in one-frame segments. Not for
+    /// barriers.
+    #[arg(long)]
+    bytes: Option<usize>,
     /// The virtual clusters' name (unique among clusters up at once).
     #[arg(long, default_value = "mb")]
     cluster_name: String,
@@ -157,6 +166,8 @@ impl Cli {
 struct Row {
     /// What was timed: barrier, allreduce, reduce, bcast (with its bytes).
     collective: String,
+    /// The collective's data, bytes (0 for a barrier).
+    bytes: usize,
     /// switch, hub, or hosts (across real hosts).
     topology: String,
     wait: String,
@@ -204,6 +215,29 @@ fn iterations_for(n: usize) -> usize {
     }
 }
 
+/// The most data `--bytes` takes.
+const MAX_BYTES: usize = 1 << 20;
+
+/// The collective's data, bytes, from `--bytes` (checked against `--collective`).
+fn data_len(cli: &Cli) -> Result<usize> {
+    match (cli.collective.as_str(), cli.bytes) {
+        ("barrier", Some(_)) => anyhow::bail!("--bytes is the data of --collective allreduce, reduce or bcast, not of a barrier"),
+        ("barrier", None) => Ok(0),
+        (_, None) => Ok(8),
+        (_, Some(b)) if (8..=MAX_BYTES).contains(&b) && b % 8 == 0 => Ok(b),
+        (c, Some(b)) => anyhow::bail!("--bytes {b}: {c} runs on doubles: a multiple of 8 from 8 to {MAX_BYTES}"),
+    }
+}
+
+/// What the rows, table and plots call the timed call: `barrier`, or e.g. `allreduce 800 B`.
+fn call_name(cli: &Cli, bytes: usize) -> String {
+    if cli.collective == "barrier" {
+        "barrier".into()
+    } else {
+        format!("{} {bytes} B", cli.collective)
+    }
+}
+
 /// The `--collective` at `n` nodes.
 fn collective(name: &str, n: usize) -> Result<Collective> {
     let (op, dtype) = (barriers::Op::Sum, barriers::Dtype::F64);
@@ -219,6 +253,7 @@ fn collective(name: &str, n: usize) -> Result<Collective> {
 fn run(cli: Cli) -> Result<()> {
     let (mut algs, with_auto) = algorithms(&cli.algorithms)?;
     let call = collective(&cli.collective, 2)?;
+    let bytes = data_len(&cli)?;
     anyhow::ensure!(call == Collective::Barrier || !cli.across_hosts, "--collective runs on the virtual cluster only");
     algs.retain(|&a| call.runs_on(a));
     anyhow::ensure!(!algs.is_empty() || with_auto, "no algorithm to measure");
@@ -245,7 +280,7 @@ fn run(cli: Cli) -> Result<()> {
                 let (auto_alg, _) = if call == Collective::Barrier {
                     model::auto_on_host(n, rails, &p, true, n, mcd::host::online_cpus())
                 } else {
-                    model::auto_collective_on_host(n, rails, &model::Setup::logp(&p), true, cli.bytes, n, mcd::host::online_cpus())
+                    model::auto_collective_on_host(n, rails, &model::Setup::logp(&p), true, bytes, n, mcd::host::online_cpus())
                 };
                 for &wait in &cli.wait {
                     if call != Collective::Barrier && cli.ranks_per_host.iter().any(|&r| r > 1) {
@@ -265,14 +300,15 @@ fn run(cli: Cli) -> Result<()> {
                     for (algorithm, is_auto_row) in todo {
                         bar.set_message(format!("{n} nodes, {topology}, {rails} rail(s), {wait}: {algorithm}"));
                         let config = BarrierConfig::new(algorithm).rails(rails);
-                        let mut measured = barrierbench::measure_collective(&cluster, config, bench, call, cli.bytes)?;
+                        let mut measured = barrierbench::measure_collective(&cluster, config, bench, call, bytes)?;
                         if is_auto_row {
                             measured.algorithm = format!("auto={algorithm}");
                         }
                         let here = cli.model_here(p, None);
-                        let est = here.estimate_with_data(algorithm, n, rails, model_topology(topology), dummy_us(&bench), data_bytes(call, cli.bytes));
+                        let est = here.estimate_with_data(algorithm, n, rails, model_topology(topology), dummy_us(&bench), data_bytes(call, bytes));
                         rows.push(Row {
-                            collective: if call == Collective::Barrier { "barrier".into() } else { format!("{} {} B", cli.collective, cli.bytes) },
+                            collective: call_name(&cli, bytes),
+                            bytes,
                             topology: topology.to_string(),
                             wait: wait.to_string(),
                             predicted_us: est.predicted.mean_cost,
@@ -334,6 +370,7 @@ fn measure_shared_hosts(
             }
             rows.push(Row {
                 collective: "barrier".into(),
+                bytes: 0,
                 topology: cluster.spec().topology.to_string(),
                 wait: wait.to_string(),
                 // The leaders' (or every rank's) algorithm with the ranks
@@ -405,6 +442,7 @@ fn run_across_hosts(cli: &Cli, algs: &[Algorithm], with_auto: bool) -> Result<()
                 let est = cli.model_here(p, Some(config.local_processes)).estimate(algorithm, n, rails, model::Topology::Switch, dummy_us(&bench));
                 rows.push(Row {
                     collective: "barrier".into(),
+                    bytes: 0,
                     topology: "hosts".into(),
                     wait: wait.to_string(),
                     predicted_us: est.predicted.mean_cost,
@@ -425,11 +463,14 @@ fn run_across_hosts(cli: &Cli, algs: &[Algorithm], with_auto: bool) -> Result<()
 
 fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
     let mut table = String::new();
+    // Every row times the same call.
+    let what = rows.first().map_or_else(|| "barrier".to_string(), |r| r.collective.clone());
+    let unit = if what == "barrier" { "barrier" } else { "call" };
     let method = match cli.method {
-        Method::Paper => "paper's method: barrier then a 30 µs dummy loop; per-node statistics averaged over nodes",
-        Method::Osu => "OSU convention: back-to-back barriers; min/mean/max of the per-node means",
+        Method::Paper => format!("paper's method: {unit} then a 30 µs dummy loop; per-node statistics averaged over nodes"),
+        Method::Osu => format!("OSU convention: back-to-back {unit}s; min/mean/max of the per-node means"),
     };
-    writeln!(table, "mcd barrier microbenchmark ({method}); µs per barrier; * = auto's pick")?;
+    writeln!(table, "mcd {what} microbenchmark ({method}); µs per {unit}; * = auto's pick")?;
     let mut groups: Vec<(String, usize, String, usize, usize)> = Vec::new();
     for r in rows {
         let key = (r.topology.clone(), r.measured.rails, r.wait.clone(), r.measured.nodes, r.ranks_per_host);
@@ -491,12 +532,14 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
         }
     }
     print!("{table}");
-    let mut csv = String::from("topology,rails,wait,method,nodes,ranks_per_host,algorithm,iterations,min_us,mean_us,max_us,p50_us,p99_us,p999_us,predicted_us,auto_pick,recoveries,bound_low_us,bound_high_us\n");
+    let mut csv = String::from("collective,bytes,topology,rails,wait,method,nodes,ranks_per_host,algorithm,iterations,min_us,mean_us,max_us,p50_us,p99_us,p999_us,predicted_us,auto_pick,recoveries,bound_low_us,bound_high_us\n");
     for r in rows {
         let m = &r.measured;
         writeln!(
             csv,
-            "{},{},{},{:?},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{}",
+            "{},{},{},{},{},{:?},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{}",
+            r.collective.split(' ').next().unwrap_or("barrier"),
+            r.bytes,
             r.topology, m.rails, r.wait, m.method, m.nodes, r.ranks_per_host, m.algorithm, m.iterations, m.min_us, m.mean_us, m.max_us, m.p50_us, m.p99_us, m.p999_us, r.predicted_us, r.auto_pick, m.recoveries,
             r.bounds_us.map_or(String::new(), |b| format!("{:.3}", b.0)),
             r.bounds_us.map_or(String::new(), |b| format!("{:.3}", b.1))
@@ -532,9 +575,9 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
             }
             panels.push(Panel { title: format!("{topology}, {rails} rail(s)"), series });
         }
-        let stem = cli.out.join(format!("barrier-{wait}"));
-        let title = format!("mcd barrier, wait {wait}: measured (solid), LogP-predicted (dashed)");
-        plots.extend(plot::nodes_vs_time(&stem, &title, &panels)?);
+        let stem = cli.out.join(format!("{}-{wait}", what.replace(" B", "B").replace(' ', "-")));
+        let title = format!("mcd {what}, wait {wait}: measured (solid), LogP-predicted (dashed)");
+        plots.extend(plot::log2_x_vs_time(&stem, &title, plot::Axes { x: "nodes", y: &format!("µs per {unit}") }, &panels)?);
     }
     eprintln!("wrote {}/results.csv, results.json and {} plot(s)", cli.out.display(), plots.len());
     Ok(())
