@@ -58,6 +58,13 @@ fn run_bench(cluster: &Cluster, run: &MpiRun, sizes: &str, iterations: usize, sy
     checked(label, rows)
 }
 
+/// The command that runs one rank of the UDP baseline: this program's
+/// hidden `udp-rank`.
+fn udp_rank_program() -> Result<Vec<String>> {
+    let exe = std::env::current_exe().context("finding mcd-bench's own path")?;
+    Ok(vec![exe.display().to_string(), "udp-rank".into()])
+}
+
 /// coll_bench's warm-up calls for `iterations` timed ones.
 fn warmup_for(iterations: usize) -> usize {
     (iterations / 10).max(10)
@@ -92,7 +99,7 @@ pub fn run(out: &Path, nodes: &[usize], sizes: &[usize], scale: f64, cluster_ste
             rows.extend(run_bench(&cluster, &ompi, &size_list, iterations, sync, OMPI)?);
             rows.extend(run_bench(&cluster, &preloaded, &size_list, iterations, sync, MCD)?);
             let bench = CollectiveBench { warmup: warmup_for(iterations), iterations, sync };
-            let udp = udpcollectives::measure(&cluster, sizes, bench)?;
+            let udp = udpcollectives::measure_processes(&cluster, &udp_rank_program()?, sizes, bench)?;
             rows.extend(checked(UDP, udp.into_iter().map(|line| Row { contender: UDP, line }).collect())?);
         }
     }
@@ -168,7 +175,7 @@ fn render(nodes: &[usize], sizes: &[usize], rows: &[Row], scale: f64, elapsed: D
     let _ = writeln!(md, "# Collectives: mcd against Open MPI over TCP and UDP\n");
     let _ = writeln!(md, "Measured {} on {}, by `mcd-bench collectives` (`--scale {scale}`: {}), in {:.1} minutes.\n", today(), machine(), iterations_note(nodes, scale), elapsed.as_secs_f64() / 60.0);
     let _ = writeln!(md, "`mpi/coll_bench.c`, osu_allreduce / osu_bcast style, per-rank median and 99th percentile of the timed calls, averaged over the ranks. The same binary under Open MPI's mpirun on the virtual cluster (veth pairs and a bridge, all ranks on this machine's cores): Open MPI's own collectives over TCP in yield mode, and with mcd's interposer preloaded (`MPI_Allreduce` with `MPI_SUM` on doubles, `MPI_Bcast` from rank 0; mcd's algorithm: `auto`'s pick among the algorithms that reduce). One contribution travels in one frame up to {ONE_FRAME} bytes; beyond, mcd cuts it into one-frame segments, one gather-and-release each.\n");
-    let _ = writeln!(md, "**UDP** is what a programmer writes without mcd (`tools::udpcollectives`, on the UDP group of the head-to-head's UDP barrier): allreduce by recursive doubling (exchange with `me XOR 2^r`, add; ranks beyond a power of two fold in first), broadcast down a binomial tree, one datagram per message (IP fragments those beyond {} bytes), no loss recovery, the root's broadcasts at most {} ahead of the slowest rank. Threads of one process, one per namespace on rail 0's addresses, pinned and spinning while ranks ≤ cores, else yielding between polls (as the head-to-head's UDP barrier). The same loop as coll_bench, every result checked.\n", 1500 - 28, udpcollectives::BCAST_WINDOW);
+    let _ = writeln!(md, "**UDP** is what a programmer writes without mcd (`tools::udpcollectives`, on the UDP group of the head-to-head's UDP barrier): allreduce by recursive doubling (exchange with `me XOR 2^r`, add; ranks beyond a power of two fold in first), broadcast down a binomial tree, one datagram per message (IP fragments those beyond {} bytes), no loss recovery, the root's broadcasts at most {} ahead of the slowest rank. One process per rank in its namespace, as the MPI ranks, on rail 0's addresses, pinned and spinning while ranks ≤ cores, else yielding between polls (as the head-to-head's UDP barrier). The same loop as coll_bench, every result checked.\n", 1500 - 28, udpcollectives::BCAST_WINDOW);
     let _ = writeln!(md, "**The methods.** osu_allreduce and osu_bcast put an `MPI_Barrier` between timed calls; a call's time is then how long until this rank has the result. The goals are judged on those rows. Back to back (no barrier between calls) is recorded as well: mcd's broadcast is a gather of empty arrivals and a multicast of the data, so it synchronises like a barrier, while Open MPI's is eager (the root returns once its data is sent) and back-to-back calls pipeline.\n");
     let picks: Vec<String> = nodes
         .iter()
@@ -230,7 +237,7 @@ fn render(nodes: &[usize], sizes: &[usize], rows: &[Row], scale: f64, elapsed: D
             md.push('\n');
         }
     }
-    let _ = writeln!(md, "One run on a machine shared with other work: medians move by tens of percent from run to run (Open MPI's 8-byte allreduce at 2 ranks has measured from 16 to 29 µs here), and from 4 ranks up the ranks outnumber the 2 cores, so every figure there is mostly scheduling. mcd's p99 at 2 ranks (about 120 µs) is its progress agent's and the other rank's wake-ups on 2 shared cores, not the network. Beyond one frame (4096 B), mcd runs one gather-and-release per 1448-byte segment, in sequence. The UDP rows are threads of one process and the MPI rows processes: from 4 ranks up, a thread's hand-off to another costs less than a process's.");
+    let _ = writeln!(md, "One run on a machine shared with other work: medians move by tens of percent from run to run (Open MPI's 8-byte allreduce at 2 ranks has measured from 16 to 29 µs here), and from 4 ranks up the ranks outnumber the 2 cores, so every figure there is mostly scheduling. mcd's p99 at 2 ranks (about 120 µs) is its progress agent's and the other rank's wake-ups on 2 shared cores, not the network. Beyond one frame (4096 B), mcd runs one gather-and-release per 1448-byte segment, in sequence.");
     let _ = writeln!(md, "\nA quicker re-run: `mcd-bench collectives --scale 0.25` (a quarter of the timed calls, tails less certain), or `--nodes 2,4` (the rank counts whose figures are least about scheduling).");
     md
 }

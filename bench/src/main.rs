@@ -168,6 +168,26 @@ enum Bench {
         #[arg(long, default_value = "bnc", value_parser = mcd_tools::cli::cluster_stem)]
         cluster: String,
     },
+    /// One rank of the collectives' UDP baseline, started by `collectives`
+    /// in a node's namespace (MCD_RANK set): prints its figures as JSON.
+    #[command(hide = true)]
+    UdpRank {
+        /// The nodes' addresses, in node order.
+        #[arg(long, value_delimiter = ',', required = true)]
+        peers: Vec<std::net::Ipv4Addr>,
+        /// Message sizes, bytes.
+        #[arg(long, value_delimiter = ',', required = true)]
+        sizes: Vec<usize>,
+        /// Timed calls.
+        #[arg(long, value_parser = mcd_tools::cli::at_least_one)]
+        iterations: usize,
+        /// Untimed calls first.
+        #[arg(long)]
+        warmup: usize,
+        /// A barrier before each timed call.
+        #[arg(long)]
+        sync: bool,
+    },
     /// Every barrier algorithm at 2, 4, 8 and 16 nodes, the paper's method.
     Barriers {
         /// Node counts.
@@ -198,8 +218,14 @@ fn main() {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    if let Bench::UdpRank { peers, sizes, iterations, warmup, sync } = &cli.bench {
+        let bench = mcd_tools::udpcollectives::CollectiveBench { warmup: *warmup, iterations: *iterations, sync: *sync };
+        println!("{}", mcd_tools::udpcollectives::rank_process(peers, sizes, bench)?);
+        return Ok(());
+    }
     std::fs::create_dir_all(&cli.out)?;
     match cli.bench {
+        Bench::UdpRank { .. } => unreachable!("answered above"),
         Bench::Latency { iterations, rounds } => latency(&cli.out, iterations, rounds),
         Bench::Barriers { nodes, scale } => barrier_sweep(&cli.out, &nodes, scale),
         Bench::Loss { nodes, loss, scale } => loss_sweep(&cli.out, &nodes, &loss, scale),

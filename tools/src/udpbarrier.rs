@@ -29,6 +29,12 @@ use crate::vcluster::Cluster;
 pub const UDP_BARRIER_PORT: u16 = 47002;
 /// How long one step may wait before the call reports a lost datagram.
 const ROUND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long [`UdpGroup::start`] waits for every node.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The kind bytes of [`UdpGroup::start`]'s datagrams (no call's: a call
+/// that meets one late ignores it).
+const HELLO: u8 = 0x48;
+const GO: u8 = 0x47;
 /// Bytes before the data: epoch (u32, little-endian), step, kind.
 pub(crate) const HEADER_LEN: usize = 6;
 /// Steps of one call at most: a barrier's ⌈log₂ n⌉ rounds, or an
@@ -82,7 +88,7 @@ struct Slot {
 /// addresses, the call counter and the table of early datagrams.
 pub struct UdpGroup {
     socket: UdpSocket,
-    peers: Vec<SocketAddrV4>,
+    pub(crate) peers: Vec<SocketAddrV4>,
     me: usize,
     /// The current call's epoch.
     pub(crate) epoch: u32,
@@ -151,6 +157,56 @@ impl UdpGroup {
     /// The most data bytes one call carries.
     pub fn max_data(&self) -> usize {
         self.max_data
+    }
+
+    /// Waits until every node of the group has bound its socket, for
+    /// nodes that are processes started one by one (a datagram to a port
+    /// not yet bound is lost): every node says hello to node 0 each
+    /// millisecond until node 0, having heard from all, says go. Datagrams
+    /// of the first call that arrive meanwhile are kept.
+    pub fn start(&mut self) -> Result<()> {
+        let n = self.peers.len();
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut heard = vec![false; n];
+        heard[0] = true;
+        let mut last_hello: Option<Instant> = None;
+        let mut hello = [0u8; HEADER_LEN + 2];
+        hello[5] = HELLO;
+        hello[HEADER_LEN..].copy_from_slice(&(self.me as u16).to_le_bytes());
+        loop {
+            if self.me == 0 && heard.iter().all(|h| *h) {
+                let mut go = [0u8; HEADER_LEN];
+                go[5] = GO;
+                for peer in &self.peers[1..] {
+                    self.socket.send_to(&go, peer).context("UDP send")?;
+                }
+                return Ok(());
+            }
+            if self.me != 0 && last_hello.is_none_or(|t| t.elapsed() >= Duration::from_millis(1)) {
+                self.socket.send_to(&hello, self.peers[0]).context("UDP send")?;
+                last_hello = Some(Instant::now());
+            }
+            match self.socket.recv(&mut self.recv_buf) {
+                Ok(got) if got >= HEADER_LEN && self.recv_buf[5] == GO && self.me != 0 => return Ok(()),
+                Ok(got) if got == HEADER_LEN + 2 && self.recv_buf[5] == HELLO => {
+                    let from = u16::from_le_bytes([self.recv_buf[HEADER_LEN], self.recv_buf[HEADER_LEN + 1]]) as usize;
+                    if let Some(h) = heard.get_mut(from) {
+                        *h = true;
+                    }
+                }
+                Ok(got) => self.keep(got)?,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline && self.me == 0 {
+                        let missing: Vec<usize> = (0..n).filter(|&i| !heard[i]).collect();
+                        bail!("node 0: the UDP group did not start within {START_TIMEOUT:?}: nothing from nodes {missing:?}");
+                    } else if Instant::now() > deadline {
+                        bail!("node {}: the UDP group did not start within {START_TIMEOUT:?}: no go from node 0", self.me);
+                    }
+                    std::thread::yield_now();
+                }
+                Err(e) => return Err(e).context("UDP receive"),
+            }
+        }
     }
 
     /// One barrier.

@@ -18,10 +18,12 @@
 //! One datagram per message, whatever IP fragments it into; no loss
 //! recovery (as the UDP barrier has none): a lost datagram is a timeout.
 //! [`measure`] times them on a virtual cluster with the loop and statistics
-//! of `mpi/coll_bench.c`, checking every result.
+//! of `mpi/coll_bench.c`, checking every result, one thread per node;
+//! [`measure_processes`] the same with one process per node, as MPI's ranks
+//! are (each runs [`rank_process`]).
 
-use std::net::SocketAddrV4;
-use std::time::Instant;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -164,7 +166,7 @@ pub struct CollectiveLine {
 /// One rank's figures of one collective at one size: median, 99th
 /// percentile, mean, maximum (coll_bench's: sorted times, t[n/2] and
 /// t[0.99 n]), µs, and whether every result was right.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize)]
 struct RankFigures([f64; 4], bool);
 
 fn figures(times: &mut [f64], correct: bool) -> RankFigures {
@@ -306,6 +308,74 @@ pub fn measure(cluster: &Cluster, sizes: &[usize], bench: CollectiveBench) -> Re
     Ok(lines(&ranks, sizes, bench))
 }
 
+/// One rank of [`measure_processes`], in a process of its own in its node's
+/// namespace: node `MCD_RANK` of the group at `peers` (rail 0's addresses,
+/// in node order). Runs coll_bench's loop and returns what to print: its
+/// figures, one line of JSON.
+pub fn rank_process(peers: &[Ipv4Addr], sizes: &[usize], bench: CollectiveBench) -> Result<String> {
+    let me: usize = std::env::var("MCD_RANK")
+        .context("MCD_RANK is not set: this runs as one rank of `measure_processes`")?
+        .parse()
+        .context("MCD_RANK is not a number")?;
+    let n = peers.len();
+    let max_data = sizes.iter().map(|&b| (b / 8).max(1) * 8).max().unwrap_or(8);
+    let addresses: Vec<SocketAddrV4> = peers.iter().map(|&ip| SocketAddrV4::new(ip, UDP_COLLECTIVES_PORT)).collect();
+    let cores = mcd::host::online_cpus();
+    let mut group = UdpGroup::bind(me, addresses, max_data, n > cores)?;
+    if n <= cores {
+        let _ = mcd::host::pin_current_thread(me);
+    }
+    group.start()?;
+    Ok(serde_json::to_string(&rank_loop(&mut group, sizes, bench)?)?)
+}
+
+/// The arguments [`measure_processes`] gives its program, after the
+/// program's own: `--peers A,B,... --sizes S,... --iterations N --warmup W`
+/// and `--sync` when set.
+pub fn rank_args(cluster: &Cluster, sizes: &[usize], bench: CollectiveBench) -> Vec<String> {
+    let join = |v: Vec<String>| v.join(",");
+    let mut args = vec![
+        "--peers".to_string(),
+        join((0..cluster.nodes()).map(|i| cluster.ip(i, 0).to_string()).collect()),
+        "--sizes".into(),
+        join(sizes.iter().map(|s| s.to_string()).collect()),
+        "--iterations".into(),
+        bench.iterations.to_string(),
+        "--warmup".into(),
+        bench.warmup.to_string(),
+    ];
+    if bench.sync {
+        args.push("--sync".into());
+    }
+    args
+}
+
+/// As [`measure`], with one process per node: `program` (a command and its
+/// first arguments) with [`rank_args`], started in every node's namespace
+/// at once; each must call [`rank_process`] and print what it returns.
+pub fn measure_processes(cluster: &Cluster, program: &[String], sizes: &[usize], bench: CollectiveBench) -> Result<Vec<CollectiveLine>> {
+    if sizes.is_empty() || bench.iterations == 0 {
+        bail!("no sizes or no timed calls to measure");
+    }
+    let argv: Vec<String> = program.iter().cloned().chain(rank_args(cluster, sizes, bench)).collect();
+    let outcomes = cluster.run(&argv, Duration::from_secs(600))?;
+    let ranks = outcomes
+        .iter()
+        .map(|o| {
+            if !o.success() {
+                bail!("UDP collectives, node {}: {} ({})", o.node, o.stderr.trim(), o.status());
+            }
+            let line = o.stdout.lines().last().unwrap_or("");
+            let figures: Vec<RankFigures> = serde_json::from_str(line).with_context(|| format!("node {}: parsing `{line}`", o.node))?;
+            if figures.len() != 2 * sizes.len() {
+                bail!("node {}: {} figures for {} sizes", o.node, figures.len(), sizes.len());
+            }
+            Ok(figures)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(lines(&ranks, sizes, bench))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,6 +435,37 @@ mod tests {
             let (violations, checked) = check(&timelines);
             assert_eq!(checked, 3);
             assert!(violations.is_empty(), "{n} nodes: {violations:?}");
+        }
+    }
+
+    #[test]
+    fn a_group_whose_last_node_binds_late_starts_and_reduces() {
+        // Node 3's port is free until its thread binds it, after the others
+        // have begun to start: their first datagrams to it would be lost.
+        let mut groups = loopback_group(4, 8);
+        let late = groups.pop().expect("node 3");
+        let (peers, max_data) = (late.peers.clone(), late.max_data());
+        drop(late);
+        let mut handles: Vec<_> = groups
+            .into_iter()
+            .map(|mut g| {
+                std::thread::spawn(move || {
+                    g.start()?;
+                    let mut x = [g.rank() as f64];
+                    g.allreduce_sum_f64(&mut x)?;
+                    anyhow::Ok(x[0])
+                })
+            })
+            .collect();
+        handles.push(std::thread::spawn(move || {
+            let mut g = UdpGroup::bind(3, peers, max_data, true)?;
+            g.start()?;
+            let mut x = [3.0];
+            g.allreduce_sum_f64(&mut x)?;
+            anyhow::Ok(x[0])
+        }));
+        for h in handles {
+            assert_eq!(h.join().expect("thread").expect("start and allreduce"), 6.0);
         }
     }
 
