@@ -107,24 +107,14 @@ impl UdpGroup {
     /// network namespace), for calls of up to `max_data` bytes of data.
     /// `yield_between_polls`: `sched_yield` while waiting.
     pub fn bind(me: usize, peers: Vec<SocketAddrV4>, max_data: usize, yield_between_polls: bool) -> Result<UdpGroup> {
-        let socket = UdpSocket::bind(peers.get(me).copied().unwrap_or(SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0)))
-            .with_context(|| format!("binding UDP for node {me}"))?;
+        check_group(me, peers.len(), max_data)?;
+        let socket = UdpSocket::bind(peers[me]).with_context(|| format!("binding UDP {} for node {me}", peers[me]))?;
         UdpGroup::with_socket(me, socket, peers, max_data, yield_between_polls)
     }
 
     /// As [`Self::bind`], on a socket already bound to `peers[me]`.
     pub fn with_socket(me: usize, socket: UdpSocket, peers: Vec<SocketAddrV4>, max_data: usize, yield_between_polls: bool) -> Result<UdpGroup> {
-        if peers.is_empty() || peers.len() > MAX_NODES {
-            bail!("a UDP group has 1 to {MAX_NODES} nodes, not {}", peers.len());
-        }
-        if me >= peers.len() {
-            bail!("node {me} is not in a group of {}", peers.len());
-        }
-        // One datagram, whatever IP fragments it into.
-        const MAX_DATAGRAM: usize = 65_507;
-        if max_data > MAX_DATAGRAM - HEADER_LEN {
-            bail!("{max_data} bytes do not fit in one UDP datagram (at most {})", MAX_DATAGRAM - HEADER_LEN);
-        }
+        check_group(me, peers.len(), max_data)?;
         socket.set_nonblocking(true)?;
         let slots = (0..EPOCH_WINDOW * MAX_STEPS)
             .map(|_| Slot { epoch: 0, kind: CallKind::Barrier, len: None, data: vec![0; max_data].into_boxed_slice() })
@@ -326,6 +316,22 @@ impl UdpGroup {
     }
 }
 
+/// Whether node `me` of `n`, with calls of `max_data` bytes, makes a group.
+fn check_group(me: usize, n: usize, max_data: usize) -> Result<()> {
+    if n == 0 || n > MAX_NODES {
+        bail!("a UDP group has 1 to {MAX_NODES} nodes, not {n}");
+    }
+    if me >= n {
+        bail!("node {me} is not in a group of {n}");
+    }
+    // One datagram, whatever IP fragments it into.
+    const MAX_DATAGRAM: usize = 65_507;
+    if max_data > MAX_DATAGRAM - HEADER_LEN {
+        bail!("{max_data} bytes do not fit in one UDP datagram (at most {})", MAX_DATAGRAM - HEADER_LEN);
+    }
+    Ok(())
+}
+
 /// Measures the UDP dissemination barrier on every node of `cluster` (rail 0),
 /// one thread per node in its namespace, pinned while nodes ≤ cores; the same
 /// loop and statistics as [`crate::barrierbench::measure`].
@@ -406,9 +412,12 @@ mod tests {
         let socket = || UdpSocket::bind("127.0.0.1:0").expect("bind");
         let e = UdpGroup::with_socket(2, socket(), peers.clone(), 0, true).err().expect("node 2 of 2");
         assert!(e.to_string().contains("not in a group of 2"), "{e}");
-        let e = UdpGroup::with_socket(0, socket(), peers, 70_000, true).err().expect("70,000 bytes");
+        let e = UdpGroup::with_socket(0, socket(), peers.clone(), 70_000, true).err().expect("70,000 bytes");
         assert!(e.to_string().contains("do not fit in one UDP datagram"), "{e}");
         let e = UdpGroup::with_socket(0, socket(), Vec::new(), 0, true).err().expect("no nodes");
         assert!(e.to_string().contains("1 to 64 nodes"), "{e}");
+        // Refused before anything is bound.
+        let e = UdpGroup::bind(3, peers, 0, true).err().expect("node 3 of 2");
+        assert!(e.to_string().contains("not in a group of 2"), "{e}");
     }
 }
