@@ -150,10 +150,10 @@ enum Bench {
     /// Collectives: MPI_Allreduce and MPI_Bcast (osu style) in one MPI
     /// program under mpirun, Open MPI's own over TCP (yield mode) against
     /// mcd's through the interposer, and the same loop over plain UDP
-    /// (recursive doubling, binomial broadcast); each with a barrier before
-    /// every call (the goals' method) and back to back. About 10 minutes at
-    /// --scale 1. Writes results/collectives.{md,json} and
-    /// collectives-{allreduce,bcast}.{svg,png}.
+    /// (recursive doubling, binomial broadcast, a process per rank); each
+    /// with a barrier before every call (the goals' method) and back to
+    /// back. 3 to 5 minutes at --scale 1 on the reference machine. Writes
+    /// results/collectives.{md,json} and collectives-{allreduce,bcast}.{svg,png}.
     Collectives {
         /// Rank counts.
         #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
