@@ -260,13 +260,17 @@ pub fn measure_collective(
         if n <= cores {
             let _ = mcd::host::pin_current_thread(me);
         }
-        let size = call.element_size().max(1);
-        let input: Vec<u8> = (0..bytes / size * size).map(|i| (me + i / size) as u8).collect();
+        let input = collective_input(call, bytes, me);
         let mut output = vec![0u8; input.len()];
         let before = b.stats();
         let mut times = bench.time_node(|| b.collective(call, &input, Some(&mut output)))?;
         let after = b.stats();
         times.recoveries = after.answers - before.answers;
+        if let Some(expected) = collective_expected(call, bytes, me, n) {
+            if output != expected {
+                return Err(barriers::BarrierError::Usage(format!("{call}: the last call's result on node {me} is wrong")));
+            }
+        }
         Ok(times)
     });
     let nodes: Vec<NodeTimes> = results
@@ -275,6 +279,52 @@ pub fn measure_collective(
         .map(|(i, r)| r.map_err(|e| anyhow!("{} on node {i}: {e}", config.algorithm)))
         .collect::<Result<_>>()?;
     Ok(bench.summarize(&config.algorithm.to_string(), config.rails, &nodes))
+}
+
+/// Node `me`'s contribution to a measured collective of `bytes` bytes:
+/// element `i` is `me + i` in the call's type (whole numbers, so that any
+/// summing order gives the same result), or byte `(me + i) mod 256` for a
+/// broadcast.
+pub fn collective_input(call: barriers::Collective, bytes: usize, me: usize) -> Vec<u8> {
+    use barriers::{Collective, Dtype};
+    let dtype = match call {
+        Collective::Allreduce { dtype, .. } | Collective::Reduce { dtype, .. } => dtype,
+        Collective::Bcast { .. } | Collective::Barrier => return (0..bytes).map(|i| (me + i) as u8).collect(),
+    };
+    let count = bytes / dtype.size();
+    let mut out = Vec::with_capacity(count * dtype.size());
+    for i in 0..count {
+        let v = (me + i) as u64;
+        match dtype {
+            Dtype::I32 => out.extend_from_slice(&(v as i32).to_ne_bytes()),
+            Dtype::U32 => out.extend_from_slice(&(v as u32).to_ne_bytes()),
+            Dtype::I64 => out.extend_from_slice(&(v as i64).to_ne_bytes()),
+            Dtype::U64 => out.extend_from_slice(&v.to_ne_bytes()),
+            Dtype::F32 => out.extend_from_slice(&(v as f32).to_ne_bytes()),
+            Dtype::F64 => out.extend_from_slice(&(v as f64).to_ne_bytes()),
+        }
+    }
+    out
+}
+
+/// What node `me` of `n` must hold after the collective on the inputs of
+/// [`collective_input`], computed locally in rank order ([`barriers::collective::combine`]);
+/// `None` where the call leaves the output undefined (a reduce's non-roots,
+/// a barrier).
+pub fn collective_expected(call: barriers::Collective, bytes: usize, me: usize, n: usize) -> Option<Vec<u8>> {
+    use barriers::Collective;
+    match call {
+        Collective::Barrier => None,
+        Collective::Bcast { root } => Some(collective_input(call, bytes, root)),
+        Collective::Reduce { root, .. } if root != me => None,
+        Collective::Allreduce { op, dtype } | Collective::Reduce { op, dtype, .. } => {
+            let mut acc = collective_input(call, bytes, 0);
+            for node in 1..n {
+                barriers::collective::combine(op, dtype, &mut acc, &collective_input(call, bytes, node), false);
+            }
+            Some(acc)
+        }
+    }
 }
 
 /// Measures `config` with `per_host` ranks on every node of `cluster` (a
@@ -418,7 +468,28 @@ pub fn measure_across_hosts(
 
 #[cfg(test)]
 mod tests {
-    use super::NodeFigures;
+    use super::{collective_expected, collective_input, NodeFigures};
+    use barriers::{Collective, Dtype, Op};
+
+    fn doubles(bytes: &[u8]) -> Vec<f64> {
+        bytes.chunks_exact(8).map(|c| f64::from_ne_bytes(c.try_into().unwrap())).collect()
+    }
+
+    #[test]
+    fn measured_collectives_have_whole_inputs_and_a_reference_result() {
+        let sum = Collective::Allreduce { op: Op::Sum, dtype: Dtype::F64 };
+        assert_eq!(doubles(&collective_input(sum, 24, 2)), [2.0, 3.0, 4.0], "element i of node 2 is 2 + i");
+        assert_eq!(collective_input(sum, 20, 0).len(), 16, "whole elements only");
+        // 3 nodes: element i sums (0 + i) + (1 + i) + (2 + i).
+        assert_eq!(doubles(&collective_expected(sum, 24, 1, 3).unwrap()), [3.0, 6.0, 9.0]);
+        let max = Collective::Reduce { op: Op::Max, dtype: Dtype::I32, root: 2 };
+        let at_root = collective_expected(max, 8, 2, 3).unwrap();
+        assert_eq!(at_root, [2i32.to_ne_bytes(), 3i32.to_ne_bytes()].concat());
+        assert_eq!(collective_expected(max, 8, 0, 3), None, "a reduce's non-roots hold nothing defined");
+        let bcast = Collective::Bcast { root: 1 };
+        assert_eq!(collective_expected(bcast, 3, 0, 4).unwrap(), [1, 2, 3], "the root's bytes");
+        assert_eq!(collective_expected(Collective::Barrier, 0, 0, 2), None);
+    }
 
     #[test]
     fn node_figures_travel_whole_and_other_lengths_are_refused() {
