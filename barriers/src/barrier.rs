@@ -131,12 +131,13 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     /// The number of the current barrier, or of the next one when none is in
     /// progress (the barriers completed, plus [`BarrierConfig::first_epoch`]).
     pub fn epoch(&self) -> u64 {
-        self.shared.lock().epoch
+        self.shared.lock().app_epoch()
     }
 
-    /// Whether a barrier has been entered and not yet completed.
+    /// Whether a barrier has been entered and not yet completed (a
+    /// broadcast that completes in the background does not count).
     pub fn in_progress(&self) -> bool {
-        self.shared.lock().in_progress
+        self.shared.lock().entered()
     }
 
     /// The counters.
@@ -186,7 +187,10 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         self.typed(data, Collective::Reduce { op, dtype: E::DTYPE, root }, self.me == root)
     }
 
-    /// Broadcast: `root`'s `data` into every node's `data` (of the same length).
+    /// Broadcast: `root`'s `data` into every node's `data` (of the same
+    /// length). Returns once this node has the data (the root: once it has
+    /// sent it); the epoch completes in the background, and the next call
+    /// completes it first (see [`crate::collective`]).
     pub fn bcast<E: Element>(&mut self, data: &mut [E], root: NodeId) -> Result<(), BarrierError> {
         self.typed(data, Collective::Bcast { root }, self.me != root)
     }
@@ -239,8 +243,8 @@ impl<T: Transport + Send + 'static> Barrier<T> {
             let count = u32::try_from((end - start) / size).expect("a segment's count fits one message");
             let out = output.as_deref_mut().map(|o| &mut o[start..end]);
             self.call(|e| {
-                e.enter_collective(call, count, &input[start..end])?;
-                e.wait(deadline)?;
+                e.enter_collective(call, count, &input[start..end], deadline)?;
+                e.wait_result(deadline)?;
                 e.collective_result(out)
             })?;
             start = end;
