@@ -62,6 +62,8 @@ pub struct Barrier<T: Transport + Send + 'static> {
     /// The typed collectives' elements as bytes, in and out (reused).
     bytes_in: Vec<u8>,
     bytes_out: Vec<u8>,
+    /// The most data one message carries (the transport's, read once).
+    max_data: usize,
 }
 
 impl<T: Transport + Send + 'static> std::fmt::Debug for Barrier<T> {
@@ -85,7 +87,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     fn joined(mut engine: Engine<T>, waker: Arc<dyn Waker>, config: BarrierConfig) -> Result<Barrier<T>, BarrierError> {
         engine.join()?;
         engine.transport.all_joined();
-        let (me, nodes) = (engine.me(), engine.nodes());
+        let (me, nodes, max_data) = (engine.me(), engine.nodes(), engine.max_data());
         let shared = Arc::new(Shared { engine: Mutex::new(engine), calls: AtomicU64::new(0), stop: AtomicBool::new(false), waker });
         let agent = if config.progress_agent && nodes > 1 {
             let shared = shared.clone();
@@ -97,7 +99,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         } else {
             None
         };
-        Ok(Barrier { shared, agent, me, nodes, config, bytes_in: Vec::new(), bytes_out: Vec::new() })
+        Ok(Barrier { shared, agent, me, nodes, config, bytes_in: Vec::new(), bytes_out: Vec::new(), max_data })
     }
 
     /// Runs `f` on the engine as the application (the agent stands aside).
@@ -131,12 +133,13 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     /// The number of the current barrier, or of the next one when none is in
     /// progress (the barriers completed, plus [`BarrierConfig::first_epoch`]).
     pub fn epoch(&self) -> u64 {
-        self.shared.lock().epoch
+        self.shared.lock().app_epoch()
     }
 
-    /// Whether a barrier has been entered and not yet completed.
+    /// Whether a barrier has been entered and not yet completed (a
+    /// broadcast that completes in the background does not count).
     pub fn in_progress(&self) -> bool {
-        self.shared.lock().in_progress
+        self.shared.lock().entered()
     }
 
     /// The counters.
@@ -186,7 +189,10 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         self.typed(data, Collective::Reduce { op, dtype: E::DTYPE, root }, self.me == root)
     }
 
-    /// Broadcast: `root`'s `data` into every node's `data` (of the same length).
+    /// Broadcast: `root`'s `data` into every node's `data` (of the same
+    /// length). Returns once this node has the data (the root: once it has
+    /// sent it); the epoch completes in the background, and the next call
+    /// completes it first (see [`crate::collective`]).
     pub fn bcast<E: Element>(&mut self, data: &mut [E], root: NodeId) -> Result<(), BarrierError> {
         self.typed(data, Collective::Bcast { root }, self.me != root)
     }
@@ -227,8 +233,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
                 output.as_ref().map_or(0, |o| o.len())
             )));
         }
-        let max_data = self.shared.lock().max_data();
-        let per_segment = max_data.saturating_sub(wire::HEADER_LEN) / size * size;
+        let per_segment = self.max_data.saturating_sub(wire::HEADER_LEN) / size * size;
         if per_segment == 0 {
             return Err(BarrierError::Usage(format!("{call}: this transport carries no data")));
         }
@@ -239,8 +244,8 @@ impl<T: Transport + Send + 'static> Barrier<T> {
             let count = u32::try_from((end - start) / size).expect("a segment's count fits one message");
             let out = output.as_deref_mut().map(|o| &mut o[start..end]);
             self.call(|e| {
-                e.enter_collective(call, count, &input[start..end])?;
-                e.wait(deadline)?;
+                e.enter_collective(call, count, &input[start..end], deadline)?;
+                e.wait_result(deadline)?;
                 e.collective_result(out)
             })?;
             start = end;

@@ -103,6 +103,14 @@ const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.
 const JOIN_RESEND_LIMIT: Duration = Duration::from_millis(20);
 
+/// The plan variant of barriers, reductions and the algorithm's own epochs.
+const BASE: usize = 0;
+
+/// The plan variant of a release-first broadcast from `root`.
+const fn bcast_variant(root: NodeId) -> usize {
+    1 + root
+}
+
 /// How a [`Barrier`](crate::Barrier) runs. [`BarrierConfig::new`] gives the defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BarrierConfig {
@@ -370,6 +378,13 @@ pub enum BarrierError {
     Usage(String),
 }
 
+/// The error of nodes whose plans disagree in `epoch`.
+fn mismatch_text(epoch: u64) -> String {
+    format!(
+        "collective mismatch in barrier {epoch}: a peer called another collective (a broadcast from another root, or a broadcast where this node called something else)"
+    )
+}
+
 fn describe(peers: &[(NodeId, PeerState)]) -> String {
     peers.iter().map(|(n, s)| format!("node {n} {s}")).collect::<Vec<_>>().join("; ")
 }
@@ -447,7 +462,23 @@ fn instance_of(incarnations: &[u64]) -> u64 {
 pub(crate) struct Engine<T: Transport> {
     pub(crate) transport: T,
     pub(crate) config: BarrierConfig,
-    plan: Plan,
+    /// The plans an epoch can run: the algorithm's ([`BASE`]), then a
+    /// release-first broadcast's from each root ([`bcast_variant`]).
+    plans: Vec<Plan>,
+    /// The plan of the current epoch (or of the last one, when idle).
+    cur: usize,
+    /// The plan each epoch ran, by parity (for answers to the previous one).
+    variant: [usize; 2],
+    /// The current epoch is a broadcast whose result the application has:
+    /// it completes in the background (by the progress agent, or the next
+    /// call, which completes it first).
+    detached: bool,
+    /// The application entered a barrier (split phase) while a detached
+    /// epoch was still completing: it is entered as soon as that completes.
+    queued: bool,
+    /// A peer's message of the current epoch belongs to another plan: it
+    /// called another collective (the first such, for the error).
+    mismatch: Option<String>,
     me: NodeId,
     instance: u64,
     /// Node 0: the low 32 bits of each node's admitted incarnation.
@@ -542,14 +573,22 @@ impl<T: Transport> Engine<T> {
         if n > u32::MAX as usize / 2 {
             return Err(BarrierError::Usage(format!("{n} nodes: too many")));
         }
-        let plan = plan::build(config.algorithm, n, me, config.rails).map_err(BarrierError::Usage)?;
-        let expect = Expectations::new(&plan, n);
-        let steps = plan.steps.len();
+        let mut plans = vec![plan::build(config.algorithm, n, me, config.rails).map_err(BarrierError::Usage)?];
+        for root in 0..n {
+            plans.push(plan::build_bcast(n, me, root, config.rails).map_err(BarrierError::Usage)?);
+        }
+        let expect = Expectations::new(&plans, n).map_err(BarrierError::Usage)?;
+        let steps = plans.iter().map(|p| p.steps.len()).max().unwrap_or(0);
         let now = Instant::now();
         Ok(Engine {
             transport,
             config,
-            plan,
+            plans,
+            cur: BASE,
+            variant: [BASE; 2],
+            detached: false,
+            queued: false,
+            mismatch: None,
             me,
             instance: 0,
             admitted: Vec::new(),
@@ -752,13 +791,16 @@ impl<T: Transport> Engine<T> {
 
     /// The collective storage, made on first use.
     fn contributions(&mut self) -> &mut Contributions {
-        let (steps, expected) = (self.plan.steps.len(), self.expect.len());
+        let (steps, expected) = (self.remaining.len(), self.expect.len());
         self.coll.get_or_insert_with(|| Box::new(Contributions::new(steps, expected)))
     }
 
     /// Enters the next barrier as an epoch of `call` with `count` elements
     /// of this node's `input` (native-endian; see [`crate::collective`]).
-    pub(crate) fn enter_collective(&mut self, call: Collective, count: u32, input: &[u8]) -> Result<(), BarrierError> {
+    /// A broadcast still completing in the background is completed first
+    /// (up to `deadline`).
+    pub(crate) fn enter_collective(&mut self, call: Collective, count: u32, input: &[u8], deadline: Option<Instant>) -> Result<(), BarrierError> {
+        self.settle(deadline)?;
         if self.in_progress || self.owed {
             return Err(BarrierError::Usage(format!(
                 "{call} while barrier {} is entered and not yet completed: complete it with wait() first",
@@ -768,23 +810,83 @@ impl<T: Transport> Engine<T> {
         if !call.runs_on(self.config.algorithm) {
             return Err(BarrierError::Usage(format!("{call} cannot run on {}: it would count contributions more than once", self.config.algorithm)));
         }
+        let variant = match call {
+            Collective::Bcast { root } if root < self.nodes() => bcast_variant(root),
+            Collective::Bcast { root } => return Err(BarrierError::Usage(format!("{call}: no node {root} among {}", self.nodes()))),
+            _ => BASE,
+        };
         let now = Instant::now();
         self.call_started = now;
         let me = self.me;
         self.contributions().begin(call, count, input, me);
-        self.enter(now)
+        self.enter(now, variant)
+    }
+
+    /// Whether the current epoch has its result for the application: a
+    /// broadcast past its data step (the rest only completes the epoch).
+    fn has_result(&self) -> bool {
+        self.cur != BASE && self.step >= plan::BCAST_RESULT_STEP
+    }
+
+    /// Completes a broadcast that was left completing in the background
+    /// (see [`wait_result`](Self::wait_result)), unless a barrier is
+    /// queued behind it (then the caller's wait completes both).
+    fn settle(&mut self, deadline: Option<Instant>) -> Result<(), BarrierError> {
+        if self.detached && !self.queued {
+            self.run_until(deadline, Instant::now(), |e| !e.detached)?;
+        }
+        Ok(())
+    }
+
+    /// Completes the entered collective epoch as far as this node's result
+    /// (a broadcast: once it has the data; then the epoch completes in the
+    /// background, and the next call completes it first); else as
+    /// [`wait`](Self::wait).
+    pub(crate) fn wait_result(&mut self, deadline: Option<Instant>) -> Result<(), BarrierError> {
+        let result = self.begin_wait().and_then(|now| self.run_until(deadline, now, |e| !e.in_progress || e.has_result()));
+        if result.is_ok() {
+            self.detached = self.in_progress;
+            self.owed = false;
+        }
+        self.errors += u32::from(result.is_err());
+        result
+    }
+
+    /// The start of an application's wait: an error the agent met, else now.
+    fn begin_wait(&mut self) -> Result<Instant, BarrierError> {
+        if let Some(e) = self.agent_error.take() {
+            return Err(BarrierError::Transport(e));
+        }
+        let now = Instant::now();
+        self.call_started = now;
+        self.gave_up = None; // waiting again: no longer giving up, until judged again
+        Ok(now)
+    }
+
+    /// Whether the application has a barrier entered and not completed (a
+    /// broadcast completing in the background is not one).
+    pub(crate) fn entered(&self) -> bool {
+        self.in_progress && (!self.detached || self.queued)
+    }
+
+    /// The barriers completed, plus a broadcast completing in the background
+    /// (the application has its result): the number of the application's
+    /// current or next barrier.
+    pub(crate) fn app_epoch(&self) -> u64 {
+        self.epoch + u64::from(self.detached)
     }
 
     /// After a collective epoch: its result into `out` (native-endian);
     /// an error if peers called another collective.
     pub(crate) fn collective_result(&mut self, out: Option<&mut [u8]>) -> Result<(), BarrierError> {
+        let epoch = if self.in_progress { self.epoch } else { self.epoch - 1 };
         let coll = self.contributions();
         if let Some(e) = coll.take_error() {
-            return Err(BarrierError::Usage(format!("collective mismatch in barrier {}: {e}", self.epoch - 1)));
+            return Err(BarrierError::Usage(format!("collective mismatch in barrier {epoch}: {e}")));
         }
         if let Some(out) = out {
             if !coll.result(out) {
-                return Err(BarrierError::Usage(format!("barrier {}: the collective has no result of {} bytes", self.epoch - 1, out.len())));
+                return Err(BarrierError::Usage(format!("barrier {epoch}: the collective has no result of {} bytes", out.len())));
             }
         }
         Ok(())
@@ -828,6 +930,13 @@ impl<T: Transport> Engine<T> {
         }
         let now = Instant::now();
         self.call_started = now;
+        if self.detached && !self.queued {
+            // A broadcast completes in the background: the barrier follows
+            // as soon as it is complete (see `advance`).
+            self.queued = true;
+            self.owed = true;
+            return Ok(());
+        }
         self.enter_barrier(now)
     }
 
@@ -837,12 +946,13 @@ impl<T: Transport> Engine<T> {
         if let Some(coll) = &mut self.coll {
             coll.begin(Collective::Barrier, 0, &[], me);
         }
-        self.enter(now)
+        self.enter(now, BASE)
     }
 
-    /// Enters the next barrier at `now` (of the collective staged by
-    /// [`enter_collective`](Self::enter_collective), else a plain barrier).
-    fn enter(&mut self, now: Instant) -> Result<(), BarrierError> {
+    /// Enters the next barrier at `now` with plan `variant` (of the
+    /// collective staged by [`enter_collective`](Self::enter_collective),
+    /// else a plain barrier).
+    fn enter(&mut self, now: Instant, variant: usize) -> Result<(), BarrierError> {
         if self.finished {
             return Err(BarrierError::Usage("the barrier is finished: no more barriers after finish()".into()));
         }
@@ -857,13 +967,22 @@ impl<T: Transport> Engine<T> {
         self.errors = 0;
         self.step = 0;
         self.step_sent = false;
+        self.cur = variant;
+        self.variant[(self.epoch % 2) as usize] = variant;
+        self.mismatch = None;
         // What arrived early for this barrier counts now.
+        let steps = self.plans[variant].steps.len();
         for (s, r) in self.remaining.iter_mut().enumerate() {
-            *r = self.expect.of_step(s).len() as u32;
+            *r = if s < steps { self.expect.of_step(variant, s).len() as u32 } else { 0 };
         }
         let got = &self.got[(self.epoch % 2) as usize];
         for i in got.iter() {
-            self.remaining[self.expect.step_of(i)] -= 1;
+            match self.expect.step_of(i) {
+                (v, s) if v == variant => self.remaining[s] -= 1,
+                _ => {
+                    self.mismatch.get_or_insert_with(|| mismatch_text(self.epoch));
+                }
+            }
         }
         self.progressed(now);
         self.advance(now)
@@ -898,7 +1017,8 @@ impl<T: Transport> Engine<T> {
         self.advance(now)?;
         if self.in_progress {
             self.on_timers(now, None)?;
-            return Ok(false);
+            // A broadcast completing in the background is not the application's.
+            return Ok(!self.entered());
         }
         self.owed = false;
         Ok(true)
@@ -913,23 +1033,28 @@ impl<T: Transport> Engine<T> {
     }
 
     fn wait_once(&mut self, deadline: Option<Instant>) -> Result<(), BarrierError> {
-        if let Some(e) = self.agent_error.take() {
-            return Err(BarrierError::Transport(e));
-        }
-        let mut now = Instant::now();
-        self.call_started = now;
-        self.gave_up = None; // waiting again: no longer giving up, until judged again
+        self.begin_wait()?;
+        self.settle(deadline)?;
         if !self.in_progress && !self.owed {
-            self.enter_barrier(now)?;
+            self.enter_barrier(Instant::now())?;
         }
+        self.run_until(deadline, Instant::now(), |e| !e.in_progress)?;
+        self.owed = false;
+        Ok(())
+    }
+
+    /// Reads, advances and retries until `done`, or an error.
+    fn run_until(&mut self, deadline: Option<Instant>, mut now: Instant, done: impl Fn(&Self) -> bool) -> Result<(), BarrierError> {
         loop {
             // Read before judging: whatever has arrived counts before any
             // timer (this thread may have been descheduled for long).
             self.drain(now)?;
             self.advance(now)?;
-            if !self.in_progress {
-                self.owed = false;
+            if done(self) {
                 return Ok(());
+            }
+            if let Some(m) = &self.mismatch {
+                return Err(BarrierError::Usage(m.clone()));
             }
             self.on_timers(now, deadline)?;
             let until = deadline.map_or(self.next_retry, |d| d.min(self.next_retry));
@@ -1065,6 +1190,7 @@ impl<T: Transport> Engine<T> {
         if self.closing {
             return Ok(());
         }
+        self.settle(None)?;
         if self.in_progress {
             return Err(BarrierError::Usage(format!(
                 "finish() or close() while barrier {} is in progress: complete it first",
@@ -1075,7 +1201,7 @@ impl<T: Transport> Engine<T> {
         self.closing = true;
         let now = Instant::now();
         self.call_started = now;
-        self.enter(now)
+        self.enter_barrier(now)
     }
 
     /// Whether this node's messages now carry [`RECOVERED`].
@@ -1096,7 +1222,7 @@ impl<T: Transport> Engine<T> {
     /// waits are met.
     fn advance(&mut self, now: Instant) -> Result<(), BarrierError> {
         while self.in_progress {
-            if self.step == self.plan.steps.len() {
+            if self.step == self.plans[self.cur].steps.len() {
                 self.in_progress = false;
                 self.gave_up = None;
                 self.asked_early = false;
@@ -1112,15 +1238,21 @@ impl<T: Transport> Engine<T> {
                 self.got[(self.epoch % 2) as usize].clear();
                 self.epoch += 1;
                 self.stats.completed += 1;
+                self.detached = false;
+                if std::mem::take(&mut self.queued) {
+                    // The application entered a barrier meanwhile.
+                    return self.enter_barrier(now);
+                }
                 return Ok(());
             }
             let parity = (self.epoch % 2) as usize;
             if !self.step_sent {
+                let sends = &self.plans[self.cur].steps[self.step].sends;
                 if let Some(coll) = &mut self.coll {
-                    coll.stage(parity, self.step);
+                    coll.stage(parity, self.step, sends.first().is_none_or(|o| plan::tag::carries_data(o.tag)));
                 }
-                for i in 0..self.plan.steps[self.step].sends.len() {
-                    let out = self.plan.steps[self.step].sends[i];
+                for i in 0..self.plans[self.cur].steps[self.step].sends.len() {
+                    let out = self.plans[self.cur].steps[self.step].sends[i];
                     self.send_out(out, self.step, self.epoch)?;
                     self.stats.sent += 1;
                     let twice = match out.dest {
@@ -1136,7 +1268,7 @@ impl<T: Transport> Engine<T> {
             }
             if self.remaining[self.step] == 0 {
                 if let Some(coll) = &mut self.coll {
-                    coll.absorb(parity, &self.plan.steps[self.step], self.expect.of_step(self.step), self.me);
+                    coll.absorb(parity, &self.plans[self.cur].steps[self.step], self.expect.of_step(self.cur, self.step), self.me);
                 }
                 self.step += 1;
                 self.step_sent = false;
@@ -1230,7 +1362,7 @@ impl<T: Transport> Engine<T> {
                     // duplicate's never counts.
                     let data = data.unwrap_or(self.transport.data());
                     if !data.is_empty() && self.coll.is_none() {
-                        let (steps, expected) = (self.plan.steps.len(), self.expect.len());
+                        let (steps, expected) = (self.remaining.len(), self.expect.len());
                         self.coll = Some(Box::new(Contributions::new(steps, expected)));
                     }
                     if let Some(coll) = &mut self.coll {
@@ -1251,8 +1383,11 @@ impl<T: Transport> Engine<T> {
                     }
                 } else if epoch > self.epoch || !self.in_progress {
                     self.stats.early += 1;
+                } else if self.expect.step_of(i).0 != self.cur {
+                    // Of this epoch, but of another plan: the peer called another collective.
+                    self.mismatch.get_or_insert_with(|| mismatch_text(epoch));
                 } else {
-                    let step = self.expect.step_of(i);
+                    let (_, step) = self.expect.step_of(i);
                     self.remaining[step] -= 1;
                     let clean = msg.kind == MsgKind::Data && msg.arg & RECOVERED == 0;
                     if step == self.step && self.remaining[step] == 0 && clean && !self.recovered() && !self.peer_late && !was_probed {
@@ -1283,7 +1418,12 @@ impl<T: Transport> Engine<T> {
     /// everything it sends in c, and node 0 has sent its release. NACK at
     /// once whatever of that the current step still misses.
     fn nack_proven(&mut self, from: NodeId, now: Instant) -> Result<(), TransportError> {
-        let sent = self.nack_missing(now, |w| w.from == from || (w.from == 0 && w.tag == plan::tag::RELEASE))?;
+        // A broadcast's data and end come from its root, which sent both
+        // before any node completed the broadcast.
+        let proven = |w: &plan::Expect| {
+            w.from == from || (w.from == 0 && w.tag == plan::tag::RELEASE) || matches!(w.tag, plan::tag::BCAST_DATA | plan::tag::BCAST_DONE)
+        };
+        let sent = self.nack_missing(now, proven)?;
         self.stats.fast_nacks += sent;
         self.fast_nacked |= sent > 0;
         Ok(())
@@ -1293,12 +1433,12 @@ impl<T: Transport> Engine<T> {
     /// that `which` selects; returns how many.
     fn nack_missing(&mut self, now: Instant, which: impl Fn(&plan::Expect) -> bool) -> Result<u64, TransportError> {
         let step = self.step;
-        let Some(waits) = self.plan.steps.get(step).map(|s| s.waits.len()) else { return Ok(0) };
+        let Some(waits) = self.plans[self.cur].steps.get(step).map(|s| s.waits.len()) else { return Ok(0) };
         let current = (self.epoch % 2) as usize;
         let mut sent = 0;
         for j in 0..waits {
-            let w = self.plan.steps[step].waits[j];
-            if which(&w) && !self.got[current].contains(self.expect.of_step(step).start + j) {
+            let w = self.plans[self.cur].steps[step].waits[j];
+            if which(&w) && !self.got[current].contains(self.expect.of_step(self.cur, step).start + j) {
                 let nack = self.msg(MsgKind::Nack, self.epoch, w.tag);
                 self.transport.send(0, w.from, nack)?;
                 self.stats.nacks_sent += 1;
@@ -1312,8 +1452,9 @@ impl<T: Transport> Engine<T> {
     /// Re-sends to `to` the messages of barrier `epoch` addressed to it (one
     /// tag, or all) that this node has already sent; returns how many.
     fn answer(&mut self, to: NodeId, epoch: u64, tag: Option<u16>) -> Result<usize, TransportError> {
+        let v = self.variant[(epoch % 2) as usize];
         let sent_steps = if epoch + 1 == self.epoch {
-            self.plan.steps.len()
+            self.plans[v].steps.len()
         } else if epoch == self.epoch && self.in_progress {
             self.step + usize::from(self.step_sent)
         } else {
@@ -1321,8 +1462,8 @@ impl<T: Transport> Engine<T> {
         };
         let mut answered = 0;
         for s in 0..sent_steps {
-            for i in 0..self.plan.steps[s].sends.len() {
-                let out = self.plan.steps[s].sends[i];
+            for i in 0..self.plans[v].steps[s].sends.len() {
+                let out = self.plans[v].steps[s].sends[i];
                 let for_them = matches!(out.dest, Dest::All) || out.dest == Dest::Node(to);
                 if for_them && tag.is_none_or(|t| t == out.tag) {
                     let msg = self.msg(MsgKind::Answer, epoch, out.tag);
@@ -1339,9 +1480,9 @@ impl<T: Transport> Engine<T> {
     /// The current step's missing messages' senders (in plan order, no repeats).
     fn missing_from(&self) -> Vec<NodeId> {
         let mut from: Vec<NodeId> = Vec::new();
-        if let Some(step) = self.plan.steps.get(self.step) {
+        if let Some(step) = self.plans[self.cur].steps.get(self.step) {
             let got = &self.got[(self.epoch % 2) as usize];
-            for (i, w) in self.expect.of_step(self.step).zip(&step.waits) {
+            for (i, w) in self.expect.of_step(self.cur, self.step).zip(&step.waits) {
                 if !got.contains(i) && !from.contains(&w.from) {
                     from.push(w.from);
                 }
@@ -1353,7 +1494,7 @@ impl<T: Transport> Engine<T> {
     /// Retries, then the verdict on silent peers and the deadline.
     fn on_timers(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
         let retry_due = now >= self.next_retry;
-        if retry_due && self.step < self.plan.steps.len() {
+        if retry_due && self.step < self.plans[self.cur].steps.len() {
             // Ask for exactly what is missing; a peer that has sent it sends
             // it again, one that has not says where it is. (A message of
             // ours that was lost is NACKed by the peer that waits for it.)
@@ -1538,7 +1679,7 @@ mod tests {
         let mut e = Engine::new(script, BarrierConfig::new(Algorithm::Concurrent)).unwrap();
         e.instance = INSTANCE;
         let call = Collective::Allreduce { op: Op::Sum, dtype: Dtype::I64 };
-        e.enter_collective(call, 1, &5i64.to_ne_bytes()).unwrap();
+        e.enter_collective(call, 1, &5i64.to_ne_bytes(), None).unwrap();
         let (to, arrive) = e.transport.sent[0];
         assert_eq!((to, arrive.kind, arrive.tag), (0, MsgKind::Data, plan::tag::ARRIVE));
         let contribution = e.transport.sent_data[0].clone();
@@ -1568,7 +1709,7 @@ mod tests {
         e.collective_result(Some(&mut out)).unwrap();
         assert_eq!(i64::from_ne_bytes(out), 12);
         // A release of another call is an error, never a result.
-        e.enter_collective(Collective::Allreduce { op: Op::Max, dtype: Dtype::I64 }, 1, &5i64.to_ne_bytes()).unwrap();
+        e.enter_collective(Collective::Allreduce { op: Op::Max, dtype: Dtype::I64 }, 1, &5i64.to_ne_bytes(), None).unwrap();
         e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { epoch: 1, ..msg } });
         e.transport.inbox_data.push_back(release(12));
         assert!(e.test().unwrap());
@@ -1576,10 +1717,130 @@ mod tests {
         assert!(err.contains("collective mismatch") && err.contains("allreduce(sum, i64)"), "{err}");
     }
 
+    /// Node `me` of 3, concurrent, joined to INSTANCE.
+    fn node_of_3(me: NodeId) -> Engine<Script> {
+        let script = Script { me, n: 3, inbox: VecDeque::new(), sent: Vec::new(), inbox_data: VecDeque::new(), sent_data: Vec::new(), last: Vec::new() };
+        let mut e = Engine::new(script, BarrierConfig::new(Algorithm::Concurrent)).unwrap();
+        e.instance = INSTANCE;
+        e
+    }
+
+    /// A broadcast message of `root` over 2 bytes, with or without them.
+    fn bcast_data(root: NodeId, bytes: Option<[u8; 2]>) -> Vec<u8> {
+        let mut d = Vec::new();
+        crate::collective::wire::emit_header(Collective::Bcast { root }, 2, bytes.is_some(), &mut d);
+        d.extend_from_slice(&bytes.unwrap_or_default()[..if bytes.is_some() { 2 } else { 0 }]);
+        d
+    }
+
+    fn push(e: &mut Engine<Script>, from: NodeId, kind: MsgKind, epoch: u64, tag: u16, data: Vec<u8>) {
+        e.transport.inbox.push_back(Incoming { from, rail: 0, msg: Msg { kind, instance: INSTANCE, epoch: epoch as u32, tag, arg: 0 } });
+        e.transport.inbox_data.push_back(data);
+    }
+
+    fn sent_count(e: &Engine<Script>, to: NodeId, kind: MsgKind, epoch: u64, tag: u16) -> usize {
+        e.transport.sent.iter().filter(|(t, m)| *t == to && m.kind == kind && m.epoch == epoch as u32 && m.tag == tag).count()
+    }
+
+    #[test]
+    fn a_non_root_has_the_broadcast_at_the_data_and_answers_its_acknowledgement_before_and_after_the_end() {
+        use plan::tag::{BCAST_ACK, BCAST_DATA, BCAST_DONE};
+        let mut e = node_of_3(1);
+        e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
+        assert!(e.transport.sent.is_empty(), "a non-root sends nothing before it has the data");
+        // The next epoch's broadcast from node 2 comes first (node 2 had the
+        // data and the end already): kept, before this node knows that call.
+        push(&mut e, 2, MsgKind::Data, 1, BCAST_DATA, bcast_data(2, Some([4, 5])));
+        push(&mut e, 0, MsgKind::Data, 0, BCAST_DATA, bcast_data(0, Some([7, 9])));
+        e.wait_result(None).unwrap();
+        assert!(e.in_progress && e.detached && !e.entered(), "returned with the data, the epoch completing in the background");
+        assert_eq!((e.epoch, e.app_epoch(), e.stats.early), (0, 1, 1));
+        let mut out = [0u8; 2];
+        e.collective_result(Some(&mut out)).unwrap();
+        assert_eq!(out, [7, 9]);
+        // Its acknowledgement went to the root, as a header without data.
+        assert_eq!(sent_count(&e, 0, MsgKind::Data, 0, BCAST_ACK), 1);
+        // (Node 2's message of epoch 1 proved the data sent: a NACK went first.)
+        assert_eq!(sent_count(&e, 0, MsgKind::Nack, 0, BCAST_DATA), 1);
+        let i = e.transport.sent.iter().position(|(_, m)| m.tag == BCAST_ACK).unwrap();
+        let ack = crate::collective::wire::Contribution::new_checked(&e.transport.sent_data[i][..]).unwrap();
+        assert!(!ack.has_data() && ack.call() == Some(Collective::Bcast { root: 0 }));
+        // The root lost it and asks: answered at once.
+        push(&mut e, 0, MsgKind::Nack, 0, BCAST_ACK, Vec::new());
+        assert!(e.test().unwrap(), "no barrier of the application's is entered");
+        assert_eq!(sent_count(&e, 0, MsgKind::Answer, 0, BCAST_ACK), 1);
+        // The end completes the epoch; the next broadcast (from node 2, its
+        // data kept early) has its result at once and acknowledges to node 2.
+        push(&mut e, 0, MsgKind::Data, 0, BCAST_DONE, bcast_data(0, None));
+        e.test().unwrap();
+        assert_eq!((e.epoch, e.in_progress, e.detached), (1, false, false));
+        e.enter_collective(Collective::Bcast { root: 2 }, 2, &[0, 0], None).unwrap();
+        e.wait_result(None).unwrap();
+        e.collective_result(Some(&mut out)).unwrap();
+        assert_eq!(out, [4, 5]);
+        assert_eq!(sent_count(&e, 2, MsgKind::Data, 1, BCAST_ACK), 1);
+        // A NACK of the previous epoch's acknowledgement (the root's retry
+        // crossed it) is answered from that epoch, though this node moved on.
+        push(&mut e, 0, MsgKind::Nack, 0, BCAST_ACK, Vec::new());
+        e.test().unwrap();
+        assert_eq!(sent_count(&e, 0, MsgKind::Answer, 0, BCAST_ACK), 2);
+        // A barrier entered now waits for the broadcast's end, then runs.
+        e.enter_split().unwrap();
+        assert!(e.entered() && e.queued && e.epoch == 1);
+        push(&mut e, 2, MsgKind::Data, 1, BCAST_DONE, bcast_data(2, None));
+        assert!(!e.test().unwrap(), "the queued barrier is entered, not complete");
+        assert_eq!((e.epoch, e.cur, sent_count(&e, 0, MsgKind::Data, 2, plan::tag::ARRIVE)), (2, BASE, 1));
+        push(&mut e, 0, MsgKind::Data, 2, plan::tag::RELEASE, Vec::new());
+        assert!(e.test().unwrap());
+        assert_eq!(e.epoch, 3);
+    }
+
+    #[test]
+    fn a_broadcasts_root_sends_at_once_nacks_a_lost_acknowledgement_and_ends_after_all() {
+        use plan::tag::{BCAST_ACK, BCAST_DATA, BCAST_DONE};
+        let mut e = node_of_3(0);
+        e.enter_collective(Collective::Bcast { root: 0 }, 2, &[3, 1], None).unwrap();
+        e.wait_result(None).unwrap();
+        assert!(e.detached, "the root's call returns once its data is sent");
+        // (The script transport multicasts as one send per node.)
+        assert_eq!((sent_count(&e, 1, MsgKind::Data, 0, BCAST_DATA), sent_count(&e, 2, MsgKind::Data, 0, BCAST_DATA)), (1, 1));
+        assert_eq!(e.transport.sent_data[0], bcast_data(0, Some([3, 1])));
+        push(&mut e, 1, MsgKind::Data, 0, BCAST_ACK, bcast_data(0, None));
+        e.test().unwrap();
+        // Node 2's acknowledgement is lost: at the retry, the root asks node 2 for it.
+        e.next_retry = Instant::now();
+        e.test().unwrap();
+        assert_eq!(sent_count(&e, 2, MsgKind::Nack, 0, BCAST_ACK), 1);
+        assert_eq!(sent_count(&e, 1, MsgKind::Nack, 0, BCAST_ACK), 0, "node 1's came");
+        // Node 2 lost the data too and asks: answered with the stored data.
+        push(&mut e, 2, MsgKind::Nack, 0, BCAST_DATA, Vec::new());
+        e.test().unwrap();
+        let answer = e.transport.sent.iter().position(|(t, m)| *t == 2 && m.kind == MsgKind::Answer && m.tag == BCAST_DATA).expect("answered");
+        assert_eq!(e.transport.sent_data[answer], bcast_data(0, Some([3, 1])));
+        assert_eq!(sent_count(&e, 1, MsgKind::Data, 0, BCAST_DONE), 0, "no end before every acknowledgement");
+        // The next call completes the broadcast first: the acknowledgement
+        // comes, the end goes, and only then the allreduce's arrival.
+        push(&mut e, 2, MsgKind::Answer, 0, BCAST_ACK, bcast_data(0, None));
+        e.enter_collective(Collective::Allreduce { op: crate::collective::Op::Sum, dtype: crate::collective::Dtype::U32 }, 1, &[1, 0, 0, 0], None).unwrap();
+        let done = e.transport.sent.iter().position(|(_, m)| m.tag == BCAST_DONE).expect("the end");
+        assert!(e.transport.sent[done..].iter().all(|(_, m)| m.epoch == 0 || m.epoch == 1));
+        assert_eq!((e.epoch, e.cur), (1, BASE));
+    }
+
+    #[test]
+    fn a_peer_running_another_broadcast_in_this_epoch_is_a_clear_error() {
+        let mut e = node_of_3(1);
+        e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
+        // Node 2 thinks it is the root of this epoch.
+        push(&mut e, 2, MsgKind::Data, 0, plan::tag::BCAST_DATA, bcast_data(2, Some([1, 1])));
+        let err = e.wait_result(None).unwrap_err().to_string();
+        assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+    }
+
     #[test]
     fn messages_of_another_instance_never_count() {
         let mut e = node1(0);
-        e.enter(Instant::now()).unwrap();
+        e.enter(Instant::now(), BASE).unwrap();
         e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE ^ 1, 0));
         e.transport.inbox.push_back(from0(MsgKind::Answer, 7, 0));
         assert!(!e.test().unwrap(), "a foreign arrival completed the barrier");
@@ -1592,7 +1853,7 @@ mod tests {
     #[test]
     fn only_the_barriers_next_to_this_one_are_heard() {
         let mut e = node1(10);
-        e.enter(Instant::now()).unwrap();
+        e.enter(Instant::now(), BASE).unwrap();
         for far in [8, 12, 10 + (1 << 31), 10 + (1 << 32)] {
             e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, far));
         }
@@ -1614,7 +1875,7 @@ mod tests {
     fn the_wire_number_wraps_and_the_barrier_number_does_not() {
         let mut e = node1(u64::from(u32::MAX));
         for expected in [u64::from(u32::MAX), 1 << 32, (1 << 32) + 1] {
-            e.enter(Instant::now()).unwrap();
+            e.enter(Instant::now(), BASE).unwrap();
             assert!(!e.test().unwrap());
             e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, expected));
             assert!(e.test().unwrap(), "barrier {expected}");
@@ -1646,7 +1907,7 @@ mod tests {
         e.config.failure_timeout = Duration::from_millis(50);
         let start = Instant::now();
         e.call_started = start;
-        e.enter(Instant::now()).unwrap();
+        e.enter(Instant::now(), BASE).unwrap();
         // Long before any probe: not silent, however long since the entry.
         assert!(e.judge(start + Duration::from_secs(60), None).is_ok());
         e.on_timers(start + Duration::from_millis(2), None).unwrap(); // the first NACK

@@ -1,35 +1,52 @@
-//! What a node's plan waits for, indexed once, and which of it has arrived:
+//! What a node's plans wait for, indexed once, and which of it has arrived:
 //! a bitmap per barrier (the current one and the next), and a count of what
 //! each step still misses. No hashing and no allocation per message.
+//!
+//! A node has several plans (*variants*: the algorithm's, and a broadcast's
+//! from each root), and an epoch runs one of them, chosen by the call. Their
+//! waits share one index space, each (sender, tag) once, so a message of the
+//! next epoch is kept before this node knows which call that epoch is.
 
 use crate::plan::Plan;
 use crate::transport::NodeId;
 
-/// The messages a plan waits for, numbered in plan order (step by step).
+/// The messages the plans wait for, numbered in plan order (variant by
+/// variant, step by step).
 #[derive(Clone, Debug)]
 pub(crate) struct Expectations {
     /// `entries[start[p]..start[p + 1]]`: what node `p` sends this node, as
     /// (tag, index).
     start: Vec<u32>,
     entries: Vec<(u16, u32)>,
-    /// The step each index belongs to.
-    step_of: Vec<u32>,
-    /// The first index of each step (and one past the last).
+    /// The (variant, step) each index belongs to.
+    step_of: Vec<(u32, u32)>,
+    /// The first index of each step (and one past the last), steps of all
+    /// variants in a row.
     step_start: Vec<u32>,
+    /// The first step of each variant in `step_start` (and one past the last).
+    variant_start: Vec<u32>,
 }
 
 impl Expectations {
-    /// Indexes `plan`'s waits among `n` nodes.
-    pub(crate) fn new(plan: &Plan, n: usize) -> Expectations {
+    /// Indexes the waits of `plans` (the variants) among `n` nodes; an error
+    /// if two variants wait for the same (sender, tag).
+    pub(crate) fn new(plans: &[Plan], n: usize) -> Result<Expectations, String> {
         let mut by_sender: Vec<Vec<(u16, u32)>> = vec![Vec::new(); n];
         let mut step_of = Vec::new();
         let mut step_start = vec![0];
-        for (s, step) in plan.steps.iter().enumerate() {
-            for w in &step.waits {
-                by_sender[w.from].push((w.tag, step_of.len() as u32));
-                step_of.push(s as u32);
+        let mut variant_start = vec![0];
+        for (v, plan) in plans.iter().enumerate() {
+            for (s, step) in plan.steps.iter().enumerate() {
+                for w in &step.waits {
+                    if by_sender[w.from].iter().any(|&(t, _)| t == w.tag) {
+                        return Err(format!("two waits for tag {} from node {}", w.tag, w.from));
+                    }
+                    by_sender[w.from].push((w.tag, step_of.len() as u32));
+                    step_of.push((v as u32, s as u32));
+                }
+                step_start.push(step_of.len() as u32);
             }
-            step_start.push(step_of.len() as u32);
+            variant_start.push(step_start.len() as u32 - 1);
         }
         let mut start = Vec::with_capacity(n + 1);
         let mut entries = Vec::new();
@@ -38,7 +55,7 @@ impl Expectations {
             entries.extend(list);
         }
         start.push(entries.len() as u32);
-        Expectations { start, entries, step_of, step_start }
+        Ok(Expectations { start, entries, step_of, step_start, variant_start })
     }
 
     /// How many messages the plan waits for.
@@ -52,14 +69,16 @@ impl Expectations {
         self.entries[a..b].iter().find(|&&(t, _)| t == tag).map(|&(_, i)| i as usize)
     }
 
-    /// The step of index `i`.
-    pub(crate) fn step_of(&self, i: usize) -> usize {
-        self.step_of[i] as usize
+    /// The (variant, step) of index `i`.
+    pub(crate) fn step_of(&self, i: usize) -> (usize, usize) {
+        let (v, s) = self.step_of[i];
+        (v as usize, s as usize)
     }
 
-    /// The indices of step `s`'s waits, in plan order.
-    pub(crate) fn of_step(&self, s: usize) -> std::ops::Range<usize> {
-        self.step_start[s] as usize..self.step_start[s + 1] as usize
+    /// The indices of variant `v`'s step `s`'s waits, in plan order.
+    pub(crate) fn of_step(&self, v: usize, s: usize) -> std::ops::Range<usize> {
+        let g = (self.variant_start[v] + s as u32) as usize;
+        self.step_start[g] as usize..self.step_start[g + 1] as usize
     }
 }
 
@@ -107,22 +126,26 @@ impl Bits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{build, Algorithm};
+    use crate::plan::{build, build_bcast, Algorithm, Plan};
 
     #[test]
     fn every_wait_of_every_plan_has_one_index_and_the_right_step() {
         for algorithm in Algorithm::all() {
             for n in [1, 2, 3, 5, 8, 13, 32] {
                 for me in 0..n {
-                    let plan = build(algorithm, n, me, 2).unwrap();
-                    let x = Expectations::new(&plan, n);
+                    // The algorithm's plan and a broadcast's from every root.
+                    let mut plans = vec![build(algorithm, n, me, 2).unwrap()];
+                    plans.extend((0..n).map(|root| build_bcast(n, me, root, 2).unwrap()));
+                    let x = Expectations::new(&plans, n).unwrap();
                     let mut seen = Bits::new(x.len());
-                    for (s, step) in plan.steps.iter().enumerate() {
-                        for (j, w) in step.waits.iter().enumerate() {
-                            let i = x.index(w.from, w.tag).expect("indexed");
-                            assert_eq!(i, x.of_step(s).start + j, "{algorithm} n={n} node {me}");
-                            assert_eq!(x.step_of(i), s);
-                            assert!(seen.insert(i), "{algorithm} n={n}: one index per wait");
+                    for (v, plan) in plans.iter().enumerate() {
+                        for (s, step) in plan.steps.iter().enumerate() {
+                            for (j, w) in step.waits.iter().enumerate() {
+                                let i = x.index(w.from, w.tag).expect("indexed");
+                                assert_eq!(i, x.of_step(v, s).start + j, "{algorithm} n={n} node {me}");
+                                assert_eq!(x.step_of(i), (v, s));
+                                assert!(seen.insert(i), "{algorithm} n={n}: one index per wait");
+                            }
                         }
                     }
                     assert_eq!(seen.iter().count(), x.len());
@@ -133,6 +156,9 @@ mod tests {
                 }
             }
         }
+        let twice = build(Algorithm::Concurrent, 3, 0, 1).unwrap();
+        assert!(Expectations::new(&[twice.clone(), twice], 3).unwrap_err().contains("two waits"));
+        assert!(Expectations::new(&[Plan::default()], 3).unwrap().len() == 0);
     }
 
     #[test]

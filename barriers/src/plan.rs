@@ -194,13 +194,77 @@ pub struct Plan {
     pub steps: Vec<Step>,
 }
 
-/// Tags: arrive, release, the extra pre/post steps of shuffle exchange, rounds from ROUND.
+/// Tags: arrive, release, the extra pre/post steps of shuffle exchange, the
+/// release-first broadcast's data, acknowledgement and done, rounds from ROUND.
 pub(crate) mod tag {
     pub const ARRIVE: u16 = 0;
     pub const RELEASE: u16 = 1;
     pub const PRE: u16 = 2;
     pub const POST: u16 = 3;
+    /// A broadcast's data, multicast by its root at once.
+    pub const BCAST_DATA: u16 = 4;
+    /// A broadcast's acknowledgement, from a node that has the data.
+    pub const BCAST_ACK: u16 = 5;
+    /// A broadcast's end, multicast by its root once every node acknowledged.
+    pub const BCAST_DONE: u16 = 6;
     pub const ROUND: u16 = 16;
+
+    /// Whether a message of this tag carries a collective's data (the
+    /// broadcast's acknowledgement and end carry only its header).
+    pub const fn carries_data(tag: u16) -> bool {
+        !matches!(tag, BCAST_ACK | BCAST_DONE)
+    }
+}
+
+/// The step of a release-first broadcast plan ([`build_bcast`]) from which
+/// the node has its result: what follows only completes the epoch.
+pub const BCAST_RESULT_STEP: usize = 1;
+
+/// Builds node `me`'s plan of a *release-first* broadcast from `root` among
+/// `n` nodes over `rails` rails: the root multicasts its data at once (step
+/// 0), gathers an acknowledgement from every other node (step 1) and
+/// multicasts the end (step 2); every other node waits only for the data
+/// (step 0), then acknowledges it and waits for the end (step 1). From
+/// step [`BCAST_RESULT_STEP`] on a node has its result: the rest keeps the
+/// nodes within one epoch of each other (no node completes the broadcast
+/// before every node has entered it), and may run in the background.
+/// Between two nodes there is no end: the other node can get ahead of the
+/// root only by an epoch the root has to take part in, so the root's
+/// acknowledgement suffices.
+pub fn build_bcast(n: usize, me: NodeId, root: NodeId, rails: usize) -> Result<Plan, String> {
+    if me >= n || root >= n {
+        return Err(format!("node {me}, root {root}: not both among {n} node(s)"));
+    }
+    if rails == 0 {
+        return Err("a plan needs at least one rail".into());
+    }
+    if n == 1 {
+        return Ok(Plan::default());
+    }
+    let mut steps = if me == root {
+        vec![
+            Step { sends: vec![Out { dest: Dest::All, rail: 0, tag: tag::BCAST_DATA }], waits: vec![] },
+            Step { sends: vec![], waits: (0..n).filter(|&j| j != root).map(|j| Expect { from: j, tag: tag::BCAST_ACK }).collect() },
+            Step { sends: vec![Out { dest: Dest::All, rail: 0, tag: tag::BCAST_DONE }], waits: vec![] },
+        ]
+    } else {
+        vec![
+            Step { sends: vec![], waits: vec![Expect { from: root, tag: tag::BCAST_DATA }] },
+            Step {
+                sends: vec![Out { dest: Dest::Node(root), rail: me % rails, tag: tag::BCAST_ACK }],
+                waits: vec![Expect { from: root, tag: tag::BCAST_DONE }],
+            },
+        ]
+    };
+    if n == 2 {
+        // No end between two nodes (see above).
+        if me == root {
+            steps.pop();
+        } else {
+            steps[1].waits.clear();
+        }
+    }
+    Ok(Plan { steps })
 }
 
 /// ceil(log_base n): the number of phases that reach n nodes.
@@ -355,6 +419,10 @@ mod tests {
     /// that set at completion, or panics on deadlock.
     fn causal_run(algorithm: Algorithm, n: usize, rails: usize) -> Vec<BTreeSet<NodeId>> {
         let plans: Vec<Plan> = (0..n).map(|me| build(algorithm, n, me, rails).unwrap()).collect();
+        causal_run_plans(&algorithm.to_string(), plans, n, rails)
+    }
+
+    fn causal_run_plans(algorithm: &str, plans: Vec<Plan>, n: usize, rails: usize) -> Vec<BTreeSet<NodeId>> {
         let mut step = vec![0usize; n];
         let mut sent = vec![false; n];
         let mut knows: Vec<BTreeSet<NodeId>> = (0..n).map(|i| BTreeSet::from([i])).collect();
@@ -419,6 +487,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_release_first_broadcast_completes_after_every_entry_and_has_its_data_after_one_step() {
+        for n in 1..=20 {
+            for root in 0..n {
+                for rails in [1, 2] {
+                    let plans: Vec<Plan> = (0..n).map(|me| build_bcast(n, me, root, rails).unwrap()).collect();
+                    for (me, plan) in plans.iter().enumerate() {
+                        if n == 1 {
+                            assert!(plan.steps.is_empty());
+                            continue;
+                        }
+                        // The data is the first thing: the root sends it in step 0, a
+                        // non-root waits for nothing else before its result step.
+                        let before: Vec<&Step> = plan.steps[..BCAST_RESULT_STEP].iter().collect();
+                        if me == root {
+                            assert!(before.iter().all(|s| s.waits.is_empty()), "the root waits for nothing before sending");
+                            assert_eq!(before[0].sends[0], Out { dest: Dest::All, rail: 0, tag: tag::BCAST_DATA });
+                        } else {
+                            assert_eq!(before[0].waits, vec![Expect { from: root, tag: tag::BCAST_DATA }]);
+                        }
+                    }
+                    let knows = causal_run_plans("bcast", plans, n, rails);
+                    for (me, k) in knows.iter().enumerate() {
+                        assert_eq!(k.len(), n, "bcast n={n} root={root}: node {me} completes before {:?} entered", (0..n).filter(|i| !k.contains(i)).collect::<Vec<_>>());
+                    }
+                }
+            }
+        }
+        assert!(build_bcast(4, 1, 4, 1).unwrap_err().contains("not both among 4"));
+        assert!(build_bcast(4, 1, 0, 0).is_err());
     }
 
     #[test]

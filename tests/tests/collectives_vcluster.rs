@@ -3,7 +3,8 @@
 //! (tree, one frame per message) and on a group of a shared endpoint (the C
 //! ABI's, one-phase), integers exact, floats bitwise the same on every node
 //! and equal to the same plan's result over the in-process transport, data
-//! over several frames, barriers in between checked on the shared clock.
+//! over several frames, release-first broadcasts from changing roots back
+//! to back, barriers in between checked on the shared clock.
 //! Needs root; fails (does not skip) without it.
 
 use std::time::{Duration, Instant};
@@ -40,6 +41,13 @@ fn workload<T: Transport + Send + 'static>(b: &mut Barrier<T>) -> Result<(Vec<u6
         if me == n - 1 {
             assert_eq!(sum, [(n * (n + 1) / 2) as u64], "reduce to the last node");
         }
+        // Release-first broadcasts from changing roots, back to back.
+        for root in [round as usize % n, (round as usize + 2) % n, (round as usize + 3) % n] {
+            let want: Vec<i64> = (0..5).map(|i| root as i64 * 100 + round * 10 + i).collect();
+            let mut data = if me == root { want.clone() } else { vec![-1; 5] };
+            b.bcast(&mut data, root)?;
+            assert_eq!(data, want, "node {me}: broadcast from {root} in round {round}");
+        }
         let entered = Instant::now();
         b.wait()?;
         timeline.record(entered, Instant::now());
@@ -73,7 +81,7 @@ fn endpoint_config(c: &Cluster) -> mcd::EndpointConfig {
 #[test]
 fn collectives_over_real_frames_under_20_percent_loss_agree_to_the_bit_with_the_same_plan_in_process() {
     let n = 5;
-    let c = cluster(ClusterSpec::new("h16cl", n).loss(20.0, LossPoint::Node));
+    let c = cluster(ClusterSpec::new("h16acl", n).loss(20.0, LossPoint::Node));
     let timeouts = |a| BarrierConfig::new(a).timeouts(Duration::from_micros(500), Duration::from_secs(20));
     let dropped_before = c.loss_drops().unwrap();
 
