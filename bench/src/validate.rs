@@ -532,6 +532,33 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
         crate::fmt_logp(&here.logp),
         here.wake
     )?;
+    let measured_params: Vec<RowParameters> = record["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["topology"] == "switch")
+        .filter_map(|r| serde_json::from_value::<Vec<RowParameters>>(r["parameters_per_round"].clone()).ok())
+        .flatten()
+        .collect();
+    if !measured_params.is_empty() {
+        let spread = |f: fn(&RowParameters) -> f64| {
+            let mut v: Vec<f64> = measured_params.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+            (at(0.1), at(0.9))
+        };
+        let (hop, wake) = (spread(|p| p.logp.o_s + p.logp.o_r + p.logp.l), spread(|p| p.wake_us));
+        writeln!(
+            md,
+            "Across the run's {} parameter measurements (10th to 90th percentile): a hop {:.2} to {:.2} µs, the wake-up \
+             {:.1} to {:.1} µs. The machine's load moved them, and each row's prediction moves with its own.\n",
+            measured_params.len(),
+            hop.0,
+            hop.1,
+            wake.0,
+            wake.1
+        )?;
+    }
     writeln!(
         md,
         "**The virtual hub.** A Linux bridge with ageing time 0 floods every frame to every port, without a \
