@@ -383,12 +383,13 @@ const HOP_SAMPLES: usize = 500;
 /// LogP and the wake-up between nodes 0 and 1 of `cluster`, on the
 /// endpoints its barrier rows open, in a barrier's hops
 /// ([`mcd_tools::logp::measure_hops_on_cluster`]): under the rows' policy
-/// (`Adaptive`), and blocking for the wake-up.
-fn measure_row_parameters(cluster: &mcd_tools::vcluster::Cluster) -> Result<RowParameters> {
+/// (`Adaptive`), and blocking for the wake-up; the hops `work` apart, as
+/// the rows' barriers are (the paper's loop).
+fn measure_row_parameters(cluster: &mcd_tools::vcluster::Cluster, work: std::time::Duration) -> Result<RowParameters> {
     use mcd::WaitPolicy;
     use mcd_tools::logp::measure_hops_on_cluster;
-    let hops = measure_hops_on_cluster(cluster, WaitPolicy::Adaptive, HOP_SAMPLES)?;
-    let blocked = measure_hops_on_cluster(cluster, WaitPolicy::Block, HOP_SAMPLES)?;
+    let hops = measure_hops_on_cluster(cluster, WaitPolicy::Adaptive, HOP_SAMPLES, work)?;
+    let blocked = measure_hops_on_cluster(cluster, WaitPolicy::Block, HOP_SAMPLES, work)?;
     Ok(RowParameters { logp: hops.logp(), wake_us: (blocked.rtt_half.median - hops.rtt_half.median).max(0.0) })
 }
 
@@ -436,7 +437,7 @@ fn measure(out: &Path, sizes: &[usize], scale: f64, rounds: usize, stem: &str) -
         for (si, &n) in sizes.iter().enumerate() {
             let bench = crate::paper_bench(n, scale);
             for (ci, &config) in configs.iter().enumerate() {
-                let p = measure_row_parameters(&clusters[si][0])?;
+                let p = measure_row_parameters(&clusters[si][0], bench.dummy)?;
                 params[si][ci].push(p);
                 for (ti, vtop) in topologies.into_iter().enumerate() {
                     let m = barrierbench::measure(&clusters[si][ti], config, bench)?;
@@ -516,7 +517,7 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
          each row the median of its rounds' means; every algorithm on a learning bridge (switch) and a flooding one (hub), 1 and 2 rails, \
          every cluster up for the whole run. The parameters are measured in the same run, before every algorithm in every round, on \
          nodes 0 and 1 of the switch cluster of its size, with the rows' endpoints and wait policy (`Adaptive`), as a barrier's hops \
-         see them: {HOP_SAMPLES} ping-pongs, o_s the send call of each ping (a send right after a receive, to a peer spinning \
+         see them: {HOP_SAMPLES} ping-pongs 30 µs apart (the rows' rhythm: the paper's loop), o_s the send call of each ping (a send right after a receive, to a peer spinning \
          for it), o_r a receive of a message that has surely arrived, g from bursts, L = RTT/2 − o_s − o_r (at least 0), the \
          wake-up RTT/2 blocking minus RTT/2 under `Adaptive`. Each row (switch, then hub) is predicted from the medians of its \
          rounds' parameters; the *hop / wake-up* column shows them (hop = o_s + o_r + L). Over all rows, the medians: {}; \

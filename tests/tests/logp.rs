@@ -37,7 +37,7 @@ fn hop_parameters_are_measured_on_the_rows_endpoints() {
     const SAMPLES: usize = 200;
     let c = cluster(ClusterSpec::new("lph", 2).rails(2));
     let before = rx_packets(&c, 1);
-    let m = measure_hops_on_cluster(&c, WaitPolicy::Adaptive, SAMPLES).expect("measurement");
+    let m = measure_hops_on_cluster(&c, WaitPolicy::Adaptive, SAMPLES, std::time::Duration::from_micros(30)).expect("measurement");
     // At least: the timed and untimed pings, the requests, 10 bursts of 100, the quit.
     let sent = (SAMPLES + SAMPLES / 10 + SAMPLES / 2 + 10 * 100 + 1) as u64;
     let arrived = rx_packets(&c, 1) - before;
@@ -50,7 +50,7 @@ fn hop_parameters_are_measured_on_the_rows_endpoints() {
     // so the medians too.
     assert!(m.o_s.median <= 2.0 * m.rtt_half.median, "{m:?}");
     assert!((m.l - (m.rtt_half.median - m.o_s.median - m.o_r.median)).abs() < 1e-9);
-    let err = measure_hops_on_cluster(&c, WaitPolicy::Adaptive, 5).unwrap_err();
+    let err = measure_hops_on_cluster(&c, WaitPolicy::Adaptive, 5, std::time::Duration::ZERO).unwrap_err();
     assert!(err.to_string().contains("10 samples"), "{err}");
 }
 

@@ -204,10 +204,11 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-/// `samples` ping-pongs: RTT/2 of each, µs, and (with `time_sends`) the
-/// time of each ping's send call: a send right after a receive, to a peer
-/// spinning for it, the pattern of a barrier's dependent hops.
-fn ping_pong(link: &mut dyn Link, samples: usize, seq: &mut u32, time_sends: bool) -> Result<(Vec<f64>, Vec<f64>)> {
+/// `samples` ping-pongs, `pause` of spinning after each: RTT/2 of each, µs,
+/// and (with `time_sends`) the time of each ping's send call: a send right
+/// after a receive, to a peer spinning for it, the pattern of a barrier's
+/// dependent hops.
+fn ping_pong(link: &mut dyn Link, samples: usize, seq: &mut u32, time_sends: bool, pause: Duration) -> Result<(Vec<f64>, Vec<f64>)> {
     let mut rtt = Vec::with_capacity(samples);
     let mut sends = Vec::with_capacity(if time_sends { samples } else { 0 });
     while rtt.len() < samples {
@@ -220,6 +221,7 @@ fn ping_pong(link: &mut dyn Link, samples: usize, seq: &mut u32, time_sends: boo
             if time_sends {
                 sends.push(us(sent));
             }
+            spin_for(pause);
         }
     }
     Ok((rtt, sends))
@@ -283,7 +285,7 @@ fn gaps(link: &mut dyn Link, bursts: usize, burst: usize, seq: &mut u32) -> Resu
 
 /// One round of samples; returns (o_s, o_r, g, rtt/2) sample vectors in µs.
 fn round(link: &mut dyn Link, effort: Effort, seq: &mut u32) -> Result<[Vec<f64>; 4]> {
-    let (rtt, _) = ping_pong(link, effort.samples, seq, false)?;
+    let (rtt, _) = ping_pong(link, effort.samples, seq, false, Duration::ZERO)?;
     let settle = settle_time(&rtt);
     let o_s = isolated_sends(link, effort.samples, settle, seq)?;
     let o_r = receives(link, effort.samples, settle, seq)?;
@@ -458,14 +460,14 @@ pub fn measure_on_cluster(
 /// with `wait`, node 0 on CPU 0 and node 1 on CPU 1, as the barrier pins
 /// them while nodes ≤ cores). o_s is the send call of a ping: a send right
 /// after a receive, to a peer spinning for it, which is what a barrier's
-/// dependent hops do (the classic isolated send of [`measure_on_cluster`],
-/// a send after a spell of spinning, costs more on a loaded machine: up to
-/// twice as much here); RTT/2, o_r and g as there. `samples` ping-pongs
-/// (after a tenth as many untimed), half as many receives, 10 bursts of
-/// 100: one round of medians, a few tens of milliseconds. The caller repeats
-/// it between the measurements it parameterises, so that both see the same
-/// load.
-pub fn measure_hops_on_cluster(cluster: &crate::vcluster::Cluster, wait: WaitPolicy, samples: usize) -> Result<Measurement> {
+/// dependent hops do (where [`measure_on_cluster`] times isolated sends);
+/// RTT/2, o_r and g as there. `samples` ping-pongs (after a tenth as many
+/// untimed), each followed by `pause` of work (the paper's loop puts 30 µs
+/// between barriers: the hops then come in the rhythm of the rows'); half
+/// as many receives; 10 bursts of 100: one round of medians, a few tens of
+/// milliseconds. The caller repeats it between the measurements it
+/// parameterises, so that both see the same load.
+pub fn measure_hops_on_cluster(cluster: &crate::vcluster::Cluster, wait: WaitPolicy, samples: usize, pause: Duration) -> Result<Measurement> {
     anyhow::ensure!(samples >= 10, "a hop measurement needs 10 samples at least, not {samples}");
     crate::twonode::run_client_and_echo(
         cluster,
@@ -484,8 +486,8 @@ pub fn measure_hops_on_cluster(cluster: &crate::vcluster::Cluster, wait: WaitPol
                     bail!("no echo from node 1 of cluster `{}`", cluster.spec().name);
                 }
             }
-            ping_pong(&mut link, samples / 10, &mut seq, false)?;
-            let (mut rtt, mut sends) = ping_pong(&mut link, samples, &mut seq, true)?;
+            ping_pong(&mut link, samples / 10, &mut seq, false, pause)?;
+            let (mut rtt, mut sends) = ping_pong(&mut link, samples, &mut seq, true, pause)?;
             let settle = settle_time(&rtt);
             let mut o_r = receives(&mut link, samples / 2, settle, &mut seq)?;
             let mut g = gaps(&mut link, 10, 100, &mut seq)?;

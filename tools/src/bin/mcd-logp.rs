@@ -72,7 +72,8 @@ struct Cli {
     /// On the virtual cluster, also measure LogP as a barrier's hops see it
     /// (o_s the send call of a ping, right after a receive, to a peer
     /// spinning for it), under each --wait policy, `--hops` rounds of
-    /// --samples each: prints each round (`mcd-bench validate --measure`
+    /// --samples each, back to back and then 30 µs apart (the paper's
+    /// loop): prints each round (`mcd-bench validate --measure`
     /// takes its parameters this way, one round before each row).
     #[arg(long, default_value_t = 0)]
     hops: usize,
@@ -109,10 +110,12 @@ fn run(cli: Cli) -> Result<()> {
                 let mut hops = Vec::new();
                 for _ in 0..cli.hops {
                     for &wait in &cli.wait {
-                        hops.push(logp::measure_hops_on_cluster(&cluster, wait, effort.samples)?);
+                        for pause in [0, 30] {
+                            hops.push(logp::measure_hops_on_cluster(&cluster, wait, effort.samples, std::time::Duration::from_micros(pause))?);
+                        }
                     }
                 }
-                println!("in a barrier's hops (o_s: the send call of a ping), one row per round:");
+                println!("in a barrier's hops (o_s: the send call of a ping), per round back to back, then 30 µs apart:");
                 print!("{}", logp::table(&hops));
             }
             if cli.receive_gap_nodes >= 2 {
