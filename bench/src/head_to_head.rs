@@ -405,8 +405,10 @@ back to back beside, with plots; a preliminary run: 3× Open MPI at 8 B and 2 ra
 Open MPI up to one frame **not met** (behind in 17 of 40 rows, broadcast at 4 and 8 ranks most); ahead of UDP \
 **not met** (behind in 36 of 40 rows).\n\
 - [results/validation.md](results/validation.md): the cost model against the paper's figures (all within 15%) and \
-against mcd on the virtual cluster (**not met**: 17 of 88 rows outside the goal and the stated bounds in the latest \
-run, 2 of 88 in the one before; the 2-node rows move with the measured o_s).\n\
+against mcd on the virtual cluster (**not met**: 10 of 88 rows outside the goal and the stated bounds in the \
+recorded run, LogP now measured before every row on the rows' own endpoints; that run was disturbed, load 5–8 on 2 \
+cores, and a second one at load 3–7 left 15 out; 8 of the first 10 misses and all 15 of the second are 2-node rows \
+predicted too slow: under load a ping-pong's hop, 4–7 µs, costs more than a barrier's).\n\
 - [results/loss.md](results/loss.md), [results/load.md](results/load.md), [results/hotpath.md](results/hotpath.md), \
 [results/barriers.md](results/barriers.md), [results/latency.md](results/latency.md), [results/model.md](results/model.md).\n";
 

@@ -339,7 +339,8 @@ pub const ENGINE_US: f64 = 3.3;
 const MEASURED_FILE: &str = "validation-measured.json";
 
 /// This machine's parameters as `--measure` measures them: LogP and the
-/// wake-up (medians over the rounds), and what a bridge's copies cost the sender.
+/// wake-up (the medians over every row's rounds, for the record; each row is
+/// predicted from its own), and what a bridge's copies cost the sender.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct Here {
     /// Busy-poll LogP between two nodes.
@@ -352,72 +353,128 @@ pub struct Here {
     pub copy_cost: mcd_tools::logp::CopyCost,
 }
 
-/// LogP (busy-polling) and the wake-up between two nodes of a cluster named `stem`.
-fn measure_logp(stem: &str) -> Result<(LogP, f64)> {
-    use mcd::WaitPolicy;
-    use mcd_tools::logp;
-    use mcd_tools::vcluster::{Cluster, ClusterSpec};
-    let cluster = Cluster::up_guarded(ClusterSpec::new(stem, 2))?;
-    let ms = logp::measure_on_cluster(&cluster, &[WaitPolicy::BusyPoll, WaitPolicy::Block], logp::Effort { samples: 500, burst: 100 }, false, |_| {})?;
-    let busy = ms.iter().find(|m| m.wait == "busy").context("busy measurement")?;
-    Ok((busy.logp(), logp::wake_up(&ms).context("block measurement")?))
+/// The parameters measured just before one row's barriers, in one round.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RowParameters {
+    /// LogP in a barrier's hops, on the row's endpoints and wait policy.
+    pub logp: LogP,
+    /// RTT/2 with both ends blocking minus RTT/2 under the rows' policy, µs.
+    pub wake_us: f64,
 }
 
-/// The median of `values`.
+impl RowParameters {
+    /// The median of each parameter over `rounds` (each on its own: the
+    /// parameters of no one round); `None` without rounds.
+    pub fn median(rounds: &[RowParameters]) -> Option<RowParameters> {
+        if rounds.is_empty() {
+            return None;
+        }
+        let of = |f: fn(&RowParameters) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
+        Some(RowParameters {
+            logp: LogP { o_s: of(|p| p.logp.o_s), o_r: of(|p| p.logp.o_r), g: of(|p| p.logp.g), l: of(|p| p.logp.l) },
+            wake_us: of(|p| p.wake_us),
+        })
+    }
+}
+
+/// Ping-pongs per parameter measurement: a few tens of milliseconds each.
+const HOP_SAMPLES: usize = 500;
+
+/// LogP and the wake-up between nodes 0 and 1 of `cluster`, on the
+/// endpoints its barrier rows open, in a barrier's hops
+/// ([`mcd_tools::logp::measure_hops_on_cluster`]): under the rows' policy
+/// (`Adaptive`), and blocking for the wake-up; the ping-pongs back to back
+/// (30 µs of work between them, the paper's loop as the rows run it, made
+/// the hop no cheaper: `mcd-logp --hops` shows both).
+fn measure_row_parameters(cluster: &mcd_tools::vcluster::Cluster) -> Result<RowParameters> {
+    use mcd::WaitPolicy;
+    use mcd_tools::logp::measure_hops_on_cluster;
+    let hops = measure_hops_on_cluster(cluster, WaitPolicy::Adaptive, HOP_SAMPLES, std::time::Duration::ZERO)?;
+    let blocked = measure_hops_on_cluster(cluster, WaitPolicy::Block, HOP_SAMPLES, std::time::Duration::ZERO)?;
+    Ok(RowParameters { logp: hops.logp(), wake_us: (blocked.rtt_half.median - hops.rtt_half.median).max(0.0) })
+}
+
+/// The median of `values` (the upper one of an even count).
 fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// `--measure`: [`Here`], then every algorithm at `sizes` on the virtual
-/// cluster, switch and hub, 1 and 2 rails, `rounds` times over (the rounds
-/// one after the other, so that a burst of load from elsewhere on this
-/// shared machine spoils one round of a few rows, not a row); each row's
-/// figure is the median of its rounds' means. Written to [`MEASURED_FILE`].
-/// Needs root.
+/// `--measure`: the bridges' copy costs, then every algorithm at `sizes` on
+/// the virtual cluster, switch and hub, 1 and 2 rails, `rounds` times over
+/// (the rounds one after the other, so that a burst of load from elsewhere
+/// on this shared machine spoils one round of a few rows, not a row); each
+/// row's figure is the median of its rounds' means. Before each algorithm
+/// in each round, its parameters are measured on the switch cluster of its
+/// size ([`measure_row_parameters`]), so that a row and the parameters it
+/// is predicted from see the same load; the hub row, right after the
+/// switch row, takes the same (a hub's unicast floods, which the model
+/// charges on its own). Every cluster stays up for the whole run: no
+/// namespace is built or cleaned up between rows. Written to
+/// [`MEASURED_FILE`]. Needs root.
 fn measure(out: &Path, sizes: &[usize], scale: f64, rounds: usize, stem: &str) -> Result<()> {
     use mcd_tools::barrierbench;
     use mcd_tools::vcluster::{Cluster, ClusterSpec, Topology as VTopology};
+    anyhow::ensure!(sizes.len() <= 10, "at most 10 node counts (each keeps a cluster of its own up), not {}", sizes.len());
     let costs = mcd_tools::logp::send_costs(stem, sizes, 2000)?;
     let copy_cost = mcd_tools::logp::CopyCost::fit(&costs).context("the send cost at two sizes at least")?;
-    let mut params: Vec<(LogP, f64)> = Vec::new();
-    let shapes: Vec<(usize, VTopology)> = sizes.iter().flat_map(|&n| [(n, VTopology::Switch), (n, VTopology::Hub)]).collect();
     let configs = crate::barrier_configs();
-    let mut means: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); configs.len()]; shapes.len()];
-    let mut last: Vec<Vec<Option<mcd_tools::barrierbench::BarrierMeasurement>>> = vec![vec![None; configs.len()]; shapes.len()];
+    let topologies = [VTopology::Switch, VTopology::Hub];
+    let mut clusters = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let up = |top: VTopology| {
+            let name = format!("{stem}{}{i}", if top == VTopology::Switch { "s" } else { "h" });
+            Cluster::up_guarded(ClusterSpec::new(&name, n).rails(2).topology(top))
+        };
+        clusters.push([up(VTopology::Switch)?, up(VTopology::Hub)?]);
+    }
+    // Indexed [size][config][topology].
+    let mut means = vec![vec![[Vec::new(), Vec::new()]; configs.len()]; sizes.len()];
+    let mut params: Vec<Vec<Vec<RowParameters>>> = vec![vec![Vec::new(); configs.len()]; sizes.len()];
+    let mut last: Vec<Vec<[Option<barrierbench::BarrierMeasurement>; 2]>> = vec![vec![[None, None]; configs.len()]; sizes.len()];
     let mut load = vec![load_average()];
     for round in 0..rounds.max(1) {
-        params.push(measure_logp(stem)?);
-        for (si, &(n, vtop)) in shapes.iter().enumerate() {
-            let name = format!("{stem}{}", if vtop == VTopology::Switch { "s" } else { "h" });
-            let cluster = Cluster::up_guarded(ClusterSpec::new(&name, n).rails(2).topology(vtop))?;
+        for (si, &n) in sizes.iter().enumerate() {
             let bench = crate::paper_bench(n, scale);
             for (ci, &config) in configs.iter().enumerate() {
-                let m = barrierbench::measure(&cluster, config, bench)?;
-                eprintln!("  round {round}: n={n} {vtop} {} rails={} mean {:.1} µs", config.algorithm, config.rails, m.mean_us);
-                means[si][ci].push(m.mean_us);
-                last[si][ci] = Some(m);
+                let p = measure_row_parameters(&clusters[si][0])?;
+                params[si][ci].push(p);
+                for (ti, vtop) in topologies.into_iter().enumerate() {
+                    let m = barrierbench::measure(&clusters[si][ti], config, bench)?;
+                    eprintln!(
+                        "  round {round}: n={n} {vtop} {} rails={} mean {:.1} µs (o_s {:.2}, RTT/2 {:.2}, wake {:.1})",
+                        config.algorithm,
+                        config.rails,
+                        m.mean_us,
+                        p.logp.o_s,
+                        p.logp.o_s + p.logp.o_r + p.logp.l,
+                        p.wake_us
+                    );
+                    means[si][ci][ti].push(m.mean_us);
+                    last[si][ci][ti] = Some(m);
+                }
             }
         }
         load.push(load_average());
     }
-    let of = |f: fn(&(LogP, f64)) -> f64| median(&params.iter().map(f).collect::<Vec<_>>());
-    let logp = LogP { o_s: of(|p| p.0.o_s), o_r: of(|p| p.0.o_r), g: of(|p| p.0.g), l: of(|p| p.0.l) };
-    let here = Here { logp, wake: of(|p| p.1), send_cost: serde_json::to_value(&costs)?, copy_cost };
-    let per_round: Vec<_> = params.iter().map(|(p, w)| serde_json::json!({ "logp": p, "wake_us": w })).collect();
+    drop(clusters);
+    let all: Vec<RowParameters> = params.iter().flatten().flatten().copied().collect();
+    let overall = RowParameters::median(&all).context("no parameters measured")?;
+    let here = Here { logp: overall.logp, wake: overall.wake_us, send_cost: serde_json::to_value(&costs)?, copy_cost };
     let mut rows = Vec::new();
-    for (si, &(_, vtop)) in shapes.iter().enumerate() {
-        for ci in 0..configs.len() {
-            let Some(mut m) = last[si][ci].take() else { continue };
-            let mut of = means[si][ci].clone();
-            of.sort_by(f64::total_cmp);
-            m.mean_us = of[of.len() / 2];
-            rows.push(serde_json::json!({ "topology": vtop.to_string(), "rounds_mean_us": means[si][ci], "measurement": m }));
+    for si in 0..sizes.len() {
+        for (ti, vtop) in topologies.into_iter().enumerate() {
+            for ci in 0..configs.len() {
+                let Some(mut m) = last[si][ci][ti].take() else { continue };
+                m.mean_us = median(&means[si][ci][ti]);
+                rows.push(serde_json::json!({ "topology": vtop.to_string(), "rounds_mean_us": means[si][ci][ti],
+                    "parameters_per_round": params[si][ci], "measurement": m }));
+            }
         }
     }
     let record = serde_json::json!({ "measured": crate::today(), "machine": crate::machine(), "rounds": rounds,
-        "load_average": load, "here": here, "parameters_per_round": per_round, "rows": rows });
+        "load_average": load, "here": here, "rows": rows });
     std::fs::write(out.join(MEASURED_FILE), serde_json::to_string_pretty(&record)?)?;
     Ok(())
 }
@@ -458,9 +515,14 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
         md,
         "Measured {} on {} by `mcd-bench validate --measure` (`results/{MEASURED_FILE}`): the paper's method, `Adaptive` \
          waiting, {} rounds one after the other (the machine's 1-minute load average at their starts and end: {}), \
-         each row the median of its rounds' means; every algorithm on a learning bridge (switch) and a flooding one (hub), 1 and 2 rails. Parameters \
-         measured in the same run, before each round, the medians: {}; wake-up {:.1} µs (blocked minus busy RTT/2); {cores} cores; the engine's \
-         {ENGINE_US} µs per barrier as in section 3.\n",
+         each row the median of its rounds' means; every algorithm on a learning bridge (switch) and a flooding one (hub), 1 and 2 rails, \
+         every cluster up for the whole run. The parameters are measured in the same run, before every algorithm in every round, on \
+         nodes 0 and 1 of the switch cluster of its size, with the rows' endpoints and wait policy (`Adaptive`), as a barrier's hops \
+         see them: {HOP_SAMPLES} ping-pongs, o_s the send call of each ping (a send right after a receive, to a peer spinning \
+         for it), o_r a receive of a message that has surely arrived, g from bursts, L = RTT/2 − o_s − o_r (at least 0), the \
+         wake-up RTT/2 blocking minus RTT/2 under `Adaptive`. Each row (switch, then hub) is predicted from the medians of its \
+         rounds' parameters; the *hop / wake-up* column shows them (hop = o_s + o_r + L). Over all rows, the medians: {}; \
+         wake-up {:.1} µs; {cores} cores; the engine's {ENGINE_US} µs per barrier as in section 3.\n",
         record["measured"].as_str().unwrap_or("?"),
         record["machine"].as_str().unwrap_or("?"),
         record["rounds"].as_u64().unwrap_or(1),
@@ -472,6 +534,43 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
         crate::fmt_logp(&here.logp),
         here.wake
     )?;
+    let measured_params: Vec<RowParameters> = record["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["topology"] == "switch")
+        .filter_map(|r| serde_json::from_value::<Vec<RowParameters>>(r["parameters_per_round"].clone()).ok())
+        .flatten()
+        .collect();
+    let loads: Vec<f64> = record["load_average"].as_array().into_iter().flatten().filter_map(serde_json::Value::as_f64).collect();
+    let busiest = loads.iter().copied().fold(0.0, f64::max);
+    if busiest > 2.0 * cores as f64 {
+        writeln!(
+            md,
+            "**A disturbed run.** The load average reached {busiest:.1} on {cores} cores: the other work on this shared \
+             machine took more than the cores, and every row and parameter here carries it. Read the verdicts below \
+             with that in mind.\n"
+        )?;
+    }
+    if !measured_params.is_empty() {
+        let spread = |f: fn(&RowParameters) -> f64| {
+            let mut v: Vec<f64> = measured_params.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+            (at(0.1), at(0.9))
+        };
+        let (hop, wake) = (spread(|p| p.logp.o_s + p.logp.o_r + p.logp.l), spread(|p| p.wake_us));
+        writeln!(
+            md,
+            "Across the run's {} parameter measurements (10th to 90th percentile): a hop {:.2} to {:.2} µs, the wake-up \
+             {:.1} to {:.1} µs. The machine's load moved them, and each row's prediction moves with its own.\n",
+            measured_params.len(),
+            hop.0,
+            hop.1,
+            wake.0,
+            wake.1
+        )?;
+    }
     writeln!(
         md,
         "**The virtual hub.** A Linux bridge with ageing time 0 floods every frame to every port, without a \
@@ -498,8 +597,8 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
         here.copy_cost.dropped,
         here.copy_cost.delivered
     )?;
-    writeln!(md, "| nodes | network | algorithm | rails | predicted µs | bounds µs | measured µs | rounds µs | error | verdict |")?;
-    writeln!(md, "|---:|---|---|---:|---:|---:|---:|---:|---:|---|")?;
+    writeln!(md, "| nodes | network | algorithm | rails | hop / wake-up µs | predicted µs | bounds µs | measured µs | rounds µs | error | verdict |")?;
+    writeln!(md, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|")?;
     let mut rows = Vec::new();
     for r in record["rows"].as_array().into_iter().flatten() {
         let m = &r["measurement"];
@@ -510,6 +609,10 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
         };
         let (n, rails) = (n as usize, rails as usize);
         let a: Algorithm = name.parse().map_err(anyhow::Error::msg)?;
+        // The row's own parameters (a record from before they were measured per row: the run's).
+        let per_round: Vec<RowParameters> = serde_json::from_value(r["parameters_per_round"].clone()).unwrap_or_default();
+        let p = RowParameters::median(&per_round).unwrap_or(RowParameters { logp: here.logp, wake_us: here.wake });
+        let vc = VirtualCluster { logp: p.logp, wake: p.wake_us, ..vc };
         let est = vc.estimate(a, n, rails, model_topology(top)?, 30.0);
         let verdict = est.verdict(mean);
         let e = err(est.predicted.mean_cost, mean);
@@ -518,7 +621,9 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
         let spread = if rounds.is_empty() { "–".to_string() } else { format!("{:.1} – {:.1}", spread.0, spread.1) };
         writeln!(
             md,
-            "| {n} | {top} | {a} | {rails} | {:.1} | {} | {mean:.1} | {spread} | {e:+.0}% | {verdict} |",
+            "| {n} | {top} | {a} | {rails} | {:.2} / {:.1} | {:.1} | {} | {mean:.1} | {spread} | {e:+.0}% | {verdict} |",
+            p.logp.o_s + p.logp.o_r + p.logp.l,
+            p.wake_us,
             est.predicted.mean_cost,
             bounds_cell(est.bounds)
         )?;
@@ -554,6 +659,19 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
         switch.misses("On the switch, the point prediction misses by more than 35%"),
         hub.misses("On the hub, the point prediction misses by more than 35%")
     )?;
+    let fitting_misses: Vec<&serde_json::Value> = rows.iter().filter(|r| r["bounds_us"].is_null() && r["verdict"] == "missed").collect();
+    let too_slow = fitting_misses.iter().filter(|r| r["predicted_us"].as_f64() > r["measured_us"].as_f64()).count();
+    if !fitting_misses.is_empty() {
+        writeln!(
+            md,
+            "Where processes ≤ cores, {} of {} rows miss 20%, {too_slow} of them predicted too slow: there the prediction \
+             is the row's dependent hops, each the ping-pong's hop measured just before it, plus the engine's {ENGINE_US} µs. \
+             On a loaded machine the ping-pong's hop costs more than a barrier's: its parameters were measured in the \
+             same conditions and still overstate the barrier. Why the two part under load is not found.\n",
+            fitting_misses.len(),
+            rows.iter().filter(|r| r["bounds_us"].is_null()).count()
+        )?;
+    }
     writeln!(
         md,
         "Not modelled, and what it does here: the other engineers' work on this shared 2-core machine (builds, \
@@ -814,6 +932,20 @@ mod tests {
         let none = Summary::of(&rows[..1]);
         assert_eq!(none.range, "none");
         assert!(none.misses("Misses").starts_with("No point prediction"));
+    }
+
+    #[test]
+    fn row_parameters_are_the_median_of_each_over_the_rounds() {
+        let p = |o_s: f64, g: f64, wake_us: f64| RowParameters { logp: LogP { o_s, o_r: 0.1, g, l: 0.0 }, wake_us };
+        // Each parameter's own median: here from three different rounds.
+        let rounds = [p(4.0, 9.0, 20.0), p(2.5, 2.6, 30.0), p(9.0, 3.0, 5.0)];
+        assert_eq!(RowParameters::median(&rounds), Some(p(4.0, 3.0, 20.0)));
+        // One disturbed round of five moves nothing.
+        let steady = [p(2.6, 2.6, 8.0), p(2.7, 2.6, 8.0), p(2.6, 2.7, 8.0), p(30.0, 40.0, 90.0), p(2.6, 2.6, 8.0)];
+        assert_eq!(RowParameters::median(&steady), Some(p(2.6, 2.6, 8.0)));
+        // An even count takes the upper of the middle two; none gives none.
+        assert_eq!(RowParameters::median(&rounds[..2]), Some(p(4.0, 9.0, 30.0)));
+        assert_eq!(RowParameters::median(&[]), None);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use mcd::WaitPolicy;
 use mcd_integration_tests::cluster;
-use mcd_tools::logp::{measure_on_cluster, Effort, Stat};
+use mcd_tools::logp::{measure_hops_on_cluster, measure_on_cluster, Effort, Stat};
 use mcd_tools::vcluster::ClusterSpec;
 
 fn ordered(s: &Stat, what: &str) {
@@ -26,6 +26,32 @@ fn logp_parameters_of_mcd_and_udp_are_measured_and_consistent() {
         let p = m.logp();
         assert!(p.l >= 0.0 && p.o_s > 0.0 && p.o_r > 0.0 && p.g > 0.0, "{what}: {p:?}");
     }
+}
+
+/// The parameters `mcd-bench validate --measure` takes before each row:
+/// LogP in a barrier's hops, on the endpoints the rows open (two rails,
+/// `Adaptive`). Every message reached the echo's interface, the send call
+/// of each ping is part of its round trip, and too few samples are refused.
+#[test]
+fn hop_parameters_are_measured_on_the_rows_endpoints() {
+    const SAMPLES: usize = 200;
+    let c = cluster(ClusterSpec::new("lph", 2).rails(2));
+    let before = rx_packets(&c, 1);
+    let m = measure_hops_on_cluster(&c, WaitPolicy::Adaptive, SAMPLES, std::time::Duration::from_micros(30)).expect("measurement");
+    // At least: the timed and untimed pings, the requests, 10 bursts of 100, the quit.
+    let sent = (SAMPLES + SAMPLES / 10 + SAMPLES / 2 + 10 * 100 + 1) as u64;
+    let arrived = rx_packets(&c, 1) - before;
+    assert!(arrived >= sent, "{arrived} frames reached the echo, {sent} were sent");
+    assert_eq!((m.wait.as_str(), m.rounds), ("adaptive", 1));
+    for (s, name) in [(&m.o_s, "o_s"), (&m.o_r, "o_r"), (&m.g, "g"), (&m.rtt_half, "rtt/2")] {
+        ordered(s, name);
+    }
+    // Each ping's send call ends before its pong arrives: sample by sample,
+    // so the medians too.
+    assert!(m.o_s.median <= 2.0 * m.rtt_half.median, "{m:?}");
+    assert!((m.l - (m.rtt_half.median - m.o_s.median - m.o_r.median)).abs() < 1e-9);
+    let err = measure_hops_on_cluster(&c, WaitPolicy::Adaptive, 5, std::time::Duration::ZERO).unwrap_err();
+    assert!(err.to_string().contains("10 samples"), "{err}");
 }
 
 /// The packets `node`'s rail-0 interface has received, from `ip -s -j link`.

@@ -26,7 +26,7 @@ use crate::pingpong::Transport;
 use mcd::kind::logp as kind;
 
 /// A median with its spread, microseconds.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct Stat {
     /// Median.
     pub median: f64,
@@ -200,29 +200,57 @@ fn await_reply(link: &mut dyn Link, want: u8, seq: u32) -> Result<bool> {
     Ok(false)
 }
 
-/// One round of samples; returns (o_s, o_r, g, rtt/2) sample vectors in µs.
-fn round(link: &mut dyn Link, effort: Effort, seq: &mut u32) -> Result<[Vec<f64>; 4]> {
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
-    let mut rtt = Vec::with_capacity(effort.samples);
-    while rtt.len() < effort.samples {
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// `samples` ping-pongs, `pause` of spinning after each: RTT/2 of each, µs,
+/// and (with `time_sends`) the time of each ping's send call: a send right
+/// after a receive, to a peer spinning for it, the pattern of a barrier's
+/// dependent hops.
+fn ping_pong(link: &mut dyn Link, samples: usize, seq: &mut u32, time_sends: bool, pause: Duration) -> Result<(Vec<f64>, Vec<f64>)> {
+    let mut rtt = Vec::with_capacity(samples);
+    let mut sends = Vec::with_capacity(if time_sends { samples } else { 0 });
+    while rtt.len() < samples {
         *seq += 1;
         let t0 = Instant::now();
         link.send(kind::PING, *seq)?;
+        let sent = t0.elapsed();
         if await_reply(link, kind::PONG, *seq)? {
             rtt.push(us(t0.elapsed()) / 2.0);
+            if time_sends {
+                sends.push(us(sent));
+            }
+            spin_for(pause);
         }
     }
-    let settle = Duration::from_secs_f64(3.0 * 2.0 * stat(&mut rtt.clone()).median / 1e6).max(Duration::from_micros(20));
-    let mut o_s = Vec::with_capacity(effort.samples);
-    for _ in 0..effort.samples {
+    Ok((rtt, sends))
+}
+
+/// How long after a request its answer has surely arrived: three round
+/// trips, at least 20 µs.
+fn settle_time(rtt_half: &[f64]) -> Duration {
+    Duration::from_secs_f64(3.0 * 2.0 * stat(&mut rtt_half.to_vec()).median / 1e6).max(Duration::from_micros(20))
+}
+
+/// `samples` isolated send calls, `settle` apart, µs.
+fn isolated_sends(link: &mut dyn Link, samples: usize, settle: Duration, seq: &mut u32) -> Result<Vec<f64>> {
+    let mut o_s = Vec::with_capacity(samples);
+    for _ in 0..samples {
         *seq += 1;
         let t0 = Instant::now();
         link.send(kind::SINK, *seq)?;
         o_s.push(us(t0.elapsed()));
         spin_for(settle);
     }
-    let mut o_r = Vec::with_capacity(effort.samples);
-    while o_r.len() < effort.samples {
+    Ok(o_s)
+}
+
+/// `samples` receive calls, each timed `settle` after asking for its
+/// message (which has then surely arrived), µs.
+fn receives(link: &mut dyn Link, samples: usize, settle: Duration, seq: &mut u32) -> Result<Vec<f64>> {
+    let mut o_r = Vec::with_capacity(samples);
+    while o_r.len() < samples {
         *seq += 1;
         link.send(kind::REQUEST, *seq)?;
         spin_for(settle); // the reply has surely arrived by now
@@ -237,16 +265,31 @@ fn round(link: &mut dyn Link, effort: Effort, seq: &mut u32) -> Result<[Vec<f64>
             }
         }
     }
-    let mut g = Vec::new();
-    for _ in 0..(effort.samples / 50).max(3) {
+    Ok(o_r)
+}
+
+/// `bursts` bursts of `burst` back-to-back sends: µs per message of each.
+fn gaps(link: &mut dyn Link, bursts: usize, burst: usize, seq: &mut u32) -> Result<Vec<f64>> {
+    let mut g = Vec::with_capacity(bursts);
+    for _ in 0..bursts {
         let t0 = Instant::now();
-        for _ in 0..effort.burst {
+        for _ in 0..burst {
             *seq += 1;
             link.send(kind::SINK, *seq)?;
         }
-        g.push(us(t0.elapsed()) / effort.burst as f64);
+        g.push(us(t0.elapsed()) / burst as f64);
         spin_for(Duration::from_micros(200)); // let the receiver drain
     }
+    Ok(g)
+}
+
+/// One round of samples; returns (o_s, o_r, g, rtt/2) sample vectors in µs.
+fn round(link: &mut dyn Link, effort: Effort, seq: &mut u32) -> Result<[Vec<f64>; 4]> {
+    let (rtt, _) = ping_pong(link, effort.samples, seq, false, Duration::ZERO)?;
+    let settle = settle_time(&rtt);
+    let o_s = isolated_sends(link, effort.samples, settle, seq)?;
+    let o_r = receives(link, effort.samples, settle, seq)?;
+    let g = gaps(link, (effort.samples / 50).max(3), effort.burst, seq)?;
     Ok([o_s, o_r, g, rtt])
 }
 
@@ -409,6 +452,59 @@ pub fn measure_on_cluster(
         |_| {},
         |ep, sock, echo_addr| client(ep, 1, udp.then_some((&sock, echo_addr)), policies, effort, progress),
         |ep, sock, _stop| echo(ep, Some(sock)),
+    )
+}
+
+/// LogP as a barrier's hops see it, on the endpoints a barrier measurement
+/// opens ([`Cluster::endpoint_config`](crate::vcluster::Cluster::endpoint_config)
+/// with `wait`, node 0 on CPU 0 and node 1 on CPU 1, as the barrier pins
+/// them while nodes ≤ cores). o_s is the send call of a ping: a send right
+/// after a receive, to a peer spinning for it, which is what a barrier's
+/// dependent hops do (where [`measure_on_cluster`] times isolated sends);
+/// RTT/2, o_r and g as there. `samples` ping-pongs (after a tenth as many
+/// untimed), each followed by `pause` of work (the paper's loop puts 30 µs
+/// between barriers: the hops then come in the rhythm of the rows'); half
+/// as many receives; 10 bursts of 100: one round of medians, a few tens of
+/// milliseconds. The caller repeats it between the measurements it
+/// parameterises, so that both see the same load.
+pub fn measure_hops_on_cluster(cluster: &crate::vcluster::Cluster, wait: WaitPolicy, samples: usize, pause: Duration) -> Result<Measurement> {
+    anyhow::ensure!(samples >= 10, "a hop measurement needs 10 samples at least, not {samples}");
+    crate::twonode::run_client_and_echo(
+        cluster,
+        crate::pingpong::UDP_PORT + 3,
+        |config| config.wait = wait,
+        |ep, _sock, _| {
+            let mut link = McdLink { ep, peer: 1, buf: [0; 64] };
+            let mut seq = 0u32;
+            let start = Instant::now();
+            loop {
+                link.send(kind::PING, seq)?;
+                if await_reply(&mut link, kind::PONG, seq)? {
+                    break;
+                }
+                if start.elapsed() > Duration::from_secs(10) {
+                    bail!("no echo from node 1 of cluster `{}`", cluster.spec().name);
+                }
+            }
+            ping_pong(&mut link, samples / 10, &mut seq, false, pause)?;
+            let (mut rtt, mut sends) = ping_pong(&mut link, samples, &mut seq, true, pause)?;
+            let settle = settle_time(&rtt);
+            let mut o_r = receives(&mut link, samples / 2, settle, &mut seq)?;
+            let mut g = gaps(&mut link, 10, 100, &mut seq)?;
+            link.send(kind::QUIT, 0)?;
+            let (o_s, o_r, g, rtt_half) = (stat(&mut sends), stat(&mut o_r), stat(&mut g), stat(&mut rtt));
+            Ok(Measurement {
+                transport: Transport::Mcd,
+                wait: wait.to_string(),
+                o_s,
+                o_r,
+                g,
+                rtt_half,
+                l: rtt_half.median - o_s.median - o_r.median,
+                rounds: 1,
+            })
+        },
+        |ep, _sock, _stop| echo(ep, None),
     )
 }
 

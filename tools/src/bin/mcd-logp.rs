@@ -69,6 +69,14 @@ struct Cli {
     /// between two threads, and print them (no cluster, no root needed).
     #[arg(long)]
     shm: bool,
+    /// On the virtual cluster, also measure LogP as a barrier's hops see it
+    /// (o_s the send call of a ping, right after a receive, to a peer
+    /// spinning for it), under each --wait policy, `--hops` rounds of
+    /// --samples each, back to back and then 30 µs apart (the paper's
+    /// loop): prints each round (`mcd-bench validate --measure`
+    /// takes its parameters this way, one round before each row).
+    #[arg(long, default_value_t = 0)]
+    hops: usize,
 }
 
 fn main() {
@@ -98,6 +106,18 @@ fn run(cli: Cli) -> Result<()> {
             eprintln!("bringing up a 2-node virtual cluster `{}`", cli.cluster);
             let cluster = Cluster::up_guarded(ClusterSpec::new(&cli.cluster, 2))?;
             let ms = logp::measure_on_cluster(&cluster, &cli.wait, effort, !cli.no_udp, progress)?;
+            if cli.hops > 0 {
+                let mut hops = Vec::new();
+                for _ in 0..cli.hops {
+                    for &wait in &cli.wait {
+                        for pause in [0, 30] {
+                            hops.push(logp::measure_hops_on_cluster(&cluster, wait, effort.samples, std::time::Duration::from_micros(pause))?);
+                        }
+                    }
+                }
+                println!("in a barrier's hops (o_s: the send call of a ping), per round back to back, then 30 µs apart:");
+                print!("{}", logp::table(&hops));
+            }
             if cli.receive_gap_nodes >= 2 {
                 eprintln!("  measuring g against payload size");
                 extra.g_by_size = logp::size_sweep_on_cluster(&cluster, 20, effort.burst)?;
