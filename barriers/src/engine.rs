@@ -1336,6 +1336,14 @@ impl<T: Transport> Engine<T> {
                 peer.at_least(epoch, true);
                 let tag = (msg.tag != STATUS_TAG).then_some(msg.tag);
                 if self.answer(from, epoch, tag)? == 0 {
+                    if let Some(tag) = tag.filter(|_| self.in_progress && epoch == self.epoch) {
+                        // The peer waits in this epoch for a message that this
+                        // node's plan never sends it, but another plan does:
+                        // it called another collective (else both wait forever).
+                        if !self.plans[self.cur].sends_to(from, tag) && self.plans.iter().any(|p| p.sends_to(from, tag)) {
+                            self.mismatch.get_or_insert_with(|| mismatch_text(epoch));
+                        }
+                    }
                     self.asked_early |= epoch == self.epoch && tag.is_some();
                     self.send_status(Some(from))?;
                 } else if self.in_progress && epoch == self.epoch && self.missing_from().contains(&from) {
@@ -1838,6 +1846,24 @@ mod tests {
         push(&mut e, 2, MsgKind::Data, 0, plan::tag::BCAST_DATA, bcast_data(2, Some([1, 1])));
         let err = e.wait_result(None).unwrap_err().to_string();
         assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+    }
+
+    #[test]
+    fn a_nack_for_what_only_another_collective_sends_is_a_clear_error() {
+        // Node 0 runs a barrier; node 1 calls a broadcast from node 0 and
+        // asks for its data, which node 0's barrier never sends: without
+        // this, each waits for the other for ever.
+        let mut e = node_of_3(0);
+        e.enter_split().unwrap();
+        push(&mut e, 1, MsgKind::Nack, 0, plan::tag::BCAST_DATA, Vec::new());
+        let err = e.wait(None).unwrap_err().to_string();
+        assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+        // A NACK for what this node's own plan sends later is no mismatch.
+        let mut e = node_of_3(1);
+        e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
+        push(&mut e, 0, MsgKind::Nack, 0, plan::tag::BCAST_ACK, Vec::new());
+        assert!(!e.test().unwrap());
+        assert!(e.mismatch.is_none());
     }
 
     #[test]
