@@ -380,3 +380,43 @@ fn one_node_broadcasts_to_itself_and_foreign_roots_and_empty_data_are_clear() {
     let epochs: Vec<u64> = results.into_iter().map(|r| r.unwrap()).collect();
     assert_eq!(epochs, vec![3, 3], "two broadcasts and the closing barrier");
 }
+
+#[test]
+fn a_split_phase_barrier_against_a_broadcast_fails_its_test_not_loops_for_ever() {
+    // Node 0 enters a barrier and polls test(); node 1 calls a broadcast
+    // from node 0 in that epoch. test() must fail with the mismatch, as
+    // wait() does, rather than say "not yet" for ever.
+    let config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_secs(10)).deadline(Some(Duration::from_secs(2)));
+    let all_done = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let threads: Vec<_> = mem::network(2, 1, Faults::none())
+        .into_iter()
+        .enumerate()
+        .map(|(me, t)| {
+            let all_done = all_done.clone();
+            std::thread::spawn(move || {
+                let mut b = Barrier::new(t, config).unwrap();
+                let outcome = if me == 0 {
+                    let start = Instant::now();
+                    b.enter().and_then(|()| loop {
+                        match b.test() {
+                            Ok(false) if start.elapsed() < Duration::from_secs(2) => std::thread::yield_now(),
+                            Ok(false) => break Err(BarrierError::Usage("test() still says not yet after 2 s".into())),
+                            Ok(true) => break Ok(Vec::new()),
+                            Err(e) => break Err(e),
+                        }
+                    })
+                } else {
+                    run_call(&mut b, Call::Bcast { root: 0, count: 2 })
+                };
+                all_done.wait();
+                outcome
+            })
+        })
+        .collect();
+    for (me, t) in threads.into_iter().enumerate() {
+        match t.join().unwrap() {
+            Err(BarrierError::Usage(e)) if e.contains("mismatch") => {}
+            other => panic!("node {me} must get a collective mismatch error, got {other:?}"),
+        }
+    }
+}
