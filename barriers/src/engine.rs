@@ -1014,6 +1014,10 @@ impl<T: Transport> Engine<T> {
         self.drain(now)?;
         self.advance(now)?;
         if self.in_progress {
+            if let Some(m) = self.mismatch.as_ref().filter(|_| self.entered()) {
+                // The barrier can never complete: say so, as wait() does.
+                return Err(BarrierError::Usage(m.clone()));
+            }
             self.on_timers(now, None)?;
             // A broadcast completing in the background is not the application's.
             return Ok(!self.entered());
