@@ -864,7 +864,7 @@ impl<T: Transport> Engine<T> {
     /// Whether the application has a barrier entered and not completed (a
     /// broadcast completing in the background is not one).
     pub(crate) fn entered(&self) -> bool {
-        self.in_progress && !(self.detached && !self.queued)
+        self.in_progress && (self.queued || !self.detached)
     }
 
     /// The barriers completed, plus a broadcast completing in the background
