@@ -11,26 +11,9 @@ use std::time::{Duration, Instant};
 
 use barriers::check::{check, Timeline};
 use barriers::mem::{self, Faults, MemTransport};
+use barriers::threads::run_per_node_unfinished;
 use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, Fanout, Op, Release};
 
-/// Runs `body` on one thread per node of `net`; no finish unless `body` does it.
-fn spawn_nodes<R: Send + 'static>(
-    net: Vec<MemTransport>,
-    config: BarrierConfig,
-    body: impl Fn(usize, Barrier<MemTransport>) -> R + Send + Sync + Copy + 'static,
-) -> Vec<R> {
-    let threads: Vec<_> = net
-        .into_iter()
-        .enumerate()
-        .map(|(me, t)| {
-            std::thread::spawn(move || {
-                let b = Barrier::new(t, config).unwrap_or_else(|e| panic!("node {me}: {e}"));
-                body(me, b)
-            })
-        })
-        .collect();
-    threads.into_iter().map(|t| t.join().unwrap()).collect()
-}
 
 fn sleep(ms: u64) {
     std::thread::sleep(Duration::from_millis(ms));
@@ -221,7 +204,7 @@ fn mixed_sequence(b: &mut Barrier<MemTransport>, seed: u64, rounds: usize) -> Re
 fn run_mixed(config: BarrierConfig, n: usize, faults: Faults, rounds: usize) -> u64 {
     let what = format!("{} rails={} n={n} {faults:?}", config.algorithm, config.rails);
     let seed = faults.seed;
-    let results = spawn_nodes(mem::network(n, config.rails, faults), config, move |_, mut b| {
+    let results = run_per_node_unfinished(mem::network(n, config.rails, faults), config, move |_, mut b| {
         let timeline = mixed_sequence(&mut b, seed, rounds)?;
         b.finish()?;
         Ok::<_, BarrierError>((timeline, b.stats()))
@@ -270,7 +253,7 @@ fn a_slow_root_and_a_non_root_computing_past_the_failure_timeout_are_waited_for_
                 let n = 3 + i;
                 let config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_millis(FAILURE_MS));
                 let faults = Faults { loss: 0.3, duplicate: 0.1, max_delay: Duration::from_micros(200), seed: 77 + i as u64 };
-                let results = spawn_nodes(mem::network(n, 1, faults), config, move |me, mut b| {
+                let results = run_per_node_unfinished(mem::network(n, 1, faults), config, move |me, mut b| {
                     let mut timeline = Timeline::default();
                     for k in 0..4 {
                         let root = k % 2; // changing roots
@@ -315,7 +298,7 @@ fn the_last_broadcast_before_finish_completes_everywhere_under_loss() {
                 let n = 2 + (seed % 3) as usize;
                 let config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_micros(500), Duration::from_secs(10));
                 let faults = Faults { loss: 0.4, duplicate: 0.2, max_delay: Duration::from_micros(200), seed: 500 + seed };
-                let results = spawn_nodes(mem::network(n, 1, faults), config, move |me, mut b| {
+                let results = run_per_node_unfinished(mem::network(n, 1, faults), config, move |me, mut b| {
                     let root = (seed as usize + 1) % n;
                     let mut data = if me == root { payload(root, 7) } else { vec![0; 4] };
                     b.bcast(&mut data, root)?;
@@ -355,7 +338,7 @@ fn broadcasts_across_the_wire_numbers_wrap_from_changing_roots() {
 
 #[test]
 fn one_node_broadcasts_to_itself_and_foreign_roots_and_empty_data_are_clear() {
-    let results = spawn_nodes(mem::network(1, 1, Faults::none()), BarrierConfig::new(Algorithm::Concurrent), |_, mut b| {
+    let results = run_per_node_unfinished(mem::network(1, 1, Faults::none()), BarrierConfig::new(Algorithm::Concurrent), |_, mut b| {
         let mut data = payload(0, 1);
         b.bcast(&mut data, 0).unwrap();
         assert_eq!(data, payload(0, 1));
@@ -368,7 +351,7 @@ fn one_node_broadcasts_to_itself_and_foreign_roots_and_empty_data_are_clear() {
     });
     assert_eq!(results, vec![3]);
     // Zero elements: every node calls with none, so nothing goes wrong.
-    let results = spawn_nodes(mem::network(2, 1, Faults::none()), BarrierConfig::new(Algorithm::Concurrent), |me, mut b| {
+    let results = run_per_node_unfinished(mem::network(2, 1, Faults::none()), BarrierConfig::new(Algorithm::Concurrent), |me, mut b| {
         let mut none: [u32; 0] = [];
         b.bcast(&mut none, 1)?;
         let mut data = if me == 1 { payload(1, 2) } else { vec![0; 4] };
