@@ -94,7 +94,7 @@ fn assert_mismatch_is_an_error(algorithm: Algorithm, calls: &'static [Call]) {
 #[test]
 fn a_broadcast_against_a_barrier_or_reduction_is_an_error_on_every_node_not_a_hang() {
     let concurrent = Algorithm::Concurrent;
-    let cases: [(Algorithm, &'static [Call]); 7] = [
+    let cases: [(Algorithm, &'static [Call]); 8] = [
         // The root sends its data at once: the others see it.
         (concurrent, &[Call::Bcast { root: 0, count: 2 }, Call::Barrier]),
         (concurrent, &[Call::Bcast { root: 0, count: 2 }, Call::Allreduce]),
@@ -105,6 +105,9 @@ fn a_broadcast_against_a_barrier_or_reduction_is_an_error_on_every_node_not_a_ha
         (concurrent, &[Call::Barrier, Call::Bcast { root: 0, count: 2 }]),
         (concurrent, &[Call::Reduce { root: 0 }, Call::Bcast { root: 0, count: 2 }]),
         (Algorithm::Dissemination, &[Call::Barrier, Call::Bcast { root: 0, count: 2 }]),
+        // Node 2 alone takes node 1 for the root: node 1 has node 0's data,
+        // and node 0 waits for node 2's acknowledgement.
+        (concurrent, &[Call::Bcast { root: 0, count: 2 }, Call::Bcast { root: 0, count: 2 }, Call::Bcast { root: 1, count: 2 }]),
     ];
     let runs: Vec<_> = cases.into_iter().map(|(a, calls)| std::thread::spawn(move || assert_mismatch_is_an_error(a, calls))).collect();
     let failures: Vec<String> =
