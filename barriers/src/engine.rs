@@ -906,6 +906,9 @@ impl<T: Transport> Engine<T> {
         if self.finished {
             flags |= status::FINISHED;
         }
+        if self.mismatch.is_some() && self.in_progress {
+            flags |= status::MISMATCH;
+        }
         Msg { arg: self.gave_up.map_or(0, |n| n as u32 + 1), ..self.msg(MsgKind::Status, self.epoch, flags) }
     }
 
@@ -974,13 +977,15 @@ impl<T: Transport> Engine<T> {
             *r = if s < steps { self.expect.of_step(variant, s).len() as u32 } else { 0 };
         }
         let got = &self.got[(self.epoch % 2) as usize];
+        let mut foreign = false;
         for i in got.iter() {
             match self.expect.step_of(i) {
                 (v, s) if v == variant => self.remaining[s] -= 1,
-                _ => {
-                    self.mismatch.get_or_insert_with(|| mismatch_text(self.epoch));
-                }
+                _ => foreign = true,
             }
+        }
+        if foreign {
+            self.note_mismatch(self.epoch)?;
         }
         self.progressed(now);
         self.advance(now)
@@ -1335,6 +1340,11 @@ impl<T: Transport> Engine<T> {
                         (msg.tag & status::FAILED != 0 && msg.arg != 0).then(|| (epoch, msg.arg as usize - 1, now));
                     self.report_pending |= peer.gave_up.is_some();
                 }
+                if msg.tag & status::MISMATCH != 0 && self.in_progress && epoch == self.epoch {
+                    // A node that cannot complete this barrier, where the
+                    // mismatch does not show (it may be the only one that saw it).
+                    self.note_mismatch(epoch)?;
+                }
             }
             MsgKind::Nack => {
                 peer.at_least(epoch, true);
@@ -1345,7 +1355,7 @@ impl<T: Transport> Engine<T> {
                         // node's plan never sends it, but another plan does:
                         // it called another collective (else both wait forever).
                         if !self.plans[self.cur].sends_to(from, tag) && self.plans.iter().any(|p| p.sends_to(from, tag)) {
-                            self.mismatch.get_or_insert_with(|| mismatch_text(epoch));
+                            self.note_mismatch(epoch)?;
                         }
                     }
                     self.asked_early |= epoch == self.epoch && tag.is_some();
@@ -1400,7 +1410,7 @@ impl<T: Transport> Engine<T> {
                     self.stats.early += 1;
                 } else if self.expect.step_of(i).0 != self.cur {
                     // Of this epoch, but of another plan: the peer called another collective.
-                    self.mismatch.get_or_insert_with(|| mismatch_text(epoch));
+                    self.note_mismatch(epoch)?;
                 } else {
                     let (_, step) = self.expect.step_of(i);
                     self.remaining[step] -= 1;
@@ -1425,6 +1435,20 @@ impl<T: Transport> Engine<T> {
         }
         if epoch == self.epoch + 1 && self.in_progress && !self.fast_nacked {
             self.nack_proven(from, now)?;
+        }
+        Ok(())
+    }
+
+    /// Barrier `epoch` (the current one) is of another collective at some
+    /// node: it can never complete. The first time, tell every node (a
+    /// node whose own messages all match would wait for ever); later
+    /// statuses say it too, so a peer that asks learns it even if this is lost.
+    fn note_mismatch(&mut self, epoch: u64) -> Result<(), TransportError> {
+        if self.mismatch.is_none() {
+            self.mismatch = Some(mismatch_text(epoch));
+            if self.in_progress {
+                self.send_status(None)?;
+            }
         }
         Ok(())
     }
@@ -1861,6 +1885,15 @@ mod tests {
         e.enter_split().unwrap();
         push(&mut e, 1, MsgKind::Nack, 0, plan::tag::BCAST_DATA, Vec::new());
         let err = e.wait(None).unwrap_err().to_string();
+        assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+        // Every node hears of it (one may see nothing wrong in its own messages).
+        let told = |e: &Engine<Script>, to| e.transport.sent.iter().any(|(t, m)| *t == to && m.kind == MsgKind::Status && m.tag & status::MISMATCH != 0);
+        assert!(told(&e, 1) && told(&e, 2));
+        let mut other = node_of_3(2);
+        other.enter_split().unwrap();
+        other.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { kind: MsgKind::Status, instance: INSTANCE, epoch: 0, tag: status::IN_PROGRESS | status::MISMATCH, arg: 0 } });
+        other.transport.inbox_data.push_back(Vec::new());
+        let err = other.test().unwrap_err().to_string();
         assert!(err.contains("collective mismatch in barrier 0"), "{err}");
         // A NACK for what this node's own plan sends later is no mismatch.
         let mut e = node_of_3(1);
