@@ -62,6 +62,8 @@ pub struct Barrier<T: Transport + Send + 'static> {
     /// The typed collectives' elements as bytes, in and out (reused).
     bytes_in: Vec<u8>,
     bytes_out: Vec<u8>,
+    /// The most data one message carries (the transport's, read once).
+    max_data: usize,
 }
 
 impl<T: Transport + Send + 'static> std::fmt::Debug for Barrier<T> {
@@ -85,7 +87,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     fn joined(mut engine: Engine<T>, waker: Arc<dyn Waker>, config: BarrierConfig) -> Result<Barrier<T>, BarrierError> {
         engine.join()?;
         engine.transport.all_joined();
-        let (me, nodes) = (engine.me(), engine.nodes());
+        let (me, nodes, max_data) = (engine.me(), engine.nodes(), engine.max_data());
         let shared = Arc::new(Shared { engine: Mutex::new(engine), calls: AtomicU64::new(0), stop: AtomicBool::new(false), waker });
         let agent = if config.progress_agent && nodes > 1 {
             let shared = shared.clone();
@@ -97,7 +99,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         } else {
             None
         };
-        Ok(Barrier { shared, agent, me, nodes, config, bytes_in: Vec::new(), bytes_out: Vec::new() })
+        Ok(Barrier { shared, agent, me, nodes, config, bytes_in: Vec::new(), bytes_out: Vec::new(), max_data })
     }
 
     /// Runs `f` on the engine as the application (the agent stands aside).
@@ -231,8 +233,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
                 output.as_ref().map_or(0, |o| o.len())
             )));
         }
-        let max_data = self.shared.lock().max_data();
-        let per_segment = max_data.saturating_sub(wire::HEADER_LEN) / size * size;
+        let per_segment = self.max_data.saturating_sub(wire::HEADER_LEN) / size * size;
         if per_segment == 0 {
             return Err(BarrierError::Usage(format!("{call}: this transport carries no data")));
         }

@@ -843,28 +843,30 @@ impl<T: Transport> Engine<T> {
     /// background, and the next call completes it first); else as
     /// [`wait`](Self::wait).
     pub(crate) fn wait_result(&mut self, deadline: Option<Instant>) -> Result<(), BarrierError> {
-        let result = self.wait_result_once(deadline);
+        let result = self.begin_wait().and_then(|now| self.run_until(deadline, now, |e| !e.in_progress || e.has_result()));
+        if result.is_ok() {
+            self.detached = self.in_progress;
+            self.owed = false;
+        }
         self.errors += u32::from(result.is_err());
         result
     }
 
-    fn wait_result_once(&mut self, deadline: Option<Instant>) -> Result<(), BarrierError> {
+    /// The start of an application's wait: an error the agent met, else now.
+    fn begin_wait(&mut self) -> Result<Instant, BarrierError> {
         if let Some(e) = self.agent_error.take() {
             return Err(BarrierError::Transport(e));
         }
         let now = Instant::now();
         self.call_started = now;
-        self.gave_up = None;
-        self.run_until(deadline, now, |e| !e.in_progress || e.has_result())?;
-        self.detached = self.in_progress;
-        self.owed = false;
-        Ok(())
+        self.gave_up = None; // waiting again: no longer giving up, until judged again
+        Ok(now)
     }
 
     /// Whether the application has a barrier entered and not completed (a
     /// broadcast completing in the background is not one).
     pub(crate) fn entered(&self) -> bool {
-        self.in_progress && (self.queued || !self.detached)
+        self.in_progress && (!self.detached || self.queued)
     }
 
     /// The barriers completed, plus a broadcast completing in the background
@@ -1040,12 +1042,7 @@ impl<T: Transport> Engine<T> {
     }
 
     fn wait_once(&mut self, deadline: Option<Instant>) -> Result<(), BarrierError> {
-        if let Some(e) = self.agent_error.take() {
-            return Err(BarrierError::Transport(e));
-        }
-        let now = Instant::now();
-        self.call_started = now;
-        self.gave_up = None; // waiting again: no longer giving up, until judged again
+        self.begin_wait()?;
         self.settle(deadline)?;
         if !self.in_progress && !self.owed {
             self.enter_barrier(Instant::now())?;

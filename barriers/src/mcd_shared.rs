@@ -109,6 +109,12 @@ impl Sleeper {
 struct AgentAlarm {
     rings: Readiness,
     sleeper: Sleeper,
+    /// The agent sleeps on its flag, not on the rings (set and read under
+    /// the hub's lock): a group that becomes the watcher wakes its agent
+    /// only then. An agent that is not asleep (serving, or in its grace
+    /// period) checks whether it watches when it next sleeps, so waking it
+    /// would cost a system call and a context switch per call for nothing.
+    on_flag: std::sync::atomic::AtomicBool,
 }
 
 impl AgentAlarm {
@@ -428,17 +434,22 @@ impl GroupTransport {
         Ok(lock(&self.hub).endpoint.send(rail, to, wire::kind_byte(msg.kind), msg.epoch, &self.frame)?)
     }
 
-    /// The next frame of this group, reading the rings if none is queued.
-    fn poll(&mut self) -> Result<(Option<Incoming>, mcd::wait::WaitPhases), TransportError> {
+    /// The next frame of this group, reading the rings if none is queued;
+    /// with `claim` (a caller about to wait: not a progress agent's
+    /// non-blocking round, which would take the rings from the group in
+    /// use and wake for its every frame), this group becomes the watcher.
+    fn poll(&mut self, claim: bool) -> Result<(Option<Incoming>, mcd::wait::WaitPhases), TransportError> {
         let mut hub = lock(&self.hub);
-        if self.members.len() > 1 && hub.watcher != Some(self.key) {
+        if claim && self.members.len() > 1 && hub.watcher != Some(self.key) {
             // The group in use watches the rings once its caller is away. Its
             // agent may be asleep on its flag (it was not the watcher when it
             // went to sleep): wake it, or nobody would read the rings once
             // the caller leaves, and peers would take this node for dead.
             hub.watcher = Some(self.key);
             if let Some(agent) = hub.routes.get(&self.key).and_then(|r| r.agent.clone()) {
-                agent.wake();
+                if agent.on_flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    agent.wake();
+                }
             }
         }
         loop {
@@ -543,8 +554,9 @@ impl Transport for GroupTransport {
 
     fn recv(&mut self, timeout: Duration) -> Result<Option<Incoming>, TransportError> {
         let start = Instant::now();
+        let claim = !timeout.is_zero();
         loop {
-            let (got, phases) = self.poll()?;
+            let (got, phases) = self.poll(claim)?;
             if got.is_some() || timeout.is_zero() {
                 return Ok(got);
             }
@@ -570,7 +582,7 @@ impl Transport for GroupTransport {
 
     fn waker(&self) -> Result<Arc<dyn Waker>, TransportError> {
         let mut hub = lock(&self.hub);
-        let alarm = Arc::new(AgentAlarm { rings: hub.endpoint.readiness()?, sleeper: Sleeper::default() });
+        let alarm = Arc::new(AgentAlarm { rings: hub.endpoint.readiness()?, sleeper: Sleeper::default(), on_flag: Default::default() });
         if let Some(route) = hub.routes.get_mut(&self.key) {
             route.agent = Some(alarm.clone());
         }
@@ -588,11 +600,20 @@ struct GroupWaker {
 
 impl Waker for GroupWaker {
     fn wait(&self, timeout: Option<Duration>) -> Result<(), TransportError> {
-        let watching = lock(&self.hub).watcher == Some(self.key);
+        use std::sync::atomic::Ordering::Relaxed;
+        let watching = {
+            let hub = lock(&self.hub);
+            let watching = hub.watcher == Some(self.key);
+            // Under the lock: a group that takes the watch after this sees
+            // the flag and wakes the sleeper (whose wake is never lost).
+            self.alarm.on_flag.store(!watching, Relaxed);
+            watching
+        };
         if watching {
             self.alarm.rings.wait(timeout)?;
         } else {
             self.alarm.sleeper.wait(timeout);
+            self.alarm.on_flag.store(false, Relaxed);
         }
         Ok(())
     }

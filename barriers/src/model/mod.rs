@@ -365,18 +365,51 @@ pub fn auto_with(n: usize, rails: usize, setup: &Setup, multicast: bool) -> (Alg
         .expect("there are candidates")
 }
 
-/// [`auto`] for a collective whose messages carry `bytes` bytes of data
-/// (the contribution's header included: see [`crate::collective::wire`]),
-/// among the algorithms that reduce (every candidate but dissemination,
-/// which would count contributions more than once): each message costs
-/// `setup`'s `G` per byte on top of its overheads.
+/// The most data one collective message carries on a 1500-byte MTU over a
+/// shared endpoint's group (the C ABI's): 1462 bytes less the
+/// contribution's header, in whole 8-byte elements. Longer data goes in
+/// segments of this size, one epoch each ([`crate::collective`]).
+pub const SEGMENT_BYTES: usize = 1448;
+
+/// The segments `bytes` of collective data take, and the size of the last
+/// (the others carry [`SEGMENT_BYTES`]); at least one, for 0 bytes.
+pub fn segments(bytes: usize) -> (usize, usize) {
+    let count = bytes.div_ceil(SEGMENT_BYTES).max(1);
+    (count, bytes - (count - 1) * SEGMENT_BYTES)
+}
+
+/// The predicted cost of a collective of `bytes` bytes of data with
+/// `algorithm`: one epoch per segment ([`segments`]), each message of a
+/// segment carrying its data and the contribution's header at `setup`'s
+/// `G` per byte; the segments' times add up (they run one after another).
+pub fn collective_cost(algorithm: Algorithm, n: usize, rails: usize, setup: &Setup, bytes: usize) -> Prediction {
+    let (count, last) = segments(bytes);
+    let one = |b: usize| predict(algorithm, n, rails, &Setup { bytes: b + crate::collective::wire::HEADER_LEN, ..*setup });
+    let tail = one(last);
+    if count == 1 {
+        return tail;
+    }
+    let full = one(SEGMENT_BYTES);
+    let k = (count - 1) as f64;
+    Prediction {
+        last_exit: full.last_exit * k + tail.last_exit,
+        mean_exit: full.mean_exit * k + tail.mean_exit,
+        mean_cost: full.mean_cost * k + tail.mean_cost,
+        messages: full.messages * (count as u64 - 1) + tail.messages,
+        deliveries: full.deliveries * (count as u64 - 1) + tail.deliveries,
+    }
+}
+
+/// [`auto`] for a collective of `bytes` bytes of data, among the
+/// algorithms that reduce (every candidate but dissemination, which would
+/// count contributions more than once), by [`collective_cost`]: the size
+/// decides through `setup`'s `G` per byte and the number of segments.
 pub fn auto_collective(n: usize, rails: usize, setup: &Setup, multicast: bool, bytes: usize) -> (Algorithm, Prediction) {
-    let setup = Setup { bytes: bytes + crate::collective::wire::HEADER_LEN, ..*setup };
     let reduce = crate::Collective::Allreduce { op: crate::Op::Sum, dtype: crate::Dtype::F64 };
     candidates(multicast)
         .into_iter()
         .filter(|&a| reduce.runs_on(a))
-        .map(|a| (a, predict(a, n, rails, &setup)))
+        .map(|a| (a, collective_cost(a, n, rails, setup, bytes)))
         .fold(None, |best: Option<(Algorithm, Prediction)>, (a, pr)| match best {
             Some((_, b)) if b.last_exit <= pr.last_exit => best,
             _ => Some((a, pr)),
@@ -387,8 +420,9 @@ pub fn auto_collective(n: usize, rails: usize, setup: &Setup, multicast: bool, b
 /// [`auto_collective`] for nodes that share a host, `local_processes` of
 /// them on `cores` cores: while they fit, as [`auto_collective`]; when they
 /// do not, as [`auto_on_host`] does for barriers, the fewest deliveries,
-/// then the lowest simulated time (measured at 4 and 8 processes on 2
-/// cores: the tree and concurrent beat recursive doubling by a quarter).
+/// then the lowest simulated time of `bytes` ([`collective_cost`]: its
+/// segments and `G`) (measured at 4 and 8 processes on 2 cores: the tree
+/// and concurrent beat recursive doubling by a quarter).
 pub fn auto_collective_on_host(
     n: usize,
     rails: usize,
@@ -405,7 +439,7 @@ pub fn auto_collective_on_host(
     candidates(multicast)
         .into_iter()
         .filter(|&a| reduce.runs_on(a))
-        .map(|a| (a, simulate(a, n, rails, &setup.logp)))
+        .map(|a| (a, collective_cost(a, n, rails, &Setup { host: Host::DEDICATED, ..*setup }, bytes)))
         .fold(None, |best: Option<(Algorithm, Prediction)>, (a, pr)| match best {
             Some((_, b)) if (b.deliveries, b.last_exit) <= (pr.deliveries, pr.last_exit) => best,
             _ => Some((a, pr)),
@@ -469,6 +503,37 @@ mod tests {
         // G per byte makes a frame of data cost more than 8 bytes do.
         let setup = Setup { big_g: 0.01, ..Setup::logp(&p) };
         assert!(auto_collective(8, 1, &setup, true, 1448).1.last_exit > auto_collective(8, 1, &setup, true, 8).1.last_exit);
+    }
+
+    #[test]
+    fn a_collectives_size_decides_through_g_and_segments() {
+        assert_eq!(segments(0), (1, 0));
+        assert_eq!(segments(SEGMENT_BYTES), (1, SEGMENT_BYTES));
+        assert_eq!(segments(4096), (3, 4096 - 2 * SEGMENT_BYTES));
+        assert_eq!(segments(65536).0, 46);
+        let p = LogP::REFERENCE;
+        // Segments add up: 4 KiB costs two full frames and the rest.
+        let setup = Setup { big_g: 0.005, ..Setup::logp(&p) };
+        let a = Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast };
+        let sized = |b: usize| predict(a, 8, 1, &Setup { bytes: b + crate::collective::wire::HEADER_LEN, ..setup }).last_exit;
+        let cost = collective_cost(a, 8, 1, &setup, 4096);
+        assert!((cost.last_exit - (2.0 * sized(SEGMENT_BYTES) + sized(4096 - 2 * SEGMENT_BYTES))).abs() < 1e-9);
+        assert_eq!(cost.messages, 3 * predict(a, 8, 1, &setup).messages);
+        // With a costly G, one-phase (every node receives every contribution)
+        // loses to an algorithm that combines on the way as the data grows:
+        // the pick changes with the size, and it is the cheapest at each.
+        let setup = Setup { big_g: 0.05, g_r: 5.0, ..Setup::logp(&p) };
+        let small = auto_collective(16, 1, &setup, true, 8);
+        let large = auto_collective(16, 1, &setup, true, 65536);
+        assert_ne!(large.0, Algorithm::OnePhase, "64 KiB to 16 nodes: not n(n-1) deliveries of every segment");
+        for other in candidates(true).into_iter().filter(|&o| o != Algorithm::Dissemination) {
+            assert!(large.1.last_exit <= collective_cost(other, 16, 1, &setup, 65536).last_exit, "{} against {other}", large.0);
+            assert!(small.1.last_exit <= collective_cost(other, 16, 1, &setup, 8).last_exit, "{} against {other}", small.0);
+        }
+        // Oversubscribed: still the fewest deliveries first, then the size's time.
+        let (a, pr) = auto_collective_on_host(8, 1, &setup, true, 65536, 8, 2);
+        assert!(matches!(a, Algorithm::Tree { .. } | Algorithm::Concurrent), "{a}");
+        assert_eq!(pr.deliveries, 46 * 14, "a gather and one multicast release per segment");
     }
 
     #[test]
