@@ -908,6 +908,9 @@ impl<T: Transport> Engine<T> {
         if self.finished {
             flags |= status::FINISHED;
         }
+        if self.mismatch.is_some() && self.in_progress {
+            flags |= status::MISMATCH;
+        }
         Msg { arg: self.gave_up.map_or(0, |n| n as u32 + 1), ..self.msg(MsgKind::Status, self.epoch, flags) }
     }
 
@@ -976,13 +979,15 @@ impl<T: Transport> Engine<T> {
             *r = if s < steps { self.expect.of_step(variant, s).len() as u32 } else { 0 };
         }
         let got = &self.got[(self.epoch % 2) as usize];
+        let mut foreign = false;
         for i in got.iter() {
             match self.expect.step_of(i) {
                 (v, s) if v == variant => self.remaining[s] -= 1,
-                _ => {
-                    self.mismatch.get_or_insert_with(|| mismatch_text(self.epoch));
-                }
+                _ => foreign = true,
             }
+        }
+        if foreign {
+            self.note_mismatch(self.epoch)?;
         }
         self.progressed(now);
         self.advance(now)
@@ -1016,6 +1021,10 @@ impl<T: Transport> Engine<T> {
         self.drain(now)?;
         self.advance(now)?;
         if self.in_progress {
+            if let Some(m) = self.mismatch.as_ref().filter(|_| self.entered()) {
+                // The barrier can never complete: say so, as wait() does.
+                return Err(BarrierError::Usage(m.clone()));
+            }
             self.on_timers(now, None)?;
             // A broadcast completing in the background is not the application's.
             return Ok(!self.entered());
@@ -1328,11 +1337,24 @@ impl<T: Transport> Engine<T> {
                         (msg.tag & status::FAILED != 0 && msg.arg != 0).then(|| (epoch, msg.arg as usize - 1, now));
                     self.report_pending |= peer.gave_up.is_some();
                 }
+                if msg.tag & status::MISMATCH != 0 && self.in_progress && epoch == self.epoch {
+                    // A node that cannot complete this barrier, where the
+                    // mismatch does not show (it may be the only one that saw it).
+                    self.note_mismatch(epoch)?;
+                }
             }
             MsgKind::Nack => {
                 peer.at_least(epoch, true);
                 let tag = (msg.tag != STATUS_TAG).then_some(msg.tag);
                 if self.answer(from, epoch, tag)? == 0 {
+                    if let Some(tag) = tag.filter(|_| self.in_progress && epoch == self.epoch) {
+                        // The peer waits in this epoch for a message that this
+                        // node's plan never sends it, but another plan does:
+                        // it called another collective (else both wait forever).
+                        if !self.plans[self.cur].sends_to(from, tag) && self.plans.iter().any(|p| p.sends_to(from, tag)) {
+                            self.note_mismatch(epoch)?;
+                        }
+                    }
                     self.asked_early |= epoch == self.epoch && tag.is_some();
                     self.send_status(Some(from))?;
                 } else if self.in_progress && epoch == self.epoch && self.missing_from().contains(&from) {
@@ -1385,7 +1407,7 @@ impl<T: Transport> Engine<T> {
                     self.stats.early += 1;
                 } else if self.expect.step_of(i).0 != self.cur {
                     // Of this epoch, but of another plan: the peer called another collective.
-                    self.mismatch.get_or_insert_with(|| mismatch_text(epoch));
+                    self.note_mismatch(epoch)?;
                 } else {
                     let (_, step) = self.expect.step_of(i);
                     self.remaining[step] -= 1;
@@ -1410,6 +1432,20 @@ impl<T: Transport> Engine<T> {
         }
         if epoch == self.epoch + 1 && self.in_progress && !self.fast_nacked {
             self.nack_proven(from, now)?;
+        }
+        Ok(())
+    }
+
+    /// Barrier `epoch` (the current one) is of another collective at some
+    /// node: it can never complete. The first time, tell every node (a
+    /// node whose own messages all match would wait for ever); later
+    /// statuses say it too, so a peer that asks learns it even if this is lost.
+    fn note_mismatch(&mut self, epoch: u64) -> Result<(), TransportError> {
+        if self.mismatch.is_none() {
+            self.mismatch = Some(mismatch_text(epoch));
+            if self.in_progress {
+                self.send_status(None)?;
+            }
         }
         Ok(())
     }
@@ -1835,6 +1871,33 @@ mod tests {
         push(&mut e, 2, MsgKind::Data, 0, plan::tag::BCAST_DATA, bcast_data(2, Some([1, 1])));
         let err = e.wait_result(None).unwrap_err().to_string();
         assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+    }
+
+    #[test]
+    fn a_nack_for_what_only_another_collective_sends_is_a_clear_error() {
+        // Node 0 runs a barrier; node 1 calls a broadcast from node 0 and
+        // asks for its data, which node 0's barrier never sends: without
+        // this, each waits for the other for ever.
+        let mut e = node_of_3(0);
+        e.enter_split().unwrap();
+        push(&mut e, 1, MsgKind::Nack, 0, plan::tag::BCAST_DATA, Vec::new());
+        let err = e.wait(None).unwrap_err().to_string();
+        assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+        // Every node hears of it (one may see nothing wrong in its own messages).
+        let told = |e: &Engine<Script>, to| e.transport.sent.iter().any(|(t, m)| *t == to && m.kind == MsgKind::Status && m.tag & status::MISMATCH != 0);
+        assert!(told(&e, 1) && told(&e, 2));
+        let mut other = node_of_3(2);
+        other.enter_split().unwrap();
+        other.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { kind: MsgKind::Status, instance: INSTANCE, epoch: 0, tag: status::IN_PROGRESS | status::MISMATCH, arg: 0 } });
+        other.transport.inbox_data.push_back(Vec::new());
+        let err = other.test().unwrap_err().to_string();
+        assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+        // A NACK for what this node's own plan sends later is no mismatch.
+        let mut e = node_of_3(1);
+        e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
+        push(&mut e, 0, MsgKind::Nack, 0, plan::tag::BCAST_ACK, Vec::new());
+        assert!(!e.test().unwrap());
+        assert!(e.mismatch.is_none());
     }
 
     #[test]

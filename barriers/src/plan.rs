@@ -194,6 +194,13 @@ pub struct Plan {
     pub steps: Vec<Step>,
 }
 
+impl Plan {
+    /// Whether some step sends node `to` a message of `tag` (to it, or to all).
+    pub fn sends_to(&self, to: NodeId, tag: u16) -> bool {
+        self.steps.iter().flat_map(|s| &s.sends).any(|o| o.tag == tag && (o.dest == Dest::All || o.dest == Dest::Node(to)))
+    }
+}
+
 /// Tags: arrive, release, the extra pre/post steps of shuffle exchange, the
 /// release-first broadcast's data, acknowledgement and done, rounds from ROUND.
 pub(crate) mod tag {

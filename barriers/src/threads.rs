@@ -35,3 +35,27 @@ where
         .map(|t| t.join().unwrap_or_else(|_| Err(BarrierError::Usage("a node thread panicked".into()))))
         .collect()
 }
+
+/// Runs `body` on one thread per transport (node `i`'s on transport `i`),
+/// each with a [`Barrier`] of `config`, and returns what each returned, in
+/// node order. Unlike [`run_per_node`], nothing is finished: `body` owns
+/// its barrier (finishes it, drops it, or turns it back into its transport).
+/// Panics if a barrier cannot be created, or a body panics.
+pub fn run_per_node_unfinished<T, R, F>(transports: Vec<T>, config: BarrierConfig, body: F) -> Vec<R>
+where
+    T: Transport + Send + 'static,
+    R: Send + 'static,
+    F: Fn(usize, Barrier<T>) -> R + Send + Sync + Copy + 'static,
+{
+    let threads: Vec<_> = transports
+        .into_iter()
+        .enumerate()
+        .map(|(me, t)| {
+            std::thread::spawn(move || {
+                let b = Barrier::new(t, config).unwrap_or_else(|e| panic!("node {me}: {e}"));
+                body(me, b)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().expect("a node thread panicked")).collect()
+}

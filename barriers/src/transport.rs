@@ -51,6 +51,9 @@ pub mod status {
     pub const FAILED: u16 = 2;
     /// The sender has finished: its last barrier is complete and it leaves.
     pub const FINISHED: u16 = 4;
+    /// Barrier `epoch` is of another collective at some node than at the
+    /// sender's (a collective mismatch): it can never complete.
+    pub const MISMATCH: u16 = 8;
 }
 
 /// In a [`MsgKind::Data`]'s `arg`: the sender got here only through a

@@ -9,7 +9,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use barriers::check::{run_barriers_with, Timeline};
-use barriers::mem::{self, Faults, MemTransport};
+use barriers::threads::run_per_node_unfinished;
+use barriers::mem::{self, Faults};
 use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, Fanout, PeerState, Release};
 
 /// Every algorithm, and the multi-rail variants.
@@ -75,24 +76,6 @@ fn compute_gaps_and_imbalance_longer_than_the_failure_timeout_succeed_under_loss
     });
 }
 
-/// Runs `body` on one thread per node of an `n`-node network; no finish.
-fn spawn_nodes<R: Send + 'static>(
-    net: Vec<MemTransport>,
-    config: BarrierConfig,
-    body: impl Fn(usize, Barrier<MemTransport>) -> R + Send + Sync + Copy + 'static,
-) -> Vec<R> {
-    let threads: Vec<_> = net
-        .into_iter()
-        .enumerate()
-        .map(|(me, t)| {
-            std::thread::spawn(move || {
-                let b = Barrier::new(t, config).unwrap_or_else(|e| panic!("node {me}: {e}"));
-                body(me, b)
-            })
-        })
-        .collect();
-    threads.into_iter().map(|t| t.join().unwrap()).collect()
-}
 
 #[test]
 fn split_phase_with_an_overlap_longer_than_the_failure_timeout_completes() {
@@ -101,7 +84,7 @@ fn split_phase_with_an_overlap_longer_than_the_failure_timeout_completes() {
             let n = size(i);
             let config = config.timeouts(Duration::from_millis(1), Duration::from_millis(100)).progress_agent(agent);
             let what = format!("{} n={n} agent={agent}", config.algorithm);
-            let timelines = spawn_nodes(mem::network(n, 2, Faults::none()), config, move |_, mut b| {
+            let timelines = run_per_node_unfinished(mem::network(n, 2, Faults::none()), config, move |_, mut b| {
                 let mut t = Timeline::default();
                 for _ in 0..2 {
                     let entered = Instant::now();
@@ -137,7 +120,7 @@ fn a_peer_that_stops_for_good_is_named_by_every_other_node() {
         let crashed = n - 2;
         let config = config.timeouts(Duration::from_millis(1), Duration::from_millis(300));
         let what = format!("{} rails={} n={n}", config.algorithm, config.rails);
-        let outcomes = spawn_nodes(mem::network(n, 2, lossy(i as u64 + 7)), config, move |me, mut b| {
+        let outcomes = run_per_node_unfinished(mem::network(n, 2, lossy(i as u64 + 7)), config, move |me, mut b| {
             let rounds = if me == crashed { 5 } else { 10 };
             for _ in 0..rounds {
                 if let Err(e) = b.wait() {
@@ -169,7 +152,7 @@ fn a_live_peer_behind_a_deadline_is_reported_alive_and_waited_for_on_retry() {
     let config = BarrierConfig::new(Algorithm::Dissemination)
         .timeouts(Duration::from_millis(1), Duration::from_millis(100))
         .deadline(Some(Duration::from_millis(150)));
-    let results = spawn_nodes(mem::network(n, 1, lossy(3)), config, move |me, mut b| {
+    let results = run_per_node_unfinished(mem::network(n, 1, lossy(3)), config, move |me, mut b| {
         let mut timeline = Timeline::default();
         let mut deadline_errors = Vec::new();
         for k in 0..3 {
@@ -227,7 +210,7 @@ fn the_epoch_crosses_two_to_the_32_under_loss() {
     let first = u64::from(u32::MAX);
     let mut config = BarrierConfig::new(Algorithm::Dissemination);
     config.first_epoch = first;
-    let epochs = spawn_nodes(mem::network(2, 1, Faults::none()), config, |_, mut b| {
+    let epochs = run_per_node_unfinished(mem::network(2, 1, Faults::none()), config, |_, mut b| {
         for _ in 0..3 {
             b.wait().unwrap();
         }
@@ -247,7 +230,7 @@ fn a_second_instance_on_the_same_transports_ignores_the_first() {
             let n = size(i);
             let config = config.timeouts(Duration::from_micros(500), Duration::from_secs(5));
             let what = format!("{} n={n}", config.algorithm);
-            let results = spawn_nodes(mem::network(n, 2, Faults { seed: i as u64, ..faults }), config, move |_, mut first| {
+            let results = run_per_node_unfinished(mem::network(n, 2, Faults { seed: i as u64, ..faults }), config, move |_, mut first| {
                 for _ in 0..30 {
                     first.wait().unwrap();
                 }
@@ -282,7 +265,7 @@ fn a_restarted_node_cannot_rejoin_and_the_others_name_it() {
         let mut config = BarrierConfig::new(Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast })
             .timeouts(Duration::from_millis(1), Duration::from_millis(400));
         config.join_timeout = Duration::from_millis(800);
-        let outcomes = spawn_nodes(mem::network(n, 1, Faults::none()), config, move |me, mut b| {
+        let outcomes = run_per_node_unfinished(mem::network(n, 1, Faults::none()), config, move |me, mut b| {
             for _ in 0..5 {
                 b.wait().unwrap();
             }
@@ -327,7 +310,7 @@ fn calling_wait_again_after_an_error_completes_the_same_barrier() {
     let config = BarrierConfig::new(Algorithm::Dissemination)
         .timeouts(Duration::from_millis(1), Duration::from_secs(5))
         .deadline(Some(Duration::from_millis(100)));
-    let timelines = spawn_nodes(mem::network(n, 1, Faults::none()), config, move |me, mut b| {
+    let timelines = run_per_node_unfinished(mem::network(n, 1, Faults::none()), config, move |me, mut b| {
         let mut t = Timeline::default();
         for k in 0..3 {
             if me == slow && k == 1 {
@@ -358,7 +341,7 @@ fn a_verdict_does_not_outlive_the_silent_peers_return() {
     let config = BarrierConfig::new(Algorithm::Concurrent)
         .timeouts(Duration::from_millis(1), Duration::from_millis(100))
         .progress_agent(false);
-    let errors = spawn_nodes(mem::network(n, 1, Faults::none()), config, move |me, mut b| {
+    let errors = run_per_node_unfinished(mem::network(n, 1, Faults::none()), config, move |me, mut b| {
         let mut errors = Vec::new();
         for k in 0..4 {
             if me == stalled && k == 1 {
@@ -387,7 +370,7 @@ fn creating_a_barrier_and_finishing_it_at_once_survives_half_loss() {
     let faults = Faults { loss: 0.5, duplicate: 0.0, max_delay: Duration::ZERO, seed: 3 };
     let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_secs(2));
     config.join_timeout = Duration::from_secs(4);
-    let results = spawn_nodes(mem::network(n, 1, faults), config, |_, mut b| b.finish().map_err(|e| e.to_string()));
+    let results = run_per_node_unfinished(mem::network(n, 1, faults), config, |_, mut b| b.finish().map_err(|e| e.to_string()));
     assert!(results.iter().all(Result::is_ok), "{results:?}");
 }
 
@@ -400,7 +383,7 @@ fn a_descheduled_peer_causes_no_storm_of_nacks() {
         let config = BarrierConfig::new(Algorithm::Dissemination)
             .timeouts(Duration::from_millis(1), Duration::from_secs(10))
             .progress_agent(agent);
-        let stats = spawn_nodes(mem::network(2, 1, Faults::none()), config, |me, mut b| {
+        let stats = run_per_node_unfinished(mem::network(2, 1, Faults::none()), config, |me, mut b| {
             for _ in 0..50 {
                 b.wait().unwrap();
             }

@@ -102,3 +102,53 @@ fn collectives_over_real_frames_under_20_percent_loss_agree_to_the_bit_with_the_
     let dropped = c.loss_drops().unwrap() - dropped_before;
     assert!(dropped > 50, "20% loss dropped only {dropped} frames");
 }
+
+/// The C ABI's shape, attacked (adversarial review of issue 16): two groups
+/// of every node on one shared endpoint, one for barriers and one for
+/// collectives, as `mcd_barrier` and `mcd_bcast` use them. A broadcast
+/// returns before its epoch completes; the node then sits in barriers of
+/// the other group, or computes for twice the failure timeout, while the
+/// root waits for its acknowledgement (under 25% loss, often lost): the
+/// collectives group's progress agent must answer, so that no live node is
+/// declared dead and every broadcast from the changing roots arrives.
+#[test]
+fn release_first_broadcasts_on_a_group_complete_while_the_node_is_in_another_groups_barriers_or_computing() {
+    const FAILURE: Duration = Duration::from_millis(300);
+    let n = 4;
+    let c = cluster(ClusterSpec::new("adv16s", n).loss(25.0, LossPoint::Node));
+    let config = |a| BarrierConfig::new(a).timeouts(Duration::from_millis(1), FAILURE);
+    let endpoints: Vec<SharedEndpoint> = (0..n).map(|i| SharedEndpoint::new(open_on(&c, i, endpoint_config(&c)).unwrap())).collect();
+    let threads: Vec<_> = endpoints
+        .into_iter()
+        .map(|shared| {
+            std::thread::spawn(move || -> Result<Timeline, BarrierError> {
+                let everyone: Vec<usize> = (0..n).collect();
+                let mut barrier = Barrier::new(shared.group(&everyone)?, config(Algorithm::Dissemination))?;
+                let mut coll = Barrier::new(shared.group(&everyone)?, config(Algorithm::OnePhase))?;
+                let me = coll.node();
+                let mut timeline = Timeline::default();
+                for k in 0..8usize {
+                    let root = (k * 3) % n;
+                    let want: Vec<u64> = (0..3).map(|i| (root * 1000 + k * 10 + i) as u64).collect();
+                    let mut data = if me == root { want.clone() } else { vec![0; 3] };
+                    coll.bcast(&mut data, root)?;
+                    assert_eq!(data, want, "node {me}: broadcast {k} from {root}");
+                    if me == (root + 1) % n {
+                        std::thread::sleep(FAILURE * 2); // computing, its acknowledgement perhaps lost
+                    }
+                    for _ in 0..3 {
+                        let entered = Instant::now();
+                        barrier.wait()?;
+                        timeline.record(entered, Instant::now());
+                    }
+                }
+                coll.finish()?;
+                barrier.finish()?;
+                Ok(timeline)
+            })
+        })
+        .collect();
+    let timelines: Vec<Timeline> = threads.into_iter().enumerate().map(|(i, t)| t.join().unwrap().unwrap_or_else(|e| panic!("node {i}: {e}"))).collect();
+    let (violations, checked) = check(&timelines);
+    assert_eq!((violations, checked), (vec![], 24));
+}

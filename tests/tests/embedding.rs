@@ -429,6 +429,29 @@ fn collective_reports(out: &NodeOutcome, ranks: usize) -> Vec<[u64; 6]> {
         .collect()
 }
 
+/// The interposer's release-first MPI_Bcast attacked (adversarial review of
+/// issue 16; mpi/bcast_check.c): changing roots back to back, MPI_IN_PLACE
+/// allreduces and barriers between, several frames from the last rank, and
+/// a rank computing for 2.3 failure timeouts right after a broadcast while
+/// its root waits for its acknowledgement, under 25% loss. Every rank
+/// checks every broadcast's data; no live rank is taken for dead.
+#[test]
+fn release_first_broadcasts_from_changing_roots_through_the_interposer_under_loss_and_compute_gaps() {
+    let program = cbuild::build_program(Mpi::OpenMpi, "bcast_check").unwrap();
+    let spec = ClusterSpec::new("adv16m", 4).loss(25.0, mcd_tools::vcluster::LossPoint::Node);
+    let rounds = 24;
+    let out = with_interposer(spec, program.to_str().unwrap(), &[&rounds.to_string(), "700"], &[("MCD_BARRIER_TIMEOUT", "0.3")]);
+    for rank in 0..4 {
+        assert!(out.stdout.contains(&format!("bcast_check: rank {rank}: 0 wrong")), "rank {rank}:\n{}\n{}", out.stdout, out.stderr);
+    }
+    for (rank, counts) in collective_reports(&out, 4).into_iter().enumerate() {
+        assert_eq!(counts, [8, 0, 0, 0, rounds + 1, 0], "rank {rank}: allreduce, reduce, bcast via mcd and via PMPI");
+    }
+    for bad in ["on MPI_COMM_WORLD failed", "finalizing mcd"] {
+        assert!(!out.stderr.contains(bad), "{bad}: {}", out.stderr);
+    }
+}
+
 #[test]
 fn a_solver_prints_the_same_with_the_collectives_interposer_under_loss_and_the_same_bits_every_run() {
     let program = cbuild::build_program(Mpi::OpenMpi, "cg_check").unwrap();
