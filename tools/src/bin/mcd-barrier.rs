@@ -104,8 +104,8 @@ struct Cli {
     /// memory), multicast (every rank takes the leaders' release multicast;
     /// algorithms whose release is not one multicast fall back to shm), or
     /// auto (the library's choice for the wait policy).
-    #[arg(long, value_delimiter = ',', default_value = "auto")]
-    host_release: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = host_release)]
+    host_release: Vec<Option<HostRelease>>,
     /// What to time: barrier, allreduce (sum of doubles), reduce (sum of
     /// doubles to the last node), bcast (from node 0). Collectives skip
     /// dissemination (it does not reduce), and auto picks among the
@@ -178,6 +178,14 @@ struct Row {
     auto_pick: bool,
     /// Ranks on each host (1: one per node of the cluster).
     ranks_per_host: usize,
+}
+
+/// `--host-release`: `auto` (`None`), `shm` or `multicast`.
+fn host_release(s: &str) -> Result<Option<HostRelease>, String> {
+    match s {
+        "auto" => Ok(None),
+        other => other.parse().map(Some).map_err(|_| format!("`{other}`: shm, multicast or auto")),
+    }
 }
 
 fn main() {
@@ -330,10 +338,7 @@ fn measure_shared_hosts(
     let mut rows = Vec::new();
     let mut layouts = vec![None];
     for release in &cli.host_release {
-        layouts.push(Some(match release.as_str() {
-            "auto" => HostRelease::auto(wait, ranks, cores),
-            other => other.parse::<HostRelease>().map_err(|e| anyhow::anyhow!("--host-release: {e}"))?,
-        }));
+        layouts.push(Some(release.unwrap_or_else(|| HostRelease::auto(wait, ranks, cores))));
     }
     for release in layouts {
         let hierarchical = release.is_some();
