@@ -674,6 +674,20 @@ mod tests {
     }
 
     #[test]
+    fn releases_parse_and_bad_ones_are_named() {
+        assert_eq!("shm".parse::<HostRelease>(), Ok(HostRelease::SharedMemory));
+        assert_eq!("multicast".parse::<HostRelease>(), Ok(HostRelease::Multicast));
+        assert_eq!(HostRelease::Multicast.to_string().parse::<HostRelease>(), Ok(HostRelease::Multicast));
+        assert!("auto".parse::<HostRelease>().unwrap_err().contains("shm or multicast"));
+        assert!("carrier".parse::<HostRelease>().unwrap_err().contains("MCD_HIERARCHY_RELEASE=carrier"));
+        assert!(HostRelease::can_multicast(Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast }));
+        assert!(HostRelease::can_multicast(Algorithm::Concurrent));
+        for a in [Algorithm::Dissemination, Algorithm::OnePhase, Algorithm::Tree { k: Fanout::TWO, release: Release::Tree }] {
+            assert!(!HostRelease::can_multicast(a), "{a}");
+        }
+    }
+
+    #[test]
     fn errors_of_the_leaders_barrier_name_the_jobs_nodes() {
         let e = in_job(BarrierError::PeerSilent { epoch: 3, silent: vec![1, 2], for_: Duration::from_secs(1) }, &[0, 4, 8]);
         assert!(matches!(e, BarrierError::PeerSilent { silent, .. } if silent == vec![4, 8]));

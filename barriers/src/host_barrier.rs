@@ -635,6 +635,69 @@ mod tests {
         run("one", 1, 10, mcd::WaitPolicy::Block);
     }
 
+    /// The direct release: ranks 1 and 2 wait on a "multicast" (a flag
+    /// per barrier, standing in for the frame): rank 1 always hears it,
+    /// rank 2 never does (every frame lost) and must still leave on the
+    /// leader's release in shared memory, on time, and never early.
+    #[test]
+    fn a_heard_release_completes_the_wait_and_a_lost_one_is_recovered_from_the_leader() {
+        use std::sync::atomic::AtomicU32;
+        use std::sync::Arc;
+        let name = "tap";
+        let heard_up_to = Arc::new(AtomicU32::new(0));
+        let barriers = 40u32;
+        let threads: Vec<_> = (0..3)
+            .map(|me| {
+                let heard_up_to = heard_up_to.clone();
+                std::thread::spawn(move || {
+                    let mut b = HostBarrier::join(config(name, 3, me)).unwrap();
+                    if me == 0 {
+                        b.publish_tap(0xfeed, 0xbeef);
+                    }
+                    let mut timeline = Timeline::default();
+                    let mut slowest = Duration::ZERO;
+                    for _ in 0..barriers {
+                        let entered = Instant::now();
+                        let k = b.arrive();
+                        if me == 0 {
+                            b.gather(None).unwrap();
+                            // "Multicast": the others may go; then the shm release.
+                            heard_up_to.store(k, SeqCst);
+                            std::thread::sleep(Duration::from_micros(200));
+                            b.release();
+                        } else {
+                            while b.tap().is_none() {
+                                std::thread::yield_now();
+                            }
+                            assert_eq!(b.tap(), Some((0xfeed, 0xbeef)));
+                            let hears = me == 1;
+                            let released = Instant::now();
+                            b.wait_release_heard(
+                                None,
+                                &mut || Ok(hears && reached(heard_up_to.load(SeqCst), k)),
+                                &mut |nap| {
+                                    std::thread::sleep(nap.min(Duration::from_micros(50)));
+                                    Ok(())
+                                },
+                            )
+                            .unwrap();
+                            slowest = slowest.max(released.elapsed());
+                        }
+                        timeline.record(entered, Instant::now());
+                    }
+                    (timeline, slowest)
+                })
+            })
+            .collect();
+        let (timelines, slowest): (Vec<Timeline>, Vec<Duration>) = threads.into_iter().map(|t| t.join().unwrap()).unzip();
+        let (violations, checked) = check(&timelines);
+        assert_eq!(checked, barriers as usize);
+        assert!(violations.is_empty(), "{violations:?}");
+        // The rank that lost every multicast waited for the leader's release
+        // in shared memory, which its naps (50 µs here) see at once.
+        assert!(slowest[2] < Duration::from_secs(1), "the lost releases took {:?}", slowest[2]);
+    }
+
     #[test]
     fn serial_numbers_wrap() {
         assert!(reached(0, u32::MAX));
