@@ -13,6 +13,22 @@
 //! local rank dead) tells its host's ranks why, and they fail with
 //! [`BarrierError::LeaderGaveUp`]; node numbers in every error are the job's.
 //!
+//! **The release** reaches a host's other ranks one of two ways
+//! ([`HostRelease`]): through shared memory, from their leader once it has
+//! the leaders' release (the default), or directly: every local rank
+//! listens to the leaders' multicast group ([`mcd::GroupId::HOST_LEADERS`])
+//! on its own endpoint ([`SharedEndpoint::listen`]) and leaves on the
+//! release multicast of the leaders' root, without waiting for its leader
+//! to wake and pass it on. That is as safe: the root releases only once
+//! every leader arrived, and a leader arrives only once its host has. A
+//! local rank that loses the multicast recovers from its leader, who has
+//! recovered it among the leaders (NACKing the root) and released the host
+//! in shared memory as always: the local rank looks there whenever it
+//! wakes ([`HostBarrier::wait_release_heard`]). The direct release needs
+//! an algorithm whose release is one multicast of leader 0 (a tree with
+//! multicast release, concurrent); with any other, the host is released
+//! through shared memory.
+//!
 //! A split-phase barrier ([`enter`](HierarchicalBarrier::enter) /
 //! [`test`](HierarchicalBarrier::test)) progresses when the leader calls in:
 //! its host's gather is not carried on by an agent in the background.
@@ -24,8 +40,117 @@ use mcd::wait::WaitPhases;
 use crate::barrier::Barrier;
 use crate::engine::{BarrierConfig, BarrierError, BarrierStats, PeerState};
 use crate::host_barrier::{segment_path, HostBarrier, HostConfig};
-use crate::mcd_shared::{GroupTransport, SharedEndpoint};
-use crate::transport::{NodeId, Transport};
+use crate::mcd_shared::{GroupListener, GroupTransport, SharedEndpoint};
+use crate::plan::{self, Algorithm, Release};
+use crate::transport::{MsgKind, NodeId, Transport};
+
+/// How a host's leader's ranks learn that a hierarchical barrier is
+/// released (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostRelease {
+    /// The leader, once released among the leaders, releases its host
+    /// through shared memory.
+    SharedMemory,
+    /// Every rank takes the leaders' release multicast from its own ring
+    /// (the leader's release in shared memory recovers a lost one).
+    Multicast,
+}
+
+impl HostRelease {
+    /// The environment variable that chooses the release: `shm`,
+    /// `multicast` or `auto`.
+    pub const ENV: &'static str = "MCD_HIERARCHY_RELEASE";
+
+    /// The release `MCD_HIERARCHY_RELEASE` names (`None`: unset or `auto`),
+    /// or an error naming the bad value.
+    pub fn from_env() -> Result<Option<HostRelease>, BarrierError> {
+        match std::env::var(Self::ENV) {
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Ok(v) => v.parse::<AutoOr>().map(|a| a.0).map_err(BarrierError::Usage),
+            Err(e) => Err(BarrierError::Usage(format!("{}: {e}", Self::ENV))),
+        }
+    }
+
+    /// Whether `algorithm` among the leaders can release the hosts
+    /// directly: its release is one multicast of leader 0.
+    pub fn can_multicast(algorithm: Algorithm) -> bool {
+        matches!(algorithm, Algorithm::Tree { release: Release::Multicast, .. } | Algorithm::Concurrent)
+    }
+}
+
+impl std::fmt::Display for HostRelease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HostRelease::SharedMemory => "shm",
+            HostRelease::Multicast => "multicast",
+        })
+    }
+}
+
+impl std::str::FromStr for HostRelease {
+    type Err = String;
+    fn from_str(s: &str) -> Result<HostRelease, String> {
+        match s.parse::<AutoOr>()?.0 {
+            Some(r) => Ok(r),
+            None => Err("auto is not a release: shm or multicast".into()),
+        }
+    }
+}
+
+/// A release named in text, or `auto` (`None`).
+struct AutoOr(Option<HostRelease>);
+
+impl std::str::FromStr for AutoOr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<AutoOr, String> {
+        match s.trim() {
+            "shm" | "shared-memory" => Ok(AutoOr(Some(HostRelease::SharedMemory))),
+            "multicast" | "direct" => Ok(AutoOr(Some(HostRelease::Multicast))),
+            "auto" | "" => Ok(AutoOr(None)),
+            other => Err(format!("{}={other}: shm, multicast or auto", HostRelease::ENV)),
+        }
+    }
+}
+
+/// A local rank's ear on the leaders' release multicast.
+struct ReleaseTap {
+    shared: SharedEndpoint,
+    /// Listening once the leader has published the leaders' group.
+    listener: Option<(GroupListener, u64)>,
+    /// The leaders' root (node number of the job).
+    root: NodeId,
+    /// The leaders' first barrier number.
+    first_epoch: u64,
+    /// Releases heard on the multicast.
+    heard: std::cell::Cell<u64>,
+}
+
+impl ReleaseTap {
+    /// Starts listening once the leader has published its group.
+    fn listening(&mut self, host: &HostBarrier) -> Result<bool, BarrierError> {
+        if self.listener.is_none() {
+            if let Some((key, instance)) = host.tap() {
+                let listener = self.shared.listen(key, mcd::GroupId::HOST_LEADERS).map_err(BarrierError::from)?;
+                self.listener = Some((listener, instance));
+            }
+        }
+        Ok(self.listener.is_some())
+    }
+
+    /// Whether the release of the host's barrier `k` has been heard.
+    fn heard(&self, k: u32) -> Result<bool, BarrierError> {
+        let Some((listener, instance)) = &self.listener else { return Ok(false) };
+        let wire = (self.first_epoch as u32).wrapping_add(k.wrapping_sub(1));
+        while let Some((from, msg)) = listener.try_recv().map_err(BarrierError::from)? {
+            let release = matches!(msg.kind, MsgKind::Data | MsgKind::Answer) && msg.tag == plan::tag::RELEASE;
+            if release && from == self.root && msg.instance == *instance && (msg.epoch.wrapping_sub(wire) as i32) >= 0 {
+                self.heard.set(self.heard.get() + 1);
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}
 
 /// Where a barrier of this node stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +179,10 @@ pub struct HierarchicalBarrier<T: Transport + Send + 'static> {
     config: BarrierConfig,
     phase: Phase,
     completed: u64,
+    /// How the host is released.
+    release: HostRelease,
+    /// A local rank's ear on the leaders' release multicast (direct release).
+    tap: Option<ReleaseTap>,
 }
 
 impl<T: Transport + Send + 'static> std::fmt::Debug for HierarchicalBarrier<T> {
@@ -75,7 +204,24 @@ impl HierarchicalBarrier<GroupTransport> {
     /// endpoint whose multicasts go to [`mcd::GroupId::HOST_LEADERS`] (so
     /// they land in the leaders' rings, not in every rank's). Collective over all nodes; `config`'s algorithm is for as
     /// many nodes as there are hosts.
+    ///
+    /// The host's release is `MCD_HIERARCHY_RELEASE`'s, or with `auto` or
+    /// none [`HostRelease::auto`]'s choice.
     pub fn on_endpoint(shared: &SharedEndpoint, config: BarrierConfig) -> Result<Self, BarrierError> {
+        let release = match HostRelease::from_env()? {
+            Some(r) => r,
+            None => {
+                let (policy, local) = shared.with_endpoint(|e| (e.wait_policy(), e.local_processes()));
+                HostRelease::auto(policy, local, mcd::host::online_cpus())
+            }
+        };
+        Self::on_endpoint_releasing(shared, config, release)
+    }
+
+    /// As [`on_endpoint`](Self::on_endpoint), the hosts released as
+    /// `release` says (through shared memory when the leaders' algorithm
+    /// cannot multicast its release: [`HostRelease::can_multicast`]).
+    pub fn on_endpoint_releasing(shared: &SharedEndpoint, config: BarrierConfig, release: HostRelease) -> Result<Self, BarrierError> {
         let (nodes, job_key, policy, local_hint) =
             shared.with_endpoint(|e| (e.nodes().clone(), e.job_key(), e.wait_policy(), e.local_processes()));
         let me = shared.node();
@@ -83,6 +229,12 @@ impl HierarchicalBarrier<GroupTransport> {
         let members = hosts.iter().find(|h| h.contains(&me)).cloned().expect("every node is on a host");
         let leader = nodes.get(members[0]).expect("the leader is a node");
         let mac = leader.macs.first().copied().unwrap_or_default();
+        // The leader waits as the endpoint does; the others as MCD_HOST_WAIT
+        // says, if it does.
+        let policy = match host_wait_from_env()? {
+            Some(local) if members[0] != me => local,
+            _ => policy,
+        };
         let host_config = HostConfig {
             path: segment_path(mcd::shm::SHM_DIR.as_ref(), job_key, mac, leader.port),
             job_key,
@@ -93,9 +245,74 @@ impl HierarchicalBarrier<GroupTransport> {
         };
         let leaders: Vec<NodeId> = hosts.iter().map(|h| h[0]).collect();
         let on_wire = leaders.clone();
-        HierarchicalBarrier::new(host_config, leaders, nodes.len(), config, || {
-            shared.group_multicasting_to(&on_wire, mcd::GroupId::HOST_LEADERS)
-        })
+        let release = if HostRelease::can_multicast(config.algorithm) && leaders.len() > 1 { release } else { HostRelease::SharedMemory };
+        let direct = release == HostRelease::Multicast;
+        let mut barrier = HierarchicalBarrier::new(host_config, leaders, nodes.len(), config, || {
+            let mut transport = shared.group_multicasting_to(&on_wire, mcd::GroupId::HOST_LEADERS)?;
+            if direct {
+                // The host's ranks listen: even one other leader gets the
+                // release as a multicast.
+                transport.multicast_always();
+            }
+            Ok(transport)
+        })?;
+        barrier.release = release;
+        if direct {
+            if let Some(outer) = &mut barrier.outer {
+                let instance = outer.instance();
+                let key = outer.with_transport(|t| t.key());
+                barrier.host.publish_tap(key, instance);
+            } else if !barrier.host.is_leader() {
+                barrier.tap =
+                    Some(ReleaseTap {
+                    shared: shared.clone(),
+                    listener: None,
+                    root: barrier.leaders[0],
+                    first_epoch: config.first_epoch,
+                    heard: Default::default(),
+                });
+            }
+        }
+        Ok(barrier)
+    }
+}
+
+impl HostRelease {
+    /// The release for a host of `local` processes on `cores` cores
+    /// waiting under `policy`: the direct release ([`HostRelease::Multicast`])
+    /// only where the ranks sleep and have cores of their own (`block`,
+    /// processes ≤ cores), else through shared memory.
+    ///
+    /// Why (`bench/results/hierarchy.md`): asleep with a core each, the
+    /// multicast wakes every rank at once, where the leader must wake first
+    /// and then wake its host (the model: a futex wake-up, 25 µs, saved).
+    /// Polling, the leader's store reaches the others in one cache-line
+    /// transfer (0.36 µs), less than the kernel's copies of the frame into
+    /// every rank's ring. With more processes than cores the measurements
+    /// split within their noise, and a process with other groups (the C ABI's
+    /// collectives) has a progress agent asleep on its rings that every
+    /// release frame wakes too: one more wake-up per rank and barrier, which
+    /// put the multicast release behind in the interposer's runs.
+    pub fn auto(policy: mcd::WaitPolicy, local: usize, cores: usize) -> HostRelease {
+        if policy == mcd::WaitPolicy::Block && local <= cores {
+            HostRelease::Multicast
+        } else {
+            HostRelease::SharedMemory
+        }
+    }
+}
+
+/// The environment variable that sets how a host's ranks other than its
+/// leader wait (in shared memory, and on their rings for the direct
+/// release): a wait policy as `MCD_WAIT` takes it. Unset: as `MCD_WAIT`.
+pub const HOST_WAIT_ENV: &str = "MCD_HOST_WAIT";
+
+/// `MCD_HOST_WAIT`'s policy, if set.
+fn host_wait_from_env() -> Result<Option<mcd::WaitPolicy>, BarrierError> {
+    match std::env::var(HOST_WAIT_ENV) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Ok(v) => v.trim().parse().map(Some).map_err(|e| BarrierError::Usage(format!("{HOST_WAIT_ENV}: {e}"))),
+        Err(e) => Err(BarrierError::Usage(format!("{HOST_WAIT_ENV}: {e}"))),
     }
 }
 
@@ -145,7 +362,19 @@ impl<T: Transport + Send + 'static> HierarchicalBarrier<T> {
         } else {
             None
         };
-        Ok(HierarchicalBarrier { host, outer, node, nodes, hosts: leaders.len(), leaders, config, phase: Phase::Idle, completed: 0 })
+        Ok(HierarchicalBarrier {
+            host,
+            outer,
+            node,
+            nodes,
+            hosts: leaders.len(),
+            leaders,
+            config,
+            phase: Phase::Idle,
+            completed: 0,
+            release: HostRelease::SharedMemory,
+            tap: None,
+        })
     }
 
     /// This node's number in the job.
@@ -176,6 +405,18 @@ impl<T: Transport + Send + 'static> HierarchicalBarrier<T> {
     /// Whether this node leads its host.
     pub fn is_leader(&self) -> bool {
         self.host.is_leader()
+    }
+
+    /// How the host is released.
+    pub fn release(&self) -> HostRelease {
+        self.release
+    }
+
+    /// Barriers this rank left on the leaders' release multicast (direct
+    /// release, not the leader), rather than on its leader's release in
+    /// shared memory.
+    pub fn released_directly(&self) -> u64 {
+        self.tap.as_ref().map_or(0, |t| t.heard.get())
     }
 
     /// The leaders' barrier's configuration.
@@ -222,7 +463,7 @@ impl<T: Transport + Send + 'static> HierarchicalBarrier<T> {
             return Ok(true);
         }
         if !self.host.is_leader() {
-            if !self.host.released()? {
+            if !self.heard()? && !self.host.released()? {
                 return Ok(false);
             }
             return Ok(self.done());
@@ -265,7 +506,21 @@ impl<T: Transport + Send + 'static> HierarchicalBarrier<T> {
     fn complete(&mut self, finish: bool) -> Result<(), BarrierError> {
         let deadline = self.config.deadline.map(|d| Instant::now() + d);
         if !self.host.is_leader() {
-            self.host.wait_release(deadline)?;
+            let listening = match &mut self.tap {
+                Some(tap) => tap.listening(&self.host)?,
+                None => false,
+            };
+            match (&self.tap, listening) {
+                (Some(tap @ ReleaseTap { listener: Some((listener, _)), .. }), true) => {
+                    let k = self.host.entered() as u32;
+                    self.host.wait_release_heard(
+                        deadline,
+                        &mut || tap.heard(k),
+                        &mut |timeout| listener.wait(timeout).map_err(BarrierError::from),
+                    )?;
+                }
+                _ => self.host.wait_release(deadline)?,
+            }
             self.done();
             return Ok(());
         }
@@ -308,6 +563,15 @@ impl<T: Transport + Send + 'static> HierarchicalBarrier<T> {
             }
             e
         })
+    }
+
+    /// Not the leader: whether the leaders' release multicast of the
+    /// current barrier has been heard (direct release).
+    fn heard(&mut self) -> Result<bool, BarrierError> {
+        match &mut self.tap {
+            Some(tap) => Ok(tap.listening(&self.host)? && tap.heard(self.host.entered() as u32)?),
+            None => Ok(false),
+        }
     }
 
     fn done(&mut self) -> bool {
@@ -423,6 +687,28 @@ mod tests {
         assert!(over.yield_for <= HOST_ADAPTIVE_YIELD && over.spin < Duration::from_micros(10));
         assert_eq!(host_phases(mcd::WaitPolicy::Adaptive, 2, 2), mcd::WaitPolicy::Adaptive.phases(2, 2));
         assert_eq!(host_phases(mcd::WaitPolicy::BusyPoll, 16, 2), mcd::WaitPolicy::BusyPoll.phases(16, 2));
+    }
+
+    #[test]
+    fn auto_releases_directly_only_ranks_asleep_on_cores_of_their_own() {
+        assert_eq!(HostRelease::auto(mcd::WaitPolicy::Block, 4, 8), HostRelease::Multicast);
+        assert_eq!(HostRelease::auto(mcd::WaitPolicy::Block, 16, 2), HostRelease::SharedMemory);
+        assert_eq!(HostRelease::auto(mcd::WaitPolicy::Adaptive, 4, 8), HostRelease::SharedMemory);
+        assert_eq!(HostRelease::auto(mcd::WaitPolicy::BusyPoll, 4, 8), HostRelease::SharedMemory);
+    }
+
+    #[test]
+    fn releases_parse_and_bad_ones_are_named() {
+        assert_eq!("shm".parse::<HostRelease>(), Ok(HostRelease::SharedMemory));
+        assert_eq!("multicast".parse::<HostRelease>(), Ok(HostRelease::Multicast));
+        assert_eq!(HostRelease::Multicast.to_string().parse::<HostRelease>(), Ok(HostRelease::Multicast));
+        assert!("auto".parse::<HostRelease>().unwrap_err().contains("shm or multicast"));
+        assert!("carrier".parse::<HostRelease>().unwrap_err().contains("MCD_HIERARCHY_RELEASE=carrier"));
+        assert!(HostRelease::can_multicast(Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast }));
+        assert!(HostRelease::can_multicast(Algorithm::Concurrent));
+        for a in [Algorithm::Dissemination, Algorithm::OnePhase, Algorithm::Tree { k: Fanout::TWO, release: Release::Tree }] {
+            assert!(!HostRelease::can_multicast(a), "{a}");
+        }
     }
 
     #[test]

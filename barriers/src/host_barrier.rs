@@ -16,7 +16,9 @@
 //! sleeper count and failure flag; the gather word (bumped by every arrival,
 //! a futex the leader sleeps on, woken by the last arrival only) with its
 //! sleeper count; the leader's failure
-//! text; then one line per local rank: the number of the last barrier it
+//! text; the leaders' group's key and instance when the host's ranks take
+//! the leaders' release multicast directly ([`HostBarrier::publish_tap`]);
+//! then one line per local rank: the number of the last barrier it
 //! entered, and its process identity.
 //!
 //! **A barrier:** every rank writes its own arrival word; the leader waits
@@ -43,9 +45,14 @@ use crate::transport::NodeId;
 /// How often a waiting rank checks that the ranks it waits for still run.
 pub const LIVENESS_CHECK: Duration = Duration::from_millis(20);
 
+/// The shortest a rank that takes the leaders' release multicast directly
+/// sleeps on its rings before it looks at the leader's release in shared
+/// memory (the multicast may have been lost).
+pub const TAP_LOOK: Duration = Duration::from_millis(1);
+
 /// Bytes per line: two cache lines.
 const LINE: usize = 128;
-const MAGIC: u64 = u64::from_le_bytes(*b"mcdhost1");
+const MAGIC: u64 = u64::from_le_bytes(*b"mcdhost2");
 // Header (line 0).
 const H_MAGIC: usize = 0;
 const H_CREATOR_PID: usize = 8;
@@ -65,8 +72,13 @@ const GATHER_SLEEPERS: usize = 2 * LINE + 4;
 const REASON_LEN: usize = 3 * LINE;
 const REASON: usize = 3 * LINE + 8;
 const REASON_BYTES: usize = 2 * LINE - 8;
+// The leaders' group, for a direct release: its key and instance, and
+// whether they are published.
+const TAP_KEY: usize = 5 * LINE;
+const TAP_INSTANCE: usize = 5 * LINE + 8;
+const TAP_PUBLISHED: usize = 5 * LINE + 16;
 // One line per local rank.
-const SLOTS: usize = 5 * LINE;
+const SLOTS: usize = 6 * LINE;
 const S_ARRIVED: usize = 0;
 const S_STATE: usize = 4;
 const S_PID: usize = 8;
@@ -284,7 +296,7 @@ impl HostBarrier {
             }
             Ok(())
         };
-        let done = self.wait_on(GATHER, GATHER_SLEEPERS, deadline, |b| Ok(b.all_arrived()), check)?;
+        let done = self.wait_on(GATHER, GATHER_SLEEPERS, deadline, &mut |b| Ok(b.all_arrived()), check, None)?;
         if done {
             Ok(())
         } else {
@@ -338,9 +350,50 @@ impl HostBarrier {
         Ok(reached(self.map.u32_at(RELEASE).load(SeqCst), self.epoch))
     }
 
+    /// Leader: tells the host's ranks the key and instance of the leaders'
+    /// group, whose release multicast they may take directly
+    /// ([`crate::HostRelease::Multicast`]).
+    pub fn publish_tap(&mut self, key: u64, instance: u64) {
+        self.map.u64_at(TAP_KEY).store(key, Relaxed);
+        self.map.u64_at(TAP_INSTANCE).store(instance, Relaxed);
+        self.map.u32_at(TAP_PUBLISHED).store(1, Release);
+    }
+
+    /// The leaders' group's key and instance, once the leader published them.
+    pub fn tap(&self) -> Option<(u64, u64)> {
+        (self.map.u32_at(TAP_PUBLISHED).load(Acquire) == 1)
+            .then(|| (self.map.u64_at(TAP_KEY).load(Relaxed), self.map.u64_at(TAP_INSTANCE).load(Relaxed)))
+    }
+
     /// Not the leader: waits for the release of the current barrier,
     /// failing if the leader gives up or dies (or at `deadline`).
     pub fn wait_release(&mut self, deadline: Option<Instant>) -> Result<(), BarrierError> {
+        self.wait_release_or(deadline, &mut || Ok(false), None)
+    }
+
+    /// Not the leader: as [`wait_release`](Self::wait_release), but also
+    /// complete when `heard` says the release arrived another way (the
+    /// leaders' multicast), sleeping with `sleep` (on the rings that bring
+    /// it) rather than on the futex. The leader's release in shared memory
+    /// still counts: it is how a rank that lost the multicast recovers,
+    /// looking at it whenever it wakes, and it wakes at the latest after
+    /// as long again as it has waited ([`TAP_LOOK`] at least), so a lost
+    /// release costs at most about what the barrier had taken already.
+    pub fn wait_release_heard(
+        &mut self,
+        deadline: Option<Instant>,
+        heard: &mut dyn FnMut() -> Result<bool, BarrierError>,
+        sleep: &mut dyn FnMut(Duration) -> Result<(), BarrierError>,
+    ) -> Result<(), BarrierError> {
+        self.wait_release_or(deadline, heard, Some(sleep))
+    }
+
+    fn wait_release_or(
+        &mut self,
+        deadline: Option<Instant>,
+        heard: &mut dyn FnMut() -> Result<bool, BarrierError>,
+        sleep: Option<&mut dyn FnMut(Duration) -> Result<(), BarrierError>>,
+    ) -> Result<(), BarrierError> {
         let epoch = u64::from(self.epoch);
         let check = |b: &HostBarrier| -> Result<(), BarrierError> {
             let leader = b.identity(0);
@@ -352,7 +405,9 @@ impl HostBarrier {
             }
             Ok(())
         };
-        if self.wait_on(RELEASE, RELEASE_SLEEPERS, deadline, |b| b.released(), check)? {
+        // The multicast first: it is the faster way, and counted.
+        let mut done = |b: &HostBarrier| -> Result<bool, BarrierError> { Ok(heard()? || b.released()?) };
+        if self.wait_on(RELEASE, RELEASE_SLEEPERS, deadline, &mut done, check, sleep)? {
             Ok(())
         } else {
             Err(self.deadline_error(deadline, vec![0]))
@@ -388,15 +443,18 @@ impl HostBarrier {
     }
 
     /// Waits until `done`: spins, yields, then sleeps on the futex word at
-    /// `word` (announcing itself in the count at `sleepers`), running `alive`
-    /// every [`LIVENESS_CHECK`]. False at the deadline.
+    /// `word` (announcing itself in the count at `sleepers`), or with
+    /// `sleep` if given (for as long as it has waited, [`TAP_LOOK`] at
+    /// least), running `alive` every [`LIVENESS_CHECK`]. False at the
+    /// deadline.
     fn wait_on(
         &self,
         word: usize,
         sleepers: usize,
         deadline: Option<Instant>,
-        done: impl Fn(&HostBarrier) -> Result<bool, BarrierError>,
+        done: &mut dyn FnMut(&HostBarrier) -> Result<bool, BarrierError>,
         alive: impl Fn(&HostBarrier) -> Result<(), BarrierError>,
+        mut sleep: Option<&mut dyn FnMut(Duration) -> Result<(), BarrierError>>,
     ) -> Result<bool, BarrierError> {
         let start = Instant::now();
         let mut next_check = start + LIVENESS_CHECK;
@@ -419,6 +477,12 @@ impl HostBarrier {
                 std::hint::spin_loop();
             } else if waited < self.phases.spin.saturating_add(self.phases.yield_for) {
                 std::thread::yield_now();
+            } else if let Some(sleep) = sleep.as_mut() {
+                let mut nap = waited.max(TAP_LOOK).min(next_check.saturating_duration_since(now));
+                if let Some(d) = deadline {
+                    nap = nap.min(d.saturating_duration_since(now));
+                }
+                sleep(nap.max(Duration::from_micros(1)))?;
             } else {
                 sleeping.fetch_add(1, SeqCst);
                 let seen = futex.load(SeqCst);
@@ -569,6 +633,69 @@ mod tests {
         run("yield", 4, 300, mcd::WaitPolicy::SpinThenYield { spin: Duration::from_micros(5) });
         run("adaptive", 3, 300, mcd::WaitPolicy::Adaptive);
         run("one", 1, 10, mcd::WaitPolicy::Block);
+    }
+
+    /// The direct release: ranks 1 and 2 wait on a "multicast" (a flag
+    /// per barrier, standing in for the frame): rank 1 always hears it,
+    /// rank 2 never does (every frame lost) and must still leave on the
+    /// leader's release in shared memory, on time, and never early.
+    #[test]
+    fn a_heard_release_completes_the_wait_and_a_lost_one_is_recovered_from_the_leader() {
+        use std::sync::atomic::AtomicU32;
+        use std::sync::Arc;
+        let name = "tap";
+        let heard_up_to = Arc::new(AtomicU32::new(0));
+        let barriers = 40u32;
+        let threads: Vec<_> = (0..3)
+            .map(|me| {
+                let heard_up_to = heard_up_to.clone();
+                std::thread::spawn(move || {
+                    let mut b = HostBarrier::join(config(name, 3, me)).unwrap();
+                    if me == 0 {
+                        b.publish_tap(0xfeed, 0xbeef);
+                    }
+                    let mut timeline = Timeline::default();
+                    let mut slowest = Duration::ZERO;
+                    for _ in 0..barriers {
+                        let entered = Instant::now();
+                        let k = b.arrive();
+                        if me == 0 {
+                            b.gather(None).unwrap();
+                            // "Multicast": the others may go; then the shm release.
+                            heard_up_to.store(k, SeqCst);
+                            std::thread::sleep(Duration::from_micros(200));
+                            b.release();
+                        } else {
+                            while b.tap().is_none() {
+                                std::thread::yield_now();
+                            }
+                            assert_eq!(b.tap(), Some((0xfeed, 0xbeef)));
+                            let hears = me == 1;
+                            let released = Instant::now();
+                            b.wait_release_heard(
+                                None,
+                                &mut || Ok(hears && reached(heard_up_to.load(SeqCst), k)),
+                                &mut |nap| {
+                                    std::thread::sleep(nap.min(Duration::from_micros(50)));
+                                    Ok(())
+                                },
+                            )
+                            .unwrap();
+                            slowest = slowest.max(released.elapsed());
+                        }
+                        timeline.record(entered, Instant::now());
+                    }
+                    (timeline, slowest)
+                })
+            })
+            .collect();
+        let (timelines, slowest): (Vec<Timeline>, Vec<Duration>) = threads.into_iter().map(|t| t.join().unwrap()).unzip();
+        let (violations, checked) = check(&timelines);
+        assert_eq!(checked, barriers as usize);
+        assert!(violations.is_empty(), "{violations:?}");
+        // The rank that lost every multicast waited for the leader's release
+        // in shared memory, which its naps (50 µs here) see at once.
+        assert!(slowest[2] < Duration::from_secs(1), "the lost releases took {:?}", slowest[2]);
     }
 
     #[test]

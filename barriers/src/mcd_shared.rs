@@ -343,6 +343,7 @@ impl SharedEndpoint {
             readiness,
             everyone: members.len() == self.nodes,
             multicast_to: Destination::ALL_NODES,
+            multicast_always: false,
             dropped: 0,
             data: Vec::new(),
             frame: Vec::new(),
@@ -365,6 +366,24 @@ impl SharedEndpoint {
         Ok(transport)
     }
 
+    /// Listens, without being a member, to the multicasts of the group
+    /// with key `key` that go to the named multicast group `multicast`
+    /// (which this endpoint joins, and leaves when the listener drops): a
+    /// host's local ranks hear their leaders' release this way
+    /// ([`crate::HostRelease::Multicast`]). The group's unicasts are not
+    /// addressed here and never arrive.
+    pub fn listen(&self, key: u64, multicast: GroupId) -> Result<GroupListener, TransportError> {
+        let mut hub = lock(&self.hub);
+        if hub.routes.contains_key(&key) {
+            return Err(format!("group key {key:#018x} is already routed here: a member does not listen to its own group").into());
+        }
+        hub.endpoint.join(multicast)?;
+        let readiness = Arc::new(hub.endpoint.readiness()?);
+        // No members here: it never watches the rings for an agent.
+        hub.routes.insert(key, Route { queue: VecDeque::new(), app: readiness.clone(), agent: None, members: 0 });
+        Ok(GroupListener { hub: self.hub.clone(), key, multicast, readiness })
+    }
+
     /// Runs `f` on the endpoint (for its statistics, say).
     pub fn with_endpoint<R>(&self, f: impl FnOnce(&mut Endpoint) -> R) -> R {
         f(&mut lock(&self.hub).endpoint)
@@ -373,6 +392,57 @@ impl SharedEndpoint {
     /// The routing counters.
     pub fn route_stats(&self) -> RouteStats {
         lock(&self.hub).stats
+    }
+}
+
+/// The multicasts of a group this process is not a member of
+/// ([`SharedEndpoint::listen`]). Dropping it stops routing them here.
+pub struct GroupListener {
+    hub: Arc<Mutex<Hub>>,
+    key: u64,
+    multicast: GroupId,
+    readiness: Arc<Readiness>,
+}
+
+impl std::fmt::Debug for GroupListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupListener").field("key", &format_args!("{:#018x}", self.key)).field("multicast", &self.multicast).finish()
+    }
+}
+
+impl GroupListener {
+    /// The next message heard (its sender a node of the job), reading the
+    /// rings if none is queued; `None` when there is none.
+    pub fn try_recv(&self) -> Result<Option<(NodeId, Msg)>, TransportError> {
+        let mut hub = lock(&self.hub);
+        let got = match hub.take(self.key) {
+            Some(x) => Some(x),
+            None => {
+                hub.drain(self.key)?;
+                hub.take(self.key)
+            }
+        };
+        Ok(got.map(|(from, _, msg, data)| {
+            if data.capacity() > 0 {
+                hub.spare.push(data);
+            }
+            (from, msg)
+        }))
+    }
+
+    /// Sleeps until a frame may have arrived (on the rings, or routed here
+    /// by another thread), or for `timeout`.
+    pub fn wait(&self, timeout: Duration) -> Result<(), TransportError> {
+        Ok(self.readiness.wait(Some(timeout))?)
+    }
+}
+
+impl Drop for GroupListener {
+    fn drop(&mut self) {
+        let mut hub = lock(&self.hub);
+        hub.routes.remove(&self.key);
+        // Failing to leave only lets a few frames more in, dropped as foreign.
+        let _ = hub.endpoint.leave(self.multicast);
     }
 }
 
@@ -391,6 +461,8 @@ pub struct GroupTransport {
     /// Where the group's multicasts go: every node of the job, or a named
     /// group only the members joined.
     multicast_to: Destination,
+    /// Multicast even to one other member (others listen to the group).
+    multicast_always: bool,
     dropped: u64,
     /// The data of the message last received.
     data: Vec<u8>,
@@ -413,6 +485,13 @@ impl GroupTransport {
     /// The members' node numbers in the job, in group order.
     pub fn members(&self) -> &[NodeId] {
         &self.members
+    }
+
+    /// Multicasts go to the group's multicast address even when there is
+    /// one other member only (where one unicast would otherwise do):
+    /// others listen to them ([`SharedEndpoint::listen`]).
+    pub fn multicast_always(&mut self) {
+        self.multicast_always = true;
     }
 
     /// Frames with this group's key from nodes outside it, dropped.
@@ -526,7 +605,7 @@ impl Transport for GroupTransport {
     }
 
     fn multicast_data(&mut self, rail: usize, msg: Msg, data: &[u8]) -> Result<(), TransportError> {
-        if !self.everyone && self.members.len() <= 2 {
+        if !self.everyone && !self.multicast_always && self.members.len() <= 2 {
             let me = self.me;
             for to in (0..self.members.len()).filter(|&n| n != me) {
                 self.send_data(rail, to, msg, data)?;
@@ -541,7 +620,7 @@ impl Transport for GroupTransport {
     }
 
     fn multicast(&mut self, rail: usize, msg: Msg) -> Result<(), TransportError> {
-        if !self.everyone && self.members.len() <= 2 {
+        if !self.everyone && !self.multicast_always && self.members.len() <= 2 {
             // One unicast beats a frame that wakes every node of the job.
             let me = self.me;
             for to in (0..self.members.len()).filter(|&n| n != me) {

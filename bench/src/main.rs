@@ -211,6 +211,10 @@ fn shape(s: &str) -> Result<(usize, usize), String> {
 }
 
 fn main() {
+    // Started again as one rank of `hierarchy`'s processes.
+    if let Some(code) = mcd_tools::barrierbench::rank_process_main() {
+        std::process::exit(code);
+    }
     if let Err(e) = run(Cli::parse()) {
         eprintln!("mcd-bench: {e:#}");
         std::process::exit(1);

@@ -29,6 +29,9 @@
 //! host runs more than one rank and the model
 //! ([`barriers::model::auto_layout`]) predicts it faster, ranks on one host
 //! being the nodes with one rail-0 MAC; `on`; `off`: always flat),
+//! `MCD_HIERARCHY_RELEASE` and `MCD_HOST_WAIT` (how the hierarchical
+//! barrier releases a host, and how the ranks other than its leader wait:
+//! see [`barriers::HostRelease`] and [`barriers::HOST_WAIT_ENV`]),
 
 //! `MCD_COLLECTIVE_ALGORITHM` (the collectives' algorithm: see
 //! [`Job::collectives`]).

@@ -3,7 +3,9 @@
 //! and 3×5 on the shared clock, each also under 20% loss between hosts, a
 //! local rank killed (named; 3×5), a whole host killed (4×4), two jobs
 //! sharing the hosts, a stale segment, the C ABI choosing it by itself, and
-//! the host's shared memory gone after every run. Needs root.
+//! the host's shared memory gone after every run. Each with the hosts
+//! released through shared memory, and again (`direct_*`) with every rank
+//! taking the leaders' release multicast itself. Needs root.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -97,8 +99,45 @@ impl Job<'_> {
     }
 }
 
+/// How the hosts are released: `MCD_HIERARCHY_RELEASE`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Shm,
+    Multicast,
+}
+
 fn job<'a>(c: &'a Cluster, per_host: usize, key: &'a str) -> Job<'a> {
-    Job { c, per_host, key, port_base: 0, env: Vec::new() }
+    job_via(c, per_host, key, Via::Shm)
+}
+
+fn job_via<'a>(c: &'a Cluster, per_host: usize, key: &'a str, via: Via) -> Job<'a> {
+    let release = match via {
+        Via::Shm => "shm",
+        Via::Multicast => "multicast",
+    };
+    Job { c, per_host, key, port_base: 0, env: vec![("MCD_HIERARCHY_RELEASE".into(), release.into())] }
+}
+
+/// The barriers (of `count`, and the closing one) each rank released by
+/// the leaders' multicast, from its `release R: D of N` line; checks the
+/// release is `via`'s and that leaders take none that way.
+fn released_directly(outcomes: &[NodeOutcome], per_host: usize, count: usize, via: Via) -> Vec<u64> {
+    let name = if via == Via::Shm { "shm" } else { "multicast" };
+    outcomes
+        .iter()
+        .map(|o| {
+            let line = o.stdout.lines().find(|l| l.starts_with("release ")).unwrap_or_else(|| panic!("rank {}: {}", o.node, o.stdout));
+            let want = format!("release {name}: ");
+            assert!(line.starts_with(&want), "rank {}: {line}", o.node);
+            let words: Vec<&str> = line[want.len()..].split_whitespace().collect();
+            assert_eq!(words[2], (count + 1).to_string(), "rank {}: {line}", o.node);
+            let direct: u64 = words[0].parse().unwrap();
+            if o.node % per_host == 0 || via == Via::Shm {
+                assert_eq!(direct, 0, "rank {} (a leader, or released through shared memory): {line}", o.node);
+            }
+            direct
+        })
+        .collect()
 }
 
 fn assert_all_done(outcomes: &[NodeOutcome], hosts: usize, per_host: usize) {
@@ -111,13 +150,18 @@ fn assert_all_done(outcomes: &[NodeOutcome], hosts: usize, per_host: usize) {
 }
 
 fn shape(name: &str, hosts: usize, per_host: usize, count: usize) {
+    shape_via(name, hosts, per_host, count, Via::Shm);
+}
+
+fn shape_via(name: &str, hosts: usize, per_host: usize, count: usize, via: Via) -> Vec<u64> {
     let c = cluster(ClusterSpec::new(name, hosts));
-    let j = job(&c, per_host, name);
+    let j = job_via(&c, per_host, name, via);
     let count_arg = count.to_string();
     let outcomes = j.run(&[PEER, "hierarchical", &count_arg], Duration::from_secs(120));
     assert_all_done(&outcomes, hosts, per_host);
     j.assert_safe(count);
     assert!(j.segments_left().is_empty(), "left behind: {:?}", j.segments_left());
+    released_directly(&outcomes, per_host, count, via)
 }
 
 #[test]
@@ -142,13 +186,18 @@ fn three_hosts_of_five_ranks_never_leave_before_all_entered() {
 
 /// `shape` under 20% loss of mcd frames at every host's ingress.
 fn lossy(name: &str, hosts: usize, per_host: usize) {
+    lossy_via(name, hosts, per_host, Via::Shm);
+}
+
+fn lossy_via(name: &str, hosts: usize, per_host: usize, via: Via) -> Vec<u64> {
     let c = cluster(ClusterSpec::new(name, hosts).loss(20.0, LossPoint::Node));
-    let j = job(&c, per_host, name);
+    let j = job_via(&c, per_host, name, via);
     let outcomes = j.run(&[PEER, "hierarchical", "30"], Duration::from_secs(120));
     assert_all_done(&outcomes, hosts, per_host);
     j.assert_safe(30);
     assert!(c.loss_drops().unwrap() > 0, "no frame was dropped: the loss did not apply");
     assert!(j.segments_left().is_empty(), "left behind: {:?}", j.segments_left());
+    released_directly(&outcomes, per_host, 30, via)
 }
 
 #[test]
@@ -174,14 +223,18 @@ fn three_hosts_of_five_ranks_recover_twenty_percent_loss_between_hosts() {
 /// Runs `hosts` × `per_host` ranks of which `crashing` abort before
 /// barrier 5; every other rank must fail (exit 3) within seconds, not hang.
 fn crash(name: &str, hosts: usize, per_host: usize, crashing: &[usize]) -> Vec<NodeOutcome> {
+    crash_via(name, hosts, per_host, crashing, Via::Shm)
+}
+
+fn crash_via(name: &str, hosts: usize, per_host: usize, crashing: &[usize], via: Via) -> Vec<NodeOutcome> {
     let c = cluster(ClusterSpec::new(name, hosts));
-    let mut j = job(&c, per_host, name);
+    let mut j = job_via(&c, per_host, name, via);
     let list: Vec<String> = crashing.iter().map(|r| r.to_string()).collect();
-    j.env = vec![
+    j.env.extend([
         ("MCD_TEST_CRASH_AT".into(), "5".into()),
         ("MCD_TEST_CRASH_RANKS".into(), list.join(",")),
         ("MCD_BARRIER_TIMEOUT".into(), "1".into()),
-    ];
+    ]);
     let outcomes = j.run(&[PEER, "hierarchical", "20"], Duration::from_secs(60));
     for o in &outcomes {
         if crashing.contains(&o.node) {
@@ -197,8 +250,11 @@ fn crash(name: &str, hosts: usize, per_host: usize, crashing: &[usize]) -> Vec<N
 
 #[test]
 fn a_killed_local_rank_is_named_by_its_host_and_every_rank_fails() {
+    local_rank_killed(crash("h14f", 3, 5, &[7]));
+}
+
+fn local_rank_killed(outcomes: Vec<NodeOutcome>) {
     // 3 × 5: rank 7 is local rank 2 of host 1 (ranks 5 to 9; leader 5).
-    let outcomes = crash("h14f", 3, 5, &[7]);
     let leader = &outcomes[5].stdout;
     assert!(leader.contains("local rank 2 on this host (node 7, pid"), "leader: {leader}");
     for mate in [6, 8, 9] {
@@ -209,8 +265,11 @@ fn a_killed_local_rank_is_named_by_its_host_and_every_rank_fails() {
 
 #[test]
 fn a_killed_host_is_named_by_the_other_hosts() {
+    host_killed(crash("h14g", 4, 4, &[12, 13, 14, 15]));
+}
+
+fn host_killed(outcomes: Vec<NodeOutcome>) {
     // 4 × 4: host 3 is ranks 12 to 15 (leader 12).
-    let outcomes = crash("h14g", 4, 4, &[12, 13, 14, 15]);
     for (rank, o) in outcomes.iter().enumerate().take(12) {
         let out = &o.stdout;
         assert!(out.contains("node(s) [12]") || out.contains("because node 12 is silent"), "rank {rank}: {out}");
@@ -262,4 +321,55 @@ fn the_c_abi_chooses_the_hierarchical_barrier_when_ranks_share_hosts() {
     }
     j.assert_safe(20);
     assert!(j.segments_left().is_empty());
+}
+
+/// With every rank taking the leaders' release multicast itself: lossless,
+/// every local rank leaves nearly every barrier on it (all but the first
+/// few, before it listens), and never before all entered.
+#[test]
+fn direct_release_four_hosts_of_four_ranks_never_leave_before_all_entered() {
+    let direct = shape_via("h14bd1", 4, 4, 30, Via::Multicast);
+    for (rank, &d) in direct.iter().enumerate().filter(|(r, _)| r % 4 != 0) {
+        assert!(d >= 31 - 3, "rank {rank}: only {d} of 31 barriers released by the multicast");
+    }
+}
+
+/// The direct release under 20% loss between hosts: the lost multicasts are
+/// recovered through the leader (the shared clock says it stays safe), and
+/// the rest are taken directly.
+fn direct_lossy(name: &str, hosts: usize, per_host: usize) {
+    let direct = lossy_via(name, hosts, per_host, Via::Multicast);
+    let local: u64 = direct.iter().enumerate().filter(|(r, _)| r % per_host != 0).map(|(_, &d)| d).sum();
+    let locals = (hosts * (per_host - 1)) as u64;
+    assert!(local > locals * 31 / 2, "only {local} of {} local releases were taken from the multicast", locals * 31);
+}
+
+#[test]
+fn direct_release_four_hosts_of_four_ranks_recover_twenty_percent_loss() {
+    direct_lossy("h14bd2", 4, 4);
+}
+
+#[test]
+fn direct_release_two_hosts_of_eight_ranks_recover_twenty_percent_loss() {
+    direct_lossy("h14bd3", 2, 8);
+}
+
+#[test]
+fn direct_release_eight_hosts_of_two_ranks_recover_twenty_percent_loss() {
+    direct_lossy("h14bd4", 8, 2);
+}
+
+#[test]
+fn direct_release_three_hosts_of_five_ranks_recover_twenty_percent_loss() {
+    direct_lossy("h14bd5", 3, 5);
+}
+
+#[test]
+fn direct_release_a_killed_local_rank_is_named_and_every_rank_fails() {
+    local_rank_killed(crash_via("h14bd6", 3, 5, &[7], Via::Multicast));
+}
+
+#[test]
+fn direct_release_a_killed_host_is_named_by_the_other_hosts() {
+    host_killed(crash_via("h14bd7", 4, 4, &[12, 13, 14, 15], Via::Multicast));
 }

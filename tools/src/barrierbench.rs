@@ -21,7 +21,7 @@ use serde::Serialize;
 use crate::vcluster::Cluster;
 
 /// The timing convention.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Method {
     /// Iwasaki, Matsuoka et al.: barrier, then a dummy loop; per-node statistics averaged.
@@ -327,19 +327,132 @@ pub fn collective_expected(call: barriers::Collective, bytes: usize, me: usize, 
     }
 }
 
+/// The environment variable that makes a benchmark binary one rank
+/// process of [`measure_ranks_per_host`] (its value says what to run, as
+/// JSON): such a binary calls [`rank_process_main`] first thing.
+pub const RANK_PROCESS_ENV: &str = "MCD_BENCH_RANK_PROCESS";
+
+/// How the ranks of [`measure_ranks_per_host`] meet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RanksBarrier {
+    /// Every rank runs the algorithm on the wire.
+    Flat,
+    /// Each host's ranks meet in shared memory, its leader runs the
+    /// algorithm among the hosts' leaders ([`barriers::HierarchicalBarrier`]),
+    /// and the host is released as said; the ranks other than the leader
+    /// wait as `local_wait` says (`None`: as the leader,
+    /// [`barriers::HOST_WAIT_ENV`]).
+    Hierarchical {
+        /// How a host is released.
+        release: barriers::HostRelease,
+        /// How the ranks other than the leaders wait.
+        local_wait: Option<WaitPolicy>,
+    },
+}
+
+/// What one rank process runs (JSON in [`RANK_PROCESS_ENV`]).
+#[derive(Serialize, serde::Deserialize)]
+struct RankJob {
+    algorithm: String,
+    rails: usize,
+    retry_us: u64,
+    min_retry_us: u64,
+    failure_ms: u64,
+    /// `None`: flat; else the hierarchical barrier with this release.
+    release: Option<String>,
+    method: Method,
+    warmup: usize,
+    iterations: usize,
+    dummy_ns: u64,
+    /// The core to pin to (while ranks ≤ cores).
+    pin: Option<usize>,
+}
+
+/// Marks a rank process's figures in its output.
+const FIGURES_LINE: &str = "mcd-rank-figures ";
+
+/// In a benchmark binary's `main`, first: when started as a rank process
+/// of [`measure_ranks_per_host`] ([`RANK_PROCESS_ENV`] set), runs the rank
+/// (endpoint from the environment: `MCD_NODES`, `MCD_PORT`, `MCD_IFACES`,
+/// `MCD_JOB`, `MCD_WAIT`, `MCD_LOCAL_PROCS`), prints its figures, and
+/// returns the exit code; `None` otherwise.
+pub fn rank_process_main() -> Option<i32> {
+    let job = std::env::var(RANK_PROCESS_ENV).ok()?;
+    Some(match run_rank(&job) {
+        Ok(figures) => {
+            let hex: String = figures.emit().iter().map(|b| format!("{b:02x}")).collect();
+            println!("{FIGURES_LINE}{hex}");
+            0
+        }
+        Err(e) => {
+            eprintln!("rank process: {e:#}");
+            1
+        }
+    })
+}
+
+fn run_rank(job: &str) -> Result<NodeFigures> {
+    let job: RankJob = serde_json::from_str(job).map_err(|e| anyhow!("{RANK_PROCESS_ENV}: {e}"))?;
+    let algorithm: barriers::Algorithm = job.algorithm.parse().map_err(|e: String| anyhow!(e))?;
+    let mut config = BarrierConfig::new(algorithm).rails(job.rails);
+    config.retry_timeout = Duration::from_micros(job.retry_us);
+    config.min_retry_timeout = Duration::from_micros(job.min_retry_us);
+    config.failure_timeout = Duration::from_millis(job.failure_ms);
+    let endpoint_config = mcd::EndpointConfig::from_env()?;
+    let bench = BarrierBench {
+        method: job.method,
+        warmup: job.warmup,
+        iterations: job.iterations,
+        dummy: Duration::from_nanos(job.dummy_ns),
+        wait: endpoint_config.wait,
+    };
+    let endpoint = Endpoint::open(endpoint_config)?;
+    if let Some(core) = job.pin {
+        let _ = mcd::host::pin_current_thread(core);
+    }
+    let times = match job.release {
+        Some(release) => {
+            let release: barriers::HostRelease = release.parse().map_err(|e: String| anyhow!(e))?;
+            let shared = barriers::SharedEndpoint::new(endpoint);
+            let mut b = barriers::HierarchicalBarrier::on_endpoint_releasing(&shared, config, release)?;
+            let before = b.stats();
+            let mut times = bench.time_node(|| b.wait())?;
+            times.recoveries = b.stats().answers - before.answers;
+            b.finish()?;
+            times
+        }
+        None => {
+            let mut b = barriers::Barrier::new(McdTransport::new(endpoint), config)?;
+            let before = b.stats();
+            let mut times = bench.time_node(|| b.wait())?;
+            times.recoveries = b.stats().answers - before.answers;
+            b.finish()?;
+            times
+        }
+    };
+    Ok(times.figures())
+}
+
+/// The figures in a rank process's output.
+fn parse_figures(stdout: &str) -> Option<NodeFigures> {
+    let hex = stdout.lines().find_map(|l| l.strip_prefix(FIGURES_LINE))?;
+    let bytes: Option<Vec<u8>> =
+        (0..hex.len() / 2).map(|i| hex.get(2 * i..2 * i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect();
+    NodeFigures::parse(&bytes?)
+}
+
 /// Measures `config` with `per_host` ranks on every node of `cluster` (a
-/// node is a host: its namespace, one NIC), one thread per rank, each with
-/// its own endpoint (port = its place on the host). Flat: every rank runs
-/// `config` on the wire. Hierarchical: each host's ranks meet in shared
-/// memory and its leader runs `config` among the hosts' leaders
-/// ([`barriers::HierarchicalBarrier`]). The measurement's `nodes` counts
-/// ranks.
+/// node is a host: its namespace, one NIC), each rank a process of its own
+/// (this program again, `program`, started with [`RANK_PROCESS_ENV`]: its
+/// `main` must call [`rank_process_main`]), with its own endpoint (port =
+/// its place on the host), as an MPI launcher would run them. `barrier`
+/// says how they meet. The measurement's `nodes` counts ranks.
 pub fn measure_ranks_per_host(
     cluster: &Cluster,
     per_host: usize,
     config: BarrierConfig,
     bench: BarrierBench,
-    hierarchical: bool,
+    barrier: RanksBarrier,
 ) -> Result<BarrierMeasurement> {
     anyhow::ensure!(per_host >= 1, "at least one rank per host");
     let hosts = cluster.nodes();
@@ -352,51 +465,66 @@ pub fn measure_ranks_per_host(
             addrs.push(mcd::NodeAddr { macs, port: r as mcd::Port });
         }
     }
-    let nodes = mcd::NodeList::new(addrs)?;
-    let endpoints = (0..ranks)
+    let nodes = mcd::NodeList::new(addrs)?.to_text().trim_end().replace('\n', ";");
+    let program = std::env::current_exe()?;
+    let cores = mcd::host::online_cpus();
+    // A job key of this run only: no segment or frame of another run is its.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let job_name = format!("rph-{}-{}-{run}", cluster.spec().name, std::process::id());
+    let children = (0..ranks)
         .map(|rank| {
-            let _ns = cluster.enter(rank / per_host)?;
-            let mut ep_config = mcd::EndpointConfig::new(cluster.interfaces(), (rank % per_host) as mcd::Port, nodes.clone());
-            ep_config.wait = bench.wait;
-            ep_config.local_processes = ranks;
-            Ok(Endpoint::open(ep_config)?)
+            let job = RankJob {
+                algorithm: config.algorithm.to_string(),
+                rails: config.rails,
+                retry_us: config.retry_timeout.as_micros() as u64,
+                min_retry_us: config.min_retry_timeout.as_micros() as u64,
+                failure_ms: config.failure_timeout.as_millis() as u64,
+                release: match barrier {
+                    RanksBarrier::Flat => None,
+                    RanksBarrier::Hierarchical { release, .. } => Some(release.to_string()),
+                },
+                method: bench.method,
+                warmup: bench.warmup,
+                iterations: bench.iterations,
+                dummy_ns: bench.dummy.as_nanos() as u64,
+                pin: (ranks <= cores).then_some(rank),
+            };
+            let mut cmd = cluster.command(rank / per_host, &program.display().to_string());
+            cmd.env_remove("MCD_NODE_FILE")
+                .env(RANK_PROCESS_ENV, serde_json::to_string(&job)?)
+                .env("MCD_NODES", &nodes)
+                .env("MCD_PORT", (rank % per_host).to_string())
+                .env("MCD_RANK", rank.to_string())
+                .env("MCD_SIZE", ranks.to_string())
+                .env("MCD_JOB", &job_name)
+                .env("MCD_WAIT", bench.wait.to_string())
+                // Every rank of every namespace shares this machine's cores.
+                .env("MCD_LOCAL_PROCS", ranks.to_string());
+            match barrier {
+                RanksBarrier::Hierarchical { local_wait: Some(w), .. } => cmd.env(barriers::HOST_WAIT_ENV, w.to_string()),
+                _ => cmd.env_remove(barriers::HOST_WAIT_ENV),
+            };
+            Ok(crate::vcluster::Collected::spawn(cmd)?)
         })
         .collect::<Result<Vec<_>>>()?;
-    let cores = mcd::host::online_cpus();
-    let threads: Vec<_> = endpoints
-        .into_iter()
-        .enumerate()
-        .map(|(rank, endpoint)| {
-            std::thread::spawn(move || -> Result<NodeTimes> {
-                if ranks <= cores {
-                    let _ = mcd::host::pin_current_thread(rank);
-                }
-                if hierarchical {
-                    let shared = barriers::SharedEndpoint::new(endpoint);
-                    let mut b = barriers::HierarchicalBarrier::on_endpoint(&shared, config)?;
-                    let before = b.stats();
-                    let mut times = bench.time_node(|| b.wait())?;
-                    times.recoveries = b.stats().answers - before.answers;
-                    b.finish()?;
-                    Ok(times)
-                } else {
-                    let mut b = barriers::Barrier::new(McdTransport::new(endpoint), config)?;
-                    let before = b.stats();
-                    let mut times = bench.time_node(|| b.wait())?;
-                    times.recoveries = b.stats().answers - before.answers;
-                    b.finish()?;
-                    Ok(times)
-                }
-            })
+    let limit = Duration::from_secs(60) + (bench.dummy + Duration::from_millis(5)) * (bench.warmup + bench.iterations) as u32;
+    let deadline = Instant::now() + limit;
+    let outcomes: Vec<_> = children.into_iter().enumerate().map(|(rank, c)| c.finish(rank, deadline)).collect();
+    let figures = outcomes
+        .iter()
+        .map(|o| {
+            parse_figures(&o.stdout)
+                .filter(|_| o.success())
+                .ok_or_else(|| anyhow!("{} on rank {}: {}: {}{}", config.algorithm, o.node, o.status(), o.stdout, o.stderr))
         })
-        .collect();
-    let times: Vec<NodeTimes> = threads
-        .into_iter()
-        .enumerate()
-        .map(|(rank, t)| t.join().map_err(|_| anyhow!("rank {rank} panicked"))?.map_err(|e| anyhow!("{} on rank {rank}: {e}", config.algorithm)))
-        .collect::<Result<_>>()?;
-    let name = if hierarchical { format!("hier:{}", config.algorithm) } else { config.algorithm.to_string() };
-    Ok(bench.summarize(&name, config.rails, &times))
+        .collect::<Result<Vec<_>>>()?;
+    let name = match barrier {
+        RanksBarrier::Flat => config.algorithm.to_string(),
+        RanksBarrier::Hierarchical { release, local_wait: None } => format!("hier:{}+{release}", config.algorithm),
+        RanksBarrier::Hierarchical { release, local_wait: Some(w) } => format!("hier:{}+{release} (local ranks {w})", config.algorithm),
+    };
+    Ok(bench.summarize_figures(&name, config.rails, &figures))
 }
 
 /// Measures `config` across the hosts of a job: this process is one node,

@@ -141,3 +141,30 @@ fn across_hosts_every_node_runs_and_node_zero_reports() {
     check_csv(&dir, 2, 40);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn ranks_per_host_runs_every_rank_as_a_process_flat_and_with_both_releases() {
+    let dir = scratch("perhost");
+    let out = Command::new(BIN).args(["--ranks-per-host", "2", "--host-release", "carrier"]).arg("--out").arg(dir.join("never")).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("shm, multicast or auto"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!dir.join("never").exists());
+    // Each rank is this program again, told what to run in the environment.
+    let out = Command::new(BIN).env(mcd_tools::barrierbench::RANK_PROCESS_ENV, "{").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rank process: MCD_BENCH_RANK_PROCESS: "), "{}", String::from_utf8_lossy(&out.stderr));
+    // 2 hosts × 3 ranks: 6 processes, flat and hierarchical with each release.
+    let json = sweep(
+        &dir,
+        &["--nodes", "2", "--ranks-per-host", "3", "--algorithms", "tree2", "--host-release", "shm,multicast", "--wait", "block", "--cluster-name", "h14bm"],
+    );
+    check_csv(&dir, 3, 30);
+    let rows = json["rows"].as_array().unwrap();
+    let algorithms: Vec<&str> = rows.iter().map(|r| r["algorithm"].as_str().unwrap()).collect();
+    assert_eq!(algorithms, ["tree2", "hier:tree2+shm", "hier:tree2+multicast"], "{rows:?}");
+    for r in rows {
+        assert_eq!((r["nodes"].as_u64(), r["ranks_per_host"].as_u64()), (Some(6), Some(3)), "{r}");
+    }
+    let leftovers = mcd_tools::vcluster::Cluster::leftovers("h14bm").unwrap();
+    assert!(leftovers.is_empty(), "the sweep's cluster is gone: {leftovers:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

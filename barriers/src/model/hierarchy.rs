@@ -13,6 +13,7 @@
 //! cores ([`Host::shared`]).
 
 use super::{auto_on_host, predict, Host, LogP, Prediction, Setup};
+use crate::hierarchy::HostRelease;
 use crate::plan::Algorithm;
 
 /// What shared memory costs between two processes of one host (µs), as
@@ -32,6 +33,50 @@ impl ShmCosts {
     /// The reference machine (2 vCPUs), `mcd-logp --shm`: transfer 0.36,
     /// wake-up 25.5, scan 0.006 µs.
     pub const REFERENCE: ShmCosts = ShmCosts { transfer: 0.36, wake: 25.5, scan: 0.006 };
+}
+
+/// The kernel's cost of delivering one received frame into one more
+/// socket's ring on a host (µs): a host whose ranks all take the leaders'
+/// release multicast ([`HostRelease::Multicast`]) has it copied into each
+/// of their rings. Not measured by `mcd-logp`: taken from the virtual
+/// cluster's flooding bridge, whose sender pays about this per extra port
+/// (one-way 2.8 µs on a learning bridge, 11.8 µs flooding 16 ports).
+pub const RING_COPY_US: f64 = 0.6;
+
+/// The hierarchical barrier's predicted time (µs) on `setup` (a network
+/// preset, say), for `hosts` hosts of `per_host` ranks on `cores` cores
+/// each, the leaders running `outer` and the hosts released by `release`;
+/// `sleeping`: the ranks wait asleep (futex, `ppoll`) rather than polling.
+///
+/// The release through shared memory costs one transfer after the leader
+/// has the leaders' release, or, asleep, a second wake-up after the
+/// leader's own; the direct release costs no step after the network, but
+/// the kernel delivers the multicast into every rank's ring
+/// ([`RING_COPY_US`] each beyond the first), and asleep every rank wakes
+/// at once, on the frame.
+#[allow(clippy::too_many_arguments)]
+pub fn hierarchical_cost_released(
+    outer: Algorithm,
+    (hosts, per_host, cores): (usize, usize, usize),
+    rails: usize,
+    setup: &Setup,
+    shm: &ShmCosts,
+    release: HostRelease,
+    sleeping: bool,
+) -> f64 {
+    let network = if hosts > 1 { predict(outer, hosts, rails, setup).last_exit } else { 0.0 };
+    if per_host == 1 {
+        return network;
+    }
+    let gather = shm.transfer + (per_host - 1) as f64 * shm.scan + if sleeping { shm.wake } else { 0.0 };
+    let direct = release == HostRelease::Multicast && hosts > 1;
+    let release = match (direct, sleeping) {
+        (true, _) => (per_host - 1) as f64 * RING_COPY_US,
+        (false, false) => shm.transfer,
+        (false, true) => shm.wake + shm.transfer,
+    };
+    let turns = if per_host > cores { 2.0 * (per_host as f64 / cores.max(1) as f64).ceil() * shm.wake } else { 0.0 };
+    network + gather + release + turns
 }
 
 /// The barrier's layout: every rank on the wire, or each host's ranks in
@@ -96,6 +141,20 @@ mod tests {
             let (layout, time) = auto_layout(hosts, per_host, cores, 1, &p, true, &shm);
             assert!(matches!(layout, Layout::Hierarchical(_)), "{hosts}x{per_host} on {cores} cores: {layout:?} ({time:.1} µs)");
         }
+    }
+
+    #[test]
+    fn the_direct_release_wins_asleep_and_loses_polling() {
+        let p = LogP::REFERENCE;
+        let setup = Setup::logp(&p);
+        let shm = ShmCosts::REFERENCE;
+        let outer = Algorithm::Tree { k: crate::Fanout::FOUR, release: crate::Release::Multicast };
+        let cost = |release, sleeping| hierarchical_cost_released(outer, (4, 4, 4), 1, &setup, &shm, release, sleeping);
+        assert!(cost(HostRelease::Multicast, true) + shm.wake * 0.9 < cost(HostRelease::SharedMemory, true));
+        assert!(cost(HostRelease::SharedMemory, false) < cost(HostRelease::Multicast, false));
+        // One host: nothing to multicast, both release through memory.
+        let one = |release| hierarchical_cost_released(outer, (1, 4, 4), 1, &setup, &shm, release, false);
+        assert_eq!(one(HostRelease::Multicast), one(HostRelease::SharedMemory));
     }
 
     #[test]

@@ -15,7 +15,9 @@
 //!   barrier's entry and exit times (CLOCK_MONOTONIC µs) to
 //!   MCD_TEST_TIMES/rank<N> when set, then finish; print
 //!   `node N: host of H ranks, leader L, H hosts` first and `done` last, or
-//!   `error: ...` and exit 3. With MCD_TEST_CRASH_AT=K, the ranks listed in
+//!   `error: ...` and exit 3; before `done`, `release R: D of N barriers
+//!   released by the leaders' multicast` (R as MCD_HIERARCHY_RELEASE
+//!   chose it). With MCD_TEST_CRASH_AT=K, the ranks listed in
 //!   MCD_TEST_CRASH_RANKS (commas) abort before barrier K.
 
 use std::io::Read;
@@ -116,5 +118,6 @@ fn hierarchical(endpoint: mcd::Endpoint) {
         }
     }
     exit_on(barrier.finish());
+    println!("release {}: {} of {} barriers released by the leaders' multicast", barrier.release(), barrier.released_directly(), count + 1);
     println!("done");
 }

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use barriers::model::{self, LogP};
-use barriers::{Algorithm, BarrierConfig, Collective};
+use barriers::{Algorithm, BarrierConfig, Collective, HostRelease};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use mcd::WaitPolicy;
-use mcd_tools::barrierbench::{self, BarrierBench, BarrierMeasurement, Method};
+use mcd_tools::barrierbench::{self, BarrierBench, BarrierMeasurement, Method, RanksBarrier};
 use mcd_tools::cli;
 use mcd_tools::logp;
 use mcd_tools::plot::{self, Panel, Series};
@@ -97,12 +97,21 @@ struct Cli {
     #[arg(long)]
     across_hosts: bool,
     /// Ranks per host (comma-separated): with more than one, each node of
-    /// the virtual cluster (a host) runs that many ranks, each with its own
-    /// endpoint, and every algorithm is measured flat (every rank on the
-    /// wire) and hierarchical (`hier:`: the host's ranks meet in shared
-    /// memory, the hosts' leaders run the algorithm). `--nodes` counts hosts.
+    /// the virtual cluster (a host) runs that many ranks, each a process of
+    /// its own (this program again) with its own endpoint, and every
+    /// algorithm is measured flat (every rank on the wire) and hierarchical
+    /// (`hier:ALG+RELEASE`: the host's ranks meet in shared memory, the
+    /// hosts' leaders run the algorithm, the host is released as
+    /// --host-release says). `--nodes` counts hosts.
     #[arg(long, value_delimiter = ',', default_value = "1", value_parser = cli::at_least_one)]
     ranks_per_host: Vec<usize>,
+    /// With --ranks-per-host: how the hierarchical barrier releases a host
+    /// (comma-separated, each measured): shm (the leader, through shared
+    /// memory), multicast (every rank takes the leaders' release multicast;
+    /// algorithms whose release is not one multicast fall back to shm), or
+    /// auto (the library's choice for the wait policy).
+    #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = host_release)]
+    host_release: Vec<Option<HostRelease>>,
     /// What to time: barrier, allreduce (sum of doubles), reduce (sum of
     /// doubles to the last node), bcast (from node 0). Collectives skip
     /// dissemination (it does not reduce), and auto picks among the
@@ -182,7 +191,19 @@ struct Row {
     ranks_per_host: usize,
 }
 
+/// `--host-release`: `auto` (`None`), `shm` or `multicast`.
+fn host_release(s: &str) -> Result<Option<HostRelease>, String> {
+    match s {
+        "auto" => Ok(None),
+        other => other.parse().map(Some).map_err(|_| format!("`{other}`: shm, multicast or auto")),
+    }
+}
+
 fn main() {
+    // Started again as one rank of --ranks-per-host.
+    if let Some(code) = barrierbench::rank_process_main() {
+        std::process::exit(code);
+    }
     if let Err(e) = run(Cli::parse()) {
         eprintln!("mcd-barrier: {e:#}");
         std::process::exit(1);
@@ -265,7 +286,7 @@ fn run(cli: Cli) -> Result<()> {
     std::fs::create_dir_all(&cli.out).with_context(|| format!("creating {}", cli.out.display()))?;
 
     let per_cluster = algs.len() + usize::from(with_auto);
-    let per_shape: usize = cli.ranks_per_host.iter().map(|&r| if r > 1 { 2 } else { 1 }).sum();
+    let per_shape: usize = cli.ranks_per_host.iter().map(|&r| if r > 1 { 1 + cli.host_release.len() } else { 1 }).sum();
     let total = cli.topology.len() * cli.rails.len() * cli.nodes.len() * cli.wait.len() * per_cluster * per_shape;
     let bar = ProgressBar::new(total as u64);
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed_precise} {msg}").expect("template"));
@@ -351,7 +372,12 @@ fn measure_shared_hosts(
     let ranks = hosts * per_host;
     let bench = cli.bench(ranks, wait);
     let mut rows = Vec::new();
-    for hierarchical in [false, true] {
+    let mut layouts = vec![None];
+    for release in &cli.host_release {
+        layouts.push(Some(release.unwrap_or_else(|| HostRelease::auto(wait, ranks, cores))));
+    }
+    for release in layouts {
+        let hierarchical = release.is_some();
         // On the wire: every rank (flat) or each host's leader.
         let wire = if hierarchical { hosts } else { ranks };
         let (auto_alg, _) = model::auto_on_host(wire, rails, p, true, ranks, cores);
@@ -363,7 +389,12 @@ fn measure_shared_hosts(
             let layout = if hierarchical { "hierarchical" } else { "flat" };
             bar.set_message(format!("{hosts} hosts × {per_host} ranks, {layout}, {wait}: {algorithm}"));
             let config = BarrierConfig::new(algorithm).rails(rails);
-            let mut measured = barrierbench::measure_ranks_per_host(cluster, per_host, config, bench, hierarchical)?;
+            let barrier = match release {
+                None => RanksBarrier::Flat,
+                Some(r) if HostRelease::can_multicast(algorithm) => RanksBarrier::Hierarchical { release: r, local_wait: None },
+                Some(_) => RanksBarrier::Hierarchical { release: HostRelease::SharedMemory, local_wait: None },
+            };
+            let mut measured = barrierbench::measure_ranks_per_host(cluster, per_host, config, bench, barrier)?;
             let est = cli.model_here(*p, None).estimate(algorithm, wire, rails, model_topology(cluster.spec().topology), dummy_us(&bench));
             if is_auto_row {
                 measured.algorithm = format!("auto={}", measured.algorithm);
