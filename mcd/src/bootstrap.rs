@@ -286,7 +286,17 @@ impl HelloSocket {
         let socket = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
         let groups = [BOOTSTRAP_GROUP.0];
         // Ranks sharing this NIC are heard only as this host's outgoing frames.
-        let program = filter::build(&FilterSpec { ethertype, job_key, mac: info.mac, port, groups: &groups, accept_outgoing: true });
+        // Hellos only: the barrier frames to this port would otherwise be
+        // copied here too, while the socket lingers after discovery.
+        let program = filter::build(&FilterSpec {
+            ethertype,
+            job_key,
+            mac: info.mac,
+            port,
+            groups: &groups,
+            accept_outgoing: true,
+            kind: Some(kind::HELLO),
+        });
         socket.attach_filter(&program).map_err(|e| Error::os(on("attaching the BPF filter"), e))?;
         socket
             .add_membership(info.index, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP).0)
@@ -316,6 +326,11 @@ impl HelloSocket {
         self.socket.send(&self.frame).map_err(|e| Error::os("sending a bootstrap hello", e)).map(drop)
     }
 
+    /// Sleeps until a frame waits or `timeout` has passed.
+    fn wait(&self, timeout: Duration) -> Result<()> {
+        sys::poll_readable(&[self.socket.raw_fd()], Some(timeout)).map_err(|e| Error::os("waiting for bootstrap hellos", e)).map(drop)
+    }
+
     /// The next hello from another rank, if one waits.
     fn try_recv(&mut self, me: usize) -> Result<Option<Hello>> {
         loop {
@@ -343,6 +358,8 @@ struct Discovery {
     me: Hello,
     heard: BTreeMap<usize, NodeAddr>,
     heard_all: Vec<bool>,
+    /// Ranks that said they are done (this one once it is).
+    finished: Vec<bool>,
 }
 
 impl Discovery {
@@ -351,7 +368,8 @@ impl Discovery {
         heard.insert(me.rank, NodeAddr { macs: me.macs.clone(), port: me.port });
         let mut heard_all = vec![false; me.size];
         heard_all[me.rank] = me.size == 1;
-        Discovery { me, heard, heard_all }
+        let finished = vec![false; me.size];
+        Discovery { me, heard, heard_all, finished }
     }
 
     fn take(&mut self, hello: Hello) -> Result<()> {
@@ -378,6 +396,7 @@ impl Discovery {
             }
         }
         self.heard_all[hello.rank] |= hello.heard_all;
+        self.finished[hello.rank] |= hello.done;
         if self.heard.len() == self.me.size {
             self.me.heard_all = true;
             self.heard_all[self.me.rank] = true;
@@ -387,6 +406,11 @@ impl Discovery {
 
     fn done(&self) -> bool {
         self.heard_all.iter().all(|&h| h)
+    }
+
+    /// Every rank is done: none needs this one's hellos any more.
+    fn everyone_finished(&self) -> bool {
+        self.finished.iter().all(|&f| f)
     }
 
     fn never_heard(&self) -> Vec<usize> {
@@ -451,9 +475,15 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig) -> Result<NodeList> {
         std::thread::sleep(Duration::from_micros(200));
     }
     state.me.done = true;
+    state.finished[state.me.rank] = true;
     socket.send(&state.me)?;
-    // Stay behind, answering ranks that are not done yet, without holding the caller up.
-    let hello = state.me.clone();
+    let nodes = NodeList::new(state.heard.clone().into_values().collect())?;
+    if state.everyone_finished() {
+        return Ok(nodes);
+    }
+    // Stay behind, answering ranks that are not done yet, without holding the
+    // caller up: asleep on the socket (which takes hellos only), until every
+    // rank has said it is done or the linger is over.
     let linger = config.linger;
     let resend = config.resend;
     std::thread::Builder::new()
@@ -461,20 +491,31 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig) -> Result<NodeList> {
         .spawn(move || {
             let until = Instant::now() + linger;
             let mut last_answer = Instant::now() - resend;
-            while Instant::now() < until {
-                match socket.try_recv(hello.rank) {
-                    Ok(Some(h)) if !h.done && last_answer.elapsed() >= resend / 4 => {
-                        let _ = socket.send(&hello);
-                        last_answer = Instant::now();
+            while !state.everyone_finished() {
+                let now = Instant::now();
+                if now >= until || socket.wait(until - now).is_err() {
+                    return;
+                }
+                loop {
+                    match socket.try_recv(state.me.rank) {
+                        Ok(Some(h)) => {
+                            let late = !h.done;
+                            if state.take(h).is_err() {
+                                return;
+                            }
+                            if late && last_answer.elapsed() >= resend / 4 {
+                                let _ = socket.send(&state.me);
+                                last_answer = Instant::now();
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(_) => return,
                     }
-                    Ok(Some(_)) => {}
-                    Ok(None) => std::thread::sleep(Duration::from_micros(500)),
-                    Err(_) => return,
                 }
             }
         })
         .map_err(|e| Error::Io { what: "starting the bootstrap linger thread".into(), source: e })?;
-    NodeList::new(state.heard.into_values().collect())
+    Ok(nodes)
 }
 
 #[cfg(test)]

@@ -145,6 +145,7 @@ impl Demux {
             port: self.port,
             groups: &self.groups,
             accept_outgoing,
+            kind: None,
         })
     }
 }

@@ -9,7 +9,10 @@
 //!   this endpoint has joined; or
 //! - (only when another node of the job shares this NIC) it was sent by that
 //!   sibling process on this host (`PACKET_OUTGOING`, with another source
-//!   port than this endpoint's) to this port or a joined group.
+//!   port than this endpoint's) to this port or a joined group;
+//! - and, where the socket serves one message kind only (the bootstrap's
+//!   hellos), it is of that kind: the barrier frames to this port never
+//!   reach such a socket.
 //!
 //! Everything else, including `PACKET_OTHERHOST` frames that a flooding bridge
 //! or hub delivers, is dropped in the kernel. The endpoint checks the same
@@ -69,6 +72,8 @@ pub struct FilterSpec<'a> {
     pub groups: &'a [u8],
     /// Accept `PACKET_OUTGOING` frames from sibling endpoints on this NIC.
     pub accept_outgoing: bool,
+    /// Accept only frames of this message kind (`None`: any kind).
+    pub kind: Option<u8>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -124,6 +129,10 @@ pub fn build(spec: &FilterSpec<'_>) -> Vec<BpfInsn> {
     a.jump(jeq, spec.ethertype as u32, Next, Drop);
     a.op(ld(BPF_W), offset::JOB_KEY as u32);
     a.jump(jeq, spec.job_key, Next, Drop);
+    if let Some(kind) = spec.kind {
+        a.op(ld(BPF_B), offset::KIND as u32);
+        a.jump(jeq, kind as u32, Next, Drop);
+    }
     a.op(ld(BPF_W), SKF_AD_PKTTYPE_ABS);
     a.jump(jeq, pkttype::HOST, Unicast, Next);
     if spec.accept_outgoing {
@@ -277,7 +286,18 @@ pub(crate) mod tests {
     }
 
     fn spec(groups: &[u8], accept_outgoing: bool) -> FilterSpec<'_> {
-        FilterSpec { ethertype: DEFAULT_ETHERTYPE, job_key: KEY, mac: me(), port: 3, groups, accept_outgoing }
+        FilterSpec { ethertype: DEFAULT_ETHERTYPE, job_key: KEY, mac: me(), port: 3, groups, accept_outgoing, kind: None }
+    }
+
+    #[test]
+    fn a_socket_of_one_kind_drops_every_other_kind() {
+        let groups = [0u8];
+        let hellos = build(&FilterSpec { kind: Some(9), ..spec(&groups, true) });
+        let mut unicast = frame(me(), 3, KEY, DEFAULT_ETHERTYPE);
+        assert_eq!(interpret(&hellos, &unicast, pkttype::HOST), 0, "kind 0 to this port");
+        unicast[offset::KIND] = 9;
+        assert_ne!(interpret(&hellos, &unicast, pkttype::HOST), 0, "kind 9 to this port");
+        assert_ne!(interpret(&build(&spec(&groups, true)), &frame(me(), 3, KEY, DEFAULT_ETHERTYPE), pkttype::HOST), 0, "any kind");
     }
 
     #[test]

@@ -34,6 +34,12 @@ fn eight_ranks_discover_each_other_without_a_node_list() {
     let all: Vec<usize> = (0..8).collect();
     let outcomes = run_discovering(&c, &all, &[PEER, "discover", "100"], |_| env(&[("MCD_JOB", "bs8".into()), ("MCD_WAIT", "block".into())]), Duration::from_secs(60));
     assert_discovered(&outcomes, &all, &macs(&c, 0..8));
+    // Without loss every rank hears that every other is done, and then none
+    // lingers (its bootstrap socket used to linger 3 s, woken by every
+    // barrier frame of the job: the first seconds of every program ran slow).
+    for o in &outcomes {
+        assert!(o.stdout.contains("bootstrap linger: over"), "node {}'s bootstrap still lingers after everyone was done:\n{}", o.node, o.stdout);
+    }
 }
 
 #[test]

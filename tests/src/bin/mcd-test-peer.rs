@@ -8,7 +8,10 @@
 //!   the barrier error and exit 3.
 //! - `discover COUNT`: open through the bootstrap (`EndpointConfig::bootstrap`:
 //!   rank and size from the environment, discovery without a node list), print
-//!   `node N nodes: MAC,MAC,...`, run COUNT dissemination barriers, print `done`.
+//!   `node N nodes: MAC,MAC,...`, run COUNT dissemination barriers, print
+//!   `done`, then `bootstrap linger: over` once the bootstrap's linger
+//!   thread has ended (every rank said it is done), or `bootstrap linger:
+//!   still running` if it has not within a second.
 //! - `hierarchical COUNT`: open through the bootstrap, run COUNT barriers of
 //!   the hierarchical barrier (tree4 among the hosts' leaders; failure
 //!   timeout MCD_BARRIER_TIMEOUT seconds, default 10), writing each
@@ -74,12 +77,31 @@ fn main() {
                 std::process::exit(3);
             }
             println!("done");
+            let over = linger_ends_within(std::time::Duration::from_secs(1));
+            println!("bootstrap linger: {}", if over { "over" } else { "still running" });
         }
         "hierarchical" => hierarchical(endpoint),
         other => {
             eprintln!("unknown action `{other}` (hold, open, barrier, discover or hierarchical)");
             std::process::exit(64);
         }
+    }
+}
+
+/// Whether this process's bootstrap linger thread is gone, or goes within
+/// `within` (looked for by name in /proc every 10 ms).
+fn linger_ends_within(within: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
+        let lingering = tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("mcd-bootstrap")));
+        if !lingering {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 
