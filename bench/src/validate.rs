@@ -329,8 +329,11 @@ pub fn scale(out: &Path, md: &mut String, json: &mut serde_json::Map<String, ser
 }
 
 /// The engine's and the benchmark's own time per barrier on this machine,
-/// beyond the messages: fitted to one recorded figure (shuffle exchange at
-/// 2 nodes, 6.0 µs against LogP's 2.7), the other ten 2-node rows are checks.
+/// beyond the messages, for section 3's recorded figures: fitted to one of
+/// them (shuffle exchange at 2 nodes, 6.0 µs against LogP's 2.7), the other
+/// ten 2-node rows are checks. Section 4 measures it in its own run
+/// ([`RowParameters::engine_us`]); this is its fallback for a record from
+/// before that.
 pub const ENGINE_US: f64 = 3.3;
 
 /// The file `--measure` writes: this machine's parameters and every
@@ -360,6 +363,13 @@ pub struct RowParameters {
     pub logp: LogP,
     /// RTT/2 with both ends blocking minus RTT/2 under the rows' policy, µs.
     pub wake_us: f64,
+    /// The engine's and the benchmark's own time per barrier beyond one hop,
+    /// µs: a 2-node shuffle barrier (one message each way) in the paper's
+    /// loop, minus the hop, both measured just before the row on a 2-node
+    /// calibration cluster of their own ([`measure_engine`]). `None` in a
+    /// record from before it was measured ([`ENGINE_US`] then).
+    #[serde(default)]
+    pub engine_us: Option<f64>,
 }
 
 impl RowParameters {
@@ -370,10 +380,17 @@ impl RowParameters {
             return None;
         }
         let of = |f: fn(&RowParameters) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
+        let engines: Vec<f64> = rounds.iter().filter_map(|p| p.engine_us).collect();
         Some(RowParameters {
             logp: LogP { o_s: of(|p| p.logp.o_s), o_r: of(|p| p.logp.o_r), g: of(|p| p.logp.g), l: of(|p| p.logp.l) },
             wake_us: of(|p| p.wake_us),
+            engine_us: (!engines.is_empty()).then(|| median(&engines)),
         })
+    }
+
+    /// The engine's time per barrier: as measured, else [`ENGINE_US`].
+    pub fn engine(&self) -> f64 {
+        self.engine_us.unwrap_or(ENGINE_US)
     }
 }
 
@@ -391,7 +408,27 @@ fn measure_row_parameters(cluster: &mcd_tools::vcluster::Cluster) -> Result<RowP
     use mcd_tools::logp::measure_hops_on_cluster;
     let hops = measure_hops_on_cluster(cluster, WaitPolicy::Adaptive, HOP_SAMPLES, std::time::Duration::ZERO)?;
     let blocked = measure_hops_on_cluster(cluster, WaitPolicy::Block, HOP_SAMPLES, std::time::Duration::ZERO)?;
-    Ok(RowParameters { logp: hops.logp(), wake_us: (blocked.rtt_half.median - hops.rtt_half.median).max(0.0) })
+    Ok(RowParameters { logp: hops.logp(), wake_us: (blocked.rtt_half.median - hops.rtt_half.median).max(0.0), engine_us: None })
+}
+
+/// Barriers timed per engine calibration: tens of milliseconds.
+const ENGINE_BARRIERS: usize = 500;
+
+/// The engine's and the benchmark's own time per barrier beyond one hop, on
+/// the 2-node cluster `calibration` (not one of the rows'): the mean of a
+/// shuffle-exchange barrier (one message each way, no multicast) in the
+/// paper's loop under `Adaptive` waiting, minus the hop (o_s + o_r + L) of
+/// a ping-pong measured right before it on the same nodes; at least 0.
+/// It is what a 2-node barrier costs beyond its message, measured the way
+/// LogP's parameters are (a microbenchmark, just before the row), so that
+/// it moves with the machine's load as they do.
+fn measure_engine(calibration: &mcd_tools::vcluster::Cluster) -> Result<f64> {
+    anyhow::ensure!(calibration.nodes() == 2, "the engine is calibrated on 2 nodes, not {}", calibration.nodes());
+    let hop = measure_row_parameters(calibration)?.logp;
+    let mut bench = crate::paper_bench(2, 1.0);
+    bench.iterations = ENGINE_BARRIERS;
+    let m = mcd_tools::barrierbench::measure(calibration, barriers::BarrierConfig::new(Algorithm::ShuffleExchange), bench)?;
+    Ok((m.mean_us - (hop.o_s + hop.o_r + hop.l)).max(0.0))
 }
 
 /// The median of `values` (the upper one of an even count).
@@ -429,6 +466,7 @@ fn measure(out: &Path, sizes: &[usize], scale: f64, rounds: usize, stem: &str) -
         };
         clusters.push([up(VTopology::Switch)?, up(VTopology::Hub)?]);
     }
+    let calibration = Cluster::up_guarded(ClusterSpec::new(&format!("{stem}c"), 2))?;
     // Indexed [size][config][topology].
     let mut means = vec![vec![[Vec::new(), Vec::new()]; configs.len()]; sizes.len()];
     let mut params: Vec<Vec<Vec<RowParameters>>> = vec![vec![Vec::new(); configs.len()]; sizes.len()];
@@ -438,18 +476,20 @@ fn measure(out: &Path, sizes: &[usize], scale: f64, rounds: usize, stem: &str) -
         for (si, &n) in sizes.iter().enumerate() {
             let bench = crate::paper_bench(n, scale);
             for (ci, &config) in configs.iter().enumerate() {
-                let p = measure_row_parameters(&clusters[si][0])?;
+                let mut p = measure_row_parameters(&clusters[si][0])?;
+                p.engine_us = Some(measure_engine(&calibration)?);
                 params[si][ci].push(p);
                 for (ti, vtop) in topologies.into_iter().enumerate() {
                     let m = barrierbench::measure(&clusters[si][ti], config, bench)?;
                     eprintln!(
-                        "  round {round}: n={n} {vtop} {} rails={} mean {:.1} µs (o_s {:.2}, RTT/2 {:.2}, wake {:.1})",
+                        "  round {round}: n={n} {vtop} {} rails={} mean {:.1} µs (o_s {:.2}, RTT/2 {:.2}, wake {:.1}, engine {:.2})",
                         config.algorithm,
                         config.rails,
                         m.mean_us,
                         p.logp.o_s,
                         p.logp.o_s + p.logp.o_r + p.logp.l,
-                        p.wake_us
+                        p.wake_us,
+                        p.engine()
                     );
                     means[si][ci][ti].push(m.mean_us);
                     last[si][ci][ti] = Some(m);
@@ -459,6 +499,7 @@ fn measure(out: &Path, sizes: &[usize], scale: f64, rounds: usize, stem: &str) -
         load.push(load_average());
     }
     drop(clusters);
+    drop(calibration);
     let all: Vec<RowParameters> = params.iter().flatten().flatten().copied().collect();
     let overall = RowParameters::median(&all).context("no parameters measured")?;
     let here = Here { logp: overall.logp, wake: overall.wake_us, send_cost: serde_json::to_value(&costs)?, copy_cost };
@@ -510,6 +551,20 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
         flood: here.copy_cost.dropped,
         per_host: None,
     };
+    let measured_params: Vec<RowParameters> = record["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["topology"] == "switch")
+        .filter_map(|r| serde_json::from_value::<Vec<RowParameters>>(r["parameters_per_round"].clone()).ok())
+        .flatten()
+        .collect();
+    // The engine is the same software on every row: one figure for the
+    // run, the median of all its calibrations (one calibration, or the
+    // median of a row's few, moves by ±50% with the moment it was taken).
+    let engines: Vec<f64> = measured_params.iter().filter_map(|p| p.engine_us).collect();
+    let engine_measured = !engines.is_empty();
+    let run_engine = if engine_measured { median(&engines) } else { ENGINE_US };
     writeln!(md, "## 4. mcd measured on the virtual cluster, switch and hub\n")?;
     writeln!(
         md,
@@ -521,8 +576,12 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
          see them: {HOP_SAMPLES} ping-pongs, o_s the send call of each ping (a send right after a receive, to a peer spinning \
          for it), o_r a receive of a message that has surely arrived, g from bursts, L = RTT/2 − o_s − o_r (at least 0), the \
          wake-up RTT/2 blocking minus RTT/2 under `Adaptive`. Each row (switch, then hub) is predicted from the medians of its \
-         rounds' parameters; the *hop / wake-up* column shows them (hop = o_s + o_r + L). Over all rows, the medians: {}; \
-         wake-up {:.1} µs; {cores} cores; the engine's {ENGINE_US} µs per barrier as in section 3.\n",
+         rounds' parameters; the *hop / wake-up / engine* column shows them (hop = o_s + o_r + L). The engine is the \
+         barrier's own time beyond its messages: before every row, on a 2-node cluster of its own (not one of the rows'), \
+         a shuffle-exchange barrier ({ENGINE_BARRIERS} in the paper's loop, one message each way) minus a ping-pong's hop \
+         measured right before it on the same nodes; the engine being the same software in every row, every row is predicted \
+         with the median of all the run's calibrations (a single one moves with the moment it is taken, as the 10th to 90th \
+         percentiles below show). Over all rows, the medians: {}; wake-up {:.1} µs; engine {}; {cores} cores.\n",
         record["measured"].as_str().unwrap_or("?"),
         record["machine"].as_str().unwrap_or("?"),
         record["rounds"].as_u64().unwrap_or(1),
@@ -532,16 +591,9 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
             .collect::<Vec<_>>()
             .join(", ")),
         crate::fmt_logp(&here.logp),
-        here.wake
+        here.wake,
+        if engine_measured { format!("{run_engine:.2} µs") } else { format!("not measured in this record ({ENGINE_US} µs as in section 3)") }
     )?;
-    let measured_params: Vec<RowParameters> = record["rows"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|r| r["topology"] == "switch")
-        .filter_map(|r| serde_json::from_value::<Vec<RowParameters>>(r["parameters_per_round"].clone()).ok())
-        .flatten()
-        .collect();
     let loads: Vec<f64> = record["load_average"].as_array().into_iter().flatten().filter_map(serde_json::Value::as_f64).collect();
     let busiest = loads.iter().copied().fold(0.0, f64::max);
     if busiest > 2.0 * cores as f64 {
@@ -559,16 +611,19 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
             let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
             (at(0.1), at(0.9))
         };
-        let (hop, wake) = (spread(|p| p.logp.o_s + p.logp.o_r + p.logp.l), spread(|p| p.wake_us));
+        let (hop, wake, engine) = (spread(|p| p.logp.o_s + p.logp.o_r + p.logp.l), spread(|p| p.wake_us), spread(RowParameters::engine));
         writeln!(
             md,
             "Across the run's {} parameter measurements (10th to 90th percentile): a hop {:.2} to {:.2} µs, the wake-up \
-             {:.1} to {:.1} µs. The machine's load moved them, and each row's prediction moves with its own.\n",
+             {:.1} to {:.1} µs, the engine {:.2} to {:.2} µs. The machine's load moved them, and each row's prediction \
+             moves with its own.\n",
             measured_params.len(),
             hop.0,
             hop.1,
             wake.0,
-            wake.1
+            wake.1,
+            engine.0,
+            engine.1
         )?;
     }
     writeln!(
@@ -597,7 +652,7 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
         here.copy_cost.dropped,
         here.copy_cost.delivered
     )?;
-    writeln!(md, "| nodes | network | algorithm | rails | hop / wake-up µs | predicted µs | bounds µs | measured µs | rounds µs | error | verdict |")?;
+    writeln!(md, "| nodes | network | algorithm | rails | hop / wake-up / engine µs | predicted µs | bounds µs | measured µs | rounds µs | error | verdict |")?;
     writeln!(md, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|")?;
     let mut rows = Vec::new();
     for r in record["rows"].as_array().into_iter().flatten() {
@@ -611,8 +666,8 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
         let a: Algorithm = name.parse().map_err(anyhow::Error::msg)?;
         // The row's own parameters (a record from before they were measured per row: the run's).
         let per_round: Vec<RowParameters> = serde_json::from_value(r["parameters_per_round"].clone()).unwrap_or_default();
-        let p = RowParameters::median(&per_round).unwrap_or(RowParameters { logp: here.logp, wake_us: here.wake });
-        let vc = VirtualCluster { logp: p.logp, wake: p.wake_us, ..vc };
+        let p = RowParameters::median(&per_round).unwrap_or(RowParameters { logp: here.logp, wake_us: here.wake, engine_us: None });
+        let vc = VirtualCluster { logp: p.logp, wake: p.wake_us, engine: run_engine, ..vc };
         let est = vc.estimate(a, n, rails, model_topology(top)?, 30.0);
         let verdict = est.verdict(mean);
         let e = err(est.predicted.mean_cost, mean);
@@ -621,9 +676,10 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
         let spread = if rounds.is_empty() { "–".to_string() } else { format!("{:.1} – {:.1}", spread.0, spread.1) };
         writeln!(
             md,
-            "| {n} | {top} | {a} | {rails} | {:.2} / {:.1} | {:.1} | {} | {mean:.1} | {spread} | {e:+.0}% | {verdict} |",
+            "| {n} | {top} | {a} | {rails} | {:.2} / {:.1} / {:.2} | {:.1} | {} | {mean:.1} | {spread} | {e:+.0}% | {verdict} |",
             p.logp.o_s + p.logp.o_r + p.logp.l,
             p.wake_us,
+            run_engine,
             est.predicted.mean_cost,
             bounds_cell(est.bounds)
         )?;
@@ -665,9 +721,8 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
         writeln!(
             md,
             "Where processes ≤ cores, {} of {} rows miss 20%, {too_slow} of them predicted too slow: there the prediction \
-             is the row's dependent hops, each the ping-pong's hop measured just before it, plus the engine's {ENGINE_US} µs. \
-             On a loaded machine the ping-pong's hop costs more than a barrier's: its parameters were measured in the \
-             same conditions and still overstate the barrier. Why the two part under load is not found.\n",
+             is the row's dependent hops, each the ping-pong's hop measured just before it, plus the engine's time \
+             measured beside it.\n",
             fitting_misses.len(),
             rows.iter().filter(|r| r["bounds_us"].is_null()).count()
         )?;
@@ -936,7 +991,7 @@ mod tests {
 
     #[test]
     fn row_parameters_are_the_median_of_each_over_the_rounds() {
-        let p = |o_s: f64, g: f64, wake_us: f64| RowParameters { logp: LogP { o_s, o_r: 0.1, g, l: 0.0 }, wake_us };
+        let p = |o_s: f64, g: f64, wake_us: f64| RowParameters { logp: LogP { o_s, o_r: 0.1, g, l: 0.0 }, wake_us, engine_us: None };
         // Each parameter's own median: here from three different rounds.
         let rounds = [p(4.0, 9.0, 20.0), p(2.5, 2.6, 30.0), p(9.0, 3.0, 5.0)];
         assert_eq!(RowParameters::median(&rounds), Some(p(4.0, 3.0, 20.0)));
@@ -946,6 +1001,21 @@ mod tests {
         // An even count takes the upper of the middle two; none gives none.
         assert_eq!(RowParameters::median(&rounds[..2]), Some(p(4.0, 9.0, 30.0)));
         assert_eq!(RowParameters::median(&[]), None);
+    }
+
+    #[test]
+    fn the_engine_is_the_median_of_the_rounds_that_measured_it() {
+        let p = |engine_us: Option<f64>| RowParameters { logp: LogP::REFERENCE, wake_us: 20.0, engine_us };
+        let rounds = [p(Some(1.0)), p(None), p(Some(3.0)), p(Some(0.8))];
+        let median = RowParameters::median(&rounds).unwrap();
+        assert_eq!(median.engine_us, Some(1.0), "the median of the three measured");
+        assert_eq!(median.engine(), 1.0);
+        // A record from before it was measured falls back to section 3's figure.
+        let old = RowParameters::median(&[p(None), p(None)]).unwrap();
+        assert_eq!((old.engine_us, old.engine()), (None, ENGINE_US));
+        // Records written before the field existed still read.
+        let json = r#"{"logp":{"o_s":2.6,"o_r":0.1,"g":2.6,"L":0.0},"wake_us":20.0}"#;
+        assert_eq!(serde_json::from_str::<RowParameters>(json).unwrap().engine_us, None);
     }
 
     #[test]
