@@ -237,7 +237,7 @@ fn render(nodes: &[usize], sizes: &[usize], rows: &[Row], scale: f64, elapsed: D
             md.push('\n');
         }
     }
-    let _ = writeln!(md, "One run on a machine shared with other work: medians move by tens of percent from run to run (Open MPI's 8-byte allreduce at 2 ranks has measured from 16 to 29 µs here), and from 4 ranks up the ranks outnumber the 2 cores, so every figure there is mostly scheduling. mcd's p99 at 2 ranks (about 120 µs) is its progress agent's and the other rank's wake-ups on 2 shared cores, not the network. Beyond one frame (4096 B), mcd runs one gather-and-release per 1448-byte segment, in sequence.");
+    let _ = writeln!(md, "One run: medians move by tens of percent from run to run (Open MPI's 8-byte allreduce at 2 ranks has measured from 10.8 to 29 µs on these machines), and from 4 ranks up the ranks outnumber the 2 cores, so every figure there is mostly scheduling (the same row measured twice in a row can differ by 2×). Beyond one frame (4096 B), mcd runs one gather-and-release per 1448-byte segment, in sequence. Runs before 2026-11-25 measured mcd's first sizes (and its p99 at 2 ranks, about 120 µs) with the bootstrap's linger thread still running: for 3 s after `MPI_Init` it took a copy of every frame to its rank and woke every 500 µs; it now takes hellos only, sleeps, and ends once every rank is done.");
     let _ = writeln!(md, "\nA quicker re-run: `mcd-bench collectives --scale 0.25` (a quarter of the timed calls, tails less certain), or `--nodes 2,4` (the rank counts whose figures are least about scheduling).");
     md
 }

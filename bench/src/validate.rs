@@ -599,9 +599,9 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
     if busiest > 2.0 * cores as f64 {
         writeln!(
             md,
-            "**A disturbed run.** The load average reached {busiest:.1} on {cores} cores: the other work on this shared \
-             machine took more than the cores, and every row and parameter here carries it. Read the verdicts below \
-             with that in mind.\n"
+            "**Load.** The 1-minute load average reached {busiest:.1} on {cores} cores. It counts the run's own nodes \
+             (a 16-node row is 16 threads taking turns) as well as any other work on the machine, and cannot tell the \
+             two apart: the rounds column below shows how far each row moved from round to round.\n"
         )?;
     }
     if !measured_params.is_empty() {
@@ -729,9 +729,9 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
     }
     writeln!(
         md,
-        "Not modelled, and what it does here: the other engineers' work on this shared 2-core machine (builds, \
-         tests) comes and goes during a run, and a round it hits is slower, here by up to {worst_spread:.1}× (the \
-         rounds column: slowest round over fastest); the median of the rounds keeps most of it out, not all. \
+        "Not modelled, and what it does here: whatever slows one round and not the next (other work on a shared \
+         machine, the scheduler's placement of the nodes' threads, a vCPU's host): a row's slowest round took up to \
+         {worst_spread:.1}× its fastest here (the rounds column); the median of the rounds keeps most of it out, not all. \
          Beyond the cores, the scheduler: the model's \
          turns (a process runs until it waits, each change a wake-up) stand in for the kernel's choice among \
          yielding processes. Lost frames and their recovery are not modelled (none are injected here).\n"

@@ -6,7 +6,10 @@
 //! on the wire ([`discover`]): each multicasts a *hello* (rank, size, port, one
 //! MAC per rail) on the job's bootstrap group until it has heard every rank
 //! and every rank has said it heard everyone; a rank that is done stays
-//! behind for a while on a background thread, answering ranks that are not.
+//! behind on a background thread, answering ranks that are not, until every
+//! rank has said it is done (or [`DiscoveryConfig::linger`] is over). That
+//! thread sleeps on its socket, which takes hellos only: the job's barrier
+//! frames, sent from the first moments after, never reach it.
 //! Nodes are then numbered by rank.
 //!
 //! Hellos are ordinary MCD frames (kind [`kind::HELLO`]) sent to group
@@ -182,7 +185,8 @@ pub struct DiscoveryConfig {
     pub timeout: Duration,
     /// Time between hellos.
     pub resend: Duration,
-    /// How long a finished rank keeps answering the others in the background.
+    /// How long a finished rank keeps answering the others in the
+    /// background at most (it stops as soon as every rank said it is done).
     pub linger: Duration,
     /// The job's EtherType.
     pub ethertype: u16,
