@@ -402,14 +402,14 @@ policies at 4×4 and the model's speedups with a core per rank: the 3× goal ove
 row (over Open MPI alone in 3 of 16; the model predicts 1.3–1.9× over flat even with a core per rank).\n\
 - [results/collectives.md](results/collectives.md): allreduce and broadcast against Open MPI over TCP and against \
 the same collectives over plain UDP, 8 B to 4 KiB at 2 to 16 ranks, goals judged osu-style (a barrier before each call), \
-back to back beside, with plots; a preliminary run: 3× Open MPI at 8 B and 2 ranks **not met** (1.89×); ahead of \
-Open MPI up to one frame **not met** (behind in 17 of 40 rows, broadcast at 4 and 8 ranks most); ahead of UDP \
-**not met** (behind in 36 of 40 rows).\n\
-- [results/validation.md](results/validation.md): the cost model against the paper's figures (all within 15%) and \
-against mcd on the virtual cluster (**not met**: 10 of 88 rows outside the goal and the stated bounds in the \
-recorded run, LogP now measured before every row on the rows' own endpoints; that run was disturbed, load 5–8 on 2 \
-cores, and a second one at load 3–7 left 15 out; 8 of the first 10 misses and all 15 of the second are 2-node rows \
-predicted too slow: under load a ping-pong's hop, 4–7 µs, costs more than a barrier's).\n\
+back to back beside, with plots: 3× Open MPI at 8 B and 2 ranks **not met** (2.90×: 3.7 against 10.8 µs); ahead of \
+Open MPI up to one frame **not met** by one row of 40 (allreduce 8 B at 4 ranks, 50.1 against 49.9 µs, oversubscribed; \
+the same row measured 22 µs in a rerun); ahead of UDP **not met** in 7 of 40 rows (the 2-rank broadcast, 5.4–5.7 against \
+4.9–5.0 µs: mcd's non-root acknowledges inside its call, UDP's broadcast has no loss recovery; two oversubscribed rows).\n\
+- [results/validation.md](results/validation.md): the cost model against the paper's figures (all within 15%, worst \
+10.0%) and against mcd on the virtual cluster: **88 of 88** rows within the goal (20% where processes ≤ cores: 22 of \
+22) or within the stated bounds beyond the cores, LogP and the engine's own time measured before every row (7 rounds); \
+earlier runs, with the engine's time fitted to an old run, left 2 to 25 rows out.\n\
 - [results/loss.md](results/loss.md), [results/load.md](results/load.md), [results/hotpath.md](results/hotpath.md), \
 [results/barriers.md](results/barriers.md), [results/latency.md](results/latency.md), [results/model.md](results/model.md).\n";
 

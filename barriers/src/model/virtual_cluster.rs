@@ -2,7 +2,9 @@
 //! NIC a veth pair on a Linux bridge. What the model takes from it, each
 //! measured there (`mcd-logp`): LogP (no wire: L ≈ 0), the wake-up, and what
 //! a bridge's copies cost the sender; and one fitted number, the engine's
-//! own time per barrier.
+//! own time per barrier beyond its messages (what a 2-node barrier of one
+//! message each way costs beyond a ping-pong's hop: `mcd-bench validate
+//! --measure` fits it in every run, on a cluster of its own).
 //!
 //! Where the processes outnumber the cores, a point prediction is only as
 //! good as the model of the scheduler, so [`VirtualCluster::estimate`] also

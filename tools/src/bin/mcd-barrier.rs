@@ -74,9 +74,11 @@ struct Cli {
     /// the reference machine).
     #[arg(long, default_value_t = 23.0)]
     wake_us: f64,
-    /// The engine's own time per barrier beyond its messages, µs (3.3 on the
-    /// reference machine: `mcd-bench validate` fits it to 2 nodes).
-    #[arg(long, default_value_t = 3.3)]
+    /// The engine's own time per barrier beyond its messages, µs
+    /// (`mcd-bench validate --measure` measures it before every row, a 2-node
+    /// shuffle barrier minus a ping-pong's hop: 1.4 µs, the median of its
+    /// recorded run; 0.5 to 2.7 µs from one measurement to the next).
+    #[arg(long, default_value_t = 1.4)]
     engine_us: f64,
     /// On the virtual cluster, what the bridge's copies of a frame beyond
     /// the first cost the sender, µs each (veth copies in the sender's
