@@ -398,8 +398,9 @@ const OTHER_RESULTS: &str = "## Other recorded results\n\n\
 Each file states its goals and whether they were met; each was measured in one run of its own.\n\n\
 - [results/hierarchy.md](results/hierarchy.md): many ranks per host (a process per rank), hierarchical against flat mcd \
 and Open MPI (`btl self,vader,tcp`), both releases of a host (shared memory, the leaders' multicast), the wait \
-policies at 4×4 and the model's speedups with a core per rank: the 3× goal over both at 16 ranks is **not met** in any \
-row (over Open MPI alone in 3 of 16; the model predicts 1.3–1.9× over flat even with a core per rank).\n\
+policies at 4×4 and the model's speedups with a core per rank: the 3× goal over flat mcd at 16 ranks is **not met** \
+in any row (best 1.60×), over Open MPI in 3 of 16 (up to 4.91×; ahead in all 16); the model predicts 1.3–1.9× over \
+flat at 16 ranks even with a core per rank, and 3× only from about hosts² ranks per host (4×32).\n\
 - [results/collectives.md](results/collectives.md): allreduce and broadcast against Open MPI over TCP and against \
 the same collectives over plain UDP, 8 B to 4 KiB at 2 to 16 ranks, goals judged osu-style (a barrier before each call), \
 back to back beside, with plots: 3× Open MPI at 8 B and 2 ranks **not met** (2.90×: 3.7 against 10.8 µs); ahead of \
