@@ -9,7 +9,15 @@
 //! behind on a background thread, answering ranks that are not, until every
 //! rank has said it is done (or [`DiscoveryConfig::linger`] is over). That
 //! thread sleeps on its socket, which takes hellos only: the job's barrier
-//! frames, sent from the first moments after, never reach it.
+//! frames, sent from the first moments after, never reach it, and once it
+//! ends no socket of the bootstrap taps the interface any more.
+//!
+//! **Rounds.** A job may bootstrap several times (`mcd_init` ..
+//! `mcd_finalize` cycles: collective, so every rank makes as many). Each
+//! hello carries its round, the count of this process's bootstraps of the
+//! job (in the frame's sequence field), and a rank takes only hellos of its
+//! own round: the "done" of a rank still lingering from the previous round
+//! never passes for this round's.
 //! Nodes are then numbered by rank.
 //!
 //! Hellos are ordinary MCD frames (kind [`kind::HELLO`]) sent to group
@@ -273,18 +281,33 @@ impl Hello {
     }
 }
 
-/// The bootstrap socket on rail 0.
+/// This process's bootstraps so far, per job key (see the module's
+/// *Rounds*).
+static ROUNDS: std::sync::Mutex<BTreeMap<u32, u32>> = std::sync::Mutex::new(BTreeMap::new());
+
+/// The round of a new bootstrap of the job with key `job_key` in this
+/// process: 1 for the first, then 2, ...
+fn next_round(job_key: u32) -> u32 {
+    let mut rounds = ROUNDS.lock().unwrap_or_else(|e| e.into_inner());
+    let round = rounds.entry(job_key).or_insert(0);
+    *round = round.wrapping_add(1);
+    *round
+}
+
+/// The bootstrap socket on rail 0, for one round of the job's bootstrap.
 struct HelloSocket {
     socket: PacketSocket,
     mac: MacAddr,
     ethertype: u16,
     job_key: u32,
+    /// The round this socket's hellos belong to (their `seq`).
+    round: u32,
     frame: Vec<u8>,
     buf: Vec<u8>,
 }
 
 impl HelloSocket {
-    fn open(interface: &str, port: Port, job_key: u32, ethertype: u16) -> Result<HelloSocket> {
+    fn open(interface: &str, port: Port, job_key: u32, ethertype: u16, round: u32) -> Result<HelloSocket> {
         let info = lookup_interface(interface)?;
         let on = |what: &str| format!("{what} on {interface} (bootstrap)");
         let socket = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
@@ -306,7 +329,7 @@ impl HelloSocket {
             .add_membership(info.index, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP).0)
             .map_err(|e| Error::os(on("joining the bootstrap group"), e))?;
         socket.bind(info.index, sys::ALL_PROTOCOLS).map_err(|e| Error::os(on("binding"), e))?;
-        Ok(HelloSocket { socket, mac: info.mac, ethertype, job_key, frame: Vec::new(), buf: vec![0u8; 2048] })
+        Ok(HelloSocket { socket, mac: info.mac, ethertype, job_key, round, frame: Vec::new(), buf: vec![0u8; 2048] })
     }
 
     fn send(&mut self, hello: &Hello) -> Result<()> {
@@ -321,7 +344,7 @@ impl HelloSocket {
             src_node: hello.rank as u16,
             payload_len: payload.len(),
             job_key: self.job_key,
-            seq: 0,
+            seq: self.round,
         };
         self.frame.resize(repr.frame_len(), 0);
         let mut frame = Frame::new_unchecked(&mut self.frame[..]);
@@ -347,7 +370,7 @@ impl HelloSocket {
             }
             let Ok(view) = Frame::new_checked(&self.buf[..len]) else { continue };
             let Ok(repr) = FrameRepr::parse(&view, self.ethertype) else { continue };
-            if repr.job_key != self.job_key || repr.src_node as usize == me {
+            if repr.job_key != self.job_key || repr.src_node as usize == me || repr.seq != self.round {
                 continue;
             }
             if let Some(hello) = Hello::parse(&repr, view.payload()) {
@@ -438,13 +461,15 @@ fn ranks_text(ranks: &[usize]) -> String {
 /// Finds the job's other ranks on rail 0 and returns the node list, numbered
 /// by rank. Fails after `config.timeout` naming the ranks never heard.
 pub fn discover(job: &JobEnv, config: &DiscoveryConfig) -> Result<NodeList> {
+    // First, so that a bootstrap that fails still counts as one everywhere.
+    let round = next_round(job.job_key);
     let macs = job.interfaces.iter().map(|name| Ok(lookup_interface(name)?.mac)).collect::<Result<Vec<_>>>()?;
     let me = Hello { rank: job.rank, size: job.size, port: job.port, macs, heard_all: job.size == 1, done: false };
     let mut state = Discovery::new(me);
     if job.size == 1 {
         return NodeList::new(state.heard.into_values().collect());
     }
-    let mut socket = HelloSocket::open(&job.interfaces[0], job.port, job.job_key, config.ethertype)?;
+    let mut socket = HelloSocket::open(&job.interfaces[0], job.port, job.job_key, config.ethertype, round)?;
     let start = Instant::now();
     let mut next_send = start;
     // Resends are spread a little so that ranks started together do not collide.
@@ -471,7 +496,7 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig) -> Result<NodeList> {
                 msg.push_str(&format!("heard every rank, but rank(s) {} never said they had heard everyone", ranks_text(&waiting)));
             }
             msg.push_str(&format!(
-                " within {:.1} s; are they running with the same MCD_JOB/SLURM_JOB_ID on this Ethernet segment? (MCD_BOOTSTRAP_TIMEOUT sets the limit)",
+                " within {:.1} s (bootstrap round {round} of this job in this process); are they running with the same MCD_JOB/SLURM_JOB_ID on this Ethernet segment, and have they bootstrapped as many times? (MCD_BOOTSTRAP_TIMEOUT sets the limit)",
                 config.timeout.as_secs_f64()
             ));
             return Err(Error::Bootstrap(msg));
@@ -486,8 +511,8 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig) -> Result<NodeList> {
         return Ok(nodes);
     }
     // Stay behind, answering ranks that are not done yet, without holding the
-    // caller up: asleep on the socket (which takes hellos only), until every
-    // rank has said it is done or the linger is over.
+    // caller up: asleep on the socket (which takes this round's hellos only),
+    // until every rank has said it is done or the linger is over.
     let linger = config.linger;
     let resend = config.resend;
     std::thread::Builder::new()
@@ -570,6 +595,13 @@ mod tests {
         assert!(d.done());
         let list = NodeList::new(d.heard.into_values().collect()).unwrap();
         assert_eq!(list.get(2).unwrap().macs[0], MacAddr([2, 0, 0, 0, 0, 2]));
+    }
+
+    #[test]
+    fn every_bootstrap_of_a_job_is_a_round_of_its_own() {
+        // Keys no other test uses: the counter is the process's.
+        let (a, b) = (0x5eed_0001, 0x5eed_0002);
+        assert_eq!((next_round(a), next_round(a), next_round(b), next_round(a)), (1, 2, 1, 3));
     }
 
     #[test]

@@ -91,11 +91,15 @@ fn a_c_program_survives_compute_gaps_longer_than_the_failure_timeout_under_20_pe
 
 #[test]
 fn successive_init_finalize_cycles_in_one_job_never_mix() {
-    // Five mcd_init_env .. mcd_finalize cycles on the same ports and job
-    // key, under loss, so that frames of one cycle are about when the next
-    // starts.
-    let c = cluster(ClusterSpec::new("cycles", 4).loss(10.0, mcd_tools::vcluster::LossPoint::Node));
-    run_c_example(&c, &["20", "5"], &[("MCD_WAIT", "block")], 40, Duration::from_secs(90));
+    // Fifteen mcd_init_env .. mcd_finalize cycles on the same ports and job
+    // key, under 20% loss at the switch (which, unlike loss at a node's
+    // ingress, reaches the bootstrap's hellos), so that frames and hellos of
+    // one cycle are about when the next starts: a previous cycle's
+    // lingering rank answers with its old "done" hello, which must not end
+    // anyone's bootstrap early (a fresh-context review caught a change that
+    // did: 5 of 6 runs then waited for a 30 s timeout).
+    let c = cluster(ClusterSpec::new("cycles", 6).loss(20.0, mcd_tools::vcluster::LossPoint::Port));
+    run_c_example(&c, &["5", "15"], &[("MCD_WAIT", "block"), ("MCD_BOOTSTRAP_TIMEOUT", "8")], 10, Duration::from_secs(120));
 }
 
 #[test]

@@ -62,7 +62,10 @@ impl std::fmt::Display for Topology {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LossPoint {
-    /// On the node's interfaces, as frames arrive (netdev ingress).
+    /// On the node's interfaces, as frames arrive (netdev ingress). Packet
+    /// sockets bound to every protocol (`ETH_P_ALL`, as the bootstrap's
+    /// hello socket is) get their copy before that hook, so this loss never
+    /// reaches them: test the bootstrap under loss with [`LossPoint::Port`].
     Node,
     /// On the switch port towards the node, as the bridge forwards (bridge forward).
     Port,
