@@ -654,7 +654,7 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
     };
     let measured_params = recorded_parameters(&record);
     let engine_measured = run_engine(&measured_params);
-    let run_engine = engine_measured.unwrap_or(ENGINE_US);
+    let engine_us = engine_measured.unwrap_or(ENGINE_US);
     writeln!(md, "## 4. mcd measured on the virtual cluster, switch and hub\n")?;
     writeln!(
         md,
@@ -701,10 +701,8 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
     }
     if !measured_params.is_empty() {
         let spread = |f: fn(&RowParameters) -> f64| {
-            let mut v: Vec<f64> = measured_params.iter().map(f).collect();
-            v.sort_by(f64::total_cmp);
-            let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-            (at(0.1), at(0.9))
+            let v: Vec<f64> = measured_params.iter().map(f).collect();
+            (percentile(&v, 0.1), percentile(&v, 0.9))
         };
         let (hop, wake) = (spread(|p| p.logp.o_s + p.logp.o_r + p.logp.l), spread(|p| p.wake_us));
         let engines: Vec<f64> = measured_params.iter().filter_map(|p| p.engine_us).collect();
@@ -768,7 +766,7 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
         // The row's own parameters (a record from before they were measured per row: the run's).
         let per_round: Vec<RowParameters> = serde_json::from_value(r["parameters_per_round"].clone()).unwrap_or_default();
         let p = RowParameters::median(&per_round).unwrap_or(RowParameters { logp: here.logp, wake_us: here.wake, engine_us: None });
-        let vc = VirtualCluster { logp: p.logp, wake: p.wake_us, engine: run_engine, ..vc };
+        let vc = VirtualCluster { logp: p.logp, wake: p.wake_us, engine: engine_us, ..vc };
         let est = vc.estimate(a, n, rails, model_topology(top)?, 30.0);
         if est.bounds.is_none() {
             for (i, ok) in engine_window.iter_mut().enumerate() {
@@ -786,7 +784,7 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
             "| {n} | {top} | {a} | {rails} | {:.2} / {:.1} / {:.2} | {:.1} | {} | {mean:.1} | {spread} | {e:+.0}% | {verdict} |",
             p.logp.o_s + p.logp.o_r + p.logp.l,
             p.wake_us,
-            run_engine,
+            engine_us,
             est.predicted.mean_cost,
             bounds_cell(est.bounds)
         )?;

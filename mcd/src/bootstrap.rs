@@ -10,7 +10,8 @@
 //! rank has said it is done (or [`DiscoveryConfig::linger`] is over). That
 //! thread sleeps on its socket, which takes hellos only: the job's barrier
 //! frames, sent from the first moments after, never reach it, and once it
-//! ends no socket of the bootstrap taps the interface any more.
+//! ends no socket of the bootstrap taps the interface any more. Nodes are
+//! then numbered by rank.
 //!
 //! **Rounds.** A job may bootstrap several times (`mcd_init` ..
 //! `mcd_finalize` cycles: collective, so every rank makes as many). Each
@@ -18,7 +19,6 @@
 //! job (in the frame's sequence field), and a rank takes only hellos of its
 //! own round: the "done" of a rank still lingering from the previous round
 //! never passes for this round's.
-//! Nodes are then numbered by rank.
 //!
 //! Hellos are ordinary MCD frames (kind [`kind::HELLO`]) sent to group
 //! [`BOOTSTRAP_GROUP`] of the job, so two jobs with different keys on one LAN
