@@ -4,7 +4,7 @@
  * allreduces and barriers between them, a broadcast over several frames
  * from the last rank, and, every fourth round, the rank after the root
  * "computing" (sleeping) GAP_MS right after the broadcast, while the root
- * waits for its acknowledgement: the interposer's progress agent must
+ * waits for its entry (perhaps lost): the interposer's progress agent must
  * answer for it.
  *
  *   bcast_check [ROUNDS] [GAP_MS]

@@ -14,15 +14,17 @@
 //!
 //! **Broadcast releases first**, whatever the algorithm: its epoch runs its
 //! own plan ([`plan::build_bcast`], chosen per call by the root). The root
-//! multicasts its data at once; every other node waits only for it, and its
-//! call returns as soon as it is there. The epoch then completes in the
-//! background (each node acknowledges to the root, which multicasts the end
-//! once all did): the progress agent carries it, and the node's next call
-//! completes it first. So no node completes a broadcast before every node
-//! has entered it, and the engine's window (no node more than one epoch
-//! from another) holds across broadcasts from changing roots. A lost data
-//! frame is NACKed by the node that waits for it and answered from the
-//! root's stored copy; a lost acknowledgement is NACKed by the root.
+//! multicasts its data at once; every other node tells the root it entered
+//! (as it enters, so that this send overlaps the wait for the data) and
+//! waits only for the data, and its call returns as soon as it is there.
+//! The epoch then completes in the background (the root multicasts the end
+//! once every node entered): the progress agent carries it, and the node's
+//! next call completes it first. So no node completes a broadcast before
+//! every node has entered it, and the engine's window (no node more than
+//! one epoch from another) holds across broadcasts from changing roots. A
+//! lost data frame is NACKed by the node that waits for it and answered
+//! from the root's stored copy (kept until every node has completed the
+//! broadcast); a lost entry is NACKed by the root.
 //!
 //! **Never counted twice.** A contribution is stored on its first arrival
 //! only: the engine's per-barrier bitmap (the same that makes a duplicate
@@ -514,7 +516,7 @@ impl Contributions {
 
     /// What step `step` of an epoch of parity `parity` sends: the partial
     /// result so far (only its header, without `with_data`: a broadcast's
-    /// acknowledgement and end), stored for answers.
+    /// entry and end), stored for answers.
     pub(crate) fn stage(&mut self, parity: usize, step: usize, with_data: bool) -> &[u8] {
         let slot = &mut self.sent[parity][step];
         slot.clear();
@@ -637,6 +639,11 @@ impl Contributions {
     /// The first disagreement since the last call, if any.
     pub(crate) fn take_error(&mut self) -> Option<String> {
         self.error.take()
+    }
+
+    /// Whether a disagreement waits to be reported.
+    pub(crate) fn has_error(&self) -> bool {
+        self.error.is_some()
     }
 
     /// Copies the result into `out` (native-endian elements); false if the

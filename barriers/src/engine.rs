@@ -801,6 +801,7 @@ impl<T: Transport> Engine<T> {
     /// (up to `deadline`).
     pub(crate) fn enter_collective(&mut self, call: Collective, count: u32, input: &[u8], deadline: Option<Instant>) -> Result<(), BarrierError> {
         self.settle(deadline)?;
+        self.settled_mismatch()?;
         if self.in_progress || self.owed {
             return Err(BarrierError::Usage(format!(
                 "{call} while barrier {} is entered and not yet completed: complete it with wait() first",
@@ -836,6 +837,26 @@ impl<T: Transport> Engine<T> {
             self.run_until(deadline, Instant::now(), |e| !e.detached)?;
         }
         Ok(())
+    }
+
+    /// Once no epoch is in progress: a disagreement the last one found (a
+    /// peer called another collective), as this call's error, if no call
+    /// reported it yet: in particular one found after the application had
+    /// its result (a broadcast completing in the background, whose end
+    /// said so). The peer that saw it first may never enter another epoch,
+    /// so going on would wait for it for ever: a barrier entered meanwhile
+    /// is not entered ([`advance`](Self::advance)) but abandoned.
+    fn settled_mismatch(&mut self) -> Result<(), BarrierError> {
+        if self.in_progress {
+            return Ok(());
+        }
+        match self.coll.as_mut().and_then(|c| c.take_error()) {
+            Some(e) => {
+                self.owed = false;
+                Err(BarrierError::Usage(format!("collective mismatch in barrier {}: {e}", self.epoch.wrapping_sub(1))))
+            }
+            None => Ok(()),
+        }
     }
 
     /// Completes the entered collective epoch as far as this node's result
@@ -1029,6 +1050,7 @@ impl<T: Transport> Engine<T> {
             // A broadcast completing in the background is not the application's.
             return Ok(!self.entered());
         }
+        self.settled_mismatch()?;
         self.owed = false;
         Ok(true)
     }
@@ -1044,12 +1066,15 @@ impl<T: Transport> Engine<T> {
     fn wait_once(&mut self, deadline: Option<Instant>) -> Result<(), BarrierError> {
         self.begin_wait()?;
         self.settle(deadline)?;
+        self.settled_mismatch()?;
         if !self.in_progress && !self.owed {
             self.enter_barrier(Instant::now())?;
         }
         self.run_until(deadline, Instant::now(), |e| !e.in_progress)?;
         self.owed = false;
-        Ok(())
+        // A barrier queued behind a broadcast that ended in a mismatch is
+        // abandoned; a peer's data in this one says it called a collective.
+        self.settled_mismatch()
     }
 
     /// Reads, advances and retries until `done`, or an error.
@@ -1200,6 +1225,7 @@ impl<T: Transport> Engine<T> {
             return Ok(());
         }
         self.settle(None)?;
+        self.settled_mismatch()?;
         if self.in_progress {
             return Err(BarrierError::Usage(format!(
                 "finish() or close() while barrier {} is in progress: complete it first",
@@ -1249,6 +1275,10 @@ impl<T: Transport> Engine<T> {
                 self.stats.completed += 1;
                 self.detached = false;
                 if std::mem::take(&mut self.queued) {
+                    if self.coll.as_ref().is_some_and(|c| c.has_error()) {
+                        // Its wait or test reports the mismatch instead.
+                        return Ok(());
+                    }
                     // The application entered a barrier meanwhile.
                     return self.enter_barrier(now);
                 }
@@ -1748,9 +1778,8 @@ mod tests {
         e.enter_collective(Collective::Allreduce { op: Op::Max, dtype: Dtype::I64 }, 1, &5i64.to_ne_bytes(), None).unwrap();
         e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { epoch: 1, ..msg } });
         e.transport.inbox_data.push_back(release(12));
-        assert!(e.test().unwrap());
-        let err = e.collective_result(Some(&mut out)).unwrap_err().to_string();
-        assert!(err.contains("collective mismatch") && err.contains("allreduce(sum, i64)"), "{err}");
+        let err = e.test().unwrap_err().to_string();
+        assert!(err.contains("collective mismatch in barrier 1") && err.contains("allreduce(sum, i64)"), "{err}");
     }
 
     /// Node `me` of 3, concurrent, joined to INSTANCE.
@@ -1779,11 +1808,15 @@ mod tests {
     }
 
     #[test]
-    fn a_non_root_has_the_broadcast_at_the_data_and_answers_its_acknowledgement_before_and_after_the_end() {
-        use plan::tag::{BCAST_ACK, BCAST_DATA, BCAST_DONE};
+    fn a_non_root_tells_its_entry_at_once_has_the_broadcast_at_the_data_and_answers_for_its_entry_before_and_after_the_end() {
+        use plan::tag::{BCAST_DATA, BCAST_DONE, BCAST_ENTERED};
         let mut e = node_of_3(1);
         e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
-        assert!(e.transport.sent.is_empty(), "a non-root sends nothing before it has the data");
+        // Its entry went to the root at once, before the data, as a header without data.
+        assert_eq!(e.transport.sent.len(), 1);
+        assert_eq!(sent_count(&e, 0, MsgKind::Data, 0, BCAST_ENTERED), 1);
+        let entry = crate::collective::wire::Contribution::new_checked(&e.transport.sent_data[0][..]).unwrap();
+        assert!(!entry.has_data() && entry.call() == Some(Collective::Bcast { root: 0 }));
         // The next epoch's broadcast from node 2 comes first (node 2 had the
         // data and the end already): kept, before this node knows that call.
         push(&mut e, 2, MsgKind::Data, 1, BCAST_DATA, bcast_data(2, Some([4, 5])));
@@ -1794,19 +1827,15 @@ mod tests {
         let mut out = [0u8; 2];
         e.collective_result(Some(&mut out)).unwrap();
         assert_eq!(out, [7, 9]);
-        // Its acknowledgement went to the root, as a header without data.
-        assert_eq!(sent_count(&e, 0, MsgKind::Data, 0, BCAST_ACK), 1);
-        // (Node 2's message of epoch 1 proved the data sent: a NACK went first.)
+        // Sent once; (node 2's message of epoch 1 proved the data sent: a NACK went first).
+        assert_eq!(sent_count(&e, 0, MsgKind::Data, 0, BCAST_ENTERED), 1);
         assert_eq!(sent_count(&e, 0, MsgKind::Nack, 0, BCAST_DATA), 1);
-        let i = e.transport.sent.iter().position(|(_, m)| m.tag == BCAST_ACK).unwrap();
-        let ack = crate::collective::wire::Contribution::new_checked(&e.transport.sent_data[i][..]).unwrap();
-        assert!(!ack.has_data() && ack.call() == Some(Collective::Bcast { root: 0 }));
-        // The root lost it and asks: answered at once.
-        push(&mut e, 0, MsgKind::Nack, 0, BCAST_ACK, Vec::new());
+        // The root lost the entry and asks: answered at once.
+        push(&mut e, 0, MsgKind::Nack, 0, BCAST_ENTERED, Vec::new());
         assert!(e.test().unwrap(), "no barrier of the application's is entered");
-        assert_eq!(sent_count(&e, 0, MsgKind::Answer, 0, BCAST_ACK), 1);
+        assert_eq!(sent_count(&e, 0, MsgKind::Answer, 0, BCAST_ENTERED), 1);
         // The end completes the epoch; the next broadcast (from node 2, its
-        // data kept early) has its result at once and acknowledges to node 2.
+        // data kept early) tells node 2 its entry and has its result at once.
         push(&mut e, 0, MsgKind::Data, 0, BCAST_DONE, bcast_data(0, None));
         e.test().unwrap();
         assert_eq!((e.epoch, e.in_progress, e.detached), (1, false, false));
@@ -1814,12 +1843,12 @@ mod tests {
         e.wait_result(None).unwrap();
         e.collective_result(Some(&mut out)).unwrap();
         assert_eq!(out, [4, 5]);
-        assert_eq!(sent_count(&e, 2, MsgKind::Data, 1, BCAST_ACK), 1);
-        // A NACK of the previous epoch's acknowledgement (the root's retry
+        assert_eq!(sent_count(&e, 2, MsgKind::Data, 1, BCAST_ENTERED), 1);
+        // A NACK of the previous epoch's entry (the root's retry
         // crossed it) is answered from that epoch, though this node moved on.
-        push(&mut e, 0, MsgKind::Nack, 0, BCAST_ACK, Vec::new());
+        push(&mut e, 0, MsgKind::Nack, 0, BCAST_ENTERED, Vec::new());
         e.test().unwrap();
-        assert_eq!(sent_count(&e, 0, MsgKind::Answer, 0, BCAST_ACK), 2);
+        assert_eq!(sent_count(&e, 0, MsgKind::Answer, 0, BCAST_ENTERED), 2);
         // A barrier entered now waits for the broadcast's end, then runs.
         e.enter_split().unwrap();
         assert!(e.entered() && e.queued && e.epoch == 1);
@@ -1832,8 +1861,8 @@ mod tests {
     }
 
     #[test]
-    fn a_broadcasts_root_sends_at_once_nacks_a_lost_acknowledgement_and_ends_after_all() {
-        use plan::tag::{BCAST_ACK, BCAST_DATA, BCAST_DONE};
+    fn a_broadcasts_root_sends_at_once_nacks_a_lost_entry_and_ends_after_all() {
+        use plan::tag::{BCAST_DATA, BCAST_DONE, BCAST_ENTERED};
         let mut e = node_of_3(0);
         e.enter_collective(Collective::Bcast { root: 0 }, 2, &[3, 1], None).unwrap();
         e.wait_result(None).unwrap();
@@ -1841,26 +1870,69 @@ mod tests {
         // (The script transport multicasts as one send per node.)
         assert_eq!((sent_count(&e, 1, MsgKind::Data, 0, BCAST_DATA), sent_count(&e, 2, MsgKind::Data, 0, BCAST_DATA)), (1, 1));
         assert_eq!(e.transport.sent_data[0], bcast_data(0, Some([3, 1])));
-        push(&mut e, 1, MsgKind::Data, 0, BCAST_ACK, bcast_data(0, None));
+        push(&mut e, 1, MsgKind::Data, 0, BCAST_ENTERED, bcast_data(0, None));
         e.test().unwrap();
-        // Node 2's acknowledgement is lost: at the retry, the root asks node 2 for it.
+        // Node 2's entry is lost: at the retry, the root asks node 2 for it.
         e.next_retry = Instant::now();
         e.test().unwrap();
-        assert_eq!(sent_count(&e, 2, MsgKind::Nack, 0, BCAST_ACK), 1);
-        assert_eq!(sent_count(&e, 1, MsgKind::Nack, 0, BCAST_ACK), 0, "node 1's came");
+        assert_eq!(sent_count(&e, 2, MsgKind::Nack, 0, BCAST_ENTERED), 1);
+        assert_eq!(sent_count(&e, 1, MsgKind::Nack, 0, BCAST_ENTERED), 0, "node 1's came");
         // Node 2 lost the data too and asks: answered with the stored data.
         push(&mut e, 2, MsgKind::Nack, 0, BCAST_DATA, Vec::new());
         e.test().unwrap();
         let answer = e.transport.sent.iter().position(|(t, m)| *t == 2 && m.kind == MsgKind::Answer && m.tag == BCAST_DATA).expect("answered");
         assert_eq!(e.transport.sent_data[answer], bcast_data(0, Some([3, 1])));
-        assert_eq!(sent_count(&e, 1, MsgKind::Data, 0, BCAST_DONE), 0, "no end before every acknowledgement");
-        // The next call completes the broadcast first: the acknowledgement
+        assert_eq!(sent_count(&e, 1, MsgKind::Data, 0, BCAST_DONE), 0, "no end before every entry");
+        // The next call completes the broadcast first: the entry
         // comes, the end goes, and only then the allreduce's arrival.
-        push(&mut e, 2, MsgKind::Answer, 0, BCAST_ACK, bcast_data(0, None));
+        push(&mut e, 2, MsgKind::Answer, 0, BCAST_ENTERED, bcast_data(0, None));
         e.enter_collective(Collective::Allreduce { op: crate::collective::Op::Sum, dtype: crate::collective::Dtype::U32 }, 1, &[1, 0, 0, 0], None).unwrap();
         let done = e.transport.sent.iter().position(|(_, m)| m.tag == BCAST_DONE).expect("the end");
         assert!(e.transport.sent[done..].iter().all(|(_, m)| m.epoch == 0 || m.epoch == 1));
         assert_eq!((e.epoch, e.cur), (1, BASE));
+    }
+
+    #[test]
+    fn a_mismatch_found_after_the_result_fails_the_next_call_instead_of_entering_an_epoch_the_peer_never_enters() {
+        use plan::tag::{BCAST_DATA, BCAST_DONE};
+        // The root's end says a peer called the broadcast with 3 elements
+        // (the root saw the mismatch; it returned its error and enters no
+        // more epochs): whatever this node calls next fails at once.
+        let end_of_3 = || {
+            let mut d = Vec::new();
+            crate::collective::wire::emit_header(Collective::Bcast { root: 0 }, 3, false, &mut d);
+            d
+        };
+        let ours = Collective::Bcast { root: 0 };
+        // A barrier entered while the broadcast completes in the background:
+        // abandoned, its wait fails, and no arrival of epoch 1 goes out.
+        let mut e = node_of_3(1);
+        e.enter_collective(ours, 2, &[0, 0], None).unwrap();
+        push(&mut e, 0, MsgKind::Data, 0, BCAST_DATA, bcast_data(0, Some([7, 9])));
+        e.wait_result(None).unwrap();
+        e.enter_split().unwrap();
+        push(&mut e, 0, MsgKind::Data, 0, BCAST_DONE, end_of_3());
+        let err = e.wait(None).unwrap_err().to_string();
+        assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+        assert_eq!((e.epoch, e.in_progress), (1, false));
+        assert!(e.transport.sent.iter().all(|(_, m)| m.epoch == 0), "entered epoch 1: {:?}", e.transport.sent);
+        // The next collective, or a plain wait, or finish: each fails once.
+        for next in 0..3 {
+            let mut e = node_of_3(1);
+            e.enter_collective(ours, 2, &[0, 0], None).unwrap();
+            push(&mut e, 0, MsgKind::Data, 0, BCAST_DATA, bcast_data(0, Some([7, 9])));
+            e.wait_result(None).unwrap();
+            push(&mut e, 0, MsgKind::Data, 0, BCAST_DONE, end_of_3());
+            let err = match next {
+                0 => e.enter_collective(ours, 2, &[0, 0], None),
+                1 => e.wait(None),
+                _ => e.enter_closing(),
+            }
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("collective mismatch in barrier 0"), "call {next}: {err}");
+            assert!(e.transport.sent.iter().all(|(_, m)| m.epoch == 0), "call {next} entered epoch 1");
+        }
     }
 
     #[test]
@@ -1892,10 +1964,11 @@ mod tests {
         other.transport.inbox_data.push_back(Vec::new());
         let err = other.test().unwrap_err().to_string();
         assert!(err.contains("collective mismatch in barrier 0"), "{err}");
-        // A NACK for what this node's own plan sends later is no mismatch.
-        let mut e = node_of_3(1);
+        // A NACK for what this node's own plan sends later is no mismatch
+        // (the root's end, before every node entered).
+        let mut e = node_of_3(0);
         e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
-        push(&mut e, 0, MsgKind::Nack, 0, plan::tag::BCAST_ACK, Vec::new());
+        push(&mut e, 1, MsgKind::Nack, 0, plan::tag::BCAST_DONE, Vec::new());
         assert!(!e.test().unwrap());
         assert!(e.mismatch.is_none());
     }

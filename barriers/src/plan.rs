@@ -202,7 +202,7 @@ impl Plan {
 }
 
 /// Tags: arrive, release, the extra pre/post steps of shuffle exchange, the
-/// release-first broadcast's data, acknowledgement and done, rounds from ROUND.
+/// release-first broadcast's data, entry and done, rounds from ROUND.
 pub(crate) mod tag {
     pub const ARRIVE: u16 = 0;
     pub const RELEASE: u16 = 1;
@@ -210,16 +210,16 @@ pub(crate) mod tag {
     pub const POST: u16 = 3;
     /// A broadcast's data, multicast by its root at once.
     pub const BCAST_DATA: u16 = 4;
-    /// A broadcast's acknowledgement, from a node that has the data.
-    pub const BCAST_ACK: u16 = 5;
-    /// A broadcast's end, multicast by its root once every node acknowledged.
+    /// A node's entry into a broadcast, sent to the root as the node enters.
+    pub const BCAST_ENTERED: u16 = 5;
+    /// A broadcast's end, multicast by its root once every node entered.
     pub const BCAST_DONE: u16 = 6;
     pub const ROUND: u16 = 16;
 
     /// Whether a message of this tag carries a collective's data (the
-    /// broadcast's acknowledgement and end carry only its header).
+    /// broadcast's entry and end carry only its header).
     pub const fn carries_data(tag: u16) -> bool {
-        !matches!(tag, BCAST_ACK | BCAST_DONE)
+        !matches!(tag, BCAST_ENTERED | BCAST_DONE)
     }
 }
 
@@ -229,15 +229,22 @@ pub const BCAST_RESULT_STEP: usize = 1;
 
 /// Builds node `me`'s plan of a *release-first* broadcast from `root` among
 /// `n` nodes over `rails` rails: the root multicasts its data at once (step
-/// 0), gathers an acknowledgement from every other node (step 1) and
-/// multicasts the end (step 2); every other node waits only for the data
-/// (step 0), then acknowledges it and waits for the end (step 1). From
-/// step [`BCAST_RESULT_STEP`] on a node has its result: the rest keeps the
+/// 0), gathers every other node's entry (step 1) and multicasts the end
+/// (step 2); every other node tells the root it entered and waits for the
+/// data (step 0), then waits for the end (step 1). From step
+/// [`BCAST_RESULT_STEP`] on a node has its result: the rest keeps the
 /// nodes within one epoch of each other (no node completes the broadcast
 /// before every node has entered it), and may run in the background.
-/// Between two nodes there is no end: the other node can get ahead of the
-/// root only by an epoch the root has to take part in, so the root's
-/// acknowledgement suffices.
+///
+/// A node sends its entry before it has the data, not after, so that the
+/// send overlaps the wait for the data instead of following it on the
+/// call's path. The entry does not say the data arrived, and need not: a
+/// node that misses it NACKs the root, which keeps it until every node has
+/// completed the broadcast (the root leaves the next epoch only once every
+/// node has entered that one, so has completed this one).
+///
+/// Between two nodes there is no end: the non-root completes at the data
+/// (the root has entered), the root at the entry.
 pub fn build_bcast(n: usize, me: NodeId, root: NodeId, rails: usize) -> Result<Plan, String> {
     if me >= n || root >= n {
         return Err(format!("node {me}, root {root}: not both among {n} node(s)"));
@@ -251,25 +258,21 @@ pub fn build_bcast(n: usize, me: NodeId, root: NodeId, rails: usize) -> Result<P
     let mut steps = if me == root {
         vec![
             Step { sends: vec![Out { dest: Dest::All, rail: 0, tag: tag::BCAST_DATA }], waits: vec![] },
-            Step { sends: vec![], waits: (0..n).filter(|&j| j != root).map(|j| Expect { from: j, tag: tag::BCAST_ACK }).collect() },
+            Step { sends: vec![], waits: (0..n).filter(|&j| j != root).map(|j| Expect { from: j, tag: tag::BCAST_ENTERED }).collect() },
             Step { sends: vec![Out { dest: Dest::All, rail: 0, tag: tag::BCAST_DONE }], waits: vec![] },
         ]
     } else {
         vec![
-            Step { sends: vec![], waits: vec![Expect { from: root, tag: tag::BCAST_DATA }] },
             Step {
-                sends: vec![Out { dest: Dest::Node(root), rail: me % rails, tag: tag::BCAST_ACK }],
-                waits: vec![Expect { from: root, tag: tag::BCAST_DONE }],
+                sends: vec![Out { dest: Dest::Node(root), rail: me % rails, tag: tag::BCAST_ENTERED }],
+                waits: vec![Expect { from: root, tag: tag::BCAST_DATA }],
             },
+            Step { sends: vec![], waits: vec![Expect { from: root, tag: tag::BCAST_DONE }] },
         ]
     };
     if n == 2 {
         // No end between two nodes (see above).
-        if me == root {
-            steps.pop();
-        } else {
-            steps[1].waits.clear();
-        }
+        steps.pop();
     }
     Ok(Plan { steps })
 }

@@ -2,7 +2,7 @@
 //! transport (no root): calls that do not match (every node must get an
 //! error, never wrong data and never a hang), a root much slower or faster
 //! than the others, a non-root computing while the root waits for its
-//! acknowledgement, the last broadcast before finish, the epoch crossing
+//! entry, the last broadcast before finish, the epoch crossing
 //! 2^32, one and two nodes, and long mixed sequences under heavy loss,
 //! duplication and reordering on every algorithm. Barriers among them are
 //! checked with the shared-clock safety check.
@@ -106,7 +106,7 @@ fn a_broadcast_against_a_barrier_or_reduction_is_an_error_on_every_node_not_a_ha
         (concurrent, &[Call::Reduce { root: 0 }, Call::Bcast { root: 0, count: 2 }]),
         (Algorithm::Dissemination, &[Call::Barrier, Call::Bcast { root: 0, count: 2 }]),
         // Node 2 alone takes node 1 for the root: node 1 has node 0's data,
-        // and node 0 waits for node 2's acknowledgement.
+        // and node 0 waits for node 2's entry.
         (concurrent, &[Call::Bcast { root: 0, count: 2 }, Call::Bcast { root: 0, count: 2 }, Call::Bcast { root: 1, count: 2 }]),
     ];
     let runs: Vec<_> = cases.into_iter().map(|(a, calls)| std::thread::spawn(move || assert_mismatch_is_an_error(a, calls))).collect();
@@ -269,7 +269,7 @@ fn a_slow_root_and_a_non_root_computing_past_the_failure_timeout_are_waited_for_
                         assert_eq!(data, payload(root, k), "{algorithm}: round {k} at node {me}");
                         if me == n - 1 {
                             // A non-root computes while the root waits for its
-                            // acknowledgement (perhaps lost): the agent answers.
+                            // entry (perhaps lost): the agent answers.
                             sleep(FAILURE_MS * 2);
                         }
                         let entered = Instant::now();
@@ -293,7 +293,7 @@ fn a_slow_root_and_a_non_root_computing_past_the_failure_timeout_are_waited_for_
 #[test]
 fn the_last_broadcast_before_finish_completes_everywhere_under_loss() {
     // Many short lives: each ends with a broadcast then finish (or close
-    // then try_finish), so the broadcast's acknowledgement or end is often
+    // then try_finish), so the broadcast's entry or end is often
     // lost right before the closing barrier.
     let runs: Vec<_> = (0..12u64)
         .map(|seed| {

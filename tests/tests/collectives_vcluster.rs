@@ -108,7 +108,7 @@ fn collectives_over_real_frames_under_20_percent_loss_agree_to_the_bit_with_the_
 /// collectives, as `mcd_barrier` and `mcd_bcast` use them. A broadcast
 /// returns before its epoch completes; the node then sits in barriers of
 /// the other group, or computes for twice the failure timeout, while the
-/// root waits for its acknowledgement (under 25% loss, often lost): the
+/// root waits for its entry (under 25% loss, often lost): the
 /// collectives group's progress agent must answer, so that no live node is
 /// declared dead and every broadcast from the changing roots arrives.
 #[test]
@@ -134,7 +134,7 @@ fn release_first_broadcasts_on_a_group_complete_while_the_node_is_in_another_gro
                     coll.bcast(&mut data, root)?;
                     assert_eq!(data, want, "node {me}: broadcast {k} from {root}");
                     if me == (root + 1) % n {
-                        std::thread::sleep(FAILURE * 2); // computing, its acknowledgement perhaps lost
+                        std::thread::sleep(FAILURE * 2); // computing, its entry perhaps lost
                     }
                     for _ in 0..3 {
                         let entered = Instant::now();

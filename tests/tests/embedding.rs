@@ -437,7 +437,7 @@ fn collective_reports(out: &NodeOutcome, ranks: usize) -> Vec<[u64; 6]> {
 /// issue 16; mpi/bcast_check.c): changing roots back to back, MPI_IN_PLACE
 /// allreduces and barriers between, several frames from the last rank, and
 /// a rank computing for 2.3 failure timeouts right after a broadcast while
-/// its root waits for its acknowledgement, under 25% loss. Every rank
+/// its root waits for its entry, under 25% loss. Every rank
 /// checks every broadcast's data; no live rank is taken for dead.
 #[test]
 fn release_first_broadcasts_from_changing_roots_through_the_interposer_under_loss_and_compute_gaps() {
