@@ -24,7 +24,16 @@
 //! one epoch from another) holds across broadcasts from changing roots. A
 //! lost data frame is NACKed by the node that waits for it and answered
 //! from the root's stored copy (kept until every node has completed the
-//! broadcast); a lost entry is NACKed by the root.
+//! broadcast); a lost entry is NACKed by the root. **The end is implied**
+//! when the root broadcasts again at once: a root that completes a
+//! broadcast, every node's call agreeing, as its next call begins another
+//! broadcast of its own, sends no end; the next data says so in its header
+//! ([`wire::ENDS_PREVIOUS`]), and a node still waiting for the end takes
+//! that data (or its answer) for it. One multicast less on every node's
+//! path; the root still answers a NACK for the end. Only that flag counts:
+//! another message of the next epoch proves every node entered this one,
+//! but not that the calls agreed (a node may go on after reporting a
+//! mismatch), and a node waiting for the end must learn of one.
 //!
 //! **Never counted twice.** A contribution is stored on its first arrival
 //! only: the engine's per-barrier bitmap (the same that makes a duplicate
@@ -274,7 +283,10 @@ impl Collective {
 /// `call` is 1 (allreduce), 2 (reduce) or 3 (broadcast); a barrier's
 /// message carries no contribution at all. `flags` bit 0: the elements are
 /// there (a broadcast's non-root nodes contribute none); bit 1: the partial
-/// result is void, a node upstream called another collective. `count` is the
+/// result is void, a node upstream called another collective; bit 2 (a
+/// broadcast's data): the root completed the epoch before, a broadcast of
+/// its own, with every node's call agreeing, and sent no end for it (this
+/// message is the end). `count` is the
 /// number of elements of the whole segment; elements are little-endian.
 pub mod wire {
     use super::{Collective, Dtype, Op};
@@ -286,6 +298,9 @@ pub mod wire {
     /// `flags`: the sender, or a node before it, met a node that called
     /// another collective; the result is void.
     pub const MISMATCH: u8 = 2;
+    /// `flags`: this broadcast's data is also the end of the root's
+    /// broadcast before, which completed with every call agreeing.
+    pub const ENDS_PREVIOUS: u8 = 4;
 
     mod field {
         use std::ops::Range;
@@ -343,6 +358,11 @@ pub mod wire {
         /// Whether a node upstream met a node calling another collective.
         pub fn mismatch(&self) -> bool {
             self.buffer.as_ref()[field::FLAGS] & MISMATCH != 0
+        }
+
+        /// Whether this broadcast's data also ends the root's broadcast before.
+        pub fn ends_previous(&self) -> bool {
+            self.buffer.as_ref()[field::FLAGS] & ENDS_PREVIOUS != 0
         }
 
         /// The elements (little-endian).
@@ -539,6 +559,23 @@ impl Contributions {
         let slot = &mut self.arrived[parity][index];
         slot.clear();
         slot.extend_from_slice(data);
+    }
+
+    /// Marks this node's contribution (a broadcast root's data, staged
+    /// next) as also ending its broadcast before ([`wire::ENDS_PREVIOUS`]).
+    pub(crate) fn mark_ends_previous(&mut self) {
+        if let Some(flags) = self.acc.get_mut(3) {
+            *flags |= wire::ENDS_PREVIOUS;
+        }
+    }
+
+    /// Records for expected message `index` of an epoch of parity `parity`
+    /// a header of this node's own call (a broadcast's end implied by the
+    /// next epoch: it agrees by construction).
+    pub(crate) fn arrive_agreeing(&mut self, parity: usize, index: usize) {
+        let slot = &mut self.arrived[parity][index];
+        slot.clear();
+        wire::emit_header(self.call, self.count, false, slot);
     }
 
     /// Takes in what step `step` gathered (`indices`, in plan order): a

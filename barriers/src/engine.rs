@@ -249,6 +249,11 @@ pub struct BarrierStats {
     pub stale: u64,
     /// Messages of a barrier this node had not yet entered, kept for it.
     pub early: u64,
+    /// Broadcast ends implied rather than sent: at a root that broadcasts
+    /// again at once (its next data says every node entered: the end is
+    /// not sent), and at a node that took a message of the next epoch for
+    /// the end (see [`crate::collective`]).
+    pub ends_implied: u64,
     /// Messages of another barrier instance, dropped.
     pub foreign: u64,
     /// Join requests refused (from a process node 0 had not admitted).
@@ -476,6 +481,12 @@ pub(crate) struct Engine<T: Transport> {
     /// The application entered a barrier (split phase) while a detached
     /// epoch was still completing: it is entered as soon as that completes.
     queued: bool,
+    /// Set while this node, the root of the broadcast completing in the
+    /// background, completes it to broadcast again at once: its end is not
+    /// sent (the next data implies it).
+    end_implied: bool,
+    /// The end of the last epoch was not sent: the next data says so.
+    end_skipped: bool,
     /// A peer's message of the current epoch belongs to another plan: it
     /// called another collective (the first such, for the error).
     mismatch: Option<String>,
@@ -588,6 +599,8 @@ impl<T: Transport> Engine<T> {
             variant: [BASE; 2],
             detached: false,
             queued: false,
+            end_implied: false,
+            end_skipped: false,
             mismatch: None,
             me,
             instance: 0,
@@ -800,7 +813,14 @@ impl<T: Transport> Engine<T> {
     /// A broadcast still completing in the background is completed first
     /// (up to `deadline`).
     pub(crate) fn enter_collective(&mut self, call: Collective, count: u32, input: &[u8], deadline: Option<Instant>) -> Result<(), BarrierError> {
-        self.settle(deadline)?;
+        // The root of a broadcast completing in the background that
+        // broadcasts again: its next data, multicast at once, tells every
+        // node what the end would (every node entered), one send earlier.
+        self.end_implied = matches!(call, Collective::Bcast { root } if root == self.me) && self.nodes() > 2 && self.mismatch.is_none();
+        self.end_skipped = false;
+        let settled = self.settle(deadline);
+        self.end_implied = false;
+        settled?;
         self.settled_mismatch()?;
         if self.in_progress || self.owed {
             return Err(BarrierError::Usage(format!(
@@ -819,7 +839,12 @@ impl<T: Transport> Engine<T> {
         let now = Instant::now();
         self.call_started = now;
         let me = self.me;
-        self.contributions().begin(call, count, input, me);
+        let ends_previous = std::mem::take(&mut self.end_skipped);
+        let coll = self.contributions();
+        coll.begin(call, count, input, me);
+        if ends_previous {
+            coll.mark_ends_previous();
+        }
         self.enter(now, variant)
     }
 
@@ -952,6 +977,8 @@ impl<T: Transport> Engine<T> {
                 self.epoch - 1
             )));
         }
+        // A mismatch the agent found completing a broadcast in the background.
+        self.settled_mismatch()?;
         let now = Instant::now();
         self.call_started = now;
         if self.detached && !self.queued {
@@ -1292,6 +1319,13 @@ impl<T: Transport> Engine<T> {
                 }
                 for i in 0..self.plans[self.cur].steps[self.step].sends.len() {
                     let out = self.plans[self.cur].steps[self.step].sends[i];
+                    if out.tag == plan::tag::BCAST_DONE && self.end_implied && !self.coll.as_ref().is_some_and(|c| c.has_error()) {
+                        // Staged for answers (a node that misses the next
+                        // data NACKs the end), not sent.
+                        self.stats.ends_implied += 1;
+                        self.end_skipped = true;
+                        continue;
+                    }
                     self.send_out(out, self.step, self.epoch)?;
                     self.stats.sent += 1;
                     let twice = match out.dest {
@@ -1460,10 +1494,36 @@ impl<T: Transport> Engine<T> {
             }
             MsgKind::Join | MsgKind::Admit | MsgKind::Refuse => unreachable!("handled above"),
         }
+        if epoch == self.epoch + 1 && self.in_progress && msg.tag == plan::tag::BCAST_DATA && matches!(msg.kind, MsgKind::Data | MsgKind::Answer) {
+            let data = data.unwrap_or(self.transport.data());
+            if crate::collective::wire::Contribution::new_checked(data).is_some_and(|c| c.ends_previous()) {
+                self.take_implied_end(from);
+            }
+        }
         if epoch == self.epoch + 1 && self.in_progress && !self.fast_nacked {
             self.nack_proven(from, now)?;
         }
         Ok(())
+    }
+
+    /// The next epoch's broadcast data from `from` says it ends this
+    /// epoch ([`wire::ENDS_PREVIOUS`](crate::collective::wire::ENDS_PREVIOUS)):
+    /// if this epoch is `from`'s broadcast and this node waits for its end,
+    /// that is the end (see [`crate::collective`]).
+    fn take_implied_end(&mut self, from: NodeId) {
+        if self.cur == BASE || self.cur != bcast_variant(from) || from == self.me {
+            return;
+        }
+        let Some(i) = self.expect.index(from, plan::tag::BCAST_DONE) else { return };
+        let (variant, step) = self.expect.step_of(i);
+        let parity = (self.epoch % 2) as usize;
+        if variant == self.cur && self.got[parity].insert(i) {
+            if let Some(coll) = &mut self.coll {
+                coll.arrive_agreeing(parity, i);
+            }
+            self.remaining[step] -= 1;
+            self.stats.ends_implied += 1;
+        }
     }
 
     /// Barrier `epoch` (the current one) is of another collective at some
@@ -1890,6 +1950,84 @@ mod tests {
         let done = e.transport.sent.iter().position(|(_, m)| m.tag == BCAST_DONE).expect("the end");
         assert!(e.transport.sent[done..].iter().all(|(_, m)| m.epoch == 0 || m.epoch == 1));
         assert_eq!((e.epoch, e.cur), (1, BASE));
+    }
+
+    #[test]
+    fn a_non_root_takes_only_its_roots_next_data_flagged_as_the_end_for_the_end() {
+        use plan::tag::{BCAST_DATA, BCAST_DONE};
+        let flagged = |root: NodeId, flag: bool| {
+            let mut d = bcast_data(root, Some([5, 6]));
+            if flag {
+                d[3] |= crate::collective::wire::ENDS_PREVIOUS;
+            }
+            d
+        };
+        let detached = || {
+            let mut e = node_of_3(1);
+            e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
+            push(&mut e, 0, MsgKind::Data, 0, BCAST_DATA, bcast_data(0, Some([7, 9])));
+            e.wait_result(None).unwrap();
+            assert!(e.detached);
+            e
+        };
+        // Epoch 1's data from another node, or from the root without the
+        // flag (after a mismatch the root may go on: the end must come):
+        // kept for epoch 1, the end still awaited (and NACKed at once).
+        for (from, flag) in [(2, true), (0, false)] {
+            let mut e = detached();
+            push(&mut e, from, MsgKind::Data, 1, BCAST_DATA, flagged(from, flag));
+            e.test().unwrap();
+            assert_eq!((e.epoch, e.detached, e.stats.ends_implied), (0, true, 0), "from {from}, flag {flag}");
+            assert_eq!(sent_count(&e, 0, MsgKind::Nack, 0, BCAST_DONE), 1);
+        }
+        // The root's, flagged (as data or as an answer): the end.
+        for kind in [MsgKind::Data, MsgKind::Answer] {
+            let mut e = detached();
+            push(&mut e, 0, kind, 1, BCAST_DATA, flagged(0, true));
+            e.test().unwrap();
+            assert_eq!((e.epoch, e.detached, e.stats.ends_implied), (1, false, 1), "{kind:?}");
+            assert_eq!(sent_count(&e, 0, MsgKind::Nack, 0, BCAST_DONE), 0);
+            e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
+            e.wait_result(None).unwrap();
+            let mut out = [0u8; 2];
+            e.collective_result(Some(&mut out)).unwrap();
+            assert_eq!(out, [5, 6]);
+        }
+    }
+
+    #[test]
+    fn a_root_that_broadcasts_again_sends_no_end_its_next_data_implies_it_and_answers_for_it() {
+        use plan::tag::{BCAST_DATA, BCAST_DONE, BCAST_ENTERED};
+        let entered = |e: &mut Engine<Script>, epoch: u64| {
+            for from in [1, 2] {
+                push(e, from, MsgKind::Data, epoch, BCAST_ENTERED, bcast_data(0, None));
+            }
+        };
+        let mut e = node_of_3(0);
+        e.enter_collective(Collective::Bcast { root: 0 }, 2, &[3, 1], None).unwrap();
+        e.wait_result(None).unwrap();
+        entered(&mut e, 0);
+        // Broadcasting again: epoch 0 completes without its end; epoch 1's data goes.
+        e.enter_collective(Collective::Bcast { root: 0 }, 2, &[4, 1], None).unwrap();
+        e.wait_result(None).unwrap();
+        assert_eq!((sent_count(&e, 1, MsgKind::Data, 0, BCAST_DONE), sent_count(&e, 1, MsgKind::Data, 1, BCAST_DATA)), (0, 1));
+        assert_eq!((e.epoch, e.stats.ends_implied), (1, 1));
+        let header = |e: &Engine<Script>, epoch: u32| {
+            let i = e.transport.sent.iter().position(|(_, m)| m.tag == BCAST_DATA && m.epoch == epoch).unwrap();
+            crate::collective::wire::Contribution::new_checked(e.transport.sent_data[i].clone()).unwrap()
+        };
+        assert!(!header(&e, 0).ends_previous() && header(&e, 1).ends_previous(), "epoch 1's data says it ends epoch 0");
+        // Node 2 lost epoch 1's data, so knows nothing of the end, and asks for
+        // it: answered with the end as staged.
+        push(&mut e, 2, MsgKind::Nack, 0, BCAST_DONE, Vec::new());
+        e.test().unwrap();
+        let answer = e.transport.sent.iter().position(|(t, m)| *t == 2 && m.kind == MsgKind::Answer && m.tag == BCAST_DONE && m.epoch == 0).expect("answered");
+        assert_eq!(e.transport.sent_data[answer], bcast_data(0, None));
+        // An allreduce next: the end of epoch 1 goes out as usual first.
+        entered(&mut e, 1);
+        e.enter_collective(Collective::Allreduce { op: crate::collective::Op::Sum, dtype: crate::collective::Dtype::U32 }, 1, &[1, 0, 0, 0], None).unwrap();
+        assert_eq!((sent_count(&e, 1, MsgKind::Data, 1, BCAST_DONE), sent_count(&e, 2, MsgKind::Data, 1, BCAST_DONE)), (1, 1));
+        assert_eq!((e.epoch, e.stats.ends_implied), (2, 1));
     }
 
     #[test]

@@ -152,7 +152,7 @@ enum Bench {
     /// mcd's through the interposer, and the same loop over plain UDP
     /// (recursive doubling, binomial broadcast, a process per rank); each
     /// with a barrier before every call (the goals' method) and back to
-    /// back. 3 to 5 minutes at --scale 1 on the reference machine. Writes
+    /// back, in 3 rounds. 5 to 8 minutes at --scale 1 on the reference machine. Writes
     /// results/collectives.{md,json} and collectives-{allreduce,bcast}.{svg,png}.
     Collectives {
         /// Rank counts.
@@ -164,6 +164,10 @@ enum Bench {
         /// Scales the number of timed calls (1.0: 2000 at 2 ranks down to 300 at 16).
         #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
         scale: f64,
+        /// Rounds per rank count: in each, every contender runs once, one
+        /// after another; a row reports the round with the median median.
+        #[arg(long, default_value_t = 3, value_parser = mcd_tools::cli::at_least_one)]
+        rounds: usize,
         /// Stem of the virtual clusters' names (1 to 4 lowercase letters or digits).
         #[arg(long, default_value = "bnc", value_parser = mcd_tools::cli::cluster_stem)]
         cluster: String,
@@ -236,7 +240,7 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Model { nodes, scale } => model(&cli.out, &nodes, scale),
         Bench::Validate { measure, nodes, scale, rounds, cluster } => validate::run(&cli.out, measure.then_some((&nodes[..], scale, rounds)), &cluster),
         Bench::Hotpath { iterations, rounds } => hotpath::run(&cli.out, iterations, rounds),
-        Bench::Collectives { nodes, sizes, scale, cluster } => collectives::run(&cli.out, &nodes, &sizes, scale, &cluster),
+        Bench::Collectives { nodes, sizes, scale, rounds, cluster } => collectives::run(&cli.out, &nodes, &sizes, scale, rounds, &cluster),
         Bench::Load { nodes, rounds, iterations } => load::run(&cli.out, &nodes, rounds, iterations),
         Bench::Hierarchy { shapes, iterations } => hierarchy::run(&cli.out, &shapes, iterations),
         Bench::HeadToHead { nodes, scale, logp, report } => {

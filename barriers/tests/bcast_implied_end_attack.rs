@@ -1,0 +1,469 @@
+//! Adversarial tests of the implied broadcast end (a root that broadcasts
+//! again at once sends no end; its next data, flagged, stands for it): a
+//! mismatch must still reach every node (a late root that goes on after its
+//! error, a split-phase barrier after a mismatch found in the background),
+//! long streaks from one root under heavy loss of ends and data, across
+//! 2^32, and a root that finishes right after. The programmable network,
+//! monitor and workloads are `support/attack_net.rs`, shared with
+//! `bcast_entry_attack.rs`.
+#![allow(dead_code)]
+
+include!("support/attack_net.rs");
+
+// ---------------------------------------------------------------------------
+// Calls that do not match.
+// ---------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Call {
+    Bcast(usize, usize), // root, count
+    Allreduce,
+    Reduce(usize),
+    Barrier,
+}
+
+fn call(b: &mut Barrier<Net>, c: Call) -> Result<Vec<u32>, BarrierError> {
+    match c {
+        Call::Bcast(root, count) => {
+            let mut d: Vec<u32> = if b.node() == root { (0..count as u32).map(|i| 100 + i).collect() } else { vec![0; count] };
+            b.bcast(&mut d, root)?;
+            Ok(d)
+        }
+        Call::Allreduce => {
+            let mut d = [b.node() as u32 + 1];
+            b.allreduce(&mut d, Op::Sum)?;
+            Ok(d.to_vec())
+        }
+        Call::Reduce(root) => {
+            let mut d = [b.node() as u32 + 1];
+            b.reduce(&mut d, Op::Sum, root)?;
+            Ok(d.to_vec())
+        }
+        Call::Barrier => b.wait().map(|()| Vec::new()),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Mismatch reports that the implied end swallows.
+// ---------------------------------------------------------------------------
+
+/// Every node makes its call `times` times, whatever the outcome (a program
+/// that reports an error and goes on); node `late` calls 50 ms late; the
+/// end to node 0 is 30 ms late (answers are not).
+fn calls_despite_errors(calls: [Call; 3], late: usize, times: usize, algorithm: Algorithm) -> Vec<Vec<Result<Vec<u32>, BarrierError>>> {
+    let policy = Policy::clean().with(|p, _| match (p.msg.kind, p.msg.tag) {
+        (MsgKind::Data, DONE) if p.to == 0 => Fate::Deliver(vec![Duration::from_millis(30)]),
+        _ => Fate::Default,
+    });
+    let config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_secs(10)).deadline(Some(Duration::from_secs(1)));
+    let all_done = Arc::new(std::sync::Barrier::new(3));
+    let threads: Vec<_> = network(3, 1, policy)
+        .into_iter()
+        .enumerate()
+        .map(|(me, t)| {
+            let all_done = all_done.clone();
+            std::thread::spawn(move || {
+                let mut b = Barrier::new(t, config).unwrap();
+                if me == late {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let outcomes: Vec<_> = (0..times).map(|_| call(&mut b, calls[me])).collect();
+                all_done.wait();
+                outcomes
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// The broadcast of `a_count_mismatch_seen_first_by_a_late_root...` (node 2
+/// calls with another count; the root, node 1, calls late, so it completes
+/// the epoch and reports the mismatch inside its own call), but every node
+/// calls twice: the root's second call is a broadcast of its own at once.
+/// Node 0 made the root's exact call and has its data from the first call;
+/// the mismatch reaches it only in the end (late). It must get the error
+/// (as in `every_mismatch_...`: the root's data first, then an error).
+///
+/// With the implied end, the root's next data (epoch k+1) reaches node 0
+/// first and counts as an end that agrees: node 0 never hears of the
+/// mismatch. ("A node that saw a mismatch never enters the next epoch" is
+/// false for a root that saw it inside its own call: that call reported it,
+/// the next one enters.)
+#[test]
+fn a_late_root_that_goes_on_after_its_mismatch_error_hides_the_mismatch_from_a_node_waiting_for_the_end() {
+    for algorithm in [Algorithm::Concurrent, Algorithm::OnePhase] {
+        let outcomes = calls_despite_errors([Call::Bcast(1, 2), Call::Bcast(1, 2), Call::Bcast(1, 3)], 1, 2, algorithm);
+        let text = format!("{outcomes:?}");
+        for (me, o) in outcomes.iter().enumerate() {
+            assert!(
+                o.iter().any(|r| matches!(r, Err(BarrierError::Usage(e)) if e.contains("mismatch"))),
+                "{algorithm}: node {me} never got a mismatch error: {o:?}; all: {text}"
+            );
+        }
+    }
+}
+
+/// A program that stops at its first error. Nodes 0 and 1 (the root) call
+/// bcast(root 1, 2 elements), node 2 calls it with 3; nobody calls late.
+/// Then each node computes 20 ms (the progress agents complete the epoch:
+/// the root's agent finds the mismatch and sends the end, which says so)
+/// and enters a barrier: the root split phase (`enter`, then `wait`), node
+/// 0 with `wait`. Every end (and answer for it) to node 0 is 100 ms late;
+/// node 2's entry is 5 ms late (the root's call returns at its data).
+/// Every node must end with a mismatch error (node 2 at its broadcast).
+fn split_phase_after_a_background_mismatch(algorithm: Algorithm) -> Vec<Vec<Result<Vec<u32>, BarrierError>>> {
+    let policy = Policy::clean().with(|p, _| match (p.msg.kind, p.msg.tag) {
+        (MsgKind::Data | MsgKind::Answer, DONE) if p.to == 0 => Fate::Deliver(vec![Duration::from_millis(100)]),
+        // The root's call returns at its data, before node 2's entry is there.
+        (MsgKind::Data, ENTERED) if p.from == 2 => Fate::Deliver(vec![Duration::from_millis(5)]),
+        _ => Fate::Default,
+    });
+    let config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_secs(10)).deadline(Some(Duration::from_millis(600)));
+    let calls = [Call::Bcast(1, 2), Call::Bcast(1, 2), Call::Bcast(1, 3)];
+    let all_done = Arc::new(std::sync::Barrier::new(3));
+    let threads: Vec<_> = network(3, 1, policy)
+        .into_iter()
+        .enumerate()
+        .map(|(me, t)| {
+            let all_done = all_done.clone();
+            std::thread::spawn(move || {
+                let mut b = Barrier::new(t, config).unwrap();
+                let mut outcomes = vec![call(&mut b, calls[me])];
+                if outcomes[0].is_ok() {
+                    std::thread::sleep(Duration::from_millis(20));
+                    let r = if me == 1 { b.enter().and_then(|()| b.wait()) } else { b.wait() };
+                    outcomes.push(r.map(|()| Vec::new()));
+                }
+                all_done.wait();
+                outcomes
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+fn ends_in_mismatch(o: &[Result<Vec<u32>, BarrierError>]) -> bool {
+    matches!(o.last(), Some(Err(BarrierError::Usage(e))) if e.contains("mismatch"))
+}
+
+/// Node 0 (not the root): it learns the mismatch only from the end. With
+/// the implied end, the root's barrier arrival of the next epoch (one-phase
+/// multicasts it) counts as an end that agrees: node 0 enters the barrier
+/// and waits for node 2, which stopped at its error (a deadline, not a
+/// mismatch).
+#[test]
+fn a_root_entering_a_split_phase_barrier_after_a_background_mismatch_hides_it_from_a_node_waiting_for_the_end() {
+    let outcomes = split_phase_after_a_background_mismatch(Algorithm::OnePhase);
+    assert!(ends_in_mismatch(&outcomes[0]), "node 0 ends with {:?}; all: {outcomes:?}", outcomes[0]);
+}
+
+/// The root itself (found with the implied end, older than it): `enter()`
+/// after the epoch completed in the background with a mismatch must fail
+/// with it, not enter the next epoch and end at the deadline.
+#[test]
+fn a_root_entering_a_split_phase_barrier_after_a_background_mismatch_gets_the_mismatch() {
+    let outcomes = split_phase_after_a_background_mismatch(Algorithm::OnePhase);
+    assert!(ends_in_mismatch(&outcomes[1]), "node 1 ends with {:?}; all: {outcomes:?}", outcomes[1]);
+}
+
+
+// ---------------------------------------------------------------------------
+// Stress: long streaks of broadcasts from one root (every end implied),
+// with the data to one node lost, ends lost, agents completing epochs
+// while the application computes, mixed with other calls.
+// ---------------------------------------------------------------------------
+
+/// The shared sequence: mostly broadcasts from a root that changes rarely.
+fn streaks(me: usize, b: &mut Barrier<Net>, seed: u64, rounds: usize) -> Result<Timeline, String> {
+    let n = b.nodes();
+    let reduces = b.config().algorithm != Algorithm::Dissemination;
+    let mut s = seed | 1;
+    let mut root = 0;
+    let mut timeline = Timeline::default();
+    for k in 0..rounds {
+        if next(&mut s).is_multiple_of(8) {
+            root = (next(&mut s) % n as u64) as usize;
+        }
+        let what = next(&mut s) % 20;
+        let len = match next(&mut s) % 8 {
+            0 => 400, // three segments: three epochs from one root
+            1 => 0,
+            2 => 1,
+            _ => 3,
+        };
+        let computes = (next(&mut s) % (n as u64 * 3)) as usize; // now and then one node computes
+        let bcast = |b: &mut Barrier<Net>| -> Result<(), String> {
+            let want = payload(root, k, len);
+            let mut data = if me == root { want.clone() } else { vec![0xDEAD; len] };
+            b.bcast(&mut data, root).map_err(|e| format!("round {k}: bcast from {root} ({len}): {e}"))?;
+            if data != want {
+                return Err(format!("round {k}: WRONG DATA from root {root} at node {me}"));
+            }
+            Ok(())
+        };
+        match what {
+            0..=13 => bcast(b)?,
+            14 => {
+                let entered = Instant::now();
+                b.wait().map_err(|e| format!("round {k}: barrier: {e}"))?;
+                timeline.record(entered, Instant::now());
+            }
+            15 if reduces => {
+                let mut x = [me as u64 + k as u64];
+                b.allreduce(&mut x, Op::Sum).map_err(|e| format!("round {k}: allreduce: {e}"))?;
+                let want = (0..n as u64).map(|j| j + k as u64).sum::<u64>();
+                if x[0] != want {
+                    return Err(format!("round {k}: WRONG allreduce at node {me}: {x:?} want {want}"));
+                }
+            }
+            16 | 17 => {
+                bcast(b)?;
+                let entered = Instant::now();
+                b.enter().map_err(|e| format!("round {k}: enter: {e}"))?;
+                while !b.test().map_err(|e| format!("round {k}: test: {e}"))? {
+                    std::thread::yield_now();
+                }
+                timeline.record(entered, Instant::now());
+            }
+            _ => {
+                bcast(b)?;
+                bcast(b)?;
+            }
+        }
+        if computes == me {
+            std::thread::sleep(Duration::from_millis(2)); // its agent completes the broadcast
+        }
+    }
+    Ok(timeline)
+}
+
+#[test]
+fn long_streaks_from_one_root_under_loss_with_ends_and_data_lost() {
+    let mut cases: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
+    for seed in seeds(3) {
+        for (i, n) in [3usize, 4, 6].into_iter().enumerate() {
+            let config = cfg(algorithms()[(seed as usize + i) % 6]);
+            let victim = n - 1 - (seed as usize % 2);
+            let mode = (seed as usize + i) % 3;
+            let policy = Policy::lossy([0.2, 0.35, 0.5][mode], 0.3, 5000 + seed * 13 + n as u64).with(move |p, rng| match (p.msg.kind, p.msg.tag) {
+                // Ends: mostly lost (mode 0), all lost (1), late (2).
+                (MsgKind::Data, DONE) if mode == 1 || (mode == 0 && rng.f() < 0.8) => Fate::Drop,
+                (MsgKind::Data, DONE) if mode == 2 => Fate::Deliver(vec![Duration::from_millis((rng.f() * 6.0) as u64)]),
+                // The victim loses most originals of the data (so the next
+                // epoch's data, which would imply the end, too).
+                (MsgKind::Data, DATA) if p.to == victim && rng.f() < 0.7 => Fate::Drop,
+                _ => Fate::Default,
+            });
+            let what = format!("streaks seed={seed} n={n} {} mode={mode}", config.algorithm);
+            cases.push(Box::new(move || {
+                let nets = network(n, config.rails, policy);
+                let outs = run_nodes(&what, nets, config, Duration::from_secs(60), move |me, b| {
+                    let t = streaks(me, b, 0x5EED + seed * 7919 + n as u64, 40)?;
+                    Ok((t, b.epoch(), b.stats().ends_implied))
+                });
+                let epochs: Vec<u64> = outs.iter().map(|o| o.1).collect();
+                assert!(epochs.iter().all(|&e| e == epochs[0]), "{what}: nodes end at different epochs {epochs:?}");
+                let timelines: Vec<Timeline> = outs.iter().map(|o| o.0.clone()).collect();
+                let (violations, checked) = check(&timelines);
+                assert!(violations.is_empty(), "{what}: barrier safety violated: {violations:?}");
+                assert_eq!(checked, timelines[0].barriers.len(), "{what}");
+                if std::env::var("MCD_ATTACK_VERBOSE").is_ok() {
+                    eprintln!("{what}: ends implied {:?}", outs.iter().map(|o| o.2).collect::<Vec<_>>());
+                }
+            }));
+        }
+    }
+    run_cases(cases, 4);
+}
+
+// ---------------------------------------------------------------------------
+// Mismatches right after a broadcast whose end is implied.
+// ---------------------------------------------------------------------------
+
+/// Every node first broadcasts from `first_root` (the same call
+/// everywhere: must succeed), then makes its call of `calls`, then the same
+/// again; the root of the first broadcast is `late` (its end implied when it
+/// broadcasts again). The second/third calls are judged as in
+/// `mismatch_case` of bcast_entry_attack.rs.
+fn mismatch_after_a_broadcast(first_root: usize, calls: Vec<Call>, policy: Policy, algorithm: Algorithm, late: Option<usize>) -> Result<(), String> {
+    let n = calls.len();
+    let config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_secs(10)).deadline(Some(Duration::from_secs(3)));
+    let all_done = Arc::new(std::sync::Barrier::new(n));
+    let calls = Arc::new(calls);
+    let threads: Vec<_> = network(n, 1, policy)
+        .into_iter()
+        .enumerate()
+        .map(|(me, t)| {
+            let (all_done, calls) = (all_done.clone(), calls.clone());
+            std::thread::spawn(move || {
+                let mut b = Barrier::new(t, config).map_err(|e| e.to_string())?;
+                let zero = call(&mut b, Call::Bcast(first_root, 2));
+                if late == Some(me) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let first = call(&mut b, calls[me]);
+                let second = if first.is_ok() { Some(call(&mut b, calls[me])) } else { None };
+                all_done.wait();
+                Ok::<_, String>((zero, first, second))
+            })
+        })
+        .collect();
+    let outcomes: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let mut problems = Vec::new();
+    for (me, o) in outcomes.into_iter().enumerate() {
+        let (zero, first, second) = o?;
+        if !matches!(&zero, Ok(d) if d[..] == [100, 101]) {
+            problems.push(format!("node {me}: the matching first broadcast gave {zero:?}"));
+            continue;
+        }
+        let is_mismatch = |r: &Result<Vec<u32>, BarrierError>| matches!(r, Err(BarrierError::Usage(e)) if e.contains("mismatch"));
+        let legit_first = |r: &Result<Vec<u32>, BarrierError>| match (r, calls[me]) {
+            (Ok(d), Call::Bcast(root, count)) => calls[root] == Call::Bcast(root, count) && *d == (0..count as u32).map(|i| 100 + i).collect::<Vec<_>>(),
+            _ => false,
+        };
+        if is_mismatch(&first) {
+            continue;
+        }
+        if !legit_first(&first) {
+            problems.push(format!("node {me}: call {:?} gave {first:?}", calls[me]));
+            continue;
+        }
+        match &second {
+            Some(r) if is_mismatch(r) => {}
+            other => problems.push(format!("node {me}: call {:?} gave {first:?}, then the same again gave {other:?} (want a mismatch error)", calls[me])),
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{algorithm} after bcast root {first_root}, calls {:?} (late: {late:?}): {}", calls, problems.join("; ")))
+    }
+}
+
+#[test]
+fn every_mismatch_right_after_a_broadcast_from_the_same_root_is_an_error_everywhere() {
+    let m3 = [Call::Bcast(0, 2), Call::Bcast(1, 2), Call::Bcast(0, 3), Call::Allreduce, Call::Reduce(2), Call::Barrier];
+    let mut cases: Vec<(Vec<Call>, bool)> = Vec::new();
+    for a in m3 {
+        for b in m3 {
+            for c in m3 {
+                if !(a == b && b == c) && [a, b, c].iter().any(|c| matches!(c, Call::Bcast(..))) {
+                    cases.push((vec![a, b, c], false));
+                }
+            }
+        }
+    }
+    let lossy: Vec<(Vec<Call>, bool)> = cases.iter().step_by(4).map(|(c, _)| (c.clone(), true)).collect();
+    cases.extend(lossy);
+    // Every case again with every end late to one node (it learns a
+    // mismatch from the end, or from nothing).
+    let ends_late: Vec<(Vec<Call>, bool)> = cases.iter().filter(|(_, l)| !l).map(|(c, _)| (c.clone(), false)).collect();
+    let plain = cases.len();
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    cases.extend(ends_late);
+    let work = Arc::new(Mutex::new(cases.into_iter().enumerate().collect::<Vec<_>>()));
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let (failures, work) = (failures.clone(), work.clone());
+            std::thread::spawn(move || loop {
+                let Some((i, (calls, lossy))) = work.lock().unwrap().pop() else { return };
+                let algorithm = [Algorithm::Concurrent, Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast }, Algorithm::OnePhase][i % 3];
+                let victim = 1 + i % 2;
+                let policy = if lossy {
+                    Policy::lossy(0.3, 0.2, 40 + i as u64)
+                } else if i >= plain {
+                    Policy::clean().with(move |p, _| match (p.msg.kind, p.msg.tag) {
+                        (MsgKind::Data | MsgKind::Answer, DONE) if p.to == victim => Fate::Deliver(vec![Duration::from_millis(30)]),
+                        _ => Fate::Default,
+                    })
+                } else {
+                    Policy::clean()
+                };
+                // Late: the first broadcast's root (0) half the time, else another node.
+                let late = [Some(0), Some(i % 3), None, Some(0)][i % 4];
+                if let Err(e) = mismatch_after_a_broadcast(0, calls, policy, algorithm, late) {
+                    failures.lock().unwrap().push(format!("{}{e}", if lossy { "(lossy) " } else { "" }));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let failures = failures.lock().unwrap();
+    assert!(failures.is_empty(), "{} case(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+// ---------------------------------------------------------------------------
+// Epochs across 2^32, and a root that finishes right after implied ends.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn same_root_streaks_across_two_to_the_32_with_ends_lost() {
+    let mut cases: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
+    for seed in seeds(4) {
+        let n = 3 + (seed as usize % 3);
+        let mut config = cfg(algorithms()[seed as usize % 6]);
+        config.first_epoch = [u64::from(u32::MAX) - 5, 2 * u64::from(u32::MAX) - 4][seed as usize % 2];
+        let first = config.first_epoch;
+        let policy = Policy::lossy(0.3, 0.3, 77 + seed).with(ends_lost_mostly);
+        let what = format!("wrap streak seed={seed} n={n} {} from {first}", config.algorithm);
+        cases.push(Box::new(move || {
+            let nets = network(n, config.rails, policy);
+            let outs = run_nodes(&what, nets, config, Duration::from_secs(40), move |me, b| {
+                for k in 0..16 {
+                    let root = if k < 12 { 1 } else { 2 };
+                    let want = payload(root, k, 3);
+                    let mut data = if me == root { want.clone() } else { vec![1; 3] };
+                    b.bcast(&mut data, root).map_err(|e| format!("round {k}: {e}"))?;
+                    if data != want {
+                        return Err(format!("round {k}: WRONG DATA at node {me} from root {root}"));
+                    }
+                }
+                Ok((b.epoch(), b.stats().ends_implied))
+            });
+            assert!(outs.iter().all(|o| o.0 == first + 16), "{what}: {outs:?}");
+            assert!(outs[1].1 > 0, "{what}: no end implied at the root: {outs:?}");
+        }));
+    }
+    run_cases(cases, 3);
+}
+
+fn ends_lost_mostly(p: &Pkt, rng: &mut Rng) -> Fate {
+    if p.msg.kind == MsgKind::Data && p.msg.tag == DONE && rng.f() < 0.9 {
+        Fate::Drop
+    } else {
+        Fate::Default
+    }
+}
+
+/// The root broadcasts three times (two ends implied) and finishes at once;
+/// node 2 gets none of the second and third data for 100 ms (originals and
+/// answers), and every original end is lost: it can learn the first end
+/// only from the root's answer. Nobody may hang or get wrong data.
+#[test]
+fn a_root_that_finishes_right_after_implied_ends_leaves_nobody_without_them() {
+    for algorithm in [Algorithm::Concurrent, Algorithm::OnePhase, Algorithm::Tree { k: Fanout::TWO, release: Release::Tree }] {
+        for n in [3usize, 4] {
+            let start = Instant::now();
+            let policy = Policy::clean().with(move |p, _| match (p.msg.kind, p.msg.tag) {
+                (MsgKind::Data, DONE) => Fate::Drop,
+                (MsgKind::Data | MsgKind::Answer, DATA) if p.to == 2 && p.msg.epoch >= 1 && start.elapsed() < Duration::from_millis(100) => Fate::Drop,
+                _ => Fate::Default,
+            });
+            let config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_secs(5)).deadline(Some(Duration::from_secs(4)));
+            let what = format!("finish after implied ends n={n} {algorithm}");
+            run_nodes(&what, network(n, 1, policy), config, Duration::from_secs(20), move |me, b| {
+                for k in 0..3 {
+                    let want = payload(0, k, 2);
+                    let mut data = if me == 0 { want.clone() } else { vec![0; 2] };
+                    b.bcast(&mut data, 0).map_err(|e| format!("round {k}: {e}"))?;
+                    if data != want {
+                        return Err(format!("round {k}: WRONG DATA"));
+                    }
+                }
+                Ok(())
+            });
+        }
+    }
+}

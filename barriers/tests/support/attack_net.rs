@@ -1,0 +1,579 @@
+// The programmable in-process network, the on-the-wire monitor and the
+// workloads shared by the broadcast attack tests (bcast_entry_attack.rs,
+// bcast_implied_end_attack.rs), included by both: test files are crates of
+// their own.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use barriers::check::{check, Timeline};
+use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, Fanout, Incoming, Msg, MsgKind, NodeId, Op, Release, Transport, TransportError, Waker};
+
+/// The broadcast's tags on the wire (plan::tag).
+const DATA: u16 = 4;
+const ENTERED: u16 = 5;
+const DONE: u16 = 6;
+
+// ---------------------------------------------------------------------------
+// A programmable in-process network.
+// ---------------------------------------------------------------------------
+
+/// A message about to be sent.
+#[derive(Clone, Copy, Debug)]
+struct Pkt {
+    #[allow(dead_code)]
+    from: NodeId,
+    to: NodeId,
+    msg: Msg,
+}
+
+/// What happens to one message.
+enum Fate {
+    /// The policy's random loss, delay and duplication.
+    Default,
+    Drop,
+    /// Delivered once per delay.
+    Deliver(Vec<Duration>),
+}
+
+type Rule = Arc<dyn Fn(&Pkt, &mut Rng) -> Fate + Send + Sync>;
+
+#[derive(Clone)]
+struct Policy {
+    loss: f64,
+    dup: f64,
+    max_delay: Duration,
+    /// This fraction of deliveries is delayed up to `tail_delay` instead.
+    tail: f64,
+    tail_delay: Duration,
+    rule: Option<Rule>,
+    seed: u64,
+}
+
+impl Policy {
+    fn clean() -> Policy {
+        Policy { loss: 0.0, dup: 0.0, max_delay: Duration::ZERO, tail: 0.0, tail_delay: Duration::ZERO, rule: None, seed: 1 }
+    }
+    fn lossy(loss: f64, dup: f64, seed: u64) -> Policy {
+        Policy { loss, dup, max_delay: Duration::from_micros(300), tail: 0.02, tail_delay: Duration::from_millis(8), rule: None, seed }
+    }
+    fn with(mut self, rule: impl Fn(&Pkt, &mut Rng) -> Fate + Send + Sync + 'static) -> Policy {
+        self.rule = Some(Arc::new(rule));
+        self
+    }
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn f(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+struct Letter {
+    due: Instant,
+    order: u64,
+    incoming: Incoming,
+    data: Vec<u8>,
+}
+impl PartialEq for Letter {
+    fn eq(&self, o: &Self) -> bool {
+        (self.due, self.order) == (o.due, o.order)
+    }
+}
+impl Eq for Letter {}
+impl PartialOrd for Letter {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Letter {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.due, self.order).cmp(&(o.due, o.order))
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    letters: BinaryHeap<Reverse<Letter>>,
+    woken: bool,
+}
+
+#[derive(Default)]
+struct Mailbox {
+    q: Mutex<Queue>,
+    ready: Condvar,
+}
+
+impl Mailbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.q.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+struct Shared {
+    boxes: Vec<Mailbox>,
+    order: AtomicU64,
+    dropped: AtomicU64,
+    monitor: Mutex<Monitor>,
+}
+
+/// Watches every message as it is sent (before any fault), on one clock:
+///
+/// - an answer must carry exactly what the original carried (the stored
+///   copy of the right epoch, never another's; a broadcast's end that was
+///   implied, never sent, must be answered the same way every time);
+/// - a node that sends an original message of epoch e+1 has completed e:
+///   if e was a broadcast, every node must have entered it by then (sent
+///   its step-0 message: the data from the root, an entry from the others).
+#[derive(Default)]
+struct Monitor {
+    originals: std::collections::HashMap<(NodeId, u32, u16), Vec<u8>>,
+    /// Per broadcast epoch, which nodes have entered it.
+    entered: std::collections::HashMap<u32, Vec<bool>>,
+    violations: Vec<String>,
+}
+
+impl Monitor {
+    fn sent(&mut self, n: usize, from: NodeId, to: NodeId, msg: &Msg, data: &[u8]) {
+        match msg.kind {
+            MsgKind::Data => {
+                if matches!(msg.tag, DATA | ENTERED) {
+                    self.entered.entry(msg.epoch).or_insert_with(|| vec![false; n])[from] = true;
+                }
+                if let Some(prev) = self.entered.get(&msg.epoch.wrapping_sub(1)) {
+                    let missing: Vec<usize> = (0..n).filter(|&j| !prev[j]).collect();
+                    if !missing.is_empty() && self.violations.len() < 20 {
+                        self.violations.push(format!(
+                            "node {from} sent tag {} of epoch {} (so completed broadcast epoch {}) before nodes {missing:?} entered that broadcast",
+                            msg.tag,
+                            msg.epoch,
+                            msg.epoch.wrapping_sub(1)
+                        ));
+                    }
+                }
+                match self.originals.get(&(from, msg.epoch, msg.tag)) {
+                    Some(orig) if orig[..] != *data && self.violations.len() < 20 => self.violations.push(format!(
+                        "node {from} sent tag {} of epoch {} twice with different data: {:?} then {:?}",
+                        msg.tag, msg.epoch, &orig[..orig.len().min(16)], &data[..data.len().min(16)]
+                    )),
+                    Some(_) => {}
+                    None => {
+                        self.originals.insert((from, msg.epoch, msg.tag), data.to_vec());
+                    }
+                }
+            }
+            // A root that broadcasts again at once never sends its end (the
+            // next data implies it) but answers for it: the first answer
+            // stands for the original, and every later one must match it.
+            MsgKind::Answer if msg.tag == DONE && !self.originals.contains_key(&(from, msg.epoch, msg.tag)) => {
+                self.originals.insert((from, msg.epoch, msg.tag), data.to_vec());
+            }
+            MsgKind::Answer => match self.originals.get(&(from, msg.epoch, msg.tag)) {
+                Some(orig) if orig[..] == *data => {}
+                other if self.violations.len() < 20 => self.violations.push(format!(
+                    "node {from} answered node {to} tag {} of epoch {} with {:?}, but sent {:?}",
+                    msg.tag,
+                    msg.epoch,
+                    &data[..data.len().min(16)],
+                    other.map(|o| o[..o.len().min(16)].to_vec())
+                )),
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+}
+
+struct Net {
+    me: NodeId,
+    rails: usize,
+    shared: Arc<Shared>,
+    policy: Policy,
+    rng: Rng,
+    last: Vec<u8>,
+}
+
+fn network(n: usize, rails: usize, policy: Policy) -> Vec<Net> {
+    let shared = Arc::new(Shared {
+        boxes: (0..n).map(|_| Mailbox::default()).collect(),
+        order: AtomicU64::new(0),
+        dropped: AtomicU64::new(0),
+        monitor: Mutex::default(),
+    });
+    (0..n)
+        .map(|me| Net {
+            me,
+            rails,
+            shared: shared.clone(),
+            policy: policy.clone(),
+            rng: Rng(policy.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (me as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03) | 1),
+            last: Vec::new(),
+        })
+        .collect()
+}
+
+impl Net {
+    fn delay(&mut self) -> Duration {
+        if self.rng.f() < self.policy.tail {
+            self.policy.tail_delay.mul_f64(self.rng.f())
+        } else {
+            self.policy.max_delay.mul_f64(self.rng.f())
+        }
+    }
+
+    fn post(&self, to: NodeId, incoming: Incoming, data: &[u8], delay: Duration) {
+        let order = self.shared.order.fetch_add(1, Ordering::Relaxed);
+        let mb = &self.shared.boxes[to];
+        mb.lock().letters.push(Reverse(Letter { due: Instant::now() + delay, order, incoming, data: data.to_vec() }));
+        mb.ready.notify_all();
+    }
+}
+
+impl Transport for Net {
+    fn node(&self) -> NodeId {
+        self.me
+    }
+    fn node_count(&self) -> usize {
+        self.shared.boxes.len()
+    }
+    fn rails(&self) -> usize {
+        self.rails
+    }
+    fn send(&mut self, rail: usize, to: NodeId, msg: Msg) -> Result<(), TransportError> {
+        self.send_data(rail, to, msg, &[])
+    }
+    fn max_data(&self) -> usize {
+        barriers::mem::MAX_DATA
+    }
+    fn data(&self) -> &[u8] {
+        &self.last
+    }
+    fn send_data(&mut self, rail: usize, to: NodeId, msg: Msg, data: &[u8]) -> Result<(), TransportError> {
+        if to >= self.node_count() || rail >= self.rails || data.len() > barriers::mem::MAX_DATA {
+            return Err(format!("bad send to {to} on rail {rail} ({} bytes)", data.len()).into());
+        }
+        let n = self.node_count();
+        self.shared.monitor.lock().unwrap_or_else(|e| e.into_inner()).sent(n, self.me, to, &msg, data);
+        let pkt = Pkt { from: self.me, to, msg };
+        let incoming = Incoming { from: self.me, rail, msg };
+        let fate = match &self.policy.rule {
+            Some(rule) => {
+                let rule = rule.clone();
+                rule(&pkt, &mut self.rng)
+            }
+            None => Fate::Default,
+        };
+        match fate {
+            Fate::Drop => {
+                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            Fate::Deliver(delays) => {
+                for d in delays {
+                    self.post(to, incoming, data, d);
+                }
+            }
+            Fate::Default => {
+                if self.rng.f() < self.policy.loss {
+                    self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                let d = self.delay();
+                self.post(to, incoming, data, d);
+                if self.rng.f() < self.policy.dup {
+                    let d = self.delay();
+                    self.post(to, incoming, data, d);
+                }
+            }
+        }
+        Ok(())
+    }
+    fn recv(&mut self, timeout: Duration) -> Result<Option<Incoming>, TransportError> {
+        let deadline = Instant::now() + timeout;
+        let mb = &self.shared.boxes[self.me];
+        let mut q = mb.lock();
+        loop {
+            let now = Instant::now();
+            let next = q.letters.peek().map(|Reverse(l)| l.due);
+            if next.is_some_and(|d| d <= now) {
+                let Reverse(l) = q.letters.pop().unwrap();
+                self.last = l.data;
+                return Ok(Some(l.incoming));
+            }
+            if now >= deadline {
+                return Ok(None);
+            }
+            let until = next.unwrap_or(deadline).min(deadline);
+            q = mb.ready.wait_timeout(q, until - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+    fn waker(&self) -> Result<Arc<dyn Waker>, TransportError> {
+        Ok(Arc::new(NetWaker { shared: self.shared.clone(), me: self.me }))
+    }
+}
+
+struct NetWaker {
+    shared: Arc<Shared>,
+    me: NodeId,
+}
+
+impl Waker for NetWaker {
+    fn wait(&self, timeout: Option<Duration>) -> Result<(), TransportError> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mb = &self.shared.boxes[self.me];
+        let mut q = mb.lock();
+        loop {
+            let now = Instant::now();
+            if std::mem::take(&mut q.woken) {
+                return Ok(());
+            }
+            let next = q.letters.peek().map(|Reverse(l)| l.due);
+            if next.is_some_and(|d| d <= now) || deadline.is_some_and(|d| now >= d) {
+                return Ok(());
+            }
+            let until = match (next, deadline) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            q = match until {
+                Some(u) => mb.ready.wait_timeout(q, u - now).unwrap_or_else(|e| e.into_inner()).0,
+                None => mb.ready.wait(q).unwrap_or_else(|e| e.into_inner()),
+            };
+        }
+    }
+    fn wake(&self) {
+        let mb = &self.shared.boxes[self.me];
+        mb.lock().woken = true;
+        mb.ready.notify_all();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Running nodes with a watchdog.
+// ---------------------------------------------------------------------------
+
+/// Runs `body` on one thread per node; a node's panic or error, or no
+/// outcome from every node within `limit`, fails with `what`.
+fn run_nodes<R: Send + 'static>(
+    what: &str,
+    nets: Vec<Net>,
+    config: BarrierConfig,
+    limit: Duration,
+    body: impl Fn(usize, &mut Barrier<Net>) -> Result<R, String> + Send + Sync + Copy + 'static,
+) -> Vec<R> {
+    let n = nets.len();
+    let shared = nets[0].shared.clone();
+    let (tx, rx) = mpsc::channel();
+    for (me, net) in nets.into_iter().enumerate() {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut b = Barrier::new(net, config).map_err(|e| format!("create: {e}"))?;
+                let r = body(me, &mut b)?;
+                b.finish().map_err(|e| format!("finish: {e}"))?;
+                Ok::<R, String>(r)
+            }))
+            .unwrap_or_else(|p| Err(format!("panic: {}", p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default())));
+            let _ = tx.send((me, outcome));
+        });
+    }
+    drop(tx);
+    let start = Instant::now();
+    let mut out: Vec<Option<R>> = (0..n).map(|_| None).collect();
+    for _ in 0..n {
+        let left = limit.saturating_sub(start.elapsed());
+        match rx.recv_timeout(left) {
+            Ok((me, Ok(r))) => out[me] = Some(r),
+            Ok((me, Err(e))) => panic!("{what}: node {me}: {e}"),
+            Err(_) => {
+                let missing: Vec<usize> = (0..n).filter(|&i| out[i].is_none()).collect();
+                panic!("{what}: nodes {missing:?} hang (no outcome after {limit:?})");
+            }
+        }
+    }
+    let violations = shared.monitor.lock().unwrap_or_else(|e| e.into_inner()).violations.clone();
+    assert!(violations.is_empty(), "{what}: on the wire:\n{}", violations.join("\n"));
+    out.into_iter().map(Option::unwrap).collect()
+}
+
+/// The seeds of a stress case: `MCD_ATTACK_SEEDS` of them (default
+/// `default`) from `MCD_ATTACK_BASE` (default 0).
+fn seeds(default: u64) -> std::ops::Range<u64> {
+    let var = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    let base = var("MCD_ATTACK_BASE").unwrap_or(0);
+    base..base + var("MCD_ATTACK_SEEDS").unwrap_or(default)
+}
+
+/// Runs `cases` (each a closure) on threads, at most `parallel` at a time,
+/// and reports every failure.
+fn run_cases(cases: Vec<Box<dyn FnOnce() + Send>>, parallel: usize) {
+    let cases = Arc::new(Mutex::new(cases.into_iter().collect::<Vec<_>>()));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let workers: Vec<_> = (0..parallel)
+        .map(|_| {
+            let (cases, failures) = (cases.clone(), failures.clone());
+            std::thread::spawn(move || loop {
+                let Some(case) = cases.lock().unwrap().pop() else { return };
+                if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(case)) {
+                    let text = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+                    failures.lock().unwrap().push(text);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let failures = failures.lock().unwrap();
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+// ---------------------------------------------------------------------------
+// The workload: a random sequence every node shares, every result checked.
+// ---------------------------------------------------------------------------
+
+fn next(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
+fn payload(root: usize, k: usize, len: usize) -> Vec<u64> {
+    (0..len).map(|i| barriers_mix(((root as u64) << 40) ^ ((k as u64) << 16) ^ i as u64)).collect()
+}
+
+fn barriers_mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[derive(Clone, Copy)]
+struct Work {
+    seed: u64,
+    rounds: usize,
+    /// Broadcasts of several segments now and then.
+    long: bool,
+    /// Now and then one node (chosen by the sequence) computes this long
+    /// right after a broadcast, while its root waits for its entry's answer.
+    gap: Duration,
+}
+
+/// The shared sequence, on node `me`. Returns the barriers' timeline.
+fn workload(me: usize, b: &mut Barrier<Net>, w: Work) -> Result<Timeline, String> {
+    let n = b.nodes();
+    let reduces = b.config().algorithm != Algorithm::Dissemination;
+    let mut s = w.seed | 1;
+    let mut timeline = Timeline::default();
+    let err = |k: usize, what: &str, e: BarrierError| format!("round {k} ({what}): {e}");
+    for k in 0..w.rounds {
+        let what = next(&mut s) % 16;
+        let root = (next(&mut s) % n as u64) as usize;
+        let sleeper = (next(&mut s) % (n as u64 * 6)) as usize; // mostly nobody
+        let len = match next(&mut s) % 10 {
+            0 if w.long => 400, // three segments
+            1 => 0,
+            2 => 1,
+            _ => 3,
+        };
+        let bcast = |b: &mut Barrier<Net>, k: usize| -> Result<(), String> {
+            let want = payload(root, k, len);
+            let mut data = if me == root { want.clone() } else { vec![0xDEAD_BEEF; len] };
+            b.bcast(&mut data, root).map_err(|e| err(k, &format!("bcast from {root}, {len} elements"), e))?;
+            if data != want {
+                return Err(format!("round {k}: WRONG DATA from bcast root {root} at node {me}: {:x?} want {:x?}", &data[..data.len().min(4)], &want[..want.len().min(4)]));
+            }
+            Ok(())
+        };
+        match what {
+            0..=6 => bcast(b, k)?,
+            7 | 8 => {
+                let entered = Instant::now();
+                b.wait().map_err(|e| err(k, "barrier", e))?;
+                timeline.record(entered, Instant::now());
+            }
+            9 | 10 if reduces => {
+                let mut x = [me as u64 * 0x1_0000_0001 + k as u64, (me as u64) << (k % 50)];
+                b.allreduce(&mut x, Op::Sum).map_err(|e| err(k, "allreduce", e))?;
+                let want0 = (0..n as u64).map(|j| j * 0x1_0000_0001 + k as u64).fold(0u64, u64::wrapping_add);
+                let want1 = (0..n as u64).map(|j| j << (k % 50)).fold(0u64, u64::wrapping_add);
+                if x != [want0, want1] {
+                    return Err(format!("round {k}: WRONG allreduce at node {me}: {x:?} want {:?}", [want0, want1]));
+                }
+            }
+            11 if reduces => {
+                let mut x = [me as i32 * 3 - k as i32, -(me as i32)];
+                b.reduce(&mut x, Op::Max, root).map_err(|e| err(k, &format!("reduce to {root}"), e))?;
+                let want = if me == root { [(n as i32 - 1) * 3 - k as i32, 0] } else { [me as i32 * 3 - k as i32, -(me as i32)] };
+                if x != want {
+                    return Err(format!("round {k}: WRONG reduce to {root} at node {me}: {x:?} want {want:?}"));
+                }
+            }
+            12 | 13 => {
+                // A broadcast, then a split-phase barrier entered at once.
+                bcast(b, k)?;
+                let entered = Instant::now();
+                b.enter().map_err(|e| err(k, "enter", e))?;
+                while !b.test().map_err(|e| err(k, "test", e))? {
+                    std::thread::yield_now();
+                }
+                timeline.record(entered, Instant::now());
+            }
+            _ => {
+                // Two broadcasts back to back: the same root, then the next.
+                bcast(b, k)?;
+                let root2 = (root + 1) % n;
+                let want = payload(root2, k + 100_000, 2);
+                let mut data = if me == root2 { want.clone() } else { vec![7; 2] };
+                b.bcast(&mut data, root2).map_err(|e| err(k, "second bcast", e))?;
+                if data != want {
+                    return Err(format!("round {k}: WRONG DATA from second bcast root {root2} at node {me}"));
+                }
+            }
+        }
+        if sleeper == me && !w.gap.is_zero() {
+            std::thread::sleep(w.gap);
+        }
+    }
+    Ok(timeline)
+}
+
+/// Runs the workload on `n` nodes; checks results, barrier safety and that
+/// every node ends at the same epoch.
+fn run_workload(what: String, n: usize, config: BarrierConfig, policy: Policy, w: Work, limit: Duration) {
+    let nets = network(n, config.rails, policy);
+    let outs = run_nodes(&what, nets, config, limit, move |me, b| {
+        let t = workload(me, b, w)?;
+        Ok((t, b.epoch(), b.stats()))
+    });
+    let epochs: Vec<u64> = outs.iter().map(|o| o.1).collect();
+    assert!(epochs.iter().all(|&e| e == epochs[0]), "{what}: nodes end at different epochs {epochs:?}");
+    let timelines: Vec<Timeline> = outs.iter().map(|o| o.0.clone()).collect();
+    let (violations, checked) = check(&timelines);
+    assert!(violations.is_empty(), "{what}: barrier safety violated: {violations:?}");
+    assert_eq!(checked, timelines[0].barriers.len(), "{what}");
+}
+
+fn algorithms() -> Vec<BarrierConfig> {
+    vec![
+        BarrierConfig::new(Algorithm::Concurrent),
+        BarrierConfig::new(Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast }),
+        BarrierConfig::new(Algorithm::ShuffleExchange),
+        BarrierConfig::new(Algorithm::OnePhase),
+        BarrierConfig::new(Algorithm::Dissemination),
+        BarrierConfig::new(Algorithm::Tree { k: Fanout::THREE, release: Release::Tree }).rails(2),
+    ]
+}
+
+fn cfg(c: BarrierConfig) -> BarrierConfig {
+    c.timeouts(Duration::from_micros(400), Duration::from_secs(6)).deadline(Some(Duration::from_secs(12)))
+}
