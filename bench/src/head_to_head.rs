@@ -401,12 +401,14 @@ and Open MPI (`btl self,vader,tcp`), both releases of a host (shared memory, the
 policies at 4×4 and the model's speedups with a core per rank: the 3× goal over flat mcd at 16 ranks is **not met** \
 in any row (best 1.60×), over Open MPI in 3 of 16 (up to 4.91×; ahead in all 16); the model predicts 1.3–1.9× over \
 flat at 16 ranks even with a core per rank, and 3× only from about hosts² ranks per host (4×32).\n\
-- [results/collectives.md](results/collectives.md): allreduce and broadcast against Open MPI over TCP and against \
-the same collectives over plain UDP, 8 B to 4 KiB at 2 to 16 ranks, goals judged osu-style (a barrier before each call), \
-back to back beside, with plots: 3× Open MPI at 8 B and 2 ranks **not met** (2.90×: 3.7 against 10.8 µs); ahead of \
-Open MPI up to one frame **not met** by one row of 40 (allreduce 8 B at 4 ranks, 50.1 against 49.9 µs, oversubscribed; \
-the same row measured 22 µs in a rerun); ahead of UDP **not met** in 7 of 40 rows (the 2-rank broadcast, 5.4–5.7 against \
-4.9–5.0 µs: mcd's non-root acknowledges inside its call, UDP's broadcast has no loss recovery; two oversubscribed rows).\n\
+- [results/collectives.md](results/collectives.md): allreduce and broadcast against Open MPI over TCP and \
+against the same collectives over plain UDP, 8 B to 4 KiB at 2 to 16 ranks, 3 rounds (each row the round with \
+the median median), goals judged osu-style (a barrier before each call), back to back beside, with plots: 3× \
+Open MPI at 8 B and 2 ranks **met by the medians** (3.37×: 3.8 against 12.8 µs) but not in every round (round by \
+round 2.37×, 2.86×, 3.42×); ahead of Open MPI up to one frame **met** (40 of 40 rows); ahead of UDP **not met** \
+in 3 of 40 rows (broadcast at 8 and 16 ranks, 0.90–0.99×, oversubscribed). The 2-rank broadcast, behind UDP \
+until this run, is now ahead (4.2–4.5 against 5.0–5.1 µs): a non-root tells the root it entered as it enters, \
+and a root that broadcasts again sends no end.\n\
 - [results/validation.md](results/validation.md): the cost model against the paper's figures (all within 15%, worst \
 10.0%) and against mcd on the virtual cluster: **88 of 88** rows within the goal (20% where processes ≤ cores: 22 of \
 22) or within the stated bounds beyond the cores, LogP and the engine's own time measured before every row (7 rounds); \
