@@ -11,39 +11,6 @@
 include!("support/attack_net.rs");
 
 // ---------------------------------------------------------------------------
-// Calls that do not match.
-// ---------------------------------------------------------------------------
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Call {
-    Bcast(usize, usize), // root, count
-    Allreduce,
-    Reduce(usize),
-    Barrier,
-}
-
-fn call(b: &mut Barrier<Net>, c: Call) -> Result<Vec<u32>, BarrierError> {
-    match c {
-        Call::Bcast(root, count) => {
-            let mut d: Vec<u32> = if b.node() == root { (0..count as u32).map(|i| 100 + i).collect() } else { vec![0; count] };
-            b.bcast(&mut d, root)?;
-            Ok(d)
-        }
-        Call::Allreduce => {
-            let mut d = [b.node() as u32 + 1];
-            b.allreduce(&mut d, Op::Sum)?;
-            Ok(d.to_vec())
-        }
-        Call::Reduce(root) => {
-            let mut d = [b.node() as u32 + 1];
-            b.reduce(&mut d, Op::Sum, root)?;
-            Ok(d.to_vec())
-        }
-        Call::Barrier => b.wait().map(|()| Vec::new()),
-    }
-}
-
-// ---------------------------------------------------------------------------
 // Mismatch reports that the implied end swallows.
 // ---------------------------------------------------------------------------
 
@@ -280,66 +247,6 @@ fn long_streaks_from_one_root_under_loss_with_ends_and_data_lost() {
 // Mismatches right after a broadcast whose end is implied.
 // ---------------------------------------------------------------------------
 
-/// Every node first broadcasts from `first_root` (the same call
-/// everywhere: must succeed), then makes its call of `calls`, then the same
-/// again; the root of the first broadcast is `late` (its end implied when it
-/// broadcasts again). The second/third calls are judged as in
-/// `mismatch_case` of bcast_entry_attack.rs.
-fn mismatch_after_a_broadcast(first_root: usize, calls: Vec<Call>, policy: Policy, algorithm: Algorithm, late: Option<usize>) -> Result<(), String> {
-    let n = calls.len();
-    let config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_secs(10)).deadline(Some(Duration::from_secs(3)));
-    let all_done = Arc::new(std::sync::Barrier::new(n));
-    let calls = Arc::new(calls);
-    let threads: Vec<_> = network(n, 1, policy)
-        .into_iter()
-        .enumerate()
-        .map(|(me, t)| {
-            let (all_done, calls) = (all_done.clone(), calls.clone());
-            std::thread::spawn(move || {
-                let mut b = Barrier::new(t, config).map_err(|e| e.to_string())?;
-                let zero = call(&mut b, Call::Bcast(first_root, 2));
-                if late == Some(me) {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                let first = call(&mut b, calls[me]);
-                let second = if first.is_ok() { Some(call(&mut b, calls[me])) } else { None };
-                all_done.wait();
-                Ok::<_, String>((zero, first, second))
-            })
-        })
-        .collect();
-    let outcomes: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    let mut problems = Vec::new();
-    for (me, o) in outcomes.into_iter().enumerate() {
-        let (zero, first, second) = o?;
-        if !matches!(&zero, Ok(d) if d[..] == [100, 101]) {
-            problems.push(format!("node {me}: the matching first broadcast gave {zero:?}"));
-            continue;
-        }
-        let is_mismatch = |r: &Result<Vec<u32>, BarrierError>| matches!(r, Err(BarrierError::Usage(e)) if e.contains("mismatch"));
-        let legit_first = |r: &Result<Vec<u32>, BarrierError>| match (r, calls[me]) {
-            (Ok(d), Call::Bcast(root, count)) => calls[root] == Call::Bcast(root, count) && *d == (0..count as u32).map(|i| 100 + i).collect::<Vec<_>>(),
-            _ => false,
-        };
-        if is_mismatch(&first) {
-            continue;
-        }
-        if !legit_first(&first) {
-            problems.push(format!("node {me}: call {:?} gave {first:?}", calls[me]));
-            continue;
-        }
-        match &second {
-            Some(r) if is_mismatch(r) => {}
-            other => problems.push(format!("node {me}: call {:?} gave {first:?}, then the same again gave {other:?} (want a mismatch error)", calls[me])),
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("{algorithm} after bcast root {first_root}, calls {:?} (late: {late:?}): {}", calls, problems.join("; ")))
-    }
-}
-
 #[test]
 fn every_mismatch_right_after_a_broadcast_from_the_same_root_is_an_error_everywhere() {
     let m3 = [Call::Bcast(0, 2), Call::Bcast(1, 2), Call::Bcast(0, 3), Call::Allreduce, Call::Reduce(2), Call::Barrier];
@@ -359,14 +266,12 @@ fn every_mismatch_right_after_a_broadcast_from_the_same_root_is_an_error_everywh
     // mismatch from the end, or from nothing).
     let ends_late: Vec<(Vec<Call>, bool)> = cases.iter().filter(|(_, l)| !l).map(|(c, _)| (c.clone(), false)).collect();
     let plain = cases.len();
-    let failures = Arc::new(Mutex::new(Vec::new()));
     cases.extend(ends_late);
-    let work = Arc::new(Mutex::new(cases.into_iter().enumerate().collect::<Vec<_>>()));
-    let workers: Vec<_> = (0..8)
-        .map(|_| {
-            let (failures, work) = (failures.clone(), work.clone());
-            std::thread::spawn(move || loop {
-                let Some((i, (calls, lossy))) = work.lock().unwrap().pop() else { return };
+    let cases: Vec<Box<dyn FnOnce() + Send>> = cases
+        .into_iter()
+        .enumerate()
+        .map(|(i, (calls, lossy))| -> Box<dyn FnOnce() + Send> {
+            Box::new(move || {
                 let algorithm = [Algorithm::Concurrent, Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast }, Algorithm::OnePhase][i % 3];
                 let victim = 1 + i % 2;
                 let policy = if lossy {
@@ -381,17 +286,13 @@ fn every_mismatch_right_after_a_broadcast_from_the_same_root_is_an_error_everywh
                 };
                 // Late: the first broadcast's root (0) half the time, else another node.
                 let late = [Some(0), Some(i % 3), None, Some(0)][i % 4];
-                if let Err(e) = mismatch_after_a_broadcast(0, calls, policy, algorithm, late) {
-                    failures.lock().unwrap().push(format!("{}{e}", if lossy { "(lossy) " } else { "" }));
+                if let Err(e) = mismatch_case(Some(0), calls, policy, algorithm, late) {
+                    panic!("{}{e}", if lossy { "(lossy) " } else { "" });
                 }
             })
         })
         .collect();
-    for w in workers {
-        w.join().unwrap();
-    }
-    let failures = failures.lock().unwrap();
-    assert!(failures.is_empty(), "{} case(s):\n{}", failures.len(), failures.join("\n"));
+    run_cases(cases, 8);
 }
 
 // ---------------------------------------------------------------------------

@@ -577,3 +577,106 @@ fn algorithms() -> Vec<BarrierConfig> {
 fn cfg(c: BarrierConfig) -> BarrierConfig {
     c.timeouts(Duration::from_micros(400), Duration::from_secs(6)).deadline(Some(Duration::from_secs(12)))
 }
+
+// ---------------------------------------------------------------------------
+// Calls that do not match.
+// ---------------------------------------------------------------------------
+
+/// One node's call in a mismatch case.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Call {
+    Bcast(usize, usize), // root, count
+    Allreduce,
+    Reduce(usize),
+    Barrier,
+}
+
+/// Makes `c` on `b` with data of its own (a broadcast's root: 100, 101, ...).
+fn call(b: &mut Barrier<Net>, c: Call) -> Result<Vec<u32>, BarrierError> {
+    match c {
+        Call::Bcast(root, count) => {
+            let mut d: Vec<u32> = if b.node() == root { (0..count as u32).map(|i| 100 + i).collect() } else { vec![0; count] };
+            b.bcast(&mut d, root)?;
+            Ok(d)
+        }
+        Call::Allreduce => {
+            let mut d = [b.node() as u32 + 1];
+            b.allreduce(&mut d, Op::Sum)?;
+            Ok(d.to_vec())
+        }
+        Call::Reduce(root) => {
+            let mut d = [b.node() as u32 + 1];
+            b.reduce(&mut d, Op::Sum, root)?;
+            Ok(d.to_vec())
+        }
+        Call::Barrier => b.wait().map(|()| Vec::new()),
+    }
+}
+
+/// What is wrong with node `me`'s outcome in a mismatch case: its `first`
+/// call, then (`second`) the same again if it made it. Every node must end
+/// with a mismatch error; the only result allowed is the root's very data,
+/// from the first call, to a node that made its root's exact call.
+fn mismatch_verdict(me: usize, calls: &[Call], first: &Result<Vec<u32>, BarrierError>, second: Option<&Result<Vec<u32>, BarrierError>>) -> Option<String> {
+    let is_mismatch = |r: &Result<Vec<u32>, BarrierError>| matches!(r, Err(BarrierError::Usage(e)) if e.contains("mismatch"));
+    let legit_first = match (first, calls[me]) {
+        (Ok(d), Call::Bcast(root, count)) => calls[root] == Call::Bcast(root, count) && *d == (0..count as u32).map(|i| 100 + i).collect::<Vec<_>>(),
+        _ => false,
+    };
+    if is_mismatch(first) {
+        return None;
+    }
+    if !legit_first {
+        return Some(format!("node {me}: call {:?} gave {first:?}", calls[me]));
+    }
+    match second {
+        Some(r) if is_mismatch(r) => None,
+        other => Some(format!("node {me}: call {:?} gave {first:?}, then the same again gave {other:?} (want a mismatch error)", calls[me])),
+    }
+}
+
+/// A mismatch case: every node first broadcasts from `first_root` if set
+/// (the same call everywhere: must succeed), then makes its call of
+/// `calls`, then the same again (a broadcast returns before it can know
+/// that another node differs). Node `late` makes its calls (after the
+/// first broadcast) late, while the others are deep in theirs. Judged by
+/// [`mismatch_verdict`].
+fn mismatch_case(first_root: Option<usize>, calls: Vec<Call>, policy: Policy, algorithm: Algorithm, late: Option<usize>) -> Result<(), String> {
+    let n = calls.len();
+    let config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_secs(10)).deadline(Some(Duration::from_secs(4)));
+    let all_done = Arc::new(std::sync::Barrier::new(n));
+    let calls = Arc::new(calls);
+    let threads: Vec<_> = network(n, 1, policy)
+        .into_iter()
+        .enumerate()
+        .map(|(me, t)| {
+            let (all_done, calls) = (all_done.clone(), calls.clone());
+            std::thread::spawn(move || {
+                let mut b = Barrier::new(t, config).map_err(|e| e.to_string())?;
+                let zero = first_root.map(|root| call(&mut b, Call::Bcast(root, 2)));
+                if late == Some(me) {
+                    std::thread::sleep(Duration::from_millis(if first_root.is_some() { 20 } else { 30 }));
+                }
+                let first = call(&mut b, calls[me]);
+                let second = if first.is_ok() { Some(call(&mut b, calls[me])) } else { None };
+                all_done.wait();
+                Ok::<_, String>((zero, first, second))
+            })
+        })
+        .collect();
+    let outcomes: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let mut problems = Vec::new();
+    for (me, o) in outcomes.into_iter().enumerate() {
+        let (zero, first, second) = o?;
+        if zero.as_ref().is_some_and(|z| !matches!(z, Ok(d) if d[..] == [100, 101])) {
+            problems.push(format!("node {me}: the matching first broadcast gave {zero:?}"));
+            continue;
+        }
+        problems.extend(mismatch_verdict(me, &calls, &first, second.as_ref()));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{algorithm} after a broadcast from {first_root:?}, calls {:?} (late: {late:?}): {}", calls, problems.join("; ")))
+    }
+}
