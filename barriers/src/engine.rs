@@ -98,6 +98,14 @@ const QUIET_PROBES: u32 = 6;
 const QUIET_RETRY_FLOOR: Duration = Duration::from_millis(2);
 /// In a Refuse's `tag`: the joining node's configuration differs from node 0's.
 const REFUSE_CONFIG: u16 = 1;
+
+/// The engine's wire protocol, part of every join's fingerprint, so that
+/// nodes of versions whose messages mean different things refuse each
+/// other at the join instead of misreading each other. 2 (2026-11-25): a
+/// broadcast's non-roots send their entry as they enter (tag 5 was an
+/// acknowledgement after the data), and a root's data may end its
+/// broadcast before ([`crate::collective::wire::ENDS_PREVIOUS`]).
+const PROTOCOL: u32 = 2;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.
@@ -451,6 +459,12 @@ fn new_incarnation() -> u64 {
     ((micros as u64) << 24) | (h.finish() & 0xFF_FFFF) | 1
 }
 
+/// The join fingerprint of `config` under wire protocol `protocol`.
+fn fingerprint_of(config: &BarrierConfig, protocol: u32) -> u32 {
+    let text = format!("{} {} {} {protocol}", config.algorithm, config.rails, config.first_epoch);
+    text.bytes().fold(0x811C_9DC5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+}
+
 /// splitmix64's finaliser.
 pub(crate) fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -669,7 +683,7 @@ impl<T: Transport> Engine<T> {
                     let missing: Vec<NodeId> = (0..n).filter(|&j| incarnations[j].is_none()).collect();
                     if let Some(j) = missing.iter().find(|j| mismatched.contains(j)) {
                         return Err(BarrierError::Usage(format!(
-                            "creating the barrier: node {j} asked to join with another configuration than node 0's ({} on {} rail(s)): every node must use the same algorithm, rails and first barrier",
+                            "creating the barrier: node {j} asked to join with another configuration than node 0's ({} on {} rail(s)): every node must use the same algorithm, rails and first barrier, and the same mcd version",
                             self.config.algorithm, self.config.rails
                         )));
                     }
@@ -735,7 +749,7 @@ impl<T: Transport> Engine<T> {
                 }
                 MsgKind::Refuse if ours && m.msg.tag == REFUSE_CONFIG => {
                     return Err(BarrierError::Usage(format!(
-                        "creating the barrier: node 0 runs another configuration than node {} ({} on {} rail(s) here): every node must use the same algorithm, rails and first barrier",
+                        "creating the barrier: node 0 runs another configuration than node {} ({} on {} rail(s) here): every node must use the same algorithm, rails and first barrier, and the same mcd version",
                         self.me, self.config.algorithm, self.config.rails
                     )))
                 }
@@ -747,8 +761,7 @@ impl<T: Transport> Engine<T> {
 
     /// What every node must agree on, hashed into a Join's `arg`.
     fn fingerprint(&self) -> u32 {
-        let text = format!("{} {} {}", self.config.algorithm, self.config.rails, self.config.first_epoch);
-        text.bytes().fold(0x811C_9DC5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+        fingerprint_of(&self.config, PROTOCOL)
     }
 
     fn send_admission(&mut self, to: NodeId, kind: MsgKind, echo: u32) -> Result<(), TransportError> {
@@ -1950,6 +1963,24 @@ mod tests {
         let done = e.transport.sent.iter().position(|(_, m)| m.tag == BCAST_DONE).expect("the end");
         assert!(e.transport.sent[done..].iter().all(|(_, m)| m.epoch == 0 || m.epoch == 1));
         assert_eq!((e.epoch, e.cur), (1, BASE));
+    }
+
+    #[test]
+    fn a_node_of_another_wire_protocol_is_refused_at_the_join_by_name() {
+        // Node 1 speaks the previous protocol (its fingerprint says so): node 0
+        // refuses it and names it, instead of running a barrier whose
+        // messages the two would read differently.
+        let script = Script { me: 0, n: 2, inbox: VecDeque::new(), sent: Vec::new(), inbox_data: VecDeque::new(), sent_data: Vec::new(), last: Vec::new() };
+        let mut config = BarrierConfig::new(Algorithm::Concurrent);
+        config.join_timeout = Duration::from_millis(50);
+        let mut e = Engine::new(script, config).unwrap();
+        let old = Msg { kind: MsgKind::Join, instance: 77, epoch: 0, tag: 0, arg: fingerprint_of(&config, PROTOCOL - 1) };
+        e.transport.inbox.push_back(Incoming { from: 1, rail: 0, msg: old });
+        let err = e.join().unwrap_err().to_string();
+        assert!(err.contains("node 1 asked to join with another configuration") && err.contains("same mcd version"), "{err}");
+        assert!(e.transport.sent.iter().any(|(to, m)| *to == 1 && m.kind == MsgKind::Refuse && m.tag == REFUSE_CONFIG));
+        // (What tells them apart: the fingerprint.)
+        assert_ne!(fingerprint_of(&config, PROTOCOL), fingerprint_of(&config, PROTOCOL - 1));
     }
 
     #[test]
