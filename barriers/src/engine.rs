@@ -258,8 +258,8 @@ pub struct BarrierStats {
     /// Messages of a barrier this node had not yet entered, kept for it.
     pub early: u64,
     /// Broadcast ends implied rather than sent: at a root that broadcasts
-    /// again at once (its next data says every node entered: the end is
-    /// not sent), and at a node that took a message of the next epoch for
+    /// again at once (the end is not sent; its next data is flagged as the
+    /// end), and at a node that took its root's next data, so flagged, for
     /// the end (see [`crate::collective`]).
     pub ends_implied: u64,
     /// Messages of another barrier instance, dropped.
