@@ -1,6 +1,7 @@
 //! An in-process transport: nodes are threads of one process, and the network
-//! can lose, duplicate, delay and reorder messages. No root, no NIC: for
-//! tests, and for trying algorithms.
+//! can lose, duplicate, delay and reorder messages, at random ([`Faults`])
+//! or as a [`SendRule`] decides for chosen ones (and watches every message
+//! on the wire). No root, no NIC: for tests, and for trying algorithms.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -29,6 +30,37 @@ impl Faults {
         Faults { loss: 0.0, duplicate: 0.0, max_delay: Duration::ZERO, seed: 1 }
     }
 }
+
+/// A message as its sender posts it, before the network's faults: what a
+/// [`SendRule`] sees.
+#[derive(Debug)]
+pub struct Posted<'a> {
+    /// The sender.
+    pub from: NodeId,
+    /// The addressee.
+    pub to: NodeId,
+    /// The message.
+    pub msg: Msg,
+    /// Its data.
+    pub data: &'a [u8],
+}
+
+/// What a [`SendRule`] makes of a message.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fate {
+    /// The network's [`Faults`] decide, as without a rule.
+    Faults,
+    /// Lost (counted as lost).
+    Drop,
+    /// Delivered once per delay (none: lost, uncounted).
+    Deliver(Vec<Duration>),
+}
+
+/// Decides the fate of every message sent, before any fault: for tests that
+/// lose, delay or duplicate chosen messages, or watch every message on the
+/// wire. Its second argument draws uniform numbers in [0, 1) from the
+/// sender's random stream.
+pub type SendRule = Arc<dyn Fn(&Posted<'_>, &mut dyn FnMut() -> f64) -> Fate + Send + Sync>;
 
 /// The most data a message carries ([`Transport::max_data`]): as much as a
 /// group's frame of a 1500-byte MTU over mcd ([`crate::GroupTransport`]).
@@ -91,6 +123,7 @@ pub struct MemTransport {
     rails: usize,
     shared: Arc<Shared>,
     faults: Faults,
+    rule: Option<SendRule>,
     rng: u64,
     /// The data of the message last received.
     last: Vec<u8>,
@@ -98,6 +131,15 @@ pub struct MemTransport {
 
 /// Builds an in-process network of `n` nodes with `rails` rails; element i is node i's end.
 pub fn network(n: usize, rails: usize, faults: Faults) -> Vec<MemTransport> {
+    build(n, rails, faults, None)
+}
+
+/// As [`network`], with `rule` deciding each message's fate first.
+pub fn network_with_rule(n: usize, rails: usize, faults: Faults, rule: SendRule) -> Vec<MemTransport> {
+    build(n, rails, faults, Some(rule))
+}
+
+fn build(n: usize, rails: usize, faults: Faults, rule: Option<SendRule>) -> Vec<MemTransport> {
     let shared = Arc::new(Shared {
         boxes: (0..n).map(|_| Mailbox::default()).collect(),
         posted: AtomicU64::new(0),
@@ -110,6 +152,7 @@ pub fn network(n: usize, rails: usize, faults: Faults) -> Vec<MemTransport> {
             rails,
             shared: shared.clone(),
             faults,
+            rule: rule.clone(),
             rng: faults.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (me as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03) | 1,
             last: Vec::new(),
         })
@@ -158,6 +201,11 @@ impl MemTransport {
 
     fn deliver(&mut self, to: NodeId, incoming: Incoming, data: &[u8]) {
         let delay = self.faults.max_delay.mul_f64(self.random());
+        self.post(to, incoming, data, delay);
+    }
+
+    /// Puts a letter into `to`'s mailbox, due after `delay`.
+    fn post(&self, to: NodeId, incoming: Incoming, data: &[u8], delay: Duration) {
         let mailbox = &self.shared.boxes[to];
         let order = self.shared.posted.fetch_add(1, Ordering::Relaxed);
         let data = data.to_vec();
@@ -199,11 +247,26 @@ impl Transport for MemTransport {
         if data.len() > MAX_DATA {
             return Err(format!("{} bytes of data: more than a message carries ({MAX_DATA})", data.len()).into());
         }
+        let incoming = Incoming { from: self.me, rail, msg };
+        if let Some(rule) = self.rule.clone() {
+            match rule(&Posted { from: self.me, to, msg, data }, &mut || self.random()) {
+                Fate::Faults => {}
+                Fate::Drop => {
+                    self.shared.lost.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Fate::Deliver(delays) => {
+                    for delay in delays {
+                        self.post(to, incoming, data, delay);
+                    }
+                    return Ok(());
+                }
+            }
+        }
         if self.random() < self.faults.loss {
             self.shared.lost.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        let incoming = Incoming { from: self.me, rail, msg };
         self.deliver(to, incoming, data);
         if self.random() < self.faults.duplicate {
             self.shared.duplicated.fetch_add(1, Ordering::Relaxed);

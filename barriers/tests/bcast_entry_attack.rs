@@ -29,6 +29,8 @@
 
 include!("support/attack_net.rs");
 
+use std::sync::atomic::Ordering;
+
 // ---------------------------------------------------------------------------
 // Stress: random mixed sequences under heavy loss, duplication, reordering
 // and a tail of very late frames.
@@ -328,6 +330,7 @@ fn a_count_mismatch_seen_first_by_a_late_root_leaves_no_node_waiting() {
     let counts = [2usize, 2, 3];
     let all_done = Arc::new(std::sync::Barrier::new(3));
     let threads: Vec<_> = network(3, 1, policy)
+        .nets
         .into_iter()
         .enumerate()
         .map(|(me, t)| {

@@ -25,6 +25,7 @@ fn calls_despite_errors(calls: [Call; 3], late: usize, times: usize, algorithm: 
     let config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_secs(10)).deadline(Some(Duration::from_secs(1)));
     let all_done = Arc::new(std::sync::Barrier::new(3));
     let threads: Vec<_> = network(3, 1, policy)
+        .nets
         .into_iter()
         .enumerate()
         .map(|(me, t)| {
@@ -89,6 +90,7 @@ fn split_phase_after_a_background_mismatch(algorithm: Algorithm) -> Vec<Vec<Resu
     let calls = [Call::Bcast(1, 2), Call::Bcast(1, 2), Call::Bcast(1, 3)];
     let all_done = Arc::new(std::sync::Barrier::new(3));
     let threads: Vec<_> = network(3, 1, policy)
+        .nets
         .into_iter()
         .enumerate()
         .map(|(me, t)| {

@@ -140,3 +140,32 @@ fn bad_configurations_are_refused() {
     let err = Barrier::new(t, config).unwrap_err().to_string();
     assert!(err.contains("retry timeout < failure timeout"), "{err}");
 }
+
+#[test]
+fn a_send_rule_sees_every_message_first_and_decides_its_fate() {
+    use barriers::{Msg, MsgKind, Transport};
+    // Tag 1 to node 1: lost; tag 2: delivered twice, the copy 20 ms later;
+    // anything else: the network's faults (none).
+    let seen = Arc::new(AtomicUsize::new(0));
+    let watch = seen.clone();
+    let rule: mem::SendRule = Arc::new(move |p: &mem::Posted<'_>, random: &mut dyn FnMut() -> f64| {
+        watch.fetch_add(1, Ordering::Relaxed);
+        assert!((0.0..1.0).contains(&random()));
+        match (p.to, p.msg.tag, p.data) {
+            (1, 1, _) => mem::Fate::Drop,
+            (_, 2, [9]) => mem::Fate::Deliver(vec![Duration::ZERO, Duration::from_millis(20)]),
+            _ => mem::Fate::Faults,
+        }
+    });
+    let mut nodes = mem::network_with_rule(2, 1, Faults::none(), rule);
+    let msg = |tag| Msg { kind: MsgKind::Data, instance: 1, epoch: 0, tag, arg: 0 };
+    nodes[0].send(0, 1, msg(1)).unwrap();
+    nodes[0].send_data(0, 1, msg(2), &[9]).unwrap();
+    nodes[0].send(0, 1, msg(3)).unwrap();
+    let mut got = Vec::new();
+    while let Some(m) = nodes[1].recv(Duration::from_millis(200)).unwrap() {
+        got.push((m.msg.tag, nodes[1].data().to_vec()));
+    }
+    assert_eq!(got, vec![(2, vec![9]), (3, vec![]), (2, vec![9])]);
+    assert_eq!((seen.load(Ordering::Relaxed), nodes[0].lost(), nodes[0].duplicated()), (3, 1, 0));
+}

@@ -3,15 +3,12 @@
 // bcast_implied_end_attack.rs), included by both: test files are crates of
 // their own.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use barriers::check::{check, Timeline};
-use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, Fanout, Incoming, Msg, MsgKind, NodeId, Op, Release, Transport, TransportError, Waker};
+use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, Fanout, Msg, MsgKind, NodeId, Op, Release};
 
 /// The broadcast's tags on the wire (plan::tag).
 const DATA: u16 = 4;
@@ -19,8 +16,12 @@ const ENTERED: u16 = 5;
 const DONE: u16 = 6;
 
 // ---------------------------------------------------------------------------
-// A programmable in-process network.
+// A programmable in-process network: barriers::mem's, with a send rule
+// made of a Policy and a Monitor.
 // ---------------------------------------------------------------------------
+
+/// A node's end of the network.
+type Net = barriers::mem::MemTransport;
 
 /// A message about to be sent.
 #[derive(Clone, Copy, Debug)]
@@ -38,6 +39,15 @@ enum Fate {
     Drop,
     /// Delivered once per delay.
     Deliver(Vec<Duration>),
+}
+
+/// The sender's random stream.
+struct Rng<'a>(&'a mut dyn FnMut() -> f64);
+
+impl Rng<'_> {
+    fn f(&mut self) -> f64 {
+        (self.0)()
+    }
 }
 
 type Rule = Arc<dyn Fn(&Pkt, &mut Rng) -> Fate + Send + Sync>;
@@ -65,65 +75,48 @@ impl Policy {
         self.rule = Some(Arc::new(rule));
         self
     }
-}
 
-struct Rng(u64);
+    /// A delivery's delay: mostly up to `max_delay`, a `tail` of them up to `tail_delay`.
+    fn delay(&self, rng: &mut Rng) -> Duration {
+        if rng.f() < self.tail {
+            self.tail_delay.mul_f64(rng.f())
+        } else {
+            self.max_delay.mul_f64(rng.f())
+        }
+    }
 
-impl Rng {
-    fn f(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    /// The fate of `pkt`: the rule's, else random loss, delay and duplication.
+    fn fate(&self, pkt: &Pkt, rng: &mut Rng) -> barriers::mem::Fate {
+        match self.rule.as_ref().map_or(Fate::Default, |rule| rule(pkt, rng)) {
+            Fate::Drop => barriers::mem::Fate::Drop,
+            Fate::Deliver(delays) => barriers::mem::Fate::Deliver(delays),
+            Fate::Default if rng.f() < self.loss => barriers::mem::Fate::Drop,
+            Fate::Default => {
+                let mut delays = vec![self.delay(rng)];
+                if rng.f() < self.dup {
+                    delays.push(self.delay(rng));
+                }
+                barriers::mem::Fate::Deliver(delays)
+            }
+        }
     }
 }
 
-struct Letter {
-    due: Instant,
-    order: u64,
-    incoming: Incoming,
-    data: Vec<u8>,
-}
-impl PartialEq for Letter {
-    fn eq(&self, o: &Self) -> bool {
-        (self.due, self.order) == (o.due, o.order)
-    }
-}
-impl Eq for Letter {}
-impl PartialOrd for Letter {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Letter {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.due, self.order).cmp(&(o.due, o.order))
-    }
+/// A network's ends and its monitor.
+struct Network {
+    nets: Vec<Net>,
+    monitor: Arc<Mutex<Monitor>>,
 }
 
-#[derive(Default)]
-struct Queue {
-    letters: BinaryHeap<Reverse<Letter>>,
-    woken: bool,
-}
-
-#[derive(Default)]
-struct Mailbox {
-    q: Mutex<Queue>,
-    ready: Condvar,
-}
-
-impl Mailbox {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
-        self.q.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-struct Shared {
-    boxes: Vec<Mailbox>,
-    order: AtomicU64,
-    dropped: AtomicU64,
-    monitor: Mutex<Monitor>,
+fn network(n: usize, rails: usize, policy: Policy) -> Network {
+    let monitor = Arc::new(Mutex::new(Monitor::default()));
+    let watch = monitor.clone();
+    let faults = barriers::mem::Faults { seed: policy.seed, ..barriers::mem::Faults::none() };
+    let rule: barriers::mem::SendRule = Arc::new(move |p: &barriers::mem::Posted<'_>, random: &mut dyn FnMut() -> f64| {
+        watch.lock().unwrap_or_else(|e| e.into_inner()).sent(n, p.from, p.to, &p.msg, p.data);
+        policy.fate(&Pkt { from: p.from, to: p.to, msg: p.msg }, &mut Rng(random))
+    });
+    Network { nets: barriers::mem::network_with_rule(n, rails, faults, rule), monitor }
 }
 
 /// Watches every message as it is sent (before any fault), on one clock:
@@ -193,169 +186,6 @@ impl Monitor {
     }
 }
 
-struct Net {
-    me: NodeId,
-    rails: usize,
-    shared: Arc<Shared>,
-    policy: Policy,
-    rng: Rng,
-    last: Vec<u8>,
-}
-
-fn network(n: usize, rails: usize, policy: Policy) -> Vec<Net> {
-    let shared = Arc::new(Shared {
-        boxes: (0..n).map(|_| Mailbox::default()).collect(),
-        order: AtomicU64::new(0),
-        dropped: AtomicU64::new(0),
-        monitor: Mutex::default(),
-    });
-    (0..n)
-        .map(|me| Net {
-            me,
-            rails,
-            shared: shared.clone(),
-            policy: policy.clone(),
-            rng: Rng(policy.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (me as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03) | 1),
-            last: Vec::new(),
-        })
-        .collect()
-}
-
-impl Net {
-    fn delay(&mut self) -> Duration {
-        if self.rng.f() < self.policy.tail {
-            self.policy.tail_delay.mul_f64(self.rng.f())
-        } else {
-            self.policy.max_delay.mul_f64(self.rng.f())
-        }
-    }
-
-    fn post(&self, to: NodeId, incoming: Incoming, data: &[u8], delay: Duration) {
-        let order = self.shared.order.fetch_add(1, Ordering::Relaxed);
-        let mb = &self.shared.boxes[to];
-        mb.lock().letters.push(Reverse(Letter { due: Instant::now() + delay, order, incoming, data: data.to_vec() }));
-        mb.ready.notify_all();
-    }
-}
-
-impl Transport for Net {
-    fn node(&self) -> NodeId {
-        self.me
-    }
-    fn node_count(&self) -> usize {
-        self.shared.boxes.len()
-    }
-    fn rails(&self) -> usize {
-        self.rails
-    }
-    fn send(&mut self, rail: usize, to: NodeId, msg: Msg) -> Result<(), TransportError> {
-        self.send_data(rail, to, msg, &[])
-    }
-    fn max_data(&self) -> usize {
-        barriers::mem::MAX_DATA
-    }
-    fn data(&self) -> &[u8] {
-        &self.last
-    }
-    fn send_data(&mut self, rail: usize, to: NodeId, msg: Msg, data: &[u8]) -> Result<(), TransportError> {
-        if to >= self.node_count() || rail >= self.rails || data.len() > barriers::mem::MAX_DATA {
-            return Err(format!("bad send to {to} on rail {rail} ({} bytes)", data.len()).into());
-        }
-        let n = self.node_count();
-        self.shared.monitor.lock().unwrap_or_else(|e| e.into_inner()).sent(n, self.me, to, &msg, data);
-        let pkt = Pkt { from: self.me, to, msg };
-        let incoming = Incoming { from: self.me, rail, msg };
-        let fate = match &self.policy.rule {
-            Some(rule) => {
-                let rule = rule.clone();
-                rule(&pkt, &mut self.rng)
-            }
-            None => Fate::Default,
-        };
-        match fate {
-            Fate::Drop => {
-                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-            Fate::Deliver(delays) => {
-                for d in delays {
-                    self.post(to, incoming, data, d);
-                }
-            }
-            Fate::Default => {
-                if self.rng.f() < self.policy.loss {
-                    self.shared.dropped.fetch_add(1, Ordering::Relaxed);
-                    return Ok(());
-                }
-                let d = self.delay();
-                self.post(to, incoming, data, d);
-                if self.rng.f() < self.policy.dup {
-                    let d = self.delay();
-                    self.post(to, incoming, data, d);
-                }
-            }
-        }
-        Ok(())
-    }
-    fn recv(&mut self, timeout: Duration) -> Result<Option<Incoming>, TransportError> {
-        let deadline = Instant::now() + timeout;
-        let mb = &self.shared.boxes[self.me];
-        let mut q = mb.lock();
-        loop {
-            let now = Instant::now();
-            let next = q.letters.peek().map(|Reverse(l)| l.due);
-            if next.is_some_and(|d| d <= now) {
-                let Reverse(l) = q.letters.pop().unwrap();
-                self.last = l.data;
-                return Ok(Some(l.incoming));
-            }
-            if now >= deadline {
-                return Ok(None);
-            }
-            let until = next.unwrap_or(deadline).min(deadline);
-            q = mb.ready.wait_timeout(q, until - now).unwrap_or_else(|e| e.into_inner()).0;
-        }
-    }
-    fn waker(&self) -> Result<Arc<dyn Waker>, TransportError> {
-        Ok(Arc::new(NetWaker { shared: self.shared.clone(), me: self.me }))
-    }
-}
-
-struct NetWaker {
-    shared: Arc<Shared>,
-    me: NodeId,
-}
-
-impl Waker for NetWaker {
-    fn wait(&self, timeout: Option<Duration>) -> Result<(), TransportError> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        let mb = &self.shared.boxes[self.me];
-        let mut q = mb.lock();
-        loop {
-            let now = Instant::now();
-            if std::mem::take(&mut q.woken) {
-                return Ok(());
-            }
-            let next = q.letters.peek().map(|Reverse(l)| l.due);
-            if next.is_some_and(|d| d <= now) || deadline.is_some_and(|d| now >= d) {
-                return Ok(());
-            }
-            let until = match (next, deadline) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            q = match until {
-                Some(u) => mb.ready.wait_timeout(q, u - now).unwrap_or_else(|e| e.into_inner()).0,
-                None => mb.ready.wait(q).unwrap_or_else(|e| e.into_inner()),
-            };
-        }
-    }
-    fn wake(&self) {
-        let mb = &self.shared.boxes[self.me];
-        mb.lock().woken = true;
-        mb.ready.notify_all();
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Running nodes with a watchdog.
 // ---------------------------------------------------------------------------
@@ -364,13 +194,13 @@ impl Waker for NetWaker {
 /// outcome from every node within `limit`, fails with `what`.
 fn run_nodes<R: Send + 'static>(
     what: &str,
-    nets: Vec<Net>,
+    network: Network,
     config: BarrierConfig,
     limit: Duration,
     body: impl Fn(usize, &mut Barrier<Net>) -> Result<R, String> + Send + Sync + Copy + 'static,
 ) -> Vec<R> {
+    let Network { nets, monitor } = network;
     let n = nets.len();
-    let shared = nets[0].shared.clone();
     let (tx, rx) = mpsc::channel();
     for (me, net) in nets.into_iter().enumerate() {
         let tx = tx.clone();
@@ -399,7 +229,7 @@ fn run_nodes<R: Send + 'static>(
             }
         }
     }
-    let violations = shared.monitor.lock().unwrap_or_else(|e| e.into_inner()).violations.clone();
+    let violations = monitor.lock().unwrap_or_else(|e| e.into_inner()).violations.clone();
     assert!(violations.is_empty(), "{what}: on the wire:\n{}", violations.join("\n"));
     out.into_iter().map(Option::unwrap).collect()
 }
@@ -647,6 +477,7 @@ fn mismatch_case(first_root: Option<usize>, calls: Vec<Call>, policy: Policy, al
     let all_done = Arc::new(std::sync::Barrier::new(n));
     let calls = Arc::new(calls);
     let threads: Vec<_> = network(n, 1, policy)
+        .nets
         .into_iter()
         .enumerate()
         .map(|(me, t)| {
