@@ -58,6 +58,7 @@
 mod barrier;
 pub mod check;
 pub mod collective;
+pub mod core;
 mod engine;
 mod expect;
 mod hierarchy;
