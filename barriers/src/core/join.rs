@@ -36,6 +36,17 @@ fn instance_of(incarnations: &[u64]) -> u64 {
     incarnations.iter().fold(0x6D63_645F_6261_7272, |h, &x| mix(h ^ x)) | 1
 }
 
+/// The instance this node runs, and the join until it is done.
+#[derive(Debug, Default)]
+pub(super) struct Membership {
+    /// The agreed instance (0 before the join).
+    pub(super) instance: u64,
+    /// Node 0: the low 32 bits of each node's admitted incarnation.
+    pub(super) admitted: Vec<u32>,
+    /// The join, until it is done.
+    pub(super) joining: Option<Box<Joining>>,
+}
+
 /// A join in progress.
 #[derive(Debug)]
 pub(super) struct Joining {
@@ -80,13 +91,13 @@ impl Core {
         } else {
             Side::Asking { interval: self.config.retry_timeout, next_request: now, early: Vec::new() }
         };
-        self.joining = Some(Box::new(Joining { start: now, timeout: self.config.join_timeout, incarnation, side }));
+        self.member.joining = Some(Box::new(Joining { start: now, timeout: self.config.join_timeout, incarnation, side }));
         self.join_progress(now);
     }
 
     /// Completes the join if it can, asks node 0 if due, fails at the timeout.
     fn join_progress(&mut self, now: Instant) {
-        let Some(mut j) = self.joining.take() else { return };
+        let Some(mut j) = self.member.joining.take() else { return };
         let n = self.nodes();
         let waited = now.saturating_duration_since(j.start);
         let incarnation = j.incarnation;
@@ -95,12 +106,12 @@ impl Core {
             Side::Admitting { incarnations, mismatched } => {
                 if incarnations.iter().all(Option::is_some) {
                     let incarnations: Vec<u64> = incarnations.iter().flatten().copied().collect();
-                    self.instance = instance_of(&incarnations);
-                    self.admitted = incarnations.iter().map(|&x| x as u32).collect();
+                    self.member.instance = instance_of(&incarnations);
+                    self.member.admitted = incarnations.iter().map(|&x| x as u32).collect();
                     for to in 1..n {
-                        self.send_admission(to, MsgKind::Admit, self.admitted[to]);
+                        self.send_admission(to, MsgKind::Admit, self.member.admitted[to]);
                     }
-                    self.events.push_back(Event::Joined { instance: self.instance });
+                    self.events.push_back(Event::Joined { instance: self.member.instance });
                     return;
                 }
                 if waited >= j.timeout {
@@ -129,7 +140,7 @@ impl Core {
                 }
             }
         }
-        self.joining = Some(j);
+        self.member.joining = Some(j);
     }
 
     pub(super) fn join_timeout(&mut self, now: Instant) {
@@ -140,7 +151,7 @@ impl Core {
     pub(super) fn join_handle(&mut self, now: Instant, from: NodeId, msg: Msg, data: &[u8]) {
         let n = self.nodes();
         let fingerprint = self.fingerprint();
-        let Some(j) = self.joining.as_mut() else { return };
+        let Some(j) = self.member.joining.as_mut() else { return };
         let incarnation = j.incarnation;
         match &mut j.side {
             Side::Admitting { incarnations, mismatched } => {
@@ -167,21 +178,21 @@ impl Core {
                 let ours = from == 0 && msg.arg == incarnation as u32;
                 match msg.kind {
                     MsgKind::Admit if ours => {
-                        self.instance = msg.instance;
-                        let Some(j) = self.joining.take() else { return };
+                        self.member.instance = msg.instance;
+                        let Some(j) = self.member.joining.take() else { return };
                         let Side::Asking { early, .. } = j.side else { return };
                         // Peers admitted first may have started barrier 0:
                         // their messages that came before the admission count now.
                         for (from, msg, data) in early {
                             self.receive(from, msg, &data, now);
                         }
-                        self.events.push_back(Event::Joined { instance: self.instance });
+                        self.events.push_back(Event::Joined { instance: self.member.instance });
                     }
                     MsgKind::Data | MsgKind::Nack | MsgKind::Status | MsgKind::Answer if early.len() < JOIN_STASH => {
                         early.push((from, msg, data.to_vec()))
                     }
                     MsgKind::Refuse if ours && msg.tag == REFUSE_CONFIG => {
-                        self.joining = None;
+                        self.member.joining = None;
                         self.events.push_back(Event::JoinFailed(BarrierError::Usage(format!(
                             "creating the barrier: node 0 runs another configuration than node {} ({} on {} rail(s) here): every node must use the same algorithm, rails and first barrier, and the same mcd version",
                             self.me(),
@@ -190,7 +201,7 @@ impl Core {
                         ))));
                     }
                     MsgKind::Refuse if ours => {
-                        self.joining = None;
+                        self.member.joining = None;
                         self.events.push_back(Event::JoinFailed(BarrierError::Refused { node: self.me() }));
                     }
                     _ => {}
@@ -200,7 +211,7 @@ impl Core {
     }
 
     fn send_admission(&mut self, to: NodeId, kind: MsgKind, echo: u32) {
-        let instance = if kind == MsgKind::Admit { self.instance } else { 0 };
+        let instance = if kind == MsgKind::Admit { self.member.instance } else { 0 };
         self.out.push(0, To::Node(to), Msg { kind, instance, epoch: 0, tag: 0, arg: echo }, &[]);
     }
 
@@ -208,13 +219,13 @@ impl Core {
     /// incarnation lost its admission: admit it again. Another one is a
     /// process that took a node's place: refuse it.
     pub(super) fn on_join(&mut self, from: NodeId, msg: Msg) {
-        if self.me() != 0 || self.admitted.len() != self.nodes() {
+        if self.me() != 0 || self.member.admitted.len() != self.nodes() {
             return;
         }
         let echo = msg.instance as u32;
-        if self.admitted[from] == echo {
+        if self.member.admitted[from] == echo {
             self.send_admission(from, MsgKind::Admit, echo)
-        } else if self.closing {
+        } else if self.closing.closing() {
             // Once this node is closing, a peer may have finished and moved
             // on to a new instance, whose node 0 will answer it.
         } else {
