@@ -69,6 +69,8 @@ pub(super) struct Calls {
     pub(super) pending: Option<Pending>,
     /// A collective's input, kept while its call settles what came before (reused).
     pub(super) input: Vec<u8>,
+    /// The outcome of the last call, until polled (as an [`Event::Done`]).
+    pub(super) done: Option<Result<(), BarrierError>>,
 }
 
 impl Core {
@@ -100,7 +102,7 @@ impl Core {
             Call::Close | Call::Finish if self.closing.closing() => {
                 p.then = Then::FinishClosed;
                 if call_is_close(&call) {
-                    self.events.push_back(Event::Done(Ok(())));
+                    self.calls.done = Some(Ok(()));
                     return;
                 }
             }
@@ -156,9 +158,18 @@ impl Core {
                 self.calls.pending = Some(p);
                 return;
             }
-            if let Some(result) = self.resume(now, &mut p) {
-                self.end_call(&p, result);
-                return;
+            match self.resume(now, &mut p) {
+                None => {}
+                // (The hot path: no error to move.)
+                Some(Ok(())) => {
+                    self.ends = Ends::Sent;
+                    self.calls.done = Some(Ok(()));
+                    return;
+                }
+                Some(Err(e)) => {
+                    self.end_call(&p, Err(e));
+                    return;
+                }
             }
             self.calls.pending = Some(p);
         }
@@ -169,7 +180,7 @@ impl Core {
         if p.counts_errors && result.is_err() {
             self.live.errors += 1;
         }
-        self.events.push_back(Event::Done(result));
+        self.calls.done = Some(result);
     }
 
     /// What the call does once its wait is met: the result, or `None` with

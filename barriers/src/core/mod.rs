@@ -267,6 +267,7 @@ impl Core {
     }
 
     /// A message arrived at `now` from node `from` on `rail`, with `data`.
+    #[inline]
     pub fn handle(&mut self, now: Instant, from: NodeId, rail: usize, msg: Msg, data: &[u8]) {
         let _ = rail;
         if self.member.joining.is_some() {
@@ -280,6 +281,7 @@ impl Core {
 
     /// Time has come to `now`: retries, verdicts, deadlines, the farewell's
     /// queries, the join's requests.
+    #[inline]
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.member.joining.is_some() {
             self.join_timeout(now);
@@ -294,6 +296,7 @@ impl Core {
     }
 
     /// The next message to send, if any.
+    #[inline]
     pub fn poll_transmit(&mut self) -> Option<Transmit<'_>> {
         self.out.pop()
     }
@@ -301,6 +304,7 @@ impl Core {
     /// When [`handle_timeout`](Self::handle_timeout) is due next, if
     /// anything waits for time (`None`: only a message or a call can change
     /// anything).
+    #[inline]
     pub fn poll_timeout(&self) -> Option<Instant> {
         if let Some(j) = &self.member.joining {
             return Some(j.next_timeout());
@@ -319,18 +323,24 @@ impl Core {
     }
 
     /// The next event, if any.
+    #[inline]
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        match self.events.pop_front() {
+            Some(event) => Some(event),
+            None => self.calls.done.take().map(Event::Done),
+        }
     }
 
     /// Starts a call that may wait for peers; it ends with [`Event::Done`]
     /// (perhaps at once). One call at a time: starting another while one is
     /// pending is a usage error (its own `Done`).
+    #[inline]
     pub fn start(&mut self, now: Instant, call: Call<'_>) {
         self.start_call(now, call);
     }
 
     /// Whether a call started with [`start`](Self::start) has not ended yet.
+    #[inline]
     pub fn busy(&self) -> bool {
         self.calls.pending.is_some()
     }
@@ -406,6 +416,7 @@ impl Core {
 
     /// The application's current or next barrier number (a broadcast
     /// completing in the background counts as done).
+    #[inline]
     pub fn epoch(&self) -> u64 {
         self.window.epoch + u64::from(self.phase.background())
     }
@@ -426,6 +437,7 @@ impl Core {
 
     /// Whether the application has a barrier entered and not completed (a
     /// broadcast completing in the background is not one).
+    #[inline]
     pub fn entered(&self) -> bool {
         self.phase.entered()
     }

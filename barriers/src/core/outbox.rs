@@ -25,6 +25,7 @@ pub(super) struct Outbox {
 
 impl Outbox {
     /// Queues `msg` with a copy of `data` for `to` on `rail`.
+    #[inline]
     pub(super) fn push(&mut self, rail: usize, to: To, msg: Msg, data: &[u8]) {
         if self.queue.is_empty() {
             self.data.clear();
@@ -35,6 +36,7 @@ impl Outbox {
     }
 
     /// The oldest message not yet polled.
+    #[inline]
     pub(super) fn pop(&mut self) -> Option<Transmit<'_>> {
         let e = self.queue.pop_front()?;
         Some(Transmit { rail: e.rail, to: e.to, msg: e.msg, data: &self.data[e.start..e.end] })
