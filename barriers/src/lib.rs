@@ -80,4 +80,4 @@ pub use host_barrier::{segment_path, HostBarrier, HostConfig, LIVENESS_CHECK, TA
 pub use mcd_shared::{GroupListener, GroupTransport, RouteStats, SharedEndpoint, GROUP_PAYLOAD_LEN};
 pub use mcd_transport::McdTransport;
 pub use plan::{Algorithm, Fanout, Release};
-pub use transport::{Incoming, Msg, MsgKind, NodeId, TickWaker, Transport, TransportError, Waker, RECOVERED};
+pub use transport::{Incoming, Msg, MsgKind, NodeId, TickWaker, Transport, TransportError, Waker, MISMATCHED, RECOVERED};

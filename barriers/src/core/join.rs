@@ -16,8 +16,11 @@ use crate::transport::{Msg, MsgKind, NodeId};
 /// other at the join instead of misreading each other. 2 (2026-11-25): a
 /// broadcast's non-roots send their entry as they enter (tag 5 was an
 /// acknowledgement after the data), and a root's data may end its
-/// broadcast before ([`crate::collective::wire::ENDS_PREVIOUS`]).
-pub const PROTOCOL: u32 = 2;
+/// broadcast before ([`crate::collective::wire::ENDS_PREVIOUS`]). 3
+/// (2026-11-25): data and answers carry [`crate::transport::MISMATCHED`],
+/// and a status of a node that failed on a peer's report names the silent
+/// node too.
+pub const PROTOCOL: u32 = 3;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.

@@ -145,9 +145,10 @@ impl Core {
     /// Retries, then the verdict on silent peers and the deadline.
     pub(super) fn on_timers(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
         let retry_due = self.retry(now);
+        let report = self.live.report_pending.take().is_some();
         // A verdict can change only at a retry (probes are counted then), on
         // a peer's report, or at the deadline: the hot path skips it.
-        if retry_due || self.live.report_pending.take().is_some() || deadline.is_some_and(|d| now >= d) {
+        if retry_due || report || deadline.is_some_and(|d| now >= d) {
             self.judge(now, deadline)?;
         }
         Ok(())
@@ -159,16 +160,22 @@ impl Core {
     /// still complete. On giving up, tells every node, so that all of them
     /// fail naming the silent node rather than the one that gave up.
     pub(super) fn judge(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
-        for (reporter, peer) in self.live.peers.iter().enumerate() {
-            if let Some((epoch, node, when)) = peer.gave_up {
+        for reporter in 0..self.live.peers.len() {
+            if let Some((epoch, node, when)) = self.live.peers[reporter].gave_up {
                 let heard_since = self.live.peers.get(node).and_then(|p| p.last_heard).is_some_and(|t| t > when);
                 // A peer stuck in the barrier before this one (it gave up
-                // there) can never reach this one either. Only reports made
-                // during this call count: calling again waits afresh.
-                let patient = self.live.errors == 0 || now.saturating_duration_since(self.live.call_started) >= self.config.failure_timeout;
-                if epoch + 1 >= self.window.epoch && node != self.me() && !heard_since && when >= self.live.call_started && patient {
-                    // Not repeated in this node's status: only a node that
-                    // probed the silent one itself reports it.
+                // there) can never reach this one either. The first call of
+                // a barrier counts every report (one may come before the
+                // application's call); a call made again after an error
+                // counts only reports made since, and waits afresh.
+                let first = self.live.errors == 0;
+                let patient = first || now.saturating_duration_since(self.live.call_started) >= self.config.failure_timeout;
+                let fresh = first || when >= self.live.call_started;
+                if epoch + 1 >= self.window.epoch && node != self.me() && !heard_since && fresh && patient {
+                    // This node's answers say so too (and its farewell, if
+                    // it leaves): a node that waits for it, and cannot hear
+                    // the reporter, must fail naming the silent node too.
+                    self.live.gave_up = Some(node);
                     return Err(BarrierError::PeerFailed { epoch: self.window.epoch, reporter, silent: node });
                 }
             }

@@ -52,6 +52,8 @@ mod receive;
 mod recovery;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod net_tests;
 mod window;
 
 use calls::Calls;
@@ -309,10 +311,11 @@ impl Core {
         if let Some(j) = &self.member.joining {
             return Some(j.next_timeout());
         }
-        let mut next = self.live.report_pending;
+        let mut next = None;
         let mut at = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
         if self.phase.running() {
-            at(self.recovery.next_retry);
+            // (A peer's report is judged at once.)
+            at(self.live.report_pending.map_or(self.recovery.next_retry, |r| r.min(self.recovery.next_retry)));
         } else if let Closing::Farewell(f) = &self.closing {
             at(f.next_query);
         }

@@ -14,7 +14,7 @@ use super::{Core, To};
 use crate::collective::{Collective, Contributions};
 use crate::engine::{mismatch_text, BarrierError};
 use crate::plan::{self, Dest, Out};
-use crate::transport::{MsgKind, RECOVERED};
+use crate::transport::{MsgKind, MISMATCHED, RECOVERED};
 
 /// After a loss, multicasts go twice for this many barriers.
 pub(super) const TWICE_FOR: u64 = 64;
@@ -107,7 +107,7 @@ impl Core {
     /// Sends `out` of step `step` of barrier `epoch`, with what the step
     /// staged for it if collectives are in use.
     fn send_out(&mut self, out: Out, step: usize, epoch: u64) {
-        let arg = if self.recovered() { RECOVERED } else { 0 };
+        let arg = if self.recovered() { RECOVERED } else { 0 } | if self.window.void[parity(epoch)] { MISMATCHED } else { 0 };
         let msg = crate::transport::Msg { arg, ..self.msg(MsgKind::Data, epoch, out.tag) };
         let data = self.coll.as_ref().map_or(&[][..], |c| c.sent(parity(epoch), step));
         let to = match out.dest {
@@ -203,6 +203,8 @@ impl Core {
             if self.run.remaining[self.run.step] == 0 {
                 if let Some(coll) = &mut self.coll {
                     coll.absorb(parity, &self.plans.list[self.run.cur].steps[self.run.step], self.plans.expect.of_step(self.run.cur, self.run.step), self.setup.me);
+                    // What this node sends from now on says so.
+                    self.window.void[parity] |= coll.has_error();
                 }
                 self.run.step += 1;
                 self.run.step_sent = false;
@@ -240,6 +242,10 @@ impl Core {
 
     /// The plan's last step is done: the barrier is complete here.
     fn complete(&mut self, now: Instant) {
+        if std::mem::take(&mut self.window.void[parity(self.window.epoch)]) {
+            // A peer met a mismatch in this barrier: an error here too.
+            self.contributions().note_reported();
+        }
         self.recovery.asked_early = false;
         self.live.completed(self.window.epoch);
         // This barrier's bits become the one-after-next's.

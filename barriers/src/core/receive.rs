@@ -7,7 +7,7 @@ use super::window::{parity, place};
 use super::Core;
 use crate::collective::Contributions;
 use crate::plan;
-use crate::transport::{status, Msg, MsgKind, NodeId, RECOVERED};
+use crate::transport::{status, Msg, MsgKind, NodeId, MISMATCHED, RECOVERED};
 
 /// The tag of a NACK that asks only "where are you?" (the farewell's query).
 pub(super) const STATUS_TAG: u16 = u16::MAX;
@@ -86,6 +86,9 @@ impl Core {
     fn on_data(&mut self, from: NodeId, msg: Msg, epoch: u64, data: &[u8], was_probed: bool, now: Instant) -> bool {
         if msg.kind == MsgKind::Data {
             self.live.peers[from].at_least(epoch, true);
+        }
+        if msg.arg & MISMATCHED != 0 {
+            self.window.void[parity(epoch)] = true;
         }
         let Some(i) = self.plans.expect.index(from, msg.tag) else {
             self.stats.stale += 1; // nothing this node's plan waits for

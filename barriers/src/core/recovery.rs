@@ -20,7 +20,7 @@ use crate::rto::Rto;
 use super::window::parity;
 use super::{Core, To};
 use crate::plan::{self, Dest};
-use crate::transport::{Msg, MsgKind, NodeId};
+use crate::transport::{Msg, MsgKind, NodeId, MISMATCHED};
 
 /// Until a probe shows that the peer is late (a status: it has not sent
 /// yet), the retry interval backs off to at most this many learned retry
@@ -158,7 +158,8 @@ impl Core {
                 let out = self.plans.list[v].steps[s].sends[i];
                 let for_them = matches!(out.dest, Dest::All) || out.dest == Dest::Node(to);
                 if for_them && tag.is_none_or(|t| t == out.tag) {
-                    let msg = self.msg(MsgKind::Answer, epoch, out.tag);
+                    let void = if self.window.void[parity(epoch)] { MISMATCHED } else { 0 };
+                    let msg = Msg { arg: void, ..self.msg(MsgKind::Answer, epoch, out.tag) };
                     let data = self.coll.as_ref().map_or(&[][..], |c| c.sent(parity(epoch), s));
                     self.out.push(out.rail, To::Node(to), msg, data);
                     self.stats.answers += 1;

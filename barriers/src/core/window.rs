@@ -16,12 +16,15 @@ pub(super) struct Window {
     pub(super) got: [Bits; 2],
     /// The plan each epoch ran, by parity (for answers to the previous one).
     pub(super) variant: [usize; 2],
+    /// Whether nodes called different collectives in barrier e (found here,
+    /// or told by a peer), in `void[e % 2]`: its messages say so.
+    pub(super) void: [bool; 2],
 }
 
 impl Window {
     /// At barrier `first`, with `expected` messages indexed.
     pub(super) fn new(first: u64, expected: usize) -> Window {
-        Window { epoch: first, got: [Bits::new(expected), Bits::new(expected)], variant: [BASE; 2] }
+        Window { epoch: first, got: [Bits::new(expected), Bits::new(expected)], variant: [BASE; 2], void: [false; 2] }
     }
 }
 

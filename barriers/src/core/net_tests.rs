@@ -1,0 +1,233 @@
+//! Several nodes' cores over a tiny simulated network, in virtual time:
+//! regression tests of the protocol's behaviour among nodes (the bugs of
+//! issue 26). Messages take a fixed latency; dead nodes neither send nor
+//! receive; a rule may delay or drop chosen messages.
+
+use std::time::{Duration, Instant};
+
+use super::{Call, Core, Event, Setup, To};
+use crate::collective::{Collective, Dtype, Op};
+use crate::engine::{BarrierConfig, BarrierError};
+use crate::plan::{Algorithm, Fanout, Release};
+use crate::transport::{Msg, NodeId};
+
+const INSTANCE: u64 = 0x5eed;
+const LATENCY: Duration = Duration::from_micros(20);
+
+/// What a rule does with a message: deliver it after the latency, after
+/// longer, or never.
+#[allow(dead_code)] // (kept for the tests to come)
+enum Fate {
+    Deliver,
+    Delay(Duration),
+    Drop,
+}
+
+type Rule = Box<dyn FnMut(NodeId, NodeId, &Msg) -> Fate>;
+
+struct Net {
+    cores: Vec<Core>,
+    now: Instant,
+    /// In flight: (due, from, to, rail, message, data).
+    wire: Vec<(Instant, NodeId, NodeId, usize, Msg, Vec<u8>)>,
+    dead: Vec<bool>,
+    /// Each node's outcome of its last call (None: pending or none).
+    done: Vec<Option<Result<(), BarrierError>>>,
+    rule: Option<Rule>,
+}
+
+impl Net {
+    /// `n` nodes running `config`, joined to one instance.
+    fn new(n: usize, config: BarrierConfig) -> Net {
+        let now = Instant::now();
+        let cores = (0..n)
+            .map(|me| {
+                let setup = Setup { me, nodes: n, rails: config.rails, multicast: true, max_data: 1000 };
+                let mut core = Core::new(setup, config, now).unwrap();
+                core.joined(INSTANCE);
+                core
+            })
+            .collect();
+        Net { cores, now, wire: Vec::new(), dead: vec![false; n], done: (0..n).map(|_| None).collect(), rule: None }
+    }
+
+    /// Sends what node `p` has to send, and takes its events.
+    fn flush(&mut self, p: NodeId) {
+        let n = self.cores.len();
+        while let Some(t) = self.cores[p].poll_transmit() {
+            if self.dead[p] {
+                continue;
+            }
+            let to: Vec<NodeId> = match t.to {
+                To::Node(q) => vec![q],
+                To::All => (0..n).filter(|&q| q != p).collect(),
+            };
+            for q in to {
+                let fate = self.rule.as_mut().map_or(Fate::Deliver, |r| r(p, q, &t.msg));
+                let extra = match fate {
+                    Fate::Deliver => Duration::ZERO,
+                    Fate::Delay(d) => d,
+                    Fate::Drop => continue,
+                };
+                self.wire.push((self.now + LATENCY + extra, p, q, t.rail, t.msg, t.data.to_vec()));
+            }
+        }
+        while let Some(event) = self.cores[p].poll_event() {
+            if let Event::Done(result) = event {
+                self.done[p] = Some(result);
+            }
+        }
+    }
+
+    /// Node `p` starts `call` now.
+    fn call(&mut self, p: NodeId, call: Call<'_>) {
+        self.done[p] = None;
+        self.cores[p].start(self.now, call);
+        self.flush(p);
+    }
+
+    /// Runs the network until `until`.
+    fn run_until(&mut self, until: Instant) {
+        loop {
+            let next_msg = self.wire.iter().map(|w| w.0).min();
+            let next_timer = (0..self.cores.len()).filter(|&p| !self.dead[p]).filter_map(|p| self.cores[p].poll_timeout()).min();
+            let Some(next) = [next_msg, next_timer].into_iter().flatten().min() else { break };
+            if next > until {
+                break;
+            }
+            self.now = self.now.max(next);
+            let now = self.now;
+            let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.wire).into_iter().partition(|w| w.0 <= now);
+            self.wire = rest;
+            for (_, from, to, rail, msg, data) in due {
+                if !self.dead[to] {
+                    self.cores[to].handle(now, from, rail, msg, &data);
+                    self.flush(to);
+                }
+            }
+            for p in 0..self.cores.len() {
+                if !self.dead[p] && self.cores[p].poll_timeout().is_some_and(|t| t <= now) {
+                    self.cores[p].handle_timeout(now);
+                    self.flush(p);
+                    let again = self.cores[p].poll_timeout();
+                    assert!(again.is_none_or(|t| t > now), "node {p} asks for a timeout at {now:?} again: a driver would spin");
+                }
+            }
+        }
+        self.now = self.now.max(until);
+    }
+
+    /// Every live node in `nodes` calls `call`; runs until all are done.
+    fn all(&mut self, nodes: &[NodeId], call: impl Fn(NodeId) -> Call<'static>) {
+        for &p in nodes {
+            self.call(p, call(p));
+        }
+        let limit = self.now + Duration::from_secs(5);
+        while nodes.iter().any(|&p| self.done[p].is_none()) && self.now < limit {
+            let step = self.now + Duration::from_millis(1);
+            self.run_until(step);
+        }
+    }
+}
+
+/// Whether `error` names `node` as the silent one.
+fn names(error: &BarrierError, node: NodeId) -> bool {
+    match error {
+        BarrierError::PeerSilent { silent, .. } => silent.contains(&node),
+        BarrierError::PeerFailed { silent, .. } => *silent == node,
+        _ => false,
+    }
+}
+
+#[test]
+fn a_live_node_that_enters_late_after_a_peer_died_fails_naming_the_dead_one() {
+    // Issue 26: tree3, 6 nodes; node 4 dies before barrier 5, and node 1
+    // enters barrier 5 600 ms late. The others fail quickly; node 1 waited
+    // for ever: node 0 failed with PeerFailed, so its answers did not say
+    // so, and node 3's report came before node 1's wait began.
+    let config = BarrierConfig::new(Algorithm::Tree { k: Fanout::THREE, release: Release::Multicast })
+        .timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    let mut net = Net::new(6, config);
+    let everyone: Vec<NodeId> = (0..6).collect();
+    for _ in 0..5 {
+        net.all(&everyone, |_| Call::Wait { deadline: None });
+        assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))));
+    }
+    net.dead[4] = true;
+    let start = net.now;
+    net.all(&[0, 2, 3, 5], |_| Call::Wait { deadline: None });
+    for p in [0, 2, 3, 5] {
+        let error = net.done[p].as_ref().unwrap().as_ref().unwrap_err();
+        assert!(names(error, 4), "node {p}: {error}");
+    }
+    net.run_until(start + Duration::from_millis(600));
+    net.call(1, Call::Wait { deadline: None });
+    net.run_until(start + Duration::from_millis(600) + 3 * config.failure_timeout);
+    match &net.done[1] {
+        Some(Err(error)) => assert!(names(error, 4), "node 1 names another node: {error}"),
+        other => panic!("node 1, entering late, still waits (or completed): {other:?}"),
+    }
+}
+
+#[test]
+fn a_node_that_leaves_after_failing_on_a_report_passes_the_report_on() {
+    // The variant where the failed nodes exit: node 1 must still name the
+    // dead node, not a live one that gave up and left.
+    let config = BarrierConfig::new(Algorithm::Tree { k: Fanout::THREE, release: Release::Multicast })
+        .timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    let mut net = Net::new(6, config);
+    let everyone: Vec<NodeId> = (0..6).collect();
+    net.all(&everyone, |_| Call::Wait { deadline: None });
+    net.dead[4] = true;
+    let start = net.now;
+    net.all(&[0, 2, 3, 5], |_| Call::Wait { deadline: None });
+    for p in [0, 2, 3, 5] {
+        net.cores[p].leave();
+        net.flush(p);
+    }
+    net.run_until(net.now + Duration::from_millis(5));
+    for p in [0, 2, 3, 5] {
+        net.dead[p] = true;
+    }
+    net.run_until(start + Duration::from_millis(600));
+    net.call(1, Call::Wait { deadline: None });
+    net.run_until(start + Duration::from_millis(600) + 3 * config.failure_timeout);
+    match &net.done[1] {
+        Some(Err(error)) => assert!(names(error, 4), "node 1 names another node: {error}"),
+        other => panic!("node 1: {other:?}"),
+    }
+}
+
+#[test]
+fn a_barrier_against_an_allreduce_is_an_error_on_every_node() {
+    // Issue 26: a release carries no flags, so a mismatch seen at the root
+    // could not travel with it: nodes that called the barrier returned Ok.
+    let sum = Collective::Allreduce { op: Op::Sum, dtype: Dtype::I64 };
+    let input = 1i64.to_ne_bytes();
+    for algorithm in Algorithm::all().into_iter().filter(|a| sum.runs_on(*a)) {
+        for odd in [0, 1, 3] {
+            let config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_millis(500));
+            let mut net = Net::new(4, config);
+            for p in 0..4 {
+                if p == odd {
+                    net.call(p, Call::EnterCollective { call: sum, count: 1, input: &input, deadline: None });
+                    assert!(matches!(net.done[p], Some(Ok(()))));
+                    net.call(p, Call::WaitResult { deadline: None });
+                } else {
+                    net.call(p, Call::Wait { deadline: None });
+                }
+            }
+            net.run_until(net.now + Duration::from_secs(2));
+            // (The allreduce's caller meets the mismatch as its result.)
+            if let Some(Ok(())) = net.done[odd] {
+                net.done[odd] = Some(net.cores[odd].collective_result(None));
+            }
+            for p in 0..4 {
+                match &net.done[p] {
+                    Some(Err(BarrierError::Usage(e))) if e.contains("mismatch") => {}
+                    other => panic!("{algorithm}, node {odd} calls the allreduce: node {p} returned {other:?}"),
+                }
+            }
+        }
+    }
+}
