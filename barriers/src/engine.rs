@@ -256,7 +256,8 @@ pub enum BarrierError {
         waited: Duration,
     },
     /// Creating the barrier: node 0 runs this barrier already with another
-    /// process in this node's place (this process was restarted).
+    /// process in this node's place (this process was restarted), and
+    /// refused it until the join timeout.
     #[error("creating the barrier: node 0 refused node {node}: the barrier is running already without this process (was it restarted?)")]
     Refused {
         /// This node.

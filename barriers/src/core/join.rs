@@ -44,8 +44,8 @@ fn instance_of(incarnations: &[u64]) -> u64 {
 pub(super) struct Membership {
     /// The agreed instance (0 before the join).
     pub(super) instance: u64,
-    /// Node 0: the low 32 bits of each node's admitted incarnation.
-    pub(super) admitted: Vec<u32>,
+    /// Node 0: each node's admitted incarnation.
+    pub(super) admitted: Vec<u64>,
     /// The join, until it is done.
     pub(super) joining: Option<Box<Joining>>,
 }
@@ -65,7 +65,7 @@ enum Side {
     /// another configuration.
     Admitting { incarnations: Vec<Option<u64>>, mismatched: Vec<NodeId> },
     /// Another node: asking node 0, keeping what comes early.
-    Asking { interval: Duration, next_request: Instant, early: Vec<(NodeId, Msg, Vec<u8>)> },
+    Asking { interval: Duration, next_request: Instant, early: Vec<(NodeId, Msg, Vec<u8>)>, refused: bool },
 }
 
 impl Joining {
@@ -92,7 +92,7 @@ impl Core {
             incarnations[0] = Some(incarnation);
             Side::Admitting { incarnations, mismatched: Vec::new() }
         } else {
-            Side::Asking { interval: self.config.retry_timeout, next_request: now, early: Vec::new() }
+            Side::Asking { interval: self.config.retry_timeout, next_request: now, early: Vec::new(), refused: false }
         };
         self.member.joining = Some(Box::new(Joining { start: now, timeout: self.config.join_timeout, incarnation, side }));
         self.join_progress(now);
@@ -110,9 +110,9 @@ impl Core {
                 if incarnations.iter().all(Option::is_some) {
                     let incarnations: Vec<u64> = incarnations.iter().flatten().copied().collect();
                     self.member.instance = instance_of(&incarnations);
-                    self.member.admitted = incarnations.iter().map(|&x| x as u32).collect();
+                    self.member.admitted = incarnations.clone();
                     for to in 1..n {
-                        self.send_admission(to, MsgKind::Admit, self.member.admitted[to]);
+                        self.send_admission(to, MsgKind::Admit, self.member.admitted[to] as u32);
                     }
                     self.events.push_back(Event::Joined { instance: self.member.instance });
                     return;
@@ -130,9 +130,14 @@ impl Core {
                     return;
                 }
             }
-            Side::Asking { interval, next_request, .. } => {
+            Side::Asking { interval, next_request, refused, .. } => {
                 if waited >= j.timeout {
-                    self.events.push_back(Event::JoinFailed(BarrierError::JoinTimeout { missing: vec![0], nodes: n, waited }));
+                    let error = if *refused {
+                        BarrierError::Refused { node: self.me() }
+                    } else {
+                        BarrierError::JoinTimeout { missing: vec![0], nodes: n, waited }
+                    };
+                    self.events.push_back(Event::JoinFailed(error));
                     return;
                 }
                 if now >= *next_request {
@@ -177,7 +182,7 @@ impl Core {
                 incarnations[from] = Some(newest);
                 self.join_progress(now);
             }
-            Side::Asking { early, .. } => {
+            Side::Asking { early, refused, .. } => {
                 let ours = from == 0 && msg.arg == incarnation as u32;
                 match msg.kind {
                     MsgKind::Admit if ours => {
@@ -203,10 +208,12 @@ impl Core {
                             self.config.rails
                         ))));
                     }
-                    MsgKind::Refuse if ours => {
-                        self.member.joining = None;
-                        self.events.push_back(Event::JoinFailed(BarrierError::Refused { node: self.me() }));
-                    }
+                    // Node 0 runs this barrier already with another process in
+                    // this node's place, or runs an earlier barrier that it has
+                    // not dropped yet (this node dropped its own without
+                    // finishing it, and is quicker): ask on, and fail only if it
+                    // refuses until the join timeout.
+                    MsgKind::Refuse if ours => *refused = true,
                     _ => {}
                 }
             }
@@ -226,7 +233,16 @@ impl Core {
             return;
         }
         let echo = msg.instance as u32;
-        if self.member.admitted[from] == echo {
+        let admitted = self.member.admitted[from];
+        if admitted as u32 == echo {
+            self.send_admission(from, MsgKind::Admit, echo)
+        } else if msg.instance > admitted && !self.live.peers[from].ever_heard() && self.stats.completed == 0 {
+            // A newer incarnation of a node never heard from in this
+            // instance, before this node completed any barrier (which needs
+            // every node's entry): the one admitted was a delayed request
+            // of that process's earlier barrier, which takes no part here
+            // (its admission, echoing it, is ignored).
+            self.member.admitted[from] = msg.instance;
             self.send_admission(from, MsgKind::Admit, echo)
         } else if self.closing.closing() {
             // Once this node is closing, a peer may have finished and moved

@@ -49,6 +49,11 @@ impl Peer {
         was_probed
     }
 
+    /// Whether anything of this instance ever came from it.
+    pub(super) fn ever_heard(&self) -> bool {
+        self.last_heard.is_some()
+    }
+
     /// Probes since it was last heard.
     pub(super) fn unanswered(&self) -> u32 {
         self.unanswered

@@ -5,11 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Call, Core, Event, Setup, To};
+use super::join::fingerprint_of;
+use super::{Call, Core, Event, Setup, To, PROTOCOL};
 use crate::collective::{Collective, Dtype, Op};
 use crate::engine::{BarrierConfig, BarrierError};
 use crate::plan::{Algorithm, Fanout, Release};
-use crate::transport::{Msg, NodeId};
+use crate::transport::{Msg, MsgKind, NodeId};
 
 const INSTANCE: u64 = 0x5eed;
 const LATENCY: Duration = Duration::from_micros(20);
@@ -34,6 +35,9 @@ struct Net {
     /// Each node's outcome of its last call (None: pending or none).
     done: Vec<Option<Result<(), BarrierError>>>,
     rule: Option<Rule>,
+    /// Each node's join: its instance, or its error.
+    joined: Vec<Option<Result<u64, String>>>,
+    config: BarrierConfig,
 }
 
 impl Net {
@@ -48,7 +52,18 @@ impl Net {
                 core
             })
             .collect();
-        Net { cores, now, wire: Vec::new(), dead: vec![false; n], done: (0..n).map(|_| None).collect(), rule: None }
+        Net { cores, now, wire: Vec::new(), dead: vec![false; n], done: (0..n).map(|_| None).collect(), rule: None, joined: vec![None; n], config }
+    }
+
+    /// Node `p` makes a new barrier (its old core is dropped unfinished)
+    /// and joins with `incarnation`.
+    fn create(&mut self, p: NodeId, incarnation: u64) {
+        let n = self.cores.len();
+        let setup = Setup { me: p, nodes: n, rails: self.config.rails, multicast: true, max_data: 1000 };
+        self.cores[p] = Core::new(setup, self.config, self.now).unwrap();
+        self.joined[p] = None;
+        self.cores[p].join(incarnation, self.now);
+        self.flush(p);
     }
 
     /// Sends what node `p` has to send, and takes its events.
@@ -73,8 +88,10 @@ impl Net {
             }
         }
         while let Some(event) = self.cores[p].poll_event() {
-            if let Event::Done(result) = event {
-                self.done[p] = Some(result);
+            match event {
+                Event::Done(result) => self.done[p] = Some(result),
+                Event::Joined { instance } => self.joined[p] = Some(Ok(instance)),
+                Event::JoinFailed(e) => self.joined[p] = Some(Err(e.to_string())),
             }
         }
     }
@@ -230,4 +247,53 @@ fn a_barrier_against_an_allreduce_is_an_error_on_every_node() {
             }
         }
     }
+}
+
+/// Every node joined the same instance, and a barrier completes.
+fn joined_and_running(net: &mut Net) {
+    let instances: Vec<_> = net.joined.iter().map(|j| j.clone().expect("joined").expect("joined")).collect();
+    assert!(instances.iter().all(|&i| i == instances[0]), "{instances:?}");
+    let everyone: Vec<NodeId> = (0..net.cores.len()).collect();
+    net.all(&everyone, |_| Call::Wait { deadline: None });
+    assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "{:?}", net.done);
+}
+
+#[test]
+fn a_delayed_join_of_an_earlier_barrier_is_not_taken_for_the_next() {
+    // Issue 26: a copy of node 1's join of an earlier barrier, delayed,
+    // reached node 0 before node 1's own and was admitted: node 1 was then
+    // refused as if restarted, and node 0 named it silent.
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    config.join_timeout = Duration::from_secs(1);
+    let mut net = Net::new(3, config);
+    for p in [0, 2] {
+        net.create(p, 100 + p as u64);
+    }
+    let stale = Msg { kind: MsgKind::Join, instance: 7, epoch: 0, tag: 0, arg: fingerprint_of(&config, PROTOCOL) };
+    net.wire.push((net.now + LATENCY, 1, 0, 0, stale, Vec::new()));
+    net.run_until(net.now + Duration::from_millis(2));
+    assert!(net.joined[0].is_some(), "node 0 admitted the stale request (the case under test)");
+    net.create(1, 101);
+    net.run_until(net.now + config.join_timeout + Duration::from_millis(10));
+    joined_and_running(&mut net);
+}
+
+#[test]
+fn a_new_barrier_of_a_quick_node_waits_for_node_0_to_drop_its_old_one() {
+    // Issue 26: node 1 dropped its barrier without finish() and made a new
+    // one on the same transport at once; node 0's old barrier, still
+    // running, refused node 1's join as restarted, and the join failed.
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    config.join_timeout = Duration::from_secs(1);
+    let mut net = Net::new(2, config);
+    net.create(0, 100);
+    net.create(1, 101);
+    net.run_until(net.now + Duration::from_millis(10));
+    joined_and_running(&mut net);
+    net.create(1, 201);
+    net.run_until(net.now + Duration::from_millis(30));
+    assert!(net.joined[1].is_none(), "node 1's join ended while node 0 still ran its old barrier: {:?}", net.joined[1]);
+    net.create(0, 200);
+    net.run_until(net.now + Duration::from_millis(100));
+    joined_and_running(&mut net);
 }
