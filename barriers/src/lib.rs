@@ -14,6 +14,10 @@
 //!   k-nomial tree gather with multicast or tree release (the paper's binary,
 //!   ternary and 4-ary trees), concurrent, one-phase multicast; trees and
 //!   concurrent spread over several rails (the paper's multi-NIC variants).
+//! - [`core`]: the barrier protocol as a sans-IO state machine (time, messages
+//!   and calls in; transmits, events and a deadline out), and its document
+//!   ([`core::protocol`]); [`Barrier`] drives it over a transport, a
+//!   simulator drives many in virtual time.
 //! - [`Barrier`]: the engine that runs a plan, with barrier instances agreed
 //!   at creation, numbered barriers (epochs, serial arithmetic), loss
 //!   recovery by timeout, NACK and re-send, failure only for silent peers,

@@ -26,6 +26,9 @@
 //! nothing arrives. Transmits borrow the core's reusable queue and data
 //! arena: no allocation per message in steady state.
 //!
+//! The protocol itself (every message, state and transition, and the
+//! invariants) is described in [`protocol`] (`barriers/PROTOCOL.md`).
+//!
 //! A blocking call completes in the core; the driver only waits. The
 //! blocking driver's loop: start the call; then repeatedly send what is to
 //! send, stop at its [`Event::Done`], sleep in `recv` until
@@ -40,6 +43,9 @@ use crate::engine::{BarrierConfig, BarrierError, BarrierStats};
 use crate::expect::Expectations;
 use crate::plan;
 use crate::transport::{Msg, NodeId};
+
+#[doc = include_str!("../../PROTOCOL.md")]
+pub mod protocol {}
 
 mod calls;
 mod closing;
