@@ -76,7 +76,7 @@ pub(super) struct Calls {
 impl Core {
     pub(super) fn start_call(&mut self, now: Instant, call: Call<'_>) {
         if self.calls.pending.is_some() {
-            self.events.push_back(Event::Done(Err(BarrierError::Usage("a barrier call is already in progress".into()))));
+            self.out.events.push_back(Event::Done(Err(BarrierError::Usage("a barrier call is already in progress".into()))));
             return;
         }
         let mut p = Pending { deadline: None, block: Block::Ready, then: Then::WaitSettled, counts_errors: false, finishing: false };

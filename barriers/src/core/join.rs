@@ -114,7 +114,7 @@ impl Core {
                     for to in 1..n {
                         self.send_admission(to, MsgKind::Admit, self.member.admitted[to] as u32);
                     }
-                    self.events.push_back(Event::Joined { instance: self.member.instance });
+                    self.out.events.push_back(Event::Joined { instance: self.member.instance });
                     return;
                 }
                 if waited >= j.timeout {
@@ -126,7 +126,7 @@ impl Core {
                         )),
                         None => BarrierError::JoinTimeout { missing, nodes: n, waited },
                     };
-                    self.events.push_back(Event::JoinFailed(error));
+                    self.out.events.push_back(Event::JoinFailed(error));
                     return;
                 }
             }
@@ -137,7 +137,7 @@ impl Core {
                     } else {
                         BarrierError::JoinTimeout { missing: vec![0], nodes: n, waited }
                     };
-                    self.events.push_back(Event::JoinFailed(error));
+                    self.out.events.push_back(Event::JoinFailed(error));
                     return;
                 }
                 if now >= *next_request {
@@ -194,14 +194,14 @@ impl Core {
                         for (from, msg, data) in early {
                             self.receive(from, msg, &data, now);
                         }
-                        self.events.push_back(Event::Joined { instance: self.member.instance });
+                        self.out.events.push_back(Event::Joined { instance: self.member.instance });
                     }
                     MsgKind::Data | MsgKind::Nack | MsgKind::Status | MsgKind::Answer if early.len() < JOIN_STASH => {
                         early.push((from, msg, data.to_vec()))
                     }
                     MsgKind::Refuse if ours && msg.tag == REFUSE_CONFIG => {
                         self.member.joining = None;
-                        self.events.push_back(Event::JoinFailed(BarrierError::Usage(format!(
+                        self.out.events.push_back(Event::JoinFailed(BarrierError::Usage(format!(
                             "creating the barrier: node 0 runs another configuration than node {} ({} on {} rail(s) here): every node must use the same algorithm, rails and first barrier, and the same mcd version",
                             self.me(),
                             self.config.algorithm,

@@ -35,7 +35,6 @@
 //! [`Core::poll_timeout`], feed what came, and call
 //! [`Core::handle_timeout`].
 
-use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::collective::{Collective, Contributions};
@@ -202,7 +201,6 @@ pub struct Core {
     calls: Calls,
     /// What to send, and what to report.
     out: Outbox,
-    events: VecDeque<Event>,
     stats: BarrierStats,
 }
 
@@ -250,7 +248,6 @@ impl Core {
             coll: None,
             calls: Calls::default(),
             out: Outbox::default(),
-            events: VecDeque::new(),
             stats: BarrierStats::default(),
         })
     }
@@ -334,7 +331,7 @@ impl Core {
     /// The next event, if any.
     #[inline]
     pub fn poll_event(&mut self) -> Option<Event> {
-        match self.events.pop_front() {
+        match self.out.events.pop_front() {
             Some(event) => Some(event),
             None => self.calls.done.take().map(Event::Done),
         }

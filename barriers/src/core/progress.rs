@@ -10,6 +10,7 @@
 use std::time::Instant;
 
 use super::window::{bcast_variant, parity, BASE};
+use super::recovery::Laggard;
 use super::{Core, To};
 use crate::collective::{Collective, Contributions};
 use crate::engine::{mismatch_text, BarrierError};
@@ -181,7 +182,7 @@ impl Core {
     /// The current step made progress at `now`: its timers start afresh.
     pub(super) fn progressed(&mut self, now: Instant) {
         self.live.gave_up = None; // progress: whatever was silent is not in the way
-        self.recovery.peer_late = false;
+        self.recovery.laggard = Laggard::Unknown;
         self.recovery.step_since = now;
         self.recovery.retry_interval = self.recovery.rto.get();
         self.recovery.next_retry = now + self.recovery.retry_interval;

@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use super::window::{parity, place};
+use super::recovery::Laggard;
 use super::Core;
 use crate::collective::Contributions;
 use crate::plan;
@@ -69,7 +70,7 @@ impl Core {
         // A status answers a probe: a peer this step waits for has not sent
         // yet, so nothing was lost; it is late.
         if self.phase.running() && epoch <= self.window.epoch && self.missing_from().contains(&from) {
-            self.recovery.peer_late = true;
+            self.recovery.laggard = Laggard::Late;
         }
         if self.live.peers[from].status(epoch, msg, now) {
             self.live.report_pending = Some(now);
@@ -127,7 +128,7 @@ impl Core {
             let (_, step) = self.plans.expect.step_of(i);
             self.run.remaining[step] -= 1;
             let clean = msg.kind == MsgKind::Data && msg.arg & RECOVERED == 0;
-            if step == self.run.step && self.run.remaining[step] == 0 && clean && !self.recovered() && !self.recovery.peer_late && !was_probed {
+            if step == self.run.step && self.run.remaining[step] == 0 && clean && !self.recovered() && self.recovery.laggard == Laggard::Unknown && !was_probed {
                 // An original message, delayed by no loss anywhere,
                 // completed the step: its time is a lesson.
                 self.recovery.rto.sample(now.saturating_duration_since(self.recovery.step_since));

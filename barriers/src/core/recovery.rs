@@ -34,6 +34,17 @@ const QUIET_PROBES: u32 = 6;
 /// The least interval between probes of a quiet or late peer.
 const QUIET_RETRY_FLOOR: Duration = Duration::from_millis(2);
 
+/// What the current step knows of the peers it waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Laggard {
+    /// Nothing yet: a missing message may have been lost.
+    Unknown,
+    /// A peer it waits for answered a probe with a status: it has not sent
+    /// yet; it is late, not lost. The step's time teaches the retry timeout
+    /// nothing, and its retries back off fully.
+    Late,
+}
+
 /// The recovery state of the current step.
 #[derive(Debug)]
 pub(super) struct Recovery {
@@ -59,10 +70,8 @@ pub(super) struct Recovery {
     /// before: a late exit from barrier c makes a late entry into c+1, so
     /// the mark lasts one barrier more.
     pub(super) recovered_in: Option<u64>,
-    /// A peer this step waits for answered a probe with a status: it is
-    /// late, not lost. The step's time teaches the retry timeout nothing, and
-    /// its retries back off fully.
-    pub(super) peer_late: bool,
+    /// Whether a peer this step waits for is known to be late.
+    pub(super) laggard: Laggard,
 }
 
 impl Recovery {
@@ -77,7 +86,7 @@ impl Recovery {
             last_answered: None,
             asked_early: false,
             recovered_in: None,
-            peer_late: false,
+            laggard: Laggard::Unknown,
         }
     }
 }
@@ -101,7 +110,7 @@ impl Core {
             // A peer this node waits for lacked our message and has it now:
             // it moves on at once, so what it owes us may come any moment.
             // If that is lost, retry soon, not after a long backoff.
-            self.recovery.peer_late = false;
+            self.recovery.laggard = Laggard::Unknown;
             self.recovery.retry_interval = self.recovery.rto.get();
             self.recovery.next_retry = now + self.recovery.retry_interval;
         }
@@ -198,7 +207,7 @@ impl Core {
             // off far. Otherwise its message may come any moment, and its
             // loss must not wait for a distant retry.
             let quiet = self.missing_from().iter().any(|&p| self.live.peers[p].unanswered() >= QUIET_PROBES);
-            let cap = if self.recovery.peer_late || quiet {
+            let cap = if self.recovery.laggard == Laggard::Late || quiet {
                 // Back off in proportion to how long this step has waited:
                 // few probes over a long stall, and a loss soon after a short
                 // one still recovered soon.
