@@ -32,6 +32,9 @@ struct Net {
     /// In flight: (due, from, to, rail, message, data).
     wire: Vec<(Instant, NodeId, NodeId, usize, Msg, Vec<u8>)>,
     dead: Vec<bool>,
+    /// Nodes whose core is not driven (no progress agent, the application
+    /// away): what comes for them waits.
+    paused: Vec<bool>,
     /// Each node's outcome of its last call (None: pending or none).
     done: Vec<Option<Result<(), BarrierError>>>,
     rule: Option<Rule>,
@@ -52,7 +55,7 @@ impl Net {
                 core
             })
             .collect();
-        Net { cores, now, wire: Vec::new(), dead: vec![false; n], done: (0..n).map(|_| None).collect(), rule: None, joined: vec![None; n], config }
+        Net { cores, now, wire: Vec::new(), dead: vec![false; n], paused: vec![false; n], done: (0..n).map(|_| None).collect(), rule: None, joined: vec![None; n], config }
     }
 
     /// Node `p` makes a new barrier (its old core is dropped unfinished)
@@ -106,15 +109,17 @@ impl Net {
     /// Runs the network until `until`.
     fn run_until(&mut self, until: Instant) {
         loop {
-            let next_msg = self.wire.iter().map(|w| w.0).min();
-            let next_timer = (0..self.cores.len()).filter(|&p| !self.dead[p]).filter_map(|p| self.cores[p].poll_timeout()).min();
+            let live = |p: &NodeId| !self.dead[*p] && !self.paused[*p];
+            let next_msg = self.wire.iter().filter(|w| !self.paused[w.2]).map(|w| w.0).min();
+            let next_timer = (0..self.cores.len()).filter(live).filter_map(|p| self.cores[p].poll_timeout()).min();
             let Some(next) = [next_msg, next_timer].into_iter().flatten().min() else { break };
             if next > until {
                 break;
             }
             self.now = self.now.max(next);
             let now = self.now;
-            let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.wire).into_iter().partition(|w| w.0 <= now);
+            let paused = self.paused.clone();
+            let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.wire).into_iter().partition(|w| w.0 <= now && !paused[w.2]);
             self.wire = rest;
             for (_, from, to, rail, msg, data) in due {
                 if !self.dead[to] {
@@ -123,7 +128,7 @@ impl Net {
                 }
             }
             for p in 0..self.cores.len() {
-                if !self.dead[p] && self.cores[p].poll_timeout().is_some_and(|t| t <= now) {
+                if !self.dead[p] && !self.paused[p] && self.cores[p].poll_timeout().is_some_and(|t| t <= now) {
                     self.cores[p].handle_timeout(now);
                     self.flush(p);
                     let again = self.cores[p].poll_timeout();
@@ -296,4 +301,82 @@ fn a_new_barrier_of_a_quick_node_waits_for_node_0_to_drop_its_old_one() {
     net.create(0, 200);
     net.run_until(net.now + Duration::from_millis(100));
     joined_and_running(&mut net);
+}
+
+#[test]
+fn a_live_peer_behind_a_deadline_is_reported_alive_and_waited_for_on_retry() {
+    // (tests/edges.rs has the same over threads and real time.) Node 2
+    // computes for 7 failure timeouts before barrier 1, alive throughout;
+    // the others' waits end at each 150 ms deadline naming it alive, and
+    // the barrier completes when it comes.
+    use crate::engine::PeerState;
+    let config = BarrierConfig::new(Algorithm::Dissemination)
+        .timeouts(Duration::from_millis(1), Duration::from_millis(100))
+        .deadline(Some(Duration::from_millis(150)));
+    let mut net = Net::new(3, config);
+    net.all(&[0, 1, 2], |_| Call::Wait { deadline: None });
+    let start = net.now;
+    let wait = |net: &mut Net, p: NodeId| {
+        let deadline = Some(net.now + Duration::from_millis(150));
+        net.call(p, Call::Wait { deadline });
+    };
+    net.done[2] = None; // (node 2 computes)
+    wait(&mut net, 0);
+    wait(&mut net, 1);
+    let mut deadlines = [0, 0];
+    while net.now < start + Duration::from_secs(2) && !(net.done[0].is_some() && net.done[1].is_some() && net.done[2].is_some()) {
+        if net.now >= start + Duration::from_millis(700) && net.done[2].is_none() && !net.cores[2].busy() {
+            net.call(2, Call::Wait { deadline: None });
+        }
+        let step = net.now + Duration::from_millis(1);
+        net.run_until(step);
+        for p in [0, 1] {
+            if let Some(Err(e)) = &net.done[p] {
+                let BarrierError::Deadline { epoch: 1, waiting_for, .. } = e else { panic!("node {p}: {e}") };
+                assert!(waiting_for.iter().all(|(_, s)| matches!(s, PeerState::Alive { .. })), "node {p}: {e}");
+                deadlines[p] += 1;
+                wait(&mut net, p);
+            }
+        }
+    }
+    let states: Vec<_> = net.cores.iter().map(|c| (c.protocol_epoch(), c.in_progress(), c.busy(), c.stats())).collect();
+    assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "{:?} {:?} {:?} at {:?}", net.done, deadlines, states, net.now - start);
+    assert!(deadlines.iter().all(|&d| d >= 2), "a 150 ms deadline over 700 ms: {deadlines:?}");
+}
+
+#[test]
+fn a_verdict_does_not_outlive_the_silent_peers_return() {
+    // (tests/edges.rs has the same over threads and real time.) Node 3 has
+    // no progress agent and stays away for four failure timeouts before
+    // barrier 1: the others fail naming it, call again, and complete once
+    // it is back; no error after that.
+    let config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(100));
+    let mut net = Net::new(4, config);
+    let everyone: Vec<NodeId> = (0..4).collect();
+    net.all(&everyone, |_| Call::Wait { deadline: None });
+    net.paused[3] = true;
+    let start = net.now;
+    for p in 0..3 {
+        net.call(p, Call::Wait { deadline: None });
+    }
+    let mut errors = [0; 3];
+    while net.now < start + Duration::from_secs(2) && !everyone.iter().all(|&p| matches!(net.done[p], Some(Ok(())))) {
+        if net.paused[3] && net.now >= start + Duration::from_millis(400) {
+            net.paused[3] = false;
+            net.call(3, Call::Wait { deadline: None });
+        }
+        let step = net.now + Duration::from_millis(1);
+        net.run_until(step);
+        for p in 0..3 {
+            if let Some(Err(e)) = &net.done[p] {
+                assert!(names(e, 3), "node {p}: {e}");
+                errors[p] += 1;
+                net.call(p, Call::Wait { deadline: None });
+            }
+        }
+    }
+    assert!(everyone.iter().all(|&p| matches!(net.done[p], Some(Ok(())))), "{:?}", net.done);
+    assert!(errors.iter().all(|&e| (1..20).contains(&e)), "calling again waits, it does not fail at once: {errors:?}");
+    net.all(&everyone, |_| Call::Wait { deadline: None });
+    assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "an error after node 3 came back: {:?}", net.done);
 }
