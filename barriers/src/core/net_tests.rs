@@ -367,10 +367,10 @@ fn a_verdict_does_not_outlive_the_silent_peers_return() {
         }
         let step = net.now + Duration::from_millis(1);
         net.run_until(step);
-        for p in 0..3 {
+        for (p, count) in errors.iter_mut().enumerate() {
             if let Some(Err(e)) = &net.done[p] {
                 assert!(names(e, 3), "node {p}: {e}");
-                errors[p] += 1;
+                *count += 1;
                 net.call(p, Call::Wait { deadline: None });
             }
         }
