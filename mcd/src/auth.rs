@@ -504,9 +504,7 @@ mod tests {
         for c in first_life..first_life + 50 {
             w.record(c);
         }
-        let second_life = initial_counter();
-        assert!(second_life > first_life + 50 || second_life > first_life, "the clock moves on");
-        let restart = first_life + 1_000_000_000; // a restart a second later
+        let restart = first_life + 1_000_000_000; // a restart a second later: the clock moved on
         assert!(w.check(restart));
         w.record(restart);
         assert!(!w.check(first_life + 49), "the old life's frames are now too old");
