@@ -22,6 +22,22 @@
 //!   released by the leaders' multicast` (R as MCD_HIERARCHY_RELEASE
 //!   chose it). With MCD_TEST_CRASH_AT=K, the ranks listed in
 //!   MCD_TEST_CRASH_RANKS (commas) abort before barrier K.
+//! - `job ALGORITHM COUNT`: a job as the attack tests watch it: create the
+//!   barrier (print `node N joined instance I` in hex, or `error: ...` and
+//!   exit 4), run COUNT calls (barriers, or with MCD_TEST_OP=allreduce
+//!   allreduces of one u64, rank + 1, summed, each result printed as
+//!   `allreduce K V`), then finish and print `done`, or `error: ...` and exit
+//!   3. Before exiting either way it prints `stats: S` (the endpoint's
+//!   `Stats`) and `barrier stats: B`. Settings: MCD_TEST_FAILURE_MS and
+//!   MCD_TEST_JOIN_MS (the failure and join timeouts, default 10 and 30 s);
+//!   MCD_TEST_HOLD=1: print `holding` and read a line from stdin before
+//!   creating the barrier; MCD_TEST_COMPUTE=K:MS: print `computing K`, then
+//!   compute MS ms before call K; MCD_TEST_CRASH_AT=K: print `crashing K`
+//!   and abort before call K; MCD_TEST_TIMES=DIR: write each call's entry
+//!   and exit (CLOCK_MONOTONIC µs) to DIR/rank<N>; MCD_TEST_PHASES=P: run
+//!   P phases of COUNT calls, and when MCD_TEST_GATE=1, print `phase p
+//!   ready` and read a line from stdin before each, and `phase p median M
+//!   p90 Q` (µs per call, the phase's first call left out) after each.
 
 use std::io::Read;
 
@@ -83,8 +99,9 @@ fn main() {
             }
         }
         "hierarchical" => hierarchical(endpoint),
+        "job" => job(endpoint),
         other => {
-            eprintln!("unknown action `{other}` (hold, open, barrier, discover or hierarchical)");
+            eprintln!("unknown action `{other}` (hold, open, barrier, discover, hierarchical or job)");
             std::process::exit(64);
         }
     }
@@ -145,4 +162,107 @@ fn hierarchical(endpoint: mcd::Endpoint) {
     exit_on(barrier.finish());
     println!("release {}: {} of {} barriers released by the leaders' multicast", barrier.release(), barrier.released_directly(), count + 1);
     println!("done");
+}
+
+fn env_num(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|v| v.trim().parse().unwrap_or_else(|_| panic!("{name}: not a number: {v}")))
+}
+
+fn job(endpoint: mcd::Endpoint) {
+    use std::io::{BufRead, Write};
+    use std::time::Duration;
+    let arg = |i: usize| std::env::args().nth(i).unwrap_or_default();
+    let algorithm: barriers::Algorithm = arg(2).parse().unwrap_or_else(|e| panic!("{e}"));
+    let count: u64 = arg(3).parse().expect("COUNT");
+    let allreduce = std::env::var("MCD_TEST_OP").is_ok_and(|op| op == "allreduce");
+    let failure = Duration::from_millis(env_num("MCD_TEST_FAILURE_MS").unwrap_or(10_000));
+    let mut config = barriers::BarrierConfig::new(algorithm).timeouts(Duration::from_micros(250), failure);
+    config.join_timeout = Duration::from_millis(env_num("MCD_TEST_JOIN_MS").unwrap_or(30_000));
+    let compute: Option<(u64, u64)> = std::env::var("MCD_TEST_COMPUTE").ok().map(|v| {
+        let (k, ms) = v.split_once(':').expect("MCD_TEST_COMPUTE=K:MS");
+        (k.parse().expect("K"), ms.parse().expect("MS"))
+    });
+    let crash_at = env_num("MCD_TEST_CRASH_AT");
+    let phases = env_num("MCD_TEST_PHASES").unwrap_or(1);
+    let gate = std::env::var("MCD_TEST_GATE").is_ok_and(|g| g == "1");
+    let mut stdin = std::io::stdin().lock();
+    let mut read_line = || {
+        let mut line = String::new();
+        stdin.read_line(&mut line).expect("stdin");
+    };
+    if std::env::var("MCD_TEST_HOLD").is_ok_and(|h| h == "1") {
+        println!("holding");
+        read_line();
+    }
+    let node = endpoint.node_id();
+    let mut barrier = match barriers::Barrier::new(barriers::McdTransport::new(endpoint), config) {
+        Ok(b) => b,
+        Err(e) => {
+            println!("error: {e}");
+            std::process::exit(4);
+        }
+    };
+    println!("node {node} joined instance {:#x}", barrier.instance());
+    let mut times = std::env::var_os("MCD_TEST_TIMES")
+        .map(|dir| std::fs::File::create(std::path::Path::new(&dir).join(format!("rank{node}"))).expect("times file"));
+    let report = |barrier: &mut barriers::Barrier<barriers::McdTransport>| {
+        println!("stats: {:?}", barrier.with_transport(|t| t.endpoint().stats()));
+        println!("barrier stats: {:?}", barrier.stats());
+    };
+    let mut k = 0u64;
+    let mut result = Ok(());
+    'phases: for phase in 0..phases {
+        if gate {
+            println!("phase {phase} ready");
+            read_line();
+        }
+        let mut took = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            if crash_at == Some(k) {
+                println!("crashing {k}");
+                std::process::abort();
+            }
+            if let Some((_, ms)) = compute.filter(|&(at, _)| at == k) {
+                println!("computing {k}");
+                let until = std::time::Instant::now() + Duration::from_millis(ms);
+                while std::time::Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            let entered = mcd::host::monotonic_clock();
+            let mut value = [node as u64 + 1];
+            result = if allreduce { barrier.allreduce(&mut value, barriers::Op::Sum) } else { barrier.wait() };
+            let left = mcd::host::monotonic_clock();
+            if let Err(e) = &result {
+                println!("error: {e}");
+                break 'phases;
+            }
+            if allreduce {
+                println!("allreduce {k} {}", value[0]);
+            }
+            if let Some(f) = &mut times {
+                let us = |d: Duration| d.as_secs_f64() * 1e6;
+                writeln!(f, "{k} {:.3} {:.3}", us(entered), us(left)).expect("write times");
+            }
+            took.push(left - entered);
+            k += 1;
+        }
+        if phases > 1 {
+            let mut rest = took[1..].to_vec();
+            rest.sort();
+            let at = |q: f64| rest[((rest.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e6;
+            println!("phase {phase} median {:.2} p90 {:.2}", at(0.5), at(0.9));
+        }
+    }
+    if result.is_ok() {
+        result = barrier.finish();
+        if let Err(e) = &result {
+            println!("error: {e}");
+        }
+    }
+    report(&mut barrier);
+    match result {
+        Ok(()) => println!("done"),
+        Err(_) => std::process::exit(3),
+    }
 }
