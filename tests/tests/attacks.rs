@@ -14,6 +14,7 @@
 
 use std::time::{Duration, Instant};
 
+use barriers::transport::status;
 use barriers::MsgKind;
 use mcd_integration_tests::attacker::{assert_all_done, Attacker, Auth, Ended, Job};
 use mcd_integration_tests::cluster;
@@ -92,4 +93,265 @@ fn job_timelines(c: &mcd_tools::vcluster::Cluster) -> Vec<barriers::check::Timel
 #[test]
 fn root_early_release_succeeds_with_auth_off() {
     early_release("aeoff", Auth::Off);
+}
+
+/// Attack 2, a forged failure: while rank 3 computes before barrier 5 (the
+/// others wait in it), the attacker multicasts a status "from" node 1
+/// saying it gave up on barrier 5 because node 3 is silent. Node 3 is
+/// alive (its progress agent answers probes) and the failure timeout is
+/// 2 s.
+fn forged_failure(name: &str, auth: Auth) {
+    const AT: u32 = 5;
+    let c = hub(name, 4);
+    let mut attacker = Attacker::plug(&c);
+    let job = Job::start(&c, PEER, auth, "tree2", 8, |node| {
+        let mut env = vec![("MCD_TEST_FAILURE_MS", "2000".to_string())];
+        if node == 3 {
+            env.push(("MCD_TEST_COMPUTE", format!("{AT}:1500")));
+        }
+        env
+    });
+    let computing = job.wait_line(3, &format!("computing {AT}"), EVENT);
+    let template = attacker.wait_for("node 1's data of the barrier before", EVENT, |f| f.src() == 1 && f.is(MsgKind::Data) && f.seq() == AT - 1);
+    let forged = template.forge().to_all().msg(|m| {
+        m.kind = MsgKind::Status;
+        m.epoch = AT;
+        m.tag = status::IN_PROGRESS | status::FAILED;
+        m.arg = 3 + 1;
+    });
+    let forged_at = Instant::now();
+    attacker.send(&forged);
+    match auth {
+        Auth::Off => {
+            // Node 0 waits in barrier 5 for node 1's arrival: the report fails it at once.
+            let failed = job.wait_line(0, "error: ", EVENT);
+            let ends = job.finish(EVENT);
+            assert!(failed.text.contains("node 1 gave up because node 3 is silent"), "node 0 failed otherwise: {}\n{}", failed.text, show(&ends));
+            let after = failed.at.duration_since(forged_at);
+            assert!(after < Duration::from_millis(1000), "node 0 failed {after:?} after the forgery, not at once");
+            assert!(computing.at < forged_at && ends[3].line(&format!("computing {AT}")).is_some());
+            let failures = ends.iter().filter(|e| e.error().is_some()).count();
+            eprintln!(
+                "forged failure, auth off: node 0 failed {after:?} after 1 forged status, blaming live node 3 (computing); {failures} of 4 nodes failed (failure timeout 2 s)"
+            );
+        }
+        Auth::On => {
+            let ends = job.finish(EVENT);
+            assert_all_done(&ends, "forged failure, auth on");
+            let (violations, checked) = barriers::check::check(&job_timelines(&c));
+            assert!(checked == 8 && violations.is_empty(), "{checked} barriers, {violations:?}");
+            let (bad, replayed) = auth_drops(&ends);
+            assert!(bad >= 2, "the forged multicast reached nodes 0, 2 and 3; {bad} bad tags counted:\n{}", show(&ends));
+            eprintln!("forged failure, auth on: 8 barriers complete and safe; {bad} bad tags, {replayed} replays counted");
+        }
+    }
+}
+
+/// Attack 3, forged answers to the join: rank 3 holds back (node 0 admits
+/// no one before every node joined); the attacker reads node 1's and node
+/// 2's join requests (each carries the process's incarnation) and answers
+/// them "from" node 0: a refusal to node 1, an admission to node 2 with an
+/// instance of its choosing.
+fn forged_join(name: &str, auth: Auth) {
+    const FAKE: u64 = 0x4141_4141_4141_4141;
+    let c = hub(name, 4);
+    let mut attacker = Attacker::plug(&c);
+    let mac0 = c.mac(0, 0);
+    let mut job = Job::start(&c, PEER, auth, "tree2", 3, |node| {
+        let mut env = vec![("MCD_TEST_FAILURE_MS", "2000".to_string()), ("MCD_TEST_JOIN_MS", "5000".to_string())];
+        if node == 3 {
+            env.push(("MCD_TEST_HOLD", "1".to_string()));
+        }
+        env
+    });
+    job.wait_line(3, "holding", EVENT);
+    for (node, kind, instance) in [(1, MsgKind::Refuse, 0), (2, MsgKind::Admit, FAKE)] {
+        let join = attacker.wait_for(&format!("node {node}'s join"), EVENT, |f| f.src() == node && f.is(MsgKind::Join));
+        let incarnation = join.msg().expect("a join").instance;
+        let forged = join.forge().from(0, mac0).to(c.mac(node, 0), 0).msg(|m| {
+            *m = barriers::Msg { kind, instance, epoch: 0, tag: 0, arg: incarnation as u32 };
+        });
+        attacker.send(&forged);
+    }
+    match auth {
+        Auth::Off => {
+            let refused = job.wait_line(1, "error: ", EVENT);
+            let admitted = job.wait_line(2, "node 2 joined instance", EVENT);
+            job.go(3);
+            let ends = job.finish(EVENT);
+            assert!(refused.text.contains("refused node 1"), "node 1: {}\n{}", refused.text, show(&ends));
+            assert_eq!(ends[1].code, Some(4), "node 1's barrier creation failed");
+            assert!(admitted.text.ends_with(&format!("{FAKE:#x}")), "node 2: {}", admitted.text);
+            eprintln!("forged join, auth off: node 1 refused (`{}`), node 2 joined the attacker's instance {FAKE:#x}", refused.text);
+        }
+        Auth::On => {
+            job.go(3);
+            let ends = job.finish(EVENT);
+            assert_all_done(&ends, "forged join, auth on");
+            let instances: Vec<&str> = ends.iter().enumerate().map(|(n, e)| e.line(&format!("node {n} joined instance ")).expect("joined")).collect();
+            assert!(instances.iter().all(|i| *i == instances[0] && *i != format!("{FAKE:#x}")), "{instances:?}");
+            let (bad, replayed) = auth_drops(&ends);
+            assert!(ends[1].stat("bad_tag") >= 1 && ends[2].stat("bad_tag") >= 1, "{}", show(&ends));
+            eprintln!("forged join, auth on: every node joined instance {}; {bad} bad tags, {replayed} replays counted", instances[0]);
+        }
+    }
+}
+
+/// Attack 4, allreduce injection: while rank 3 computes before allreduce 5
+/// (every rank contributes rank + 1: the sum is 10), the attacker sends
+/// rank 3's contribution of allreduce 4 again as its contribution to
+/// allreduce 5, with the value 1000000 in place of 4.
+fn injected_allreduce(name: &str, auth: Auth) {
+    const AT: u32 = 5;
+    let c = hub(name, 4);
+    let mut attacker = Attacker::plug(&c);
+    let job = Job::start(&c, PEER, auth, "tree2", 8, |node| {
+        let mut env = vec![("MCD_TEST_OP", "allreduce".to_string())];
+        if node == 3 {
+            env.push(("MCD_TEST_COMPUTE", format!("{AT}:1500")));
+        }
+        env
+    });
+    job.wait_line(3, &format!("computing {AT}"), EVENT);
+    let carries_data = |f: &mcd_integration_tests::attacker::Captured| f.frame().payload().len() > barriers::mcd_wire::PAYLOAD_LEN;
+    attacker.wait_for("rank 3's contribution to the allreduce before", EVENT, |f| {
+        f.src() == 3 && f.is(MsgKind::Data) && f.seq() == AT - 1 && carries_data(f)
+    });
+    let templates = attacker.seen(|f| f.src() == 3 && f.is(MsgKind::Data) && f.seq() == AT - 1 && carries_data(f));
+    for t in &templates {
+        // The contribution: a 12-byte header, then the one u64.
+        attacker.send(&t.forge().seq(AT).data_at(barriers::collective::wire::HEADER_LEN, &1_000_000u64.to_le_bytes()));
+    }
+    let ends = job.finish(EVENT);
+    let results: Vec<Option<&str>> = ends.iter().map(|e| e.line(&format!("allreduce {AT} "))).collect();
+    match auth {
+        Auth::Off => {
+            assert_all_done(&ends, "allreduce injection, auth off: no error anywhere");
+            assert!(results.iter().all(|r| *r == Some("1000006")), "auth off: results of allreduce {AT}: {results:?}\n{}", show(&ends));
+            eprintln!("allreduce injection, auth off: {} forged frame(s); every rank got 1000006 instead of 10, return code 0", templates.len());
+        }
+        Auth::On => {
+            assert_all_done(&ends, "allreduce injection, auth on");
+            for (node, e) in ends.iter().enumerate() {
+                for k in 0..8 {
+                    assert_eq!(e.line(&format!("allreduce {k} ")), Some("10"), "node {node}, allreduce {k}");
+                }
+            }
+            let (bad, replayed) = auth_drops(&ends);
+            assert!(bad >= templates.len() as u64, "{} forged, {bad} bad tags:\n{}", templates.len(), show(&ends));
+            eprintln!("allreduce injection, auth on: every rank got 10 in all 8 allreduces; {bad} bad tags, {replayed} replays counted");
+        }
+    }
+}
+
+/// Attack 5, replay keeps a dead node alive: rank 2 crashes (aborts) before
+/// barrier 5; the attacker sends every frame rank 2 sent in barrier 4
+/// again, unchanged, every 100 ms for 3 s. The failure timeout is 1 s.
+fn replayed_keepalive(name: &str, auth: Auth) {
+    const AT: u32 = 5;
+    const ATTACK: Duration = Duration::from_secs(3);
+    let c = hub(name, 4);
+    let mut attacker = Attacker::plug(&c);
+    let job = Job::start(&c, PEER, auth, "dissemination", 8, |node| {
+        let mut env = vec![("MCD_TEST_FAILURE_MS", "1000".to_string())];
+        if node == 2 {
+            env.push(("MCD_TEST_CRASH_AT", AT.to_string()));
+        }
+        env
+    });
+    let crash = job.wait_line(2, &format!("crashing {AT}"), EVENT);
+    attacker.wait_for("rank 2's frames of its last barrier", EVENT, |f| f.src() == 2 && f.seq() == AT - 1);
+    let captured = attacker.seen(|f| f.src() == 2 && f.seq() == AT - 1);
+    let mut rounds = 0;
+    while crash.at.elapsed() < ATTACK {
+        for f in &captured {
+            attacker.send(&f.forge());
+        }
+        rounds += 1;
+        // The attack's own pace (a frame every 100 ms), not a wait for an event.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let first_error = [0, 1, 3].iter().map(|&n| job.wait_line(n, "error: ", EVENT)).map(|l| l.at).min().expect("three survivors");
+    let detected = first_error.duration_since(crash.at);
+    let ends = job.finish(EVENT);
+    for n in [0, 1, 3] {
+        let e = ends[n].error().unwrap_or_else(|| panic!("node {n} did not fail:\n{}", show(&ends)));
+        assert!(e.contains("[2]") || e.contains("node 2 is silent"), "node {n} must name node 2: {e}");
+    }
+    match auth {
+        Auth::Off => {
+            assert!(detected >= ATTACK, "auth off: the crash was detected after {detected:?}, within the {ATTACK:?} of replays");
+            eprintln!(
+                "replayed keepalive, auth off: {} frame(s) of the dead rank replayed {rounds} times; crash detected after {:.2} s (failure timeout 1 s)",
+                captured.len(),
+                detected.as_secs_f64()
+            );
+        }
+        Auth::On => {
+            assert!(detected < Duration::from_millis(2500), "auth on: the crash was detected only after {detected:?}");
+            let (bad, replayed) = auth_drops(&ends);
+            assert!(replayed >= rounds as u64, "{rounds} rounds of replays, {replayed} counted:\n{}", show(&ends));
+            eprintln!(
+                "replayed keepalive, auth on: crash detected after {:.2} s (failure timeout 1 s) despite {rounds} rounds of replays; {replayed} replays, {bad} bad tags counted",
+                detected.as_secs_f64()
+            );
+        }
+    }
+}
+
+/// Attack 7, a stolen switch port: on a learning switch, before the job
+/// starts, the attacker sends one frame with node 0's source MAC, so the
+/// switch sends node 0's traffic (the other nodes' join requests) to the
+/// attacker's port. The join timeout is 3 s.
+fn stolen_port(name: &str, auth: Auth) {
+    let c = cluster(ClusterSpec::new(name, 4));
+    let mut attacker = Attacker::plug(&c);
+    let mac0 = c.mac(0, 0);
+    let mut steal = vec![0u8; 60];
+    steal[..6].copy_from_slice(&mcd::MacAddr::BROADCAST.0);
+    steal[6..12].copy_from_slice(&mac0.0);
+    steal[12..14].copy_from_slice(&mcd::wire::DEFAULT_ETHERTYPE.to_be_bytes());
+    attacker.send(&mcd_integration_tests::attacker::Forgery(steal));
+    let job = Job::start(&c, PEER, auth, "tree2", 3, |_| vec![("MCD_TEST_JOIN_MS", "3000".to_string())]);
+    let stolen = attacker.wait_for("a join request sent to node 0", EVENT, |f| f.is(MsgKind::Join) && f.frame().dst_mac() == mac0);
+    let ends = job.finish(EVENT);
+    let diverted = attacker.seen(|f| f.frame().dst_mac() == mac0).len();
+    match auth {
+        Auth::Off => {
+            for (n, e) in ends.iter().enumerate() {
+                assert_eq!(e.code, Some(4), "node {n}: creation must fail:\n{}", show(&ends));
+                assert!(e.error().is_some_and(|t| t.contains("did not join")), "node {n}: {:?}", e.error());
+            }
+            eprintln!("stolen port, auth off: 1 frame with node 0's MAC; {diverted} frames for node 0 came to the attacker (first from node {}); every node's creation failed after the 3 s join timeout", stolen.src());
+        }
+        Auth::On => {
+            assert_all_done(&ends, "stolen port, auth on");
+            eprintln!("stolen port, auth on: {diverted} frames for node 0 came to the attacker before node 0 took its port back; every node joined and completed");
+        }
+    }
+}
+
+#[test]
+fn root_forged_failure_succeeds_with_auth_off() {
+    forged_failure("afoff", Auth::Off);
+}
+
+#[test]
+fn root_forged_join_answers_succeed_with_auth_off() {
+    forged_join("ajoff", Auth::Off);
+}
+
+#[test]
+fn root_allreduce_injection_succeeds_with_auth_off() {
+    injected_allreduce("aioff", Auth::Off);
+}
+
+#[test]
+fn root_replayed_keepalive_succeeds_with_auth_off() {
+    replayed_keepalive("aroff", Auth::Off);
+}
+
+#[test]
+fn root_stolen_port_succeeds_with_auth_off() {
+    stolen_port("asoff", Auth::Off);
 }
