@@ -262,18 +262,20 @@ fn replayed_keepalive(name: &str, auth: Auth) {
     let crash = job.wait_line(2, &format!("crashing {AT}"), EVENT);
     attacker.wait_for("rank 2's frames of its last barrier", EVENT, |f| f.src() == 2 && f.seq() == AT - 1);
     let captured = attacker.seen(|f| f.src() == 2 && f.seq() == AT - 1);
-    let mut rounds = 0;
+    let mut rounds = Vec::new();
     while crash.at.elapsed() < ATTACK {
         for f in &captured {
             attacker.send(&f.forge());
         }
-        rounds += 1;
+        rounds.push(Instant::now());
         // The attack's own pace (a frame every 100 ms), not a wait for an event.
         std::thread::sleep(Duration::from_millis(100));
     }
     let first_error = [0, 1, 3].iter().map(|&n| job.wait_line(n, "error: ", EVENT)).map(|l| l.at).min().expect("three survivors");
     let detected = first_error.duration_since(crash.at);
     let ends = job.finish(EVENT);
+    let before_detection = rounds.iter().filter(|&&r| r < first_error).count();
+    let rounds = rounds.len();
     for n in [0, 1, 3] {
         let e = ends[n].error().unwrap_or_else(|| panic!("node {n} did not fail:\n{}", show(&ends)));
         assert!(e.contains("[2]") || e.contains("node 2 is silent"), "node {n} must name node 2: {e}");
@@ -290,9 +292,9 @@ fn replayed_keepalive(name: &str, auth: Auth) {
         Auth::On => {
             assert!(detected < Duration::from_millis(2500), "auth on: the crash was detected only after {detected:?}");
             let (bad, replayed) = auth_drops(&ends);
-            assert!(replayed >= rounds as u64, "{rounds} rounds of replays, {replayed} counted:\n{}", show(&ends));
+            assert!(replayed >= before_detection as u64, "{before_detection} rounds of replays before the detection, {replayed} counted:\n{}", show(&ends));
             eprintln!(
-                "replayed keepalive, auth on: crash detected after {:.2} s (failure timeout 1 s) despite {rounds} rounds of replays; {replayed} replays, {bad} bad tags counted",
+                "replayed keepalive, auth on: crash detected after {:.2} s (failure timeout 1 s) despite {before_detection} rounds of replays by then ({rounds} in all); {replayed} replays, {bad} bad tags counted",
                 detected.as_secs_f64()
             );
         }
@@ -302,7 +304,11 @@ fn replayed_keepalive(name: &str, auth: Auth) {
 /// Attack 7, a stolen switch port: on a learning switch, before the job
 /// starts, the attacker sends one frame with node 0's source MAC, so the
 /// switch sends node 0's traffic (the other nodes' join requests) to the
-/// attacker's port. The join timeout is 3 s.
+/// attacker's port. The join timeout is 3 s. No tag stops this: what brings
+/// the port back is a waiting endpoint's announcement of its MAC
+/// (`EndpointConfig::announce_every`, on whether or not frames are
+/// authenticated), so the undefended half runs as mcd did before, with
+/// authentication and announcements off.
 fn stolen_port(name: &str, auth: Auth) {
     let c = cluster(ClusterSpec::new(name, 4));
     let mut attacker = Attacker::plug(&c);
@@ -312,7 +318,13 @@ fn stolen_port(name: &str, auth: Auth) {
     steal[6..12].copy_from_slice(&mac0.0);
     steal[12..14].copy_from_slice(&mcd::wire::DEFAULT_ETHERTYPE.to_be_bytes());
     attacker.send(&mcd_integration_tests::attacker::Forgery(steal));
-    let job = Job::start(&c, PEER, auth, "tree2", 3, |_| vec![("MCD_TEST_JOIN_MS", "3000".to_string())]);
+    let job = Job::start(&c, PEER, auth, "tree2", 3, |_| {
+        let mut env = vec![("MCD_TEST_JOIN_MS", "3000".to_string())];
+        if auth == Auth::Off {
+            env.push(("MCD_TEST_NO_ANNOUNCE", "1".to_string()));
+        }
+        env
+    });
     let stolen = attacker.wait_for("a join request sent to node 0", EVENT, |f| f.is(MsgKind::Join) && f.frame().dst_mac() == mac0);
     let ends = job.finish(EVENT);
     let diverted = attacker.seen(|f| f.frame().dst_mac() == mac0).len();
@@ -326,7 +338,9 @@ fn stolen_port(name: &str, auth: Auth) {
         }
         Auth::On => {
             assert_all_done(&ends, "stolen port, auth on");
-            eprintln!("stolen port, auth on: {diverted} frames for node 0 came to the attacker before node 0 took its port back; every node joined and completed");
+            let announced = ends[0].stat("announced");
+            assert!(announced >= 1, "node 0 never announced itself: {}", show(&ends));
+            eprintln!("stolen port, auth on: {diverted} frames for node 0 came to the attacker before node 0 took its port back ({announced} announcements); every node joined and completed");
         }
     }
 }
@@ -352,6 +366,36 @@ fn root_replayed_keepalive_succeeds_with_auth_off() {
 }
 
 #[test]
-fn root_stolen_port_succeeds_with_auth_off() {
+fn root_stolen_port_succeeds_with_auth_and_announcements_off() {
     stolen_port("asoff", Auth::Off);
+}
+
+#[test]
+fn root_early_release_fails_with_auth_on() {
+    early_release("aeon", Auth::On);
+}
+
+#[test]
+fn root_forged_failure_fails_with_auth_on() {
+    forged_failure("afon", Auth::On);
+}
+
+#[test]
+fn root_forged_join_answers_fail_with_auth_on() {
+    forged_join("ajon", Auth::On);
+}
+
+#[test]
+fn root_allreduce_injection_fails_with_auth_on() {
+    injected_allreduce("aion", Auth::On);
+}
+
+#[test]
+fn root_replayed_keepalive_fails_with_auth_on() {
+    replayed_keepalive("aron", Auth::On);
+}
+
+#[test]
+fn root_stolen_port_comes_back_with_auth_on() {
+    stolen_port("ason", Auth::On);
 }

@@ -2,6 +2,9 @@
 //! endpoint from the environment (MCD_NODE_FILE, MCD_IFACES, MCD_PORT, ...) and
 //! then acts as told.
 //!
+//! With MCD_TEST_NO_ANNOUNCE=1 the endpoint never announces its MAC while
+//! it waits (`EndpointConfig::announce_every` none), as mcd did before.
+//!
 //! - `hold`: print `holding port P as node N`, then keep the port until stdin closes.
 //! - `open`: open and exit 0, or print the error and exit 2.
 //! - `barrier ALGORITHM COUNT FAILURE_MS`: run COUNT barriers; print `done`, or
@@ -44,7 +47,14 @@ use std::io::Read;
 fn main() {
     let action = std::env::args().nth(1).unwrap_or_default();
     let config = if action == "discover" || action == "hierarchical" { mcd::EndpointConfig::bootstrap() } else { mcd::EndpointConfig::from_env() };
-    let endpoint = config.and_then(mcd::Endpoint::open);
+    let endpoint = config
+        .map(|mut c| {
+            if std::env::var("MCD_TEST_NO_ANNOUNCE").is_ok_and(|v| v == "1") {
+                c.announce_every = None; // as before announcements: a stolen port stays stolen
+            }
+            c
+        })
+        .and_then(mcd::Endpoint::open);
     let endpoint = match endpoint {
         Ok(ep) => ep,
         Err(e) => {
