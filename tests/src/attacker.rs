@@ -175,6 +175,15 @@ impl Attacker {
         Attacker { station, sender: Arc::new(sender), sniffed, stop, sniffer: Some(sniffer), sent: 0 }
     }
 
+    /// Stops sniffing (a flood's frames would all come back to the
+    /// sniffer as this host's outgoing frames); what was seen stays.
+    pub fn stop_sniffing(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.sniffer.take() {
+            t.join().expect("the sniffer");
+        }
+    }
+
     /// Every mcd frame seen so far that satisfies `pred`.
     pub fn seen(&self, pred: impl Fn(&Captured) -> bool) -> Vec<Captured> {
         self.sniffed.frames.lock().unwrap().iter().filter(|c| pred(c)).cloned().collect()

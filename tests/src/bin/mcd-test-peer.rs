@@ -40,7 +40,8 @@
 //!   and exit (CLOCK_MONOTONIC µs) to DIR/rank<N>; MCD_TEST_PHASES=P: run
 //!   P phases of COUNT calls, and when MCD_TEST_GATE=1, print `phase p
 //!   ready` and read a line from stdin before each, and `phase p median M
-//!   p90 Q` (µs per call, the phase's first call left out) after each.
+//!   p90 Q p99 R mean A max X` (µs per call, the phase's first call left
+//!   out) after each.
 
 use std::io::Read;
 
@@ -214,7 +215,8 @@ fn job(endpoint: mcd::Endpoint) {
     };
     println!("node {node} joined instance {:#x}", barrier.instance());
     let mut times = std::env::var_os("MCD_TEST_TIMES")
-        .map(|dir| std::fs::File::create(std::path::Path::new(&dir).join(format!("rank{node}"))).expect("times file"));
+        .map(|dir| std::fs::File::create(std::path::Path::new(&dir).join(format!("rank{node}"))).expect("times file"))
+        .map(std::io::BufWriter::new);
     let report = |barrier: &mut barriers::Barrier<barriers::McdTransport>| {
         println!("stats: {:?}", barrier.with_transport(|t| t.endpoint().stats()));
         println!("barrier stats: {:?}", barrier.stats());
@@ -261,8 +263,12 @@ fn job(endpoint: mcd::Endpoint) {
             let mut rest = took[1..].to_vec();
             rest.sort();
             let at = |q: f64| rest[((rest.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e6;
-            println!("phase {phase} median {:.2} p90 {:.2}", at(0.5), at(0.9));
+            let mean = rest.iter().sum::<Duration>().as_secs_f64() * 1e6 / rest.len() as f64;
+            println!("phase {phase} median {:.2} p90 {:.2} p99 {:.2} mean {mean:.2} max {:.2}", at(0.5), at(0.9), at(0.99), at(1.0));
         }
+    }
+    if let Some(f) = &mut times {
+        f.flush().expect("write times");
     }
     if result.is_ok() {
         result = barrier.finish();
