@@ -389,6 +389,11 @@ impl Endpoint {
         self.key.is_some()
     }
 
+    /// Changes [`EndpointConfig::announce_every`].
+    pub fn set_announce_every(&mut self, every: Option<Duration>) {
+        self.announce_every = every;
+    }
+
     /// Frames whose tag did not verify, by the node number they claimed
     /// to come from (the sender may be anyone: a forger, or a node with
     /// another secret); 0 with authentication off. A node number beyond

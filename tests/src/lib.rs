@@ -16,8 +16,14 @@ use mcd::{Endpoint, EndpointConfig, Received};
 use mcd_tools::vcluster::{Cluster, ClusterGuard, ClusterSpec};
 
 /// Brings up the cluster `spec` behind a guard; panics with the reason
-/// (not root, `ip` or `nft` missing) when it cannot.
-pub fn cluster(spec: ClusterSpec) -> ClusterGuard {
+/// (not root, `ip` or `nft` missing) when it cannot. `MCD_TEST_CLUSTER_PREFIX`,
+/// if set, is put before the cluster's name (so that several checkouts can
+/// run the same tests at once without sharing a cluster; the name is cut to
+/// its first 6 characters).
+pub fn cluster(mut spec: ClusterSpec) -> ClusterGuard {
+    if let Ok(prefix) = std::env::var("MCD_TEST_CLUSTER_PREFIX") {
+        spec.name = format!("{prefix}{}", spec.name).chars().take(6).collect();
+    }
     match Cluster::up_guarded(spec) {
         Ok(guard) => guard,
         Err(e) => panic!("this test needs a virtual cluster and could not build one: {e:#}"),
