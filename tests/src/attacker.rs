@@ -322,18 +322,13 @@ impl Job {
         let times_dir = cluster.scratch_dir().expect("scratch dir").join("times");
         let _ = std::fs::remove_dir_all(&times_dir);
         std::fs::create_dir_all(&times_dir).expect("times dir");
+        // A fresh secret for the job, as a launcher provides one
+        // (`mcd-vcluster run`), or none at all.
         let auth_env: Vec<(String, String)> = match auth {
-            Auth::Off => vec![("MCD_AUTH".into(), "off".into())],
+            Auth::Off => vec![(mcd::auth::AUTH_VAR.into(), "off".into())],
             Auth::On => {
-                let key = cluster.scratch_dir().expect("scratch dir").join("job.key");
-                if !key.exists() {
-                    let mut secret = [0u8; 16];
-                    std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut secret)).expect("random secret");
-                    let mut options = std::fs::OpenOptions::new();
-                    std::os::unix::fs::OpenOptionsExt::mode(options.write(true).create_new(true), 0o600);
-                    options.open(&key).and_then(|mut f| f.write_all(&secret)).expect("writing the job's key file");
-                }
-                vec![("MCD_KEY_FILE".into(), key.display().to_string())]
+                let key = cluster.new_job_key_file().unwrap_or_else(|e| panic!("the job's key file: {e:#}"));
+                vec![(mcd::auth::KEY_FILE_VAR.into(), key.display().to_string())]
             }
         };
         let lines: Arc<(Mutex<Vec<Line>>, Condvar)> = Arc::default();
@@ -343,6 +338,7 @@ impl Job {
             let mut cmd = cluster.command(node, peer);
             cmd.args(["job", algorithm, &count.to_string()])
                 .env("MCD_TEST_TIMES", &times_dir)
+                .env_remove(mcd::auth::KEY_FILE_VAR)
                 .envs(auth_env.iter().cloned())
                 .envs(env(node))
                 .stdin(Stdio::piped())
