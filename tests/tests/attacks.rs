@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use barriers::transport::status;
 use barriers::MsgKind;
-use mcd_integration_tests::attacker::{assert_all_done, Attacker, Auth, Ended, Job};
+use mcd_integration_tests::attacker::{assert_all_done, Attacker, Auth, Captured, Ended, Job};
 use mcd_integration_tests::cluster;
 use mcd_tools::vcluster::{ClusterSpec, Topology};
 
@@ -38,17 +38,19 @@ fn auth_drops(ends: &[Ended]) -> (u64, u64) {
 }
 
 /// Attack 1, early release: while rank 3 computes before barrier 5, the
-/// attacker sends every data frame rank 3 sent in barrier 4 again with the
-/// epoch of barrier 5: rank 3's arrival, forged, so the others complete
-/// barrier 5 without it.
-fn early_release(name: &str, auth: Auth) {
+/// attacker sends every data frame node `forger` sent in barrier 4 again
+/// with the epoch of barrier 5: rank 3's own arrival (forger 3), so the
+/// others complete barrier 5 without it, or node 0's release multicast
+/// (forger 0), so the nodes that wait only for it leave.
+fn early_release(name: &str, auth: Auth, forger: usize) {
     const AT: u32 = 5;
     let c = hub(name, 4);
     let mut attacker = Attacker::plug(&c);
     let job = Job::start(&c, PEER, auth, "tree2", 8, |node| if node == 3 { vec![("MCD_TEST_COMPUTE", format!("{AT}:1500"))] } else { vec![] });
     let computing = job.wait_line(3, &format!("computing {AT}"), EVENT);
-    attacker.wait_for("rank 3's data of the barrier before", EVENT, |f| f.src() == 3 && f.is(MsgKind::Data) && f.seq() == AT - 1);
-    let templates = attacker.seen(|f| f.src() == 3 && f.is(MsgKind::Data) && f.seq() == AT - 1);
+    let of_forger = |f: &Captured| f.src() == forger && f.is(MsgKind::Data) && f.seq() == AT - 1;
+    attacker.wait_for(&format!("node {forger}'s data of the barrier before"), EVENT, of_forger);
+    let templates = attacker.seen(of_forger);
     let forged_at = Instant::now();
     for t in &templates {
         attacker.send(&t.forge().seq(AT));
@@ -66,7 +68,7 @@ fn early_release(name: &str, auth: Auth) {
             let early = timelines[3].barriers[AT as usize].0 - timelines[v.left].barriers[AT as usize].1;
             assert!(early > Duration::from_millis(1000), "node {} left barrier {AT} only {early:?} before rank 3 entered it", v.left);
             eprintln!(
-                "early release, auth off: {} forged frame(s) sent {:?} after rank 3 began computing; node {} left barrier {AT} {:.2} s before rank 3 entered it; {} violation(s) over {checked} barriers",
+                "early release (node {forger}'s messages), auth off: {} forged frame(s) sent {:?} after rank 3 began computing; node {} left barrier {AT} {:.2} s before rank 3 entered it; {} violation(s) over {checked} barriers",
                 templates.len(),
                 forged_at.duration_since(computing.at),
                 v.left,
@@ -80,7 +82,7 @@ fn early_release(name: &str, auth: Auth) {
             assert!(violations.is_empty(), "auth on: {violations:?}");
             let (bad, replayed) = auth_drops(&ends);
             assert!(bad >= templates.len() as u64, "{} forged, {bad} counted with a bad tag:\n{}", templates.len(), show(&ends));
-            eprintln!("early release, auth on: {} forged, {bad} bad tags, {replayed} replays counted; 8 barriers safe", templates.len());
+            eprintln!("early release (node {forger}'s messages), auth on: {} forged, {bad} bad tags, {replayed} replays counted; 8 barriers safe", templates.len());
         }
     }
     drop(attacker);
@@ -92,7 +94,12 @@ fn job_timelines(c: &mcd_tools::vcluster::Cluster) -> Vec<barriers::check::Timel
 
 #[test]
 fn root_early_release_succeeds_with_auth_off() {
-    early_release("aeoff", Auth::Off);
+    early_release("aeoff", Auth::Off, 3);
+}
+
+#[test]
+fn root_forged_release_from_node_0_succeeds_with_auth_off() {
+    early_release("a0off", Auth::Off, 0);
 }
 
 /// Attack 2, a forged failure: while rank 3 computes before barrier 5 (the
@@ -213,7 +220,7 @@ fn injected_allreduce(name: &str, auth: Auth) {
         env
     });
     job.wait_line(3, &format!("computing {AT}"), EVENT);
-    let carries_data = |f: &mcd_integration_tests::attacker::Captured| f.frame().payload().len() > barriers::mcd_wire::PAYLOAD_LEN;
+    let carries_data = |f: &Captured| f.frame().payload().len() > barriers::mcd_wire::PAYLOAD_LEN;
     attacker.wait_for("rank 3's contribution to the allreduce before", EVENT, |f| {
         f.src() == 3 && f.is(MsgKind::Data) && f.seq() == AT - 1 && carries_data(f)
     });
@@ -372,7 +379,12 @@ fn root_stolen_port_succeeds_with_auth_and_announcements_off() {
 
 #[test]
 fn root_early_release_fails_with_auth_on() {
-    early_release("aeon", Auth::On);
+    early_release("aeon", Auth::On, 3);
+}
+
+#[test]
+fn root_forged_release_from_node_0_fails_with_auth_on() {
+    early_release("a0on", Auth::On, 0);
 }
 
 #[test]
