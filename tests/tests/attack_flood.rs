@@ -3,7 +3,7 @@
 //! other test's job shares the machine while it measures.
 //!
 //! A 2-node job on a hub runs 6 phases of 300 barriers; node 1 waits for
-//! the test before each phase, and during phases 1, 3 and 5 the attacker
+//! the test before each phase, and during phases 1, 3 and 5 (every odd one) the attacker
 //! floods node 1 with 100,000 forged frames a second: copies of a barrier
 //! message node 0 sent it, with the epoch moved far away (a frame the
 //! engine would take in and count as stale). Node 1 reports each phase's
@@ -29,8 +29,15 @@ use mcd_tools::vcluster::{ClusterSpec, Topology};
 
 const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
 const EVENT: Duration = Duration::from_secs(60);
-const PHASES: usize = 6;
-const PER_PHASE: usize = 300;
+/// Phases (quiet and flooded in turn) and barriers per phase; a recorded
+/// measurement runs more with MCD_TEST_FLOOD_PHASES and
+/// MCD_TEST_FLOOD_BARRIERS (see bench/results/flood.md).
+fn shape() -> (usize, usize) {
+    let var = |name: &str, default: usize| std::env::var(name).map_or(default, |v| v.parse().unwrap_or_else(|_| panic!("{name}: {v}")));
+    let phases = var("MCD_TEST_FLOOD_PHASES", 6);
+    assert!(phases >= 2 && phases % 2 == 0, "an even number of phases");
+    (phases, var("MCD_TEST_FLOOD_BARRIERS", 300))
+}
 const RATE: u64 = 100_000;
 
 /// Flooding threads: each sends its share of `RATE` (a burst every
@@ -75,10 +82,11 @@ static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn flooded(name: &str, auth: Auth) {
     let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let (phases_n, per_phase) = shape();
     let c = cluster(ClusterSpec::new(name, 2).topology(Topology::Hub));
     let mut attacker = Attacker::plug(&c);
-    let mut job = Job::start(&c, PEER, auth, "dissemination", PER_PHASE, |node| {
-        let mut env = vec![("MCD_TEST_PHASES", PHASES.to_string())];
+    let mut job = Job::start(&c, PEER, auth, "dissemination", per_phase, |node| {
+        let mut env = vec![("MCD_TEST_PHASES", phases_n.to_string())];
         if node == 1 {
             env.push(("MCD_TEST_GATE", "1".to_string()));
         }
@@ -90,7 +98,7 @@ fn flooded(name: &str, auth: Auth) {
     attacker.stop_sniffing();
     let mut phases = Vec::new();
     let (mut flood_sent, mut flood_time) = (0u64, Duration::ZERO);
-    for phase in 0..PHASES {
+    for phase in 0..phases_n {
         job.wait_line(1, &format!("phase {phase} ready"), EVENT);
         let flooding = if phase % 2 == 1 {
             let (stop, sent) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
@@ -121,7 +129,7 @@ fn flooded(name: &str, auth: Auth) {
     let ends = job.finish(EVENT);
     assert_all_done(&ends, &format!("flood, auth {auth:?}"));
     let (violations, checked) = barriers::check::check(&mcd_integration_tests::attacker::timelines(&c.scratch_dir().unwrap().join("times"), 2));
-    assert!(checked == PHASES * PER_PHASE && violations.is_empty(), "{checked} barriers, violations {violations:?}");
+    assert!(checked == phases_n * per_phase && violations.is_empty(), "{checked} barriers, violations {violations:?}");
     let rate = flood_sent as f64 / flood_time.as_secs_f64();
     // A/B: the quiet phases (0, 2, 4) against the flooded ones (1, 3, 5),
     // each side's middle phase.
@@ -167,6 +175,6 @@ fn root_a_flood_of_forged_frames_reaches_the_engine_with_auth_off() {
 }
 
 #[test]
-fn root_a_flood_of_bad_tags_costs_at_most_2x_with_auth_on() {
+fn root_a_flood_of_bad_tags_is_dropped_below_the_engine_and_breaks_nothing_with_auth_on() {
     flooded("aflon", Auth::On);
 }
