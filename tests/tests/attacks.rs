@@ -251,9 +251,11 @@ fn injected_allreduce(name: &str, auth: Auth) {
     }
 }
 
-/// Attack 5, replay keeps a dead node alive: rank 2 crashes (aborts) before
-/// barrier 5; the attacker sends every frame rank 2 sent in barrier 4
-/// again, unchanged, every 100 ms for 3 s. The failure timeout is 1 s.
+/// Attack 5, replay keeps a dead node alive: rank 2 computes 300 ms before
+/// barrier 5 (its progress agent answers the others' probes with its
+/// status) and crashes (aborts); the attacker sends every frame rank 2 sent
+/// in barriers 4 and 5 (its data and its statuses) again, unchanged, every
+/// 100 ms for 3 s. The failure timeout is 1 s.
 fn replayed_keepalive(name: &str, auth: Auth) {
     const AT: u32 = 5;
     const ATTACK: Duration = Duration::from_secs(3);
@@ -262,13 +264,16 @@ fn replayed_keepalive(name: &str, auth: Auth) {
     let job = Job::start(&c, PEER, auth, "dissemination", 8, |node| {
         let mut env = vec![("MCD_TEST_FAILURE_MS", "1000".to_string())];
         if node == 2 {
+            env.push(("MCD_TEST_COMPUTE", format!("{AT}:300")));
             env.push(("MCD_TEST_CRASH_AT", AT.to_string()));
         }
         env
     });
     let crash = job.wait_line(2, &format!("crashing {AT}"), EVENT);
-    attacker.wait_for("rank 2's frames of its last barrier", EVENT, |f| f.src() == 2 && f.seq() == AT - 1);
-    let captured = attacker.seen(|f| f.src() == 2 && f.seq() == AT - 1);
+    let last = |f: &Captured| f.src() == 2 && (f.seq() == AT - 1 || f.seq() == AT);
+    attacker.wait_for("rank 2's status", EVENT, |f| last(f) && f.is(MsgKind::Status));
+    let captured = attacker.seen(last);
+    let statuses = captured.iter().filter(|f| f.is(MsgKind::Status)).count();
     let mut rounds = Vec::new();
     while crash.at.elapsed() < ATTACK {
         for f in &captured {
@@ -291,7 +296,7 @@ fn replayed_keepalive(name: &str, auth: Auth) {
         Auth::Off => {
             assert!(detected >= ATTACK, "auth off: the crash was detected after {detected:?}, within the {ATTACK:?} of replays");
             eprintln!(
-                "replayed keepalive, auth off: {} frame(s) of the dead rank replayed {rounds} times; crash detected after {:.2} s (failure timeout 1 s)",
+                "replayed keepalive, auth off: {} frame(s) of the dead rank ({statuses} statuses) replayed {rounds} times; crash detected after {:.2} s (failure timeout 1 s)",
                 captured.len(),
                 detected.as_secs_f64()
             );

@@ -37,7 +37,7 @@
 //!   MCD_TEST_HOLD=1: print `holding` and read a line from stdin before
 //!   creating the barrier; MCD_TEST_COMPUTE=K:MS: print `computing K`, then
 //!   compute MS ms before call K; MCD_TEST_CRASH_AT=K: print `crashing K`
-//!   and abort before call K; MCD_TEST_TIMES=DIR: write each call's entry
+//!   and abort before call K (after computing, if both); MCD_TEST_TIMES=DIR: write each call's entry
 //!   and exit (CLOCK_MONOTONIC µs) to DIR/rank<N>; MCD_TEST_PHASES=P: run
 //!   P phases of COUNT calls, and when MCD_TEST_GATE=1, print `phase p
 //!   ready` and read a line from stdin before each, and `phase p median M
@@ -234,16 +234,16 @@ fn job(endpoint: mcd::Endpoint) {
         }
         let mut took = Vec::with_capacity(count as usize);
         for _ in 0..count {
-            if crash_at == Some(k) {
-                println!("crashing {k}");
-                std::process::abort();
-            }
             if let Some((_, ms)) = compute.filter(|&(at, _)| at == k) {
                 println!("computing {k}");
                 let until = std::time::Instant::now() + Duration::from_millis(ms);
                 while std::time::Instant::now() < until {
                     std::thread::sleep(Duration::from_millis(1));
                 }
+            }
+            if crash_at == Some(k) {
+                println!("crashing {k}");
+                std::process::abort();
             }
             let entered = mcd::host::monotonic_clock();
             let mut value = [node as u64 + 1];
