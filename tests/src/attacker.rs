@@ -192,14 +192,24 @@ impl Attacker {
     /// Waits until a frame satisfying `pred` has been seen (the first
     /// such); panics naming `what` after `timeout`.
     pub fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&Captured) -> bool) -> Captured {
+        self.try_wait_for(timeout, pred).unwrap_or_else(|| {
+            panic!("the attacker never saw {what} within {timeout:?} ({} mcd frames seen)", self.sniffed.frames.lock().unwrap().len())
+        })
+    }
+
+    /// Waits until a frame satisfying `pred` has been seen (the first
+    /// such), for at most `timeout`.
+    pub fn try_wait_for(&self, timeout: Duration, pred: impl Fn(&Captured) -> bool) -> Option<Captured> {
         let deadline = Instant::now() + timeout;
         let mut frames = self.sniffed.frames.lock().unwrap();
         loop {
             if let Some(c) = frames.iter().find(|c| pred(c)) {
-                return c.clone();
+                return Some(c.clone());
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "the attacker never saw {what} within {timeout:?} ({} mcd frames seen)", frames.len());
+            if left.is_zero() {
+                return None;
+            }
             frames = self.sniffed.grew.wait_timeout(frames, left).unwrap().0;
         }
     }

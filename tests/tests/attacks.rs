@@ -313,10 +313,12 @@ fn replayed_keepalive(name: &str, auth: Auth) {
     }
 }
 
-/// Attack 7, a stolen switch port: on a learning switch, before the job
-/// starts, the attacker sends one frame with node 0's source MAC, so the
-/// switch sends node 0's traffic (the other nodes' join requests) to the
-/// attacker's port. The join timeout is 3 s. No tag stops this: what brings
+/// Attack 7, a stolen switch port: on a learning switch, as the job starts,
+/// the attacker sends a frame with node 0's source MAC, so the switch sends
+/// node 0's traffic (the other nodes' join requests) to the attacker's
+/// port; it sends one again every 50 ms until a join request for node 0
+/// has come to it (the theft worked: node 0 may have announced itself
+/// before any was sent), then stops. The join timeout is 3 s. No tag stops this: what brings
 /// the port back is a waiting endpoint's announcement of its MAC
 /// (`EndpointConfig::announce_every`, on whether or not frames are
 /// authenticated), so the undefended half runs as mcd did before, with
@@ -329,7 +331,8 @@ fn stolen_port(name: &str, auth: Auth) {
     steal[..6].copy_from_slice(&mcd::MacAddr::BROADCAST.0);
     steal[6..12].copy_from_slice(&mac0.0);
     steal[12..14].copy_from_slice(&mcd::wire::DEFAULT_ETHERTYPE.to_be_bytes());
-    attacker.send(&mcd_integration_tests::attacker::Forgery(steal));
+    let steal = mcd_integration_tests::attacker::Forgery(steal);
+    attacker.send(&steal);
     let job = Job::start(&c, PEER, auth, "tree2", 3, |_| {
         let mut env = vec![("MCD_TEST_JOIN_MS", "3000".to_string())];
         if auth == Auth::Off {
@@ -337,7 +340,16 @@ fn stolen_port(name: &str, auth: Auth) {
         }
         env
     });
-    let stolen = attacker.wait_for("a join request sent to node 0", EVENT, |f| f.is(MsgKind::Join) && f.frame().dst_mac() == mac0);
+    let started = Instant::now();
+    let diverted_join = |f: &Captured| f.is(MsgKind::Join) && f.frame().dst_mac() == mac0;
+    let stolen = loop {
+        if let Some(f) = attacker.try_wait_for(Duration::from_millis(50), diverted_join) {
+            break f;
+        }
+        assert!(started.elapsed() < EVENT, "no join request for node 0 ever came to the attacker");
+        attacker.send(&steal);
+    };
+    let steals = attacker.sent;
     let ends = job.finish(EVENT);
     let diverted = attacker.seen(|f| f.frame().dst_mac() == mac0).len();
     match auth {
@@ -346,13 +358,13 @@ fn stolen_port(name: &str, auth: Auth) {
                 assert_eq!(e.code, Some(4), "node {n}: creation must fail:\n{}", show(&ends));
                 assert!(e.error().is_some_and(|t| t.contains("did not join")), "node {n}: {:?}", e.error());
             }
-            eprintln!("stolen port, auth off: 1 frame with node 0's MAC; {diverted} frames for node 0 came to the attacker (first from node {}); every node's creation failed after the 3 s join timeout", stolen.src());
+            eprintln!("stolen port, auth off: {steals} frame(s) with node 0's MAC; {diverted} frames for node 0 came to the attacker (first from node {}); every node's creation failed after the 3 s join timeout", stolen.src());
         }
         Auth::On => {
             assert_all_done(&ends, "stolen port, auth on");
             let announced = ends[0].stat("announced");
             assert!(announced >= 1, "node 0 never announced itself: {}", show(&ends));
-            eprintln!("stolen port, auth on: {diverted} frames for node 0 came to the attacker before node 0 took its port back ({announced} announcements); every node joined and completed");
+            eprintln!("stolen port, auth on: {steals} frame(s) with node 0's MAC; {diverted} frames for node 0 came to the attacker (first from node {}) before node 0 took its port back ({announced} announcements); every node joined and completed", stolen.src());
         }
     }
 }
