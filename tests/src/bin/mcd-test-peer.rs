@@ -222,7 +222,10 @@ fn job(endpoint: mcd::Endpoint) {
         .map(|dir| std::fs::File::create(std::path::Path::new(&dir).join(format!("rank{node}"))).expect("times file"))
         .map(std::io::BufWriter::new);
     let report = |barrier: &mut barriers::Barrier<barriers::McdTransport>| {
-        println!("stats: {:?}", barrier.with_transport(|t| t.endpoint().stats()));
+        match barrier.with_transport(|t| t.endpoint().stats()) {
+            Ok(stats) => println!("stats: {stats:?}"),
+            Err(e) => println!("stats: unreadable: {e}"),
+        }
         println!("barrier stats: {:?}", barrier.stats());
     };
     let mut k = 0u64;
