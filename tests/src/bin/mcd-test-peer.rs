@@ -38,7 +38,7 @@
 //!   creating the barrier; MCD_TEST_COMPUTE=K:MS: print `computing K`, then
 //!   compute MS ms before call K; MCD_TEST_CRASH_AT=K: print `crashing K`
 //!   and abort before call K (after computing, if both); MCD_TEST_TIMES=DIR: write each call's entry
-//!   and exit (CLOCK_MONOTONIC µs) to DIR/rank<N>; MCD_TEST_PHASES=P: run
+//!   and exit (CLOCK_MONOTONIC µs) to `DIR/rank<N>`; MCD_TEST_PHASES=P: run
 //!   P phases of COUNT calls, and when MCD_TEST_GATE=1, print `phase p
 //!   ready` and read a line from stdin before each, and `phase p median M
 //!   p90 Q p99 R mean A max X` (µs per call, the phase's first call left
