@@ -251,6 +251,63 @@ fn injected_allreduce(name: &str, auth: Auth) {
     }
 }
 
+/// Attack 4b, broadcast injection: while node 0, the root, computes before
+/// broadcast 5 (it broadcasts 100 + k in call k), once every other node has
+/// entered broadcast 5 (each tells the root so), the attacker sends node
+/// 0's data of broadcast 4 again as its data of broadcast 5, with the value
+/// 1000000.
+fn injected_bcast(name: &str, auth: Auth) {
+    const AT: u32 = 5;
+    let c = hub(name, 4);
+    let mut attacker = Attacker::plug(&c);
+    let job = Job::start(&c, PEER, auth, "tree2", 8, |node| {
+        let mut env = vec![("MCD_TEST_OP", "bcast".to_string())];
+        if node == 0 {
+            env.push(("MCD_TEST_COMPUTE", format!("{AT}:1500")));
+        }
+        env
+    });
+    job.wait_line(0, &format!("computing {AT}"), EVENT);
+    // Each non-root tells the root as it enters broadcast 5: forge once all are in.
+    for node in 1..4 {
+        attacker.wait_for(&format!("node {node}'s entry into broadcast {AT}"), EVENT, |f| f.src() == node && f.seq() == AT && f.is(MsgKind::Data));
+    }
+    // The root's data: the message, a contribution header and one u64.
+    let with_value = barriers::mcd_wire::PAYLOAD_LEN + barriers::collective::wire::HEADER_LEN + 8;
+    let root_data = |f: &Captured| f.src() == 0 && f.is(MsgKind::Data) && f.seq() == AT - 1 && f.frame().payload().len() == with_value;
+    attacker.wait_for("the root's data of the broadcast before", EVENT, root_data);
+    let templates = attacker.seen(root_data);
+    for t in &templates {
+        attacker.send(&t.forge().seq(AT).data_at(barriers::collective::wire::HEADER_LEN, &1_000_000u64.to_le_bytes()));
+    }
+    let ends = job.finish(EVENT);
+    let results: Vec<Option<&str>> = ends.iter().map(|e| e.line(&format!("bcast {AT} "))).collect();
+    match auth {
+        Auth::Off => {
+            assert_all_done(&ends, "broadcast injection, auth off: no error anywhere");
+            assert!(results[1..].iter().all(|r| *r == Some("1000000")), "auth off: broadcast {AT} gave {results:?}\n{}", show(&ends));
+            let fooled = 3;
+            let codes: Vec<Option<i32>> = ends.iter().map(|e| e.code).collect();
+            eprintln!(
+                "broadcast injection, auth off: {} forged frame(s); {fooled} of 3 non-roots got 1000000 instead of {} (results {results:?}, exit codes {codes:?})",
+                templates.len(),
+                100 + AT
+            );
+        }
+        Auth::On => {
+            assert_all_done(&ends, "broadcast injection, auth on");
+            for (node, e) in ends.iter().enumerate() {
+                for k in 0..8 {
+                    assert_eq!(e.line(&format!("bcast {k} ")), Some((100 + k).to_string().as_str()), "node {node}, broadcast {k}");
+                }
+            }
+            let (bad, replayed) = auth_drops(&ends);
+            assert!(bad >= templates.len() as u64, "{} forged, {bad} bad tags:\n{}", templates.len(), show(&ends));
+            eprintln!("broadcast injection, auth on: every node got 100 + k in all 8 broadcasts; {bad} bad tags, {replayed} replays counted");
+        }
+    }
+}
+
 /// Attack 5, replay keeps a dead node alive: rank 2 computes 300 ms before
 /// barrier 5 (its progress agent answers the others' probes with its
 /// status) and crashes (aborts); the attacker sends every frame rank 2 sent
@@ -427,4 +484,14 @@ fn root_replayed_keepalive_fails_with_auth_on() {
 #[test]
 fn root_stolen_port_comes_back_with_auth_on() {
     stolen_port("ason", Auth::On);
+}
+
+#[test]
+fn root_broadcast_injection_succeeds_with_auth_off() {
+    injected_bcast("aboff", Auth::Off);
+}
+
+#[test]
+fn root_broadcast_injection_fails_with_auth_on() {
+    injected_bcast("abon", Auth::On);
 }

@@ -28,9 +28,10 @@
 //!   MCD_TEST_CRASH_RANKS (commas) abort before barrier K.
 //! - `job ALGORITHM COUNT`: a job as the attack tests watch it: create the
 //!   barrier (print `node N joined instance I` in hex, or `error: ...` and
-//!   exit 4), run COUNT calls (barriers, or with MCD_TEST_OP=allreduce
+//!   exit 4), run COUNT calls (barriers; or with MCD_TEST_OP=allreduce
 //!   allreduces of one u64, rank + 1, summed, each result printed as
-//!   `allreduce K V`), then finish and print `done`, or `error: ...` and exit
+//!   `allreduce K V`; or with MCD_TEST_OP=bcast broadcasts of one u64 from
+//!   node 0, 100 + K in call K, each printed as `bcast K V`), then finish and print `done`, or `error: ...` and exit
 //!   3. Before exiting either way it prints `stats: S` (the endpoint's
 //!   `Stats`) and `barrier stats: B`. Settings: MCD_TEST_FAILURE_MS and
 //!   MCD_TEST_JOIN_MS (the failure and join timeouts, default 10 and 30 s);
@@ -189,7 +190,8 @@ fn job(endpoint: mcd::Endpoint) {
     let arg = |i: usize| std::env::args().nth(i).unwrap_or_default();
     let algorithm: barriers::Algorithm = arg(2).parse().unwrap_or_else(|e| panic!("{e}"));
     let count: u64 = arg(3).parse().expect("COUNT");
-    let allreduce = std::env::var("MCD_TEST_OP").is_ok_and(|op| op == "allreduce");
+    let op = std::env::var("MCD_TEST_OP").unwrap_or_default();
+    let (allreduce, bcast) = (op == "allreduce", op == "bcast");
     let failure = Duration::from_millis(env_num("MCD_TEST_FAILURE_MS").unwrap_or(10_000));
     let mut config = barriers::BarrierConfig::new(algorithm).timeouts(Duration::from_micros(250), failure);
     config.join_timeout = Duration::from_millis(env_num("MCD_TEST_JOIN_MS").unwrap_or(30_000));
@@ -249,15 +251,21 @@ fn job(endpoint: mcd::Endpoint) {
                 std::process::abort();
             }
             let entered = mcd::host::monotonic_clock();
-            let mut value = [node as u64 + 1];
-            result = if allreduce { barrier.allreduce(&mut value, barriers::Op::Sum) } else { barrier.wait() };
+            let mut value = [if bcast { if node == 0 { 100 + k } else { 0 } } else { node as u64 + 1 }];
+            result = if allreduce {
+                barrier.allreduce(&mut value, barriers::Op::Sum)
+            } else if bcast {
+                barrier.bcast(&mut value, 0)
+            } else {
+                barrier.wait()
+            };
             let left = mcd::host::monotonic_clock();
             if let Err(e) = &result {
                 println!("error: {e}");
                 break 'phases;
             }
-            if allreduce {
-                println!("allreduce {k} {}", value[0]);
+            if allreduce || bcast {
+                println!("{op} {k} {}", value[0]);
             }
             if let Some(f) = &mut times {
                 let us = |d: Duration| d.as_secs_f64() * 1e6;
