@@ -37,8 +37,16 @@ fn auth_drops(ends: &[Ended]) -> (u64, u64) {
     (ends.iter().map(|e| e.stat("bad_tag")).sum(), ends.iter().map(|e| e.stat("replayed")).sum())
 }
 
-/// Attack 1, early release: while rank 3 computes before barrier 5, the
-/// attacker sends every data frame node `forger` sent in barrier 4 again
+/// Waits until each of `nodes` has sent a frame of epoch `epoch` (its
+/// arrival, or a NACK for what it misses there): each is inside that call.
+fn wait_inside(attacker: &Attacker, nodes: &[usize], epoch: u32) {
+    for &node in nodes {
+        attacker.wait_for(&format!("node {node} inside call {epoch}"), EVENT, |f| f.src() == node && f.seq() == epoch);
+    }
+}
+
+/// Attack 1, early release: while rank 3 computes before barrier 5, once
+/// the other nodes are inside it, the attacker sends every data frame node `forger` sent in barrier 4 again
 /// with the epoch of barrier 5: rank 3's own arrival (forger 3), so the
 /// others complete barrier 5 without it, or node 0's release multicast
 /// (forger 0), so the nodes that wait only for it leave.
@@ -48,6 +56,7 @@ fn early_release(name: &str, auth: Auth, forger: usize) {
     let mut attacker = Attacker::plug(&c);
     let job = Job::start(&c, PEER, auth, "tree2", 8, |node| if node == 3 { vec![("MCD_TEST_COMPUTE", format!("{AT}:1500"))] } else { vec![] });
     let computing = job.wait_line(3, &format!("computing {AT}"), EVENT);
+    wait_inside(&attacker, &[0, 1, 2], AT);
     let of_forger = |f: &Captured| f.src() == forger && f.is(MsgKind::Data) && f.seq() == AT - 1;
     attacker.wait_for(&format!("node {forger}'s data of the barrier before"), EVENT, of_forger);
     let templates = attacker.seen(of_forger);
@@ -120,6 +129,8 @@ fn forged_failure(name: &str, auth: Auth) {
     });
     let computing = job.wait_line(3, &format!("computing {AT}"), EVENT);
     let template = attacker.wait_for("node 1's data of the barrier before", EVENT, |f| f.src() == 1 && f.is(MsgKind::Data) && f.seq() == AT - 1);
+    // A report counts only in a call under way.
+    wait_inside(&attacker, &[0, 1, 2], AT);
     let forged = template.forge().to_all().msg(|m| {
         m.kind = MsgKind::Status;
         m.epoch = AT;
@@ -205,9 +216,9 @@ fn forged_join(name: &str, auth: Auth) {
 }
 
 /// Attack 4, allreduce injection: while rank 3 computes before allreduce 5
-/// (every rank contributes rank + 1: the sum is 10), the attacker sends
-/// rank 3's contribution of allreduce 4 again as its contribution to
-/// allreduce 5, with the value 1000000 in place of 4.
+/// (every rank contributes rank + 1: the sum is 10), once the others are
+/// inside it, the attacker sends rank 3's contribution of allreduce 4 again
+/// as its contribution to allreduce 5, with the value 1000000 in place of 4.
 fn injected_allreduce(name: &str, auth: Auth) {
     const AT: u32 = 5;
     let c = hub(name, 4);
@@ -220,6 +231,7 @@ fn injected_allreduce(name: &str, auth: Auth) {
         env
     });
     job.wait_line(3, &format!("computing {AT}"), EVENT);
+    wait_inside(&attacker, &[0, 1, 2], AT);
     let carries_data = |f: &Captured| f.frame().payload().len() > barriers::mcd_wire::PAYLOAD_LEN;
     attacker.wait_for("rank 3's contribution to the allreduce before", EVENT, |f| {
         f.src() == 3 && f.is(MsgKind::Data) && f.seq() == AT - 1 && carries_data(f)
@@ -269,9 +281,7 @@ fn injected_bcast(name: &str, auth: Auth) {
     });
     job.wait_line(0, &format!("computing {AT}"), EVENT);
     // Each non-root tells the root as it enters broadcast 5: forge once all are in.
-    for node in 1..4 {
-        attacker.wait_for(&format!("node {node}'s entry into broadcast {AT}"), EVENT, |f| f.src() == node && f.seq() == AT && f.is(MsgKind::Data));
-    }
+    wait_inside(&attacker, &[1, 2, 3], AT);
     // The root's data: the message, a contribution header and one u64.
     let with_value = barriers::mcd_wire::PAYLOAD_LEN + barriers::collective::wire::HEADER_LEN + 8;
     let root_data = |f: &Captured| f.src() == 0 && f.is(MsgKind::Data) && f.seq() == AT - 1 && f.frame().payload().len() == with_value;
