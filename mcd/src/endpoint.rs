@@ -680,19 +680,29 @@ impl Endpoint {
         }
     }
 
-    /// Announces this endpoint's MAC if it has sent nothing since the last
-    /// check, [`EndpointConfig::announce_every`] ago (a receive that waits
-    /// calls this; one clock comparison when nothing is due).
-    fn announce_if_silent(&mut self, now: Instant) -> Result<()> {
-        let Some(every) = self.announce_every else { return Ok(()) };
+    /// Announces this endpoint's MAC ([`announce`](Self::announce)) if it
+    /// has sent nothing since the last check, at least
+    /// [`EndpointConfig::announce_every`] ago; returns whether it did.
+    /// [`recv`](Self::recv) calls this while it waits (one clock comparison
+    /// when nothing is due); code that waits for this endpoint's frames
+    /// elsewhere (on a [`Readiness`]) should call it when it wakes, and wake
+    /// at least every [`announce_every`](Self::announce_every).
+    pub fn announce_if_silent(&mut self, now: Instant) -> Result<bool> {
+        let Some(every) = self.announce_every else { return Ok(false) };
         if now.saturating_duration_since(self.announced.at) < every {
-            return Ok(());
+            return Ok(false);
         }
-        if self.stats.sent == self.announced.sent {
+        let silent = self.stats.sent == self.announced.sent;
+        if silent {
             self.announce()?;
         }
         self.announced = Announced { at: now, sent: self.stats.sent };
-        Ok(())
+        Ok(silent)
+    }
+
+    /// How long a waiting endpoint stays silent before announcing (`None`: never).
+    pub fn announce_every(&self) -> Option<Duration> {
+        self.announce_every
     }
 
     /// Sends, on every rail, a frame from this endpoint to itself (kind
