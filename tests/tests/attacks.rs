@@ -206,6 +206,8 @@ fn forged_join(name: &str, auth: Auth) {
             job.go(3);
             let ends = job.finish(EVENT);
             assert_all_done(&ends, "forged join, auth on");
+            let (violations, checked) = barriers::check::check(&job_timelines(&c));
+            assert!(checked == 3 && violations.is_empty(), "{checked} barriers, {violations:?}");
             let instances: Vec<&str> = ends.iter().enumerate().map(|(n, e)| e.line(&format!("node {n} joined instance ")).expect("joined")).collect();
             assert!(instances.iter().all(|i| *i == instances[0] && *i != format!("{FAKE:#x}")), "{instances:?}");
             let (bad, replayed) = auth_drops(&ends);
@@ -429,6 +431,8 @@ fn stolen_port(name: &str, auth: Auth) {
         }
         Auth::On => {
             assert_all_done(&ends, "stolen port, auth on");
+            let (violations, checked) = barriers::check::check(&job_timelines(&c));
+            assert!(checked == 3 && violations.is_empty(), "{checked} barriers, {violations:?}");
             let announced = ends[0].stat("announced");
             assert!(announced >= 1, "node 0 never announced itself: {}", show(&ends));
             eprintln!("stolen port, auth on: {steals} frame(s) with node 0's MAC; {diverted} frames for node 0 came to the attacker (first from node {}) before node 0 took its port back ({announced} announcements); every node joined and completed", stolen.src());
