@@ -1524,6 +1524,22 @@ mod tests {
             assert!(CStr::from_ptr(mcd_last_error()).to_str().unwrap().contains("give both"));
             assert_eq!(mcd_finalize(std::ptr::null_mut()), MCD_OK);
         }
+        // SAFETY: as above; `secret` has MCD_SECRET_LEN bytes.
+        unsafe {
+            let mut params = std::mem::zeroed::<mcd_params>();
+            mcd_params_default(&mut params);
+            assert_eq!((params.auth, params.secret), (MCD_AUTH_ENV, [0; MCD_SECRET_LEN]));
+            params.rank = 0;
+            params.size = 2;
+            params.auth = 7;
+            let mut job = std::ptr::null_mut();
+            assert_eq!(mcd_init(&params, &mut job), MCD_ERR_CONFIG);
+            assert!(CStr::from_ptr(mcd_last_error()).to_str().unwrap().contains("auth 7 is none of MCD_AUTH_ENV"));
+            let (mut a, mut b) = ([0u8; MCD_SECRET_LEN], [0u8; MCD_SECRET_LEN]);
+            assert_eq!((mcd_secret_generate(a.as_mut_ptr()), mcd_secret_generate(b.as_mut_ptr())), (MCD_OK, MCD_OK));
+            assert_ne!(a, b, "fresh secrets differ");
+            assert_eq!(mcd_secret_generate(std::ptr::null_mut()), MCD_ERR_ARGUMENT);
+        }
         let panicked = guarded(|| panic!("boom"));
         assert_eq!(panicked, MCD_ERR_INTERNAL);
         // SAFETY: mcd_last_error returns a valid C string.
