@@ -51,7 +51,7 @@ pub struct EndpointConfig {
     /// Authentication: the job's secret, or explicitly off. [`Auth::Unset`]
     /// (the default of [`EndpointConfig::new`]) makes
     /// [`Endpoint::open`](crate::Endpoint::open) fail with
-    /// [`Error::NoSecret`](crate::Error::NoSecret).
+    /// [`Error::NoSecret`].
     pub auth: Auth,
     /// While a receive waits with nothing sent for this long, the endpoint
     /// announces its MAC to the switch (a frame to itself) so that a port
