@@ -42,11 +42,12 @@
  * types int, long, long long, unsigned, unsigned long, unsigned long long,
  * the fixed-width (u)int32/64_t, float and double, the operations MPI_SUM,
  * MPI_MIN, MPI_MAX, MPI_PROD, MPI_BAND, MPI_BOR and MPI_BXOR (bitwise ones on
- * integers), MPI_IN_PLACE included; MPI_Bcast for any predefined type. Up to
+ * integers), MPI_IN_PLACE included; MPI_Bcast for any type. Up to
  * MCD_MPI_MAX_BYTES bytes (default 65536) per call. Everything else (other
- * communicators, types or operations, larger data) goes to PMPI. Every
- * condition is one MPI makes the same on every rank, so all ranks decide
- * alike.
+ * communicators, operations, larger data, reductions whose type signature
+ * mixes basic types) goes to PMPI. Every condition is one MPI makes the
+ * same on every rank (the type signature, not the datatype handle: see
+ * "Type signatures" below), so all ranks decide alike.
  *
  * MPI_Ibarrier is not interposed: an MPI request completed by mcd would need
  * MPI to drive mcd's progress inside MPI_Wait/MPI_Test, which the PMPI
@@ -262,7 +263,9 @@ static void start_mcd(void) {
  * constants, hence no switch.) */
 static int dtype_of(MPI_Datatype t) {
     if (t == MPI_INT32_T || (t == MPI_INT && sizeof(int) == 4)) return MCD_INT32;
-    if (t == MPI_INT64_T || t == MPI_LONG_LONG || t == MPI_LONG_LONG_INT || (t == MPI_LONG && sizeof(long) == 8)) return MCD_INT64;
+    if (t == MPI_INT64_T || t == MPI_LONG_LONG || t == MPI_LONG_LONG_INT || (t == MPI_LONG && sizeof(long) == 8) ||
+        (t == MPI_AINT && sizeof(MPI_Aint) == 8) || (t == MPI_OFFSET && sizeof(MPI_Offset) == 8) || (t == MPI_COUNT && sizeof(MPI_Count) == 8))
+        return MCD_INT64;
     if (t == MPI_UINT32_T || (t == MPI_UNSIGNED && sizeof(unsigned) == 4)) return MCD_UINT32;
     if (t == MPI_UINT64_T || t == MPI_UNSIGNED_LONG_LONG || (t == MPI_UNSIGNED_LONG && sizeof(unsigned long) == 8)) return MCD_UINT64;
     if (t == MPI_FLOAT) return MCD_FLOAT;
@@ -283,24 +286,158 @@ static int op_of(MPI_Op op, int dtype) {
     return -1;
 }
 
+/* Type signatures. MPI makes only the type *signature* (the sequence of
+ * basic types) and so the byte count the same on every rank of a
+ * collective, not the datatype handle: one rank may broadcast 2 x
+ * contiguous(3, MPI_INT) while the others receive 6 x MPI_INT. So every
+ * choice below is a function of the signature alone:
+ *   - the bytes: count x MPI_Type_size;
+ *   - the one mcd type all the signature's basic types map to (for
+ *     reductions), found by walking the type's constructors
+ *     (MPI_Type_get_envelope / _get_contents); a predefined pair type
+ *     (MPI_DOUBLE_INT...) or a mix of types has none.
+ * How the bytes are read and written is each rank's own business: a
+ * predefined type without gaps (size = extent) is its bytes; any other
+ * (the pair types with gaps, every derived type) is packed into its
+ * signature's bytes with PMPI_Pack and unpacked with PMPI_Unpack, never
+ * copied as if contiguous. */
+enum { SIG_EMPTY = -2, SIG_MIXED = -1 };
+
+/* The mcd type every basic type of `t`'s signature maps to, SIG_EMPTY for
+ * an empty signature, or SIG_MIXED. */
+static int signature_dtype(MPI_Datatype t, int depth) {
+    int size = 0;
+    PMPI_Type_size(t, &size);
+    if (size == 0) return SIG_EMPTY;
+    int ni = 0, na = 0, nt = 0, combiner = MPI_COMBINER_NAMED;
+    PMPI_Type_get_envelope(t, &ni, &na, &nt, &combiner);
+    if (combiner == MPI_COMBINER_NAMED) {
+        int d = dtype_of(t);
+        return d < 0 ? SIG_MIXED : d;
+    }
+    if (depth > 32 || nt < 1) return SIG_MIXED;
+    int *ints = malloc(sizeof(int) * (ni + 1));
+    MPI_Aint *addrs = malloc(sizeof(MPI_Aint) * (na + 1));
+    MPI_Datatype *types = malloc(sizeof(MPI_Datatype) * nt);
+    PMPI_Type_get_contents(t, ni, na, nt, ints, addrs, types);
+    int found = SIG_EMPTY;
+    for (int i = 0; i < nt; i++) {
+        int d = signature_dtype(types[i], depth + 1);
+        /* A struct's block of length 0 adds nothing to the signature. */
+        if (combiner == MPI_COMBINER_STRUCT && ints[1 + i] == 0) d = SIG_EMPTY;
+        if (d == SIG_MIXED || (found >= 0 && d >= 0 && d != found)) found = SIG_MIXED;
+        else if (found == SIG_EMPTY) found = d;
+        int inner = 0, x, y, z;
+        PMPI_Type_get_envelope(types[i], &x, &y, &z, &inner);
+        if (inner != MPI_COMBINER_NAMED) PMPI_Type_free(&types[i]);
+    }
+    free(ints);
+    free(addrs);
+    free(types);
+    return found;
+}
+
+/* Whether `t`'s memory is its signature's bytes: a predefined type without
+ * gaps (the pair types whose extent exceeds their size are not). */
+static int plain(MPI_Datatype t) {
+    int ni, na, nt, combiner = -1, size = 0;
+    PMPI_Type_get_envelope(t, &ni, &na, &nt, &combiner);
+    if (combiner != MPI_COMBINER_NAMED) return 0;
+    MPI_Aint lb = 0, extent = 0;
+    PMPI_Type_size(t, &size);
+    PMPI_Type_get_extent(t, &lb, &extent);
+    return lb == 0 && extent == size;
+}
+
+/* Whether PMPI_Pack writes a signature's bytes back to back (as both MPIs
+ * do on one machine's ranks): checked once on a pair type with a gap, so
+ * that a packed type meets another rank's plain one byte for byte. The
+ * same library on every rank gives the same answer on every rank. */
+static int packs_plainly(void) {
+    static int known = -1;
+    if (known < 0) {
+        struct { short s; int i; } v = {0x0102, 0x03040506};
+        char packed[64], want[sizeof(short) + sizeof(int)];
+        int position = 0, size = 0;
+        PMPI_Type_size(MPI_SHORT_INT, &size);
+        memcpy(want, &v.s, sizeof v.s);
+        memcpy(want + sizeof v.s, &v.i, sizeof v.i);
+        int ok = PMPI_Pack(&v, 1, MPI_SHORT_INT, packed, sizeof packed, &position, MPI_COMM_WORLD) == MPI_SUCCESS;
+        known = ok && position == (int)sizeof want && size == (int)sizeof want && !memcmp(packed, want, sizeof want);
+    }
+    return known;
+}
+
+/* The bytes of `count` elements of `t` (its signature's), or -1 if they
+ * overflow. */
+static long long bytes_of(int count, MPI_Datatype t) {
+    int size = 0;
+    if (count < 0 || PMPI_Type_size(t, &size) != MPI_SUCCESS || size < 0) return -1;
+    return (long long)count * size;
+}
+
+/* A collective's data as mcd sees it: `bytes` bytes, at `buf` itself or
+ * packed into `packed` (malloc'd; NULL for a plain type). */
+static int pack_in(const void *buf, int count, MPI_Datatype t, long long bytes, char **packed) {
+    *packed = NULL;
+    if (plain(t)) return 1;
+    *packed = malloc(bytes ? bytes : 1);
+    int position = 0;
+    if (PMPI_Pack(buf, count, t, *packed, (int)bytes, &position, MPI_COMM_WORLD) != MPI_SUCCESS || position != bytes) {
+        fprintf(stderr, "mcd-mpi: packing %d elements of a datatype gave %d bytes, not %lld\n", count, position, bytes);
+        return 0;
+    }
+    return 1;
+}
+
+static void unpack_out(const char *packed, long long bytes, void *buf, int count, MPI_Datatype t) {
+    int position = 0;
+    PMPI_Unpack(packed, (int)bytes, &position, buf, count, t, MPI_COMM_WORLD);
+}
+
 /* Whether mcd takes a reduction of `count` elements of `t` with `op` on
- * `comm`; if so, its mcd type and operation. */
-static int reducible(MPI_Comm comm, int count, MPI_Datatype t, MPI_Op op, int *dtype, int *mop) {
-    if (!active || comm != MPI_COMM_WORLD || count < 0) return 0;
-    *dtype = dtype_of(t);
+ * `comm` (a function of the signature, the byte count and the operation,
+ * which MPI makes the same on every rank); if so, its bytes, its mcd type
+ * and operation. */
+static int reducible(MPI_Comm comm, int count, MPI_Datatype t, MPI_Op op, long long *bytes, int *dtype, int *mop) {
+    if (!active || comm != MPI_COMM_WORLD) return 0;
+    *bytes = bytes_of(count, t);
+    if (*bytes < 0 || *bytes > max_bytes) return 0;
+    *dtype = signature_dtype(t, 0);
+    if (*bytes == 0) *dtype = MCD_INT64; /* no data: any type the operation applies to */
     if (*dtype < 0) return 0;
     *mop = op_of(op, *dtype);
     if (*mop < 0) return 0;
-    int size = 0;
-    PMPI_Type_size(t, &size);
-    return (long long)count * size <= max_bytes;
+    return plain(t) || packs_plainly();
+}
+
+static const size_t mcd_sizes[] = {0, 4, 8, 4, 8, 4, 8}; /* by MCD_INT32 ... MCD_DOUBLE */
+
+/* mcd's allreduce (root < 0) or reduce of `count` elements of `t`:
+ * packed when `t` is not plain. */
+static int reduce_via_mcd(const void *sendbuf, void *recvbuf, int count, MPI_Datatype t, long long bytes, int dtype, int mop, int root) {
+    int rank = mcd_rank(job), result_here = root < 0 || root == rank;
+    int in_place = sendbuf == MPI_IN_PLACE;
+    size_t n = (size_t)bytes / mcd_sizes[dtype];
+    if (plain(t)) {
+        const void *in = in_place ? NULL : sendbuf;
+        return root < 0 ? mcd_allreduce(job, in, recvbuf, n, dtype, mop) : mcd_reduce(job, in, recvbuf, n, dtype, mop, root);
+    }
+    char *packed;
+    int rc = MCD_OK;
+    if (!pack_in(in_place ? recvbuf : sendbuf, count, t, bytes, &packed)) rc = MCD_ERR_ARGUMENT;
+    /* In place on the packed copy; the result unpacked where MPI wants it. */
+    if (rc == MCD_OK) rc = root < 0 ? mcd_allreduce(job, NULL, packed, n, dtype, mop) : mcd_reduce(job, result_here ? NULL : packed, result_here ? packed : NULL, n, dtype, mop, root);
+    if (rc == MCD_OK && result_here) unpack_out(packed, bytes, recvbuf, count, t);
+    free(packed);
+    return rc;
 }
 
 int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
     int dtype, mop;
-    if (reducible(comm, count, datatype, op, &dtype, &mop)) {
-        const void *in = sendbuf == MPI_IN_PLACE ? NULL : sendbuf;
-        if (mcd_allreduce(job, in, recvbuf, (size_t)count, dtype, mop) == MCD_OK) {
+    long long bytes;
+    if (reducible(comm, count, datatype, op, &bytes, &dtype, &mop)) {
+        if (reduce_via_mcd(sendbuf, recvbuf, count, datatype, bytes, dtype, mop, -1) == MCD_OK) {
             COUNT(coll_mcd[ALLREDUCE]);
             return MPI_SUCCESS;
         }
@@ -313,9 +450,9 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
 
 int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm) {
     int dtype, mop;
-    if (reducible(comm, count, datatype, op, &dtype, &mop)) {
-        const void *in = sendbuf == MPI_IN_PLACE ? NULL : sendbuf;
-        if (mcd_reduce(job, in, recvbuf, (size_t)count, dtype, mop, root) == MCD_OK) {
+    long long bytes;
+    if (reducible(comm, count, datatype, op, &bytes, &dtype, &mop)) {
+        if (reduce_via_mcd(sendbuf, recvbuf, count, datatype, bytes, dtype, mop, root) == MCD_OK) {
             COUNT(coll_mcd[REDUCE]);
             return MPI_SUCCESS;
         }
@@ -326,15 +463,26 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
 }
 
+/* Broadcasts go through mcd whatever the type (a function of the byte
+ * count alone): a plain type as its bytes, any other packed at the root
+ * and unpacked elsewhere. */
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
-    int size = 0, ints, addrs, types, combiner = -1;
-    if (active && comm == MPI_COMM_WORLD && count >= 0) {
-        /* A predefined type is contiguous: its bytes are the data. */
-        PMPI_Type_get_envelope(datatype, &ints, &addrs, &types, &combiner);
-        PMPI_Type_size(datatype, &size);
-    }
-    if (combiner == MPI_COMBINER_NAMED && (long long)count * size <= max_bytes) {
-        if (mcd_bcast(job, buffer, (size_t)count * (size_t)size, root) == MCD_OK) {
+    long long bytes = -1;
+    if (active && comm == MPI_COMM_WORLD) bytes = bytes_of(count, datatype);
+    if (bytes >= 0 && bytes <= max_bytes && (plain(datatype) || packs_plainly())) {
+        int rc;
+        if (plain(datatype)) {
+            rc = mcd_bcast(job, buffer, (size_t)bytes, root);
+        } else {
+            char *packed = NULL;
+            int at_root = mcd_rank(job) == root;
+            rc = !at_root || pack_in(buffer, count, datatype, bytes, &packed) ? MCD_OK : MCD_ERR_ARGUMENT;
+            if (!at_root) packed = malloc(bytes ? bytes : 1);
+            if (rc == MCD_OK) rc = mcd_bcast(job, packed, (size_t)bytes, root);
+            if (rc == MCD_OK && !at_root) unpack_out(packed, bytes, buffer, count, datatype);
+            free(packed);
+        }
+        if (rc == MCD_OK) {
             COUNT(coll_mcd[BCAST]);
             return MPI_SUCCESS;
         }
