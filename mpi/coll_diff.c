@@ -9,7 +9,10 @@
  * MODE: "all" (default), "pairs-bcast" (broadcasts of the pair types
  * only, the same type on every rank) or "mixed" (every call mixes types of the same signature
  * across ranks, e.g. 2 x contiguous(3, MPI_INT) at one rank and 6 x MPI_INT
- * at another, which MPI allows). MAX_BYTES: the largest call in bytes
+ * at another, which MPI allows) or "mismatch" (first two erroneous calls on
+ * MPI_COMM_WORLD, allreduces whose count differs across ranks, with a right
+ * one between them, each rank printing what the three returned; then as
+ * "all"). MAX_BYTES: the largest call in bytes
  * (default 2048; set it beyond MCD_MPI_MAX_BYTES to cross the size limit).
  *
  * Each call draws (from SEED, the same on every rank): the collective, a
@@ -264,6 +267,11 @@ static void gen_field(char *p, enum kind k, int op, int field, rng *r) {
     default: v = (long long)next(r); break; /* MIN/MAX and bitwise: any bits */
     }
     if (!sig && (op == SUM || op == PROD) && v < 0) v = -v;
+    /* Unsigned MIN/MAX: the top bit clear. Both MPIs compare some unsigned
+     * types as signed (this test found Open MPI 4.1 on 64-bit ones and
+     * MPICH 4.0 on 32- and 64-bit ones returning the signed minimum), so
+     * PMPI is no reference there; mcd compares them as unsigned. */
+    if (!sig && (op == MIN || op == MAX)) v = (long long)((unsigned long long)v & ((bytes == 8 ? ~0ULL : (1ULL << (8 * bytes)) - 1) >> 1));
     if (k == BOOL) v = v != 0;
     put_int(p, k, v);
 }
@@ -372,6 +380,19 @@ int main(int argc, char **argv) {
     MPI_Comm_split(MPI_COMM_WORLD, rank < size / 2, -rank, &comms[C_HALVES]);
     for (int c = 0; c < NCOMMS; c++) MPI_Comm_set_errhandler(comms[c], MPI_ERRORS_RETURN);
 
+    if (!strcmp(mode, "mismatch")) {
+        /* Erroneous calls first: allreduces whose count differs across
+         * ranks, with a right one between them. MPI promises nothing for
+         * them; the interposer must fail them on every rank and serve every
+         * later call. */
+        int data[8] = {rank, rank, rank, rank, rank, rank, rank, rank}, sum = rank;
+        int rc1 = MPI_Allreduce(MPI_IN_PLACE, data, rank == 0 ? 2 : 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        int rc2 = MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        int rc3 = MPI_Allreduce(MPI_IN_PLACE, data, rank == size - 1 ? 8 : 3, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (sum != size * (size - 1) / 2) wrong++;
+        printf("coll_diff: rank %d: the calls returned %d %d %d\n", rank, rc1, rc2, rc3);
+        fflush(stdout);
+    }
     rng shared = {seed}, mine = {seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(rank + 1))};
     long done = 0, by_coll[3] = {0};
     for (long call = 0; call < calls; call++) {
