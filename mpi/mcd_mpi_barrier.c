@@ -36,9 +36,13 @@
  * Inter-communicators, and communicators with a rank outside MPI_COMM_WORLD
  * (spawned or connected jobs), stay with PMPI_Barrier.
  *
- * Collectives. MPI_Allreduce, MPI_Reduce and MPI_Bcast on MPI_COMM_WORLD go
- * through mcd (mcd_allreduce, mcd_reduce, mcd_bcast: a gather with the data
- * in the messages and a multicast result, reproducible to the bit) for the
+ * Collectives. MPI_Allreduce, MPI_Reduce and MPI_Bcast go through mcd on
+ * MPI_COMM_WORLD (mcd_allreduce, mcd_reduce, mcd_bcast: a gather with the
+ * data in the messages and a multicast result, reproducible to the bit) and
+ * on every communicator that has an mcd group (mcd_group_allreduce, ...: a
+ * barrier instance of the group's own, made at its first collective; the
+ * communicator's state is made by its first MPI_Barrier or collective
+ * bound for mcd, whichever comes first), every root, for the
  * types int, long, long long, unsigned, unsigned long, unsigned long long,
  * the fixed-width (u)int32/64_t, float and double, the operations MPI_SUM,
  * MPI_MIN, MPI_MAX, MPI_PROD, MPI_BAND, MPI_BOR and MPI_BXOR (bitwise ones on
@@ -60,6 +64,14 @@
  *                       and rank 0 of a communicator left to PMPI says why;
  *                       then "mcd-mpi: rank R: collectives: A MPI_Allreduce via
  *                        mcd, a via PMPI; B MPI_Reduce via mcd, ...; C MPI_Bcast ..."
+ *                       and per communicator with collectives (when it is
+ *                        freed, or in MPI_Finalize): "mcd-mpi: rank R:
+ *                        collectives on MPI_COMM_WORLD: A MPI_Allreduce via mcd,
+ *                        a via PMPI; ...; PMPI because: X beyond
+ *                        MCD_MPI_MAX_BYTES, Y type or operation not served,
+ *                        Z the communicator has no mcd group (why)"
+ *                        (a communicator by its mcd key: its rank 0's world
+ *                        rank + 1, then a count, in hex)
  *   MCD_MPI_MAX_BYTES=N the largest collective mcd serves (bytes; default 65536)
  *
  * Built by `tools::mpi::build_interposer` (mpicc -shared, with the static
@@ -90,11 +102,20 @@ static unsigned long long coll_mcd[KINDS], coll_pmpi[KINDS];
 static long long max_bytes = 65536;
 
 /* A communicator's barrier, cached in an attribute. */
+/* Why a collective went to PMPI. */
+enum { WHY_COMM, WHY_BYTES, WHY_TYPE, WHYS };
+static const char *why_names[WHYS] = {"the communicator has no mcd group", "beyond MCD_MPI_MAX_BYTES", "type or operation not served"};
+
 typedef struct comm_state {
     mcd_group *group; /* NULL: PMPI_Barrier */
     int size;
+    unsigned long long key;  /* the communicator's mcd key (0: none) */
+    const char *why;         /* why it has no mcd group */
+    /* Its collectives, per kind: through mcd, and through PMPI per reason. */
+    unsigned long long mcd[KINDS], pmpi[KINDS][WHYS];
     struct comm_state *prev, *next; /* the live ones, in creation order */
 } comm_state;
+static void report_comm(const comm_state *st, int world);
 static int keyval = MPI_KEYVAL_INVALID;
 static comm_state *first, *last;
 static unsigned long long comms_mcd, comms_inter, comms_unreachable, comms_failed;
@@ -102,6 +123,11 @@ static unsigned long long comms_mcd, comms_inter, comms_unreachable, comms_faile
 static int reporting(void) {
     const char *report = getenv("MCD_MPI_REPORT");
     return report && *report && strcmp(report, "0");
+}
+
+/* For messages: which communicator. */
+static const char *comm_name(MPI_Comm comm) {
+    return comm == MPI_COMM_WORLD ? "MPI_COMM_WORLD" : "a communicator";
 }
 
 static void link_state(comm_state *st) {
@@ -132,6 +158,7 @@ static void end_group(comm_state *st) {
 static int delete_state(MPI_Comm comm, int key, void *value, void *extra) {
     (void)comm, (void)key, (void)extra;
     comm_state *st = value;
+    if (reporting() && job) report_comm(st, 0);
     unlink_state(st);
     end_group(st);
     free(st);
@@ -153,6 +180,7 @@ static comm_state *new_state(MPI_Comm comm) {
     PMPI_Comm_rank(comm, &rank);
     PMPI_Comm_size(comm, &st->size); /* of the local group, for an inter-communicator */
     const char *why = NULL;
+    long long agreed_key = 0, *agreed_key_out = &agreed_key;
     if (inter) {
         /* Every member sees the same: no agreement needed. */
         why = "an inter-communicator";
@@ -173,12 +201,14 @@ static comm_state *new_state(MPI_Comm comm) {
          * its world rank and its own count, unique in the job, so members
          * need not create their communicators in the same order. */
         long long agreed[2] = {can, LLONG_MAX};
+        agreed_key_out = &agreed_key;
         if (rank == 0) {
             int world_rank;
             PMPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
             agreed[1] = (long long)(((unsigned long long)world_rank + 1) << 32 | (COUNT(keys_made) + 1));
         }
         PMPI_Allreduce(MPI_IN_PLACE, agreed, 2, MPI_LONG_LONG, MPI_MIN, comm);
+        *agreed_key_out = agreed[1];
         if (!agreed[0]) {
             why = "not all its ranks are in MPI_COMM_WORLD (mcd cannot reach them)";
             COUNT(comms_unreachable);
@@ -207,6 +237,8 @@ static comm_state *new_state(MPI_Comm comm) {
         free(ranks);
         free(in_world);
     }
+    st->key = (unsigned long long)agreed_key;
+    st->why = why;
     if (why && rank == 0 && reporting())
         fprintf(stderr, "mcd-mpi: rank %d: a communicator of %d ranks falls back to PMPI_Barrier: %s\n", mcd_rank(job), st->size, why);
     link_state(st);
@@ -395,12 +427,116 @@ static void unpack_out(const char *packed, long long bytes, void *buf, int count
     PMPI_Unpack(packed, (int)bytes, &position, buf, count, t, MPI_COMM_WORLD);
 }
 
+/* A communicator's state (its mcd group, or none: PMPI), made at the first
+ * MPI_Barrier or collective on it (collective, as they are); NULL if MPI
+ * keeps no attribute on it. */
+static comm_state *state_of(MPI_Comm comm) {
+    comm_state *st = NULL;
+    int found = 0;
+    if (PMPI_Comm_get_attr(comm, keyval, &st, &found) != MPI_SUCCESS) return NULL;
+    return found ? st : new_state(comm);
+}
+
+/* Where a collective on a communicator runs through mcd: the job's
+ * collectives (MPI_COMM_WORLD) or the communicator's group; `rank` is this
+ * process's rank there (the communicator's: groups list the members in
+ * communicator order). */
+typedef struct {
+    mcd_group *group; /* NULL: the job */
+    int rank;
+} target;
+
+/* Whether `comm` has an mcd target (the same answer on every member: the
+ * world always, another communicator if its members agreed on a group). */
+static int target_of(MPI_Comm comm, target *t) {
+    if (!active || comm == MPI_COMM_NULL) return 0;
+    if (comm == MPI_COMM_WORLD) {
+        t->group = NULL;
+        t->rank = mcd_rank(job);
+        return 1;
+    }
+    comm_state *st = state_of(comm);
+    if (!st || !st->group) return 0;
+    t->group = st->group;
+    t->rank = mcd_group_rank(st->group);
+    return 1;
+}
+
+static int t_allreduce(const target *t, const void *in, void *out, size_t n, int dtype, int op) {
+    return t->group ? mcd_group_allreduce(t->group, in, out, n, dtype, op) : mcd_allreduce(job, in, out, n, dtype, op);
+}
+static int t_reduce(const target *t, const void *in, void *out, size_t n, int dtype, int op, int root) {
+    return t->group ? mcd_group_reduce(t->group, in, out, n, dtype, op, root) : mcd_reduce(job, in, out, n, dtype, op, root);
+}
+static int t_bcast(const target *t, void *buf, size_t bytes, int root) {
+    return t->group ? mcd_group_bcast(t->group, buf, bytes, root) : mcd_bcast(job, buf, bytes, root);
+}
+
+/* The counters of the world's collectives (other communicators keep
+ * theirs in their state). */
+static comm_state world_state = {.why = NULL};
+
+/* `comm`'s counters, if it has any yet (looked up, never made). */
+static comm_state *counters_of(MPI_Comm comm) {
+    if (comm == MPI_COMM_WORLD) return &world_state;
+    comm_state *st = NULL;
+    int found = 0;
+    if (!active || comm == MPI_COMM_NULL || PMPI_Comm_get_attr(comm, keyval, &st, &found) != MPI_SUCCESS || !found) return NULL;
+    return st;
+}
+
+static void served(MPI_Comm comm, int kind) {
+    COUNT(coll_mcd[kind]);
+    comm_state *st = counters_of(comm);
+    if (st) COUNT(st->mcd[kind]);
+}
+
+/* A collective passed to PMPI: `reducible` (or the broadcast's test) said
+ * yes (`ok`) but the communicator has no group, or it said no (beyond the
+ * limit, or the type or operation). */
+static void passed(MPI_Comm comm, int kind, int ok, long long bytes) {
+    COUNT(coll_pmpi[kind]);
+    comm_state *st = counters_of(comm);
+    if (st) COUNT(st->pmpi[kind][ok ? WHY_COMM : bytes < 0 || bytes > max_bytes ? WHY_BYTES : WHY_TYPE]);
+}
+
+/* MCD_MPI_REPORT: one line for a communicator's collectives. */
+static void report_comm(const comm_state *st, int world) {
+    static const char *names[KINDS] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast"};
+    char line[1024];
+    int n = 0;
+    unsigned long long calls = 0;
+    for (int k = 0; k < KINDS; k++) {
+        calls += st->mcd[k];
+        for (int w = 0; w < WHYS; w++) calls += st->pmpi[k][w];
+    }
+    if (!calls && !world) return; /* barriers only */
+    if (world) n += snprintf(line + n, sizeof line - n, "MPI_COMM_WORLD:");
+    else n += snprintf(line + n, sizeof line - n, "communicator %#llx (%d ranks):", st->key, st->size);
+    unsigned long long why_total[WHYS] = {0};
+    for (int k = 0; k < KINDS; k++) {
+        unsigned long long p = 0;
+        for (int w = 0; w < WHYS; w++) p += st->pmpi[k][w], why_total[w] += st->pmpi[k][w];
+        n += snprintf(line + n, sizeof line - n, "%s %llu %s via mcd, %llu via PMPI", k ? ";" : "", st->mcd[k], names[k], p);
+    }
+    n += snprintf(line + n, sizeof line - n, "; PMPI because:");
+    int any = 0;
+    for (int w = 0; w < WHYS; w++)
+        if (why_total[w]) {
+            n += snprintf(line + n, sizeof line - n, "%s %llu %s", any ? "," : "", why_total[w], why_names[w]);
+            if (w == WHY_COMM && st->why) n += snprintf(line + n, sizeof line - n, " (%s)", st->why);
+            any = 1;
+        }
+    if (!any) n += snprintf(line + n, sizeof line - n, " nothing");
+    fprintf(stderr, "mcd-mpi: rank %d: collectives on %s\n", mcd_rank(job), line);
+}
+
 /* Whether mcd takes a reduction of `count` elements of `t` with `op` on
  * `comm` (a function of the signature, the byte count and the operation,
  * which MPI makes the same on every rank); if so, its bytes, its mcd type
  * and operation. */
 static int reducible(MPI_Comm comm, int count, MPI_Datatype t, MPI_Op op, long long *bytes, int *dtype, int *mop) {
-    if (!active || comm != MPI_COMM_WORLD) return 0;
+    if (!active || comm == MPI_COMM_NULL) return 0;
     *bytes = bytes_of(count, t);
     if (*bytes < 0 || *bytes > max_bytes) return 0;
     *dtype = signature_dtype(t, 0);
@@ -410,24 +546,26 @@ static int reducible(MPI_Comm comm, int count, MPI_Datatype t, MPI_Op op, long l
     if (*mop < 0) return 0;
     return plain(t) || packs_plainly();
 }
+/* (The communicator is looked at last, by target_of: its state is made
+ * only by calls that would go through mcd, on every member alike.) */
 
 static const size_t mcd_sizes[] = {0, 4, 8, 4, 8, 4, 8}; /* by MCD_INT32 ... MCD_DOUBLE */
 
 /* mcd's allreduce (root < 0) or reduce of `count` elements of `t`:
  * packed when `t` is not plain. */
-static int reduce_via_mcd(const void *sendbuf, void *recvbuf, int count, MPI_Datatype t, long long bytes, int dtype, int mop, int root) {
-    int rank = mcd_rank(job), result_here = root < 0 || root == rank;
+static int reduce_via_mcd(const target *to, const void *sendbuf, void *recvbuf, int count, MPI_Datatype t, long long bytes, int dtype, int mop, int root) {
+    int result_here = root < 0 || root == to->rank;
     int in_place = sendbuf == MPI_IN_PLACE;
     size_t n = (size_t)bytes / mcd_sizes[dtype];
     if (plain(t)) {
         const void *in = in_place ? NULL : sendbuf;
-        return root < 0 ? mcd_allreduce(job, in, recvbuf, n, dtype, mop) : mcd_reduce(job, in, recvbuf, n, dtype, mop, root);
+        return root < 0 ? t_allreduce(to, in, recvbuf, n, dtype, mop) : t_reduce(to, in, recvbuf, n, dtype, mop, root);
     }
     char *packed;
     int rc = MCD_OK;
     if (!pack_in(in_place ? recvbuf : sendbuf, count, t, bytes, &packed)) rc = MCD_ERR_ARGUMENT;
     /* In place on the packed copy; the result unpacked where MPI wants it. */
-    if (rc == MCD_OK) rc = root < 0 ? mcd_allreduce(job, NULL, packed, n, dtype, mop) : mcd_reduce(job, result_here ? NULL : packed, result_here ? packed : NULL, n, dtype, mop, root);
+    if (rc == MCD_OK) rc = root < 0 ? t_allreduce(to, NULL, packed, n, dtype, mop) : t_reduce(to, result_here ? NULL : packed, result_here ? packed : NULL, n, dtype, mop, root);
     if (rc == MCD_OK && result_here) unpack_out(packed, bytes, recvbuf, count, t);
     free(packed);
     return rc;
@@ -435,31 +573,35 @@ static int reduce_via_mcd(const void *sendbuf, void *recvbuf, int count, MPI_Dat
 
 int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
     int dtype, mop;
-    long long bytes;
-    if (reducible(comm, count, datatype, op, &bytes, &dtype, &mop)) {
-        if (reduce_via_mcd(sendbuf, recvbuf, count, datatype, bytes, dtype, mop, -1) == MCD_OK) {
-            COUNT(coll_mcd[ALLREDUCE]);
+    long long bytes = -1;
+    target to;
+    int ok = reducible(comm, count, datatype, op, &bytes, &dtype, &mop);
+    if (ok && target_of(comm, &to)) {
+        if (reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, -1) == MCD_OK) {
+            served(comm, ALLREDUCE);
             return MPI_SUCCESS;
         }
-        fprintf(stderr, "mcd-mpi: MPI_Allreduce on MPI_COMM_WORLD failed: %s\n", mcd_last_error());
+        fprintf(stderr, "mcd-mpi: MPI_Allreduce on %s failed: %s\n", comm_name(comm), mcd_last_error());
         return MPI_ERR_OTHER;
     }
-    COUNT(coll_pmpi[ALLREDUCE]);
+    passed(comm, ALLREDUCE, ok, bytes);
     return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
 }
 
 int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm) {
     int dtype, mop;
-    long long bytes;
-    if (reducible(comm, count, datatype, op, &bytes, &dtype, &mop)) {
-        if (reduce_via_mcd(sendbuf, recvbuf, count, datatype, bytes, dtype, mop, root) == MCD_OK) {
-            COUNT(coll_mcd[REDUCE]);
+    long long bytes = -1;
+    target to;
+    int ok = reducible(comm, count, datatype, op, &bytes, &dtype, &mop);
+    if (ok && target_of(comm, &to)) {
+        if (reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, root) == MCD_OK) {
+            served(comm, REDUCE);
             return MPI_SUCCESS;
         }
-        fprintf(stderr, "mcd-mpi: MPI_Reduce on MPI_COMM_WORLD failed: %s\n", mcd_last_error());
+        fprintf(stderr, "mcd-mpi: MPI_Reduce on %s failed: %s\n", comm_name(comm), mcd_last_error());
         return MPI_ERR_OTHER;
     }
-    COUNT(coll_pmpi[REDUCE]);
+    passed(comm, REDUCE, ok, bytes);
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
 }
 
@@ -468,28 +610,30 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
  * and unpacked elsewhere. */
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
     long long bytes = -1;
-    if (active && comm == MPI_COMM_WORLD) bytes = bytes_of(count, datatype);
-    if (bytes >= 0 && bytes <= max_bytes && (plain(datatype) || packs_plainly())) {
+    target to;
+    if (active && comm != MPI_COMM_NULL) bytes = bytes_of(count, datatype);
+    int ok = bytes >= 0 && bytes <= max_bytes && (plain(datatype) || packs_plainly());
+    if (ok && target_of(comm, &to)) {
         int rc;
         if (plain(datatype)) {
-            rc = mcd_bcast(job, buffer, (size_t)bytes, root);
+            rc = t_bcast(&to, buffer, (size_t)bytes, root);
         } else {
             char *packed = NULL;
-            int at_root = mcd_rank(job) == root;
+            int at_root = to.rank == root;
             rc = !at_root || pack_in(buffer, count, datatype, bytes, &packed) ? MCD_OK : MCD_ERR_ARGUMENT;
             if (!at_root) packed = malloc(bytes ? bytes : 1);
-            if (rc == MCD_OK) rc = mcd_bcast(job, packed, (size_t)bytes, root);
+            if (rc == MCD_OK) rc = t_bcast(&to, packed, (size_t)bytes, root);
             if (rc == MCD_OK && !at_root) unpack_out(packed, bytes, buffer, count, datatype);
             free(packed);
         }
         if (rc == MCD_OK) {
-            COUNT(coll_mcd[BCAST]);
+            served(comm, BCAST);
             return MPI_SUCCESS;
         }
-        fprintf(stderr, "mcd-mpi: MPI_Bcast on MPI_COMM_WORLD failed: %s\n", mcd_last_error());
+        fprintf(stderr, "mcd-mpi: MPI_Bcast on %s failed: %s\n", comm_name(comm), mcd_last_error());
         return MPI_ERR_OTHER;
     }
-    COUNT(coll_pmpi[BCAST]);
+    passed(comm, BCAST, ok, bytes);
     return PMPI_Bcast(buffer, count, datatype, root, comm);
 }
 
@@ -516,10 +660,8 @@ int MPI_Barrier(MPI_Comm comm) {
         return MPI_ERR_OTHER;
     }
     if (active && comm != MPI_COMM_NULL) {
-        comm_state *st = NULL;
-        int found = 0;
-        if (PMPI_Comm_get_attr(comm, keyval, &st, &found) == MPI_SUCCESS) {
-            if (!found) st = new_state(comm);
+        comm_state *st = state_of(comm);
+        if (st) {
             if (st->group) {
                 int rc = mcd_group_barrier(st->group);
                 if (rc == MCD_OK) {
@@ -553,6 +695,10 @@ int MPI_Finalize(void) {
         /* Communicators never freed: their groups end here (without waiting,
          * so in any order); the states stay for MPI's own teardown. */
         pthread_mutex_lock(&states_lock);
+        if (reporting()) {
+            report_comm(&world_state, 1);
+            for (comm_state *st = first; st; st = st->next) report_comm(st, 0);
+        }
         for (comm_state *st = first; st; st = st->next) end_group(st);
         pthread_mutex_unlock(&states_lock);
         /* Collective: every freed group's closing completes, then the job's
