@@ -108,7 +108,9 @@ fn a_c_program_runs_barriers_on_groups_of_the_job_each_its_own_instance() {
     // group of each half's ranks, created from the job (no discovery),
     // interleaved with the job's barrier; the halves freed and created again
     // every 5 rounds. Under 10% loss, so that frames of one group are about
-    // while the others run.
+    // while the others run. Then collectives on the groups
+    // (mcd_group_allreduce, _bcast from every root, _reduce), checked by
+    // the program (it fails if any is wrong).
     let c = cluster(ClusterSpec::new("cgrp", 4).loss(10.0, mcd_tools::vcluster::LossPoint::Node));
     let lib = capi_dir();
     let program = compile_c(&lib, "groups", "mcd-c-groups");
