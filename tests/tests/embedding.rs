@@ -604,6 +604,9 @@ fn differential_under_loss(mpi: Mpi, name: &str, calls: usize) {
     let started = std::time::Instant::now();
     let out = coll_diff(mpi, spec, &["2028", &calls_arg, "all", "2048"], &[("MCD_MPI_MAX_BYTES", "1024")]);
     eprintln!("{mpi}: {calls} calls and as many PMPI ones in {:.1} s", started.elapsed().as_secs_f64());
+    for line in out.stderr.lines().filter(|l| l.starts_with("mcd-mpi: rank 0: collectives")) {
+        eprintln!("{mpi}: {line}");
+    }
     for (rank, counts) in collective_reports(&out, 4).into_iter().enumerate() {
         // Each kind both through mcd (within the limit) and through PMPI
         // (beyond it, or a type or operation mcd does not serve).
