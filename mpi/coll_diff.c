@@ -17,7 +17,7 @@
  *
  * Each call draws (from SEED, the same on every rank): the collective, a
  * communicator (MPI_COMM_WORLD, a duplicate, a split by parity, a split
- * into halves with the ranks reversed), a type family (every predefined
+ * into halves with the ranks reversed, MPI_COMM_SELF), a type family (every predefined
  * type, the pair types, and derived ones: contiguous, vector, resized,
  * struct with its fields in reverse order; both MPIs refuse predefined
  * operations on derived types, so these are broadcast only), an operation
@@ -316,8 +316,8 @@ static int same_field(const char *a, const char *b, enum kind k, int op, char *w
 /* ---- one call ---- */
 enum { ALLREDUCE, REDUCE, BCAST };
 static const char *coll_name[] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast"};
-enum { C_WORLD, C_DUP, C_PARITY, C_HALVES, NCOMMS };
-static const char *comm_name[] = {"world", "dup", "parity-split", "reversed-halves-split"};
+enum { C_WORLD, C_DUP, C_PARITY, C_HALVES, C_SELF, NCOMMS };
+static const char *comm_name[] = {"world", "dup", "parity-split", "reversed-halves-split", "self"};
 
 static long wrong, printed;
 static int rank;
@@ -378,6 +378,7 @@ int main(int argc, char **argv) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comms[C_DUP]);
     MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &comms[C_PARITY]);
     MPI_Comm_split(MPI_COMM_WORLD, rank < size / 2, -rank, &comms[C_HALVES]);
+    comms[C_SELF] = MPI_COMM_SELF;
     for (int c = 0; c < NCOMMS; c++) MPI_Comm_set_errhandler(comms[c], MPI_ERRORS_RETURN);
 
     if (!strcmp(mode, "mismatch")) {
@@ -497,7 +498,7 @@ int main(int argc, char **argv) {
     }
     printf("coll_diff: rank %d: %ld calls (%ld allreduce, %ld reduce, %ld bcast), %ld wrong\n", rank, done, by_coll[0], by_coll[1], by_coll[2], wrong);
     fflush(stdout);
-    for (int c = 1; c < NCOMMS; c++) MPI_Comm_free(&comms[c]);
+    for (int c = 1; c < C_SELF; c++) MPI_Comm_free(&comms[c]);
     MPI_Finalize();
     return wrong != 0;
 }

@@ -614,13 +614,13 @@ fn differential_under_loss(mpi: Mpi, name: &str, calls: usize) {
         assert_eq!(counts.iter().sum::<u64>(), calls as u64, "{mpi}: rank {rank}: {counts:?}");
     }
     // Every communicator (the world, a duplicate, a split by parity, a
-    // reversed split into halves: three besides the world at each rank)
-    // serves all three through mcd, and each report says why the others
-    // went to PMPI.
+    // reversed split into halves, MPI_COMM_SELF: four besides the world at
+    // each rank) serves all three through mcd, and each report says why
+    // the others went to PMPI.
     for rank in 0..4 {
         let prefix = format!("mcd-mpi: rank {rank}: collectives on ");
         let lines: Vec<&str> = out.stderr.lines().filter_map(|l| l.strip_prefix(&prefix)).collect();
-        assert_eq!(lines.len(), 4, "{mpi}: rank {rank}: {lines:#?}");
+        assert_eq!(lines.len(), 5, "{mpi}: rank {rank}: {lines:#?}");
         for line in &lines {
             let served = |kind: &str| line.find(&format!(" {kind} via mcd")).and_then(|at| line[..at].rsplit(' ').next()?.parse::<u64>().ok());
             for kind in ["MPI_Allreduce", "MPI_Reduce", "MPI_Bcast"] {
