@@ -30,7 +30,8 @@
  * whose inputs have no NaN; relative 1e-4 (float) or 1e-10 for float sums
  * and products), every other byte of the receive buffer (gaps inside
  * elements, bytes beyond the count) equal to PMPI's buffer, which starts
- * the same, send buffers unchanged, and both calls return MPI_SUCCESS.
+ * the same, send buffers unchanged, every rank's allreduce result the same
+ * bits, and both calls return MPI_SUCCESS.
  * Every rank prints "coll_diff: rank R: N calls, W wrong" (and the first
  * wrong ones), then exits 0, or 1 if anything was wrong. */
 #include <mpi.h>
@@ -313,6 +314,17 @@ static int same_field(const char *a, const char *b, enum kind k, int op, char *w
     return 1;
 }
 
+/* A hash of the data fields of `count` elements of `m` at `buf`. */
+static uint64_t fields_hash(const member *m, int count, const char *buf) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < count; i++)
+        for (int f = 0; f < m->nfields; f++) {
+            const unsigned char *p = (const unsigned char *)buf + (size_t)i * m->extent + m->off[f];
+            for (int b = 0; b < kind_bytes(m->kind[f]); b++) h = (h ^ p[b]) * 0x100000001b3ULL;
+        }
+    return h;
+}
+
 /* ---- one call ---- */
 enum { ALLREDUCE, REDUCE, BCAST };
 static const char *coll_name[] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast"};
@@ -479,6 +491,11 @@ int main(int argc, char **argv) {
             if (coll == ALLREDUCE) {
                 rc_a = MPI_Allreduce(sa, recv_a, count, m->type, op_handle(op), comm);
                 rc_b = PMPI_Allreduce(sb, recv_b, count, m->type, op_handle(op), comm);
+                /* The interposed result: the same bits on every rank. */
+                uint64_t h = fields_hash(m, count, recv_a), lo = h, hi = h;
+                PMPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, comm);
+                PMPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, comm);
+                if (lo != hi) report(call, "ranks got different bits", desc, "");
             } else {
                 rc_a = MPI_Reduce(sa, recv_a, count, m->type, op_handle(op), root, comm);
                 rc_b = PMPI_Reduce(sb, recv_b, count, m->type, op_handle(op), root, comm);

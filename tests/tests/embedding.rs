@@ -597,7 +597,7 @@ fn a_failed_collective_leaves_later_ones_working_under_mpich() {
 /// copies of its inputs: exact for integers, bitwise and logical operations
 /// and MIN/MAX/MINLOC/MAXLOC, within 1e-4 (float) or 1e-10 relative for
 /// float sums and products; send buffers unchanged, bytes beyond the count
-/// and gaps untouched.
+/// and gaps untouched; every rank's allreduce result the same bits.
 fn differential_under_loss(mpi: Mpi, name: &str, calls: usize) {
     let spec = ClusterSpec::new(name, 4).loss(20.0, mcd_tools::vcluster::LossPoint::Node);
     let calls_arg = calls.to_string();
