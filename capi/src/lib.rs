@@ -682,18 +682,22 @@ impl Group {
     /// never joined is just dropped.
     pub fn close(mut self) -> Result<(), CError> {
         let closing = self.closing.clone();
-        // The collectives' barrier closes beside the group's.
-        if let Some(mut collectives) = self.collectives.barrier.take() {
-            collectives.close()?;
-            closing.add(collectives);
+        // The collectives' barrier closes beside the group's; a barrier that
+        // cannot close (one still in progress) is dropped, and the other
+        // still closes.
+        let mut barriers: Vec<Barrier<GroupTransport>> = self.collectives.barrier.take().into_iter().collect();
+        if let GroupState::Joined(barrier) = self.state {
+            barriers.push(barrier);
         }
-        if let GroupState::Joined(mut barrier) = self.state {
-            // A barrier that cannot close (one still in progress) is dropped.
-            barrier.close()?;
-            closing.add(barrier);
+        let mut result = Ok(());
+        for mut barrier in barriers {
+            match barrier.close() {
+                Ok(()) => closing.add(barrier),
+                Err(e) => result = result.and(Err(e.into())),
+            }
         }
         closing.reap();
-        Ok(())
+        result
     }
 
     /// The barrier that runs the group's collectives: one of its own over
