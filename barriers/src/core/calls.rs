@@ -1,0 +1,370 @@
+//! The application's calls. The immediate ones ([`Core::enter`],
+//! [`Core::test`], [`Core::try_finish`]) act at once; the blocking ones
+//! ([`Call`]) become a [`Pending`] call: a short program of waits (for a
+//! broadcast completing in the background to settle, for the epoch to
+//! complete or have its result, for the farewell to end), each followed by
+//! what the call does next. Every input drives it as far as it can go.
+
+use std::time::Instant;
+
+use super::{Call, Core, Event};
+use crate::collective::Collective;
+use crate::engine::BarrierError;
+
+/// An application call waiting for something.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    /// When it gives up (with [`BarrierError::Deadline`]).
+    pub(super) deadline: Option<Instant>,
+    /// What it waits for now.
+    block: Block,
+    /// What it does once that is met.
+    then: Then,
+    /// Whether its errors count as the barrier's (a wait's).
+    counts_errors: bool,
+    /// A wait that is part of the closing protocol: the farewell follows.
+    finishing: bool,
+}
+
+/// What a pending call waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Block {
+    /// Nothing: go on.
+    Ready,
+    /// A broadcast completing in the background to complete.
+    Settle,
+    /// The epoch in progress to complete.
+    Complete,
+    /// The epoch in progress to have this node's result.
+    Result,
+    /// The farewell to end.
+    Farewell,
+}
+
+/// What a pending call does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Then {
+    /// A wait, settled: enter a barrier if none is, then complete it.
+    WaitSettled,
+    /// A wait, complete.
+    WaitDone,
+    /// A collective's wait for its result: done.
+    ResultDone,
+    /// A collective's entry, settled: enter it.
+    CollectiveSettled { call: Collective, count: u32 },
+    /// Closing, settled: enter the closing barrier.
+    CloseSettled { finish: bool },
+    /// Finishing, the closing barrier entered.
+    FinishClosed,
+    /// The farewell is over.
+    FinishDone,
+}
+
+impl Core {
+    pub(super) fn start_call(&mut self, now: Instant, call: Call<'_>) {
+        if self.pending.is_some() {
+            self.events.push_back(Event::Done(Err(BarrierError::Usage("a barrier call is already in progress".into()))));
+            return;
+        }
+        let mut p = Pending { deadline: None, block: Block::Ready, then: Then::WaitSettled, counts_errors: false, finishing: false };
+        match call {
+            Call::Wait { deadline } => {
+                self.begin_wait(now);
+                p = Pending { deadline, block: self.settle_block(), then: Then::WaitSettled, counts_errors: true, ..p };
+            }
+            Call::WaitResult { deadline } => {
+                self.begin_wait(now);
+                p = Pending { deadline, block: Block::Result, then: Then::ResultDone, counts_errors: true, ..p };
+            }
+            Call::EnterCollective { call, count, input, deadline } => {
+                // The root of a broadcast completing in the background that
+                // broadcasts again: its next data, multicast at once, tells
+                // every node what the end would (every node entered), one
+                // send earlier.
+                self.end_implied = matches!(call, Collective::Bcast { root } if root == self.me()) && self.nodes() > 2 && self.mismatch.is_none();
+                self.end_skipped = false;
+                self.input.clear();
+                self.input.extend_from_slice(input);
+                p = Pending { deadline, block: self.settle_block(), then: Then::CollectiveSettled { call, count }, ..p };
+            }
+            Call::Close | Call::Finish if self.closing => {
+                p.then = Then::FinishClosed;
+                if call_is_close(&call) {
+                    self.events.push_back(Event::Done(Ok(())));
+                    return;
+                }
+            }
+            Call::Close | Call::Finish => {
+                p = Pending { block: self.settle_block(), then: Then::CloseSettled { finish: !call_is_close(&call) }, ..p };
+            }
+        }
+        self.pending = Some(p);
+        self.drive(now, false);
+    }
+
+    /// A call's wait for a broadcast completing in the background, unless a
+    /// barrier is queued behind it (then the caller's wait completes both).
+    fn settle_block(&self) -> Block {
+        if self.detached && !self.queued {
+            Block::Settle
+        } else {
+            Block::Ready
+        }
+    }
+
+    /// The start of an application's wait at `now`.
+    fn begin_wait(&mut self, now: Instant) {
+        self.call_started = now;
+        self.gave_up = None; // waiting again: no longer giving up, until judged again
+    }
+
+    /// Takes the pending call as far as it can go at `now`; with `timers`,
+    /// its retries and verdicts are judged too.
+    pub(super) fn drive(&mut self, now: Instant, timers: bool) {
+        while let Some(mut p) = self.pending.take() {
+            let met = match p.block {
+                Block::Ready => true,
+                Block::Settle => !self.detached,
+                Block::Complete => !self.in_progress,
+                Block::Result => !self.in_progress || self.has_result(),
+                Block::Farewell => self.farewell_step(now).is_none(),
+            };
+            if !met {
+                if p.block != Block::Farewell {
+                    if let Some(m) = &self.mismatch {
+                        let error = BarrierError::Usage(m.clone());
+                        self.end_call(&p, Err(error));
+                        return;
+                    }
+                    if timers {
+                        if let Err(e) = self.on_timers(now, p.deadline) {
+                            self.end_call(&p, Err(e));
+                            return;
+                        }
+                    }
+                }
+                self.pending = Some(p);
+                return;
+            }
+            if let Some(result) = self.resume(now, &mut p) {
+                self.end_call(&p, result);
+                return;
+            }
+            self.pending = Some(p);
+        }
+    }
+
+    fn end_call(&mut self, p: &Pending, result: Result<(), BarrierError>) {
+        self.end_implied = false;
+        if p.counts_errors && result.is_err() {
+            self.errors += 1;
+        }
+        self.events.push_back(Event::Done(result));
+    }
+
+    /// What the call does once its wait is met: the result, or `None` with
+    /// its next wait set.
+    fn resume(&mut self, now: Instant, p: &mut Pending) -> Option<Result<(), BarrierError>> {
+        match p.then {
+            Then::WaitSettled => {
+                if let Err(e) = self.settled_mismatch() {
+                    return Some(Err(e));
+                }
+                if !self.in_progress && !self.owed {
+                    if let Err(e) = self.enter_barrier(now) {
+                        return Some(Err(e));
+                    }
+                }
+                (p.block, p.then) = (Block::Complete, Then::WaitDone);
+                None
+            }
+            Then::WaitDone => {
+                self.owed = false;
+                // A barrier queued behind a broadcast that ended in a
+                // mismatch is abandoned; a peer's data in this one says it
+                // called a collective.
+                let result = self.settled_mismatch();
+                if result.is_ok() && p.finishing {
+                    self.begin_farewell(now);
+                    (p.block, p.then, p.counts_errors) = (Block::Farewell, Then::FinishDone, false);
+                    return None;
+                }
+                Some(result)
+            }
+            Then::ResultDone => {
+                self.detached = self.in_progress;
+                self.owed = false;
+                Some(Ok(()))
+            }
+            Then::CollectiveSettled { call, count } => {
+                self.end_implied = false;
+                Some(self.enter_collective_now(now, call, count))
+            }
+            Then::CloseSettled { finish } => {
+                if let Err(e) = self.settled_mismatch() {
+                    return Some(Err(e));
+                }
+                if self.in_progress {
+                    return Some(Err(BarrierError::Usage(format!(
+                        "finish() or close() while barrier {} is in progress: complete it first",
+                        self.epoch
+                    ))));
+                }
+                self.owed = false; // a barrier that completed; the closing one comes next
+                self.closing = true;
+                self.call_started = now;
+                if let Err(e) = self.enter_barrier(now) {
+                    return Some(Err(e));
+                }
+                if !finish {
+                    return Some(Ok(()));
+                }
+                p.then = Then::FinishClosed;
+                None
+            }
+            Then::FinishClosed => {
+                if !self.finished {
+                    if self.in_progress || self.owed {
+                        // The closing barrier, not yet complete or not yet reported.
+                        self.begin_wait(now);
+                        *p = Pending { deadline: None, block: self.settle_block(), then: Then::WaitSettled, counts_errors: true, finishing: true };
+                        return None;
+                    }
+                    self.begin_farewell(now);
+                }
+                (p.block, p.then) = (Block::Farewell, Then::FinishDone);
+                None
+            }
+            Then::FinishDone => Some(Ok(())),
+        }
+    }
+
+    /// Enters the next epoch as `call` with `count` elements of the kept input.
+    fn enter_collective_now(&mut self, now: Instant, call: Collective, count: u32) -> Result<(), BarrierError> {
+        self.settled_mismatch()?;
+        if self.in_progress || self.owed {
+            return Err(BarrierError::Usage(format!(
+                "{call} while barrier {} is entered and not yet completed: complete it with wait() first",
+                self.epoch
+            )));
+        }
+        let variant = self.variant_of(call)?;
+        self.call_started = now;
+        let me = self.me();
+        let ends_previous = std::mem::take(&mut self.end_skipped);
+        let input = std::mem::take(&mut self.input);
+        let coll = self.contributions();
+        coll.begin(call, count, &input, me);
+        if ends_previous {
+            coll.mark_ends_previous();
+        }
+        self.input = input;
+        self.enter_variant(now, variant)
+    }
+
+    /// Once no epoch is in progress: a disagreement the last one found (a
+    /// peer called another collective), as this call's error, if no call
+    /// reported it yet: in particular one found after the application had
+    /// its result (a broadcast completing in the background, whose end
+    /// said so). The peer that saw it first may never enter another epoch,
+    /// so going on would wait for it for ever: a barrier entered meanwhile
+    /// is not entered but abandoned.
+    pub(super) fn settled_mismatch(&mut self) -> Result<(), BarrierError> {
+        if self.in_progress {
+            return Ok(());
+        }
+        match self.coll.as_mut().and_then(|c| c.take_error()) {
+            Some(e) => {
+                self.owed = false;
+                Err(BarrierError::Usage(format!("collective mismatch in barrier {}: {e}", self.epoch.wrapping_sub(1))))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The progress agent's round (no call pending): retries and verdicts
+    /// of a barrier in progress (a failure is state the application's next
+    /// call meets again), or the farewell once closing.
+    pub(super) fn serve(&mut self, now: Instant) {
+        if self.in_progress {
+            let _ = self.on_timers(now, None);
+        } else if self.closing {
+            // The closing barrier complete (the application closed and went
+            // away): the farewell goes on here.
+            if !self.finished {
+                self.begin_farewell(now);
+            }
+            self.farewell_step(now);
+        }
+    }
+
+    /// The application enters the next barrier (split phase).
+    pub(super) fn enter_split(&mut self, now: Instant) -> Result<(), BarrierError> {
+        if self.owed && !self.in_progress {
+            return Err(BarrierError::Usage(format!(
+                "enter() twice: barrier {} is complete, but wait() or test() has not said so yet",
+                self.epoch - 1
+            )));
+        }
+        // A mismatch the agent found completing a broadcast in the background.
+        self.settled_mismatch()?;
+        self.call_started = now;
+        if self.detached && !self.queued {
+            // A broadcast completes in the background: the barrier follows
+            // as soon as it is complete.
+            self.queued = true;
+            self.owed = true;
+            return Ok(());
+        }
+        self.enter_barrier(now)
+    }
+
+    pub(super) fn test_once(&mut self, now: Instant) -> Result<bool, BarrierError> {
+        self.advance(now);
+        if self.in_progress {
+            if let Some(m) = self.mismatch.as_ref().filter(|_| self.entered()) {
+                // The barrier can never complete: say so, as a wait does.
+                return Err(BarrierError::Usage(m.clone()));
+            }
+            self.on_timers(now, None)?;
+            // A broadcast completing in the background is not the application's.
+            return Ok(!self.entered());
+        }
+        self.settled_mismatch()?;
+        self.owed = false;
+        Ok(true)
+    }
+
+    pub(super) fn try_finish_once(&mut self, now: Instant) -> Result<bool, BarrierError> {
+        if !self.closing {
+            return Err(BarrierError::Usage("try_finish() before close(): nothing is closing".into()));
+        }
+        if !self.finished {
+            if !self.test(now)? {
+                return Ok(false);
+            }
+            self.begin_farewell(now);
+        }
+        Ok(self.farewell_step(now).is_none())
+    }
+
+    /// After a collective epoch: its result into `out` (native-endian);
+    /// an error if peers called another collective.
+    pub(super) fn result_into(&mut self, out: Option<&mut [u8]>) -> Result<(), BarrierError> {
+        let epoch = if self.in_progress { self.epoch } else { self.epoch - 1 };
+        let coll = self.contributions();
+        if let Some(e) = coll.take_error() {
+            return Err(BarrierError::Usage(format!("collective mismatch in barrier {epoch}: {e}")));
+        }
+        if let Some(out) = out {
+            if !coll.result(out) {
+                return Err(BarrierError::Usage(format!("barrier {epoch}: the collective has no result of {} bytes", out.len())));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn call_is_close(call: &Call<'_>) -> bool {
+    matches!(call, Call::Close)
+}

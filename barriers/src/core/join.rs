@@ -1,0 +1,225 @@
+//! Join and admit: when a barrier is created, every node sends node 0 its
+//! *incarnation*; node 0 admits them all and answers each with the instance
+//! number derived from all of them ([`MsgKind::Admit`]). Every message
+//! carries the instance, so a message of another instance never counts. A
+//! restarted process has a new incarnation, so node 0 refuses it
+//! ([`BarrierError::Refused`]).
+
+use std::time::{Duration, Instant};
+
+use super::{Core, Event, To};
+use crate::engine::{mix, BarrierConfig, BarrierError};
+use crate::transport::{Msg, MsgKind, NodeId};
+
+/// The engine's wire protocol, part of every join's fingerprint, so that
+/// nodes of versions whose messages mean different things refuse each
+/// other at the join instead of misreading each other. 2 (2026-11-25): a
+/// broadcast's non-roots send their entry as they enter (tag 5 was an
+/// acknowledgement after the data), and a root's data may end its
+/// broadcast before ([`crate::collective::wire::ENDS_PREVIOUS`]).
+pub const PROTOCOL: u32 = 2;
+/// How many messages a joining node keeps that arrive before its admission.
+const JOIN_STASH: usize = 4096;
+/// The longest pause between a joining node's requests to node 0.
+const JOIN_RESEND_LIMIT: Duration = Duration::from_millis(20);
+/// In a Refuse's `tag`: the joining node's configuration differs from node 0's.
+pub(super) const REFUSE_CONFIG: u16 = 1;
+
+/// The join fingerprint of `config` under wire protocol `protocol`.
+pub(crate) fn fingerprint_of(config: &BarrierConfig, protocol: u32) -> u32 {
+    let text = format!("{} {} {} {protocol}", config.algorithm, config.rails, config.first_epoch);
+    text.bytes().fold(0x811C_9DC5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+}
+
+/// The instance number of a set of incarnations (never 0).
+fn instance_of(incarnations: &[u64]) -> u64 {
+    incarnations.iter().fold(0x6D63_645F_6261_7272, |h, &x| mix(h ^ x)) | 1
+}
+
+/// A join in progress.
+#[derive(Debug)]
+pub(super) struct Joining {
+    start: Instant,
+    timeout: Duration,
+    incarnation: u64,
+    side: Side,
+}
+
+#[derive(Debug)]
+enum Side {
+    /// Node 0: the incarnations heard so far, and the nodes that asked with
+    /// another configuration.
+    Admitting { incarnations: Vec<Option<u64>>, mismatched: Vec<NodeId> },
+    /// Another node: asking node 0, keeping what comes early.
+    Asking { interval: Duration, next_request: Instant, early: Vec<(NodeId, Msg, Vec<u8>)> },
+}
+
+impl Joining {
+    /// When the join next needs time.
+    pub(super) fn next_timeout(&self) -> Instant {
+        let end = self.start + self.timeout;
+        match &self.side {
+            Side::Admitting { .. } => end,
+            Side::Asking { next_request, .. } => end.min(*next_request),
+        }
+    }
+}
+
+impl Core {
+    /// What every node must agree on, hashed into a Join's `arg`.
+    fn fingerprint(&self) -> u32 {
+        fingerprint_of(&self.config, PROTOCOL)
+    }
+
+    pub(super) fn start_join(&mut self, incarnation: u64, now: Instant) {
+        let n = self.nodes();
+        let side = if self.me() == 0 {
+            let mut incarnations = vec![None; n];
+            incarnations[0] = Some(incarnation);
+            Side::Admitting { incarnations, mismatched: Vec::new() }
+        } else {
+            Side::Asking { interval: self.config.retry_timeout, next_request: now, early: Vec::new() }
+        };
+        self.joining = Some(Box::new(Joining { start: now, timeout: self.config.join_timeout, incarnation, side }));
+        self.join_progress(now);
+    }
+
+    /// Completes the join if it can, asks node 0 if due, fails at the timeout.
+    fn join_progress(&mut self, now: Instant) {
+        let Some(mut j) = self.joining.take() else { return };
+        let n = self.nodes();
+        let waited = now.saturating_duration_since(j.start);
+        let incarnation = j.incarnation;
+        let fingerprint = self.fingerprint();
+        match &mut j.side {
+            Side::Admitting { incarnations, mismatched } => {
+                if incarnations.iter().all(Option::is_some) {
+                    let incarnations: Vec<u64> = incarnations.iter().flatten().copied().collect();
+                    self.instance = instance_of(&incarnations);
+                    self.admitted = incarnations.iter().map(|&x| x as u32).collect();
+                    for to in 1..n {
+                        self.send_admission(to, MsgKind::Admit, self.admitted[to]);
+                    }
+                    self.events.push_back(Event::Joined { instance: self.instance });
+                    return;
+                }
+                if waited >= j.timeout {
+                    let missing: Vec<NodeId> = (0..n).filter(|&p| incarnations[p].is_none()).collect();
+                    let error = match missing.iter().find(|p| mismatched.contains(p)) {
+                        Some(p) => BarrierError::Usage(format!(
+                            "creating the barrier: node {p} asked to join with another configuration than node 0's ({} on {} rail(s)): every node must use the same algorithm, rails and first barrier, and the same mcd version",
+                            self.config.algorithm, self.config.rails
+                        )),
+                        None => BarrierError::JoinTimeout { missing, nodes: n, waited },
+                    };
+                    self.events.push_back(Event::JoinFailed(error));
+                    return;
+                }
+            }
+            Side::Asking { interval, next_request, .. } => {
+                if waited >= j.timeout {
+                    self.events.push_back(Event::JoinFailed(BarrierError::JoinTimeout { missing: vec![0], nodes: n, waited }));
+                    return;
+                }
+                if now >= *next_request {
+                    let request = Msg { kind: MsgKind::Join, instance: incarnation, epoch: 0, tag: 0, arg: fingerprint };
+                    self.out.push(0, To::Node(0), request, &[]);
+                    *interval = (*interval * 2).min(JOIN_RESEND_LIMIT);
+                    *next_request = now + *interval;
+                }
+            }
+        }
+        self.joining = Some(j);
+    }
+
+    pub(super) fn join_timeout(&mut self, now: Instant) {
+        self.join_progress(now);
+    }
+
+    /// A message while joining.
+    pub(super) fn join_handle(&mut self, now: Instant, from: NodeId, msg: Msg, data: &[u8]) {
+        let n = self.nodes();
+        let fingerprint = self.fingerprint();
+        let Some(j) = self.joining.as_mut() else { return };
+        let incarnation = j.incarnation;
+        match &mut j.side {
+            Side::Admitting { incarnations, mismatched } => {
+                if msg.kind != MsgKind::Join || from == 0 || from >= n {
+                    return;
+                }
+                if msg.arg != fingerprint {
+                    // Another algorithm, rail count or first barrier: the
+                    // plans would never meet. Say so to both. (A stale
+                    // request of an earlier barrier looks the same: keep
+                    // collecting, and name it only if it never joins.)
+                    let refuse = Msg { kind: MsgKind::Refuse, instance: 0, epoch: 0, tag: REFUSE_CONFIG, arg: msg.instance as u32 };
+                    mismatched.push(from);
+                    self.out.push(0, To::Node(from), refuse, &[]);
+                    return;
+                }
+                // The newest incarnation wins: a delayed request of an
+                // earlier barrier of that process is older.
+                let newest = incarnations[from].map_or(msg.instance, |known| known.max(msg.instance));
+                incarnations[from] = Some(newest);
+                self.join_progress(now);
+            }
+            Side::Asking { early, .. } => {
+                let ours = from == 0 && msg.arg == incarnation as u32;
+                match msg.kind {
+                    MsgKind::Admit if ours => {
+                        self.instance = msg.instance;
+                        let Some(j) = self.joining.take() else { return };
+                        let Side::Asking { early, .. } = j.side else { return };
+                        // Peers admitted first may have started barrier 0:
+                        // their messages that came before the admission count now.
+                        for (from, msg, data) in early {
+                            self.receive(from, msg, &data, now);
+                        }
+                        self.events.push_back(Event::Joined { instance: self.instance });
+                    }
+                    MsgKind::Data | MsgKind::Nack | MsgKind::Status | MsgKind::Answer if early.len() < JOIN_STASH => {
+                        early.push((from, msg, data.to_vec()))
+                    }
+                    MsgKind::Refuse if ours && msg.tag == REFUSE_CONFIG => {
+                        self.joining = None;
+                        self.events.push_back(Event::JoinFailed(BarrierError::Usage(format!(
+                            "creating the barrier: node 0 runs another configuration than node {} ({} on {} rail(s) here): every node must use the same algorithm, rails and first barrier, and the same mcd version",
+                            self.me(),
+                            self.config.algorithm,
+                            self.config.rails
+                        ))));
+                    }
+                    MsgKind::Refuse if ours => {
+                        self.joining = None;
+                        self.events.push_back(Event::JoinFailed(BarrierError::Refused { node: self.me() }));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn send_admission(&mut self, to: NodeId, kind: MsgKind, echo: u32) {
+        let instance = if kind == MsgKind::Admit { self.instance } else { 0 };
+        self.out.push(0, To::Node(to), Msg { kind, instance, epoch: 0, tag: 0, arg: echo }, &[]);
+    }
+
+    /// Node 0: a join request after the instance was agreed. The same
+    /// incarnation lost its admission: admit it again. Another one is a
+    /// process that took a node's place: refuse it.
+    pub(super) fn on_join(&mut self, from: NodeId, msg: Msg) {
+        if self.me() != 0 || self.admitted.len() != self.nodes() {
+            return;
+        }
+        let echo = msg.instance as u32;
+        if self.admitted[from] == echo {
+            self.send_admission(from, MsgKind::Admit, echo)
+        } else if self.closing {
+            // Once this node is closing, a peer may have finished and moved
+            // on to a new instance, whose node 0 will answer it.
+        } else {
+            self.stats.refused += 1;
+            self.send_admission(from, MsgKind::Refuse, echo)
+        }
+    }
+}

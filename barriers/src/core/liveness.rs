@@ -1,0 +1,185 @@
+//! Liveness and verdicts. **Failure is silence.** A barrier waits for live
+//! peers as long as they take. A peer it waits for is dead only when it has
+//! answered nothing (no message at all, though probed by NACKs) for the
+//! failure timeout and at least [`MIN_PROBES`] probes; then
+//! [`BarrierError::PeerSilent`] names it. A node that gives up says so in
+//! its status answers, so the nodes waiting for *it* fail too, naming the
+//! silent node ([`BarrierError::PeerFailed`]). An optional deadline bounds a
+//! whole wait ([`BarrierError::Deadline`]), telling silent peers from live
+//! ones that are behind. No error changes the barrier's state: a wait can
+//! be made again, and completes if the peers come through.
+
+use std::time::{Duration, Instant};
+
+use super::{Core, To};
+use crate::engine::{BarrierError, PeerState, MIN_PROBES};
+use crate::transport::{status, Msg, MsgKind, NodeId};
+
+/// What this node knows of a peer.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Peer {
+    /// When any message of this instance last came from it.
+    last_heard: Option<Instant>,
+    /// The latest barrier it was known to be at.
+    pub(super) at: Option<u64>,
+    /// Whether it said it was inside that barrier.
+    in_barrier: bool,
+    /// Since when it has been probed (NACKed) without answering anything.
+    probed_since: Option<Instant>,
+    /// Probes sent since it was last heard.
+    unanswered: u32,
+    /// (barrier, silent node, when heard) it reported giving up on.
+    pub(super) gave_up: Option<(u64, NodeId, Instant)>,
+}
+
+impl Peer {
+    /// It was probed at `now`.
+    pub(super) fn probed(&mut self, now: Instant) {
+        self.probed_since.get_or_insert(now);
+        self.unanswered += 1;
+    }
+
+    /// It was heard at `now`; returns whether a probe of it had gone
+    /// unanswered until then.
+    pub(super) fn heard(&mut self, now: Instant) -> bool {
+        let was_probed = self.unanswered > 0;
+        self.last_heard = Some(now);
+        self.probed_since = None;
+        self.unanswered = 0;
+        was_probed
+    }
+
+    /// Probes since it was last heard.
+    pub(super) fn unanswered(&self) -> u32 {
+        self.unanswered
+    }
+
+    /// Silent: probed at least [`MIN_PROBES`] times over `timeout` without a word.
+    pub(super) fn silent(&self, now: Instant, timeout: Duration, since: Instant) -> Option<Duration> {
+        let quiet = now.saturating_duration_since(self.probed_since?.max(since));
+        (quiet >= timeout && self.unanswered >= MIN_PROBES).then_some(quiet)
+    }
+
+    /// It is at barrier `epoch` at least.
+    pub(super) fn at_least(&mut self, epoch: u64, in_barrier: bool) {
+        if self.at.is_none_or(|at| epoch > at) {
+            self.at = Some(epoch);
+            self.in_barrier = in_barrier;
+        } else if self.at == Some(epoch) {
+            self.in_barrier |= in_barrier;
+        }
+    }
+
+    /// Its status `msg` of barrier `epoch`, at `now`: its own word on where
+    /// it is. True if it reports giving up.
+    pub(super) fn status(&mut self, epoch: u64, msg: Msg, now: Instant) -> bool {
+        if self.at.is_none_or(|at| epoch >= at) {
+            self.at = Some(epoch);
+            self.in_barrier = msg.tag & status::IN_PROGRESS != 0;
+            self.gave_up = (msg.tag & status::FAILED != 0 && msg.arg != 0).then(|| (epoch, msg.arg as usize - 1, now));
+            return self.gave_up.is_some();
+        }
+        false
+    }
+}
+
+impl Core {
+    fn status_msg(&self) -> Msg {
+        let mut flags = 0;
+        if self.in_progress {
+            flags |= status::IN_PROGRESS;
+        }
+        if self.gave_up.is_some() {
+            flags |= status::FAILED;
+        }
+        if self.finished {
+            flags |= status::FINISHED;
+        }
+        if self.mismatch.is_some() && self.in_progress {
+            flags |= status::MISMATCH;
+        }
+        Msg { arg: self.gave_up.map_or(0, |n| n as u32 + 1), ..self.msg(MsgKind::Status, self.epoch, flags) }
+    }
+
+    /// Sends where this node is to `to` (`None`: every node).
+    pub(super) fn send_status(&mut self, to: Option<NodeId>) {
+        let msg = self.status_msg();
+        self.stats.statuses += 1;
+        self.out.push(0, to.map_or(To::All, To::Node), msg, &[]);
+    }
+
+    /// Retries, then the verdict on silent peers and the deadline.
+    pub(super) fn on_timers(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
+        let retry_due = self.retry(now);
+        // A verdict can change only at a retry (probes are counted then), on
+        // a peer's report, or at the deadline: the hot path skips it.
+        if retry_due || self.report_pending.take().is_some() || deadline.is_some_and(|d| now >= d) {
+            self.judge(now, deadline)?;
+        }
+        Ok(())
+    }
+
+    /// Fails the barrier if a peer it waits for is silent though probed, if
+    /// any peer gave up on this barrier (naming a node not heard from since),
+    /// or if the deadline passed. Changes nothing else: a later call can
+    /// still complete. On giving up, tells every node, so that all of them
+    /// fail naming the silent node rather than the one that gave up.
+    pub(super) fn judge(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
+        for (reporter, peer) in self.peers.iter().enumerate() {
+            if let Some((epoch, node, when)) = peer.gave_up {
+                let heard_since = self.peers.get(node).and_then(|p| p.last_heard).is_some_and(|t| t > when);
+                // A peer stuck in the barrier before this one (it gave up
+                // there) can never reach this one either. Only reports made
+                // during this call count: calling again waits afresh.
+                let patient = self.errors == 0 || now.saturating_duration_since(self.call_started) >= self.config.failure_timeout;
+                if epoch + 1 >= self.epoch && node != self.me() && !heard_since && when >= self.call_started && patient {
+                    // Not repeated in this node's status: only a node that
+                    // probed the silent one itself reports it.
+                    return Err(BarrierError::PeerFailed { epoch: self.epoch, reporter, silent: node });
+                }
+            }
+        }
+        let waiting_for = self.missing_from();
+        let mut silent = Vec::new();
+        let mut silent_for = Duration::ZERO;
+        for &p in &waiting_for {
+            if let Some(quiet) = self.peers[p].silent(now, self.config.failure_timeout, self.call_started) {
+                silent.push(p);
+                silent_for = silent_for.max(quiet);
+            }
+        }
+        if let Some(&first) = silent.first() {
+            self.give_up(first);
+            return Err(BarrierError::PeerSilent { epoch: self.epoch, silent, for_: silent_for });
+        }
+        if let Some(deadline) = deadline {
+            if now >= deadline {
+                let waited = self.config.deadline.unwrap_or_default();
+                let waiting_for = waiting_for.into_iter().map(|p| (p, self.peer_state(p, now))).collect();
+                return Err(BarrierError::Deadline { epoch: self.epoch, waited, waiting_for });
+            }
+        }
+        Ok(())
+    }
+
+    /// Records that this node gives up on the current barrier because of
+    /// `silent`, and tells every node (twice, against loss) the first time.
+    fn give_up(&mut self, silent: NodeId) {
+        if self.gave_up.is_none() {
+            self.gave_up = Some(silent);
+            self.send_status(None);
+            self.send_status(None);
+        }
+    }
+
+    fn peer_state(&self, p: NodeId, now: Instant) -> PeerState {
+        let peer = self.peers[p];
+        if let Some(quiet) = peer.silent(now, self.config.failure_timeout, self.call_started) {
+            return PeerState::Silent { for_: quiet };
+        }
+        match peer.last_heard {
+            Some(t) => PeerState::Alive { at: peer.at.unwrap_or(self.epoch), in_barrier: peer.in_barrier, heard: now.saturating_duration_since(t) },
+            None => PeerState::Silent { for_: now.saturating_duration_since(self.step_since) },
+        }
+    }
+}

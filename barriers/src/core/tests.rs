@@ -1,0 +1,591 @@
+//! The core's unit tests: one node's core driven by hand in virtual time.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::join::{fingerprint_of, REFUSE_CONFIG};
+use super::window::BASE;
+use super::*;
+use crate::collective::Collective;
+use crate::plan::{self, Algorithm};
+use crate::transport::{status, Incoming, MsgKind};
+use crate::engine::{BarrierConfig, BarrierError, MIN_PROBES};
+
+/// A node's core driven by hand, in virtual time: what arrives is
+/// pushed by the test, what is sent is recorded (a multicast as one
+/// message per node).
+struct Node {
+    core: Core,
+    transport: Wire,
+    now: Instant,
+}
+
+#[derive(Default)]
+struct Wire {
+    inbox: VecDeque<Incoming>,
+    /// Data of the messages in `inbox` (in order; missing: none).
+    inbox_data: VecDeque<Vec<u8>>,
+    sent: Vec<(NodeId, Msg)>,
+    /// Data of each message in `sent`.
+    sent_data: Vec<Vec<u8>>,
+}
+
+impl std::ops::Deref for Node {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl std::ops::DerefMut for Node {
+    fn deref_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
+}
+
+impl Node {
+    /// Node `me` of `n`, joined to INSTANCE.
+    fn new(me: NodeId, n: usize, config: BarrierConfig) -> Node {
+        let now = Instant::now();
+        let setup = Setup { me, nodes: n, rails: 1, multicast: false, max_data: 1000 };
+        let mut core = Core::new(setup, config, now).unwrap();
+        core.joined(INSTANCE);
+        Node { core, transport: Wire::default(), now }
+    }
+
+    /// Records what the core sends.
+    fn collect(&mut self) {
+        let me = self.core.me();
+        let n = self.core.nodes();
+        while let Some(t) = self.core.poll_transmit() {
+            let to: Vec<NodeId> = match t.to {
+                To::Node(to) => vec![to],
+                To::All => (0..n).filter(|&p| p != me).collect(),
+            };
+            for to in to {
+                self.transport.sent.push((to, t.msg));
+                self.transport.sent_data.push(t.data.to_vec());
+            }
+        }
+    }
+
+    /// Feeds the core everything pushed.
+    fn feed(&mut self) {
+        while let Some(m) = self.transport.inbox.pop_front() {
+            let data = self.transport.inbox_data.pop_front().unwrap_or_default();
+            self.core.handle(self.now, m.from, m.rail, m.msg, &data);
+            self.collect();
+        }
+    }
+
+    fn done(&mut self) -> Option<Result<(), BarrierError>> {
+        while let Some(event) = self.core.poll_event() {
+            if let Event::Done(result) = event {
+                return Some(result);
+            }
+        }
+        None
+    }
+
+    /// A blocking call, run until it ends on what was pushed; it must
+    /// not need more.
+    fn call(&mut self, call: Call<'_>) -> Result<(), BarrierError> {
+        self.core.start(self.now, call);
+        self.collect();
+        loop {
+            if let Some(result) = self.done() {
+                return result;
+            }
+            let more = !self.transport.inbox.is_empty();
+            self.feed();
+            self.core.handle_timeout(self.now);
+            self.collect();
+            if let Some(result) = self.done() {
+                return result;
+            }
+            assert!(more, "the call waits for what the test never sends");
+        }
+    }
+
+    fn test(&mut self) -> Result<bool, BarrierError> {
+        self.feed();
+        let result = self.core.test(self.now);
+        self.collect();
+        result
+    }
+
+    fn wait(&mut self, deadline: Option<Instant>) -> Result<(), BarrierError> {
+        self.call(Call::Wait { deadline })
+    }
+
+    fn wait_result(&mut self, deadline: Option<Instant>) -> Result<(), BarrierError> {
+        self.call(Call::WaitResult { deadline })
+    }
+
+    fn enter_collective(&mut self, call: Collective, count: u32, input: &[u8], deadline: Option<Instant>) -> Result<(), BarrierError> {
+        self.call(Call::EnterCollective { call, count, input, deadline })
+    }
+
+    fn enter_closing(&mut self) -> Result<(), BarrierError> {
+        self.call(Call::Close)
+    }
+
+    fn enter_split(&mut self) -> Result<(), BarrierError> {
+        let now = self.now;
+        let result = self.core.enter(now);
+        self.collect();
+        result
+    }
+
+    /// Enters the next barrier as the algorithm's own.
+    fn enter_base(&mut self) {
+        let now = self.now;
+        self.core.enter_variant(now, BASE).unwrap();
+        self.collect();
+    }
+
+    fn app_epoch(&self) -> u64 {
+        self.core.epoch()
+    }
+}
+
+const INSTANCE: u64 = 0xABCD;
+
+/// Node 1 of 2 in dissemination (one round: it waits for node 0's tag
+/// ROUND), joined to INSTANCE, at barrier `epoch`.
+fn node1(epoch: u64) -> Node {
+    let mut config = BarrierConfig::new(Algorithm::Dissemination);
+    config.first_epoch = epoch;
+    Node::new(1, 2, config)
+}
+
+fn from0(kind: MsgKind, instance: u64, epoch: u64) -> Incoming {
+    Incoming { from: 0, rail: 0, msg: Msg { kind, instance, epoch: epoch as u32, tag: plan::tag::ROUND, arg: 0 } }
+}
+
+#[test]
+fn a_contribution_is_re_sent_as_stored_and_a_duplicate_release_never_counts() {
+    use crate::collective::{wire, Dtype, Op};
+    // Node 1 of 2, concurrent: it sends its contribution to node 0 and
+    // waits for node 0's release with the result.
+    let mut e = Node::new(1, 2, BarrierConfig::new(Algorithm::Concurrent));
+    let call = Collective::Allreduce { op: Op::Sum, dtype: Dtype::I64 };
+    e.enter_collective(call, 1, &5i64.to_ne_bytes(), None).unwrap();
+    let (to, arrive) = e.transport.sent[0];
+    assert_eq!((to, arrive.kind, arrive.tag), (0, MsgKind::Data, plan::tag::ARRIVE));
+    let contribution = e.transport.sent_data[0].clone();
+    let view = wire::Contribution::new_checked(&contribution[..]).unwrap();
+    assert_eq!((view.call(), view.count(), view.data()), (Some(call), 1, &5i64.to_le_bytes()[..]));
+    // Node 0 lost it and asks: the answer carries the very same bytes.
+    let nack = Msg { kind: MsgKind::Nack, instance: INSTANCE, epoch: 0, tag: plan::tag::ARRIVE, arg: 0 };
+    e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: nack });
+    assert!(!e.test().unwrap());
+    let answered = e.transport.sent.iter().position(|(_, m)| m.kind == MsgKind::Answer).expect("answered");
+    assert_eq!(e.transport.sent_data[answered], contribution);
+    // The release, then a duplicate of it carrying other bytes: the first counts.
+    let release = |sum: i64| {
+        let mut data = Vec::new();
+        wire::emit_header(call, 1, true, &mut data);
+        data.extend_from_slice(&sum.to_le_bytes());
+        data
+    };
+    let msg = Msg { kind: MsgKind::Data, instance: INSTANCE, epoch: 0, tag: plan::tag::RELEASE, arg: 0 };
+    e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg });
+    e.transport.inbox_data.push_back(release(12));
+    e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { kind: MsgKind::Answer, ..msg } });
+    e.transport.inbox_data.push_back(release(99));
+    assert!(e.test().unwrap());
+    e.test().unwrap(); // the duplicate arrives after completion: stale
+    let mut out = [0u8; 8];
+    e.collective_result(Some(&mut out)).unwrap();
+    assert_eq!(i64::from_ne_bytes(out), 12);
+    // A release of another call is an error, never a result.
+    e.enter_collective(Collective::Allreduce { op: Op::Max, dtype: Dtype::I64 }, 1, &5i64.to_ne_bytes(), None).unwrap();
+    e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { epoch: 1, ..msg } });
+    e.transport.inbox_data.push_back(release(12));
+    let err = e.test().unwrap_err().to_string();
+    assert!(err.contains("collective mismatch in barrier 1") && err.contains("allreduce(sum, i64)"), "{err}");
+}
+
+/// Node `me` of 3, concurrent, joined to INSTANCE.
+fn node_of_3(me: NodeId) -> Node {
+    Node::new(me, 3, BarrierConfig::new(Algorithm::Concurrent))
+}
+
+/// A broadcast message of `root` over 2 bytes, with or without them.
+fn bcast_data(root: NodeId, bytes: Option<[u8; 2]>) -> Vec<u8> {
+    let mut d = Vec::new();
+    crate::collective::wire::emit_header(Collective::Bcast { root }, 2, bytes.is_some(), &mut d);
+    d.extend_from_slice(&bytes.unwrap_or_default()[..if bytes.is_some() { 2 } else { 0 }]);
+    d
+}
+
+fn push(e: &mut Node, from: NodeId, kind: MsgKind, epoch: u64, tag: u16, data: Vec<u8>) {
+    e.transport.inbox.push_back(Incoming { from, rail: 0, msg: Msg { kind, instance: INSTANCE, epoch: epoch as u32, tag, arg: 0 } });
+    e.transport.inbox_data.push_back(data);
+}
+
+fn sent_count(e: &Node, to: NodeId, kind: MsgKind, epoch: u64, tag: u16) -> usize {
+    e.transport.sent.iter().filter(|(t, m)| *t == to && m.kind == kind && m.epoch == epoch as u32 && m.tag == tag).count()
+}
+
+#[test]
+fn a_non_root_tells_its_entry_at_once_has_the_broadcast_at_the_data_and_answers_for_its_entry_before_and_after_the_end() {
+    use plan::tag::{BCAST_DATA, BCAST_DONE, BCAST_ENTERED};
+    let mut e = node_of_3(1);
+    e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
+    // Its entry went to the root at once, before the data, as a header without data.
+    assert_eq!(e.transport.sent.len(), 1);
+    assert_eq!(sent_count(&e, 0, MsgKind::Data, 0, BCAST_ENTERED), 1);
+    let entry = crate::collective::wire::Contribution::new_checked(&e.transport.sent_data[0][..]).unwrap();
+    assert!(!entry.has_data() && entry.call() == Some(Collective::Bcast { root: 0 }));
+    // The next epoch's broadcast from node 2 comes first (node 2 had the
+    // data and the end already): kept, before this node knows that call.
+    push(&mut e, 2, MsgKind::Data, 1, BCAST_DATA, bcast_data(2, Some([4, 5])));
+    push(&mut e, 0, MsgKind::Data, 0, BCAST_DATA, bcast_data(0, Some([7, 9])));
+    e.wait_result(None).unwrap();
+    assert!(e.in_progress && e.detached && !e.entered(), "returned with the data, the epoch completing in the background");
+    assert_eq!((e.epoch, e.app_epoch(), e.stats.early), (0, 1, 1));
+    let mut out = [0u8; 2];
+    e.collective_result(Some(&mut out)).unwrap();
+    assert_eq!(out, [7, 9]);
+    // Sent once; (node 2's message of epoch 1 proved the data sent: a NACK went first).
+    assert_eq!(sent_count(&e, 0, MsgKind::Data, 0, BCAST_ENTERED), 1);
+    assert_eq!(sent_count(&e, 0, MsgKind::Nack, 0, BCAST_DATA), 1);
+    // The root lost the entry and asks: answered at once.
+    push(&mut e, 0, MsgKind::Nack, 0, BCAST_ENTERED, Vec::new());
+    assert!(e.test().unwrap(), "no barrier of the application's is entered");
+    assert_eq!(sent_count(&e, 0, MsgKind::Answer, 0, BCAST_ENTERED), 1);
+    // The end completes the epoch; the next broadcast (from node 2, its
+    // data kept early) tells node 2 its entry and has its result at once.
+    push(&mut e, 0, MsgKind::Data, 0, BCAST_DONE, bcast_data(0, None));
+    e.test().unwrap();
+    assert_eq!((e.epoch, e.in_progress, e.detached), (1, false, false));
+    e.enter_collective(Collective::Bcast { root: 2 }, 2, &[0, 0], None).unwrap();
+    e.wait_result(None).unwrap();
+    e.collective_result(Some(&mut out)).unwrap();
+    assert_eq!(out, [4, 5]);
+    assert_eq!(sent_count(&e, 2, MsgKind::Data, 1, BCAST_ENTERED), 1);
+    // A NACK of the previous epoch's entry (the root's retry
+    // crossed it) is answered from that epoch, though this node moved on.
+    push(&mut e, 0, MsgKind::Nack, 0, BCAST_ENTERED, Vec::new());
+    e.test().unwrap();
+    assert_eq!(sent_count(&e, 0, MsgKind::Answer, 0, BCAST_ENTERED), 2);
+    // A barrier entered now waits for the broadcast's end, then runs.
+    e.enter_split().unwrap();
+    assert!(e.entered() && e.queued && e.epoch == 1);
+    push(&mut e, 2, MsgKind::Data, 1, BCAST_DONE, bcast_data(2, None));
+    assert!(!e.test().unwrap(), "the queued barrier is entered, not complete");
+    assert_eq!((e.epoch, e.cur, sent_count(&e, 0, MsgKind::Data, 2, plan::tag::ARRIVE)), (2, BASE, 1));
+    push(&mut e, 0, MsgKind::Data, 2, plan::tag::RELEASE, Vec::new());
+    assert!(e.test().unwrap());
+    assert_eq!(e.epoch, 3);
+}
+
+#[test]
+fn a_broadcasts_root_sends_at_once_nacks_a_lost_entry_and_ends_after_all() {
+    use plan::tag::{BCAST_DATA, BCAST_DONE, BCAST_ENTERED};
+    let mut e = node_of_3(0);
+    e.enter_collective(Collective::Bcast { root: 0 }, 2, &[3, 1], None).unwrap();
+    e.wait_result(None).unwrap();
+    assert!(e.detached, "the root's call returns once its data is sent");
+    // (The script transport multicasts as one send per node.)
+    assert_eq!((sent_count(&e, 1, MsgKind::Data, 0, BCAST_DATA), sent_count(&e, 2, MsgKind::Data, 0, BCAST_DATA)), (1, 1));
+    assert_eq!(e.transport.sent_data[0], bcast_data(0, Some([3, 1])));
+    push(&mut e, 1, MsgKind::Data, 0, BCAST_ENTERED, bcast_data(0, None));
+    e.test().unwrap();
+    // Node 2's entry is lost: at the retry, the root asks node 2 for it.
+    let now = e.now;
+    e.next_retry = now;
+    e.test().unwrap();
+    assert_eq!(sent_count(&e, 2, MsgKind::Nack, 0, BCAST_ENTERED), 1);
+    assert_eq!(sent_count(&e, 1, MsgKind::Nack, 0, BCAST_ENTERED), 0, "node 1's came");
+    // Node 2 lost the data too and asks: answered with the stored data.
+    push(&mut e, 2, MsgKind::Nack, 0, BCAST_DATA, Vec::new());
+    e.test().unwrap();
+    let answer = e.transport.sent.iter().position(|(t, m)| *t == 2 && m.kind == MsgKind::Answer && m.tag == BCAST_DATA).expect("answered");
+    assert_eq!(e.transport.sent_data[answer], bcast_data(0, Some([3, 1])));
+    assert_eq!(sent_count(&e, 1, MsgKind::Data, 0, BCAST_DONE), 0, "no end before every entry");
+    // The next call completes the broadcast first: the entry
+    // comes, the end goes, and only then the allreduce's arrival.
+    push(&mut e, 2, MsgKind::Answer, 0, BCAST_ENTERED, bcast_data(0, None));
+    e.enter_collective(Collective::Allreduce { op: crate::collective::Op::Sum, dtype: crate::collective::Dtype::U32 }, 1, &[1, 0, 0, 0], None).unwrap();
+    let done = e.transport.sent.iter().position(|(_, m)| m.tag == BCAST_DONE).expect("the end");
+    assert!(e.transport.sent[done..].iter().all(|(_, m)| m.epoch == 0 || m.epoch == 1));
+    assert_eq!((e.epoch, e.cur), (1, BASE));
+}
+
+#[test]
+fn a_node_of_another_wire_protocol_is_refused_at_the_join_by_name() {
+    // Node 1 speaks the previous protocol (its fingerprint says so): node 0
+    // refuses it and names it, instead of running a barrier whose
+    // messages the two would read differently.
+    let mut config = BarrierConfig::new(Algorithm::Concurrent);
+    config.join_timeout = Duration::from_millis(50);
+    let t0 = Instant::now();
+    let setup = Setup { me: 0, nodes: 2, rails: 1, multicast: false, max_data: 1000 };
+    let mut e = Core::new(setup, config, t0).unwrap();
+    e.join(5, t0);
+    let old = Msg { kind: MsgKind::Join, instance: 77, epoch: 0, tag: 0, arg: fingerprint_of(&config, PROTOCOL - 1) };
+    e.handle(t0, 1, 0, old, &[]);
+    let refused = e.poll_transmit().expect("a refusal");
+    assert!(refused.to == To::Node(1) && refused.msg.kind == MsgKind::Refuse && refused.msg.tag == REFUSE_CONFIG);
+    e.handle_timeout(t0 + Duration::from_millis(49));
+    assert!(e.poll_event().is_none(), "not before the join timeout");
+    e.handle_timeout(t0 + Duration::from_millis(50));
+    let Some(Event::JoinFailed(err)) = e.poll_event() else { panic!("no join failure") };
+    let err = err.to_string();
+    assert!(err.contains("node 1 asked to join with another configuration") && err.contains("same mcd version"), "{err}");
+    // (What tells them apart: the fingerprint.)
+    assert_ne!(fingerprint_of(&config, PROTOCOL), fingerprint_of(&config, PROTOCOL - 1));
+}
+
+#[test]
+fn a_non_root_takes_only_its_roots_next_data_flagged_as_the_end_for_the_end() {
+    use plan::tag::{BCAST_DATA, BCAST_DONE};
+    let flagged = |root: NodeId, flag: bool| {
+        let mut d = bcast_data(root, Some([5, 6]));
+        if flag {
+            d[3] |= crate::collective::wire::ENDS_PREVIOUS;
+        }
+        d
+    };
+    let detached = || {
+        let mut e = node_of_3(1);
+        e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
+        push(&mut e, 0, MsgKind::Data, 0, BCAST_DATA, bcast_data(0, Some([7, 9])));
+        e.wait_result(None).unwrap();
+        assert!(e.detached);
+        e
+    };
+    // Epoch 1's data from another node, or from the root without the
+    // flag (after a mismatch the root may go on: the end must come):
+    // kept for epoch 1, the end still awaited (and NACKed at once).
+    for (from, flag) in [(2, true), (0, false)] {
+        let mut e = detached();
+        push(&mut e, from, MsgKind::Data, 1, BCAST_DATA, flagged(from, flag));
+        e.test().unwrap();
+        assert_eq!((e.epoch, e.detached, e.stats.ends_implied), (0, true, 0), "from {from}, flag {flag}");
+        assert_eq!(sent_count(&e, 0, MsgKind::Nack, 0, BCAST_DONE), 1);
+    }
+    // The root's, flagged (as data or as an answer): the end.
+    for kind in [MsgKind::Data, MsgKind::Answer] {
+        let mut e = detached();
+        push(&mut e, 0, kind, 1, BCAST_DATA, flagged(0, true));
+        e.test().unwrap();
+        assert_eq!((e.epoch, e.detached, e.stats.ends_implied), (1, false, 1), "{kind:?}");
+        assert_eq!(sent_count(&e, 0, MsgKind::Nack, 0, BCAST_DONE), 0);
+        e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
+        e.wait_result(None).unwrap();
+        let mut out = [0u8; 2];
+        e.collective_result(Some(&mut out)).unwrap();
+        assert_eq!(out, [5, 6]);
+    }
+}
+
+#[test]
+fn a_root_that_broadcasts_again_sends_no_end_its_next_data_implies_it_and_answers_for_it() {
+    use plan::tag::{BCAST_DATA, BCAST_DONE, BCAST_ENTERED};
+    let entered = |e: &mut Node, epoch: u64| {
+        for from in [1, 2] {
+            push(e, from, MsgKind::Data, epoch, BCAST_ENTERED, bcast_data(0, None));
+        }
+    };
+    let mut e = node_of_3(0);
+    e.enter_collective(Collective::Bcast { root: 0 }, 2, &[3, 1], None).unwrap();
+    e.wait_result(None).unwrap();
+    entered(&mut e, 0);
+    // Broadcasting again: epoch 0 completes without its end; epoch 1's data goes.
+    e.enter_collective(Collective::Bcast { root: 0 }, 2, &[4, 1], None).unwrap();
+    e.wait_result(None).unwrap();
+    assert_eq!((sent_count(&e, 1, MsgKind::Data, 0, BCAST_DONE), sent_count(&e, 1, MsgKind::Data, 1, BCAST_DATA)), (0, 1));
+    assert_eq!((e.epoch, e.stats.ends_implied), (1, 1));
+    let header = |e: &Node, epoch: u32| {
+        let i = e.transport.sent.iter().position(|(_, m)| m.tag == BCAST_DATA && m.epoch == epoch).unwrap();
+        crate::collective::wire::Contribution::new_checked(e.transport.sent_data[i].clone()).unwrap()
+    };
+    assert!(!header(&e, 0).ends_previous() && header(&e, 1).ends_previous(), "epoch 1's data says it ends epoch 0");
+    // Node 2 lost epoch 1's data, so knows nothing of the end, and asks for
+    // it: answered with the end as staged.
+    push(&mut e, 2, MsgKind::Nack, 0, BCAST_DONE, Vec::new());
+    e.test().unwrap();
+    let answer = e.transport.sent.iter().position(|(t, m)| *t == 2 && m.kind == MsgKind::Answer && m.tag == BCAST_DONE && m.epoch == 0).expect("answered");
+    assert_eq!(e.transport.sent_data[answer], bcast_data(0, None));
+    // An allreduce next: the end of epoch 1 goes out as usual first.
+    entered(&mut e, 1);
+    e.enter_collective(Collective::Allreduce { op: crate::collective::Op::Sum, dtype: crate::collective::Dtype::U32 }, 1, &[1, 0, 0, 0], None).unwrap();
+    assert_eq!((sent_count(&e, 1, MsgKind::Data, 1, BCAST_DONE), sent_count(&e, 2, MsgKind::Data, 1, BCAST_DONE)), (1, 1));
+    assert_eq!((e.epoch, e.stats.ends_implied), (2, 1));
+}
+
+#[test]
+fn a_mismatch_found_after_the_result_fails_the_next_call_instead_of_entering_an_epoch_the_peer_never_enters() {
+    use plan::tag::{BCAST_DATA, BCAST_DONE};
+    // The root's end says a peer called the broadcast with 3 elements
+    // (the root saw the mismatch; it returned its error and enters no
+    // more epochs): whatever this node calls next fails at once.
+    let end_of_3 = || {
+        let mut d = Vec::new();
+        crate::collective::wire::emit_header(Collective::Bcast { root: 0 }, 3, false, &mut d);
+        d
+    };
+    let ours = Collective::Bcast { root: 0 };
+    // A barrier entered while the broadcast completes in the background:
+    // abandoned, its wait fails, and no arrival of epoch 1 goes out.
+    let mut e = node_of_3(1);
+    e.enter_collective(ours, 2, &[0, 0], None).unwrap();
+    push(&mut e, 0, MsgKind::Data, 0, BCAST_DATA, bcast_data(0, Some([7, 9])));
+    e.wait_result(None).unwrap();
+    e.enter_split().unwrap();
+    push(&mut e, 0, MsgKind::Data, 0, BCAST_DONE, end_of_3());
+    let err = e.wait(None).unwrap_err().to_string();
+    assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+    assert_eq!((e.epoch, e.in_progress), (1, false));
+    assert!(e.transport.sent.iter().all(|(_, m)| m.epoch == 0), "entered epoch 1: {:?}", e.transport.sent);
+    // The next collective, or a plain wait, or finish: each fails once.
+    for next in 0..3 {
+        let mut e = node_of_3(1);
+        e.enter_collective(ours, 2, &[0, 0], None).unwrap();
+        push(&mut e, 0, MsgKind::Data, 0, BCAST_DATA, bcast_data(0, Some([7, 9])));
+        e.wait_result(None).unwrap();
+        push(&mut e, 0, MsgKind::Data, 0, BCAST_DONE, end_of_3());
+        let err = match next {
+            0 => e.enter_collective(ours, 2, &[0, 0], None),
+            1 => e.wait(None),
+            _ => e.enter_closing(),
+        }
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("collective mismatch in barrier 0"), "call {next}: {err}");
+        assert!(e.transport.sent.iter().all(|(_, m)| m.epoch == 0), "call {next} entered epoch 1");
+    }
+}
+
+#[test]
+fn a_peer_running_another_broadcast_in_this_epoch_is_a_clear_error() {
+    let mut e = node_of_3(1);
+    e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
+    // Node 2 thinks it is the root of this epoch.
+    push(&mut e, 2, MsgKind::Data, 0, plan::tag::BCAST_DATA, bcast_data(2, Some([1, 1])));
+    let err = e.wait_result(None).unwrap_err().to_string();
+    assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+}
+
+#[test]
+fn a_nack_for_what_only_another_collective_sends_is_a_clear_error() {
+    // Node 0 runs a barrier; node 1 calls a broadcast from node 0 and
+    // asks for its data, which node 0's barrier never sends: without
+    // this, each waits for the other for ever.
+    let mut e = node_of_3(0);
+    e.enter_split().unwrap();
+    push(&mut e, 1, MsgKind::Nack, 0, plan::tag::BCAST_DATA, Vec::new());
+    let err = e.wait(None).unwrap_err().to_string();
+    assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+    // Every node hears of it (one may see nothing wrong in its own messages).
+    let told = |e: &Node, to| e.transport.sent.iter().any(|(t, m)| *t == to && m.kind == MsgKind::Status && m.tag & status::MISMATCH != 0);
+    assert!(told(&e, 1) && told(&e, 2));
+    let mut other = node_of_3(2);
+    other.enter_split().unwrap();
+    other.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { kind: MsgKind::Status, instance: INSTANCE, epoch: 0, tag: status::IN_PROGRESS | status::MISMATCH, arg: 0 } });
+    other.transport.inbox_data.push_back(Vec::new());
+    let err = other.test().unwrap_err().to_string();
+    assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+    // A NACK for what this node's own plan sends later is no mismatch
+    // (the root's end, before every node entered).
+    let mut e = node_of_3(0);
+    e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
+    push(&mut e, 1, MsgKind::Nack, 0, plan::tag::BCAST_DONE, Vec::new());
+    assert!(!e.test().unwrap());
+    assert!(e.mismatch.is_none());
+}
+
+#[test]
+fn messages_of_another_instance_never_count() {
+    let mut e = node1(0);
+    e.enter_base();
+    e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE ^ 1, 0));
+    e.transport.inbox.push_back(from0(MsgKind::Answer, 7, 0));
+    assert!(!e.test().unwrap(), "a foreign arrival completed the barrier");
+    assert_eq!(e.stats.foreign, 2);
+    e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, 0));
+    assert!(e.test().unwrap());
+    assert_eq!(e.epoch, 1);
+}
+
+#[test]
+fn only_the_barriers_next_to_this_one_are_heard() {
+    let mut e = node1(10);
+    e.enter_base();
+    for far in [8, 12, 10 + (1 << 31), 10 + (1 << 32)] {
+        e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, far));
+    }
+    // A NACK for barrier 8: two behind, so never answered.
+    e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, 8));
+    assert!(e.test().unwrap());
+    assert_eq!(e.stats.stale, 4, "barriers 8, 12 and 10+2^31 are out of the window, and so is the NACK");
+    assert_eq!(e.epoch, 11, "barrier 10 + 2^32 carries barrier 10's wire number, and no node can be 2^32 apart");
+    assert!(e.transport.sent.iter().all(|(_, m)| m.kind != MsgKind::Answer), "nothing answered for barrier 8");
+    // The next barrier's message, kept early; the previous one's answered.
+    e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, 12));
+    e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, 10));
+    assert!(e.test().unwrap());
+    assert_eq!(e.stats.early, 1);
+    assert!(e.transport.sent.iter().any(|(to, m)| *to == 0 && m.kind == MsgKind::Answer && m.epoch == 10));
+}
+
+#[test]
+fn the_wire_number_wraps_and_the_barrier_number_does_not() {
+    let mut e = node1(u64::from(u32::MAX));
+    for expected in [u64::from(u32::MAX), 1 << 32, (1 << 32) + 1] {
+        e.enter_base();
+        assert!(!e.test().unwrap());
+        e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, expected));
+        assert!(e.test().unwrap(), "barrier {expected}");
+        assert_eq!(e.epoch, expected + 1);
+    }
+    // A NACK from a peer still in barrier 2^32 (wire 0) is answered for it.
+    e.transport.sent.clear();
+    e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, 1 << 32));
+    e.test().unwrap();
+    assert!(e.transport.sent.is_empty(), "two barriers back: no answer");
+    e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, (1 << 32) + 1));
+    e.test().unwrap();
+    assert_eq!(e.transport.sent.len(), 1);
+    assert_eq!((e.transport.sent[0].1.kind, e.transport.sent[0].1.epoch), (MsgKind::Answer, 1));
+}
+
+#[test]
+fn a_nack_with_nothing_to_resend_is_answered_with_where_this_node_is() {
+    let mut e = node1(5);
+    e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, 6));
+    e.test().unwrap();
+    let (to, status) = e.transport.sent[0];
+    assert_eq!((to, status.kind, status.epoch, status.tag), (0, MsgKind::Status, 5, 0), "alive, at 5, outside");
+}
+
+#[test]
+fn a_silent_peer_is_judged_only_after_it_was_probed_for_the_failure_timeout() {
+    let mut e = node1(0);
+    e.config.failure_timeout = Duration::from_millis(50);
+    let start = e.now;
+    e.call_started = start;
+    e.enter_base();
+    // Long before any probe: not silent, however long since the entry.
+    assert!(e.judge(start + Duration::from_secs(60), None).is_ok());
+    e.on_timers(start + Duration::from_millis(2), None).unwrap(); // the first NACK
+    assert!(e.judge(start + Duration::from_millis(60), None).is_ok(), "one probe is not enough");
+    for ms in 3..(2 + MIN_PROBES as u64) {
+        e.next_retry = start;
+        e.on_timers(start + Duration::from_millis(ms), None).unwrap();
+    }
+    assert!(e.judge(start + Duration::from_millis(30), None).is_ok(), "enough probes, not yet the timeout");
+    match e.judge(start + Duration::from_millis(60), None) {
+        Err(BarrierError::PeerSilent { silent, .. }) => assert_eq!(silent, vec![0]),
+        other => panic!("{other:?}"),
+    }
+    // It told node 0 that it gave up; hearing from node 0 again clears the verdict.
+    e.collect();
+    assert!(e.transport.sent.iter().any(|(_, m)| m.kind == MsgKind::Status && m.tag & status::FAILED != 0 && m.arg == 1));
+    e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { kind: MsgKind::Status, instance: INSTANCE, epoch: 0, tag: status::IN_PROGRESS, arg: 0 } });
+    assert!(!e.test().unwrap(), "still waiting, and no error");
+}

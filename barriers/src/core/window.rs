@@ -1,0 +1,47 @@
+//! The epoch window and serial arithmetic: barriers of an instance are
+//! numbered from 0 with 64 bits; the wire carries the low 32, and a receiver
+//! places them within one of its own number (RFC 1982). A node at barrier c
+//! hears only of barriers c−1, c and c+1 (no node can be further away), so
+//! wrap-around of the 32-bit field is harmless.
+
+use crate::transport::NodeId;
+
+/// The plan variant of barriers, reductions and the algorithm's own epochs.
+pub(super) const BASE: usize = 0;
+
+/// The plan variant of a release-first broadcast from `root`.
+pub(super) const fn bcast_variant(root: NodeId) -> usize {
+    1 + root
+}
+
+/// The full number of a barrier whose low 32 bits are `wire`, if it lies
+/// within c−1..=c+1 of barrier `current` = c.
+pub(super) fn place(current: u64, wire: u32) -> Option<u64> {
+    let distance = wire.wrapping_sub(current as u32) as i32;
+    if !(-1..=1).contains(&distance) {
+        return None;
+    }
+    current.checked_add_signed(i64::from(distance))
+}
+
+/// The parity slot of barrier `epoch` (the current and the next barrier's
+/// state live side by side).
+pub(super) const fn parity(epoch: u64) -> usize {
+    (epoch % 2) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_neighbouring_barriers_are_placed_and_the_wire_number_wraps() {
+        assert_eq!(place(10, 9), Some(9));
+        assert_eq!(place(10, 11), Some(11));
+        assert_eq!(place(10, 12), None);
+        assert_eq!(place(10, 8), None);
+        assert_eq!(place(u64::from(u32::MAX), 0), Some(1 << 32));
+        assert_eq!(place(1 << 32, u32::MAX), Some(u64::from(u32::MAX)));
+        assert_eq!(place(0, u32::MAX), None, "no barrier before 0");
+    }
+}
