@@ -47,6 +47,9 @@ pub struct DstArgs {
     /// Stop at the first failing seed.
     #[arg(long)]
     fail_fast: bool,
+    /// Events per node in a failing seed's trace.
+    #[arg(long, default_value_t = 60)]
+    trace: usize,
 }
 
 struct Done {
@@ -88,7 +91,7 @@ fn options(a: &DstArgs) -> Result<Options> {
 pub fn run(a: &DstArgs) -> Result<()> {
     let o = options(a)?;
     if let Some(seed) = a.seed {
-        let traced = Options { trace: 60, ..o.clone() };
+        let traced = Options { trace: a.trace, ..o.clone() };
         let (run, violations) = sim::run_seed(seed, &traced);
         println!("{}", sim::explain(&run, &violations, &traced));
         println!("{:?}", run.stats);
@@ -159,7 +162,7 @@ pub fn run(a: &DstArgs) -> Result<()> {
         failing.len()
     );
     if let Some(&seed) = failing.first() {
-        let traced = Options { trace: 60, ..o.clone() };
+        let traced = Options { trace: a.trace, ..o.clone() };
         let (run, violations) = sim::run_seed(seed, &traced);
         println!("{}", sim::explain(&run, &violations, &traced));
         bail!("{} failing seed(s): {failing:?}", failing.len());

@@ -152,6 +152,15 @@ impl fmt::Display for Violation {
 }
 
 impl Violation {
+    /// The instance and call it concerns (`None`: the finish), if one.
+    pub fn call(&self) -> Option<(usize, Option<usize>)> {
+        match self {
+            Violation::Safety { instance, op, .. } | Violation::Slow { instance, op, .. } => Some((*instance, *op)),
+            Violation::Agreement { instance, op, .. } | Violation::MismatchUnreported { instance, op, .. } => Some((*instance, Some(*op))),
+            _ => None,
+        }
+    }
+
     /// The node it concerns most.
     pub fn node(&self) -> Option<NodeId> {
         match self {
@@ -229,7 +238,9 @@ impl Checker<'_> {
         let crashed_in = |b: NodeId| {
             run.episodes.iter().any(|e| matches!(e.kind, EpisodeKind::Crash { node } if node == b) && e.start <= run.spans[j].1)
         };
-        let clean = !silence_during(run, run.spans[j]) && mismatch_at.is_none();
+        // An instance that never ended lasts to the end of the run.
+        let span = if run.spans[j].1 < run.spans[j].0 { (run.spans[j].0, u64::MAX) } else { run.spans[j] };
+        let clean = !silence_during(run, span) && mismatch_at.is_none();
         let bound = run.config.liveness_ns;
         for (k, recs) in ops.iter().enumerate() {
             let sop = &script[k];
@@ -273,7 +284,9 @@ impl Checker<'_> {
             }
         }
         // Mismatches reported everywhere.
-        if let Some(m) = mismatch_at {
+        // (Only when every node called it: one that failed before, for a
+        // silent peer, leaves the others failing for that instead.)
+        if let Some(m) = mismatch_at.filter(|&m| ops[m].iter().all(|r| r.entered.is_some())) {
             for b in (0..n).filter(|&b| !crashed_in(b)) {
                 let err = |k: usize| ops.get(k).is_some_and(|r| matches!(r[b].outcome, Outcome::Err(_)));
                 let own_sync = script[m].kind_at(b).is_synchronising();
@@ -291,8 +304,10 @@ impl Checker<'_> {
         for (b, r) in fin.iter().enumerate() {
             self.verdict(j, "finish".into(), b, r, mismatch_at.is_some(), false);
         }
+        // A finish waits for its peers' farewells: one lost for good costs
+        // up to the failure timeout.
         if clean {
-            self.slow(j, None, fin, bound);
+            self.slow(j, None, fin, bound + 2 * run.config.barrier.failure_timeout.as_nanos() as u64);
         }
     }
 

@@ -137,20 +137,24 @@ impl fmt::Display for FaultMix {
         if self.kinds.is_empty() {
             return f.write_str("none");
         }
+        if *self == FaultMix::mix() {
+            return f.write_str("mix");
+        }
         let names: Vec<String> = self.kinds.iter().map(|k| k.to_string()).collect();
         write!(f, "{}{}", names.join(","), if self.subset { ",mix" } else { "" })
     }
 }
 
-/// Gilbert–Elliott loss on each directed link: a good state losing
-/// [`Faults::loss`] and a bad state losing `loss`, with these chances of
-/// switching per message.
+/// Gilbert–Elliott loss on each directed link, in time: a good state
+/// losing [`Faults::loss`] and a bad state losing `loss`, each lasting an
+/// exponentially distributed time (a burst is a time, not a number of
+/// messages: a quiet link's burst does not stretch over seconds).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Burst {
-    /// Chance per message of going from good to bad.
-    pub enter: f64,
-    /// Chance per message of going from bad to good.
-    pub leave: f64,
+    /// The mean time in the good state, ns.
+    pub good_ns: u64,
+    /// The mean time in the bad state (a burst), ns.
+    pub bad_ns: u64,
     /// Loss in the bad state.
     pub loss: f64,
 }
@@ -243,7 +247,8 @@ pub fn draw_faults(rng: &mut Rng, kinds: &[FaultKind]) -> Faults {
         f.loss = *rng.pick(&[0.001, 0.01, 0.05, 0.1, 0.2, 0.3]);
     }
     if kinds.contains(&FaultKind::Burst) {
-        f.burst = Some(Burst { enter: rng.unit() * 0.02, leave: 0.05 + rng.unit() * 0.3, loss: 0.5 + rng.unit() * 0.5 });
+        let bad_ns = *rng.pick(&[20_000, 200_000, 2_000_000]);
+        f.burst = Some(Burst { good_ns: bad_ns * rng.range(5, 50), bad_ns, loss: 0.5 + rng.unit() * 0.5 });
     }
     if kinds.contains(&FaultKind::Duplicate) {
         f.duplicate = *rng.pick(&[0.01, 0.1, 0.3]);

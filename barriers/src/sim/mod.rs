@@ -32,6 +32,8 @@ mod core_node;
 pub mod faults;
 pub mod node;
 pub mod rng;
+#[cfg(test)]
+mod seeds;
 pub mod trace;
 pub mod workload;
 pub mod world;
@@ -257,6 +259,29 @@ pub fn explain(run: &Run, violations: &[Violation], options: &Options) -> String
     let _ = writeln!(s, "{} violation(s):", violations.len());
     for v in violations {
         let _ = writeln!(s, "  {v}");
+    }
+    let mut listed = Vec::new();
+    for v in violations {
+        let Some((j, op)) = v.call() else { continue };
+        if listed.contains(&(j, op)) {
+            continue;
+        }
+        listed.push((j, op));
+        let recs = match op {
+            Some(k) => &run.ops[j][k],
+            None => &run.finishes[j],
+        };
+        let _ = writeln!(s, "instance {j} {}, node by node:", op.map_or("finish".to_string(), |k| format!("op {k}")));
+        for (node, r) in recs.iter().enumerate() {
+            let t = |x: Option<u64>| x.map_or("-".to_string(), |t| format!("{:.3} ms", t as f64 / 1e6));
+            let what = op.map_or("finish".to_string(), |k| check::kind_name(&run.scripts[j][k].kind_at(node)));
+            let outcome = match &r.outcome {
+                world::Outcome::Ok(_) => "ok".to_string(),
+                world::Outcome::Pending => "pending".to_string(),
+                world::Outcome::Err(v) => format!("{v:?}"),
+            };
+            let _ = writeln!(s, "  node {node}: {what}: entered {}, left {}, {outcome}", t(r.entered), t(r.left));
+        }
     }
     if !run.errors.is_empty() {
         let _ = writeln!(s, "errors ({}):", run.errors.len());

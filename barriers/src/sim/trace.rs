@@ -103,6 +103,13 @@ impl Ring {
         if self.cap == 0 {
             return;
         }
+        // A spin's timeouts at one instant: one entry.
+        if event == TraceEvent::Timeout {
+            let last = (self.next + self.cap - 1) % self.cap;
+            if self.entries.get(last).is_some_and(|&(at, e)| at == t && e == TraceEvent::Timeout) {
+                return;
+            }
+        }
         if self.entries.len() < self.cap {
             self.entries.push((t, event));
         } else {

@@ -18,6 +18,9 @@ use crate::plan::Dest;
 use crate::transport::{Msg, NodeId};
 use crate::BarrierError;
 
+/// More events than this at one virtual time is a spin (a violation).
+const SPIN_LIMIT: u64 = 200_000;
+
 /// What an operation's call came to.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
@@ -262,7 +265,8 @@ pub struct World<F: NodeFactory> {
     net: Rng,
     app: Rng,
     faults: Faults,
-    bad: Vec<bool>,
+    /// Per directed link: in a burst, and until when (ns).
+    bad: Vec<(bool, u64)>,
     partitions: Vec<usize>,
     procs: Vec<Proc<F::Node>>,
     out: Vec<Transmit>,
@@ -330,7 +334,7 @@ impl<F: NodeFactory> World<F> {
             net: Rng::fork(run.config.seed, 2),
             app: Rng::fork(run.config.seed, 3),
             faults: run.config.faults,
-            bad: vec![false; n * n],
+            bad: vec![(true, 0); n * n],
             partitions: Vec::new(),
             procs,
             out: Vec::new(),
@@ -365,9 +369,26 @@ impl<F: NodeFactory> World<F> {
             self.push(e, Ev::EpisodeEnd(i));
         }
         let horizon = self.run.config.horizon_ns;
+        let mut same = 0u64;
         while let Some(Reverse(item)) = self.queue.pop() {
             if item.t > horizon {
                 break;
+            }
+            if item.t == self.now {
+                same += 1;
+                if same > SPIN_LIMIT {
+                    // Time stands still: a node whose deadline never
+                    // advances, or nodes answering each other at once for ever.
+                    let who = match item.ev {
+                        Ev::Timer { node, .. } => format!("node {node}'s deadline does not advance"),
+                        Ev::Deliver { to, from, .. } => format!("messages from node {from} to node {to} at no delay"),
+                        _ => "events".into(),
+                    };
+                    self.run.errors.push(format!("UNEXPECTED: {SPIN_LIMIT} events at {:.6} ms without time advancing (a spin: {who})", self.now as f64 / 1e6));
+                    break;
+                }
+            } else {
+                same = 0;
             }
             self.now = item.t;
             self.run.stats.events += 1;
@@ -500,9 +521,14 @@ impl<F: NodeFactory> World<F> {
         let link = from * self.run.config.nodes + to;
         let mut loss = f.loss;
         if let Some(b) = f.burst {
-            let bad = &mut self.bad[link];
-            *bad = if *bad { !self.net.chance(b.leave) } else { self.net.chance(b.enter) };
-            if *bad {
+            let (mut bad, mut until) = self.bad[link];
+            while until <= self.now {
+                bad = !bad;
+                let mean = if bad { b.bad_ns } else { b.good_ns };
+                until += 1 + self.net.exp(mean as f64) as u64;
+            }
+            self.bad[link] = (bad, until);
+            if bad {
                 loss = b.loss;
             }
         }
@@ -560,12 +586,9 @@ impl<F: NodeFactory> World<F> {
                     self.unexpected(node, "joined while not joining");
                     return;
                 }
-                if p.lives > 1 {
-                    // A restarted process was admitted: it keeps quiet.
-                    p.stage = Stage::Lingering;
-                    self.check_sync();
-                    return;
-                }
+                // (A restarted process admitted runs the script too: node 0
+                // admits the latest incarnation of a node before the
+                // instance forms, so its first life was never in it.)
                 self.think(node, 0);
             }
             NodeEvent::Completed { result } => {
