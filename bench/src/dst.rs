@@ -87,6 +87,18 @@ fn options(a: &DstArgs) -> Result<Options> {
     Ok(o)
 }
 
+/// This process's CPU time so far (user and system, every thread), from
+/// `/proc/self/stat`: on a shared machine, the rate per CPU second is the
+/// rate on one core.
+fn cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of the line (utime, stime), in clock ticks (100 Hz on Linux).
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
 /// Runs the soak.
 pub fn run(a: &DstArgs) -> Result<()> {
     let o = options(a)?;
@@ -103,6 +115,7 @@ pub fn run(a: &DstArgs) -> Result<()> {
     println!("dst: seeds {}..{} faults {} ({} thread(s))", a.first, a.first + a.seeds, o.faults, a.jobs);
     let (tx, rx) = mpsc::channel::<Done>();
     let start = Instant::now();
+    let cpu_start = cpu_time();
     let jobs = a.jobs.max(1) as u64;
     let mut handles = Vec::new();
     for j in 0..jobs {
@@ -155,12 +168,20 @@ pub fn run(a: &DstArgs) -> Result<()> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_time().zip(cpu_start).map(|(b, a)| (b - a).as_secs_f64()).filter(|&c| c > 0.0);
     println!(
         "done: {seeds} seeds, {barriers} simulated barriers and reductions ({calls} collective calls, {messages} messages) in {secs:.1} s: {:.0} barriers/s ({:.0}/min), {} failing seed(s)",
         barriers as f64 / secs,
         barriers as f64 / secs * 60.0,
         failing.len()
     );
+    if let Some(cpu) = cpu {
+        println!(
+            "CPU time {cpu:.1} s: {:.0} barriers per CPU second ({:.0} per CPU minute: the rate on one core, whatever else runs)",
+            barriers as f64 / cpu,
+            barriers as f64 / cpu * 60.0
+        );
+    }
     if let Some(&seed) = failing.first() {
         let traced = Options { trace: a.trace, ..o.clone() };
         let (run, violations) = sim::run_seed(seed, &traced);

@@ -172,6 +172,9 @@ pub struct Faults {
     pub reorder: f64,
     /// The most a reordered message is held back, ns.
     pub reorder_ns: u64,
+    /// Chance a message is a straggler, held back 1 to 20 ms (longer than
+    /// a short instance: it may arrive in the next one).
+    pub straggle: f64,
     /// The least one-way delay, ns.
     pub latency_ns: u64,
     /// The mean of the exponential jitter above it, ns.
@@ -181,7 +184,7 @@ pub struct Faults {
 impl Faults {
     /// A perfect network with a fixed small delay.
     pub fn none() -> Faults {
-        Faults { loss: 0.0, burst: None, duplicate: 0.0, reorder: 0.0, reorder_ns: 0, latency_ns: 5_000, jitter_ns: 1_000 }
+        Faults { loss: 0.0, burst: None, duplicate: 0.0, reorder: 0.0, reorder_ns: 0, straggle: 0.0, latency_ns: 5_000, jitter_ns: 1_000 }
     }
 }
 
@@ -256,6 +259,7 @@ pub fn draw_faults(rng: &mut Rng, kinds: &[FaultKind]) -> Faults {
     if kinds.contains(&FaultKind::Reorder) {
         f.reorder = *rng.pick(&[0.01, 0.1, 0.3]);
         f.reorder_ns = rng.range(f.latency_ns, 50 * f.latency_ns);
+        f.straggle = *rng.pick(&[0.0, 0.001, 0.01]);
     }
     f
 }

@@ -20,7 +20,7 @@
 //!
 //! ```no_run
 //! use barriers::sim::{self, FaultMix, Options};
-//! let options = Options { nodes: Some(4), faults: FaultMix::parse("loss,dup").unwrap(), ..Options::default() };
+//! let options = Options { nodes: Some(4), faults: FaultMix::parse("dup,skew,burst").unwrap(), ..Options::default() };
 //! for seed in 0..3 {
 //!     let (run, violations) = sim::run_seed(seed, &options);
 //!     assert!(violations.is_empty(), "{}", sim::explain(&run, &violations, &options));
@@ -228,12 +228,13 @@ pub fn explain(run: &Run, violations: &[Violation], options: &Options) -> String
     let _ = writeln!(s, "=== DST {} ===", c.summary());
     let _ = writeln!(
         s,
-        "network: loss {:.3}, burst {:?}, duplicate {:.2}, reorder {:.2} (up to {} µs), latency {} µs + exp({} µs)",
+        "network: loss {:.3}, burst {:?}, duplicate {:.2}, reorder {:.2} (up to {} µs; stragglers {}), latency {} µs + exp({} µs)",
         c.faults.loss,
         c.faults.burst,
         c.faults.duplicate,
         c.faults.reorder,
         c.faults.reorder_ns / 1000,
+        c.faults.straggle,
         c.faults.latency_ns / 1000,
         c.faults.jitter_ns / 1000
     );

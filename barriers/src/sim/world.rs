@@ -163,7 +163,10 @@ struct Proc<N> {
     lives: u32,
     stage: Stage,
     errored: bool,
+    /// When the node's core wants its timeout (virtual ns).
     timer: Option<u64>,
+    /// The earliest timer event queued for it (later ones may be queued too).
+    queued: Option<u64>,
     timer_gen: u64,
     app_gen: u64,
     app_due: bool,
@@ -270,6 +273,7 @@ pub struct World<F: NodeFactory> {
     partitions: Vec<usize>,
     procs: Vec<Proc<F::Node>>,
     out: Vec<Transmit>,
+    events: Vec<NodeEvent>,
     run: Run,
 }
 
@@ -301,6 +305,7 @@ impl<F: NodeFactory> World<F> {
                 stage: Stage::Idle,
                 errored: false,
                 timer: None,
+                queued: None,
                 timer_gen: 0,
                 app_gen: 0,
                 app_due: false,
@@ -338,6 +343,7 @@ impl<F: NodeFactory> World<F> {
             partitions: Vec::new(),
             procs,
             out: Vec::new(),
+            events: Vec::new(),
             run,
         }
     }
@@ -395,9 +401,25 @@ impl<F: NodeFactory> World<F> {
             match item.ev {
                 Ev::Deliver { to, from, rail, msg, data } => self.deliver(to, from, rail, msg, data),
                 Ev::Timer { node, gen } => {
-                    let p = &self.procs[node];
-                    if gen == p.timer_gen && !p.paused && !p.down && p.core.is_some() {
-                        self.fire(node);
+                    let p = &mut self.procs[node];
+                    if gen != p.timer_gen {
+                        continue;
+                    }
+                    if p.queued == Some(item.t) {
+                        p.queued = None;
+                    }
+                    match p.timer {
+                        Some(d) if d <= self.now => {
+                            if !p.paused && !p.down && p.core.is_some() {
+                                self.fire(node);
+                            }
+                        }
+                        // The deadline moved later since: wait for it.
+                        Some(d) if p.queued.is_none_or(|q| d < q) => {
+                            p.queued = Some(d);
+                            self.push(d, Ev::Timer { node, gen });
+                        }
+                        _ => {}
                     }
                 }
                 Ev::App { node, gen } => {
@@ -466,7 +488,7 @@ impl<F: NodeFactory> World<F> {
     fn pump(&mut self, node: NodeId) {
         loop {
             let mut out = std::mem::take(&mut self.out);
-            let mut events = Vec::new();
+            let mut events = std::mem::take(&mut self.events);
             if let Some(core) = self.procs[node].core.as_mut() {
                 while let Some(t) = core.poll_transmit() {
                     out.push(t);
@@ -477,27 +499,29 @@ impl<F: NodeFactory> World<F> {
             }
             if out.is_empty() && events.is_empty() {
                 self.out = out;
+                self.events = events;
                 break;
             }
             for t in out.drain(..) {
                 self.send(node, t);
             }
             self.out = out;
-            for e in events {
+            for e in events.drain(..) {
                 self.told(node, e);
             }
+            self.events = events;
         }
         let p = &mut self.procs[node];
         let due = p.core.as_ref().and_then(|c| c.poll_timeout()).map(|d| {
             let local = d.saturating_duration_since(self.base).as_nanos() as u64;
             p.clock.virtual_at(local).max(self.now)
         });
-        if due != p.timer {
-            p.timer = due;
-            p.timer_gen += 1;
-            if let Some(t) = due {
+        p.timer = due;
+        if let Some(d) = due {
+            if p.queued.is_none_or(|q| d < q) {
+                p.queued = Some(d);
                 let gen = p.timer_gen;
-                self.push(t, Ev::Timer { node, gen });
+                self.push(d, Ev::Timer { node, gen });
             }
         }
     }
@@ -553,6 +577,9 @@ impl<F: NodeFactory> World<F> {
         let mut delay = f.latency_ns + self.net.exp(f.jitter_ns as f64) as u64;
         if self.net.chance(f.reorder) {
             delay += self.net.range(0, f.reorder_ns);
+            if self.net.chance(f.straggle / f.reorder) {
+                delay += self.net.range(1_000_000, 20_000_000);
+            }
         }
         delay
     }
@@ -772,6 +799,7 @@ impl<F: NodeFactory> World<F> {
         let p = &mut self.procs[node];
         p.core = None;
         p.timer = None;
+        p.queued = None;
         p.timer_gen += 1;
     }
 
@@ -851,6 +879,7 @@ impl<F: NodeFactory> World<F> {
                     p.paused = false;
                     p.backlog.clear();
                     p.timer = None;
+                    p.queued = None;
                     p.timer_gen += 1;
                     p.app_gen += 1;
                     if !matches!(p.stage, Stage::Idle | Stage::Done) {
