@@ -409,11 +409,9 @@ impl<F: NodeFactory> World<F> {
                         p.queued = None;
                     }
                     match p.timer {
-                        Some(d) if d <= self.now => {
-                            if !p.paused && !p.down && p.core.is_some() {
-                                self.fire(node);
-                            }
-                        }
+                        Some(d) if d <= self.now && !p.paused && !p.down && p.core.is_some() => self.fire(node),
+                        // Paused or down: the resume fires it.
+                        Some(d) if d <= self.now => {}
                         // The deadline moved later since: wait for it.
                         Some(d) if p.queued.is_none_or(|q| d < q) => {
                             p.queued = Some(d);
