@@ -673,6 +673,12 @@ impl Contributions {
         Ok(())
     }
 
+    /// A peer says nodes called different collectives in this epoch
+    /// ([`crate::transport::MISMATCHED`]): the error, unless one is known.
+    pub(crate) fn note_reported(&mut self) {
+        self.error.get_or_insert_with(|| format!("a peer reports that nodes called different collectives ({} here)", self.call));
+    }
+
     /// The first disagreement since the last call, if any.
     pub(crate) fn take_error(&mut self) -> Option<String> {
         self.error.take()

@@ -256,7 +256,8 @@ pub enum BarrierError {
         waited: Duration,
     },
     /// Creating the barrier: node 0 runs this barrier already with another
-    /// process in this node's place (this process was restarted).
+    /// process in this node's place (this process was restarted), and
+    /// refused it until the join timeout.
     #[error("creating the barrier: node 0 refused node {node}: the barrier is running already without this process (was it restarted?)")]
     Refused {
         /// This node.
@@ -408,29 +409,29 @@ impl<T: Transport> Engine<T> {
         Ok(())
     }
 
-    /// Runs the core until an event that `take` accepts, sleeping in `recv`
-    /// until the core's next deadline.
-    fn run<R>(&mut self, mut take: impl FnMut(Event) -> Option<R>) -> Result<R, BarrierError> {
-        let result = self.run_inner(&mut take);
+    /// Runs the core from `now` until an event that `take` accepts,
+    /// sleeping in `recv` until the core's next deadline.
+    fn run<R>(&mut self, now: Instant, mut take: impl FnMut(Event) -> Option<R>) -> Result<R, BarrierError> {
+        let result = self.run_inner(now, &mut take);
         if result.is_err() {
             self.core.cancel();
         }
         result?
     }
 
-    fn run_inner<R>(&mut self, take: &mut impl FnMut(Event) -> Option<R>) -> Result<Result<R, BarrierError>, TransportError> {
-        let mut now = Instant::now();
+    fn run_inner<R>(&mut self, mut now: Instant, take: &mut impl FnMut(Event) -> Option<R>) -> Result<Result<R, BarrierError>, TransportError> {
         loop {
             self.flush()?;
-            while let Some(event) = self.core.poll_event() {
-                if let Some(r) = take(event) {
-                    self.flush()?;
-                    return Ok(Ok(r));
-                }
+            if let Some(r) = self.take_event(take) {
+                return Ok(Ok(r));
             }
             // Read before judging: whatever has arrived counts before any
             // timer (this thread may have been descheduled for long).
             self.drain(now)?;
+            self.flush()?;
+            if let Some(r) = self.take_event(take) {
+                return Ok(Ok(r));
+            }
             self.core.handle_timeout(now);
             self.flush()?;
             if let Some(r) = self.take_event(take) {
@@ -456,8 +457,9 @@ impl<T: Transport> Engine<T> {
 
     /// Runs a blocking call to its end.
     fn call(&mut self, call: Call<'_>) -> Result<(), BarrierError> {
-        self.core.start(Instant::now(), call);
-        self.run(|e| match e {
+        let now = Instant::now();
+        self.core.start(now, call);
+        self.run(now, |e| match e {
             Event::Done(result) => Some(result),
             _ => None,
         })?
@@ -473,8 +475,9 @@ impl<T: Transport> Engine<T> {
 
     /// Agrees on the instance with the other nodes (see [`crate::core`]).
     pub(crate) fn join(&mut self) -> Result<(), BarrierError> {
-        self.core.join(new_incarnation(), Instant::now());
-        self.run(|e| match e {
+        let now = Instant::now();
+        self.core.join(new_incarnation(), now);
+        self.run(now, |e| match e {
             Event::Joined { .. } => Some(Ok(())),
             Event::JoinFailed(e) => Some(Err(e)),
             Event::Done(_) => None,

@@ -14,6 +14,10 @@
 //!   k-nomial tree gather with multicast or tree release (the paper's binary,
 //!   ternary and 4-ary trees), concurrent, one-phase multicast; trees and
 //!   concurrent spread over several rails (the paper's multi-NIC variants).
+//! - [`core`]: the barrier protocol as a sans-IO state machine (time, messages
+//!   and calls in; transmits, events and a deadline out), and its document
+//!   ([`core::protocol`]); [`Barrier`] drives it over a transport, a
+//!   simulator drives many in virtual time.
 //! - [`Barrier`]: the engine that runs a plan, with barrier instances agreed
 //!   at creation, numbered barriers (epochs, serial arithmetic), loss
 //!   recovery by timeout, NACK and re-send, failure only for silent peers,
@@ -81,4 +85,4 @@ pub use host_barrier::{segment_path, HostBarrier, HostConfig, LIVENESS_CHECK, TA
 pub use mcd_shared::{GroupListener, GroupTransport, RouteStats, SharedEndpoint, GROUP_PAYLOAD_LEN};
 pub use mcd_transport::McdTransport;
 pub use plan::{Algorithm, Fanout, Release};
-pub use transport::{Incoming, Msg, MsgKind, NodeId, TickWaker, Transport, TransportError, Waker, RECOVERED};
+pub use transport::{Incoming, Msg, MsgKind, NodeId, TickWaker, Transport, TransportError, Waker, MISMATCHED, RECOVERED};

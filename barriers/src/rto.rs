@@ -39,7 +39,9 @@ impl Rto {
 
     /// Learns from one step that took `took`.
     pub fn sample(&mut self, took: Duration) {
-        let r = took.min(self.rto * 3 / 2).as_nanos() as f64;
+        // (Through u64, exact below 2^53 ns: a u128's conversion is a slow
+        // library call on the hot path.)
+        let r = took.min(self.rto * 3 / 2).as_nanos() as u64 as f64;
         match self.srtt {
             None => {
                 self.srtt = Some(r);

@@ -62,6 +62,13 @@ pub mod status {
 /// learn its retry timeout from it.
 pub const RECOVERED: u32 = 1;
 
+/// In a [`MsgKind::Data`]'s or [`MsgKind::Answer`]'s `arg`: the sender
+/// knows that nodes called different collectives in this barrier (it met
+/// one, or was told so by such a message): the barrier completes, and is
+/// an error at every node. (A barrier's messages carry no contribution
+/// whose header could say so.)
+pub const MISMATCHED: u32 = 2;
+
 /// A barrier message: tiny, and the same on every transport.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Msg {

@@ -7,12 +7,15 @@
 
 use std::time::Instant;
 
+use super::closing::Closing;
+use super::ends::Ends;
+use super::progress::Phase;
 use super::{Call, Core, Event};
 use crate::collective::Collective;
 use crate::engine::BarrierError;
 
 /// An application call waiting for something.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Pending {
     /// When it gives up (with [`BarrierError::Deadline`]).
     pub(super) deadline: Option<Instant>,
@@ -60,10 +63,20 @@ enum Then {
     FinishDone,
 }
 
+/// The application's blocking call in progress, and its kept input.
+#[derive(Debug, Default)]
+pub(super) struct Calls {
+    pub(super) pending: Option<Pending>,
+    /// A collective's input, kept while its call settles what came before (reused).
+    pub(super) input: Vec<u8>,
+    /// The outcome of the last call, until polled (as an [`Event::Done`]).
+    pub(super) done: Option<Result<(), BarrierError>>,
+}
+
 impl Core {
     pub(super) fn start_call(&mut self, now: Instant, call: Call<'_>) {
-        if self.pending.is_some() {
-            self.events.push_back(Event::Done(Err(BarrierError::Usage("a barrier call is already in progress".into()))));
+        if self.calls.pending.is_some() {
+            self.out.events.push_back(Event::Done(Err(BarrierError::Usage("a barrier call is already in progress".into()))));
             return;
         }
         let mut p = Pending { deadline: None, block: Block::Ready, then: Then::WaitSettled, counts_errors: false, finishing: false };
@@ -81,16 +94,15 @@ impl Core {
                 // broadcasts again: its next data, multicast at once, tells
                 // every node what the end would (every node entered), one
                 // send earlier.
-                self.end_implied = matches!(call, Collective::Bcast { root } if root == self.me()) && self.nodes() > 2 && self.mismatch.is_none();
-                self.end_skipped = false;
-                self.input.clear();
-                self.input.extend_from_slice(input);
+                self.ends_begin(call);
+                self.calls.input.clear();
+                self.calls.input.extend_from_slice(input);
                 p = Pending { deadline, block: self.settle_block(), then: Then::CollectiveSettled { call, count }, ..p };
             }
-            Call::Close | Call::Finish if self.closing => {
+            Call::Close | Call::Finish if self.closing.closing() => {
                 p.then = Then::FinishClosed;
                 if call_is_close(&call) {
-                    self.events.push_back(Event::Done(Ok(())));
+                    self.calls.done = Some(Ok(()));
                     return;
                 }
             }
@@ -98,14 +110,14 @@ impl Core {
                 p = Pending { block: self.settle_block(), then: Then::CloseSettled { finish: !call_is_close(&call) }, ..p };
             }
         }
-        self.pending = Some(p);
+        self.calls.pending = Some(p);
         self.drive(now, false);
     }
 
     /// A call's wait for a broadcast completing in the background, unless a
     /// barrier is queued behind it (then the caller's wait completes both).
     fn settle_block(&self) -> Block {
-        if self.detached && !self.queued {
+        if self.phase == Phase::Background {
             Block::Settle
         } else {
             Block::Ready
@@ -114,52 +126,69 @@ impl Core {
 
     /// The start of an application's wait at `now`.
     fn begin_wait(&mut self, now: Instant) {
-        self.call_started = now;
-        self.gave_up = None; // waiting again: no longer giving up, until judged again
+        self.live.call_started = now;
+        self.live.gave_up = None; // waiting again: no longer giving up, until judged again
     }
 
     /// Takes the pending call as far as it can go at `now`; with `timers`,
     /// its retries and verdicts are judged too.
     pub(super) fn drive(&mut self, now: Instant, timers: bool) {
-        while let Some(mut p) = self.pending.take() {
+        while let Some(mut p) = self.calls.pending {
             let met = match p.block {
                 Block::Ready => true,
-                Block::Settle => !self.detached,
-                Block::Complete => !self.in_progress,
-                Block::Result => !self.in_progress || self.has_result(),
+                Block::Settle => !self.phase.background(),
+                Block::Complete => !self.phase.running(),
+                Block::Result => !self.phase.running() || self.has_result(),
                 Block::Farewell => self.farewell_step(now).is_none(),
             };
             if !met {
-                if p.block != Block::Farewell {
-                    if let Some(m) = &self.mismatch {
-                        let error = BarrierError::Usage(m.clone());
-                        self.end_call(&p, Err(error));
-                        return;
-                    }
-                    if timers {
-                        if let Err(e) = self.on_timers(now, p.deadline) {
-                            self.end_call(&p, Err(e));
-                            return;
-                        }
-                    }
+                if p.block != Block::Farewell && (timers || self.run.mismatch.is_some()) {
+                    self.blocked(now, p, timers);
                 }
-                self.pending = Some(p);
                 return;
             }
-            if let Some(result) = self.resume(now, &mut p) {
-                self.end_call(&p, result);
-                return;
+            match self.resume(now, &mut p) {
+                None => self.calls.pending = Some(p),
+                // (The hot path: no error to move.)
+                Some(Ok(())) => {
+                    self.calls.pending = None;
+                    self.ends = Ends::Sent;
+                    self.calls.done = Some(Ok(()));
+                    return;
+                }
+                Some(Err(e)) => {
+                    self.calls.pending = None;
+                    self.end_call(&p, Err(e));
+                    return;
+                }
             }
-            self.pending = Some(p);
+        }
+    }
+
+    /// A pending call whose wait is not met: a mismatch ends it, and so
+    /// may its timers.
+    #[cold]
+    fn blocked(&mut self, now: Instant, p: Pending, timers: bool) {
+        if let Some(m) = &self.run.mismatch {
+            let error = BarrierError::Usage(m.clone());
+            self.calls.pending = None;
+            self.end_call(&p, Err(error));
+            return;
+        }
+        if timers {
+            if let Err(e) = self.on_timers(now, p.deadline) {
+                self.calls.pending = None;
+                self.end_call(&p, Err(e));
+            }
         }
     }
 
     fn end_call(&mut self, p: &Pending, result: Result<(), BarrierError>) {
-        self.end_implied = false;
+        self.ends = Ends::Sent;
         if p.counts_errors && result.is_err() {
-            self.errors += 1;
+            self.live.errors += 1;
         }
-        self.events.push_back(Event::Done(result));
+        self.calls.done = Some(result);
     }
 
     /// What the call does once its wait is met: the result, or `None` with
@@ -170,7 +199,7 @@ impl Core {
                 if let Err(e) = self.settled_mismatch() {
                     return Some(Err(e));
                 }
-                if !self.in_progress && !self.owed {
+                if self.phase == Phase::Idle {
                     if let Err(e) = self.enter_barrier(now) {
                         return Some(Err(e));
                     }
@@ -179,7 +208,7 @@ impl Core {
                 None
             }
             Then::WaitDone => {
-                self.owed = false;
+                self.phase = Phase::Idle; // (complete: the call reports it)
                 // A barrier queued behind a broadcast that ended in a
                 // mismatch is abandoned; a peer's data in this one says it
                 // called a collective.
@@ -192,27 +221,25 @@ impl Core {
                 Some(result)
             }
             Then::ResultDone => {
-                self.detached = self.in_progress;
-                self.owed = false;
+                self.phase = if self.phase.running() { Phase::Background } else { Phase::Idle };
                 Some(Ok(()))
             }
             Then::CollectiveSettled { call, count } => {
-                self.end_implied = false;
                 Some(self.enter_collective_now(now, call, count))
             }
             Then::CloseSettled { finish } => {
                 if let Err(e) = self.settled_mismatch() {
                     return Some(Err(e));
                 }
-                if self.in_progress {
+                if self.phase.running() {
                     return Some(Err(BarrierError::Usage(format!(
                         "finish() or close() while barrier {} is in progress: complete it first",
-                        self.epoch
+                        self.window.epoch
                     ))));
                 }
-                self.owed = false; // a barrier that completed; the closing one comes next
-                self.closing = true;
-                self.call_started = now;
+                self.phase = Phase::Idle; // a barrier that completed; the closing one comes next
+                self.closing = Closing::Barrier;
+                self.live.call_started = now;
                 if let Err(e) = self.enter_barrier(now) {
                     return Some(Err(e));
                 }
@@ -223,8 +250,8 @@ impl Core {
                 None
             }
             Then::FinishClosed => {
-                if !self.finished {
-                    if self.in_progress || self.owed {
+                if !self.closing.finished() {
+                    if self.phase != Phase::Idle {
                         // The closing barrier, not yet complete or not yet reported.
                         self.begin_wait(now);
                         *p = Pending { deadline: None, block: self.settle_block(), then: Then::WaitSettled, counts_errors: true, finishing: true };
@@ -242,23 +269,23 @@ impl Core {
     /// Enters the next epoch as `call` with `count` elements of the kept input.
     fn enter_collective_now(&mut self, now: Instant, call: Collective, count: u32) -> Result<(), BarrierError> {
         self.settled_mismatch()?;
-        if self.in_progress || self.owed {
+        if self.phase != Phase::Idle {
             return Err(BarrierError::Usage(format!(
                 "{call} while barrier {} is entered and not yet completed: complete it with wait() first",
-                self.epoch
+                self.window.epoch
             )));
         }
         let variant = self.variant_of(call)?;
-        self.call_started = now;
+        self.live.call_started = now;
         let me = self.me();
-        let ends_previous = std::mem::take(&mut self.end_skipped);
-        let input = std::mem::take(&mut self.input);
+        let ends_previous = self.ends_take();
+        let input = std::mem::take(&mut self.calls.input);
         let coll = self.contributions();
         coll.begin(call, count, &input, me);
         if ends_previous {
             coll.mark_ends_previous();
         }
-        self.input = input;
+        self.calls.input = input;
         self.enter_variant(now, variant)
     }
 
@@ -270,13 +297,13 @@ impl Core {
     /// so going on would wait for it for ever: a barrier entered meanwhile
     /// is not entered but abandoned.
     pub(super) fn settled_mismatch(&mut self) -> Result<(), BarrierError> {
-        if self.in_progress {
+        if self.phase.running() {
             return Ok(());
         }
         match self.coll.as_mut().and_then(|c| c.take_error()) {
             Some(e) => {
-                self.owed = false;
-                Err(BarrierError::Usage(format!("collective mismatch in barrier {}: {e}", self.epoch.wrapping_sub(1))))
+                self.phase = Phase::Idle; // the error reports the epoch
+                Err(BarrierError::Usage(format!("collective mismatch in barrier {}: {e}", self.window.epoch.wrapping_sub(1))))
             }
             None => Ok(()),
         }
@@ -286,12 +313,12 @@ impl Core {
     /// of a barrier in progress (a failure is state the application's next
     /// call meets again), or the farewell once closing.
     pub(super) fn serve(&mut self, now: Instant) {
-        if self.in_progress {
+        if self.phase.running() {
             let _ = self.on_timers(now, None);
-        } else if self.closing {
+        } else if self.closing.closing() {
             // The closing barrier complete (the application closed and went
             // away): the farewell goes on here.
-            if !self.finished {
+            if !self.closing.finished() {
                 self.begin_farewell(now);
             }
             self.farewell_step(now);
@@ -300,20 +327,19 @@ impl Core {
 
     /// The application enters the next barrier (split phase).
     pub(super) fn enter_split(&mut self, now: Instant) -> Result<(), BarrierError> {
-        if self.owed && !self.in_progress {
+        if self.phase == Phase::Unreported {
             return Err(BarrierError::Usage(format!(
                 "enter() twice: barrier {} is complete, but wait() or test() has not said so yet",
-                self.epoch - 1
+                self.window.epoch - 1
             )));
         }
         // A mismatch the agent found completing a broadcast in the background.
         self.settled_mismatch()?;
-        self.call_started = now;
-        if self.detached && !self.queued {
+        self.live.call_started = now;
+        if self.phase == Phase::Background {
             // A broadcast completes in the background: the barrier follows
             // as soon as it is complete.
-            self.queued = true;
-            self.owed = true;
+            self.phase = Phase::BackgroundQueued;
             return Ok(());
         }
         self.enter_barrier(now)
@@ -321,8 +347,8 @@ impl Core {
 
     pub(super) fn test_once(&mut self, now: Instant) -> Result<bool, BarrierError> {
         self.advance(now);
-        if self.in_progress {
-            if let Some(m) = self.mismatch.as_ref().filter(|_| self.entered()) {
+        if self.phase.running() {
+            if let Some(m) = self.run.mismatch.as_ref().filter(|_| self.entered()) {
                 // The barrier can never complete: say so, as a wait does.
                 return Err(BarrierError::Usage(m.clone()));
             }
@@ -331,15 +357,15 @@ impl Core {
             return Ok(!self.entered());
         }
         self.settled_mismatch()?;
-        self.owed = false;
+        self.phase = Phase::Idle;
         Ok(true)
     }
 
     pub(super) fn try_finish_once(&mut self, now: Instant) -> Result<bool, BarrierError> {
-        if !self.closing {
+        if !self.closing.closing() {
             return Err(BarrierError::Usage("try_finish() before close(): nothing is closing".into()));
         }
-        if !self.finished {
+        if !self.closing.finished() {
             if !self.test(now)? {
                 return Ok(false);
             }
@@ -351,7 +377,7 @@ impl Core {
     /// After a collective epoch: its result into `out` (native-endian);
     /// an error if peers called another collective.
     pub(super) fn result_into(&mut self, out: Option<&mut [u8]>) -> Result<(), BarrierError> {
-        let epoch = if self.in_progress { self.epoch } else { self.epoch - 1 };
+        let epoch = if self.phase.running() { self.window.epoch } else { self.window.epoch - 1 };
         let coll = self.contributions();
         if let Some(e) = coll.take_error() {
             return Err(BarrierError::Usage(format!("collective mismatch in barrier {epoch}: {e}")));

@@ -16,8 +16,11 @@ use crate::transport::{Msg, MsgKind, NodeId};
 /// other at the join instead of misreading each other. 2 (2026-11-25): a
 /// broadcast's non-roots send their entry as they enter (tag 5 was an
 /// acknowledgement after the data), and a root's data may end its
-/// broadcast before ([`crate::collective::wire::ENDS_PREVIOUS`]).
-pub const PROTOCOL: u32 = 2;
+/// broadcast before ([`crate::collective::wire::ENDS_PREVIOUS`]). 3
+/// (2026-11-25): data and answers carry [`crate::transport::MISMATCHED`],
+/// and a status of a node that failed on a peer's report names the silent
+/// node too.
+pub const PROTOCOL: u32 = 3;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.
@@ -36,6 +39,17 @@ fn instance_of(incarnations: &[u64]) -> u64 {
     incarnations.iter().fold(0x6D63_645F_6261_7272, |h, &x| mix(h ^ x)) | 1
 }
 
+/// The instance this node runs, and the join until it is done.
+#[derive(Debug, Default)]
+pub(super) struct Membership {
+    /// The agreed instance (0 before the join).
+    pub(super) instance: u64,
+    /// Node 0: each node's admitted incarnation.
+    pub(super) admitted: Vec<u64>,
+    /// The join, until it is done.
+    pub(super) joining: Option<Box<Joining>>,
+}
+
 /// A join in progress.
 #[derive(Debug)]
 pub(super) struct Joining {
@@ -51,7 +65,7 @@ enum Side {
     /// another configuration.
     Admitting { incarnations: Vec<Option<u64>>, mismatched: Vec<NodeId> },
     /// Another node: asking node 0, keeping what comes early.
-    Asking { interval: Duration, next_request: Instant, early: Vec<(NodeId, Msg, Vec<u8>)> },
+    Asking { interval: Duration, next_request: Instant, early: Vec<(NodeId, Msg, Vec<u8>)>, refused: bool },
 }
 
 impl Joining {
@@ -78,15 +92,15 @@ impl Core {
             incarnations[0] = Some(incarnation);
             Side::Admitting { incarnations, mismatched: Vec::new() }
         } else {
-            Side::Asking { interval: self.config.retry_timeout, next_request: now, early: Vec::new() }
+            Side::Asking { interval: self.config.retry_timeout, next_request: now, early: Vec::new(), refused: false }
         };
-        self.joining = Some(Box::new(Joining { start: now, timeout: self.config.join_timeout, incarnation, side }));
+        self.member.joining = Some(Box::new(Joining { start: now, timeout: self.config.join_timeout, incarnation, side }));
         self.join_progress(now);
     }
 
     /// Completes the join if it can, asks node 0 if due, fails at the timeout.
     fn join_progress(&mut self, now: Instant) {
-        let Some(mut j) = self.joining.take() else { return };
+        let Some(mut j) = self.member.joining.take() else { return };
         let n = self.nodes();
         let waited = now.saturating_duration_since(j.start);
         let incarnation = j.incarnation;
@@ -95,12 +109,12 @@ impl Core {
             Side::Admitting { incarnations, mismatched } => {
                 if incarnations.iter().all(Option::is_some) {
                     let incarnations: Vec<u64> = incarnations.iter().flatten().copied().collect();
-                    self.instance = instance_of(&incarnations);
-                    self.admitted = incarnations.iter().map(|&x| x as u32).collect();
+                    self.member.instance = instance_of(&incarnations);
+                    self.member.admitted = incarnations.clone();
                     for to in 1..n {
-                        self.send_admission(to, MsgKind::Admit, self.admitted[to]);
+                        self.send_admission(to, MsgKind::Admit, self.member.admitted[to] as u32);
                     }
-                    self.events.push_back(Event::Joined { instance: self.instance });
+                    self.out.events.push_back(Event::Joined { instance: self.member.instance });
                     return;
                 }
                 if waited >= j.timeout {
@@ -112,13 +126,18 @@ impl Core {
                         )),
                         None => BarrierError::JoinTimeout { missing, nodes: n, waited },
                     };
-                    self.events.push_back(Event::JoinFailed(error));
+                    self.out.events.push_back(Event::JoinFailed(error));
                     return;
                 }
             }
-            Side::Asking { interval, next_request, .. } => {
+            Side::Asking { interval, next_request, refused, .. } => {
                 if waited >= j.timeout {
-                    self.events.push_back(Event::JoinFailed(BarrierError::JoinTimeout { missing: vec![0], nodes: n, waited }));
+                    let error = if *refused {
+                        BarrierError::Refused { node: self.me() }
+                    } else {
+                        BarrierError::JoinTimeout { missing: vec![0], nodes: n, waited }
+                    };
+                    self.out.events.push_back(Event::JoinFailed(error));
                     return;
                 }
                 if now >= *next_request {
@@ -129,7 +148,7 @@ impl Core {
                 }
             }
         }
-        self.joining = Some(j);
+        self.member.joining = Some(j);
     }
 
     pub(super) fn join_timeout(&mut self, now: Instant) {
@@ -140,7 +159,7 @@ impl Core {
     pub(super) fn join_handle(&mut self, now: Instant, from: NodeId, msg: Msg, data: &[u8]) {
         let n = self.nodes();
         let fingerprint = self.fingerprint();
-        let Some(j) = self.joining.as_mut() else { return };
+        let Some(j) = self.member.joining.as_mut() else { return };
         let incarnation = j.incarnation;
         match &mut j.side {
             Side::Admitting { incarnations, mismatched } => {
@@ -163,36 +182,38 @@ impl Core {
                 incarnations[from] = Some(newest);
                 self.join_progress(now);
             }
-            Side::Asking { early, .. } => {
+            Side::Asking { early, refused, .. } => {
                 let ours = from == 0 && msg.arg == incarnation as u32;
                 match msg.kind {
                     MsgKind::Admit if ours => {
-                        self.instance = msg.instance;
-                        let Some(j) = self.joining.take() else { return };
+                        self.member.instance = msg.instance;
+                        let Some(j) = self.member.joining.take() else { return };
                         let Side::Asking { early, .. } = j.side else { return };
                         // Peers admitted first may have started barrier 0:
                         // their messages that came before the admission count now.
                         for (from, msg, data) in early {
                             self.receive(from, msg, &data, now);
                         }
-                        self.events.push_back(Event::Joined { instance: self.instance });
+                        self.out.events.push_back(Event::Joined { instance: self.member.instance });
                     }
                     MsgKind::Data | MsgKind::Nack | MsgKind::Status | MsgKind::Answer if early.len() < JOIN_STASH => {
                         early.push((from, msg, data.to_vec()))
                     }
                     MsgKind::Refuse if ours && msg.tag == REFUSE_CONFIG => {
-                        self.joining = None;
-                        self.events.push_back(Event::JoinFailed(BarrierError::Usage(format!(
+                        self.member.joining = None;
+                        self.out.events.push_back(Event::JoinFailed(BarrierError::Usage(format!(
                             "creating the barrier: node 0 runs another configuration than node {} ({} on {} rail(s) here): every node must use the same algorithm, rails and first barrier, and the same mcd version",
                             self.me(),
                             self.config.algorithm,
                             self.config.rails
                         ))));
                     }
-                    MsgKind::Refuse if ours => {
-                        self.joining = None;
-                        self.events.push_back(Event::JoinFailed(BarrierError::Refused { node: self.me() }));
-                    }
+                    // Node 0 runs this barrier already with another process in
+                    // this node's place, or runs an earlier barrier that it has
+                    // not dropped yet (this node dropped its own without
+                    // finishing it, and is quicker): ask on, and fail only if it
+                    // refuses until the join timeout.
+                    MsgKind::Refuse if ours => *refused = true,
                     _ => {}
                 }
             }
@@ -200,7 +221,7 @@ impl Core {
     }
 
     fn send_admission(&mut self, to: NodeId, kind: MsgKind, echo: u32) {
-        let instance = if kind == MsgKind::Admit { self.instance } else { 0 };
+        let instance = if kind == MsgKind::Admit { self.member.instance } else { 0 };
         self.out.push(0, To::Node(to), Msg { kind, instance, epoch: 0, tag: 0, arg: echo }, &[]);
     }
 
@@ -208,13 +229,22 @@ impl Core {
     /// incarnation lost its admission: admit it again. Another one is a
     /// process that took a node's place: refuse it.
     pub(super) fn on_join(&mut self, from: NodeId, msg: Msg) {
-        if self.me() != 0 || self.admitted.len() != self.nodes() {
+        if self.me() != 0 || self.member.admitted.len() != self.nodes() {
             return;
         }
         let echo = msg.instance as u32;
-        if self.admitted[from] == echo {
+        let admitted = self.member.admitted[from];
+        if admitted as u32 == echo {
             self.send_admission(from, MsgKind::Admit, echo)
-        } else if self.closing {
+        } else if msg.instance > admitted && !self.live.peers[from].ever_heard() && self.stats.completed == 0 {
+            // A newer incarnation of a node never heard from in this
+            // instance, before this node completed any barrier (which needs
+            // every node's entry): the one admitted was a delayed request
+            // of that process's earlier barrier, which takes no part here
+            // (its admission, echoing it, is ignored).
+            self.member.admitted[from] = msg.instance;
+            self.send_admission(from, MsgKind::Admit, echo)
+        } else if self.closing.closing() {
             // Once this node is closing, a peer may have finished and moved
             // on to a new instance, whose node 0 will answer it.
         } else {

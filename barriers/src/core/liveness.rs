@@ -49,6 +49,11 @@ impl Peer {
         was_probed
     }
 
+    /// Whether anything of this instance ever came from it.
+    pub(super) fn ever_heard(&self) -> bool {
+        self.last_heard.is_some()
+    }
+
     /// Probes since it was last heard.
     pub(super) fn unanswered(&self) -> u32 {
         self.unanswered
@@ -83,22 +88,56 @@ impl Peer {
     }
 }
 
+/// What this node knows of its peers, and its verdicts.
+#[derive(Debug)]
+pub(super) struct Liveness {
+    pub(super) peers: Vec<Peer>,
+    /// The silent node this node gave up on in the current barrier.
+    pub(super) gave_up: Option<NodeId>,
+    /// A peer's "gave up" report arrived (when) since the last verdict.
+    pub(super) report_pending: Option<Instant>,
+    /// Errors waits and tests returned for the current barrier: a report
+    /// that a node is silent fails a repeated call only after it, too, has
+    /// waited a failure timeout.
+    pub(super) errors: u32,
+    /// When the application's current call began: verdicts count only what
+    /// happened since, so calling `wait` again after an error waits.
+    pub(super) call_started: Instant,
+}
+
+impl Liveness {
+    pub(super) fn new(nodes: usize, now: Instant) -> Liveness {
+        Liveness { peers: vec![Peer::default(); nodes], gave_up: None, report_pending: None, errors: 0, call_started: now }
+    }
+
+    /// Barrier `done` completed: completing it proves every node entered
+    /// it, so no node was dead for it, whatever was reported.
+    pub(super) fn completed(&mut self, done: u64) {
+        self.gave_up = None;
+        for peer in &mut self.peers {
+            if peer.gave_up.is_some_and(|(e, _, _)| e <= done) {
+                peer.gave_up = None;
+            }
+        }
+    }
+}
+
 impl Core {
     fn status_msg(&self) -> Msg {
         let mut flags = 0;
-        if self.in_progress {
+        if self.phase.running() {
             flags |= status::IN_PROGRESS;
         }
-        if self.gave_up.is_some() {
+        if self.live.gave_up.is_some() {
             flags |= status::FAILED;
         }
-        if self.finished {
+        if self.closing.finished() {
             flags |= status::FINISHED;
         }
-        if self.mismatch.is_some() && self.in_progress {
+        if self.run.mismatch.is_some() && self.phase.running() {
             flags |= status::MISMATCH;
         }
-        Msg { arg: self.gave_up.map_or(0, |n| n as u32 + 1), ..self.msg(MsgKind::Status, self.epoch, flags) }
+        Msg { arg: self.live.gave_up.map_or(0, |n| n as u32 + 1), ..self.msg(MsgKind::Status, self.window.epoch, flags) }
     }
 
     /// Sends where this node is to `to` (`None`: every node).
@@ -111,9 +150,10 @@ impl Core {
     /// Retries, then the verdict on silent peers and the deadline.
     pub(super) fn on_timers(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
         let retry_due = self.retry(now);
+        let report = self.live.report_pending.take().is_some();
         // A verdict can change only at a retry (probes are counted then), on
         // a peer's report, or at the deadline: the hot path skips it.
-        if retry_due || self.report_pending.take().is_some() || deadline.is_some_and(|d| now >= d) {
+        if retry_due || report || deadline.is_some_and(|d| now >= d) {
             self.judge(now, deadline)?;
         }
         Ok(())
@@ -125,17 +165,23 @@ impl Core {
     /// still complete. On giving up, tells every node, so that all of them
     /// fail naming the silent node rather than the one that gave up.
     pub(super) fn judge(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
-        for (reporter, peer) in self.peers.iter().enumerate() {
-            if let Some((epoch, node, when)) = peer.gave_up {
-                let heard_since = self.peers.get(node).and_then(|p| p.last_heard).is_some_and(|t| t > when);
+        for reporter in 0..self.live.peers.len() {
+            if let Some((epoch, node, when)) = self.live.peers[reporter].gave_up {
+                let heard_since = self.live.peers.get(node).and_then(|p| p.last_heard).is_some_and(|t| t > when);
                 // A peer stuck in the barrier before this one (it gave up
-                // there) can never reach this one either. Only reports made
-                // during this call count: calling again waits afresh.
-                let patient = self.errors == 0 || now.saturating_duration_since(self.call_started) >= self.config.failure_timeout;
-                if epoch + 1 >= self.epoch && node != self.me() && !heard_since && when >= self.call_started && patient {
-                    // Not repeated in this node's status: only a node that
-                    // probed the silent one itself reports it.
-                    return Err(BarrierError::PeerFailed { epoch: self.epoch, reporter, silent: node });
+                // there) can never reach this one either. The first call of
+                // a barrier counts every report (one may come before the
+                // application's call); a call made again after an error
+                // counts only reports made since, and waits afresh.
+                let first = self.live.errors == 0;
+                let patient = first || now.saturating_duration_since(self.live.call_started) >= self.config.failure_timeout;
+                let fresh = first || when >= self.live.call_started;
+                if epoch + 1 >= self.window.epoch && node != self.me() && !heard_since && fresh && patient {
+                    // This node's answers say so too (and its farewell, if
+                    // it leaves): a node that waits for it, and cannot hear
+                    // the reporter, must fail naming the silent node too.
+                    self.live.gave_up = Some(node);
+                    return Err(BarrierError::PeerFailed { epoch: self.window.epoch, reporter, silent: node });
                 }
             }
         }
@@ -143,20 +189,20 @@ impl Core {
         let mut silent = Vec::new();
         let mut silent_for = Duration::ZERO;
         for &p in &waiting_for {
-            if let Some(quiet) = self.peers[p].silent(now, self.config.failure_timeout, self.call_started) {
+            if let Some(quiet) = self.live.peers[p].silent(now, self.config.failure_timeout, self.live.call_started) {
                 silent.push(p);
                 silent_for = silent_for.max(quiet);
             }
         }
         if let Some(&first) = silent.first() {
             self.give_up(first);
-            return Err(BarrierError::PeerSilent { epoch: self.epoch, silent, for_: silent_for });
+            return Err(BarrierError::PeerSilent { epoch: self.window.epoch, silent, for_: silent_for });
         }
         if let Some(deadline) = deadline {
             if now >= deadline {
                 let waited = self.config.deadline.unwrap_or_default();
                 let waiting_for = waiting_for.into_iter().map(|p| (p, self.peer_state(p, now))).collect();
-                return Err(BarrierError::Deadline { epoch: self.epoch, waited, waiting_for });
+                return Err(BarrierError::Deadline { epoch: self.window.epoch, waited, waiting_for });
             }
         }
         Ok(())
@@ -165,21 +211,21 @@ impl Core {
     /// Records that this node gives up on the current barrier because of
     /// `silent`, and tells every node (twice, against loss) the first time.
     fn give_up(&mut self, silent: NodeId) {
-        if self.gave_up.is_none() {
-            self.gave_up = Some(silent);
+        if self.live.gave_up.is_none() {
+            self.live.gave_up = Some(silent);
             self.send_status(None);
             self.send_status(None);
         }
     }
 
     fn peer_state(&self, p: NodeId, now: Instant) -> PeerState {
-        let peer = self.peers[p];
-        if let Some(quiet) = peer.silent(now, self.config.failure_timeout, self.call_started) {
+        let peer = self.live.peers[p];
+        if let Some(quiet) = peer.silent(now, self.config.failure_timeout, self.live.call_started) {
             return PeerState::Silent { for_: quiet };
         }
         match peer.last_heard {
-            Some(t) => PeerState::Alive { at: peer.at.unwrap_or(self.epoch), in_barrier: peer.in_barrier, heard: now.saturating_duration_since(t) },
-            None => PeerState::Silent { for_: now.saturating_duration_since(self.step_since) },
+            Some(t) => PeerState::Alive { at: peer.at.unwrap_or(self.window.epoch), in_barrier: peer.in_barrier, heard: now.saturating_duration_since(t) },
+            None => PeerState::Silent { for_: now.saturating_duration_since(self.recovery.step_since) },
         }
     }
 }

@@ -26,24 +26,29 @@
 //! nothing arrives. Transmits borrow the core's reusable queue and data
 //! arena: no allocation per message in steady state.
 //!
+//! The protocol itself (every message, state and transition, and the
+//! invariants) is described in [`protocol`] (`barriers/PROTOCOL.md`).
+//!
 //! A blocking call completes in the core; the driver only waits. The
 //! blocking driver's loop: start the call; then repeatedly send what is to
 //! send, stop at its [`Event::Done`], sleep in `recv` until
 //! [`Core::poll_timeout`], feed what came, and call
 //! [`Core::handle_timeout`].
 
-use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::collective::{Collective, Contributions};
 use crate::engine::{BarrierConfig, BarrierError, BarrierStats};
-use crate::expect::{Bits, Expectations};
-use crate::plan::{self, Plan};
-use crate::rto::Rto;
+use crate::expect::Expectations;
+use crate::plan;
 use crate::transport::{Msg, NodeId};
+
+#[doc = include_str!("../../PROTOCOL.md")]
+pub mod protocol {}
 
 mod calls;
 mod closing;
+mod ends;
 mod join;
 mod liveness;
 mod outbox;
@@ -52,13 +57,19 @@ mod receive;
 mod recovery;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod net_tests;
 mod window;
 
-use calls::Pending;
-use closing::Farewell;
-use join::Joining;
-use liveness::Peer;
+use calls::Calls;
+use closing::Closing;
+use ends::Ends;
+use join::Membership;
+use liveness::Liveness;
 use outbox::Outbox;
+use progress::{Phase, Plans, Run};
+use recovery::Recovery;
+use window::Window;
 pub use join::PROTOCOL;
 
 /// What a core needs to know of its network: the facts a
@@ -158,110 +169,39 @@ pub enum Event {
     Done(Result<(), BarrierError>),
 }
 
-/// One node's barrier protocol (see the module docs).
+/// One node's barrier protocol (see the module docs). Its state, one
+/// concern per part, each with its own module.
 #[derive(Debug)]
 pub struct Core {
     setup: Setup,
     config: BarrierConfig,
-    /// The plans an epoch can run: the algorithm's ([`window::BASE`]), then a
-    /// release-first broadcast's from each root ([`window::bcast_variant`]).
-    plans: Vec<Plan>,
-    /// The plan of the current epoch (or of the last one, when idle).
-    cur: usize,
-    /// The plan each epoch ran, by parity (for answers to the previous one).
-    variant: [usize; 2],
-    /// The current epoch is a broadcast whose result the application has:
-    /// it completes in the background (by the progress agent, or the next
-    /// call, which completes it first).
-    detached: bool,
-    /// The application entered a barrier (split phase) while a detached
-    /// epoch was still completing: it is entered as soon as that completes.
-    queued: bool,
-    /// Set while this node, the root of the broadcast completing in the
-    /// background, completes it to broadcast again at once: its end is not
-    /// sent (the next data implies it).
-    end_implied: bool,
-    /// The end of the last epoch was not sent: the next data says so.
-    end_skipped: bool,
-    /// A peer's message of the current epoch belongs to another plan: it
-    /// called another collective (the first such, for the error).
-    mismatch: Option<String>,
-    instance: u64,
-    /// Node 0: the low 32 bits of each node's admitted incarnation.
-    admitted: Vec<u32>,
-    /// The barrier in progress, or the next one when idle; all below are done.
-    epoch: u64,
-    in_progress: bool,
-    step: usize,
-    step_sent: bool,
-    /// What the plan waits for, indexed.
-    expect: Expectations,
-    /// What has arrived of barrier e, in `got[e % 2]` (the current and the next).
-    got: [Bits; 2],
-    /// While in progress: how many waits of each step are still missing.
-    remaining: Vec<u32>,
-    peers: Vec<Peer>,
-    /// When the current step began waiting.
-    step_since: Instant,
-    next_retry: Instant,
-    retry_interval: Duration,
-    rto: Rto,
-    /// Whether a NACK was sent at once in this step (one per step).
-    fast_nacked: bool,
-    /// The last barrier in which a loss was seen: multicasts go twice for
-    /// [`progress::TWICE_FOR`] barriers after it.
-    loss_seen_in: Option<u64>,
-    /// The last expected message that an answer delivered first (barrier,
-    /// index): if the original follows, nothing was lost.
-    last_answered: Option<(u64, usize)>,
-    /// Whether a peer asked for a message of this barrier before this node
-    /// had sent it: it waits already, so point-to-point messages go twice
-    /// (a loss now would cost it a long-backed-off retry).
-    asked_early: bool,
-    /// This node got here through a recovered loss (see
-    /// [`crate::transport::RECOVERED`]) in barrier `recovered_in` or the one
-    /// before: a late exit from barrier c makes a late entry into c+1, so
-    /// the mark lasts one barrier more.
-    recovered_in: Option<u64>,
-    /// The silent node this node gave up on in the current barrier.
-    gave_up: Option<NodeId>,
-    finished: bool,
-    /// In the closing protocol (its closing barrier, or after).
-    closing: bool,
-    /// After the closing barrier: answering until every peer is done.
-    farewell: Option<Farewell>,
-    /// A barrier was entered (by `enter`, or by a `wait` that then failed)
-    /// whose completion `test()` or `wait()` has not yet reported to the
-    /// application (it may be complete already, by the progress agent).
-    owed: bool,
-    /// A peer's "gave up" report arrived (when) since the last verdict.
-    report_pending: Option<Instant>,
-    /// A peer this step waits for answered a probe with a status: it is
-    /// late, not lost. The step's time teaches the retry timeout nothing, and
-    /// its retries back off fully.
-    peer_late: bool,
-    /// Errors `wait`/`test` returned for the current barrier: a report that
-    /// a node is silent fails a repeated call only after it, too, has waited
-    /// a failure timeout.
-    errors: u32,
-    /// When the application's current `wait` began: verdicts count only
-    /// what happened since, so calling `wait` again after an error waits.
-    call_started: Instant,
-    stats: BarrierStats,
+    /// The plans an epoch can run, and what they wait for, indexed.
+    plans: Plans,
+    /// The instance, and the join until it is done.
+    member: Membership,
+    /// The epoch, its neighbours' arrivals, the plan each ran.
+    window: Window,
+    /// Where the application is with the current epoch.
+    phase: Phase,
+    /// The current epoch's progress through its plan.
+    run: Run,
+    /// Whether a broadcast's end is implied by the next data.
+    ends: Ends,
+    /// Retries, NACKs and copies.
+    recovery: Recovery,
+    /// What this node knows of its peers, and its verdicts.
+    live: Liveness,
+    /// The closing protocol.
+    closing: Closing,
     /// The collectives' data (see [`crate::collective`]): made when this
     /// node first calls a collective or first hears data; until then
     /// barriers carry none and keep none.
     coll: Option<Box<Contributions>>,
-    /// What to send.
+    /// The application's blocking call in progress.
+    calls: Calls,
+    /// What to send, and what to report.
     out: Outbox,
-    /// What to report.
-    events: VecDeque<Event>,
-    /// The application's call in progress.
-    pending: Option<Pending>,
-    /// The join, until it is done.
-    joining: Option<Box<Joining>>,
-    /// A collective's input, kept while its call settles what came before (reused).
-    input: Vec<u8>,
+    stats: BarrierStats,
 }
 
 impl Core {
@@ -296,49 +236,19 @@ impl Core {
         Ok(Core {
             setup,
             config,
-            plans,
-            cur: window::BASE,
-            variant: [window::BASE; 2],
-            detached: false,
-            queued: false,
-            end_implied: false,
-            end_skipped: false,
-            mismatch: None,
-            instance: 0,
-            admitted: Vec::new(),
-            epoch: config.first_epoch,
-            in_progress: false,
-            step: 0,
-            step_sent: false,
-            got: [Bits::new(expect.len()), Bits::new(expect.len())],
-            remaining: vec![0; steps],
-            expect,
-            peers: vec![Peer::default(); n],
-            step_since: now,
-            next_retry: now,
-            retry_interval: config.retry_timeout,
-            rto: Rto::new(config.retry_timeout, config.min_retry_timeout, config.max_learned_retry()),
-            fast_nacked: false,
-            loss_seen_in: None,
-            asked_early: false,
-            last_answered: None,
-            recovered_in: None,
-            gave_up: None,
-            finished: false,
-            closing: false,
-            farewell: None,
-            owed: false,
-            report_pending: None,
-            peer_late: false,
-            errors: 0,
-            call_started: now,
-            stats: BarrierStats::default(),
+            window: Window::new(config.first_epoch, expect.len()),
+            run: Run::new(steps),
+            plans: Plans { list: plans, expect },
+            member: Membership::default(),
+            phase: Phase::Idle,
+            ends: Ends::Sent,
+            recovery: Recovery::new(&config, now),
+            live: Liveness::new(n, now),
+            closing: Closing::Open,
             coll: None,
+            calls: Calls::default(),
             out: Outbox::default(),
-            events: VecDeque::new(),
-            pending: None,
-            joining: None,
-            input: Vec::new(),
+            stats: BarrierStats::default(),
         })
     }
 
@@ -357,14 +267,15 @@ impl Core {
     /// simulators that skip the join; every node must be given the same,
     /// and node 0 then admits no one).
     pub fn joined(&mut self, instance: u64) {
-        self.joining = None;
-        self.instance = instance;
+        self.member.joining = None;
+        self.member.instance = instance;
     }
 
     /// A message arrived at `now` from node `from` on `rail`, with `data`.
+    #[inline]
     pub fn handle(&mut self, now: Instant, from: NodeId, rail: usize, msg: Msg, data: &[u8]) {
         let _ = rail;
-        if self.joining.is_some() {
+        if self.member.joining.is_some() {
             self.join_handle(now, from, msg, data);
             return;
         }
@@ -375,13 +286,14 @@ impl Core {
 
     /// Time has come to `now`: retries, verdicts, deadlines, the farewell's
     /// queries, the join's requests.
+    #[inline]
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.joining.is_some() {
+        if self.member.joining.is_some() {
             self.join_timeout(now);
             return;
         }
         self.advance(now);
-        if self.pending.is_some() {
+        if self.calls.pending.is_some() {
             self.drive(now, true);
         } else {
             self.serve(now);
@@ -389,6 +301,7 @@ impl Core {
     }
 
     /// The next message to send, if any.
+    #[inline]
     pub fn poll_transmit(&mut self) -> Option<Transmit<'_>> {
         self.out.pop()
     }
@@ -396,46 +309,54 @@ impl Core {
     /// When [`handle_timeout`](Self::handle_timeout) is due next, if
     /// anything waits for time (`None`: only a message or a call can change
     /// anything).
+    #[inline]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if let Some(j) = &self.joining {
+        if let Some(j) = &self.member.joining {
             return Some(j.next_timeout());
         }
-        let mut next = self.report_pending;
+        let mut next = None;
         let mut at = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
-        if self.in_progress {
-            at(self.next_retry);
-        } else if let Some(f) = self.farewell.filter(|f| !f.done) {
+        if self.phase.running() {
+            // (A peer's report is judged at once.)
+            at(self.live.report_pending.map_or(self.recovery.next_retry, |r| r.min(self.recovery.next_retry)));
+        } else if let Closing::Farewell(f) = &self.closing {
             at(f.next_query);
         }
-        if let Some(d) = self.pending.as_ref().and_then(|p| p.deadline) {
+        if let Some(d) = self.calls.pending.as_ref().and_then(|p| p.deadline) {
             at(d);
         }
         next
     }
 
     /// The next event, if any.
+    #[inline]
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        match self.out.events.pop_front() {
+            Some(event) => Some(event),
+            None => self.calls.done.take().map(Event::Done),
+        }
     }
 
     /// Starts a call that may wait for peers; it ends with [`Event::Done`]
     /// (perhaps at once). One call at a time: starting another while one is
     /// pending is a usage error (its own `Done`).
+    #[inline]
     pub fn start(&mut self, now: Instant, call: Call<'_>) {
         self.start_call(now, call);
     }
 
     /// Whether a call started with [`start`](Self::start) has not ended yet.
+    #[inline]
     pub fn busy(&self) -> bool {
-        self.pending.is_some()
+        self.calls.pending.is_some()
     }
 
     /// Gives up the pending call without an event (its driver failed, say,
     /// on a transport error); the protocol's state stays as it is.
     pub fn cancel(&mut self) {
-        if self.pending.take().is_some() {
-            self.end_implied = false;
-            self.errors += 1;
+        if self.calls.pending.take().is_some() {
+            self.ends = Ends::Sent;
+            self.live.errors += 1;
         }
     }
 
@@ -448,7 +369,7 @@ impl Core {
     /// true once no barrier of the application's is in progress.
     pub fn test(&mut self, now: Instant) -> Result<bool, BarrierError> {
         let result = self.test_once(now);
-        self.errors += u32::from(result.is_err());
+        self.live.errors += u32::from(result.is_err());
         result
     }
 
@@ -467,7 +388,7 @@ impl Core {
     /// barrier, it says why once more (three times, against loss), so that
     /// peers waiting for it name the silent node. Poll the transmits after.
     pub fn leave(&mut self) {
-        if self.gave_up.is_some() {
+        if self.live.gave_up.is_some() {
             for _ in 0..3 {
                 self.send_status(None);
             }
@@ -481,7 +402,7 @@ impl Core {
 
     /// The number of nodes.
     pub fn nodes(&self) -> usize {
-        self.peers.len()
+        self.live.peers.len()
     }
 
     /// The network facts it was made with.
@@ -496,13 +417,14 @@ impl Core {
 
     /// The agreed instance (0 before the join).
     pub fn instance(&self) -> u64 {
-        self.instance
+        self.member.instance
     }
 
     /// The application's current or next barrier number (a broadcast
     /// completing in the background counts as done).
+    #[inline]
     pub fn epoch(&self) -> u64 {
-        self.epoch + u64::from(self.detached)
+        self.window.epoch + u64::from(self.phase.background())
     }
 
     /// The protocol's barrier: the one in progress, or the next one when
@@ -510,27 +432,28 @@ impl Core {
     /// [`epoch`](Self::epoch), a broadcast completing in the background
     /// counts as in progress.
     pub fn protocol_epoch(&self) -> u64 {
-        self.epoch
+        self.window.epoch
     }
 
     /// Whether a barrier is in progress in the protocol (entered, not
     /// complete; a broadcast completing in the background is).
     pub fn in_progress(&self) -> bool {
-        self.in_progress
+        self.phase.running()
     }
 
     /// Whether the application has a barrier entered and not completed (a
     /// broadcast completing in the background is not one).
+    #[inline]
     pub fn entered(&self) -> bool {
-        self.in_progress && (!self.detached || self.queued)
+        self.phase.entered()
     }
 
     /// The counters.
     pub fn stats(&self) -> BarrierStats {
-        BarrierStats { retry_timeout: self.rto.get(), ..self.stats }
+        BarrierStats { retry_timeout: self.recovery.rto.get(), ..self.stats }
     }
 
     fn msg(&self, kind: crate::transport::MsgKind, epoch: u64, tag: u16) -> Msg {
-        Msg { kind, instance: self.instance, epoch: epoch as u32, tag, arg: 0 }
+        Msg { kind, instance: self.member.instance, epoch: epoch as u32, tag, arg: 0 }
     }
 }

@@ -10,37 +10,105 @@
 use std::time::Instant;
 
 use super::window::{bcast_variant, parity, BASE};
+use super::recovery::Laggard;
 use super::{Core, To};
 use crate::collective::{Collective, Contributions};
 use crate::engine::{mismatch_text, BarrierError};
 use crate::plan::{self, Dest, Out};
-use crate::transport::{MsgKind, NodeId, RECOVERED};
+use crate::transport::{MsgKind, MISMATCHED, RECOVERED};
 
 /// After a loss, multicasts go twice for this many barriers.
 pub(super) const TWICE_FOR: u64 = 64;
 
+/// The plans an epoch can run: the algorithm's ([`BASE`]), then a
+/// release-first broadcast's from each root ([`bcast_variant`]); and what
+/// they wait for, indexed.
+#[derive(Debug)]
+pub(super) struct Plans {
+    pub(super) list: Vec<crate::plan::Plan>,
+    pub(super) expect: crate::expect::Expectations,
+}
+
+/// Where the application is with the protocol's current epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// No epoch in progress, and the application knows every one complete.
+    Idle,
+    /// No epoch in progress; the last one, which the application entered,
+    /// is complete, but no `wait` or `test` has said so yet.
+    Unreported,
+    /// An epoch the application entered is in progress.
+    Entered,
+    /// A broadcast's epoch is completing in the background: the application
+    /// has its result (the progress agent, or its next call, completes it).
+    Background,
+    /// As [`Background`](Phase::Background), and the application entered a
+    /// barrier meanwhile: it is entered as soon as the broadcast completes.
+    BackgroundQueued,
+}
+
+impl Phase {
+    /// Whether an epoch is in progress.
+    pub(super) fn running(self) -> bool {
+        matches!(self, Phase::Entered | Phase::Background | Phase::BackgroundQueued)
+    }
+
+    /// Whether the application has a barrier entered and not completed.
+    pub(super) fn entered(self) -> bool {
+        matches!(self, Phase::Entered | Phase::BackgroundQueued)
+    }
+
+    /// Whether a broadcast is completing in the background.
+    pub(super) fn background(self) -> bool {
+        matches!(self, Phase::Background | Phase::BackgroundQueued)
+    }
+}
+
+/// The current epoch's progress through its plan.
+#[derive(Debug)]
+pub(super) struct Run {
+    /// The plan of the current epoch (or of the last one, when idle).
+    pub(super) cur: usize,
+    /// The step it is at.
+    pub(super) step: usize,
+    /// Whether that step's messages went out.
+    pub(super) step_sent: bool,
+    /// How many waits of each step are still missing.
+    pub(super) remaining: Vec<u32>,
+    /// A peer's message of the current epoch belongs to another plan: it
+    /// called another collective (the first such, for the error).
+    pub(super) mismatch: Option<String>,
+}
+
+impl Run {
+    /// For plans of up to `steps` steps.
+    pub(super) fn new(steps: usize) -> Run {
+        Run { cur: BASE, step: 0, step_sent: false, remaining: vec![0; steps], mismatch: None }
+    }
+}
+
 impl Core {
     /// The collective storage, made on first use.
     pub(super) fn contributions(&mut self) -> &mut Contributions {
-        let (steps, expected) = (self.remaining.len(), self.expect.len());
+        let (steps, expected) = (self.run.remaining.len(), self.plans.expect.len());
         self.coll.get_or_insert_with(|| Box::new(Contributions::new(steps, expected)))
     }
 
     /// Whether the current epoch has its result for the application: a
     /// broadcast past its data step (the rest only completes the epoch).
     pub(super) fn has_result(&self) -> bool {
-        self.cur != BASE && self.step >= plan::BCAST_RESULT_STEP
+        self.run.cur != BASE && self.run.step >= plan::BCAST_RESULT_STEP
     }
 
     /// Whether this node's messages now carry [`RECOVERED`].
     pub(super) fn recovered(&self) -> bool {
-        self.recovered_in.is_some_and(|e| e + 1 >= self.epoch)
+        self.recovery.recovered_in.is_some_and(|e| e + 1 >= self.window.epoch)
     }
 
     /// Sends `out` of step `step` of barrier `epoch`, with what the step
     /// staged for it if collectives are in use.
     fn send_out(&mut self, out: Out, step: usize, epoch: u64) {
-        let arg = if self.recovered() { RECOVERED } else { 0 };
+        let arg = if self.recovered() { RECOVERED } else { 0 } | if self.window.void[parity(epoch)] { MISMATCHED } else { 0 };
         let msg = crate::transport::Msg { arg, ..self.msg(MsgKind::Data, epoch, out.tag) };
         let data = self.coll.as_ref().map_or(&[][..], |c| c.sent(parity(epoch), step));
         let to = match out.dest {
@@ -74,38 +142,37 @@ impl Core {
     /// Enters the next barrier at `now` with plan `variant` (of the
     /// collective staged in the contributions, else a plain barrier).
     pub(super) fn enter_variant(&mut self, now: Instant, variant: usize) -> Result<(), BarrierError> {
-        if self.finished {
+        if self.closing.finished() {
             return Err(BarrierError::Usage("the barrier is finished: no more barriers after finish()".into()));
         }
-        if self.in_progress {
+        if self.phase.running() {
             return Err(BarrierError::Usage(format!(
                 "enter() while barrier {} is in progress: complete it with wait() or test() first",
-                self.epoch
+                self.window.epoch
             )));
         }
-        self.in_progress = true;
-        self.owed = true;
-        self.errors = 0;
-        self.step = 0;
-        self.step_sent = false;
-        self.cur = variant;
-        self.variant[parity(self.epoch)] = variant;
-        self.mismatch = None;
+        self.phase = Phase::Entered;
+        self.live.errors = 0;
+        self.run.step = 0;
+        self.run.step_sent = false;
+        self.run.cur = variant;
+        self.window.variant[parity(self.window.epoch)] = variant;
+        self.run.mismatch = None;
         // What arrived early for this barrier counts now.
-        let steps = self.plans[variant].steps.len();
-        for (s, r) in self.remaining.iter_mut().enumerate() {
-            *r = if s < steps { self.expect.of_step(variant, s).len() as u32 } else { 0 };
+        let steps = self.plans.list[variant].steps.len();
+        for (s, r) in self.run.remaining.iter_mut().enumerate() {
+            *r = if s < steps { self.plans.expect.of_step(variant, s).len() as u32 } else { 0 };
         }
-        let got = &self.got[parity(self.epoch)];
+        let got = &self.window.got[parity(self.window.epoch)];
         let mut foreign = false;
         for i in got.iter() {
-            match self.expect.step_of(i) {
-                (v, s) if v == variant => self.remaining[s] -= 1,
+            match self.plans.expect.step_of(i) {
+                (v, s) if v == variant => self.run.remaining[s] -= 1,
                 _ => foreign = true,
             }
         }
         if foreign {
-            self.note_mismatch(self.epoch);
+            self.note_mismatch(self.window.epoch);
         }
         self.progressed(now);
         self.advance(now);
@@ -114,32 +181,34 @@ impl Core {
 
     /// The current step made progress at `now`: its timers start afresh.
     pub(super) fn progressed(&mut self, now: Instant) {
-        self.gave_up = None; // progress: whatever was silent is not in the way
-        self.peer_late = false;
-        self.step_since = now;
-        self.retry_interval = self.rto.get();
-        self.next_retry = now + self.retry_interval;
-        self.fast_nacked = false;
+        self.live.gave_up = None; // progress: whatever was silent is not in the way
+        self.recovery.laggard = Laggard::Unknown;
+        self.recovery.step_since = now;
+        self.recovery.retry_interval = self.recovery.rto.get();
+        self.recovery.next_retry = now + self.recovery.retry_interval;
+        self.recovery.fast_nacked = false;
     }
 
     /// Sends the current step's messages and moves through every step whose
     /// waits are met.
     pub(super) fn advance(&mut self, now: Instant) {
-        while self.in_progress {
-            if self.step == self.plans[self.cur].steps.len() {
+        while self.phase.running() {
+            if self.run.step == self.plans.list[self.run.cur].steps.len() {
                 self.complete(now);
                 return;
             }
-            let parity = parity(self.epoch);
-            if !self.step_sent {
+            let parity = parity(self.window.epoch);
+            if !self.run.step_sent {
                 self.send_step(parity);
             }
-            if self.remaining[self.step] == 0 {
+            if self.run.remaining[self.run.step] == 0 {
                 if let Some(coll) = &mut self.coll {
-                    coll.absorb(parity, &self.plans[self.cur].steps[self.step], self.expect.of_step(self.cur, self.step), self.setup.me);
+                    coll.absorb(parity, &self.plans.list[self.run.cur].steps[self.run.step], self.plans.expect.of_step(self.run.cur, self.run.step), self.setup.me);
+                    // What this node sends from now on says so.
+                    self.window.void[parity] |= coll.has_error();
                 }
-                self.step += 1;
-                self.step_sent = false;
+                self.run.step += 1;
+                self.run.step_sent = false;
                 self.progressed(now);
             } else {
                 return;
@@ -149,79 +218,54 @@ impl Core {
 
     /// Sends the current step's messages (once).
     fn send_step(&mut self, parity: usize) {
-        let sends = &self.plans[self.cur].steps[self.step].sends;
+        let sends = &self.plans.list[self.run.cur].steps[self.run.step].sends;
         if let Some(coll) = &mut self.coll {
-            coll.stage(parity, self.step, sends.first().is_none_or(|o| plan::tag::carries_data(o.tag)));
+            coll.stage(parity, self.run.step, sends.first().is_none_or(|o| plan::tag::carries_data(o.tag)));
         }
-        for i in 0..self.plans[self.cur].steps[self.step].sends.len() {
-            let out = self.plans[self.cur].steps[self.step].sends[i];
-            if out.tag == plan::tag::BCAST_DONE && self.end_implied && !self.coll.as_ref().is_some_and(|c| c.has_error()) {
-                // Staged for answers (a node that misses the next data
-                // NACKs the end), not sent.
-                self.stats.ends_implied += 1;
-                self.end_skipped = true;
+        for i in 0..self.plans.list[self.run.cur].steps[self.run.step].sends.len() {
+            let out = self.plans.list[self.run.cur].steps[self.run.step].sends[i];
+            if out.tag == plan::tag::BCAST_DONE && self.skip_end() {
                 continue;
             }
-            self.send_out(out, self.step, self.epoch);
+            self.send_out(out, self.run.step, self.window.epoch);
             self.stats.sent += 1;
             let twice = match out.dest {
-                Dest::All => self.loss_seen_in.is_some_and(|e| e + TWICE_FOR > self.epoch),
-                Dest::Node(_) => self.asked_early,
+                Dest::All => self.recovery.loss_seen_in.is_some_and(|e| e + TWICE_FOR > self.window.epoch),
+                Dest::Node(_) => self.recovery.asked_early,
             };
             if twice {
-                self.send_out(out, self.step, self.epoch);
+                self.send_out(out, self.run.step, self.window.epoch);
                 self.stats.copies += 1;
             }
         }
-        self.step_sent = true;
+        self.run.step_sent = true;
     }
 
     /// The plan's last step is done: the barrier is complete here.
     fn complete(&mut self, now: Instant) {
-        self.in_progress = false;
-        self.gave_up = None;
-        self.asked_early = false;
-        // Completing the barrier proves every node entered it: no node was
-        // dead for it, whatever was reported.
-        let done = self.epoch;
-        for peer in &mut self.peers {
-            if peer.gave_up.is_some_and(|(e, _, _)| e <= done) {
-                peer.gave_up = None;
-            }
+        if std::mem::take(&mut self.window.void[parity(self.window.epoch)]) {
+            // A peer met a mismatch in this barrier: an error here too.
+            self.contributions().note_reported();
         }
+        self.recovery.asked_early = false;
+        self.live.completed(self.window.epoch);
         // This barrier's bits become the one-after-next's.
-        self.got[parity(self.epoch)].clear();
-        self.epoch += 1;
+        self.window.got[parity(self.window.epoch)].clear();
+        self.window.epoch += 1;
         self.stats.completed += 1;
-        self.detached = false;
-        if std::mem::take(&mut self.queued) {
-            if self.coll.as_ref().is_some_and(|c| c.has_error()) {
-                // Its wait or test reports the mismatch instead.
+        self.phase = match self.phase {
+            Phase::Entered => Phase::Unreported,
+            Phase::BackgroundQueued => {
+                // The application entered a barrier meanwhile; if this one
+                // ended in a mismatch, its wait or test reports it instead.
+                self.phase = Phase::Unreported;
+                if !self.coll.as_ref().is_some_and(|c| c.has_error()) {
+                    let _ = self.enter_barrier(now);
+                }
                 return;
             }
-            // The application entered a barrier meanwhile.
-            let _ = self.enter_barrier(now);
-        }
-    }
-
-    /// The next epoch's broadcast data from `from` says it ends this
-    /// epoch ([`ENDS_PREVIOUS`](crate::collective::wire::ENDS_PREVIOUS)):
-    /// if this epoch is `from`'s broadcast and this node waits for its end,
-    /// that is the end (see [`crate::collective`]).
-    pub(super) fn take_implied_end(&mut self, from: NodeId) {
-        if self.cur == BASE || self.cur != bcast_variant(from) || from == self.me() {
-            return;
-        }
-        let Some(i) = self.expect.index(from, plan::tag::BCAST_DONE) else { return };
-        let (variant, step) = self.expect.step_of(i);
-        let parity = parity(self.epoch);
-        if variant == self.cur && self.got[parity].insert(i) {
-            if let Some(coll) = &mut self.coll {
-                coll.arrive_agreeing(parity, i);
-            }
-            self.remaining[step] -= 1;
-            self.stats.ends_implied += 1;
-        }
+            _ => Phase::Idle,
+        };
     }
 
     /// Barrier `epoch` (the current one) is of another collective at some
@@ -229,9 +273,9 @@ impl Core {
     /// node whose own messages all match would wait for ever); later
     /// statuses say it too, so a peer that asks learns it even if this is lost.
     pub(super) fn note_mismatch(&mut self, epoch: u64) {
-        if self.mismatch.is_none() {
-            self.mismatch = Some(mismatch_text(epoch));
-            if self.in_progress {
+        if self.run.mismatch.is_none() {
+            self.run.mismatch = Some(mismatch_text(epoch));
+            if self.phase.running() {
                 self.send_status(None);
             }
         }

@@ -4,10 +4,11 @@
 use std::time::Instant;
 
 use super::window::{parity, place};
+use super::recovery::Laggard;
 use super::Core;
 use crate::collective::Contributions;
 use crate::plan;
-use crate::transport::{status, Msg, MsgKind, NodeId, RECOVERED};
+use crate::transport::{status, Msg, MsgKind, NodeId, MISMATCHED, RECOVERED};
 
 /// The tag of a NACK that asks only "where are you?" (the farewell's query).
 pub(super) const STATUS_TAG: u16 = u16::MAX;
@@ -26,26 +27,26 @@ impl Core {
             }
             _ => {}
         }
-        if msg.instance != self.instance {
+        if msg.instance != self.member.instance {
             self.stats.foreign += 1;
             return;
         }
-        let Some(epoch) = place(self.epoch, msg.epoch) else {
+        let Some(epoch) = place(self.window.epoch, msg.epoch) else {
             self.stats.stale += 1;
             return;
         };
-        if self.gave_up == Some(from) {
-            self.gave_up = None; // it is back: stop reporting it silent
+        if self.live.gave_up == Some(from) {
+            self.live.gave_up = None; // it is back: stop reporting it silent
         }
         // A probe of it went unanswered: its message's time cannot tell
         // lateness from loss, so it teaches the retry timeout nothing.
-        let was_probed = self.peers[from].heard(now);
+        let was_probed = self.live.peers[from].heard(now);
         match msg.kind {
             MsgKind::Status => self.on_status(from, msg, epoch, now),
             MsgKind::Nack => self.on_nack(from, msg, epoch, now),
             // A late copy of a finished barrier's message (nodes never
             // re-send unasked: a straggler NACKs).
-            MsgKind::Data | MsgKind::Answer if epoch < self.epoch => self.stats.stale += 1,
+            MsgKind::Data | MsgKind::Answer if epoch < self.window.epoch => self.stats.stale += 1,
             MsgKind::Data | MsgKind::Answer => {
                 if !self.on_data(from, msg, epoch, data, was_probed, now) {
                     return;
@@ -53,14 +54,14 @@ impl Core {
             }
             MsgKind::Join | MsgKind::Admit | MsgKind::Refuse => unreachable!("handled above"),
         }
-        let next_data = epoch == self.epoch + 1
-            && self.in_progress
+        let next_data = epoch == self.window.epoch + 1
+            && self.phase.running()
             && msg.tag == plan::tag::BCAST_DATA
             && matches!(msg.kind, MsgKind::Data | MsgKind::Answer);
         if next_data && crate::collective::wire::Contribution::new_checked(data).is_some_and(|c| c.ends_previous()) {
             self.take_implied_end(from);
         }
-        if epoch == self.epoch + 1 && self.in_progress && !self.fast_nacked {
+        if epoch == self.window.epoch + 1 && self.phase.running() && !self.recovery.fast_nacked {
             self.nack_proven(from, now);
         }
     }
@@ -68,13 +69,13 @@ impl Core {
     fn on_status(&mut self, from: NodeId, msg: Msg, epoch: u64, now: Instant) {
         // A status answers a probe: a peer this step waits for has not sent
         // yet, so nothing was lost; it is late.
-        if self.in_progress && epoch <= self.epoch && self.missing_from().contains(&from) {
-            self.peer_late = true;
+        if self.phase.running() && epoch <= self.window.epoch && self.missing_from().contains(&from) {
+            self.recovery.laggard = Laggard::Late;
         }
-        if self.peers[from].status(epoch, msg, now) {
-            self.report_pending = Some(now);
+        if self.live.peers[from].status(epoch, msg, now) {
+            self.live.report_pending = Some(now);
         }
-        if msg.tag & status::MISMATCH != 0 && self.in_progress && epoch == self.epoch {
+        if msg.tag & status::MISMATCH != 0 && self.phase.running() && epoch == self.window.epoch {
             // A node that cannot complete this barrier, where the mismatch
             // does not show (it may be the only one that saw it).
             self.note_mismatch(epoch);
@@ -85,18 +86,21 @@ impl Core {
     /// it is nothing this node's plans wait for.
     fn on_data(&mut self, from: NodeId, msg: Msg, epoch: u64, data: &[u8], was_probed: bool, now: Instant) -> bool {
         if msg.kind == MsgKind::Data {
-            self.peers[from].at_least(epoch, true);
+            self.live.peers[from].at_least(epoch, true);
         }
-        let Some(i) = self.expect.index(from, msg.tag) else {
+        if msg.arg & MISMATCHED != 0 {
+            self.window.void[parity(epoch)] = true;
+        }
+        let Some(i) = self.plans.expect.index(from, msg.tag) else {
             self.stats.stale += 1; // nothing this node's plan waits for
             return false;
         };
-        let fresh = self.got[parity(epoch)].insert(i);
+        let fresh = self.window.got[parity(epoch)].insert(i);
         if fresh {
             // The first arrival's data is the contribution; a duplicate's
             // never counts.
             if !data.is_empty() && self.coll.is_none() {
-                let (steps, expected) = (self.remaining.len(), self.expect.len());
+                let (steps, expected) = (self.run.remaining.len(), self.plans.expect.len());
                 self.coll = Some(Box::new(Contributions::new(steps, expected)));
             }
             if let Some(coll) = &mut self.coll {
@@ -105,37 +109,37 @@ impl Core {
         }
         if !fresh {
             self.stats.duplicates += 1;
-            if msg.kind == MsgKind::Data && self.last_answered == Some((epoch, i)) {
+            if msg.kind == MsgKind::Data && self.recovery.last_answered == Some((epoch, i)) {
                 // The original came after all: it was late, not lost.
-                self.last_answered = None;
-                if self.loss_seen_in == Some(epoch) {
-                    self.loss_seen_in = None;
+                self.recovery.last_answered = None;
+                if self.recovery.loss_seen_in == Some(epoch) {
+                    self.recovery.loss_seen_in = None;
                 }
-                if self.recovered_in == Some(epoch) {
-                    self.recovered_in = None;
+                if self.recovery.recovered_in == Some(epoch) {
+                    self.recovery.recovered_in = None;
                 }
             }
-        } else if epoch > self.epoch || !self.in_progress {
+        } else if epoch > self.window.epoch || !self.phase.running() {
             self.stats.early += 1;
-        } else if self.expect.step_of(i).0 != self.cur {
+        } else if self.plans.expect.step_of(i).0 != self.run.cur {
             // Of this epoch, but of another plan: the peer called another collective.
             self.note_mismatch(epoch);
         } else {
-            let (_, step) = self.expect.step_of(i);
-            self.remaining[step] -= 1;
+            let (_, step) = self.plans.expect.step_of(i);
+            self.run.remaining[step] -= 1;
             let clean = msg.kind == MsgKind::Data && msg.arg & RECOVERED == 0;
-            if step == self.step && self.remaining[step] == 0 && clean && !self.recovered() && !self.peer_late && !was_probed {
+            if step == self.run.step && self.run.remaining[step] == 0 && clean && !self.recovered() && self.recovery.laggard == Laggard::Unknown && !was_probed {
                 // An original message, delayed by no loss anywhere,
                 // completed the step: its time is a lesson.
-                self.rto.sample(now.saturating_duration_since(self.step_since));
+                self.recovery.rto.sample(now.saturating_duration_since(self.recovery.step_since));
             }
             if !clean {
                 // Recovered here or upstream: a loss happened (or the
                 // original is late: then it arrives as a duplicate).
-                self.recovered_in = Some(self.epoch);
-                self.loss_seen_in = Some(self.epoch);
+                self.recovery.recovered_in = Some(self.window.epoch);
+                self.recovery.loss_seen_in = Some(self.window.epoch);
                 if msg.kind == MsgKind::Answer {
-                    self.last_answered = Some((epoch, i));
+                    self.recovery.last_answered = Some((epoch, i));
                 }
             }
         }

@@ -15,10 +15,12 @@
 use std::time::{Duration, Instant};
 
 use super::receive::STATUS_TAG;
+use crate::engine::BarrierConfig;
+use crate::rto::Rto;
 use super::window::parity;
 use super::{Core, To};
 use crate::plan::{self, Dest};
-use crate::transport::{Msg, MsgKind, NodeId};
+use crate::transport::{Msg, MsgKind, NodeId, MISMATCHED};
 
 /// Until a probe shows that the peer is late (a status: it has not sent
 /// yet), the retry interval backs off to at most this many learned retry
@@ -32,28 +34,85 @@ const QUIET_PROBES: u32 = 6;
 /// The least interval between probes of a quiet or late peer.
 const QUIET_RETRY_FLOOR: Duration = Duration::from_millis(2);
 
+/// What the current step knows of the peers it waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Laggard {
+    /// Nothing yet: a missing message may have been lost.
+    Unknown,
+    /// A peer it waits for answered a probe with a status: it has not sent
+    /// yet; it is late, not lost. The step's time teaches the retry timeout
+    /// nothing, and its retries back off fully.
+    Late,
+}
+
+/// The recovery state of the current step.
+#[derive(Debug)]
+pub(super) struct Recovery {
+    /// When the current step began waiting.
+    pub(super) step_since: Instant,
+    pub(super) next_retry: Instant,
+    pub(super) retry_interval: Duration,
+    pub(super) rto: Rto,
+    /// Whether a NACK was sent at once in this step (one per step).
+    pub(super) fast_nacked: bool,
+    /// The last barrier in which a loss was seen: multicasts go twice for
+    /// [`TWICE_FOR`](super::progress::TWICE_FOR) barriers after it.
+    pub(super) loss_seen_in: Option<u64>,
+    /// The last expected message that an answer delivered first (barrier,
+    /// index): if the original follows, nothing was lost.
+    pub(super) last_answered: Option<(u64, usize)>,
+    /// Whether a peer asked for a message of this barrier before this node
+    /// had sent it: it waits already, so point-to-point messages go twice
+    /// (a loss now would cost it a long-backed-off retry).
+    pub(super) asked_early: bool,
+    /// This node got here through a recovered loss (see
+    /// [`crate::transport::RECOVERED`]) in barrier `recovered_in` or the one
+    /// before: a late exit from barrier c makes a late entry into c+1, so
+    /// the mark lasts one barrier more.
+    pub(super) recovered_in: Option<u64>,
+    /// Whether a peer this step waits for is known to be late.
+    pub(super) laggard: Laggard,
+}
+
+impl Recovery {
+    pub(super) fn new(config: &BarrierConfig, now: Instant) -> Recovery {
+        Recovery {
+            step_since: now,
+            next_retry: now,
+            retry_interval: config.retry_timeout,
+            rto: Rto::new(config.retry_timeout, config.min_retry_timeout, config.max_learned_retry()),
+            fast_nacked: false,
+            loss_seen_in: None,
+            last_answered: None,
+            asked_early: false,
+            recovered_in: None,
+            laggard: Laggard::Unknown,
+        }
+    }
+}
+
 impl Core {
     pub(super) fn on_nack(&mut self, from: NodeId, msg: Msg, epoch: u64, now: Instant) {
-        self.peers[from].at_least(epoch, true);
+        self.live.peers[from].at_least(epoch, true);
         let tag = (msg.tag != STATUS_TAG).then_some(msg.tag);
         if self.answer(from, epoch, tag) == 0 {
-            if let Some(tag) = tag.filter(|_| self.in_progress && epoch == self.epoch) {
+            if let Some(tag) = tag.filter(|_| self.phase.running() && epoch == self.window.epoch) {
                 // The peer waits in this epoch for a message that this
                 // node's plan never sends it, but another plan does: it
                 // called another collective (else both wait forever).
-                if !self.plans[self.cur].sends_to(from, tag) && self.plans.iter().any(|p| p.sends_to(from, tag)) {
+                if !self.plans.list[self.run.cur].sends_to(from, tag) && self.plans.list.iter().any(|p| p.sends_to(from, tag)) {
                     self.note_mismatch(epoch);
                 }
             }
-            self.asked_early |= epoch == self.epoch && tag.is_some();
+            self.recovery.asked_early |= epoch == self.window.epoch && tag.is_some();
             self.send_status(Some(from));
-        } else if self.in_progress && epoch == self.epoch && self.missing_from().contains(&from) {
+        } else if self.phase.running() && epoch == self.window.epoch && self.missing_from().contains(&from) {
             // A peer this node waits for lacked our message and has it now:
             // it moves on at once, so what it owes us may come any moment.
             // If that is lost, retry soon, not after a long backoff.
-            self.peer_late = false;
-            self.retry_interval = self.rto.get();
-            self.next_retry = now + self.retry_interval;
+            self.recovery.laggard = Laggard::Unknown;
+            self.recovery.retry_interval = self.recovery.rto.get();
+            self.recovery.next_retry = now + self.recovery.retry_interval;
         }
     }
 
@@ -68,23 +127,23 @@ impl Core {
         };
         let sent = self.nack_missing(now, proven);
         self.stats.fast_nacks += sent;
-        self.fast_nacked |= sent > 0;
+        self.recovery.fast_nacked |= sent > 0;
     }
 
     /// NACKs every message of the current step that is still missing and
     /// that `which` selects; returns how many.
     fn nack_missing(&mut self, now: Instant, which: impl Fn(&plan::Expect) -> bool) -> u64 {
-        let step = self.step;
-        let Some(waits) = self.plans[self.cur].steps.get(step).map(|s| s.waits.len()) else { return 0 };
-        let current = parity(self.epoch);
+        let step = self.run.step;
+        let Some(waits) = self.plans.list[self.run.cur].steps.get(step).map(|s| s.waits.len()) else { return 0 };
+        let current = parity(self.window.epoch);
         let mut sent = 0;
         for j in 0..waits {
-            let w = self.plans[self.cur].steps[step].waits[j];
-            if which(&w) && !self.got[current].contains(self.expect.of_step(self.cur, step).start + j) {
-                let nack = self.msg(MsgKind::Nack, self.epoch, w.tag);
+            let w = self.plans.list[self.run.cur].steps[step].waits[j];
+            if which(&w) && !self.window.got[current].contains(self.plans.expect.of_step(self.run.cur, step).start + j) {
+                let nack = self.msg(MsgKind::Nack, self.window.epoch, w.tag);
                 self.out.push(0, To::Node(w.from), nack, &[]);
                 self.stats.nacks_sent += 1;
-                self.peers[w.from].probed(now);
+                self.live.peers[w.from].probed(now);
                 sent += 1;
             }
         }
@@ -94,21 +153,22 @@ impl Core {
     /// Re-sends to `to` the messages of barrier `epoch` addressed to it (one
     /// tag, or all) that this node has already sent; returns how many.
     fn answer(&mut self, to: NodeId, epoch: u64, tag: Option<u16>) -> usize {
-        let v = self.variant[parity(epoch)];
-        let sent_steps = if epoch + 1 == self.epoch {
-            self.plans[v].steps.len()
-        } else if epoch == self.epoch && self.in_progress {
-            self.step + usize::from(self.step_sent)
+        let v = self.window.variant[parity(epoch)];
+        let sent_steps = if epoch + 1 == self.window.epoch {
+            self.plans.list[v].steps.len()
+        } else if epoch == self.window.epoch && self.phase.running() {
+            self.run.step + usize::from(self.run.step_sent)
         } else {
             0
         };
         let mut answered = 0;
         for s in 0..sent_steps {
-            for i in 0..self.plans[v].steps[s].sends.len() {
-                let out = self.plans[v].steps[s].sends[i];
+            for i in 0..self.plans.list[v].steps[s].sends.len() {
+                let out = self.plans.list[v].steps[s].sends[i];
                 let for_them = matches!(out.dest, Dest::All) || out.dest == Dest::Node(to);
                 if for_them && tag.is_none_or(|t| t == out.tag) {
-                    let msg = self.msg(MsgKind::Answer, epoch, out.tag);
+                    let void = if self.window.void[parity(epoch)] { MISMATCHED } else { 0 };
+                    let msg = Msg { arg: void, ..self.msg(MsgKind::Answer, epoch, out.tag) };
                     let data = self.coll.as_ref().map_or(&[][..], |c| c.sent(parity(epoch), s));
                     self.out.push(out.rail, To::Node(to), msg, data);
                     self.stats.answers += 1;
@@ -122,9 +182,9 @@ impl Core {
     /// The current step's missing messages' senders (in plan order, no repeats).
     pub(super) fn missing_from(&self) -> Vec<NodeId> {
         let mut from: Vec<NodeId> = Vec::new();
-        if let Some(step) = self.plans[self.cur].steps.get(self.step) {
-            let got = &self.got[parity(self.epoch)];
-            for (i, w) in self.expect.of_step(self.cur, self.step).zip(&step.waits) {
+        if let Some(step) = self.plans.list[self.run.cur].steps.get(self.run.step) {
+            let got = &self.window.got[parity(self.window.epoch)];
+            for (i, w) in self.plans.expect.of_step(self.run.cur, self.run.step).zip(&step.waits) {
                 if !got.contains(i) && !from.contains(&w.from) {
                     from.push(w.from);
                 }
@@ -136,8 +196,8 @@ impl Core {
     /// The retry timer at `now`: if due, NACK what is missing and back off.
     /// True if it was due.
     pub(super) fn retry(&mut self, now: Instant) -> bool {
-        let retry_due = now >= self.next_retry;
-        if retry_due && self.step < self.plans[self.cur].steps.len() {
+        let retry_due = now >= self.recovery.next_retry;
+        if retry_due && self.run.step < self.plans.list[self.run.cur].steps.len() {
             // Ask for exactly what is missing; a peer that has sent it sends
             // it again, one that has not says where it is. (A message of
             // ours that was lost is NACKed by the peer that waits for it.)
@@ -146,17 +206,17 @@ impl Core {
             // all (stopped, descheduled, dead), is not a lost message: back
             // off far. Otherwise its message may come any moment, and its
             // loss must not wait for a distant retry.
-            let quiet = self.missing_from().iter().any(|&p| self.peers[p].unanswered() >= QUIET_PROBES);
-            let cap = if self.peer_late || quiet {
+            let quiet = self.missing_from().iter().any(|&p| self.live.peers[p].unanswered() >= QUIET_PROBES);
+            let cap = if self.recovery.laggard == Laggard::Late || quiet {
                 // Back off in proportion to how long this step has waited:
                 // few probes over a long stall, and a loss soon after a short
                 // one still recovered soon.
-                (now.saturating_duration_since(self.step_since) / 4).max(QUIET_RETRY_FLOOR).min(self.config.max_retry_interval())
+                (now.saturating_duration_since(self.recovery.step_since) / 4).max(QUIET_RETRY_FLOOR).min(self.config.max_retry_interval())
             } else {
-                (self.rto.get() * IN_BARRIER_BACKOFF).min(self.config.max_retry_interval())
+                (self.recovery.rto.get() * IN_BARRIER_BACKOFF).min(self.config.max_retry_interval())
             };
-            self.retry_interval = (self.retry_interval * 2).min(cap);
-            self.next_retry = now + self.retry_interval;
+            self.recovery.retry_interval = (self.recovery.retry_interval * 2).min(cap);
+            self.recovery.next_retry = now + self.recovery.retry_interval;
         }
         retry_due
     }

@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::join::{fingerprint_of, REFUSE_CONFIG};
+use super::progress::Phase;
 use super::window::BASE;
 use super::*;
 use crate::collective::Collective;
@@ -244,8 +245,8 @@ fn a_non_root_tells_its_entry_at_once_has_the_broadcast_at_the_data_and_answers_
     push(&mut e, 2, MsgKind::Data, 1, BCAST_DATA, bcast_data(2, Some([4, 5])));
     push(&mut e, 0, MsgKind::Data, 0, BCAST_DATA, bcast_data(0, Some([7, 9])));
     e.wait_result(None).unwrap();
-    assert!(e.in_progress && e.detached && !e.entered(), "returned with the data, the epoch completing in the background");
-    assert_eq!((e.epoch, e.app_epoch(), e.stats.early), (0, 1, 1));
+    assert!(e.in_progress() && e.phase.background() && !e.entered(), "returned with the data, the epoch completing in the background");
+    assert_eq!((e.protocol_epoch(), e.app_epoch(), e.stats.early), (0, 1, 1));
     let mut out = [0u8; 2];
     e.collective_result(Some(&mut out)).unwrap();
     assert_eq!(out, [7, 9]);
@@ -260,7 +261,7 @@ fn a_non_root_tells_its_entry_at_once_has_the_broadcast_at_the_data_and_answers_
     // data kept early) tells node 2 its entry and has its result at once.
     push(&mut e, 0, MsgKind::Data, 0, BCAST_DONE, bcast_data(0, None));
     e.test().unwrap();
-    assert_eq!((e.epoch, e.in_progress, e.detached), (1, false, false));
+    assert_eq!((e.protocol_epoch(), e.in_progress(), e.phase.background()), (1, false, false));
     e.enter_collective(Collective::Bcast { root: 2 }, 2, &[0, 0], None).unwrap();
     e.wait_result(None).unwrap();
     e.collective_result(Some(&mut out)).unwrap();
@@ -273,13 +274,13 @@ fn a_non_root_tells_its_entry_at_once_has_the_broadcast_at_the_data_and_answers_
     assert_eq!(sent_count(&e, 0, MsgKind::Answer, 0, BCAST_ENTERED), 2);
     // A barrier entered now waits for the broadcast's end, then runs.
     e.enter_split().unwrap();
-    assert!(e.entered() && e.queued && e.epoch == 1);
+    assert!(e.entered() && (e.phase == Phase::BackgroundQueued) && e.protocol_epoch() == 1);
     push(&mut e, 2, MsgKind::Data, 1, BCAST_DONE, bcast_data(2, None));
     assert!(!e.test().unwrap(), "the queued barrier is entered, not complete");
-    assert_eq!((e.epoch, e.cur, sent_count(&e, 0, MsgKind::Data, 2, plan::tag::ARRIVE)), (2, BASE, 1));
+    assert_eq!((e.protocol_epoch(), e.run.cur, sent_count(&e, 0, MsgKind::Data, 2, plan::tag::ARRIVE)), (2, BASE, 1));
     push(&mut e, 0, MsgKind::Data, 2, plan::tag::RELEASE, Vec::new());
     assert!(e.test().unwrap());
-    assert_eq!(e.epoch, 3);
+    assert_eq!(e.protocol_epoch(), 3);
 }
 
 #[test]
@@ -288,7 +289,7 @@ fn a_broadcasts_root_sends_at_once_nacks_a_lost_entry_and_ends_after_all() {
     let mut e = node_of_3(0);
     e.enter_collective(Collective::Bcast { root: 0 }, 2, &[3, 1], None).unwrap();
     e.wait_result(None).unwrap();
-    assert!(e.detached, "the root's call returns once its data is sent");
+    assert!(e.phase.background(), "the root's call returns once its data is sent");
     // (The script transport multicasts as one send per node.)
     assert_eq!((sent_count(&e, 1, MsgKind::Data, 0, BCAST_DATA), sent_count(&e, 2, MsgKind::Data, 0, BCAST_DATA)), (1, 1));
     assert_eq!(e.transport.sent_data[0], bcast_data(0, Some([3, 1])));
@@ -296,7 +297,7 @@ fn a_broadcasts_root_sends_at_once_nacks_a_lost_entry_and_ends_after_all() {
     e.test().unwrap();
     // Node 2's entry is lost: at the retry, the root asks node 2 for it.
     let now = e.now;
-    e.next_retry = now;
+    e.recovery.next_retry = now;
     e.test().unwrap();
     assert_eq!(sent_count(&e, 2, MsgKind::Nack, 0, BCAST_ENTERED), 1);
     assert_eq!(sent_count(&e, 1, MsgKind::Nack, 0, BCAST_ENTERED), 0, "node 1's came");
@@ -312,7 +313,7 @@ fn a_broadcasts_root_sends_at_once_nacks_a_lost_entry_and_ends_after_all() {
     e.enter_collective(Collective::Allreduce { op: crate::collective::Op::Sum, dtype: crate::collective::Dtype::U32 }, 1, &[1, 0, 0, 0], None).unwrap();
     let done = e.transport.sent.iter().position(|(_, m)| m.tag == BCAST_DONE).expect("the end");
     assert!(e.transport.sent[done..].iter().all(|(_, m)| m.epoch == 0 || m.epoch == 1));
-    assert_eq!((e.epoch, e.cur), (1, BASE));
+    assert_eq!((e.protocol_epoch(), e.run.cur), (1, BASE));
 }
 
 #[test]
@@ -355,7 +356,7 @@ fn a_non_root_takes_only_its_roots_next_data_flagged_as_the_end_for_the_end() {
         e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
         push(&mut e, 0, MsgKind::Data, 0, BCAST_DATA, bcast_data(0, Some([7, 9])));
         e.wait_result(None).unwrap();
-        assert!(e.detached);
+        assert!(e.phase.background());
         e
     };
     // Epoch 1's data from another node, or from the root without the
@@ -365,7 +366,7 @@ fn a_non_root_takes_only_its_roots_next_data_flagged_as_the_end_for_the_end() {
         let mut e = detached();
         push(&mut e, from, MsgKind::Data, 1, BCAST_DATA, flagged(from, flag));
         e.test().unwrap();
-        assert_eq!((e.epoch, e.detached, e.stats.ends_implied), (0, true, 0), "from {from}, flag {flag}");
+        assert_eq!((e.protocol_epoch(), e.phase.background(), e.stats.ends_implied), (0, true, 0), "from {from}, flag {flag}");
         assert_eq!(sent_count(&e, 0, MsgKind::Nack, 0, BCAST_DONE), 1);
     }
     // The root's, flagged (as data or as an answer): the end.
@@ -373,7 +374,7 @@ fn a_non_root_takes_only_its_roots_next_data_flagged_as_the_end_for_the_end() {
         let mut e = detached();
         push(&mut e, 0, kind, 1, BCAST_DATA, flagged(0, true));
         e.test().unwrap();
-        assert_eq!((e.epoch, e.detached, e.stats.ends_implied), (1, false, 1), "{kind:?}");
+        assert_eq!((e.protocol_epoch(), e.phase.background(), e.stats.ends_implied), (1, false, 1), "{kind:?}");
         assert_eq!(sent_count(&e, 0, MsgKind::Nack, 0, BCAST_DONE), 0);
         e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
         e.wait_result(None).unwrap();
@@ -399,7 +400,7 @@ fn a_root_that_broadcasts_again_sends_no_end_its_next_data_implies_it_and_answer
     e.enter_collective(Collective::Bcast { root: 0 }, 2, &[4, 1], None).unwrap();
     e.wait_result(None).unwrap();
     assert_eq!((sent_count(&e, 1, MsgKind::Data, 0, BCAST_DONE), sent_count(&e, 1, MsgKind::Data, 1, BCAST_DATA)), (0, 1));
-    assert_eq!((e.epoch, e.stats.ends_implied), (1, 1));
+    assert_eq!((e.protocol_epoch(), e.stats.ends_implied), (1, 1));
     let header = |e: &Node, epoch: u32| {
         let i = e.transport.sent.iter().position(|(_, m)| m.tag == BCAST_DATA && m.epoch == epoch).unwrap();
         crate::collective::wire::Contribution::new_checked(e.transport.sent_data[i].clone()).unwrap()
@@ -415,7 +416,7 @@ fn a_root_that_broadcasts_again_sends_no_end_its_next_data_implies_it_and_answer
     entered(&mut e, 1);
     e.enter_collective(Collective::Allreduce { op: crate::collective::Op::Sum, dtype: crate::collective::Dtype::U32 }, 1, &[1, 0, 0, 0], None).unwrap();
     assert_eq!((sent_count(&e, 1, MsgKind::Data, 1, BCAST_DONE), sent_count(&e, 2, MsgKind::Data, 1, BCAST_DONE)), (1, 1));
-    assert_eq!((e.epoch, e.stats.ends_implied), (2, 1));
+    assert_eq!((e.protocol_epoch(), e.stats.ends_implied), (2, 1));
 }
 
 #[test]
@@ -440,7 +441,7 @@ fn a_mismatch_found_after_the_result_fails_the_next_call_instead_of_entering_an_
     push(&mut e, 0, MsgKind::Data, 0, BCAST_DONE, end_of_3());
     let err = e.wait(None).unwrap_err().to_string();
     assert!(err.contains("collective mismatch in barrier 0"), "{err}");
-    assert_eq!((e.epoch, e.in_progress), (1, false));
+    assert_eq!((e.protocol_epoch(), e.in_progress()), (1, false));
     assert!(e.transport.sent.iter().all(|(_, m)| m.epoch == 0), "entered epoch 1: {:?}", e.transport.sent);
     // The next collective, or a plain wait, or finish: each fails once.
     for next in 0..3 {
@@ -496,7 +497,7 @@ fn a_nack_for_what_only_another_collective_sends_is_a_clear_error() {
     e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
     push(&mut e, 1, MsgKind::Nack, 0, plan::tag::BCAST_DONE, Vec::new());
     assert!(!e.test().unwrap());
-    assert!(e.mismatch.is_none());
+    assert!(e.run.mismatch.is_none());
 }
 
 #[test]
@@ -509,7 +510,7 @@ fn messages_of_another_instance_never_count() {
     assert_eq!(e.stats.foreign, 2);
     e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, 0));
     assert!(e.test().unwrap());
-    assert_eq!(e.epoch, 1);
+    assert_eq!(e.protocol_epoch(), 1);
 }
 
 #[test]
@@ -523,7 +524,7 @@ fn only_the_barriers_next_to_this_one_are_heard() {
     e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, 8));
     assert!(e.test().unwrap());
     assert_eq!(e.stats.stale, 4, "barriers 8, 12 and 10+2^31 are out of the window, and so is the NACK");
-    assert_eq!(e.epoch, 11, "barrier 10 + 2^32 carries barrier 10's wire number, and no node can be 2^32 apart");
+    assert_eq!(e.protocol_epoch(), 11, "barrier 10 + 2^32 carries barrier 10's wire number, and no node can be 2^32 apart");
     assert!(e.transport.sent.iter().all(|(_, m)| m.kind != MsgKind::Answer), "nothing answered for barrier 8");
     // The next barrier's message, kept early; the previous one's answered.
     e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, 12));
@@ -541,7 +542,7 @@ fn the_wire_number_wraps_and_the_barrier_number_does_not() {
         assert!(!e.test().unwrap());
         e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, expected));
         assert!(e.test().unwrap(), "barrier {expected}");
-        assert_eq!(e.epoch, expected + 1);
+        assert_eq!(e.protocol_epoch(), expected + 1);
     }
     // A NACK from a peer still in barrier 2^32 (wire 0) is answered for it.
     e.transport.sent.clear();
@@ -568,14 +569,14 @@ fn a_silent_peer_is_judged_only_after_it_was_probed_for_the_failure_timeout() {
     let mut e = node1(0);
     e.config.failure_timeout = Duration::from_millis(50);
     let start = e.now;
-    e.call_started = start;
+    e.live.call_started = start;
     e.enter_base();
     // Long before any probe: not silent, however long since the entry.
     assert!(e.judge(start + Duration::from_secs(60), None).is_ok());
     e.on_timers(start + Duration::from_millis(2), None).unwrap(); // the first NACK
     assert!(e.judge(start + Duration::from_millis(60), None).is_ok(), "one probe is not enough");
     for ms in 3..(2 + MIN_PROBES as u64) {
-        e.next_retry = start;
+        e.recovery.next_retry = start;
         e.on_timers(start + Duration::from_millis(ms), None).unwrap();
     }
     assert!(e.judge(start + Duration::from_millis(30), None).is_ok(), "enough probes, not yet the timeout");

@@ -4,7 +4,29 @@
 //! hears only of barriers c−1, c and c+1 (no node can be further away), so
 //! wrap-around of the 32-bit field is harmless.
 
+use crate::expect::Bits;
 use crate::transport::NodeId;
+
+/// Which barrier this node is at, and what has arrived of it and the next.
+#[derive(Debug)]
+pub(super) struct Window {
+    /// The barrier in progress, or the next one when idle; all below are done.
+    pub(super) epoch: u64,
+    /// What has arrived of barrier e, in `got[e % 2]` (the current and the next).
+    pub(super) got: [Bits; 2],
+    /// The plan each epoch ran, by parity (for answers to the previous one).
+    pub(super) variant: [usize; 2],
+    /// Whether nodes called different collectives in barrier e (found here,
+    /// or told by a peer), in `void[e % 2]`: its messages say so.
+    pub(super) void: [bool; 2],
+}
+
+impl Window {
+    /// At barrier `first`, with `expected` messages indexed.
+    pub(super) fn new(first: u64, expected: usize) -> Window {
+        Window { epoch: first, got: [Bits::new(expected), Bits::new(expected)], variant: [BASE; 2], void: [false; 2] }
+    }
+}
 
 /// The plan variant of barriers, reductions and the algorithm's own epochs.
 pub(super) const BASE: usize = 0;

@@ -1,0 +1,382 @@
+//! Several nodes' cores over a tiny simulated network, in virtual time:
+//! regression tests of the protocol's behaviour among nodes (the bugs of
+//! issue 26). Messages take a fixed latency; dead nodes neither send nor
+//! receive; a rule may delay or drop chosen messages.
+
+use std::time::{Duration, Instant};
+
+use super::join::fingerprint_of;
+use super::{Call, Core, Event, Setup, To, PROTOCOL};
+use crate::collective::{Collective, Dtype, Op};
+use crate::engine::{BarrierConfig, BarrierError};
+use crate::plan::{Algorithm, Fanout, Release};
+use crate::transport::{Msg, MsgKind, NodeId};
+
+const INSTANCE: u64 = 0x5eed;
+const LATENCY: Duration = Duration::from_micros(20);
+
+/// What a rule does with a message: deliver it after the latency, after
+/// longer, or never.
+#[allow(dead_code)] // (kept for the tests to come)
+enum Fate {
+    Deliver,
+    Delay(Duration),
+    Drop,
+}
+
+type Rule = Box<dyn FnMut(NodeId, NodeId, &Msg) -> Fate>;
+
+struct Net {
+    cores: Vec<Core>,
+    now: Instant,
+    /// In flight: (due, from, to, rail, message, data).
+    wire: Vec<(Instant, NodeId, NodeId, usize, Msg, Vec<u8>)>,
+    dead: Vec<bool>,
+    /// Nodes whose core is not driven (no progress agent, the application
+    /// away): what comes for them waits.
+    paused: Vec<bool>,
+    /// Each node's outcome of its last call (None: pending or none).
+    done: Vec<Option<Result<(), BarrierError>>>,
+    rule: Option<Rule>,
+    /// Each node's join: its instance, or its error.
+    joined: Vec<Option<Result<u64, String>>>,
+    config: BarrierConfig,
+}
+
+impl Net {
+    /// `n` nodes running `config`, joined to one instance.
+    fn new(n: usize, config: BarrierConfig) -> Net {
+        let now = Instant::now();
+        let cores = (0..n)
+            .map(|me| {
+                let setup = Setup { me, nodes: n, rails: config.rails, multicast: true, max_data: 1000 };
+                let mut core = Core::new(setup, config, now).unwrap();
+                core.joined(INSTANCE);
+                core
+            })
+            .collect();
+        Net { cores, now, wire: Vec::new(), dead: vec![false; n], paused: vec![false; n], done: (0..n).map(|_| None).collect(), rule: None, joined: vec![None; n], config }
+    }
+
+    /// Node `p` makes a new barrier (its old core is dropped unfinished)
+    /// and joins with `incarnation`.
+    fn create(&mut self, p: NodeId, incarnation: u64) {
+        let n = self.cores.len();
+        let setup = Setup { me: p, nodes: n, rails: self.config.rails, multicast: true, max_data: 1000 };
+        self.cores[p] = Core::new(setup, self.config, self.now).unwrap();
+        self.joined[p] = None;
+        self.cores[p].join(incarnation, self.now);
+        self.flush(p);
+    }
+
+    /// Sends what node `p` has to send, and takes its events.
+    fn flush(&mut self, p: NodeId) {
+        let n = self.cores.len();
+        while let Some(t) = self.cores[p].poll_transmit() {
+            if self.dead[p] {
+                continue;
+            }
+            let to: Vec<NodeId> = match t.to {
+                To::Node(q) => vec![q],
+                To::All => (0..n).filter(|&q| q != p).collect(),
+            };
+            for q in to {
+                let fate = self.rule.as_mut().map_or(Fate::Deliver, |r| r(p, q, &t.msg));
+                let extra = match fate {
+                    Fate::Deliver => Duration::ZERO,
+                    Fate::Delay(d) => d,
+                    Fate::Drop => continue,
+                };
+                self.wire.push((self.now + LATENCY + extra, p, q, t.rail, t.msg, t.data.to_vec()));
+            }
+        }
+        while let Some(event) = self.cores[p].poll_event() {
+            match event {
+                Event::Done(result) => self.done[p] = Some(result),
+                Event::Joined { instance } => self.joined[p] = Some(Ok(instance)),
+                Event::JoinFailed(e) => self.joined[p] = Some(Err(e.to_string())),
+            }
+        }
+    }
+
+    /// Node `p` starts `call` now.
+    fn call(&mut self, p: NodeId, call: Call<'_>) {
+        self.done[p] = None;
+        self.cores[p].start(self.now, call);
+        self.flush(p);
+    }
+
+    /// Runs the network until `until`.
+    fn run_until(&mut self, until: Instant) {
+        loop {
+            let live = |p: &NodeId| !self.dead[*p] && !self.paused[*p];
+            let next_msg = self.wire.iter().filter(|w| !self.paused[w.2]).map(|w| w.0).min();
+            let next_timer = (0..self.cores.len()).filter(live).filter_map(|p| self.cores[p].poll_timeout()).min();
+            let Some(next) = [next_msg, next_timer].into_iter().flatten().min() else { break };
+            if next > until {
+                break;
+            }
+            self.now = self.now.max(next);
+            let now = self.now;
+            let paused = self.paused.clone();
+            let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.wire).into_iter().partition(|w| w.0 <= now && !paused[w.2]);
+            self.wire = rest;
+            for (_, from, to, rail, msg, data) in due {
+                if !self.dead[to] {
+                    self.cores[to].handle(now, from, rail, msg, &data);
+                    self.flush(to);
+                }
+            }
+            for p in 0..self.cores.len() {
+                if !self.dead[p] && !self.paused[p] && self.cores[p].poll_timeout().is_some_and(|t| t <= now) {
+                    self.cores[p].handle_timeout(now);
+                    self.flush(p);
+                    let again = self.cores[p].poll_timeout();
+                    assert!(again.is_none_or(|t| t > now), "node {p} asks for a timeout at {now:?} again: a driver would spin");
+                }
+            }
+        }
+        self.now = self.now.max(until);
+    }
+
+    /// Every live node in `nodes` calls `call`; runs until all are done.
+    fn all(&mut self, nodes: &[NodeId], call: impl Fn(NodeId) -> Call<'static>) {
+        for &p in nodes {
+            self.call(p, call(p));
+        }
+        let limit = self.now + Duration::from_secs(5);
+        while nodes.iter().any(|&p| self.done[p].is_none()) && self.now < limit {
+            let step = self.now + Duration::from_millis(1);
+            self.run_until(step);
+        }
+    }
+}
+
+/// Whether `error` names `node` as the silent one.
+fn names(error: &BarrierError, node: NodeId) -> bool {
+    match error {
+        BarrierError::PeerSilent { silent, .. } => silent.contains(&node),
+        BarrierError::PeerFailed { silent, .. } => *silent == node,
+        _ => false,
+    }
+}
+
+#[test]
+fn a_live_node_that_enters_late_after_a_peer_died_fails_naming_the_dead_one() {
+    // Issue 26: tree3, 6 nodes; node 4 dies before barrier 5, and node 1
+    // enters barrier 5 600 ms late. The others fail quickly; node 1 waited
+    // for ever: node 0 failed with PeerFailed, so its answers did not say
+    // so, and node 3's report came before node 1's wait began.
+    let config = BarrierConfig::new(Algorithm::Tree { k: Fanout::THREE, release: Release::Multicast })
+        .timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    let mut net = Net::new(6, config);
+    let everyone: Vec<NodeId> = (0..6).collect();
+    for _ in 0..5 {
+        net.all(&everyone, |_| Call::Wait { deadline: None });
+        assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))));
+    }
+    net.dead[4] = true;
+    let start = net.now;
+    net.all(&[0, 2, 3, 5], |_| Call::Wait { deadline: None });
+    for p in [0, 2, 3, 5] {
+        let error = net.done[p].as_ref().unwrap().as_ref().unwrap_err();
+        assert!(names(error, 4), "node {p}: {error}");
+    }
+    net.run_until(start + Duration::from_millis(600));
+    net.call(1, Call::Wait { deadline: None });
+    net.run_until(start + Duration::from_millis(600) + 3 * config.failure_timeout);
+    match &net.done[1] {
+        Some(Err(error)) => assert!(names(error, 4), "node 1 names another node: {error}"),
+        other => panic!("node 1, entering late, still waits (or completed): {other:?}"),
+    }
+}
+
+#[test]
+fn a_node_that_leaves_after_failing_on_a_report_passes_the_report_on() {
+    // The variant where the failed nodes exit: node 1 must still name the
+    // dead node, not a live one that gave up and left.
+    let config = BarrierConfig::new(Algorithm::Tree { k: Fanout::THREE, release: Release::Multicast })
+        .timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    let mut net = Net::new(6, config);
+    let everyone: Vec<NodeId> = (0..6).collect();
+    net.all(&everyone, |_| Call::Wait { deadline: None });
+    net.dead[4] = true;
+    let start = net.now;
+    net.all(&[0, 2, 3, 5], |_| Call::Wait { deadline: None });
+    for p in [0, 2, 3, 5] {
+        net.cores[p].leave();
+        net.flush(p);
+    }
+    net.run_until(net.now + Duration::from_millis(5));
+    for p in [0, 2, 3, 5] {
+        net.dead[p] = true;
+    }
+    net.run_until(start + Duration::from_millis(600));
+    net.call(1, Call::Wait { deadline: None });
+    net.run_until(start + Duration::from_millis(600) + 3 * config.failure_timeout);
+    match &net.done[1] {
+        Some(Err(error)) => assert!(names(error, 4), "node 1 names another node: {error}"),
+        other => panic!("node 1: {other:?}"),
+    }
+}
+
+#[test]
+fn a_barrier_against_an_allreduce_is_an_error_on_every_node() {
+    // Issue 26: a release carries no flags, so a mismatch seen at the root
+    // could not travel with it: nodes that called the barrier returned Ok.
+    let sum = Collective::Allreduce { op: Op::Sum, dtype: Dtype::I64 };
+    let input = 1i64.to_ne_bytes();
+    for algorithm in Algorithm::all().into_iter().filter(|a| sum.runs_on(*a)) {
+        for odd in [0, 1, 3] {
+            let config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_millis(500));
+            let mut net = Net::new(4, config);
+            for p in 0..4 {
+                if p == odd {
+                    net.call(p, Call::EnterCollective { call: sum, count: 1, input: &input, deadline: None });
+                    assert!(matches!(net.done[p], Some(Ok(()))));
+                    net.call(p, Call::WaitResult { deadline: None });
+                } else {
+                    net.call(p, Call::Wait { deadline: None });
+                }
+            }
+            net.run_until(net.now + Duration::from_secs(2));
+            // (The allreduce's caller meets the mismatch as its result.)
+            if let Some(Ok(())) = net.done[odd] {
+                net.done[odd] = Some(net.cores[odd].collective_result(None));
+            }
+            for p in 0..4 {
+                match &net.done[p] {
+                    Some(Err(BarrierError::Usage(e))) if e.contains("mismatch") => {}
+                    other => panic!("{algorithm}, node {odd} calls the allreduce: node {p} returned {other:?}"),
+                }
+            }
+        }
+    }
+}
+
+/// Every node joined the same instance, and a barrier completes.
+fn joined_and_running(net: &mut Net) {
+    let instances: Vec<_> = net.joined.iter().map(|j| j.clone().expect("joined").expect("joined")).collect();
+    assert!(instances.iter().all(|&i| i == instances[0]), "{instances:?}");
+    let everyone: Vec<NodeId> = (0..net.cores.len()).collect();
+    net.all(&everyone, |_| Call::Wait { deadline: None });
+    assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "{:?}", net.done);
+}
+
+#[test]
+fn a_delayed_join_of_an_earlier_barrier_is_not_taken_for_the_next() {
+    // Issue 26: a copy of node 1's join of an earlier barrier, delayed,
+    // reached node 0 before node 1's own and was admitted: node 1 was then
+    // refused as if restarted, and node 0 named it silent.
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    config.join_timeout = Duration::from_secs(1);
+    let mut net = Net::new(3, config);
+    for p in [0, 2] {
+        net.create(p, 100 + p as u64);
+    }
+    let stale = Msg { kind: MsgKind::Join, instance: 7, epoch: 0, tag: 0, arg: fingerprint_of(&config, PROTOCOL) };
+    net.wire.push((net.now + LATENCY, 1, 0, 0, stale, Vec::new()));
+    net.run_until(net.now + Duration::from_millis(2));
+    assert!(net.joined[0].is_some(), "node 0 admitted the stale request (the case under test)");
+    net.create(1, 101);
+    net.run_until(net.now + config.join_timeout + Duration::from_millis(10));
+    joined_and_running(&mut net);
+}
+
+#[test]
+fn a_new_barrier_of_a_quick_node_waits_for_node_0_to_drop_its_old_one() {
+    // Issue 26: node 1 dropped its barrier without finish() and made a new
+    // one on the same transport at once; node 0's old barrier, still
+    // running, refused node 1's join as restarted, and the join failed.
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    config.join_timeout = Duration::from_secs(1);
+    let mut net = Net::new(2, config);
+    net.create(0, 100);
+    net.create(1, 101);
+    net.run_until(net.now + Duration::from_millis(10));
+    joined_and_running(&mut net);
+    net.create(1, 201);
+    net.run_until(net.now + Duration::from_millis(30));
+    assert!(net.joined[1].is_none(), "node 1's join ended while node 0 still ran its old barrier: {:?}", net.joined[1]);
+    net.create(0, 200);
+    net.run_until(net.now + Duration::from_millis(100));
+    joined_and_running(&mut net);
+}
+
+#[test]
+fn a_live_peer_behind_a_deadline_is_reported_alive_and_waited_for_on_retry() {
+    // (tests/edges.rs has the same over threads and real time.) Node 2
+    // computes for 7 failure timeouts before barrier 1, alive throughout;
+    // the others' waits end at each 150 ms deadline naming it alive, and
+    // the barrier completes when it comes.
+    use crate::engine::PeerState;
+    let config = BarrierConfig::new(Algorithm::Dissemination)
+        .timeouts(Duration::from_millis(1), Duration::from_millis(100))
+        .deadline(Some(Duration::from_millis(150)));
+    let mut net = Net::new(3, config);
+    net.all(&[0, 1, 2], |_| Call::Wait { deadline: None });
+    let start = net.now;
+    let wait = |net: &mut Net, p: NodeId| {
+        let deadline = Some(net.now + Duration::from_millis(150));
+        net.call(p, Call::Wait { deadline });
+    };
+    net.done[2] = None; // (node 2 computes)
+    wait(&mut net, 0);
+    wait(&mut net, 1);
+    let mut deadlines = [0, 0];
+    while net.now < start + Duration::from_secs(2) && !(net.done[0].is_some() && net.done[1].is_some() && net.done[2].is_some()) {
+        if net.now >= start + Duration::from_millis(700) && net.done[2].is_none() && !net.cores[2].busy() {
+            net.call(2, Call::Wait { deadline: None });
+        }
+        let step = net.now + Duration::from_millis(1);
+        net.run_until(step);
+        for p in [0, 1] {
+            if let Some(Err(e)) = &net.done[p] {
+                let BarrierError::Deadline { epoch: 1, waiting_for, .. } = e else { panic!("node {p}: {e}") };
+                assert!(waiting_for.iter().all(|(_, s)| matches!(s, PeerState::Alive { .. })), "node {p}: {e}");
+                deadlines[p] += 1;
+                wait(&mut net, p);
+            }
+        }
+    }
+    let states: Vec<_> = net.cores.iter().map(|c| (c.protocol_epoch(), c.in_progress(), c.busy(), c.stats())).collect();
+    assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "{:?} {:?} {:?} at {:?}", net.done, deadlines, states, net.now - start);
+    assert!(deadlines.iter().all(|&d| d >= 2), "a 150 ms deadline over 700 ms: {deadlines:?}");
+}
+
+#[test]
+fn a_verdict_does_not_outlive_the_silent_peers_return() {
+    // (tests/edges.rs has the same over threads and real time.) Node 3 has
+    // no progress agent and stays away for four failure timeouts before
+    // barrier 1: the others fail naming it, call again, and complete once
+    // it is back; no error after that.
+    let config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(100));
+    let mut net = Net::new(4, config);
+    let everyone: Vec<NodeId> = (0..4).collect();
+    net.all(&everyone, |_| Call::Wait { deadline: None });
+    net.paused[3] = true;
+    let start = net.now;
+    for p in 0..3 {
+        net.call(p, Call::Wait { deadline: None });
+    }
+    let mut errors = [0; 3];
+    while net.now < start + Duration::from_secs(2) && !everyone.iter().all(|&p| matches!(net.done[p], Some(Ok(())))) {
+        if net.paused[3] && net.now >= start + Duration::from_millis(400) {
+            net.paused[3] = false;
+            net.call(3, Call::Wait { deadline: None });
+        }
+        let step = net.now + Duration::from_millis(1);
+        net.run_until(step);
+        for (p, count) in errors.iter_mut().enumerate() {
+            if let Some(Err(e)) = &net.done[p] {
+                assert!(names(e, 3), "node {p}: {e}");
+                *count += 1;
+                net.call(p, Call::Wait { deadline: None });
+            }
+        }
+    }
+    assert!(everyone.iter().all(|&p| matches!(net.done[p], Some(Ok(())))), "{:?}", net.done);
+    assert!(errors.iter().all(|&e| (1..20).contains(&e)), "calling again waits, it does not fail at once: {errors:?}");
+    net.all(&everyone, |_| Call::Wait { deadline: None });
+    assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "an error after node 3 came back: {:?}", net.done);
+}
