@@ -58,7 +58,7 @@ const OMPI: &str = "Open MPI TCP (yield)";
 const UDP: &str = "UDP";
 /// The largest contribution in one frame on a 1500-byte MTU: 1462 bytes of
 /// group data less the contribution's 12-byte header, in whole doubles.
-const ONE_FRAME: usize = 1448;
+const ONE_FRAME: usize = barriers::model::SEGMENT_BYTES;
 /// The two ways of timing, the goals' first: (sync, name).
 const METHODS: [(bool, &str); 2] = [(true, "after a barrier (osu)"), (false, "back to back")];
 const COLLECTIVES: [&str; 2] = ["allreduce", "bcast"];
@@ -275,7 +275,7 @@ fn render(nodes: &[usize], sizes: &[usize], rows: &[Row], scale: f64, rounds: us
             md.push('\n');
         }
     }
-    let _ = writeln!(md, "Medians move by tens of percent from run to run (Open MPI's 8-byte allreduce at 2 ranks has measured from 10.8 to 29 µs on these machines), and from 4 ranks up the ranks outnumber the 2 cores, so every figure there is mostly scheduling (the same row measured twice in a row can differ by 2×). Beyond one frame (4096 B), mcd runs one gather-and-release per 1448-byte segment, in sequence. Runs before 2026-11-25 measured mcd's first sizes (and its p99 at 2 ranks, about 120 µs) with the bootstrap's linger thread still running: for 3 s after `MPI_Init` it took a copy of every frame to its rank and woke every 500 µs; it now takes hellos only, sleeps, and ends once every rank is done.");
+    let _ = writeln!(md, "Medians move by tens of percent from run to run (Open MPI's 8-byte allreduce at 2 ranks has measured from 10.8 to 29 µs on these machines), and from 4 ranks up the ranks outnumber the 2 cores, so every figure there is mostly scheduling (the same row measured twice in a row can differ by 2×). Beyond one frame (4096 B), mcd runs one gather-and-release per {ONE_FRAME}-byte segment (1448 before frames carried an authentication trailer), in sequence. Runs before 2026-11-25 measured mcd's first sizes (and its p99 at 2 ranks, about 120 µs) with the bootstrap's linger thread still running: for 3 s after `MPI_Init` it took a copy of every frame to its rank and woke every 500 µs; it now takes hellos only, sleeps, and ends once every rank is done.");
     let _ = writeln!(md, "\nA quicker re-run: `mcd-bench collectives --rounds 1 --scale 0.25` (one round, a quarter of the timed calls: rows less certain), or `--nodes 2,4` (the rank counts whose figures are least about scheduling).");
     md
 }
@@ -350,7 +350,7 @@ mod tests {
         for sync in [true, false] {
             for c in COLLECTIVES {
                 for n in [2, 4] {
-                    for b in [8, 1448, 4096] {
+                    for b in [8, 1432, 4096] {
                         for (who, t) in [(MCD, 10.0), (OMPI, ompi), (UDP, 20.0)] {
                             let t = slow.iter().find(|s| (s.0, s.1, s.2, s.3, s.4) == (who, c, sync, n, b)).map_or(t, |s| s.5);
                             rows.push(row(who, c, sync, n, b, t));
@@ -372,11 +372,11 @@ mod tests {
         // 3.2× everywhere by the osu method, but Open MPI's eager bcast ahead
         // back to back at 4 ranks, and UDP ahead for 4096 B (beyond a frame: not judged).
         let rows = rows(32.0, &[(OMPI, "bcast", false, 4, 8, 5.0), (UDP, "allreduce", true, 2, 4096, 5.0)]);
-        let md = render(&[2, 4], &[8, 1448, 4096], &rows, 1.0, 1, Duration::from_secs(90));
+        let md = render(&[2, 4], &[8, 1432, 4096], &rows, 1.0, 1, Duration::from_secs(90));
         let g = goals(&md);
         assert!(g.contains("8-byte allreduce at 2 ranks: 3.20× — met (round by round: 3.20×; at least 3× in 1 of 1)"), "{g}");
-        assert!(g.contains("Ahead of Open MPI at every size up to one frame (1448 B), allreduce and bcast, at 2 and 4 ranks: met"), "{g}");
-        assert!(g.contains("Ahead of UDP at every size up to one frame (1448 B), allreduce and bcast, at 2 and 4 ranks: met"), "{g}");
+        assert!(g.contains("Ahead of Open MPI at every size up to one frame (1432 B), allreduce and bcast, at 2 and 4 ranks: met"), "{g}");
+        assert!(g.contains("Ahead of UDP at every size up to one frame (1432 B), allreduce and bcast, at 2 and 4 ranks: met"), "{g}");
         assert!(g.contains("Behind Open MPI at 1 of the rows up to one frame: bcast 8 B at 4 ranks (0.50×)"), "{g}");
         assert!(md.contains("in 1.5 minutes"), "{md}");
         assert!(md.contains("| 2 | 8 | 10.0 | 20.0 | 32.0 | 64.0 | 20.0 | 40.0 | 3.20× | 2.00× |"), "{md}");
@@ -402,13 +402,13 @@ mod tests {
 
     #[test]
     fn a_slow_osu_row_fails_the_goal_by_name() {
-        let rows = rows(25.0, &[(UDP, "bcast", true, 4, 1448, 9.0)]);
-        let g = goals(&render(&[2, 4], &[8, 1448], &rows, 1.0, 1, Duration::from_secs(60))).to_string();
+        let rows = rows(25.0, &[(UDP, "bcast", true, 4, 1432, 9.0)]);
+        let g = goals(&render(&[2, 4], &[8, 1432], &rows, 1.0, 1, Duration::from_secs(60))).to_string();
         assert!(g.contains("2.50× — **not met**"), "{g}");
-        assert!(g.contains("Ahead of UDP at every size up to one frame (1448 B), allreduce and bcast, at 2 and 4 ranks: **not met**: behind at bcast 1448 B at 4 ranks (0.90×)"), "{g}");
+        assert!(g.contains("Ahead of UDP at every size up to one frame (1432 B), allreduce and bcast, at 2 and 4 ranks: **not met**: behind at bcast 1432 B at 4 ranks (0.90×)"), "{g}");
         // A contender missing from the run is said to be, not counted as met.
         let without_udp: Vec<Row> = rows.into_iter().filter(|r| r.contender != UDP).collect();
-        let g = goals(&render(&[2, 4], &[8, 1448], &without_udp, 1.0, 1, Duration::from_secs(60))).to_string();
-        assert!(g.contains("Ahead of UDP at every size up to one frame (1448 B), allreduce and bcast, at 2 and 4 ranks: not every row measured"), "{g}");
+        let g = goals(&render(&[2, 4], &[8, 1432], &without_udp, 1.0, 1, Duration::from_secs(60))).to_string();
+        assert!(g.contains("Ahead of UDP at every size up to one frame (1432 B), allreduce and bcast, at 2 and 4 ranks: not every row measured"), "{g}");
     }
 }

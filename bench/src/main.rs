@@ -171,7 +171,7 @@ enum Bench {
         #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
         nodes: Vec<usize>,
         /// Message sizes, bytes (whole doubles).
-        #[arg(long, value_delimiter = ',', default_value = "8,64,512,1024,1448,4096")]
+        #[arg(long, value_delimiter = ',', default_value = "8,64,512,1024,1432,4096")]
         sizes: Vec<usize>,
         /// Scales the number of timed calls (1.0: 2000 at 2 ranks down to 300 at 16).
         #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
