@@ -1831,6 +1831,43 @@ mod tests {
     }
 
     #[test]
+    fn messages_replayed_from_an_earlier_cycle_never_count() {
+        // Review of issue 27: a new endpoint takes each frame of an earlier
+        // mcd_init cycle with the same secret once (empty replay windows);
+        // the README says the instance refuses them. Every kind but Join
+        // (finding 1): a failure status, a NACK, data and an answer of the
+        // earlier instance change nothing, and are counted as foreign.
+        const EARLIER: u64 = 0x1111;
+        let mut e = node1(0);
+        e.enter(Instant::now(), BASE).unwrap();
+        let sent_before = e.transport.sent.len();
+        let earlier = |kind, tag, arg| Incoming { from: 0, rail: 0, msg: Msg { kind, instance: EARLIER, epoch: 0, tag, arg } };
+        e.transport.inbox.push_back(earlier(MsgKind::Status, status::FAILED | status::IN_PROGRESS, 2));
+        e.transport.inbox.push_back(earlier(MsgKind::Status, status::MISMATCH | status::IN_PROGRESS, 0));
+        e.transport.inbox.push_back(earlier(MsgKind::Nack, plan::tag::ROUND, 0));
+        e.transport.inbox.push_back(earlier(MsgKind::Data, plan::tag::ROUND, 0));
+        e.transport.inbox.push_back(earlier(MsgKind::Answer, plan::tag::ROUND, 0));
+        assert!(!e.test().unwrap(), "the earlier cycle's data did not complete the barrier");
+        assert_eq!(e.stats().foreign, 5);
+        assert!(e.transport.sent[sent_before..].iter().all(|(_, m)| m.kind != MsgKind::Answer && m.kind != MsgKind::Status), "nothing answered");
+        e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, 0));
+        assert!(e.test().unwrap(), "this cycle's data completes it");
+        // While joining: the earlier cycle's Admit and Refuse echo another
+        // incarnation, so they neither admit nor refuse this one.
+        let script = Script { me: 1, n: 2, inbox: VecDeque::new(), sent: Vec::new(), inbox_data: VecDeque::new(), sent_data: Vec::new(), last: Vec::new() };
+        let mut config = BarrierConfig::new(Algorithm::Dissemination);
+        config.join_timeout = Duration::from_millis(50);
+        let mut e = Engine::new(script, config).unwrap();
+        let earlier_incarnation = (new_incarnation() - (5_000_000 << 24)) as u32;
+        for kind in [MsgKind::Refuse, MsgKind::Admit] {
+            let msg = Msg { kind, instance: if kind == MsgKind::Admit { EARLIER } else { 0 }, epoch: 0, tag: 0, arg: earlier_incarnation };
+            e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg });
+        }
+        assert!(matches!(e.join(), Err(BarrierError::JoinTimeout { .. })), "neither refused nor admitted by the earlier cycle's answers");
+        assert_ne!(e.instance, EARLIER);
+    }
+
+    #[test]
     fn a_contribution_is_re_sent_as_stored_and_a_duplicate_release_never_counts() {
         use crate::collective::{wire, Dtype, Op};
         // Node 1 of 2, concurrent: it sends its contribution to node 0 and
