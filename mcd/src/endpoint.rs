@@ -1025,6 +1025,36 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_of_one_rail_replayed_on_another_is_dropped_and_changes_nothing() {
+        // Review of issue 27: one counter per endpoint over all its rails,
+        // one window per sender. A frame of node 1's rail 0 sent again on
+        // rail 1 (the attacker on rail 1's segment) carries rail 0's MACs,
+        // which the tag covers: an unknown source there, never recorded, so
+        // the original, read after it on rail 0, is delivered.
+        let nodes = NodeList::new(vec![
+            NodeAddr { macs: vec![ME, MacAddr([2, 0, 0, 0, 1, 1])], port: 3 },
+            NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, 9]), MacAddr([2, 0, 0, 0, 1, 9])], port: 1 },
+        ])
+        .unwrap();
+        let mut d = authenticated_demux();
+        d.nodes = nodes;
+        let data = signed(&UNICAST_FRAME, 1, 9000);
+        let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
+        let rail1_mac = MacAddr([2, 0, 0, 0, 1, 1]);
+        assert_eq!(d.accept(&frame, 1, rail1_mac).map(|_| ()), Err(DropReason::NotForMe), "to rail 0's MAC, not this rail's");
+        let mut multicast = UNICAST_FRAME.to_vec();
+        multicast[..6].copy_from_slice(&[0x03, 0x12, 0x34, 0x56, 0x78, 0]);
+        let group = signed(&multicast, 1, 9001);
+        let group_frame = RxFrame { data: &group, wire_len: group.len(), packet_type: pkttype::MULTICAST };
+        assert_eq!(d.accept(&group_frame, 1, rail1_mac).map(|_| ()), Err(DropReason::UnknownSource), "rail 0's source MAC on rail 1");
+        assert_eq!(d.verifier.as_ref().unwrap().windows[1].highest(), 0, "nothing recorded");
+        let (msg, counter) = d.accept(&group_frame, 0, ME).expect("the original on rail 0");
+        d.record(msg.from, counter);
+        assert_eq!((msg.rail, counter), (0, Some(9001)));
+        assert_eq!(d.accept(&group_frame, 0, ME).map(|_| ()), Err(DropReason::Replayed));
+    }
+
+    #[test]
     #[ignore = "finding 3 (review-auth): one replay window per sender over all rails: a frame that waits in one rail's ring while the sender sends 512 more frames is dropped as a replay once a later frame is read from another rail"]
     fn a_frame_read_late_from_one_rail_is_not_a_replay() {
         // Node 1 has a MAC on each of two rails. It sent frame A to this node
