@@ -937,7 +937,15 @@ pub unsafe extern "C" fn mcd_init(params: *const mcd_params, out: *mut *mut Job)
             };
             settings.job.auth = match p.auth {
                 MCD_AUTH_ENV => None,
-                MCD_AUTH_KEY => Some(mcd::Auth::Key(mcd::JobSecret::from_bytes(p.secret))),
+                MCD_AUTH_KEY => {
+                    let secret = mcd::JobSecret::from_bytes(p.secret);
+                    if secret.is_all_zeros() {
+                        return Err(config_error(
+                            "auth is MCD_AUTH_KEY but secret is all zeros (never filled in?): make one with mcd_secret_generate on one rank and give every rank the same",
+                        ));
+                    }
+                    Some(mcd::Auth::Key(secret))
+                }
                 MCD_AUTH_OFF => Some(mcd::Auth::Off),
                 other => {
                     return Err(config_error(format!(
@@ -1666,6 +1674,28 @@ mod tests {
         // SAFETY: NULL handles are caught.
         let code = unsafe { mcd_allreduce(std::ptr::null_mut(), std::ptr::null(), std::ptr::null_mut(), 1, MCD_INT32, MCD_SUM) };
         assert_eq!(code, MCD_ERR_ARGUMENT);
+    }
+
+    #[test]
+    fn a_secret_left_all_zeros_is_refused() {
+        // Review of issue 27: `mcd_params_default` leaves `secret` zeroed; a
+        // caller who sets MCD_AUTH_KEY and forgets to fill it would run
+        // every job under the one key every attacker can guess.
+        // SAFETY: a valid, defaulted mcd_params.
+        unsafe {
+            let mut params = std::mem::zeroed::<mcd_params>();
+            mcd_params_default(&mut params);
+            params.rank = 0;
+            params.size = 2;
+            params.auth = MCD_AUTH_KEY;
+            let interfaces = CString::new("mcd-no-such0").unwrap();
+            params.interfaces = interfaces.as_ptr();
+            let mut job = std::ptr::null_mut();
+            assert_eq!(mcd_init(&params, &mut job), MCD_ERR_CONFIG);
+            assert!(job.is_null());
+            let err = CStr::from_ptr(mcd_last_error()).to_str().unwrap().to_string();
+            assert!(err.contains("all zeros") && err.contains("mcd_secret_generate"), "{err}");
+        }
     }
 
     #[test]

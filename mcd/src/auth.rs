@@ -91,6 +91,12 @@ impl JobSecret {
         &self.0
     }
 
+    /// Whether every byte is zero: what a secret field nobody filled in
+    /// holds (`mcd_params_default`'s), never a secret (anyone can guess it).
+    pub fn is_all_zeros(&self) -> bool {
+        self.0 == [0; SECRET_LEN]
+    }
+
     /// Reads the secret from the key file `path`: a regular file owned by
     /// this process's (effective) user, readable and writable by that user
     /// alone (mode 0600 or 0400), holding 16 bytes, or 32 hex digits (with
@@ -157,8 +163,10 @@ fn nofollow() -> i32 {
 /// with optional white space around them.
 fn parse_key_file(content: &[u8]) -> std::result::Result<JobSecret, String> {
     const FIX: &str = "write 16 random bytes into it: `head -c 16 /dev/urandom > FILE` (umask 077)";
+    let zeros = || format!("it holds a secret of all zeros, which anyone can guess; {FIX}");
     if content.len() == SECRET_LEN {
-        return Ok(JobSecret(content.try_into().expect("16 bytes")));
+        let secret = JobSecret(content.try_into().expect("16 bytes"));
+        return if secret.is_all_zeros() { Err(zeros()) } else { Ok(secret) };
     }
     let text = std::str::from_utf8(content).map(str::trim).unwrap_or("");
     if text.len() == 2 * SECRET_LEN && text.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -166,7 +174,8 @@ fn parse_key_file(content: &[u8]) -> std::result::Result<JobSecret, String> {
         for (i, b) in bytes.iter_mut().enumerate() {
             *b = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).expect("hex digits");
         }
-        return Ok(JobSecret(bytes));
+        let secret = JobSecret(bytes);
+        return if secret.is_all_zeros() { Err(zeros()) } else { Ok(secret) };
     }
     if content.is_empty() {
         return Err(format!("it is empty; {FIX}"));
@@ -520,6 +529,9 @@ mod tests {
         assert!(parse_key_file(&[1u8; 15]).unwrap_err().contains("15 bytes"));
         assert!(parse_key_file(&[1u8; 17]).unwrap_err().contains("17 bytes"));
         assert!(parse_key_file(b"000102030405060708090a0b0c0d0e0g").is_err(), "not hex");
+        // (review-auth) A key of zeros is nobody's secret.
+        assert!(parse_key_file(&[0u8; 16]).unwrap_err().contains("all zeros"));
+        assert!(parse_key_file(b"00000000000000000000000000000000\n").unwrap_err().contains("all zeros"));
     }
 
     fn temp_dir(what: &str) -> PathBuf {

@@ -991,6 +991,106 @@ mod tests {
     }
 
     #[test]
+    fn a_padded_or_extended_signed_frame_is_delivered_once_as_signed() {
+        // Review of issue 27: a 50-byte signed frame is padded to 60 bytes by
+        // the sender's NIC; an attacker may append bytes after the trailer.
+        // The tag covers the claimed payload only, so padding verifies, the
+        // appended bytes are never delivered, and an extended copy of a
+        // delivered frame is a replay.
+        let mut d = authenticated_demux();
+        let deliver = |d: &mut Demux, data: &[u8]| {
+            let frame = RxFrame { data, wire_len: data.len(), packet_type: pkttype::HOST };
+            let verdict = d.accept(&frame, 0, ME);
+            if let Ok((msg, counter)) = verdict {
+                d.record(msg.from, counter);
+            }
+            verdict.map(|(msg, _)| msg.len)
+        };
+        let signed_frame = signed(&UNICAST_FRAME, 1, 7000);
+        assert_eq!(signed_frame.len(), 50);
+        let mut padded = signed_frame.clone();
+        padded.resize(60, 0);
+        assert_eq!(deliver(&mut d, &padded), Ok(4), "padded to the Ethernet minimum: delivered, 4 payload bytes");
+        let mut extended = signed_frame.clone();
+        extended.extend_from_slice(&[0xee; 100]);
+        assert_eq!(deliver(&mut d, &extended), Err(DropReason::Replayed), "the same frame with bytes appended");
+        let mut fresh = signed(&UNICAST_FRAME, 1, 7001);
+        fresh.extend_from_slice(&[0xee; 100]);
+        assert_eq!(deliver(&mut d, &fresh), Ok(4), "appended bytes are not payload");
+        // Claiming the appended bytes as payload breaks the tag.
+        let mut longer = signed(&UNICAST_FRAME, 1, 7002);
+        longer.extend_from_slice(&[0xee; 100]);
+        longer[offset::PAYLOAD_LEN + 1] = 20;
+        assert_eq!(deliver(&mut d, &longer), Err(DropReason::BadTag));
+    }
+
+    #[test]
+    fn a_frame_of_one_rail_replayed_on_another_is_dropped_and_changes_nothing() {
+        // Review of issue 27: one counter per endpoint over all its rails,
+        // one window per sender. A frame of node 1's rail 0 sent again on
+        // rail 1 (the attacker on rail 1's segment) carries rail 0's MACs,
+        // which the tag covers: an unknown source there, never recorded, so
+        // the original, read after it on rail 0, is delivered.
+        let nodes = NodeList::new(vec![
+            NodeAddr { macs: vec![ME, MacAddr([2, 0, 0, 0, 1, 1])], port: 3 },
+            NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, 9]), MacAddr([2, 0, 0, 0, 1, 9])], port: 1 },
+        ])
+        .unwrap();
+        let mut d = authenticated_demux();
+        d.nodes = nodes;
+        let data = signed(&UNICAST_FRAME, 1, 9000);
+        let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
+        let rail1_mac = MacAddr([2, 0, 0, 0, 1, 1]);
+        assert_eq!(d.accept(&frame, 1, rail1_mac).map(|_| ()), Err(DropReason::NotForMe), "to rail 0's MAC, not this rail's");
+        let mut multicast = UNICAST_FRAME.to_vec();
+        multicast[..6].copy_from_slice(&[0x03, 0x12, 0x34, 0x56, 0x78, 0]);
+        let group = signed(&multicast, 1, 9001);
+        let group_frame = RxFrame { data: &group, wire_len: group.len(), packet_type: pkttype::MULTICAST };
+        assert_eq!(d.accept(&group_frame, 1, rail1_mac).map(|_| ()), Err(DropReason::UnknownSource), "rail 0's source MAC on rail 1");
+        assert_eq!(d.verifier.as_ref().unwrap().windows[1].highest(), 0, "nothing recorded");
+        let (msg, counter) = d.accept(&group_frame, 0, ME).expect("the original on rail 0");
+        d.record(msg.from, counter);
+        assert_eq!((msg.rail, counter), (0, Some(9001)));
+        assert_eq!(d.accept(&group_frame, 0, ME).map(|_| ()), Err(DropReason::Replayed));
+    }
+
+    #[test]
+    #[ignore = "finding 3 (review-auth): one replay window per sender over all rails: a frame that waits in one rail's ring while the sender sends 512 more frames is dropped as a replay once a later frame is read from another rail"]
+    fn a_frame_read_late_from_one_rail_is_not_a_replay() {
+        // Node 1 has a MAC on each of two rails. It sent frame A to this node
+        // on rail 0 (counter c), then 600 frames elsewhere (other nodes,
+        // probes, announcements: one counter for every frame and rail), then
+        // frame B here on rail 1 (counter c + 601). This node, computing,
+        // reads its rings later; round robin, rail 1 first. A is legitimate
+        // and never delivered before.
+        let nodes = NodeList::new(vec![
+            NodeAddr { macs: vec![ME, MacAddr([2, 0, 0, 0, 1, 1])], port: 3 },
+            NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, 9]), MacAddr([2, 0, 0, 0, 1, 9])], port: 1 },
+        ])
+        .unwrap();
+        let mut d = authenticated_demux();
+        d.nodes = nodes;
+        let mut deliver = |rail: usize, counter: u64| {
+            let mut bytes = UNICAST_FRAME.to_vec();
+            if rail == 1 {
+                bytes[offset::DST_MAC + 4] = 1;
+                bytes[offset::SRC_MAC + 4] = 1;
+            }
+            let data = signed(&bytes, 1, counter);
+            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
+            let my_mac = d.nodes.get(0).unwrap().macs[rail];
+            let verdict = d.accept(&frame, rail, my_mac);
+            if let Ok((msg, counter)) = verdict {
+                d.record(msg.from, counter);
+            }
+            verdict.map(|(msg, _)| msg.rail)
+        };
+        let c = 1_000_000;
+        assert_eq!(deliver(1, c + 601), Ok(1), "B, read first");
+        assert_eq!(deliver(0, c), Ok(0), "A, read second, never delivered before");
+    }
+
+    #[test]
     fn the_kernel_filter_drops_nothing_user_space_would_deliver() {
         let mut d = demux();
         let program = d.filter_program(ME, true);
