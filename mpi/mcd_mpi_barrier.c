@@ -53,9 +53,19 @@
  * interface cannot arrange (generalized requests have no progress hook).
  *
  *   MCD_MPI_DISABLE=1   do not start mcd (everything goes to PMPI_Barrier)
+ *   MCD_AUTH=off        unauthenticated mcd frames (anyone on the Ethernet
+ *                       segment can forge or replay them). By default, rank 0
+ *                       makes a fresh job secret (mcd_secret_generate) in
+ *                       MPI_Init, PMPI_Bcast sends it to every rank over MPI's
+ *                       own channel, and every rank passes it to mcd_init
+ *                       (MCD_AUTH_KEY): every mcd frame is signed with it.
+ *                       MCD_KEY_FILE is not read: the broadcast secret wins.
  *   MCD_MPI_REPORT=1    each rank prints its counters in MPI_Finalize:
  *                       "mcd-mpi: rank R: N MPI_Barrier via mcd (ALG), M via PMPI; ...;
- *                        communicators: C via mcd, F via PMPI (I inter, U unreachable)"
+ *                        communicators: C via mcd, F via PMPI (I inter, U unreachable);
+ *                        authentication on|off: T bad tag, P replayed, X mismatched"
+ *                       (frames dropped: forged or of another secret; replays;
+ *                       signed where this job does not sign, or the reverse)
  *                       and rank 0 of a communicator left to PMPI says why;
  *                       then "mcd-mpi: rank R: collectives: A MPI_Allreduce via
  *                        mcd, a via PMPI; B MPI_Reduce via mcd, ...; C MPI_Bcast ..."
@@ -75,6 +85,8 @@
 #include "mcd_barrier.h"
 
 static mcd_job *job;
+/* Whether mcd's frames are authenticated (for the report). */
+static int auth_on;
 static int active;
 /* Counters, bumped atomically (several threads may call MPI). */
 #define COUNT(x) __atomic_fetch_add(&(x), 1, __ATOMIC_RELAXED)
@@ -226,20 +238,44 @@ static void start_mcd(void) {
     PMPI_Comm_size(host, &shape[0]);
     PMPI_Comm_free(&host);
     PMPI_Allreduce(MPI_IN_PLACE, shape, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    /* The job's secret: made by rank 0, sent to every rank over MPI (never
+     * over the Ethernet segment in clear), unless MCD_AUTH says otherwise.
+     * The broadcast is collective: every rank takes part, whatever its
+     * environment says. Its last byte says whether rank 0 made one. */
+    const char *auth = getenv("MCD_AUTH");
+    int auth_mode = MCD_AUTH_KEY;
+    if (auth && *auth) {
+        if (!strcmp(auth, "off") || !strcmp(auth, "OFF")) auth_mode = MCD_AUTH_OFF;
+        else if (strcmp(auth, "on") && strcmp(auth, "ON")) auth_mode = MCD_AUTH_ENV; /* mcd_init says what is wrong */
+    }
+    unsigned char secret[MCD_SECRET_LEN + 1] = {0};
+    char secret_error[256] = "";
+    if (rank == 0 && auth_mode == MCD_AUTH_KEY) {
+        secret[MCD_SECRET_LEN] = mcd_secret_generate(secret) == MCD_OK;
+        if (!secret[MCD_SECRET_LEN]) snprintf(secret_error, sizeof secret_error, "%s", mcd_last_error());
+    }
+    PMPI_Bcast(secret, MCD_SECRET_LEN + 1, MPI_BYTE, 0, MPI_COMM_WORLD);
     const char *disable = getenv("MCD_MPI_DISABLE");
     int ok = 0;
     char reason[512] = "disabled by MCD_MPI_DISABLE";
-    if (!(disable && *disable && strcmp(disable, "0"))) {
+    if (auth_mode == MCD_AUTH_KEY && !secret[MCD_SECRET_LEN]) {
+        snprintf(reason, sizeof reason, "rank 0 could not make a job secret: %s", *secret_error ? secret_error : "see rank 0");
+    } else if (!(disable && *disable && strcmp(disable, "0"))) {
         mcd_params params;
         mcd_params_default(&params);
         params.rank = rank;
         params.size = size;
         params.local_procs = shape[0];
         if (shape[1] < 0) params.cpus = -shape[1];
+        params.auth = auth_mode;
+        memcpy(params.secret, secret, MCD_SECRET_LEN);
         int rc = mcd_init(&params, &job);
         ok = rc == MCD_OK;
         if (!ok) snprintf(reason, sizeof reason, "%s", mcd_last_error());
+        memset(params.secret, 0, MCD_SECRET_LEN);
     }
+    memset(secret, 0, sizeof secret);
+    auth_on = auth_mode != MCD_AUTH_OFF;
     /* Every rank must agree: mcd on all, or PMPI on all. */
     int all_ok = 0, first_failure = ok ? size : rank;
     PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -394,10 +430,13 @@ int MPI_Finalize(void) {
             mcd_stats s;
             mcd_get_stats(job, &s);
             fprintf(stderr, "mcd-mpi: rank %d: %llu MPI_Barrier via mcd (%s), %llu via PMPI; mcd barriers %llu, sent %llu, received %llu, resends %llu; "
-                    "communicators: %llu via mcd, %llu via PMPI (%llu inter, %llu unreachable, %llu failed)\n",
+                    "communicators: %llu via mcd, %llu via PMPI (%llu inter, %llu unreachable, %llu failed); "
+                    "authentication %s: %llu bad tag, %llu replayed, %llu mismatched\n",
                     mcd_rank(job), via_mcd, mcd_algorithm(job), via_pmpi, (unsigned long long)s.barriers,
                     (unsigned long long)s.messages_sent, (unsigned long long)s.frames_received, (unsigned long long)s.resends,
-                    comms_mcd, comms_inter + comms_unreachable + comms_failed, comms_inter, comms_unreachable, comms_failed);
+                    comms_mcd, comms_inter + comms_unreachable + comms_failed, comms_inter, comms_unreachable, comms_failed,
+                    auth_on ? "on" : "off", (unsigned long long)s.frames_bad_tag, (unsigned long long)s.frames_replayed,
+                    (unsigned long long)s.frames_auth_mismatch);
             fprintf(stderr, "mcd-mpi: rank %d: collectives: %llu MPI_Allreduce via mcd, %llu via PMPI; %llu MPI_Reduce via mcd, %llu via PMPI; "
                     "%llu MPI_Bcast via mcd, %llu via PMPI\n", mcd_rank(job), coll_mcd[ALLREDUCE], coll_pmpi[ALLREDUCE],
                     coll_mcd[REDUCE], coll_pmpi[REDUCE], coll_mcd[BCAST], coll_pmpi[BCAST]);

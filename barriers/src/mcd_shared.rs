@@ -649,8 +649,13 @@ impl Transport for GroupTransport {
             } else if waited < phases.spin.saturating_add(phases.yield_for) {
                 std::thread::yield_now();
             } else {
-                // Frames for this group that another thread routes wake it too.
-                self.readiness.wait(Some(timeout - waited))?;
+                // Frames for this group that another thread routes wake it
+                // too. Wake at least every announcement interval: a node
+                // silent while it waits re-teaches the switch its port.
+                let announce_every = lock(&self.hub).endpoint.announce_every();
+                let nap = announce_every.map_or(timeout - waited, |every| every.min(timeout - waited));
+                self.readiness.wait(Some(nap))?;
+                lock(&self.hub).endpoint.announce_if_silent(Instant::now())?;
             }
         }
     }

@@ -95,6 +95,18 @@ enum Bench {
         #[arg(long, default_value_t = 5, value_parser = mcd_tools::cli::at_least_one)]
         rounds: usize,
     },
+    /// What authentication costs: the tag (SipHash-2-4 against keyed BLAKE3)
+    /// per frame in isolation, and the 2-node barrier and 2-rank 8-byte
+    /// allreduce with authentication on and off, interleaved. Writes
+    /// results/auth.{md,json}.
+    Auth {
+        /// Timed calls per operation, setting and round.
+        #[arg(long, default_value_t = 20_000, value_parser = mcd_tools::cli::at_least_one)]
+        iterations: usize,
+        /// Rounds (the settings alternate within each round).
+        #[arg(long, default_value_t = 5, value_parser = mcd_tools::cli::at_least_one)]
+        rounds: usize,
+    },
     /// Load: more processes than cores, no loss. mcd's dissemination barrier
     /// (processes, yield and adaptive waiting, no MCD_LOCAL_PROCS hint)
     /// against a minimal C raw-socket dissemination barrier (spin +
@@ -240,6 +252,7 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Model { nodes, scale } => model(&cli.out, &nodes, scale),
         Bench::Validate { measure, nodes, scale, rounds, cluster } => validate::run(&cli.out, measure.then_some((&nodes[..], scale, rounds)), &cluster),
         Bench::Hotpath { iterations, rounds } => hotpath::run(&cli.out, iterations, rounds),
+        Bench::Auth { iterations, rounds } => auth::run(&cli.out, iterations, rounds),
         Bench::Collectives { nodes, sizes, scale, rounds, cluster } => collectives::run(&cli.out, &nodes, &sizes, scale, rounds, &cluster),
         Bench::Load { nodes, rounds, iterations } => load::run(&cli.out, &nodes, rounds, iterations),
         Bench::Hierarchy { shapes, iterations } => hierarchy::run(&cli.out, &shapes, iterations),
@@ -250,6 +263,7 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+mod auth;
 mod collectives;
 mod head_to_head;
 mod hierarchy;

@@ -90,6 +90,26 @@
 #define MCD_ERR_INTERNAL -8
 
 /**
+ * Bytes of a job secret.
+ */
+#define MCD_SECRET_LEN 16
+
+/**
+ * `mcd_params::auth`: from the environment (`MCD_KEY_FILE`, `MCD_AUTH`).
+ */
+#define MCD_AUTH_ENV 0
+
+/**
+ * `mcd_params::auth`: sign and verify with `mcd_params::secret`.
+ */
+#define MCD_AUTH_KEY 1
+
+/**
+ * `mcd_params::auth`: no authentication (anyone on the segment can forge frames).
+ */
+#define MCD_AUTH_OFF 2
+
+/**
  * A barrier over a group of the job's ranks (an MPI communicator, say),
  * on the job's endpoint (`mcd_group` in C): prepared (its local resources
  * in place), then joined (met its members).
@@ -149,6 +169,18 @@ typedef struct mcd_params {
      * For `auto`: the cores of the job's smallest host, or -1: this host's.
      */
     int cpus;
+    /**
+     * Authentication: [`MCD_AUTH_ENV`] (from `MCD_KEY_FILE` / `MCD_AUTH`),
+     * [`MCD_AUTH_KEY`] (the `secret` below, the same on every rank) or
+     * [`MCD_AUTH_OFF`] (unauthenticated frames).
+     */
+    int auth;
+    /**
+     * The job's secret when `auth` is [`MCD_AUTH_KEY`] (e.g. from
+     * [`mcd_secret_generate`] on one rank, sent to the others over a
+     * channel of the launcher's, never over the Ethernet segment in clear).
+     */
+    uint8_t secret[MCD_SECRET_LEN];
 } mcd_params;
 
 /**
@@ -188,9 +220,24 @@ typedef struct mcd_stats {
      */
     uint64_t answers;
     /**
-     * Frames dropped: malformed, foreign, or lost to a full receive ring.
+     * Frames dropped: malformed, foreign, forged, replayed, or lost to a
+     * full receive ring (the three counters below included).
      */
     uint64_t frames_dropped;
+    /**
+     * Frames dropped because their tag did not verify under the job's
+     * secret: forged, or from a process with another secret.
+     */
+    uint64_t frames_bad_tag;
+    /**
+     * Authenticated frames dropped as replays (seen before, or too old).
+     */
+    uint64_t frames_replayed;
+    /**
+     * Frames dropped because they were signed where this job is not, or
+     * not signed where it is.
+     */
+    uint64_t frames_auth_mismatch;
 } mcd_stats;
 
 /**
@@ -261,6 +308,15 @@ typedef struct mcd_stats {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Fills `out` with a fresh job secret ([`MCD_SECRET_LEN`] bytes) from
+ * the operating system's random source.
+ *
+ * # Safety
+ * `out` is NULL or points to [`MCD_SECRET_LEN`] writable bytes.
+ */
+int mcd_secret_generate(uint8_t *out);
 
 /**
  * Fills `params` with "everything from the environment".

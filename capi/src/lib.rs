@@ -15,7 +15,11 @@
 //!   text of the last error of the calling thread is [`mcd_last_error`].
 //!
 //! Environment read by `mcd_init_env` (and by `mcd_init` for what its
-//! parameters leave out): `MCD_RANK`/`MCD_SIZE` (or Slurm's, Open MPI's or
+//! parameters leave out): `MCD_KEY_FILE` (the job's secret: a file of 16
+//! random bytes, mode 0600, owned by the user; the same for every rank) or
+//! `MCD_AUTH=off` (unauthenticated frames, which anyone on the segment can
+//! forge; without either, `mcd_init` fails with [`MCD_ERR_CONFIG`] saying so),
+//! `MCD_RANK`/`MCD_SIZE` (or Slurm's, Open MPI's or
 //! PMI's), `MCD_IFACES`, `MCD_PORT`, `MCD_JOB` / `SLURM_JOB_ID`,
 //! `MCD_NODES` / `MCD_NODE_FILE`, `MCD_ALGORITHM` (default `auto`),
 //! `MCD_LOGP` (`o_s,o_r,g,L` in µs, for `auto`), `MCD_WAIT`,
@@ -139,8 +143,17 @@ pub struct mcd_stats {
     pub resends: u64,
     /// Messages re-sent to answer a peer.
     pub answers: u64,
-    /// Frames dropped: malformed, foreign, or lost to a full receive ring.
+    /// Frames dropped: malformed, foreign, forged, replayed, or lost to a
+    /// full receive ring (the three counters below included).
     pub frames_dropped: u64,
+    /// Frames dropped because their tag did not verify under the job's
+    /// secret: forged, or from a process with another secret.
+    pub frames_bad_tag: u64,
+    /// Authenticated frames dropped as replays (seen before, or too old).
+    pub frames_replayed: u64,
+    /// Frames dropped because they were signed where this job is not, or
+    /// not signed where it is.
+    pub frames_auth_mismatch: u64,
 }
 
 /// The job's barrier over all of its ranks.
@@ -398,6 +411,9 @@ fn stats_of(b: BarrierStats, shared: &SharedEndpoint) -> Result<mcd_stats, CErro
         resends: b.copies,
         answers: b.answers,
         frames_dropped: e.dropped.total() + e.ring_dropped,
+        frames_bad_tag: e.dropped.bad_tag,
+        frames_replayed: e.dropped.replayed,
+        frames_auth_mismatch: e.dropped.auth_mismatch,
     })
 }
 
@@ -739,6 +755,41 @@ pub struct mcd_params {
     pub local_procs: c_int,
     /// For `auto`: the cores of the job's smallest host, or -1: this host's.
     pub cpus: c_int,
+    /// Authentication: [`MCD_AUTH_ENV`] (from `MCD_KEY_FILE` / `MCD_AUTH`),
+    /// [`MCD_AUTH_KEY`] (the `secret` below, the same on every rank) or
+    /// [`MCD_AUTH_OFF`] (unauthenticated frames).
+    pub auth: c_int,
+    /// The job's secret when `auth` is [`MCD_AUTH_KEY`] (e.g. from
+    /// [`mcd_secret_generate`] on one rank, sent to the others over a
+    /// channel of the launcher's, never over the Ethernet segment in clear).
+    pub secret: [u8; MCD_SECRET_LEN],
+}
+
+/// Bytes of a job secret.
+pub const MCD_SECRET_LEN: usize = 16;
+/// `mcd_params::auth`: from the environment (`MCD_KEY_FILE`, `MCD_AUTH`).
+pub const MCD_AUTH_ENV: c_int = 0;
+/// `mcd_params::auth`: sign and verify with `mcd_params::secret`.
+pub const MCD_AUTH_KEY: c_int = 1;
+/// `mcd_params::auth`: no authentication (anyone on the segment can forge frames).
+pub const MCD_AUTH_OFF: c_int = 2;
+
+/// Fills `out` with a fresh job secret ([`MCD_SECRET_LEN`] bytes) from
+/// the operating system's random source.
+///
+/// # Safety
+/// `out` is NULL or points to [`MCD_SECRET_LEN`] writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_secret_generate(out: *mut u8) -> c_int {
+    guarded(|| {
+        if out.is_null() {
+            return Err(argument("mcd_secret_generate: `out` is NULL"));
+        }
+        let secret = mcd::JobSecret::generate()?;
+        // SAFETY: `out` is non-null and has MCD_SECRET_LEN writable bytes per the contract.
+        unsafe { std::ptr::copy_nonoverlapping(secret.as_bytes().as_ptr(), out, MCD_SECRET_LEN) };
+        Ok(())
+    })
 }
 
 /// Fills `params` with "everything from the environment".
@@ -759,6 +810,8 @@ pub unsafe extern "C" fn mcd_params_default(params: *mut mcd_params) {
             port: -1,
             local_procs: -1,
             cpus: -1,
+            auth: MCD_AUTH_ENV,
+            secret: [0; MCD_SECRET_LEN],
         };
     }
 }
@@ -804,6 +857,16 @@ pub unsafe extern "C" fn mcd_init(params: *const mcd_params, out: *mut *mut Job)
             settings.cores = match p.cpus {
                 -1 => None,
                 v => Some(positive(v).ok_or_else(|| config_error(format!("cpus {v} is neither positive nor -1")))?),
+            };
+            settings.job.auth = match p.auth {
+                MCD_AUTH_ENV => None,
+                MCD_AUTH_KEY => Some(mcd::Auth::Key(mcd::JobSecret::from_bytes(p.secret))),
+                MCD_AUTH_OFF => Some(mcd::Auth::Off),
+                other => {
+                    return Err(config_error(format!(
+                        "auth {other} is none of MCD_AUTH_ENV ({MCD_AUTH_ENV}), MCD_AUTH_KEY ({MCD_AUTH_KEY}), MCD_AUTH_OFF ({MCD_AUTH_OFF})"
+                    )))
+                }
             };
             if p.port >= 0 {
                 settings.job.port =
@@ -1460,6 +1523,22 @@ mod tests {
             assert!(job.is_null());
             assert!(CStr::from_ptr(mcd_last_error()).to_str().unwrap().contains("give both"));
             assert_eq!(mcd_finalize(std::ptr::null_mut()), MCD_OK);
+        }
+        // SAFETY: as above; `secret` has MCD_SECRET_LEN bytes.
+        unsafe {
+            let mut params = std::mem::zeroed::<mcd_params>();
+            mcd_params_default(&mut params);
+            assert_eq!((params.auth, params.secret), (MCD_AUTH_ENV, [0; MCD_SECRET_LEN]));
+            params.rank = 0;
+            params.size = 2;
+            params.auth = 7;
+            let mut job = std::ptr::null_mut();
+            assert_eq!(mcd_init(&params, &mut job), MCD_ERR_CONFIG);
+            assert!(CStr::from_ptr(mcd_last_error()).to_str().unwrap().contains("auth 7 is none of MCD_AUTH_ENV"));
+            let (mut a, mut b) = ([0u8; MCD_SECRET_LEN], [0u8; MCD_SECRET_LEN]);
+            assert_eq!((mcd_secret_generate(a.as_mut_ptr()), mcd_secret_generate(b.as_mut_ptr())), (MCD_OK, MCD_OK));
+            assert_ne!(a, b, "fresh secrets differ");
+            assert_eq!(mcd_secret_generate(std::ptr::null_mut()), MCD_ERR_ARGUMENT);
         }
         let panicked = guarded(|| panic!("boom"));
         assert_eq!(panicked, MCD_ERR_INTERNAL);

@@ -96,6 +96,8 @@ fn header_structs(header: &str) -> Vec<(String, BTreeSet<String>)> {
             structs.extend(current.take());
         } else if let Some((_, fields)) = current.as_mut() {
             if let Some(decl) = line.strip_suffix(';') {
+                // An array's name comes before its length: `uint8_t secret[16]`.
+                let decl = decl.split('[').next().unwrap_or_default().trim_end();
                 let name = decl.rsplit(|c: char| !(c.is_alphanumeric() || c == '_')).next().unwrap_or_default();
                 fields.insert(name.to_string());
             }
@@ -107,8 +109,8 @@ fn header_structs(header: &str) -> Vec<(String, BTreeSet<String>)> {
 #[test]
 fn header_struct_layouts_match_rust() {
     let rust = layouts! {
-        mcd_params { rank, size, interfaces, node_file, job, algorithm, port, local_procs, cpus }
-        mcd_stats { barriers, messages_sent, frames_received, resends, answers, frames_dropped }
+        mcd_params { rank, size, interfaces, node_file, job, algorithm, port, local_procs, cpus, auth, secret }
+        mcd_stats { barriers, messages_sent, frames_received, resends, answers, frames_dropped, frames_bad_tag, frames_replayed, frames_auth_mismatch }
     };
     // Every struct the header defines is checked, each field of it.
     let header = std::fs::read_to_string(header_path()).expect("capi/include/mcd_barrier.h");

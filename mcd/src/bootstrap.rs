@@ -27,6 +27,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::auth::{initial_counter, Auth, FrameKey, ReplayWindow};
 use crate::config::{env_seconds, env_var, interface_names, job_key_from_str, lookup_interface, parse_ethertype};
 use crate::config::{EndpointConfig, DEFAULT_JOB_KEY, MAX_RAILS};
 use crate::filter::{self, pkttype, FilterSpec};
@@ -80,6 +81,8 @@ pub struct JobSettings {
     pub port: Option<Port>,
     /// The job name or number (hashed into the key as `MCD_JOB` is).
     pub job: Option<String>,
+    /// Authentication (`None`: from `MCD_KEY_FILE` / `MCD_AUTH`, [`Auth::from_env`]).
+    pub auth: Option<Auth>,
 }
 
 impl JobEnv {
@@ -162,7 +165,9 @@ impl EndpointConfig {
     /// interfaces and job key from the environment ([`JobEnv`]);
     /// the nodes from `MCD_NODES` / `MCD_NODE_FILE` if set, else found on the
     /// wire ([`discover`], numbered by rank). Also reads
-    /// `MCD_ETHERTYPE`, `MCD_WAIT` and `MCD_BOOTSTRAP_TIMEOUT`.
+    /// `MCD_ETHERTYPE`, `MCD_WAIT` and `MCD_BOOTSTRAP_TIMEOUT`, and the
+    /// authentication, `MCD_KEY_FILE` or `MCD_AUTH=off` (without either,
+    /// [`Error::NoSecret`]): hellos are signed like every frame.
     pub fn bootstrap() -> Result<EndpointConfig> {
         EndpointConfig::bootstrap_with(&JobSettings::default(), None)
     }
@@ -171,15 +176,20 @@ impl EndpointConfig {
     /// the environment's, and `nodes` (if given) instead of discovery.
     pub fn bootstrap_with(settings: &JobSettings, nodes: Option<NodeList>) -> Result<EndpointConfig> {
         let job = JobEnv::resolve(settings)?;
+        let auth = match &settings.auth {
+            Some(auth) => auth.clone(),
+            None => Auth::from_env()?,
+        }
+        .required()?;
         let discovery = DiscoveryConfig::from_env()?;
         let nodes = match nodes {
             Some(list) => list,
             None => match NodeList::from_env()? {
                 Some(list) => list,
-                None => discover(&job, &discovery)?,
+                None => discover(&job, &discovery, &auth)?,
             },
         };
-        let mut config = EndpointConfig::new(job.interfaces, job.port, nodes);
+        let mut config = EndpointConfig::new(job.interfaces, job.port, nodes).with_auth(auth);
         config.job_key = job.job_key;
         config.apply_env()?;
         Ok(config)
@@ -304,10 +314,61 @@ struct HelloSocket {
     round: u32,
     frame: Vec<u8>,
     buf: Vec<u8>,
+    /// Signs and verifies hellos (`None`: authentication off).
+    key: Option<FrameKey>,
+    /// The next hello's counter.
+    counter: u64,
+    /// Per rank, the counters of its hellos seen.
+    windows: Vec<ReplayWindow>,
+    /// Frames dropped, for the message of a bootstrap that times out.
+    dropped: HelloDrops,
+}
+
+/// Frames a hello socket dropped that a stuck bootstrap's error quotes.
+#[derive(Clone, Copy, Debug, Default)]
+struct HelloDrops {
+    /// Another wire version (an mcd build of another protocol).
+    bad_version: u64,
+    /// Signed where this rank does not sign, or the other way round.
+    auth_mismatch: u64,
+    /// Tags that do not verify: another secret, or forged.
+    bad_tag: u64,
+}
+
+impl HelloDrops {
+    /// What a timed-out bootstrap should say about these drops ("" if none).
+    fn explain(&self) -> String {
+        let mut parts = Vec::new();
+        if self.bad_version > 0 {
+            parts.push(format!(
+                "{} hello(s) of another mcd wire version (this build speaks {}; run the same mcd everywhere)",
+                self.bad_version,
+                crate::wire::VERSION
+            ));
+        }
+        if self.auth_mismatch > 0 {
+            parts.push(format!(
+                "{} hello(s) signed where this rank is not or the other way round (MCD_AUTH=off on some ranks only?)",
+                self.auth_mismatch
+            ));
+        }
+        if self.bad_tag > 0 {
+            parts.push(format!(
+                "{} hello(s) whose tag failed: sent with another secret (every rank must read the same MCD_KEY_FILE) or forged",
+                self.bad_tag
+            ));
+        }
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!("; dropped {}", parts.join(", "))
+        }
+    }
 }
 
 impl HelloSocket {
-    fn open(interface: &str, port: Port, job_key: u32, ethertype: u16, round: u32) -> Result<HelloSocket> {
+    fn open(interface: &str, job: &JobEnv, ethertype: u16, round: u32, auth: &Auth) -> Result<HelloSocket> {
+        let (port, job_key) = (job.port, job.job_key);
         let info = lookup_interface(interface)?;
         let on = |what: &str| format!("{what} on {interface} (bootstrap)");
         let socket = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
@@ -329,7 +390,19 @@ impl HelloSocket {
             .add_membership(info.index, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP).0)
             .map_err(|e| Error::os(on("joining the bootstrap group"), e))?;
         socket.bind(info.index, sys::ALL_PROTOCOLS).map_err(|e| Error::os(on("binding"), e))?;
-        Ok(HelloSocket { socket, mac: info.mac, ethertype, job_key, round, frame: Vec::new(), buf: vec![0u8; 2048] })
+        Ok(HelloSocket {
+            socket,
+            mac: info.mac,
+            ethertype,
+            job_key,
+            round,
+            frame: Vec::new(),
+            buf: vec![0u8; 2048],
+            key: auth.secret().map(FrameKey::new),
+            counter: initial_counter(),
+            windows: vec![ReplayWindow::default(); job.size],
+            dropped: HelloDrops::default(),
+        })
     }
 
     fn send(&mut self, hello: &Hello) -> Result<()> {
@@ -345,11 +418,16 @@ impl HelloSocket {
             payload_len: payload.len(),
             job_key: self.job_key,
             seq: self.round,
+            authenticated: self.key.is_some(),
         };
         self.frame.resize(repr.frame_len(), 0);
         let mut frame = Frame::new_unchecked(&mut self.frame[..]);
         repr.emit(&mut frame);
         frame.payload_mut().copy_from_slice(&payload);
+        if let Some(key) = &self.key {
+            key.sign(&mut self.frame, self.counter);
+            self.counter += 1;
+        }
         self.socket.send(&self.frame).map_err(|e| Error::os("sending a bootstrap hello", e)).map(drop)
     }
 
@@ -369,9 +447,39 @@ impl HelloSocket {
                 continue;
             }
             let Ok(view) = Frame::new_checked(&self.buf[..len]) else { continue };
-            let Ok(repr) = FrameRepr::parse(&view, self.ethertype) else { continue };
+            let repr = match FrameRepr::parse(&view, self.ethertype) {
+                Ok(repr) => repr,
+                Err(crate::wire::WireError::BadVersion(_)) => {
+                    self.dropped.bad_version += 1;
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            // Authentication first, as in the endpoint: nothing else of an
+            // unverified frame is looked at.
+            if repr.authenticated != self.key.is_some() {
+                self.dropped.auth_mismatch += 1;
+                continue;
+            }
+            let counter = match &self.key {
+                Some(key) => match key.verify(&view) {
+                    Some(counter) => Some(counter),
+                    None => {
+                        self.dropped.bad_tag += 1;
+                        continue;
+                    }
+                },
+                None => None,
+            };
             if repr.job_key != self.job_key || repr.src_node as usize == me || repr.seq != self.round {
                 continue;
+            }
+            if let Some(c) = counter {
+                let Some(window) = self.windows.get_mut(repr.src_node as usize) else { continue };
+                if !window.check(c) {
+                    continue;
+                }
+                window.record(c);
             }
             if let Some(hello) = Hello::parse(&repr, view.payload()) {
                 return Ok(Some(hello));
@@ -460,7 +568,12 @@ fn ranks_text(ranks: &[usize]) -> String {
 
 /// Finds the job's other ranks on rail 0 and returns the node list, numbered
 /// by rank. Fails after `config.timeout` naming the ranks never heard.
-pub fn discover(job: &JobEnv, config: &DiscoveryConfig) -> Result<NodeList> {
+///
+/// Hellos are signed and verified under `auth` (which must not be
+/// [`Auth::Unset`]); a rank with another secret is never heard, and the
+/// timeout's error counts the hellos dropped for their tag or version.
+pub fn discover(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> Result<NodeList> {
+    let auth = auth.clone().required()?;
     // First, so that a bootstrap that fails still counts as one everywhere.
     let round = next_round(job.job_key);
     let macs = job.interfaces.iter().map(|name| Ok(lookup_interface(name)?.mac)).collect::<Result<Vec<_>>>()?;
@@ -469,7 +582,7 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig) -> Result<NodeList> {
     if job.size == 1 {
         return NodeList::new(state.heard.into_values().collect());
     }
-    let mut socket = HelloSocket::open(&job.interfaces[0], job.port, job.job_key, config.ethertype, round)?;
+    let mut socket = HelloSocket::open(&job.interfaces[0], job, config.ethertype, round, &auth)?;
     let start = Instant::now();
     let mut next_send = start;
     // Resends are spread a little so that ranks started together do not collide.
@@ -496,8 +609,9 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig) -> Result<NodeList> {
                 msg.push_str(&format!("heard every rank, but rank(s) {} never said they had heard everyone", ranks_text(&waiting)));
             }
             msg.push_str(&format!(
-                " within {:.1} s (bootstrap round {round} of this job in this process); are they running with the same MCD_JOB/SLURM_JOB_ID on this Ethernet segment, and have they bootstrapped as many times? (MCD_BOOTSTRAP_TIMEOUT sets the limit)",
-                config.timeout.as_secs_f64()
+                " within {:.1} s (bootstrap round {round} of this job in this process); are they running with the same MCD_JOB/SLURM_JOB_ID on this Ethernet segment, and have they bootstrapped as many times? (MCD_BOOTSTRAP_TIMEOUT sets the limit){}",
+                config.timeout.as_secs_f64(),
+                socket.dropped.explain()
             ));
             return Err(Error::Bootstrap(msg));
         }
@@ -570,6 +684,7 @@ mod tests {
             payload_len: payload.len(),
             job_key: 7,
             seq: 0,
+            authenticated: false,
         };
         assert_eq!(Hello::parse(&repr, &payload), Some(h.clone()));
         // Truncated, or a first MAC that is not the sender's: dropped.

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use crate::auth::Auth;
 use crate::node::{NodeList, Port};
 use crate::sys;
 use crate::wait::{self, WaitPolicy};
@@ -17,6 +18,9 @@ use crate::{Error, Result};
 pub const DEFAULT_JOB_KEY: u32 = 0x4d43_4400; // "MCD\0"
 /// The most rails one endpoint drives.
 pub const MAX_RAILS: usize = 8;
+/// How long a waiting endpoint stays silent before it announces its MAC
+/// ([`EndpointConfig::announce_every`]).
+pub const DEFAULT_ANNOUNCE_EVERY: Duration = Duration::from_millis(100);
 
 /// How to open an [`Endpoint`](crate::Endpoint). [`EndpointConfig::new`] fills in the defaults.
 #[derive(Clone, Debug)]
@@ -44,6 +48,15 @@ pub struct EndpointConfig {
     /// Demultiplex in the kernel with a BPF filter (on by default; turning it
     /// off makes user space see, count and drop every frame of the EtherType).
     pub kernel_filter: bool,
+    /// Authentication: the job's secret, or explicitly off. [`Auth::Unset`]
+    /// (the default of [`EndpointConfig::new`]) makes
+    /// [`Endpoint::open`](crate::Endpoint::open) fail with
+    /// [`Error::NoSecret`].
+    pub auth: Auth,
+    /// While a receive waits with nothing sent for this long, the endpoint
+    /// announces its MAC to the switch (a frame to itself) so that a port
+    /// stolen by a forged source MAC comes back; `None`: never.
+    pub announce_every: Option<Duration>,
 }
 
 impl EndpointConfig {
@@ -62,13 +75,24 @@ impl EndpointConfig {
             tx_slots: 256,
             receive_buffer: 4 << 20,
             kernel_filter: true,
+            auth: Auth::Unset,
+            announce_every: Some(DEFAULT_ANNOUNCE_EVERY),
         }
+    }
+
+    /// This configuration with authentication `auth`.
+    pub fn with_auth(mut self, auth: Auth) -> EndpointConfig {
+        self.auth = auth;
+        self
     }
 
     /// A configuration from the environment: `MCD_IFACES` (comma-separated,
     /// default `eth0`), `MCD_PORT` (default 0), `MCD_NODES` / `MCD_NODE_FILE`,
-    /// `MCD_JOB`, `MCD_ETHERTYPE`, `MCD_WAIT`.
+    /// `MCD_JOB`, `MCD_ETHERTYPE`, `MCD_WAIT`, and the authentication:
+    /// `MCD_KEY_FILE` or `MCD_AUTH=off` ([`Auth::from_env`]); with neither,
+    /// [`Error::NoSecret`].
     pub fn from_env() -> Result<EndpointConfig> {
+        let auth = Auth::from_env()?.required()?;
         let nodes = NodeList::from_env()?.ok_or(Error::NoNodeList)?;
         let interfaces: Vec<String> =
             env_var("MCD_IFACES").unwrap_or_else(|| "eth0".into()).split(',').map(|s| s.trim().to_string()).collect();
@@ -76,7 +100,7 @@ impl EndpointConfig {
             Some(p) => p.trim().parse().map_err(|_| Error::Config(format!("MCD_PORT={p} is not a port 0..=255")))?,
             None => 0,
         };
-        let mut config = EndpointConfig::new(interfaces, port, nodes);
+        let mut config = EndpointConfig::new(interfaces, port, nodes).with_auth(auth);
         if let Some(job) = env_var("MCD_JOB") {
             config.job_key = job_key_from_str(&job);
         }

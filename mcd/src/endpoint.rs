@@ -4,6 +4,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::auth::{initial_counter, Auth, FrameKey, ReplayWindow};
 use crate::config::{lookup_interface, EndpointConfig, Interface, MAX_RAILS};
 use crate::filter::{self, pkttype, FilterSpec};
 use crate::node::{NodeId, NodeList, Port};
@@ -11,7 +12,7 @@ use crate::port::PortLock;
 use crate::stats::{DropReason, Stats};
 use crate::sys::{self, PacketSocket, RingGeometry, Rings, RxFrame, TxStatus};
 use crate::wait::{WaitPhases, WaitPolicy};
-use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, WireError, ETHERNET_HEADER_LEN, MCD_HEADER_LEN};
+use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, WireError, ETHERNET_HEADER_LEN, MCD_HEADER_LEN, TRAILER_LEN};
 use crate::{Error, Result};
 
 /// While spinning, how many times [`Endpoint::recv`] polls the rings between
@@ -84,9 +85,21 @@ struct Rail {
 }
 
 impl Rail {
-    fn max_payload(&self) -> usize {
-        (self.info.mtu - MCD_HEADER_LEN).min(self.rings.tx_capacity() - ETHERNET_HEADER_LEN - MCD_HEADER_LEN)
+    /// The largest payload: the MTU less the MCD header and `trailer` bytes.
+    fn max_payload(&self, trailer: usize) -> usize {
+        (self.info.mtu - MCD_HEADER_LEN - trailer).min(self.rings.tx_capacity() - ETHERNET_HEADER_LEN - MCD_HEADER_LEN - trailer)
     }
+}
+
+/// The receiving half of authentication: the key, and per sender node its
+/// replay window and its count of frames with bad tags.
+struct Verifier {
+    key: FrameKey,
+    /// Indexed by node number.
+    windows: Vec<ReplayWindow>,
+    /// Frames whose tag failed, by the node number they claimed (the last
+    /// entry: numbers beyond the node list).
+    bad_tags: Vec<u64>,
 }
 
 /// What a received frame must satisfy to be delivered (the user-space half of demux).
@@ -98,10 +111,21 @@ struct Demux {
     nodes: NodeList,
     /// Joined groups, sorted; group 0 always.
     groups: Vec<u8>,
+    /// `None`: authentication off.
+    verifier: Option<Verifier>,
 }
 
+/// A frame [`Demux::accept`] found deliverable: the message, and the
+/// counter to record in its sender's replay window once it is delivered.
+type Accepted = (Received, Option<u64>);
+
 impl Demux {
-    fn accept(&self, frame: &RxFrame<'_>, rail: usize, my_mac: MacAddr) -> Result<Received, DropReason> {
+    /// Checks a frame and says whether to deliver it. Authentication comes
+    /// first: after the length, EtherType and version (which locate the
+    /// trailer), an unverified frame is dropped before any of its other
+    /// fields is looked at. The replay window is only checked here, not
+    /// changed: [`record`](Self::record) does that when the frame is delivered.
+    fn accept(&mut self, frame: &RxFrame<'_>, rail: usize, my_mac: MacAddr) -> Result<Accepted, DropReason> {
         if frame.wire_len > frame.data.len() {
             return Err(DropReason::Truncated);
         }
@@ -109,8 +133,22 @@ impl Demux {
         let repr = FrameRepr::parse(&view, self.ethertype).map_err(|e| match e {
             WireError::WrongEtherType { .. } => DropReason::ForeignEtherType,
             WireError::BadVersion(_) => DropReason::BadVersion,
-            WireError::Truncated { .. } | WireError::BadLength { .. } => DropReason::Truncated,
+            WireError::Truncated { .. } | WireError::BadLength { .. } | WireError::NoTrailer { .. } => DropReason::Truncated,
         })?;
+        if repr.authenticated != self.verifier.is_some() {
+            return Err(DropReason::AuthMismatch);
+        }
+        let counter = match &mut self.verifier {
+            None => None,
+            Some(v) => match v.key.verify(&view) {
+                Some(counter) => Some(counter),
+                None => {
+                    let claimed = (repr.src_node as usize).min(v.bad_tags.len() - 1);
+                    v.bad_tags[claimed] += 1;
+                    return Err(DropReason::BadTag);
+                }
+            },
+        };
         if repr.job_key != self.job_key {
             return Err(DropReason::WrongJob);
         }
@@ -134,7 +172,19 @@ impl Demux {
             Some(n) if n.macs.get(rail) == Some(&repr.src_mac) && n.port == repr.src_port => {}
             _ => return Err(DropReason::UnknownSource),
         }
-        Ok(Received { rail, from, kind: repr.kind, seq: repr.seq, len: repr.payload_len, group })
+        if let (Some(v), Some(c)) = (&self.verifier, counter) {
+            if !v.windows[from].check(c) {
+                return Err(DropReason::Replayed);
+            }
+        }
+        Ok((Received { rail, from, kind: repr.kind, seq: repr.seq, len: repr.payload_len, group }, counter))
+    }
+
+    /// Records a delivered frame's counter in its sender's replay window.
+    fn record(&mut self, from: NodeId, counter: Option<u64>) {
+        if let (Some(v), Some(c)) = (&mut self.verifier, counter) {
+            v.windows[from].record(c);
+        }
     }
 
     fn filter_program(&self, mac: MacAddr, accept_outgoing: bool) -> Vec<filter::BpfInsn> {
@@ -168,6 +218,22 @@ pub struct Endpoint {
     /// The rail `try_recv` looks at first (round robin, so no rail starves).
     rx_rail: usize,
     stats: Stats,
+    /// The key frames are signed with (`None`: authentication off).
+    key: Option<FrameKey>,
+    /// The next frame's counter (see [`crate::auth`]).
+    counter: u64,
+    /// How long a waiting receive stays silent before announcing.
+    announce_every: Option<Duration>,
+    /// When the last announcement check ran, and the sends counted then.
+    announced: Announced,
+}
+
+/// The last announcement check of a waiting endpoint.
+#[derive(Clone, Copy, Debug)]
+struct Announced {
+    at: Instant,
+    /// [`Stats::sent`] then: if it has not moved since, the endpoint was silent.
+    sent: u64,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -186,7 +252,13 @@ impl Endpoint {
     /// rings, and joins the all-nodes group. Interfaces are looked up in the
     /// calling thread's network namespace.
     pub fn open(config: EndpointConfig) -> Result<Endpoint> {
-        let EndpointConfig { interfaces, port, nodes, ethertype, job_key, wait, local_processes, .. } = config.clone();
+        let EndpointConfig { interfaces, port, nodes, ethertype, job_key, wait, local_processes, auth, announce_every, .. } =
+            config.clone();
+        let key = match &auth {
+            Auth::Unset => return Err(Error::NoSecret),
+            Auth::Key(secret) => Some(FrameKey::new(secret)),
+            Auth::Off => None,
+        };
         if interfaces.is_empty() || interfaces.len() > MAX_RAILS {
             return Err(Error::Config(format!("an endpoint drives 1 to {MAX_RAILS} rails, not {}", interfaces.len())));
         }
@@ -203,14 +275,19 @@ impl Endpoint {
             port,
             interface: interfaces[0].clone(),
         })?;
-        let demux = Demux { me, ethertype, job_key, port, nodes, groups: vec![GroupId::ALL.0] };
+        let verifier = key.clone().map(|key| Verifier {
+            key,
+            windows: vec![ReplayWindow::default(); nodes.len()],
+            bad_tags: vec![0; nodes.len() + 1],
+        });
+        let demux = Demux { me, ethertype, job_key, port, nodes, groups: vec![GroupId::ALL.0], verifier };
         let mut rails = Vec::with_capacity(interfaces.len());
         for (r, (interface, info)) in interfaces.into_iter().zip(infos).enumerate() {
             let listed = demux.nodes.get(me).expect("found above").macs[r];
             if listed != info.mac {
                 return Err(Error::RailMismatch { interface, rail: r, node: me, actual: info.mac, listed });
             }
-            if info.mtu <= MCD_HEADER_LEN {
+            if info.mtu <= MCD_HEADER_LEN + TRAILER_LEN {
                 return Err(Error::Config(format!("{interface} has an MTU of {} bytes", info.mtu)));
             }
             let has_siblings = demux.nodes.iter().enumerate().any(|(i, n)| i != me && n.macs[r] == info.mac);
@@ -229,6 +306,10 @@ impl Endpoint {
             kernel_filter: config.kernel_filter,
             rx_rail: 0,
             stats: Stats::default(),
+            key,
+            counter: initial_counter(),
+            announce_every,
+            announced: Announced { at: Instant::now(), sent: 0 },
         };
         endpoint.refresh_host_load();
         Ok(endpoint)
@@ -288,9 +369,37 @@ impl Endpoint {
         self.rails.get(rail).map(|r| r.interface.as_str())
     }
 
-    /// The largest payload one message carries on rail `rail`: the MTU minus the MCD header.
+    /// The largest payload one message carries on rail `rail`: the MTU minus
+    /// the MCD header and, when authenticated, the trailer.
     pub fn max_payload(&self, rail: usize) -> Result<usize> {
-        Ok(self.rail(rail)?.max_payload())
+        Ok(self.rail(rail)?.max_payload(self.trailer_len()))
+    }
+
+    /// Bytes of trailer each frame carries: [`TRAILER_LEN`] when authenticated, else 0.
+    fn trailer_len(&self) -> usize {
+        if self.key.is_some() {
+            TRAILER_LEN
+        } else {
+            0
+        }
+    }
+
+    /// Whether this endpoint signs its frames and accepts only signed ones.
+    pub fn authenticated(&self) -> bool {
+        self.key.is_some()
+    }
+
+    /// Changes [`EndpointConfig::announce_every`].
+    pub fn set_announce_every(&mut self, every: Option<Duration>) {
+        self.announce_every = every;
+    }
+
+    /// Frames whose tag did not verify, by the node number they claimed
+    /// to come from (the sender may be anyone: a forger, or a node with
+    /// another secret); 0 with authentication off. A node number beyond
+    /// the node list reads the count of all such frames.
+    pub fn bad_tags_from(&self, node: NodeId) -> u64 {
+        self.demux.verifier.as_ref().map_or(0, |v| v.bad_tags[node.min(v.bad_tags.len() - 1)])
     }
 
     /// The wait policy receives use.
@@ -373,10 +482,16 @@ impl Endpoint {
         let slot = r.tx_next;
         wait_for_send_slot(r, rail, slot)?;
         let mut tx = r.rings.tx_claim(slot).ok_or(Error::SendRingFull { rail, waited_ms: 0 })?;
-        let mut frame = Frame::new_unchecked(&mut tx.buffer()[..repr.frame_len()]);
+        let len = repr.frame_len();
+        let buffer = &mut tx.buffer()[..len];
+        let mut frame = Frame::new_unchecked(&mut *buffer);
         repr.emit(&mut frame);
         frame.payload_mut().copy_from_slice(payload);
-        tx.submit(repr.frame_len());
+        if let Some(key) = &self.key {
+            key.sign(buffer, self.counter);
+            self.counter += 1;
+        }
+        tx.submit(len);
         r.tx_generation[slot] = r.tx_generation[slot].wrapping_add(1);
         r.tx_next = (slot + 1) % r.rings.tx_slots();
         let token = SendToken { endpoint: self.id, rail, slot, generation: r.tx_generation[slot] };
@@ -393,10 +508,15 @@ impl Endpoint {
     pub fn send(&mut self, rail: usize, to: Destination, kind: u8, seq: u32, payload: &[u8]) -> Result<()> {
         let repr = self.frame_for(rail, to, kind, seq, payload)?;
         let r = &mut self.rails[rail];
-        let mut frame = Frame::new_unchecked(&mut r.tx_scratch[..repr.frame_len()]);
+        let len = repr.frame_len();
+        let mut frame = Frame::new_unchecked(&mut r.tx_scratch[..len]);
         repr.emit(&mut frame);
         frame.payload_mut().copy_from_slice(payload);
-        match r.sender.send(&r.tx_scratch[..repr.frame_len()]) {
+        if let Some(key) = &self.key {
+            key.sign(&mut r.tx_scratch[..len], self.counter);
+            self.counter += 1;
+        }
+        match r.sender.send(&r.tx_scratch[..len]) {
             Ok(_) => {}
             // Dropped on the egress path (a full queue or a dropping filter): lost, as on a wire.
             Err(e) if sys::dropped_on_egress(&e) => self.stats.send_refused += 1,
@@ -409,7 +529,7 @@ impl Endpoint {
     /// Checks a send and builds its frame header.
     fn frame_for(&self, rail: usize, to: Destination, kind: u8, seq: u32, payload: &[u8]) -> Result<FrameRepr> {
         let r = self.rail(rail)?;
-        let max = r.max_payload();
+        let max = r.max_payload(self.trailer_len());
         if payload.len() > max {
             return Err(Error::PayloadTooLarge { len: payload.len(), max, rail });
         }
@@ -431,6 +551,7 @@ impl Endpoint {
             job_key: self.demux.job_key,
             seq,
             payload_len: payload.len(),
+            authenticated: self.key.is_some(),
         })
     }
 
@@ -497,16 +618,17 @@ impl Endpoint {
                 let slot = rail.rx_next;
                 let Some(frame) = rail.rings.rx_frame(slot) else { break };
                 let verdict = demux.accept(&frame, r, rail.info.mac);
-                if let Ok(msg) = &verdict {
+                if let Ok((msg, counter)) = &verdict {
                     if buf.len() < msg.len {
                         return Err(Error::BufferTooSmall { buf: buf.len(), len: msg.len });
                     }
                     buf[..msg.len].copy_from_slice(&frame.data[crate::wire::offset::PAYLOAD..][..msg.len]);
+                    demux.record(msg.from, *counter);
                 }
                 rail.rings.rx_release(slot);
                 rail.rx_next = (slot + 1) % rail.rings.rx_slots();
                 match verdict {
-                    Ok(msg) => {
+                    Ok((msg, _)) => {
                         stats.received += 1;
                         *rx_rail = (r + 1) % count;
                         return Ok(Some(msg));
@@ -532,6 +654,7 @@ impl Endpoint {
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
             }
+            self.announce_if_silent(now)?;
             let waited = now - start;
             if waited < self.phases.spin {
                 // Poll the ring several times per clock read: an arrival is
@@ -546,9 +669,69 @@ impl Endpoint {
                 std::thread::yield_now();
             } else {
                 let remaining = deadline.map(|d| d.saturating_duration_since(now));
+                // Wake up to announce, if silent that long.
+                let remaining = match (remaining, self.announce_every) {
+                    (Some(r), Some(every)) => Some(r.min(every)),
+                    (None, every) => every,
+                    (r, None) => r,
+                };
                 sys::poll_readable(&self.fds, remaining).map_err(|e| Error::Io { what: "waiting for frames".into(), source: e })?;
             }
         }
+    }
+
+    /// Announces this endpoint's MAC ([`announce`](Self::announce)) if it
+    /// has sent nothing since the last check, at least
+    /// [`EndpointConfig::announce_every`] ago; returns whether it did.
+    /// [`recv`](Self::recv) calls this while it waits (one clock comparison
+    /// when nothing is due); code that waits for this endpoint's frames
+    /// elsewhere (on a [`Readiness`]) should call it when it wakes, and wake
+    /// at least every [`announce_every`](Self::announce_every).
+    pub fn announce_if_silent(&mut self, now: Instant) -> Result<bool> {
+        let Some(every) = self.announce_every else { return Ok(false) };
+        if now.saturating_duration_since(self.announced.at) < every {
+            return Ok(false);
+        }
+        let silent = self.stats.sent == self.announced.sent;
+        if silent {
+            self.announce()?;
+        }
+        self.announced = Announced { at: now, sent: self.stats.sent };
+        Ok(silent)
+    }
+
+    /// How long a waiting endpoint stays silent before announcing (`None`: never).
+    pub fn announce_every(&self) -> Option<Duration> {
+        self.announce_every
+    }
+
+    /// Sends, on every rail, a frame from this endpoint to itself (kind
+    /// [`crate::kind::ANNOUNCE`], no payload, signed like every frame). A
+    /// learning switch takes the source MAC's port from it, so a port stolen
+    /// by someone sending with this node's MAC comes back; and the switch
+    /// forwards it nowhere (its destination is the port it came from). No
+    /// endpoint delivers it: the kernel filters drop it (it is addressed to
+    /// this endpoint's own port, from that port). A waiting receive sends
+    /// one when it has sent nothing for [`EndpointConfig::announce_every`].
+    pub fn announce(&mut self) -> Result<()> {
+        for rail in 0..self.rails.len() {
+            let mut repr = self.frame_for(rail, Destination::Node(self.me), crate::kind::ANNOUNCE, 0, &[])?;
+            repr.dst_port = self.demux.port;
+            let r = &mut self.rails[rail];
+            let len = repr.frame_len();
+            repr.emit(&mut Frame::new_unchecked(&mut r.tx_scratch[..len]));
+            if let Some(key) = &self.key {
+                key.sign(&mut r.tx_scratch[..len], self.counter);
+                self.counter += 1;
+            }
+            match r.sender.send(&r.tx_scratch[..len]) {
+                Ok(_) => {}
+                Err(e) if sys::dropped_on_egress(&e) => self.stats.send_refused += 1,
+                Err(e) => return Err(Error::os(format!("announcing on {}", r.interface), e)),
+            }
+            self.stats.announced += 1;
+        }
+        Ok(())
     }
 
     /// A handle on which another thread can sleep until frames arrive for
@@ -683,13 +866,13 @@ mod tests {
             NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, 9])], port: 1 },
         ])
         .unwrap();
-        Demux { me: 0, ethertype: DEFAULT_ETHERTYPE, job_key: 0x1234_5678, port: 3, nodes, groups: vec![0, 7] }
+        Demux { me: 0, ethertype: DEFAULT_ETHERTYPE, job_key: 0x1234_5678, port: 3, nodes, groups: vec![0, 7], verifier: None }
     }
 
     #[test]
     fn crafted_frames_are_delivered_or_dropped_for_their_reason() {
         use DropReason::*;
-        let d = demux();
+        let mut d = demux();
         let group = |g: u8| patched(offset::DST_MAC, &[0x03, 0x12, 0x34, 0x56, 0x78, g]);
         let unicast = UNICAST_FRAME.to_vec();
         // (what, bytes, packet type, verdict: the group delivered to, or why dropped)
@@ -708,12 +891,12 @@ mod tests {
             ("node 1 from another port", patched(offset::SRC_PORT, &[2]), pkttype::HOST, Err(UnknownSource)),
             ("another job key", patched(offset::JOB_KEY, &[0x13]), pkttype::HOST, Err(WrongJob)),
             ("another EtherType", patched(offset::ETHERTYPE, &[0x08, 0x00]), pkttype::HOST, Err(ForeignEtherType)),
-            ("another version", patched(offset::VERSION, &[2]), pkttype::HOST, Err(BadVersion)),
+            ("the old version 1", patched(offset::VERSION, &[1]), pkttype::HOST, Err(BadVersion)),
             ("payload length past the frame", patched(offset::PAYLOAD_LEN, &[0, 5]), pkttype::HOST, Err(Truncated)),
         ];
         for (what, data, packet_type, verdict) in cases {
             let frame = RxFrame { data: &data, wire_len: data.len(), packet_type };
-            let got = d.accept(&frame, 0, ME);
+            let got = d.accept(&frame, 0, ME).map(|(msg, _)| msg);
             let expected = verdict.map(|g| Received { rail: 0, from: 1, kind: 5, seq: 9, len: 4, group: g.map(GroupId) });
             assert_eq!(got, expected, "{what}");
         }
@@ -721,7 +904,7 @@ mod tests {
 
     #[test]
     fn frames_cut_short_or_on_an_unlisted_rail_are_dropped() {
-        let d = demux();
+        let mut d = demux();
         let whole = RxFrame { data: &UNICAST_FRAME, wire_len: UNICAST_FRAME.len(), packet_type: pkttype::HOST };
         assert!(d.accept(&whole, 0, ME).is_ok());
         let cut_by_slot = RxFrame { wire_len: UNICAST_FRAME.len() + 1, ..whole };
@@ -734,9 +917,82 @@ mod tests {
         assert_eq!(d.accept(&whole, 1, ME), Err(DropReason::UnknownSource));
     }
 
+    /// `bytes` (an unauthenticated frame) signed with `secret` and `counter`.
+    fn signed(bytes: &[u8], secret: u8, counter: u64) -> Vec<u8> {
+        let mut f = bytes.to_vec();
+        f[offset::VERSION] |= crate::wire::AUTH_FLAG;
+        f.resize(f.len() + TRAILER_LEN, 0);
+        FrameKey::new(&crate::JobSecret::from_bytes([secret; 16])).sign(&mut f, counter);
+        f
+    }
+
+    fn authenticated_demux() -> Demux {
+        let mut d = demux();
+        d.verifier = Some(Verifier {
+            key: FrameKey::new(&crate::JobSecret::from_bytes([1; 16])),
+            windows: vec![ReplayWindow::default(); 2],
+            bad_tags: vec![0; 3],
+        });
+        d
+    }
+
+    #[test]
+    fn authentication_comes_before_every_other_check() {
+        use DropReason::*;
+        let mut d = authenticated_demux();
+        let verdict = |d: &mut Demux, data: &[u8]| {
+            let frame = RxFrame { data, wire_len: data.len(), packet_type: pkttype::HOST };
+            d.accept(&frame, 0, ME).map(|(msg, counter)| (msg.from, counter))
+        };
+        let good = signed(&UNICAST_FRAME, 1, 1000);
+        assert_eq!(verdict(&mut d, &good), Ok((1, Some(1000))));
+        assert_eq!(verdict(&mut d, &UNICAST_FRAME), Err(AuthMismatch), "no trailer");
+        assert_eq!(verdict(&mut d, &signed(&UNICAST_FRAME, 2, 1000)), Err(BadTag), "another secret");
+        // Fields that would be dropped for other reasons are not even looked
+        // at when the tag fails: a forgery counts as a forgery.
+        let mut forged_job = good.clone();
+        forged_job[offset::JOB_KEY] ^= 1;
+        assert_eq!(verdict(&mut d, &forged_job), Err(BadTag));
+        let mut forged_node = good.clone();
+        forged_node[offset::SRC_NODE + 1] = 9;
+        assert_eq!(verdict(&mut d, &forged_node), Err(BadTag));
+        assert_eq!(d.verifier.as_ref().unwrap().bad_tags, vec![0, 2, 1], "per claimed source; beyond the list last");
+        // Signed frames are then checked as before.
+        assert_eq!(verdict(&mut d, &signed(&patched(offset::JOB_KEY, &[0x13]), 1, 1001)), Err(WrongJob));
+        assert_eq!(verdict(&mut d, &signed(&patched(offset::SRC_PORT, &[2]), 1, 1002)), Err(UnknownSource));
+        // At an endpoint with authentication off, a signed frame is a mismatch.
+        assert_eq!(demux().accept(&RxFrame { data: &good, wire_len: good.len(), packet_type: pkttype::HOST }, 0, ME).map(|_| ()), Err(AuthMismatch));
+    }
+
+    #[test]
+    fn a_delivered_frame_is_never_delivered_again() {
+        let mut d = authenticated_demux();
+        let deliver = |d: &mut Demux, counter: u64| {
+            let data = signed(&UNICAST_FRAME, 1, counter);
+            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
+            let verdict = d.accept(&frame, 0, ME);
+            if let Ok((msg, counter)) = verdict {
+                d.record(msg.from, counter);
+            }
+            verdict.map(|_| ())
+        };
+        assert_eq!(deliver(&mut d, 5000), Ok(()));
+        // Checked but not delivered (a buffer too small): still new.
+        let data = signed(&UNICAST_FRAME, 1, 5001);
+        let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
+        assert!(d.accept(&frame, 0, ME).is_ok());
+        assert!(d.accept(&frame, 0, ME).is_ok(), "accept alone records nothing");
+        assert_eq!(deliver(&mut d, 5001), Ok(()));
+        assert_eq!(deliver(&mut d, 5001), Err(DropReason::Replayed));
+        assert_eq!(deliver(&mut d, 5000), Err(DropReason::Replayed));
+        assert_eq!(deliver(&mut d, 4999), Ok(()), "older, within the window, never seen");
+        assert_eq!(deliver(&mut d, 5001 + crate::auth::REPLAY_WINDOW + 10), Ok(()));
+        assert_eq!(deliver(&mut d, 4998), Err(DropReason::Replayed), "too old now");
+    }
+
     #[test]
     fn the_kernel_filter_drops_nothing_user_space_would_deliver() {
-        let d = demux();
+        let mut d = demux();
         let program = d.filter_program(ME, true);
         for (data, packet_type) in [
             (UNICAST_FRAME.to_vec(), pkttype::HOST),

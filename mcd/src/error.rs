@@ -32,7 +32,7 @@ pub enum Error {
         available: String,
     },
     /// A payload does not fit in one frame.
-    #[error("payload of {len} bytes exceeds the {max}-byte maximum on rail {rail} (MTU minus the 16-byte MCD header); split it")]
+    #[error("payload of {len} bytes exceeds the {max}-byte maximum on rail {rail} (MTU minus the 16-byte MCD header and, if authenticated, the 16-byte trailer); split it")]
     PayloadTooLarge {
         /// Payload length asked for.
         len: usize,
@@ -105,6 +105,17 @@ pub enum Error {
         actual: MacAddr,
         /// What the node list says (or 00:00:00:00:00:00 when the line has no MAC for the rail).
         listed: MacAddr,
+    },
+    /// No job secret was given and authentication was not turned off.
+    #[error("no job secret: {}", crate::auth::NO_SECRET_HELP)]
+    NoSecret,
+    /// A key file was refused (its mode, owner, type or content).
+    #[error("key file {}: {reason}", path.display())]
+    KeyFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it, and the fix.
+        reason: String,
     },
     /// The configuration is inconsistent.
     #[error("invalid configuration: {0}")]

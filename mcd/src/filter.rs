@@ -224,7 +224,7 @@ pub(crate) mod tests {
         0x02, 0x00, 0x00, 0x00, 0x00, 0x01,     // destination MAC
         0x02, 0x00, 0x00, 0x00, 0x00, 0x09,     // source MAC
         0x88, 0xb5,                             // EtherType
-        0x01, 0x05, 0x03, 0x01,                 // version, kind, dst port, src port
+        0x02, 0x05, 0x03, 0x01,                 // version, kind, dst port, src port
         0x00, 0x01, 0x00, 0x04,                 // source node, payload length
         0x12, 0x34, 0x56, 0x78,                 // job key
         0x00, 0x00, 0x00, 0x09,                 // sequence
@@ -279,6 +279,7 @@ pub(crate) mod tests {
             job_key: key,
             seq: 0,
             payload_len: 4,
+            authenticated: false,
         };
         let mut buf = vec![0u8; repr.frame_len()];
         repr.emit(&mut Frame::new_unchecked(&mut buf[..]));

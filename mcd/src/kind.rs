@@ -12,9 +12,13 @@
 //! | `0xB0..0xB7` | barrier messages ([`BARRIER_FIRST`], `barriers` crate)  |
 //! | `0xC0..0xC3` | gathering benchmark results across hosts ([`gather`])   |
 //! | `0xF0`       | bootstrap hellos ([`HELLO`], [`crate::bootstrap`])      |
+//! | `0xF1`       | a waiting endpoint's announcement to the switch ([`ANNOUNCE`]) |
 
 /// A bootstrap hello ([`crate::bootstrap`]).
 pub const HELLO: u8 = 0xF0;
+/// A waiting endpoint's frame to itself, which re-teaches the switch where
+/// its MAC lives ([`crate::Endpoint::announce`]); no endpoint delivers it.
+pub const ANNOUNCE: u8 = 0xF1;
 
 /// The first kind of barrier traffic; the barrier message kinds follow in
 /// the `barriers` crate's `MsgKind` order.
@@ -81,7 +85,7 @@ pub mod gather {
 }
 
 /// Every block of kinds allocated to a protocol: (owner, first kind, count).
-pub const ALLOCATIONS: [(&str, u8, u8); 7] = [
+pub const ALLOCATIONS: [(&str, u8, u8); 8] = [
     ("ping-pong", pingpong::PING, 4),
     ("LogP measurement", logp::PING, 8),
     ("receive-gap burst", burst::READY, 3),
@@ -89,6 +93,7 @@ pub const ALLOCATIONS: [(&str, u8, u8); 7] = [
     ("barriers", BARRIER_FIRST, BARRIER_COUNT),
     ("result gathering", gather::REQUEST, 3),
     ("bootstrap", HELLO, 1),
+    ("announcement", ANNOUNCE, 1),
 ];
 
 #[cfg(test)]

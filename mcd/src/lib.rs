@@ -15,6 +15,10 @@
 //!   compiler holds the rest of the crate to `#![deny(unsafe_code)]`).
 //! - [`wire`]: the frame format, as a checked view ([`wire::Frame`]) and a
 //!   parse/emit representation ([`wire::FrameRepr`]). Parsing never panics.
+//! - [`auth`]: authenticated frames — the per-job secret ([`JobSecret`],
+//!   from a key file or a launcher), the tag every frame carries and the
+//!   replay window every receiver keeps per sender. On by default: an
+//!   endpoint without a secret must say [`Auth::Off`].
 //! - [`filter`]: the classic BPF program that demultiplexes in the kernel —
 //!   only this job's frames for this endpoint's port or joined groups wake
 //!   the process.
@@ -56,7 +60,9 @@
 //! use mcd::{Destination, Endpoint, EndpointConfig, NodeList};
 //! # fn main() -> mcd::Result<()> {
 //! let nodes = NodeList::parse("02:00:00:00:00:01\n02:00:00:00:00:02\n", "inline")?;
-//! let mut ep = Endpoint::open(EndpointConfig::new(["eth0"], 0, nodes))?;
+//! let secret = mcd::JobSecret::load(std::path::Path::new("/run/user/1000/job.key"))?;
+//! let config = EndpointConfig::new(["eth0"], 0, nodes).with_auth(mcd::Auth::Key(secret));
+//! let mut ep = Endpoint::open(config)?;
 //! let peer = 1 - ep.node_id();
 //! ep.send(0, Destination::Node(peer), 1, 0, b"hello")?;
 //! let mut buf = [0u8; 1500];
@@ -69,6 +75,7 @@
 #![deny(unsafe_code)]
 #![warn(unsafe_op_in_unsafe_fn)]
 
+pub mod auth;
 pub mod bootstrap;
 pub mod config;
 mod endpoint;
@@ -86,6 +93,7 @@ mod sys;
 pub mod wait;
 pub mod wire;
 
+pub use auth::{Auth, JobSecret};
 pub use config::{job_key_from_str, EndpointConfig, DEFAULT_JOB_KEY, MAX_RAILS};
 pub use endpoint::{Destination, Endpoint, Readiness, Received, SendToken};
 pub use error::{Error, Result};

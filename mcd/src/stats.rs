@@ -1,6 +1,14 @@
 //! Endpoint statistics: what was sent and received, and every frame dropped, by reason.
 
 /// Why a received frame was dropped in user space.
+///
+/// The checks run in this order: the frame's length, EtherType and version
+/// (to find its trailer), its authentication state, its tag, then the job
+/// key, addressing and source, and last the replay window. So a frame
+/// counted under any reason after [`BadTag`](Self::BadTag) was signed with
+/// the job's secret (when authentication is on): a forged frame is always
+/// counted as `BadTag` (or one of the three reasons before it), never as
+/// anything its unverified fields say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DropReason {
     /// Shorter than the headers, cut short by the ring slot, or with a payload
@@ -16,6 +24,17 @@ pub enum DropReason {
     NotForMe,
     /// The source node number does not match the sender's MAC and port in the node list.
     UnknownSource,
+    /// Its authentication state is not this endpoint's: an unauthenticated
+    /// frame (no trailer) at an endpoint with a secret, or an authenticated
+    /// one at an endpoint with authentication off.
+    AuthMismatch,
+    /// Its tag does not verify under the job's secret: forged, corrupted, or
+    /// from a process with another secret (another job, or a misconfigured
+    /// one). [`crate::Endpoint::bad_tags_from`] counts these per claimed sender.
+    BadTag,
+    /// A valid frame seen before, or older than the sender's replay window
+    /// ([`crate::auth::REPLAY_WINDOW`] frames below the newest seen).
+    Replayed,
 }
 
 /// Counters of frames dropped in user space, one per [`DropReason`].
@@ -33,6 +52,12 @@ pub struct DropCounts {
     pub not_for_me: u64,
     /// [`DropReason::UnknownSource`].
     pub unknown_source: u64,
+    /// [`DropReason::AuthMismatch`].
+    pub auth_mismatch: u64,
+    /// [`DropReason::BadTag`].
+    pub bad_tag: u64,
+    /// [`DropReason::Replayed`].
+    pub replayed: u64,
 }
 
 impl DropCounts {
@@ -45,12 +70,23 @@ impl DropCounts {
             DropReason::WrongJob => &mut self.wrong_job,
             DropReason::NotForMe => &mut self.not_for_me,
             DropReason::UnknownSource => &mut self.unknown_source,
+            DropReason::AuthMismatch => &mut self.auth_mismatch,
+            DropReason::BadTag => &mut self.bad_tag,
+            DropReason::Replayed => &mut self.replayed,
         }
     }
 
     /// All user-space drops.
     pub fn total(&self) -> u64 {
-        self.truncated + self.bad_version + self.foreign_ethertype + self.wrong_job + self.not_for_me + self.unknown_source
+        self.truncated
+            + self.bad_version
+            + self.foreign_ethertype
+            + self.wrong_job
+            + self.not_for_me
+            + self.unknown_source
+            + self.auth_mismatch
+            + self.bad_tag
+            + self.replayed
     }
 }
 
@@ -62,6 +98,9 @@ pub struct Stats {
     /// Sends the kernel refused for now (`ENOBUFS`: a full or dropping egress
     /// queue); the frame stays in the send ring and goes out with the next kick.
     pub send_refused: u64,
+    /// Announcements sent while waiting ([`crate::Endpoint::announce`]; not
+    /// counted in `sent`).
+    pub announced: u64,
     /// Messages delivered to the application.
     pub received: u64,
     /// Frames the kernel dropped because the receive ring was full

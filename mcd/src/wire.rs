@@ -1,5 +1,6 @@
 //! The MCD wire format: an Ethernet II frame under MCD's EtherType, then a
-//! 16-byte MCD header, then the payload.
+//! 16-byte MCD header, then the payload, then (on authenticated frames) a
+//! 16-byte trailer: the sender's frame counter and the tag.
 //!
 //! ```text
 //!  0                   6                  12      14
@@ -11,13 +12,24 @@
 //! | job key           | sequence / epoch  |
 //! +-------------------+-------------------+
 //! | payload (pay len bytes) ...
+//! +---------------------------------------+
+//! | frame counter (8 bytes)               |            trailer (16 bytes), only
+//! +---------------------------------------+            when the AUTH bit of `ver`
+//! | tag (8 bytes)                         |            is set; big-endian
+//! +---------------------------------------+
 //! ```
 //!
-//! As in smoltcp, a wire format has two faces: [`Frame`], a checked view over a
-//! byte buffer with field accessors, and [`FrameRepr`], a plain representation
-//! that is [`parse`](FrameRepr::parse)d from a view and
-//! [`emit`](FrameRepr::emit)ted into one. Parsing never panics: a short,
-//! truncated or wrong-version frame is a [`WireError`].
+//! `ver` holds the version ([`VERSION`], 2) in its low 7 bits and the
+//! [`AUTH_FLAG`] in its top bit. The tag is a keyed MAC (SipHash-2-4 under
+//! the job's secret, [`crate::auth`]) of every byte before it: Ethernet
+//! header, MCD header, payload and counter. Ethernet padding after the
+//! trailer (or after the payload of an unauthenticated frame) is ignored.
+//!
+//! As in smoltcp, a wire format has two faces: [`Frame`] and [`Trailer`],
+//! checked views over a byte buffer with field accessors, and [`FrameRepr`]
+//! and [`TrailerRepr`], plain representations that are parsed from a view
+//! and emitted into one. Parsing never panics: a short, truncated or
+//! wrong-version frame is a [`WireError`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -32,8 +44,14 @@ pub const ETHERNET_HEADER_LEN: usize = 14;
 pub const MCD_HEADER_LEN: usize = 16;
 /// Ethernet header plus MCD header: the smallest valid MCD frame.
 pub const FRAME_HEADER_LEN: usize = ETHERNET_HEADER_LEN + MCD_HEADER_LEN;
-/// The MCD wire-format version this crate speaks.
-pub const VERSION: u8 = 1;
+/// The MCD wire-format version this crate speaks (the low 7 bits of the
+/// version byte). Version 1 had no authentication; its frames are dropped as
+/// [`WireError::BadVersion`].
+pub const VERSION: u8 = 2;
+/// The top bit of the version byte: a [`Trailer`] follows the payload.
+pub const AUTH_FLAG: u8 = 0x80;
+/// Length of the trailer of an authenticated frame: counter and tag.
+pub const TRAILER_LEN: usize = 16;
 
 /// Byte offsets of the fields inside a frame, counted from the start of the
 /// Ethernet header. The kernel filter ([`crate::filter`]) reads the same offsets.
@@ -44,7 +62,7 @@ pub mod offset {
     pub const SRC_MAC: usize = 6;
     /// EtherType (2 bytes).
     pub const ETHERTYPE: usize = 12;
-    /// MCD header version (1 byte).
+    /// MCD header version, and the [`AUTH_FLAG`](super::AUTH_FLAG) (1 byte).
     pub const VERSION: usize = 14;
     /// Message kind (1 byte).
     pub const KIND: usize = 15;
@@ -62,6 +80,10 @@ pub mod offset {
     pub const SEQ: usize = 26;
     /// First payload byte.
     pub const PAYLOAD: usize = 30;
+    /// The frame counter, counted from the end of the payload (8 bytes).
+    pub const TRAILER_COUNTER: usize = 0;
+    /// The tag, counted from the end of the payload (8 bytes).
+    pub const TRAILER_TAG: usize = 8;
 }
 
 /// A 48-bit Ethernet (MAC) address.
@@ -173,6 +195,12 @@ pub enum WireError {
         /// Payload bytes present.
         available: usize,
     },
+    /// The header says the frame is authenticated, but the trailer does not fit after the payload.
+    #[error("authenticated frame with {available} bytes after its payload, short of the {TRAILER_LEN}-byte trailer")]
+    NoTrailer {
+        /// Bytes after the payload.
+        available: usize,
+    },
 }
 
 /// The MCD header as it lies on the wire (after the Ethernet header); every
@@ -224,6 +252,9 @@ impl<T: AsRef<[u8]>> Frame<T> {
         if claimed > available {
             return Err(WireError::BadLength { claimed, available });
         }
+        if self.authenticated() && available - claimed < TRAILER_LEN {
+            return Err(WireError::NoTrailer { available: available - claimed });
+        }
         Ok(())
     }
 
@@ -250,9 +281,13 @@ impl<T: AsRef<[u8]>> Frame<T> {
         let b = self.buffer.as_ref();
         u16::from_be_bytes([b[offset::ETHERTYPE], b[offset::ETHERTYPE + 1]])
     }
-    /// MCD header version.
+    /// MCD header version (without the [`AUTH_FLAG`]).
     pub fn version(&self) -> u8 {
-        self.header().version
+        self.header().version & !AUTH_FLAG
+    }
+    /// Whether the [`AUTH_FLAG`] is set: a [`Trailer`] follows the payload.
+    pub fn authenticated(&self) -> bool {
+        self.header().version & AUTH_FLAG != 0
     }
     /// Application message kind.
     pub fn kind(&self) -> u8 {
@@ -286,6 +321,72 @@ impl<T: AsRef<[u8]>> Frame<T> {
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[FRAME_HEADER_LEN..FRAME_HEADER_LEN + self.payload_len()]
     }
+    /// The trailer, if the frame is [`authenticated`](Self::authenticated)
+    /// (a checked frame holds all of it).
+    pub fn trailer(&self) -> Option<Trailer<&[u8]>> {
+        let at = FRAME_HEADER_LEN + self.payload_len();
+        self.authenticated().then(|| Trailer::new_checked(&self.buffer.as_ref()[at..])).and_then(Result::ok)
+    }
+    /// The bytes the tag covers: from the destination MAC through the
+    /// trailer's counter. `None` unless the frame is authenticated.
+    pub fn signed_bytes(&self) -> Option<&[u8]> {
+        let end = FRAME_HEADER_LEN + self.payload_len() + offset::TRAILER_TAG;
+        (self.authenticated() && self.buffer.as_ref().len() >= end + 8).then(|| &self.buffer.as_ref()[..end])
+    }
+}
+
+/// A checked view of an authenticated frame's trailer: the 16 bytes after
+/// the payload (see the module's diagram).
+#[derive(Debug, Clone)]
+pub struct Trailer<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Trailer<T> {
+    /// Wraps `buffer` if it holds the [`TRAILER_LEN`] bytes (more are ignored: padding).
+    pub fn new_checked(buffer: T) -> Result<Trailer<T>, WireError> {
+        let available = buffer.as_ref().len();
+        if available < TRAILER_LEN {
+            return Err(WireError::NoTrailer { available });
+        }
+        Ok(Trailer { buffer })
+    }
+
+    fn word(&self, at: usize) -> u64 {
+        u64::from_be_bytes(self.buffer.as_ref()[at..at + 8].try_into().expect("a checked trailer holds both words"))
+    }
+
+    /// The sender's frame counter.
+    pub fn counter(&self) -> u64 {
+        self.word(offset::TRAILER_COUNTER)
+    }
+
+    /// The tag.
+    pub fn tag(&self) -> u64 {
+        self.word(offset::TRAILER_TAG)
+    }
+}
+
+/// A parsed trailer: the sender's frame counter and the tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrailerRepr {
+    /// The sender's frame counter (replay protection).
+    pub counter: u64,
+    /// The keyed MAC of every byte before it.
+    pub tag: u64,
+}
+
+impl TrailerRepr {
+    /// Reads a trailer.
+    pub fn parse<T: AsRef<[u8]>>(trailer: &Trailer<T>) -> TrailerRepr {
+        TrailerRepr { counter: trailer.counter(), tag: trailer.tag() }
+    }
+
+    /// Writes the trailer into the first [`TRAILER_LEN`] bytes of `buffer`.
+    pub fn emit(&self, buffer: &mut [u8]) {
+        buffer[offset::TRAILER_COUNTER..offset::TRAILER_COUNTER + 8].copy_from_slice(&self.counter.to_be_bytes());
+        buffer[offset::TRAILER_TAG..offset::TRAILER_TAG + 8].copy_from_slice(&self.tag.to_be_bytes());
+    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
@@ -293,9 +394,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
         bytemuck::from_bytes_mut(&mut self.buffer.as_mut()[ETHERNET_HEADER_LEN..FRAME_HEADER_LEN])
     }
 
-    /// The payload area after the headers, up to the end of the buffer.
+    /// The payload area after the headers, up to the end of the buffer
+    /// (less the trailer, if the header says the frame is authenticated).
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.buffer.as_mut()[FRAME_HEADER_LEN..]
+        let trailer = if self.authenticated() { TRAILER_LEN } else { 0 };
+        let end = self.buffer.as_ref().len().saturating_sub(trailer).max(FRAME_HEADER_LEN);
+        &mut self.buffer.as_mut()[FRAME_HEADER_LEN..end]
     }
 }
 
@@ -322,6 +426,8 @@ pub struct FrameRepr {
     pub seq: u32,
     /// Payload length.
     pub payload_len: usize,
+    /// A [`Trailer`] follows the payload (the [`AUTH_FLAG`]).
+    pub authenticated: bool,
 }
 
 impl FrameRepr {
@@ -346,15 +452,17 @@ impl FrameRepr {
             job_key: frame.job_key(),
             seq: frame.seq(),
             payload_len: frame.payload_len(),
+            authenticated: frame.authenticated(),
         })
     }
 
-    /// Total frame length with this payload length.
+    /// Total frame length with this payload length (and the trailer, if authenticated).
     pub fn frame_len(&self) -> usize {
-        FRAME_HEADER_LEN + self.payload_len
+        FRAME_HEADER_LEN + self.payload_len + if self.authenticated { TRAILER_LEN } else { 0 }
     }
 
-    /// Writes the headers into `frame`; the payload area is left for the caller
+    /// Writes the headers into `frame`; the payload area (and the trailer,
+    /// which [`crate::auth::FrameKey::sign`] writes) is left for the caller
     /// ([`Frame::payload_mut`]). The buffer must hold [`frame_len`](Self::frame_len) bytes.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, frame: &mut Frame<T>) {
         let b = frame.buffer.as_mut();
@@ -362,7 +470,7 @@ impl FrameRepr {
         b[offset::SRC_MAC..offset::SRC_MAC + 6].copy_from_slice(&self.src_mac.0);
         b[offset::ETHERTYPE..offset::ETHERTYPE + 2].copy_from_slice(&self.ethertype.to_be_bytes());
         *frame.header_mut() = RawHeader {
-            version: VERSION,
+            version: VERSION | if self.authenticated { AUTH_FLAG } else { 0 },
             kind: self.kind,
             dst_port: self.dst_port,
             src_port: self.src_port,
@@ -391,6 +499,7 @@ mod tests {
             job_key: 0xdead_beef,
             seq: 0x0102_0304,
             payload_len: 5,
+            authenticated: false,
         }
     }
 
@@ -456,6 +565,33 @@ mod tests {
         buf[offset::VERSION] = VERSION;
         let frame = Frame::new_checked(&buf[..]).unwrap();
         assert!(matches!(FrameRepr::parse(&frame, 0x0800), Err(WireError::WrongEtherType { .. })));
+    }
+
+    #[test]
+    fn the_trailer_follows_the_payload_when_the_auth_bit_is_set() {
+        let repr = FrameRepr { authenticated: true, ..sample() };
+        assert_eq!(repr.frame_len(), FRAME_HEADER_LEN + 5 + TRAILER_LEN);
+        let mut buf = emitted(&repr, b"hello");
+        assert_eq!(buf[offset::VERSION], VERSION | AUTH_FLAG);
+        let end = offset::PAYLOAD + 5;
+        TrailerRepr { counter: 0x0102_0304_0506_0708, tag: 0x1112_1314_1516_1718 }.emit(&mut buf[end..]);
+        assert_eq!(&buf[end + offset::TRAILER_COUNTER..end + 8], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&buf[end + offset::TRAILER_TAG..end + 16], &[0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18]);
+        let frame = Frame::new_checked(&buf[..]).unwrap();
+        assert_eq!(FrameRepr::parse(&frame, DEFAULT_ETHERTYPE).unwrap(), repr);
+        assert_eq!(frame.version(), VERSION);
+        assert_eq!(frame.payload(), b"hello");
+        let trailer = TrailerRepr::parse(&frame.trailer().unwrap());
+        assert_eq!(trailer, TrailerRepr { counter: 0x0102_0304_0506_0708, tag: 0x1112_1314_1516_1718 });
+        assert_eq!(frame.signed_bytes().unwrap().len(), end + 8, "every byte before the tag");
+        for cut in 1..=TRAILER_LEN {
+            let err = Frame::new_checked(&buf[..buf.len() - cut]).unwrap_err();
+            assert_eq!(err, WireError::NoTrailer { available: TRAILER_LEN - cut });
+        }
+        // Unauthenticated frames have neither trailer nor signed bytes.
+        let plain = emitted(&sample(), b"hello");
+        let frame = Frame::new_checked(&plain[..]).unwrap();
+        assert!(frame.trailer().is_none() && frame.signed_bytes().is_none());
     }
 
     #[test]

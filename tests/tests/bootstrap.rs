@@ -119,3 +119,70 @@ fn ranks_sharing_a_host_share_its_nic_through_their_ports() {
     let expected = macs(&c, hosts.iter().copied());
     assert_discovered(&outcomes, &[0, 1, 2, 3], &expected);
 }
+
+#[test]
+fn a_rank_with_another_secret_is_never_heard_and_the_timeout_says_why() {
+    let c = cluster(ClusterSpec::new("bsk", 3));
+    // Rank 2 reads a key file of its own: its hellos fail the others' tag
+    // check, theirs fail its.
+    let other = c.new_job_key_file().unwrap();
+    let outcomes = run_discovering(
+        &c,
+        &[0, 1, 2],
+        &[PEER, "discover", "1"],
+        |i| {
+            let mut e = env(&[("MCD_JOB", "bsk".into()), ("MCD_BOOTSTRAP_TIMEOUT", "1.5".into())]);
+            if i == 2 {
+                e.push((mcd::auth::KEY_FILE_VAR.into(), other.display().to_string()));
+            }
+            e
+        },
+        Duration::from_secs(30),
+    );
+    std::fs::remove_file(&other).unwrap();
+    for o in &outcomes {
+        assert_eq!(o.code, Some(2), "node {} should fail to open: {}{}", o.node, o.stdout, o.stderr);
+        let never = if o.node == 2 { "never heard from rank(s) 0, 1" } else { "never heard from rank(s) 2" };
+        assert!(o.stdout.contains(never), "node {}: {}", o.node, o.stdout);
+        assert!(o.stdout.contains("whose tag failed: sent with another secret"), "node {}: {}", o.node, o.stdout);
+    }
+}
+
+#[test]
+fn a_rank_of_the_old_wire_version_is_named_in_the_timeout_error() {
+    let c = cluster(ClusterSpec::new("bsv", 2));
+    // Rank 1 speaks wire version 1: a hello as mcd 0.1 sent it, over and over.
+    let raw = {
+        let _ns = c.enter(1).unwrap();
+        mcd::RawSender::open("eth0").unwrap()
+    };
+    let job_key = mcd::job_key_from_str("bsv");
+    let mut hello = vec![0u8; 30 + 14];
+    hello[..6].copy_from_slice(&mcd::MacAddr::mcd_group(job_key, mcd::bootstrap::BOOTSTRAP_GROUP).0);
+    hello[6..12].copy_from_slice(&c.mac(1, 0).0);
+    hello[12..14].copy_from_slice(&mcd::wire::DEFAULT_ETHERTYPE.to_be_bytes());
+    hello[14..20].copy_from_slice(&[1, mcd::kind::HELLO, 0, 0, 0, 1]); // version 1, kind, ports, rank 1
+    hello[20..22].copy_from_slice(&14u16.to_be_bytes());
+    hello[22..26].copy_from_slice(&job_key.to_be_bytes());
+    hello[26..30].copy_from_slice(&1u32.to_be_bytes());
+    hello[30..44].copy_from_slice(&[0, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0]);
+    hello[38..44].copy_from_slice(&c.mac(1, 0).0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let outcomes = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                raw.send(&hello).unwrap();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        let out = run_discovering(&c, &[0], &[PEER, "discover", "1"], |_| {
+            env(&[("MCD_JOB", "bsv".into()), ("MCD_SIZE", "2".into()), ("MCD_BOOTSTRAP_TIMEOUT", "1".into())])
+        }, Duration::from_secs(30));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        out
+    });
+    let o = &outcomes[0];
+    assert_eq!(o.code, Some(2), "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("never heard from rank(s) 1"), "{}", o.stdout);
+    assert!(o.stdout.contains("hello(s) of another mcd wire version (this build speaks 2"), "{}", o.stdout);
+}

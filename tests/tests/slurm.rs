@@ -1,9 +1,10 @@
 //! mcd under a real Slurm (Debian's slurm-wlm and munge) on the virtual
 //! cluster: slurmctld on node 0, a slurmd per node, jobs of 4 nodes × 2
-//! tasks submitted with `srun`, with no `MCD_*` variable anywhere: ranks,
-//! local ranks (ports), job key and interface all come from Slurm and the
-//! node. Needs root, Slurm and munge (`sudo ./run deps`); fails, saying so,
-//! without them.
+//! tasks submitted with `srun`, with no `MCD_*` variable but the job's key
+//! file (`MCD_KEY_FILE`, written before `srun` as the README says a batch
+//! script does): ranks, local ranks (ports), job key and interface all come
+//! from Slurm and the node. Needs root, Slurm and munge (`sudo ./run deps`);
+//! fails, saying so, without them.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -23,7 +24,7 @@ fn slurm_cluster(name: &str, nodes: usize) -> (ClusterGuard, Slurm) {
 }
 
 fn srun(slurm: &Slurm, args: &[&str], timeout: Duration) -> NodeOutcome {
-    let out = slurm.output(slurm.srun(args), timeout).expect("running srun");
+    let out = slurm.output(slurm.srun_with_secret(args).unwrap(), timeout).expect("running srun");
     assert!(out.success(), "srun {} ({}):\n{}\n{}", args.join(" "), out.status(), out.stdout, out.stderr);
     out
 }
@@ -85,8 +86,9 @@ fn a_slurm_job_of_4_nodes_by_2_tasks_runs_the_c_example_and_mcd_barrier() {
     assert!(results.join("results.json").exists());
 
     // Down stops every daemon and leaves nothing.
+    let name = c.spec().name.clone(); // with MCD_TEST_CLUSTER_PREFIX, not quite `name`
     drop(c);
-    assert_eq!(Cluster::leftovers(name).unwrap(), Vec::<String>::new());
+    assert_eq!(Cluster::leftovers(&name).unwrap(), Vec::<String>::new());
 }
 
 #[test]
@@ -100,7 +102,7 @@ fn under_srun_the_bootstrap_takes_ranks_local_ranks_and_the_job_key_from_slurm()
     let layout: Vec<String> = (0..8).map(|r| mac(r / 2)).collect();
     for rank in 0..8 {
         let env_line = format!("env: rank={rank} local={} job=", rank % 2);
-        assert!(out.stdout.lines().any(|l| l.starts_with(&env_line) && l.ends_with("mcd=0")), "rank {rank}:\n{}", out.stdout);
+        assert!(out.stdout.lines().any(|l| l.starts_with(&env_line) && l.ends_with("mcd=1")), "rank {rank}:\n{}", out.stdout);
         assert!(out.stdout.contains(&format!("node {rank} nodes: {}", layout.join(","))), "rank {rank}:\n{}\n{}", out.stdout, out.stderr);
     }
     assert_eq!(out.stdout.matches("done").count(), 8, "{}\n{}", out.stdout, out.stderr);
@@ -110,7 +112,7 @@ fn under_srun_the_bootstrap_takes_ranks_local_ranks_and_the_job_key_from_slurm()
     let jobs: Vec<_> = ["node[0-1]", "node[2-3]"]
         .iter()
         .map(|nodes| {
-            let cmd = slurm.srun(&["-N", "2", "-w", nodes, "--ntasks-per-node", "2", "sh", "-c", &script]);
+            let cmd = slurm.srun_with_secret(&["-N", "2", "-w", nodes, "--ntasks-per-node", "2", "sh", "-c", &script]).unwrap();
             mcd_tools::vcluster::Collected::spawn(cmd).unwrap()
         })
         .collect();
@@ -149,5 +151,6 @@ fn the_mpi_interposer_serves_mpi_barrier_under_srun_with_pmix() {
         let line = out.stderr.lines().find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}:"))).unwrap_or_else(|| panic!("no report from rank {rank}:\n{}", out.stderr));
         // The 100 on the world and the 10 barrier_check runs on a duplicate.
         assert!(line.contains("110 MPI_Barrier via mcd") && line.contains(", 0 via PMPI") && line.contains("mcd barriers 100"), "{line}");
+        assert!(line.contains("authentication on: 0 bad tag"), "{line}");
     }
 }

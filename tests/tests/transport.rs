@@ -6,6 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
 use std::time::Duration;
 
+use mcd::auth::FrameKey;
 use mcd::wire::{Frame, FrameRepr, DEFAULT_ETHERTYPE, FRAME_HEADER_LEN};
 use mcd::{Destination, EndpointConfig, Error, GroupId, NodeAddr, NodeList, RawSender};
 use mcd_integration_tests::{cluster, drain, open_all, open_on};
@@ -100,7 +101,7 @@ fn ports_demultiplex_frames_between_processes_on_one_nic() {
     let c = cluster(ClusterSpec::new("prt", 2));
     let list = shared_nic_list(&c);
     let config = |port| {
-        let mut cfg = EndpointConfig::new(["eth0"], port, list.clone());
+        let mut cfg = EndpointConfig::new(["eth0"], port, list.clone()).with_auth(mcd::Auth::Key(c.secret().unwrap()));
         cfg.wait = mcd::WaitPolicy::Block;
         cfg
     };
@@ -185,7 +186,7 @@ fn payload_over_the_mtu_is_an_error_and_the_largest_fits_whole() {
     let c = cluster(ClusterSpec::new("mtu", 2));
     let mut eps = open_all(&c);
     let max = eps[0].max_payload(0).unwrap();
-    assert_eq!(max, 1500 - 16);
+    assert_eq!(max, 1500 - 16 - mcd::wire::TRAILER_LEN, "the MTU less the MCD header and the trailer");
     let err = eps[0].send(0, Destination::Node(1), 0, 0, &vec![1u8; max + 1]).unwrap_err();
     assert!(matches!(err, Error::PayloadTooLarge { len, max: m, rail: 0 } if len == max + 1 && m == max), "{err}");
     let big: Vec<u8> = (0..max).map(|i| (i * 7) as u8).collect();
@@ -216,7 +217,8 @@ fn bad_destinations_and_configurations_are_clear_errors() {
     let err = open_on(&c, 0, cfg).unwrap_err().to_string();
     assert!(err.contains("no network interface `eth7`") && err.contains("eth0"), "{err}");
 
-    let cfg = EndpointConfig::new(["eth0"], 9, c.node_list());
+    let mut cfg = c.endpoint_config();
+    cfg.port = 9;
     let err = open_on(&c, 0, cfg).unwrap_err().to_string();
     assert!(err.contains("not in the node list") && err.contains("port 9"), "{err}");
 }
@@ -229,6 +231,10 @@ fn without_cap_net_raw_the_error_says_how_to_grant_it() {
         .command(0, "setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", peer_binary(), "open"])
         .env("MCD_PORT_DIR", std::env::temp_dir().join("mcd-cap-test"))
+        // Authentication off, explicitly: user 65534 cannot read the
+        // cluster's (root's) key file, and this test is about the capability.
+        .env_remove(mcd::auth::KEY_FILE_VAR)
+        .env(mcd::auth::AUTH_VAR, "off")
         .output()
         .expect("setpriv (util-linux) is needed for this test");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -236,11 +242,16 @@ fn without_cap_net_raw_the_error_says_how_to_grant_it() {
     assert!(stdout.contains("CAP_NET_RAW") && stdout.contains("setcap cap_net_raw+ep"), "{stdout}");
 }
 
-fn frame_bytes(repr: &FrameRepr, payload: &[u8]) -> Vec<u8> {
+/// The frame `repr` with `payload`, signed with `key` (if any) and `counter`.
+fn signed_bytes(repr: &FrameRepr, payload: &[u8], key: Option<&FrameKey>, counter: u64) -> Vec<u8> {
+    let repr = FrameRepr { authenticated: key.is_some(), ..*repr };
     let mut buf = vec![0u8; repr.frame_len()];
     let mut f = Frame::new_unchecked(&mut buf[..]);
     repr.emit(&mut f);
     f.payload_mut()[..payload.len()].copy_from_slice(payload);
+    if let Some(key) = key {
+        key.sign(&mut buf, counter);
+    }
     buf
 }
 
@@ -257,6 +268,7 @@ fn good_frame(c: &mcd_tools::vcluster::Cluster, seq: u32) -> FrameRepr {
         job_key: mcd::DEFAULT_JOB_KEY,
         seq,
         payload_len: 4,
+        authenticated: true,
     }
 }
 
@@ -275,6 +287,9 @@ fn malformed_and_foreign_frames_are_counted_and_dropped_while_good_traffic_flows
             RawSender::open("eth0").unwrap()
         };
         let good = good_frame(&c, 0);
+        // Signed with the job's secret, so each is dropped for its own reason.
+        let key = FrameKey::new(&c.secret().unwrap());
+        let frame_bytes = |repr: &FrameRepr, payload: &[u8]| signed_bytes(repr, payload, Some(&key), 1);
         let bad_frames: Vec<Vec<u8>> = vec![
             frame_bytes(&FrameRepr { ethertype: 0x88b6, ..good }, b"ethr"), // foreign EtherType
             frame_bytes(&FrameRepr { job_key: 0xbad, ..good }, b"job!"),   // another job
@@ -291,6 +306,16 @@ fn malformed_and_foreign_frames_are_counted_and_dropped_while_good_traffic_flows
                 f
             },
             frame_bytes(&good, b"trnc")[..FRAME_HEADER_LEN - 3].to_vec(),
+            signed_bytes(&good, b"nosg", None, 0), // not signed
+            signed_bytes(&good, b"2key", Some(&FrameKey::new(&mcd::JobSecret::generate().unwrap())), 2), // another secret
+            {
+                let mut f = frame_bytes(&good, b"flip");
+                f[mcd::wire::offset::PAYLOAD] ^= 1; // changed after signing
+                f
+            },
+            // A good frame (counter 3, far below the sender's, which start at the
+            // wall clock): delivered once, then replayed twice.
+            signed_bytes(&FrameRepr { seq: 100, ..good }, b"good", Some(&key), 3),
             {
                 let mut f = vec![0xa5u8; 64]; // garbage under our EtherType, to node 1
                 f[..6].copy_from_slice(&c.mac(1, 0).0);
@@ -307,7 +332,7 @@ fn malformed_and_foreign_frames_are_counted_and_dropped_while_good_traffic_flows
         }
         let got = drain(&mut receiver, QUIET);
         let seqs: Vec<u32> = got.iter().map(|(m, _)| m.seq).collect();
-        assert_eq!(seqs, vec![0, 1, 2], "kernel_filter={kernel_filter}: exactly the good messages arrive");
+        assert_eq!(seqs, vec![100, 0, 1, 2], "kernel_filter={kernel_filter}: exactly the good messages arrive, once");
         assert!(got.iter().all(|(_, p)| p == b"good"));
         let stats = receiver.stats().unwrap();
         let d = stats.dropped;
@@ -323,19 +348,25 @@ fn malformed_and_foreign_frames_are_counted_and_dropped_while_good_traffic_flows
             assert_eq!((d.wrong_job, d.not_for_me), (3, 3), "{d:?}");
         }
         assert_eq!(d.foreign_ethertype, 0, "the socket is bound to mcd's EtherType");
-        assert_eq!(stats.received, 3);
+        assert_eq!(d.auth_mismatch, 3, "{d:?}");
+        assert_eq!(d.bad_tag, 6, "{d:?}");
+        assert_eq!(receiver.bad_tags_from(0), 6, "both claimed node 0");
+        assert_eq!(d.replayed, 2, "{d:?}");
+        assert_eq!(stats.received, 4);
     }
 }
 
 #[test]
 fn a_hub_floods_every_frame_yet_each_node_gets_only_its_own() {
     let c = cluster(ClusterSpec::new("hub", 4).topology(Topology::Hub));
-    let mut eps = open_all(&c);
-    // Node 3 demultiplexes in user space, so it sees (and counts) the flood.
-    drop(eps.pop());
     let mut cfg = c.endpoint_config();
-    cfg.kernel_filter = false;
     cfg.wait = mcd::WaitPolicy::Block;
+    // A hub floods the announcements of waiting endpoints too (to their own
+    // MAC): off here, so that node 3 counts exactly the flooded unicast.
+    cfg.announce_every = None;
+    let mut eps: Vec<_> = (0..3).map(|n| open_on(&c, n, cfg.clone()).unwrap()).collect();
+    // Node 3 demultiplexes in user space, so it sees (and counts) the flood.
+    cfg.kernel_filter = false;
     eps.push(open_on(&c, 3, cfg).unwrap());
     for i in 0..20u32 {
         eps[0].send(0, Destination::Node(1), 1, i, b"unicast").unwrap();
@@ -401,15 +432,16 @@ fn a_live_endpoint_survives_random_and_mutated_frames() {
         RawSender::open("eth0").unwrap()
     };
     let good = good_frame(&c, 0);
+    let key = FrameKey::new(&c.secret().unwrap());
     // Either random bytes addressed to node 1 under mcd's EtherType, or a good
-    // frame with a few bytes overwritten (the destination MAC kept).
+    // (signed) frame with a few bytes overwritten (the destination MAC kept).
     let frame = prop_oneof![
         proptest::collection::vec(any::<u8>(), 0..200).prop_map(move |mut f| {
             f.resize(f.len().max(14), 0);
             f
         }),
         proptest::collection::vec((6usize..34, any::<u8>()), 1..6).prop_map(move |flips| {
-            let mut f = frame_bytes(&good, b"mutt");
+            let mut f = signed_bytes(&good, b"mutt", Some(&key), 1);
             for (at, v) in flips {
                 f[at] = v;
             }
@@ -447,4 +479,99 @@ fn a_live_endpoint_survives_random_and_mutated_frames() {
             Ok(())
         })
         .unwrap();
+}
+
+#[test]
+fn nodes_with_different_secrets_never_deliver_to_each_other() {
+    let c = cluster(ClusterSpec::new("sec", 2));
+    let mut cfg = c.endpoint_config();
+    cfg.wait = mcd::WaitPolicy::Block;
+    let other = mcd::Auth::Key(mcd::JobSecret::generate().unwrap());
+    let mut a = open_on(&c, 0, cfg.clone()).unwrap();
+    let mut b = open_on(&c, 1, cfg.clone().with_auth(other)).unwrap();
+    assert!(a.authenticated() && b.authenticated());
+    for i in 0..10u32 {
+        a.send(0, Destination::Node(1), 1, i, b"from a").unwrap();
+        a.send(0, Destination::ALL_NODES, 2, i, b"a to all").unwrap();
+        b.send(0, Destination::Node(0), 1, i, b"from b").unwrap();
+        b.send(0, Destination::ALL_NODES, 2, i, b"b to all").unwrap();
+    }
+    assert!(drain(&mut a, QUIET).is_empty(), "a delivered a frame signed with another secret");
+    assert!(drain(&mut b, QUIET).is_empty(), "b delivered a frame signed with another secret");
+    for (ep, peer) in [(&mut a, 1), (&mut b, 0)] {
+        let d = ep.stats().unwrap().dropped;
+        assert_eq!(d.bad_tag, 20, "{d:?}");
+        assert_eq!(ep.bad_tags_from(peer), 20, "counted against the node the frames claim");
+        assert_eq!(d.total(), 20, "nothing else: {d:?}");
+    }
+    drop((a, b));
+
+    // One side with authentication off: each drops the other's frames as a mismatch.
+    let mut a = open_on(&c, 0, cfg.clone()).unwrap();
+    let mut b = open_on(&c, 1, cfg.clone().with_auth(mcd::Auth::Off)).unwrap();
+    a.send(0, Destination::Node(1), 1, 0, b"signed").unwrap();
+    b.send(0, Destination::Node(0), 1, 0, b"plain").unwrap();
+    assert!(drain(&mut a, QUIET).is_empty() && drain(&mut b, QUIET).is_empty());
+    assert_eq!(a.stats().unwrap().dropped.auth_mismatch, 1);
+    assert_eq!(b.stats().unwrap().dropped.auth_mismatch, 1);
+    drop((a, b));
+
+    // Both off, explicitly: unauthenticated frames flow (and carry no trailer).
+    let off = cfg.with_auth(mcd::Auth::Off);
+    let mut a = open_on(&c, 0, off.clone()).unwrap();
+    let mut b = open_on(&c, 1, off).unwrap();
+    assert!(!a.authenticated());
+    assert_eq!(a.max_payload(0).unwrap(), 1500 - 16, "no trailer to make room for");
+    a.send(0, Destination::Node(1), 1, 5, b"plain").unwrap();
+    let got = drain(&mut b, QUIET);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].1, b"plain");
+}
+
+#[test]
+fn an_authenticated_endpoint_refuses_to_open_without_a_secret_and_says_how_to_get_one() {
+    let c = cluster(ClusterSpec::new("nos", 2));
+    let cfg = EndpointConfig::new(c.interfaces(), 0, c.node_list());
+    let err = open_on(&c, 0, cfg).unwrap_err().to_string();
+    assert!(err.contains("MCD_KEY_FILE") && err.contains("MCD_AUTH=off") && err.contains("forge"), "{err}");
+    // The same from the environment, in a process of its own.
+    let out = c.command(0, peer_binary()).arg("open").env_remove(mcd::auth::KEY_FILE_VAR).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stdout.contains("no job secret") && stdout.contains("MCD_KEY_FILE"), "{stdout}");
+}
+
+#[test]
+fn a_waiting_endpoint_takes_its_stolen_switch_port_back() {
+    let c = cluster(ClusterSpec::new("stl", 3));
+    let mut cfg = c.endpoint_config();
+    cfg.wait = mcd::WaitPolicy::Block;
+    cfg.announce_every = None;
+    let mut a = open_on(&c, 0, cfg.clone()).unwrap();
+    let mut b = open_on(&c, 1, cfg).unwrap();
+    let mut buf = [0u8; 64];
+    a.send(0, Destination::Node(1), 1, 0, b"before").unwrap();
+    assert_eq!(b.recv(&mut buf, Some(Duration::from_secs(2))).unwrap().map(|m| m.seq), Some(0));
+    // Node 2 sends one frame with node 1's source MAC: the switch now sends
+    // node 1's traffic to node 2's port.
+    let thief = {
+        let _ns = c.enter(2).unwrap();
+        RawSender::open("eth0").unwrap()
+    };
+    let mut steal = vec![0u8; 60];
+    steal[..6].copy_from_slice(&[0xff; 6]);
+    steal[6..12].copy_from_slice(&c.mac(1, 0).0);
+    steal[12..14].copy_from_slice(&0x88b6u16.to_be_bytes());
+    thief.send(&steal).unwrap();
+    a.send(0, Destination::Node(1), 1, 1, b"stolen").unwrap();
+    assert_eq!(b.recv(&mut buf, Some(Duration::from_millis(300))).unwrap(), None, "the port was not stolen");
+    assert_eq!(b.stats().unwrap().announced, 0);
+    // Waiting with announcements on, node 1 re-teaches the switch.
+    b.set_announce_every(Some(Duration::from_millis(50)));
+    assert_eq!(b.recv(&mut buf, Some(Duration::from_millis(300))).unwrap(), None);
+    assert!(b.stats().unwrap().announced >= 1, "a silent waiting endpoint announces");
+    a.send(0, Destination::Node(1), 1, 2, b"back").unwrap();
+    assert_eq!(b.recv(&mut buf, Some(Duration::from_secs(2))).unwrap().map(|m| m.seq), Some(2), "the port came back");
+    // Nobody delivers announcements: node 0 heard nothing, node 1 dropped nothing of its own.
+    assert!(drain(&mut a, QUIET).is_empty());
 }

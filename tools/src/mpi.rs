@@ -60,8 +60,9 @@ pub struct MpiRun {
     pub yield_when_idle: bool,
     /// Environment variables exported to every rank (`-x NAME=VALUE`), after
     /// the ones every rank gets: `MCD_IFACES` (the cluster's interfaces),
-    /// `MCD_LOCAL_PROCS` (the ranks: they all share this machine's cores) and
-    /// `MCD_JOB` (a key of the cluster's own).
+    /// `MCD_LOCAL_PROCS` (the ranks: they all share this machine's cores),
+    /// `MCD_JOB` (a key of the cluster's own) and `MCD_KEY_FILE` (the
+    /// cluster's secret, [`Cluster::key_file`]).
     pub env: Vec<(String, String)>,
     /// Extra `--mca NAME VALUE` pairs (Open MPI only).
     pub mca: Vec<(String, String)>,
@@ -99,6 +100,9 @@ impl MpiRun {
             ("MCD_IFACES".to_string(), cluster.interfaces().join(",")),
             ("MCD_LOCAL_PROCS".to_string(), ranks.to_string()),
             ("MCD_JOB".to_string(), format!("vcluster-{}", cluster.spec().name)),
+            // Programs that open mcd themselves read it; the MPI interposer
+            // makes and broadcasts a secret of its own instead.
+            (mcd::auth::KEY_FILE_VAR.to_string(), cluster.key_file().display().to_string()),
         ];
         if self.mpi == Mpi::Mpich {
             if !self.mca.is_empty() || self.yield_when_idle {

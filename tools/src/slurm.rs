@@ -253,6 +253,24 @@ impl Slurm {
         cmd
     }
 
+    /// `srun ARGS` for a job with a secret of its own, provisioned as a
+    /// batch script does it (the README's recipe): a shell makes a key file
+    /// of 16 random bytes under `umask 077` in a directory every node sees
+    /// and only the user can read, then runs `srun` with `MCD_KEY_FILE`
+    /// naming it (srun passes the environment on to every task).
+    pub fn srun_with_secret<S: AsRef<std::ffi::OsStr>>(&self, args: &[S]) -> Result<Command> {
+        static JOBS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let keys = self.dir().join("keys");
+        std::fs::create_dir_all(&keys).with_context(|| format!("creating {}", keys.display()))?;
+        std::fs::set_permissions(&keys, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        let n = JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let key = keys.join(format!("job-{}-{n}.key", std::process::id()));
+        let _ = std::fs::remove_file(&key);
+        let mut cmd = self.client("sh");
+        cmd.args(["-c", "umask 077 && head -c 16 /dev/urandom > \"$0\" && MCD_KEY_FILE=\"$0\" exec srun \"$@\""]).arg(&key).args(args);
+        Ok(cmd)
+    }
+
     /// Runs `cmd` (from [`Slurm::client`]) to the end or `timeout`, collecting its output.
     pub fn output(&self, cmd: Command, timeout: Duration) -> Result<NodeOutcome> {
         let child = crate::vcluster::Collected::spawn(cmd).context("starting a Slurm client")?;

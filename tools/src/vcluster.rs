@@ -292,6 +292,10 @@ impl Cluster {
         cluster.apply_loss()?;
         std::fs::write(cluster.state_path(), serde_json::to_string_pretty(&cluster.spec)?)?;
         std::fs::write(cluster.node_file(), cluster.node_list().to_text())?;
+        if !cluster.key_file().exists() {
+            cluster.scratch_dir()?;
+            mcd::JobSecret::write_new(&cluster.key_file())?;
+        }
         let outcome = match (existing, repaired) {
             (None, _) => UpOutcome::Created,
             (Some(_), 0) => UpOutcome::AlreadyUp,
@@ -388,6 +392,33 @@ impl Cluster {
 
     fn scratch_dir_of(name: &str) -> PathBuf {
         Path::new(STATE_DIR).join(format!("{name}.d"))
+    }
+
+    /// The cluster's key file (mode 0600, in its scratch directory, written
+    /// by `up`): the job secret of every process started on the cluster
+    /// ([`Cluster::node_env`] names it in `MCD_KEY_FILE`) and of the
+    /// endpoints of [`Cluster::endpoint_config`]. [`Cluster::run`] gives
+    /// each job a fresh one of its own instead.
+    pub fn key_file(&self) -> PathBuf {
+        Self::scratch_dir_of(&self.spec.name).join("job.key")
+    }
+
+    /// The secret in [`Cluster::key_file`].
+    pub fn secret(&self) -> Result<mcd::JobSecret> {
+        mcd::JobSecret::load(&self.key_file()).with_context(|| {
+            format!("the key file of cluster `{}` (`mcd-vcluster up {}` writes a missing one)", self.spec.name, self.spec.name)
+        })
+    }
+
+    /// Writes a fresh key file for one job in the scratch directory and
+    /// returns its path (the caller removes it when the job is over).
+    pub fn new_job_key_file(&self) -> Result<PathBuf> {
+        static JOBS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = self.scratch_dir()?.join(format!("job-{}-{n}.key", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        mcd::JobSecret::write_new(&path)?;
+        Ok(path)
     }
 
     /// The MAC address of node `node` on rail `rail`: `02:HH:HH:rail:node`, with
@@ -613,9 +644,11 @@ impl Cluster {
     }
 
     /// The environment a process on node `node` gets: the node list, its rank,
-    /// the cluster size, its interfaces, and how many processes share the host.
+    /// the cluster size, its interfaces, how many processes share the host,
+    /// and the cluster's key file ([`Cluster::key_file`]).
     pub fn node_env(&self, node: usize) -> Vec<(String, String)> {
         vec![
+            (mcd::auth::KEY_FILE_VAR.into(), self.key_file().display().to_string()),
             ("MCD_NODE_FILE".into(), self.node_file().display().to_string()),
             ("MCD_RANK".into(), node.to_string()),
             ("MCD_SIZE".into(), self.spec.nodes.to_string()),
@@ -634,17 +667,28 @@ impl Cluster {
     }
 
     /// Runs `argv` on every node at once and collects each node's exit code and
-    /// output; processes still running after `timeout` are killed.
+    /// output; processes still running after `timeout` are killed. The job
+    /// gets a fresh secret: a key file of its own ([`Cluster::new_job_key_file`])
+    /// in `MCD_KEY_FILE`, removed when the job is over.
     pub fn run(&self, argv: &[String], timeout: Duration) -> Result<Vec<NodeOutcome>> {
         ensure!(!argv.is_empty(), "no command to run");
+        let key_file = self.new_job_key_file()?;
         let mut children = Vec::new();
         for node in 0..self.spec.nodes {
             let mut cmd = self.command(node, &argv[0]);
-            cmd.args(&argv[1..]);
-            children.push(Collected::spawn(cmd).with_context(|| format!("starting `{}` on node {node}", argv[0]))?);
+            cmd.args(&argv[1..]).env(mcd::auth::KEY_FILE_VAR, &key_file);
+            match Collected::spawn(cmd) {
+                Ok(child) => children.push(child),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&key_file);
+                    return Err(e).with_context(|| format!("starting `{}` on node {node}", argv[0]));
+                }
+            }
         }
         let deadline = Instant::now() + timeout;
-        Ok(children.into_iter().enumerate().map(|(node, child)| child.finish(node, deadline)).collect())
+        let outcomes = children.into_iter().enumerate().map(|(node, child)| child.finish(node, deadline)).collect();
+        let _ = std::fs::remove_file(&key_file);
+        Ok(outcomes)
     }
 
     /// Moves the calling thread into node `node`'s namespace until the guard
@@ -654,10 +698,13 @@ impl Cluster {
     }
 
     /// An endpoint configuration for a node of this cluster: port 0, all rails,
-    /// and every node counted as a process on this host.
+    /// every node counted as a process on this host, and the cluster's secret
+    /// ([`Cluster::key_file`]; if it cannot be read, authentication is left
+    /// unset, so opening the endpoint says there is no secret).
     pub fn endpoint_config(&self) -> mcd::EndpointConfig {
         let mut config = mcd::EndpointConfig::new(self.interfaces(), 0, self.node_list());
         config.local_processes = self.spec.nodes;
+        config.auth = self.secret().map(mcd::Auth::Key).unwrap_or(mcd::Auth::Unset);
         config
     }
 }

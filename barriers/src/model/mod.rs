@@ -366,10 +366,13 @@ pub fn auto_with(n: usize, rails: usize, setup: &Setup, multicast: bool) -> (Alg
 }
 
 /// The most data one collective message carries on a 1500-byte MTU over a
-/// shared endpoint's group (the C ABI's): 1462 bytes less the
-/// contribution's header, in whole 8-byte elements. Longer data goes in
-/// segments of this size, one epoch each ([`crate::collective`]).
-pub const SEGMENT_BYTES: usize = 1448;
+/// shared endpoint's group (the C ABI's), with authenticated frames (the
+/// default): 1446 bytes (1500 less the 16-byte MCD header, the 16-byte
+/// trailer and the group's 22 bytes) less the contribution's 12-byte
+/// header, in whole 8-byte elements. (1448 with authentication off.)
+/// Longer data goes in segments of this size, one epoch each
+/// ([`crate::collective`]).
+pub const SEGMENT_BYTES: usize = 1432;
 
 /// The segments `bytes` of collective data take, and the size of the last
 /// (the others carry [`SEGMENT_BYTES`]); at least one, for 0 bytes.
@@ -485,7 +488,7 @@ mod tests {
     fn auto_for_a_collective_never_picks_dissemination_and_prices_the_bytes() {
         let p = LogP::REFERENCE;
         for n in [2, 3, 5, 8, 16, 64] {
-            for bytes in [8, 1448] {
+            for bytes in [8, SEGMENT_BYTES] {
                 let setup = Setup { big_g: 0.01, ..Setup::logp(&p) };
                 let (a, pr) = auto_collective(n, 1, &setup, true, bytes);
                 assert_ne!(a, Algorithm::Dissemination, "n={n} bytes={bytes}");
@@ -502,7 +505,7 @@ mod tests {
         assert_eq!(auto_collective_on_host(8, 1, &Setup::logp(&p), true, 8, 2, 2).0, auto_collective(8, 1, &Setup::logp(&p), true, 8).0);
         // G per byte makes a frame of data cost more than 8 bytes do.
         let setup = Setup { big_g: 0.01, ..Setup::logp(&p) };
-        assert!(auto_collective(8, 1, &setup, true, 1448).1.last_exit > auto_collective(8, 1, &setup, true, 8).1.last_exit);
+        assert!(auto_collective(8, 1, &setup, true, SEGMENT_BYTES).1.last_exit > auto_collective(8, 1, &setup, true, 8).1.last_exit);
     }
 
     #[test]

@@ -11,6 +11,12 @@ pub fn effective_uid_is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// This process's effective user id.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// Whether process `pid` exists (signal 0: nothing is sent).
 pub fn process_exists(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks that `pid` can be signalled.

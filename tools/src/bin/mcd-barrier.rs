@@ -93,7 +93,9 @@ struct Cli {
     /// Run across real hosts instead of a virtual cluster: start one
     /// mcd-barrier per node (srun, mpirun, or by hand with MCD_RANK and
     /// MCD_SIZE); the nodes come from MCD_NODES / MCD_NODE_FILE or are
-    /// discovered, the interfaces from MCD_IFACES or the default route. Node 0
+    /// discovered, the interfaces from MCD_IFACES or the default route, the
+    /// job's secret from MCD_KEY_FILE (the same 0600 file of 16 random bytes
+    /// for every node; MCD_AUTH=off runs unauthenticated). Node 0
     /// prints and writes the results. --nodes, --topology and --rails do not
     /// apply; without --logp the predictions use the reference parameters.
     #[arg(long)]

@@ -1,0 +1,615 @@
+//! Authenticated frames: the per-job secret, the tag every frame carries,
+//! and the replay window every receiver keeps per sender.
+//!
+//! - **The secret** ([`JobSecret`], 16 bytes) is shared by every process of
+//!   a job and by nobody else. It never travels on the segment: it comes
+//!   from a key file ([`KEY_FILE_VAR`], mode 0600, owned by the user), from a
+//!   launcher that writes one (`mcd-vcluster run`), or from the MPI
+//!   interposer, whose rank 0 makes one and broadcasts it over MPI.
+//! - **The tag** ([`FrameKey`]): keyed SipHash-2-4 of every byte of the
+//!   frame from the destination MAC through the trailer's counter (see
+//!   [`crate::wire`]), 64 bits. A frame whose tag does not verify is dropped
+//!   before anything in it is acted on ([`crate::DropReason::BadTag`]).
+//! - **Replay** ([`ReplayWindow`]): each endpoint numbers its frames with a
+//!   64-bit counter that starts at the wall clock in nanoseconds when it
+//!   opens ([`initial_counter`]), so a restarted process counts on above its
+//!   earlier life; each receiver keeps, per sender node, the highest counter
+//!   seen and a bitmap of the [`REPLAY_WINDOW`] below it. A frame seen
+//!   before, or older than the window, is dropped
+//!   ([`crate::DropReason::Replayed`]).
+//!
+//! Authentication is on by default: an endpoint opened without a secret and
+//! without [`Auth::Off`] is an error ([`crate::Error::NoSecret`]) that says
+//! how to get one.
+
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use siphasher::sip::SipHasher24;
+
+use crate::wire::{offset, Frame, TrailerRepr, TRAILER_LEN};
+use crate::{Error, Result};
+
+/// Bytes of a job secret (the SipHash-2-4 key).
+pub const SECRET_LEN: usize = 16;
+/// The environment variable naming the job's key file.
+pub const KEY_FILE_VAR: &str = "MCD_KEY_FILE";
+/// The environment variable that turns authentication off (`off`); `on`
+/// (the default) requires a secret.
+pub const AUTH_VAR: &str = "MCD_AUTH";
+/// Counters a replay window remembers below the highest seen: frames from
+/// one sender may arrive this far out of order (across rails) and still be
+/// delivered once.
+pub const REPLAY_WINDOW: u64 = 512;
+/// The largest key file read (a key file is 16 bytes or 32 hex digits).
+const KEY_FILE_MAX: u64 = 256;
+
+/// What to tell a user who has no secret.
+pub const NO_SECRET_HELP: &str = "mcd authenticates every frame with a per-job secret. \
+Give every process of the job the same key file: set MCD_KEY_FILE to a file of 16 random bytes, \
+mode 0600, owned by you (e.g. `(umask 077; head -c 16 /dev/urandom > $DIR/mcd.key)` in a directory \
+only you can read); launchers that start every process provision one (`mcd-vcluster run`, \
+the MPI interposer). Or set MCD_AUTH=off to send unauthenticated frames, which anyone on the \
+Ethernet segment can forge or replay";
+
+/// A job's secret: 16 bytes known to every process of the job and to
+/// nobody else. Its `Debug` form does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JobSecret([u8; SECRET_LEN]);
+
+impl fmt::Debug for JobSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("JobSecret(..)")
+    }
+}
+
+impl JobSecret {
+    /// The secret of these bytes.
+    pub fn from_bytes(bytes: [u8; SECRET_LEN]) -> JobSecret {
+        JobSecret(bytes)
+    }
+
+    /// The secret in `bytes`, which must be exactly [`SECRET_LEN`] long.
+    pub fn from_slice(bytes: &[u8]) -> Result<JobSecret> {
+        let bytes: [u8; SECRET_LEN] = bytes
+            .try_into()
+            .map_err(|_| Error::Config(format!("a job secret is {SECRET_LEN} bytes, not {}", bytes.len())))?;
+        Ok(JobSecret(bytes))
+    }
+
+    /// A fresh secret from the operating system's random source.
+    pub fn generate() -> Result<JobSecret> {
+        let mut bytes = [0u8; SECRET_LEN];
+        getrandom::fill(&mut bytes).map_err(|e| Error::Config(format!("the OS random source failed: {e}")))?;
+        Ok(JobSecret(bytes))
+    }
+
+    /// The secret's bytes.
+    pub fn as_bytes(&self) -> &[u8; SECRET_LEN] {
+        &self.0
+    }
+
+    /// Reads the secret from the key file `path`: a regular file owned by
+    /// this process's (effective) user, readable and writable by that user
+    /// alone (mode 0600 or 0400), holding 16 bytes, or 32 hex digits (with
+    /// optional white space around them). Anything else is refused with an
+    /// [`Error::KeyFile`] that names the path and the fix.
+    pub fn load(path: &Path) -> Result<JobSecret> {
+        let refuse = |reason: String| Error::KeyFile { path: path.to_path_buf(), reason };
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        // O_NOFOLLOW: the file itself, not what a link points to.
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nofollow())
+            .open(path)
+            .map_err(|e| refuse(format!("cannot open it ({e}); is it a symbolic link? (links are refused)")))?;
+        let meta = file.metadata().map_err(|e| refuse(format!("cannot read its metadata ({e})")))?;
+        if !meta.file_type().is_file() {
+            return Err(refuse("it is not a regular file".into()));
+        }
+        let me = crate::sys::effective_uid();
+        if meta.uid() != me {
+            return Err(refuse(format!(
+                "it is owned by user id {}, not by this process's user ({me}): write a key file of your own",
+                meta.uid()
+            )));
+        }
+        let mode = meta.mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(refuse(format!(
+                "its mode is {mode:04o}, so other users may read or change it; `chmod 600 {}` (and make a new secret if \
+                 others may have read this one)",
+                path.display()
+            )));
+        }
+        let mut content = Vec::new();
+        file.by_ref().take(KEY_FILE_MAX + 1).read_to_end(&mut content).map_err(|e| refuse(format!("cannot read it ({e})")))?;
+        parse_key_file(&content).map_err(refuse)
+    }
+
+    /// Writes a fresh secret to a new key file `path` (mode 0600; an
+    /// existing file is an error, never overwritten) and returns it.
+    pub fn write_new(path: &Path) -> Result<JobSecret> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let secret = JobSecret::generate()?;
+        let refuse = |reason: String| Error::KeyFile { path: path.to_path_buf(), reason };
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nofollow())
+            .open(path)
+            .map_err(|e| refuse(format!("cannot create it ({e}); an existing key file is never overwritten")))?;
+        let hex: String = secret.0.iter().map(|b| format!("{b:02x}")).collect();
+        file.write_all(format!("{hex}\n").as_bytes()).map_err(|e| refuse(format!("cannot write it ({e})")))?;
+        Ok(secret)
+    }
+}
+
+fn nofollow() -> i32 {
+    crate::sys::O_NOFOLLOW
+}
+
+/// The secret in a key file's bytes: exactly 16 bytes, or 32 hex digits
+/// with optional white space around them.
+fn parse_key_file(content: &[u8]) -> std::result::Result<JobSecret, String> {
+    const FIX: &str = "write 16 random bytes into it: `head -c 16 /dev/urandom > FILE` (umask 077)";
+    if content.len() == SECRET_LEN {
+        return Ok(JobSecret(content.try_into().expect("16 bytes")));
+    }
+    let text = std::str::from_utf8(content).map(str::trim).unwrap_or("");
+    if text.len() == 2 * SECRET_LEN && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let mut bytes = [0u8; SECRET_LEN];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).expect("hex digits");
+        }
+        return Ok(JobSecret(bytes));
+    }
+    if content.is_empty() {
+        return Err(format!("it is empty; {FIX}"));
+    }
+    Err(format!(
+        "it holds {} bytes, neither {SECRET_LEN} bytes nor {} hex digits; {FIX}",
+        content.len().min(KEY_FILE_MAX as usize),
+        2 * SECRET_LEN
+    ))
+}
+
+/// Whether and how an endpoint authenticates its frames.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Auth {
+    /// Not decided: opening an endpoint fails with [`Error::NoSecret`],
+    /// which says how to get a secret. The default, so that nobody sends
+    /// unauthenticated frames without saying so.
+    #[default]
+    Unset,
+    /// Sign every frame and accept only frames signed with this secret.
+    Key(JobSecret),
+    /// Neither sign nor accept signed frames: anyone on the segment can
+    /// forge and replay this job's frames.
+    Off,
+}
+
+impl Auth {
+    /// The setting the environment gives: `MCD_AUTH=off` is [`Auth::Off`];
+    /// `MCD_KEY_FILE=PATH` is [`Auth::Key`] with the secret of that file
+    /// ([`JobSecret::load`]); neither is [`Auth::Unset`]. `MCD_AUTH` other
+    /// than `on`/`off`, both set at once, or a bad key file are errors.
+    pub fn from_env() -> Result<Auth> {
+        let var = |name: &str| std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        Auth::from_values(var(AUTH_VAR).as_deref(), var(KEY_FILE_VAR).as_deref())
+    }
+
+    /// [`from_env`](Self::from_env) for given values of `MCD_AUTH` and `MCD_KEY_FILE`.
+    pub fn from_values(auth: Option<&str>, key_file: Option<&str>) -> Result<Auth> {
+        let on = match auth.map(|a| a.to_ascii_lowercase()) {
+            None => true,
+            Some(a) if a == "on" => true,
+            Some(a) if a == "off" => false,
+            Some(_) => {
+                return Err(Error::Config(format!(
+                    "{AUTH_VAR}={} is neither `on` nor `off` (off sends unauthenticated frames)",
+                    auth.unwrap_or_default()
+                )))
+            }
+        };
+        match (on, key_file) {
+            (false, None) => Ok(Auth::Off),
+            (false, Some(path)) => Err(Error::Config(format!(
+                "{AUTH_VAR}=off and {KEY_FILE_VAR}={path} are both set: unset one (authentication is either off or keyed)"
+            ))),
+            (true, Some(path)) => Ok(Auth::Key(JobSecret::load(Path::new(path))?)),
+            (true, None) => Ok(Auth::Unset),
+        }
+    }
+
+    /// The setting, with [`Auth::Unset`] an [`Error::NoSecret`].
+    pub fn required(self) -> Result<Auth> {
+        match self {
+            Auth::Unset => Err(Error::NoSecret),
+            other => Ok(other),
+        }
+    }
+
+    /// The secret, if frames are signed.
+    pub fn secret(&self) -> Option<&JobSecret> {
+        match self {
+            Auth::Key(secret) => Some(secret),
+            _ => None,
+        }
+    }
+}
+
+/// A key file path from the environment, if `MCD_KEY_FILE` is set.
+pub fn key_file_from_env() -> Option<PathBuf> {
+    std::env::var_os(KEY_FILE_VAR).filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+/// The first counter of a sender that opens now: the wall clock in
+/// nanoseconds since 1970, so that a process restarted later counts on above
+/// the frames of its earlier life.
+pub fn initial_counter() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+}
+
+/// A job secret made ready to sign and verify frames.
+#[derive(Clone)]
+pub struct FrameKey {
+    hasher: SipHasher24,
+}
+
+impl fmt::Debug for FrameKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FrameKey(..)")
+    }
+}
+
+impl FrameKey {
+    /// The key of `secret`.
+    pub fn new(secret: &JobSecret) -> FrameKey {
+        FrameKey { hasher: SipHasher24::new_with_key(&secret.0) }
+    }
+
+    /// The tag of `signed` (the bytes from the destination MAC through the counter).
+    pub fn tag(&self, signed: &[u8]) -> u64 {
+        self.hasher.hash(signed)
+    }
+
+    /// Signs a frame in `frame`: its headers (with the
+    /// [`AUTH_FLAG`](crate::wire::AUTH_FLAG) set) and payload are written,
+    /// and `frame` ends with the [`TRAILER_LEN`] bytes of the trailer, which
+    /// this writes: `counter`, then the tag of every byte before the tag.
+    pub fn sign(&self, frame: &mut [u8], counter: u64) {
+        let at = frame.len() - TRAILER_LEN;
+        frame[at + offset::TRAILER_COUNTER..at + offset::TRAILER_COUNTER + 8].copy_from_slice(&counter.to_be_bytes());
+        let tag = self.tag(&frame[..at + offset::TRAILER_TAG]);
+        TrailerRepr { counter, tag }.emit(&mut frame[at..]);
+    }
+
+    /// The frame's counter if its tag verifies under this key; `None` for an
+    /// unauthenticated frame or a wrong tag. `frame` must be checked
+    /// ([`Frame::new_checked`]).
+    pub fn verify<T: AsRef<[u8]>>(&self, frame: &Frame<T>) -> Option<u64> {
+        let signed = frame.signed_bytes()?;
+        let trailer = TrailerRepr::parse(&frame.trailer()?);
+        // One 64-bit comparison: no early exit on a first differing byte.
+        (self.tag(signed) == trailer.tag).then_some(trailer.counter)
+    }
+}
+
+/// Words of a replay window's bitmap.
+const WINDOW_WORDS: usize = (REPLAY_WINDOW / 64) as usize;
+
+/// One sender's replay window: the highest counter seen and which of the
+/// [`REPLAY_WINDOW`] counters up to it were seen (a ring of bits indexed by
+/// counter, as in RFC 6479). Checking and recording cost a few word
+/// operations; nothing is allocated.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayWindow {
+    /// The highest counter seen (0: none yet; counters start at the wall clock).
+    top: u64,
+    bits: [u64; WINDOW_WORDS],
+}
+
+impl ReplayWindow {
+    fn bit(counter: u64) -> (usize, u64) {
+        let i = counter % REPLAY_WINDOW;
+        ((i / 64) as usize, 1u64 << (i % 64))
+    }
+
+    /// Whether a frame with `counter` is new: above the highest seen, or
+    /// within the window below it and not seen. Changes nothing.
+    pub fn check(&self, counter: u64) -> bool {
+        if counter > self.top {
+            return true;
+        }
+        if counter == 0 || self.top - counter >= REPLAY_WINDOW {
+            return false;
+        }
+        let (word, mask) = Self::bit(counter);
+        self.bits[word] & mask == 0
+    }
+
+    /// Records `counter` as seen (after [`check`](Self::check) said it is new).
+    pub fn record(&mut self, counter: u64) {
+        if counter > self.top {
+            let ahead = counter - self.top;
+            if ahead >= REPLAY_WINDOW || self.top == 0 {
+                self.bits = [0; WINDOW_WORDS];
+            } else {
+                // Forget the counters the window slides past (they are now
+                // the slots of the counters above the old top).
+                for c in self.top + 1..=counter {
+                    let (word, mask) = Self::bit(c);
+                    self.bits[word] &= !mask;
+                }
+            }
+            self.top = counter;
+        }
+        let (word, mask) = Self::bit(counter);
+        self.bits[word] |= mask;
+    }
+
+    /// The highest counter seen (0 if none).
+    pub fn highest(&self) -> u64 {
+        self.top
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{FrameRepr, MacAddr, DEFAULT_ETHERTYPE, FRAME_HEADER_LEN};
+
+    fn signed_frame(key: &FrameKey, payload: &[u8], counter: u64) -> Vec<u8> {
+        let repr = FrameRepr {
+            dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
+            src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            ethertype: DEFAULT_ETHERTYPE,
+            kind: 7,
+            dst_port: 3,
+            src_port: 4,
+            src_node: 1,
+            job_key: 0xdead_beef,
+            seq: 42,
+            payload_len: payload.len(),
+            authenticated: true,
+        };
+        let mut buf = vec![0u8; repr.frame_len()];
+        let mut frame = Frame::new_unchecked(&mut buf[..]);
+        repr.emit(&mut frame);
+        frame.payload_mut().copy_from_slice(payload);
+        key.sign(&mut buf, counter);
+        buf
+    }
+
+    fn key(byte: u8) -> FrameKey {
+        FrameKey::new(&JobSecret::from_bytes([byte; SECRET_LEN]))
+    }
+
+    fn verify(key: &FrameKey, bytes: &[u8]) -> Option<u64> {
+        Frame::new_checked(bytes).ok().and_then(|f| key.verify(&f))
+    }
+
+    #[test]
+    fn a_signed_frame_verifies_and_yields_its_counter() {
+        let k = key(1);
+        for len in [0, 1, 8, 14, 64, 1400] {
+            let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let frame = signed_frame(&k, &payload, 0x0102_0304_0506_0708);
+            assert_eq!(frame.len(), FRAME_HEADER_LEN + len + TRAILER_LEN);
+            assert_eq!(verify(&k, &frame), Some(0x0102_0304_0506_0708), "{len}-byte payload");
+            // Padding after the trailer (a NIC pads short frames) changes nothing.
+            let mut padded = frame.clone();
+            padded.resize(frame.len().max(60) + 4, 0xaa);
+            assert_eq!(verify(&k, &padded), Some(0x0102_0304_0506_0708));
+        }
+    }
+
+    #[test]
+    fn every_single_flipped_bit_fails_verification() {
+        let k = key(1);
+        let frame = signed_frame(&k, b"payload!", 99);
+        for byte in 0..frame.len() {
+            for bit in 0..8 {
+                let mut bad = frame.clone();
+                bad[byte] ^= 1 << bit;
+                assert_eq!(verify(&k, &bad), None, "bit {bit} of byte {byte} flipped still verifies");
+            }
+        }
+    }
+
+    #[test]
+    fn another_key_fails_verification() {
+        let frame = signed_frame(&key(1), b"hello", 5);
+        assert_eq!(verify(&key(2), &frame), None);
+        let mut other = [1u8; SECRET_LEN];
+        other[15] = 0;
+        assert_eq!(verify(&FrameKey::new(&JobSecret::from_bytes(other)), &frame), None);
+    }
+
+    #[test]
+    fn unauthenticated_or_short_frames_do_not_verify() {
+        let k = key(1);
+        let mut frame = signed_frame(&k, b"hello", 5);
+        frame[offset::VERSION] &= !crate::wire::AUTH_FLAG;
+        assert_eq!(verify(&k, &frame), None, "flag cleared");
+        let frame = signed_frame(&k, b"hello", 5);
+        for cut in 1..=TRAILER_LEN {
+            assert!(Frame::new_checked(&frame[..frame.len() - cut]).is_err(), "{cut} bytes of the trailer cut");
+        }
+    }
+
+    #[test]
+    fn replay_window_accepts_each_counter_once() {
+        let mut w = ReplayWindow::default();
+        let base = 1_000_000u64;
+        let take = |w: &mut ReplayWindow, c: u64| {
+            let new = w.check(c);
+            if new {
+                w.record(c);
+            }
+            new
+        };
+        // In order.
+        for c in base..base + 10 {
+            assert!(take(&mut w, c), "{c} in order");
+        }
+        // Duplicates.
+        for c in base..base + 10 {
+            assert!(!take(&mut w, c), "{c} again");
+        }
+        // Reordered within the window: a gap filled later.
+        assert!(take(&mut w, base + 20));
+        for c in (base + 10..base + 20).rev() {
+            assert!(take(&mut w, c), "{c} late but within the window");
+            assert!(!take(&mut w, c));
+        }
+        // Too old: the window's width below the highest.
+        assert!(take(&mut w, base + 20 + REPLAY_WINDOW));
+        assert!(!take(&mut w, base + 20), "exactly the window's width below");
+        assert!(take(&mut w, base + 21), "just inside the window, never seen");
+        assert!(!take(&mut w, base), "long ago");
+        // Counter 0 is never valid (counters start at the wall clock).
+        assert!(!take(&mut ReplayWindow::default(), 0));
+    }
+
+    #[test]
+    fn replay_window_bitmap_wraps_and_forgets_what_it_slides_past() {
+        let mut w = ReplayWindow::default();
+        let base = 77u64;
+        // Slide across several widths one at a time: each counter is new once.
+        for c in base..base + 5 * REPLAY_WINDOW {
+            assert!(w.check(c), "{c}");
+            w.record(c);
+            assert!(!w.check(c));
+        }
+        // A jump of less than the width, skipping counters: those stay new.
+        let top = w.highest();
+        w.record(top + 100);
+        for c in top + 1..top + 100 {
+            assert!(w.check(c), "{c} skipped, so never seen");
+        }
+        assert!(!w.check(top), "seen before the jump");
+        assert!(!w.check(top + 100 - REPLAY_WINDOW), "slid out");
+    }
+
+    #[test]
+    fn a_restart_with_a_higher_counter_is_accepted() {
+        let mut w = ReplayWindow::default();
+        let first_life = initial_counter();
+        for c in first_life..first_life + 50 {
+            w.record(c);
+        }
+        let restart = first_life + 1_000_000_000; // a restart a second later: the clock moved on
+        assert!(w.check(restart));
+        w.record(restart);
+        assert!(!w.check(first_life + 49), "the old life's frames are now too old");
+    }
+
+    #[test]
+    fn key_files_are_16_bytes_or_32_hex_digits() {
+        assert_eq!(parse_key_file(&[7u8; 16]).unwrap(), JobSecret::from_bytes([7; 16]));
+        let hex = "000102030405060708090a0b0c0d0e0f\n";
+        let expected: [u8; 16] = std::array::from_fn(|i| i as u8);
+        assert_eq!(parse_key_file(hex.as_bytes()).unwrap(), JobSecret::from_bytes(expected));
+        assert!(parse_key_file(b"").unwrap_err().contains("empty"));
+        assert!(parse_key_file(&[1u8; 15]).unwrap_err().contains("15 bytes"));
+        assert!(parse_key_file(&[1u8; 17]).unwrap_err().contains("17 bytes"));
+        assert!(parse_key_file(b"000102030405060708090a0b0c0d0e0g").is_err(), "not hex");
+    }
+
+    fn temp_dir(what: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("mcd-auth-test-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn key_file_checks_say_what_is_wrong_and_how_to_fix_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("checks");
+        let path = dir.join("job.key");
+        let written = JobSecret::write_new(&path).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(JobSecret::load(&path).unwrap(), written);
+        assert!(JobSecret::write_new(&path).unwrap_err().to_string().contains("never overwritten"));
+
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = JobSecret::load(&path).unwrap_err().to_string();
+        assert!(err.contains(&path.display().to_string()) && err.contains("0644") && err.contains("chmod 600"), "{err}");
+
+        let missing = dir.join("missing.key");
+        let err = JobSecret::load(&missing).unwrap_err().to_string();
+        assert!(err.contains("missing.key") && err.contains("cannot open"), "{err}");
+
+        let short = dir.join("short.key");
+        std::fs::write(&short, b"0123").unwrap();
+        std::fs::set_permissions(&short, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let err = JobSecret::load(&short).unwrap_err().to_string();
+        assert!(err.contains("4 bytes") && err.contains("head -c 16 /dev/urandom"), "{err}");
+
+        let empty = dir.join("empty.key");
+        std::fs::write(&empty, b"").unwrap();
+        std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(JobSecret::load(&empty).unwrap_err().to_string().contains("empty"));
+
+        let err = JobSecret::load(&dir).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+
+        let link = dir.join("link.key");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(JobSecret::load(&link).unwrap_err().to_string().contains("symbolic link"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_key_file_of_another_user_is_refused() {
+        if crate::sys::effective_uid() != 0 {
+            // Giving a file away needs root; as another user, a file of root's stands in.
+            let err = JobSecret::load(Path::new("/etc/hostname")).unwrap_err().to_string();
+            assert!(err.contains("owned by user id 0"), "{err}");
+            return;
+        }
+        let dir = temp_dir("owner");
+        let path = dir.join("job.key");
+        JobSecret::write_new(&path).unwrap();
+        std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+        let err = JobSecret::load(&path).unwrap_err().to_string();
+        assert!(err.contains("owned by user id 65534") && err.contains("job.key"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn mcd_auth_and_key_file_settings() {
+        assert_eq!(Auth::from_values(None, None).unwrap(), Auth::Unset);
+        assert_eq!(Auth::from_values(Some("on"), None).unwrap(), Auth::Unset);
+        assert_eq!(Auth::from_values(Some("off"), None).unwrap(), Auth::Off);
+        assert_eq!(Auth::from_values(Some("OFF"), None).unwrap(), Auth::Off);
+        let err = Auth::from_values(Some("no"), None).unwrap_err().to_string();
+        assert!(err.contains("MCD_AUTH=no") && err.contains("neither `on` nor `off`"), "{err}");
+        let err = Auth::from_values(Some("off"), Some("/k")).unwrap_err().to_string();
+        assert!(err.contains("both set"), "{err}");
+        let err = Auth::from_values(None, Some("/nonexistent/mcd.key")).unwrap_err().to_string();
+        assert!(err.contains("/nonexistent/mcd.key"), "{err}");
+        let err = Auth::Unset.required().unwrap_err().to_string();
+        assert!(err.contains("MCD_KEY_FILE") && err.contains("MCD_AUTH=off"), "{err}");
+        let dir = temp_dir("env");
+        let path = dir.join("job.key");
+        let secret = JobSecret::write_new(&path).unwrap();
+        assert_eq!(Auth::from_values(Some("on"), path.to_str()).unwrap(), Auth::Key(secret));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn secrets_are_random_and_hidden_from_debug() {
+        let (a, b) = (JobSecret::generate().unwrap(), JobSecret::generate().unwrap());
+        assert_ne!(a, b);
+        assert_eq!(format!("{a:?}"), "JobSecret(..)");
+        assert!(JobSecret::from_slice(&[0; 15]).is_err());
+    }
+}
