@@ -82,6 +82,6 @@ pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARN
 pub use hierarchy::{host_phases, HierarchicalBarrier, HostRelease, HOST_ADAPTIVE_YIELD, HOST_WAIT_ENV};
 pub use host_barrier::{segment_path, HostBarrier, HostConfig, LIVENESS_CHECK, TAP_LOOK};
 pub use mcd_shared::{GroupListener, GroupTransport, RouteStats, SharedEndpoint, GROUP_PAYLOAD_LEN};
-pub use mcd_transport::McdTransport;
+pub use mcd_transport::{wire as mcd_wire, McdTransport};
 pub use plan::{Algorithm, Fanout, Release};
 pub use transport::{Incoming, Msg, MsgKind, NodeId, TickWaker, Transport, TransportError, Waker, MISMATCHED, RECOVERED};

@@ -419,6 +419,14 @@ frame, fastest of 400 loops): SipHash-2-4 52–78 ns up to 32 B of payload and *
 interleaved, 16 rounds: the 2-node barrier −0.3% and the 2-rank 8 B allreduce +4.3% at the median (goal at most \
 +5%: **met**); two earlier runs the same evening gave +0.7% / +4.3% (barrier) and +3.6% / +8.0% (allreduce), so the \
 allreduce sits at the goal's edge; means and tails were the machine's (load average 13–27 from other sessions).\n\
+- [results/flood.md](results/flood.md): a flood of forged frames at one node of a 2-node barrier (issue 27), \
+A/B interleaved, seven runs on a machine loaded by other sessions. At the goal's rate (91-100k frames a \
+second, reached in 4 short runs on a learning switch): node 1's median **within 2×** in all four (1.00-1.09×), \
+its mean in two of four (1.47×, 1.56×; **not** 2.29×, 3.86×), its p99 in **none** (7-111×). Under heavier load \
+(33-48k frames a second reached on a hub): median within 2× (0.98-1.03×), p99 and mean not (2.4-5.4×; 2.9-7.2× \
+with auth off under the same flood: the receive ring overflows while the node is descheduled and genuine \
+frames are lost with the forged ones). With auth on no forged frame reached the engine and every barrier was \
+safe.\n\
 - [results/loss.md](results/loss.md), [results/load.md](results/load.md), [results/hotpath.md](results/hotpath.md), \
 [results/barriers.md](results/barriers.md), [results/latency.md](results/latency.md), [results/model.md](results/model.md).\n";
 

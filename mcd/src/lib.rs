@@ -98,7 +98,7 @@ pub use config::{job_key_from_str, EndpointConfig, DEFAULT_JOB_KEY, MAX_RAILS};
 pub use endpoint::{Destination, Endpoint, Readiness, Received, SendToken};
 pub use error::{Error, Result};
 pub use node::{NodeAddr, NodeId, NodeList, Port};
-pub use raw::RawSender;
+pub use raw::{RawFrame, RawReceiver, RawSender};
 pub use stats::{DropCounts, DropReason, Stats};
 pub use wait::WaitPolicy;
 pub use wire::{GroupId, MacAddr};

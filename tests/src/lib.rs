@@ -7,6 +7,8 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod attacker;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

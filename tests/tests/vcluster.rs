@@ -41,3 +41,20 @@ fn up_is_idempotent_repairs_refuses_other_shapes_and_down_leaves_nothing() {
     assert!(!String::from_utf8_lossy(&tables.stdout).contains(&format!("mcd_{name}")), "the bridge loss table is gone");
     assert!(Cluster::attach(name).unwrap_err().to_string().contains("up"), "no state left either");
 }
+
+#[test]
+fn an_outsider_sits_on_the_switch_outside_the_node_list_and_goes_with_the_cluster() {
+    let name = "aout";
+    Cluster::down_by_name(name).unwrap();
+    let (cluster, _) = Cluster::up(ClusterSpec::new(name, 2)).unwrap();
+    let outsider = cluster.plug_outsider(0).unwrap();
+    assert_eq!(outsider.namespace, cluster.namespace(2), "numbered after the nodes");
+    assert!(!cluster.node_list().iter().any(|n| n.macs.contains(&outsider.macs[0])), "in no node list");
+    // On the nodes' switch: its link is a port of the bridge.
+    let ports = Command::new("ip").args(["-o", "link", "show", "master", &format!("mcd{name}b0")]).output().unwrap();
+    let ports = String::from_utf8_lossy(&ports.stdout);
+    assert!(ports.contains(&format!("mcd{name}0n2")), "not a port of the switch: {ports}");
+    assert!(cluster.plug_outsider(mcd_tools::vcluster::MAX_OUTSIDERS).is_err());
+    cluster.down().unwrap();
+    assert_eq!(Cluster::leftovers(name).unwrap(), Vec::<String>::new());
+}

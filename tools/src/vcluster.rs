@@ -195,6 +195,26 @@ impl NodeOutcome {
     }
 }
 
+/// The most outsiders ([`Cluster::plug_outsider`]) a cluster can have.
+pub const MAX_OUTSIDERS: usize = 4;
+
+/// A station on a cluster's switches that is not a node of it (see
+/// [`Cluster::plug_outsider`]).
+#[derive(Clone, Debug)]
+pub struct Outsider {
+    /// Its network namespace.
+    pub namespace: String,
+    /// Its MAC address on each rail.
+    pub macs: Vec<MacAddr>,
+}
+
+impl Outsider {
+    /// Moves the calling thread into the outsider's namespace until the guard drops.
+    pub fn enter(&self) -> Result<mcd::host::NetnsGuard> {
+        mcd::host::enter_netns(&self.namespace).with_context(|| format!("entering {}", self.namespace))
+    }
+}
+
 /// A virtual cluster that is up. Dropping it leaves the cluster up; use
 /// [`Cluster::down`] or a [`ClusterGuard`].
 #[derive(Clone, Debug)]
@@ -447,13 +467,7 @@ impl Cluster {
 
     fn build(&self) -> Result<usize> {
         let mut repaired = 0;
-        let namespaces: BTreeSet<String> =
-            sh("ip", &["netns", "list"])?.lines().filter_map(|l| l.split_whitespace().next()).map(str::to_string).collect();
-        let links: BTreeSet<String> = sh("ip", &["-o", "link", "show"])?
-            .lines()
-            .filter_map(|l| l.split(": ").nth(1))
-            .map(|n| n.split('@').next().unwrap_or(n).to_string())
-            .collect();
+        let (namespaces, links) = existing_pieces()?;
         for rail in 0..self.spec.rails {
             let br = self.bridge(rail);
             if !links.contains(&br) {
@@ -468,35 +482,58 @@ impl Cluster {
             sh("ip", &["link", "set", &br, "up"])?;
         }
         for node in 0..self.spec.nodes {
-            let ns = self.namespace(node);
-            if !namespaces.contains(&ns) {
-                repaired += 1;
-                sh("ip", &["netns", "add", &ns])?;
-            }
-            in_ns(&ns, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])?;
-            in_ns(&ns, &["ip", "link", "set", "lo", "up"])?;
-            for rail in 0..self.spec.rails {
-                let peer = self.peer(node, rail);
-                let eth = Cluster::interface(rail);
-                if !links.contains(&peer) || !namespaces.contains(&ns) {
-                    repaired += 1;
-                    let _ = sh("ip", &["link", "del", &peer]);
-                    sh("ip", &["link", "add", &peer, "type", "veth", "peer", "name", &eth, "netns", &ns])?;
-                }
-                sh("sysctl", &["-qw", &format!("net.ipv6.conf.{peer}.disable_ipv6=1")])?;
-                sh("ip", &["link", "set", &peer, "master", &self.bridge(rail)])?;
-                in_ns(&ns, &["ip", "link", "set", &eth, "address", &self.mac(node, rail).to_string()])?;
-                let ip = format!("{}/16", self.ip(node, rail));
-                in_ns(&ns, &["ip", "addr", "replace", &ip, "dev", &eth])?;
-                in_ns(&ns, &["ip", "link", "set", &eth, "up"])?;
-                sh("ip", &["link", "set", &peer, "up"])?;
-            }
-            // A default route on rail 0, as a real node has: programs that take
-            // their interface from it (mcd without MCD_IFACES) find eth0.
-            in_ns(&ns, &["ip", "route", "replace", "default", "dev", &Cluster::interface(0)])?;
+            repaired += self.plug(node, &namespaces, &links)?;
         }
         // Repairs counted from a fresh build are not repairs.
         Ok(repaired)
+    }
+
+    /// Plugs station `node` (a node, or an outsider numbered after them)
+    /// into every rail's bridge: its namespace, veths, MAC and address,
+    /// made or put back. Returns how many pieces were missing.
+    fn plug(&self, node: usize, namespaces: &BTreeSet<String>, links: &BTreeSet<String>) -> Result<usize> {
+        let mut repaired = 0;
+        let ns = self.namespace(node);
+        if !namespaces.contains(&ns) {
+            repaired += 1;
+            sh("ip", &["netns", "add", &ns])?;
+        }
+        in_ns(&ns, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])?;
+        in_ns(&ns, &["ip", "link", "set", "lo", "up"])?;
+        for rail in 0..self.spec.rails {
+            let peer = self.peer(node, rail);
+            let eth = Cluster::interface(rail);
+            if !links.contains(&peer) || !namespaces.contains(&ns) {
+                repaired += 1;
+                let _ = sh("ip", &["link", "del", &peer]);
+                sh("ip", &["link", "add", &peer, "type", "veth", "peer", "name", &eth, "netns", &ns])?;
+            }
+            sh("sysctl", &["-qw", &format!("net.ipv6.conf.{peer}.disable_ipv6=1")])?;
+            sh("ip", &["link", "set", &peer, "master", &self.bridge(rail)])?;
+            in_ns(&ns, &["ip", "link", "set", &eth, "address", &self.mac(node, rail).to_string()])?;
+            let ip = format!("{}/16", self.ip(node, rail));
+            in_ns(&ns, &["ip", "addr", "replace", &ip, "dev", &eth])?;
+            in_ns(&ns, &["ip", "link", "set", &eth, "up"])?;
+            sh("ip", &["link", "set", &peer, "up"])?;
+        }
+        // A default route on rail 0, as a real node has: programs that take
+        // their interface from it (mcd without MCD_IFACES) find eth0.
+        in_ns(&ns, &["ip", "route", "replace", "default", "dev", &Cluster::interface(0)])?;
+        Ok(repaired)
+    }
+
+    /// Plugs an outsider into every rail's switch: a namespace of its own
+    /// (see [`Outsider`]), built like a node's and numbered after them
+    /// (`index` 0 is station `nodes`), so it shares their addressing
+    /// scheme and is taken down with the cluster, but it is in no node
+    /// list. Tests use one to watch the segment and to send what a foreign
+    /// station would (an observer, a traffic source, an attacker).
+    pub fn plug_outsider(&self, index: usize) -> Result<Outsider> {
+        ensure!(index < MAX_OUTSIDERS, "a cluster has at most {MAX_OUTSIDERS} outsiders, not {}", index + 1);
+        let station = self.spec.nodes + index;
+        let (namespaces, links) = existing_pieces()?;
+        self.plug(station, &namespaces, &links)?;
+        Ok(Outsider { namespace: self.namespace(station), macs: (0..self.spec.rails).map(|r| self.mac(station, r)).collect() })
     }
 
     fn lossy_nodes(&self, loss: &Loss) -> Vec<usize> {
@@ -707,6 +744,17 @@ impl Cluster {
         config.auth = self.secret().map(mcd::Auth::Key).unwrap_or(mcd::Auth::Unset);
         config
     }
+}
+
+/// The network namespaces and links that exist.
+fn existing_pieces() -> Result<(BTreeSet<String>, BTreeSet<String>)> {
+    let namespaces = sh("ip", &["netns", "list"])?.lines().filter_map(|l| l.split_whitespace().next()).map(str::to_string).collect();
+    let links = sh("ip", &["-o", "link", "show"])?
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n).to_string())
+        .collect();
+    Ok((namespaces, links))
 }
 
 /// Whether `dev` is a link of cluster `name`: `mcd{name}b{rail}` (bridge) or
