@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
     MPI_Allreduce(extremes, hi, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
     float factor = 1.0f + 0.5f * (float)(rank % 2), product = 0.0f;
     MPI_Allreduce(&factor, &product, 1, MPI_FLOAT, MPI_PROD, MPI_COMM_WORLD);
-    /* Not served by mcd (a user type): PMPI, and still right. */
+    /* A user type: served by mcd too (packed), and still right. */
     MPI_Datatype pair;
     MPI_Type_contiguous(2, MPI_INT, &pair);
     MPI_Type_commit(&pair);

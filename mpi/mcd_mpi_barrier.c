@@ -36,17 +36,22 @@
  * Inter-communicators, and communicators with a rank outside MPI_COMM_WORLD
  * (spawned or connected jobs), stay with PMPI_Barrier.
  *
- * Collectives. MPI_Allreduce, MPI_Reduce and MPI_Bcast on MPI_COMM_WORLD go
- * through mcd (mcd_allreduce, mcd_reduce, mcd_bcast: a gather with the data
- * in the messages and a multicast result, reproducible to the bit) for the
+ * Collectives. MPI_Allreduce, MPI_Reduce and MPI_Bcast go through mcd on
+ * MPI_COMM_WORLD (mcd_allreduce, mcd_reduce, mcd_bcast: a gather with the
+ * data in the messages and a multicast result, reproducible to the bit) and
+ * on every communicator that has an mcd group (mcd_group_allreduce, ...: a
+ * barrier instance of the group's own, made at its first collective; the
+ * communicator's state is made by its first MPI_Barrier or collective
+ * bound for mcd, whichever comes first), every root, for the
  * types int, long, long long, unsigned, unsigned long, unsigned long long,
  * the fixed-width (u)int32/64_t, float and double, the operations MPI_SUM,
  * MPI_MIN, MPI_MAX, MPI_PROD, MPI_BAND, MPI_BOR and MPI_BXOR (bitwise ones on
- * integers), MPI_IN_PLACE included; MPI_Bcast for any predefined type. Up to
+ * integers), MPI_IN_PLACE included; MPI_Bcast for any type. Up to
  * MCD_MPI_MAX_BYTES bytes (default 65536) per call. Everything else (other
- * communicators, types or operations, larger data) goes to PMPI. Every
- * condition is one MPI makes the same on every rank, so all ranks decide
- * alike.
+ * communicators, operations, larger data, reductions whose type signature
+ * mixes basic types) goes to PMPI. Every condition is one MPI makes the
+ * same on every rank (the type signature, not the datatype handle: see
+ * "Type signatures" below), so all ranks decide alike.
  *
  * MPI_Ibarrier is not interposed: an MPI request completed by mcd would need
  * MPI to drive mcd's progress inside MPI_Wait/MPI_Test, which the PMPI
@@ -69,6 +74,14 @@
  *                       and rank 0 of a communicator left to PMPI says why;
  *                       then "mcd-mpi: rank R: collectives: A MPI_Allreduce via
  *                        mcd, a via PMPI; B MPI_Reduce via mcd, ...; C MPI_Bcast ..."
+ *                       and per communicator with collectives (when it is
+ *                        freed, or in MPI_Finalize): "mcd-mpi: rank R:
+ *                        collectives on MPI_COMM_WORLD: A MPI_Allreduce via mcd,
+ *                        a via PMPI; ...; PMPI because: X beyond
+ *                        MCD_MPI_MAX_BYTES, Y type or operation not served,
+ *                        Z the communicator has no mcd group (why)"
+ *                        (a communicator by its mcd key: its rank 0's world
+ *                        rank + 1, then a count, in hex)
  *   MCD_MPI_MAX_BYTES=N the largest collective mcd serves (bytes; default 65536)
  *
  * Built by `tools::mpi::build_interposer` (mpicc -shared, with the static
@@ -101,11 +114,20 @@ static unsigned long long coll_mcd[KINDS], coll_pmpi[KINDS];
 static long long max_bytes = 65536;
 
 /* A communicator's barrier, cached in an attribute. */
+/* Why a collective went to PMPI. */
+enum { WHY_COMM, WHY_BYTES, WHY_TYPE, WHYS };
+static const char *why_names[WHYS] = {"the communicator has no mcd group", "beyond MCD_MPI_MAX_BYTES", "type or operation not served"};
+
 typedef struct comm_state {
     mcd_group *group; /* NULL: PMPI_Barrier */
     int size;
+    unsigned long long key;  /* the communicator's mcd key (0: none) */
+    const char *why;         /* why it has no mcd group */
+    /* Its collectives, per kind: through mcd, and through PMPI per reason. */
+    unsigned long long mcd[KINDS], pmpi[KINDS][WHYS];
     struct comm_state *prev, *next; /* the live ones, in creation order */
 } comm_state;
+static void report_comm(const comm_state *st, int world);
 static int keyval = MPI_KEYVAL_INVALID;
 static comm_state *first, *last;
 static unsigned long long comms_mcd, comms_inter, comms_unreachable, comms_failed;
@@ -113,6 +135,11 @@ static unsigned long long comms_mcd, comms_inter, comms_unreachable, comms_faile
 static int reporting(void) {
     const char *report = getenv("MCD_MPI_REPORT");
     return report && *report && strcmp(report, "0");
+}
+
+/* For messages: which communicator. */
+static const char *comm_name(MPI_Comm comm) {
+    return comm == MPI_COMM_WORLD ? "MPI_COMM_WORLD" : "a communicator";
 }
 
 static void link_state(comm_state *st) {
@@ -143,6 +170,7 @@ static void end_group(comm_state *st) {
 static int delete_state(MPI_Comm comm, int key, void *value, void *extra) {
     (void)comm, (void)key, (void)extra;
     comm_state *st = value;
+    if (reporting() && job) report_comm(st, 0);
     unlink_state(st);
     end_group(st);
     free(st);
@@ -164,6 +192,7 @@ static comm_state *new_state(MPI_Comm comm) {
     PMPI_Comm_rank(comm, &rank);
     PMPI_Comm_size(comm, &st->size); /* of the local group, for an inter-communicator */
     const char *why = NULL;
+    long long agreed_key = 0, *agreed_key_out = &agreed_key;
     if (inter) {
         /* Every member sees the same: no agreement needed. */
         why = "an inter-communicator";
@@ -184,12 +213,14 @@ static comm_state *new_state(MPI_Comm comm) {
          * its world rank and its own count, unique in the job, so members
          * need not create their communicators in the same order. */
         long long agreed[2] = {can, LLONG_MAX};
+        agreed_key_out = &agreed_key;
         if (rank == 0) {
             int world_rank;
             PMPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
             agreed[1] = (long long)(((unsigned long long)world_rank + 1) << 32 | (COUNT(keys_made) + 1));
         }
         PMPI_Allreduce(MPI_IN_PLACE, agreed, 2, MPI_LONG_LONG, MPI_MIN, comm);
+        *agreed_key_out = agreed[1];
         if (!agreed[0]) {
             why = "not all its ranks are in MPI_COMM_WORLD (mcd cannot reach them)";
             COUNT(comms_unreachable);
@@ -218,6 +249,8 @@ static comm_state *new_state(MPI_Comm comm) {
         free(ranks);
         free(in_world);
     }
+    st->key = (unsigned long long)agreed_key;
+    st->why = why;
     if (why && rank == 0 && reporting())
         fprintf(stderr, "mcd-mpi: rank %d: a communicator of %d ranks falls back to PMPI_Barrier: %s\n", mcd_rank(job), st->size, why);
     link_state(st);
@@ -298,7 +331,9 @@ static void start_mcd(void) {
  * constants, hence no switch.) */
 static int dtype_of(MPI_Datatype t) {
     if (t == MPI_INT32_T || (t == MPI_INT && sizeof(int) == 4)) return MCD_INT32;
-    if (t == MPI_INT64_T || t == MPI_LONG_LONG || t == MPI_LONG_LONG_INT || (t == MPI_LONG && sizeof(long) == 8)) return MCD_INT64;
+    if (t == MPI_INT64_T || t == MPI_LONG_LONG || t == MPI_LONG_LONG_INT || (t == MPI_LONG && sizeof(long) == 8) ||
+        (t == MPI_AINT && sizeof(MPI_Aint) == 8) || (t == MPI_OFFSET && sizeof(MPI_Offset) == 8) || (t == MPI_COUNT && sizeof(MPI_Count) == 8))
+        return MCD_INT64;
     if (t == MPI_UINT32_T || (t == MPI_UNSIGNED && sizeof(unsigned) == 4)) return MCD_UINT32;
     if (t == MPI_UINT64_T || t == MPI_UNSIGNED_LONG_LONG || (t == MPI_UNSIGNED_LONG && sizeof(unsigned long) == 8)) return MCD_UINT64;
     if (t == MPI_FLOAT) return MCD_FLOAT;
@@ -319,65 +354,322 @@ static int op_of(MPI_Op op, int dtype) {
     return -1;
 }
 
+/* Type signatures. MPI makes only the type *signature* (the sequence of
+ * basic types) and so the byte count the same on every rank of a
+ * collective, not the datatype handle: one rank may broadcast 2 x
+ * contiguous(3, MPI_INT) while the others receive 6 x MPI_INT. So every
+ * choice below is a function of the signature alone:
+ *   - the bytes: count x MPI_Type_size;
+ *   - the one mcd type all the signature's basic types map to (for
+ *     reductions), found by walking the type's constructors
+ *     (MPI_Type_get_envelope / _get_contents); a predefined pair type
+ *     (MPI_DOUBLE_INT...) or a mix of types has none.
+ * How the bytes are read and written is each rank's own business: a
+ * predefined type without gaps (size = extent) is its bytes; any other
+ * (the pair types with gaps, every derived type) is packed into its
+ * signature's bytes with PMPI_Pack and unpacked with PMPI_Unpack, never
+ * copied as if contiguous. */
+enum { SIG_EMPTY = -2, SIG_MIXED = -1 };
+
+/* The mcd type every basic type of `t`'s signature maps to, SIG_EMPTY for
+ * an empty signature, or SIG_MIXED. */
+static int signature_dtype(MPI_Datatype t, int depth) {
+    int size = 0;
+    PMPI_Type_size(t, &size);
+    if (size == 0) return SIG_EMPTY;
+    int ni = 0, na = 0, nt = 0, combiner = MPI_COMBINER_NAMED;
+    PMPI_Type_get_envelope(t, &ni, &na, &nt, &combiner);
+    if (combiner == MPI_COMBINER_NAMED) {
+        int d = dtype_of(t);
+        return d < 0 ? SIG_MIXED : d;
+    }
+    if (depth > 32 || nt < 1) return SIG_MIXED;
+    int *ints = malloc(sizeof(int) * (ni + 1));
+    MPI_Aint *addrs = malloc(sizeof(MPI_Aint) * (na + 1));
+    MPI_Datatype *types = malloc(sizeof(MPI_Datatype) * nt);
+    PMPI_Type_get_contents(t, ni, na, nt, ints, addrs, types);
+    int found = SIG_EMPTY;
+    for (int i = 0; i < nt; i++) {
+        int d = signature_dtype(types[i], depth + 1);
+        /* A struct's block of length 0 adds nothing to the signature. */
+        if (combiner == MPI_COMBINER_STRUCT && ints[1 + i] == 0) d = SIG_EMPTY;
+        if (d == SIG_MIXED || (found >= 0 && d >= 0 && d != found)) found = SIG_MIXED;
+        else if (found == SIG_EMPTY) found = d;
+        int inner = 0, x, y, z;
+        PMPI_Type_get_envelope(types[i], &x, &y, &z, &inner);
+        if (inner != MPI_COMBINER_NAMED) PMPI_Type_free(&types[i]);
+    }
+    free(ints);
+    free(addrs);
+    free(types);
+    return found;
+}
+
+/* Whether `t`'s memory is its signature's bytes: a predefined type without
+ * gaps (the pair types whose extent exceeds their size are not). */
+static int plain(MPI_Datatype t) {
+    int ni, na, nt, combiner = -1, size = 0;
+    PMPI_Type_get_envelope(t, &ni, &na, &nt, &combiner);
+    if (combiner != MPI_COMBINER_NAMED) return 0;
+    MPI_Aint lb = 0, extent = 0;
+    PMPI_Type_size(t, &size);
+    PMPI_Type_get_extent(t, &lb, &extent);
+    return lb == 0 && extent == size;
+}
+
+/* Whether PMPI_Pack writes a signature's bytes back to back (as both MPIs
+ * do on one machine's ranks): checked once on a pair type with a gap, so
+ * that a packed type meets another rank's plain one byte for byte. The
+ * same library on every rank gives the same answer on every rank. */
+static int packs_plainly(void) {
+    static int known = -1;
+    if (known < 0) {
+        struct { short s; int i; } v = {0x0102, 0x03040506};
+        char packed[64], want[sizeof(short) + sizeof(int)];
+        int position = 0, size = 0;
+        PMPI_Type_size(MPI_SHORT_INT, &size);
+        memcpy(want, &v.s, sizeof v.s);
+        memcpy(want + sizeof v.s, &v.i, sizeof v.i);
+        int ok = PMPI_Pack(&v, 1, MPI_SHORT_INT, packed, sizeof packed, &position, MPI_COMM_WORLD) == MPI_SUCCESS;
+        known = ok && position == (int)sizeof want && size == (int)sizeof want && !memcmp(packed, want, sizeof want);
+    }
+    return known;
+}
+
+/* The bytes of `count` elements of `t` (its signature's), or -1 if they
+ * overflow. */
+static long long bytes_of(int count, MPI_Datatype t) {
+    int size = 0;
+    if (count < 0 || PMPI_Type_size(t, &size) != MPI_SUCCESS || size < 0) return -1;
+    return (long long)count * size;
+}
+
+/* A collective's data as mcd sees it: `bytes` bytes, at `buf` itself or
+ * packed into `packed` (malloc'd; NULL for a plain type). */
+static int pack_in(const void *buf, int count, MPI_Datatype t, long long bytes, char **packed) {
+    *packed = NULL;
+    if (plain(t)) return 1;
+    *packed = malloc(bytes ? bytes : 1);
+    int position = 0;
+    if (PMPI_Pack(buf, count, t, *packed, (int)bytes, &position, MPI_COMM_WORLD) != MPI_SUCCESS || position != bytes) {
+        fprintf(stderr, "mcd-mpi: packing %d elements of a datatype gave %d bytes, not %lld\n", count, position, bytes);
+        return 0;
+    }
+    return 1;
+}
+
+static void unpack_out(const char *packed, long long bytes, void *buf, int count, MPI_Datatype t) {
+    int position = 0;
+    PMPI_Unpack(packed, (int)bytes, &position, buf, count, t, MPI_COMM_WORLD);
+}
+
+/* A communicator's state (its mcd group, or none: PMPI), made at the first
+ * MPI_Barrier or collective on it (collective, as they are); NULL if MPI
+ * keeps no attribute on it. */
+static comm_state *state_of(MPI_Comm comm) {
+    comm_state *st = NULL;
+    int found = 0;
+    if (PMPI_Comm_get_attr(comm, keyval, &st, &found) != MPI_SUCCESS) return NULL;
+    return found ? st : new_state(comm);
+}
+
+/* Where a collective on a communicator runs through mcd: the job's
+ * collectives (MPI_COMM_WORLD) or the communicator's group; `rank` is this
+ * process's rank there (the communicator's: groups list the members in
+ * communicator order). */
+typedef struct {
+    mcd_group *group; /* NULL: the job */
+    int rank;
+} target;
+
+/* Whether `comm` has an mcd target (the same answer on every member: the
+ * world always, another communicator if its members agreed on a group). */
+static int target_of(MPI_Comm comm, target *t) {
+    if (!active || comm == MPI_COMM_NULL) return 0;
+    if (comm == MPI_COMM_WORLD) {
+        t->group = NULL;
+        t->rank = mcd_rank(job);
+        return 1;
+    }
+    comm_state *st = state_of(comm);
+    if (!st || !st->group) return 0;
+    t->group = st->group;
+    t->rank = mcd_group_rank(st->group);
+    return 1;
+}
+
+static int t_allreduce(const target *t, const void *in, void *out, size_t n, int dtype, int op) {
+    return t->group ? mcd_group_allreduce(t->group, in, out, n, dtype, op) : mcd_allreduce(job, in, out, n, dtype, op);
+}
+static int t_reduce(const target *t, const void *in, void *out, size_t n, int dtype, int op, int root) {
+    return t->group ? mcd_group_reduce(t->group, in, out, n, dtype, op, root) : mcd_reduce(job, in, out, n, dtype, op, root);
+}
+static int t_bcast(const target *t, void *buf, size_t bytes, int root) {
+    return t->group ? mcd_group_bcast(t->group, buf, bytes, root) : mcd_bcast(job, buf, bytes, root);
+}
+
+/* The counters of the world's collectives (other communicators keep
+ * theirs in their state). */
+static comm_state world_state = {.why = NULL};
+
+/* `comm`'s counters, if it has any yet (looked up, never made). */
+static comm_state *counters_of(MPI_Comm comm) {
+    if (comm == MPI_COMM_WORLD) return &world_state;
+    comm_state *st = NULL;
+    int found = 0;
+    if (!active || comm == MPI_COMM_NULL || PMPI_Comm_get_attr(comm, keyval, &st, &found) != MPI_SUCCESS || !found) return NULL;
+    return st;
+}
+
+static void served(MPI_Comm comm, int kind) {
+    COUNT(coll_mcd[kind]);
+    comm_state *st = counters_of(comm);
+    if (st) COUNT(st->mcd[kind]);
+}
+
+/* A collective passed to PMPI: `reducible` (or the broadcast's test) said
+ * yes (`ok`) but the communicator has no group, or it said no (beyond the
+ * limit, or the type or operation). */
+static void passed(MPI_Comm comm, int kind, int ok, long long bytes) {
+    COUNT(coll_pmpi[kind]);
+    comm_state *st = counters_of(comm);
+    if (st) COUNT(st->pmpi[kind][ok ? WHY_COMM : bytes < 0 || bytes > max_bytes ? WHY_BYTES : WHY_TYPE]);
+}
+
+/* MCD_MPI_REPORT: one line for a communicator's collectives. */
+static void report_comm(const comm_state *st, int world) {
+    static const char *names[KINDS] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast"};
+    char line[1024];
+    int n = 0;
+    unsigned long long calls = 0;
+    for (int k = 0; k < KINDS; k++) {
+        calls += st->mcd[k];
+        for (int w = 0; w < WHYS; w++) calls += st->pmpi[k][w];
+    }
+    if (!calls && !world) return; /* barriers only */
+    if (world) n += snprintf(line + n, sizeof line - n, "MPI_COMM_WORLD:");
+    else n += snprintf(line + n, sizeof line - n, "communicator %#llx (%d ranks):", st->key, st->size);
+    unsigned long long why_total[WHYS] = {0};
+    for (int k = 0; k < KINDS; k++) {
+        unsigned long long p = 0;
+        for (int w = 0; w < WHYS; w++) p += st->pmpi[k][w], why_total[w] += st->pmpi[k][w];
+        n += snprintf(line + n, sizeof line - n, "%s %llu %s via mcd, %llu via PMPI", k ? ";" : "", st->mcd[k], names[k], p);
+    }
+    n += snprintf(line + n, sizeof line - n, "; PMPI because:");
+    int any = 0;
+    for (int w = 0; w < WHYS; w++)
+        if (why_total[w]) {
+            n += snprintf(line + n, sizeof line - n, "%s %llu %s", any ? "," : "", why_total[w], why_names[w]);
+            if (w == WHY_COMM && st->why) n += snprintf(line + n, sizeof line - n, " (%s)", st->why);
+            any = 1;
+        }
+    if (!any) n += snprintf(line + n, sizeof line - n, " nothing");
+    fprintf(stderr, "mcd-mpi: rank %d: collectives on %s\n", mcd_rank(job), line);
+}
+
 /* Whether mcd takes a reduction of `count` elements of `t` with `op` on
- * `comm`; if so, its mcd type and operation. */
-static int reducible(MPI_Comm comm, int count, MPI_Datatype t, MPI_Op op, int *dtype, int *mop) {
-    if (!active || comm != MPI_COMM_WORLD || count < 0) return 0;
-    *dtype = dtype_of(t);
+ * `comm` (a function of the signature, the byte count and the operation,
+ * which MPI makes the same on every rank); if so, its bytes, its mcd type
+ * and operation. */
+static int reducible(MPI_Comm comm, int count, MPI_Datatype t, MPI_Op op, long long *bytes, int *dtype, int *mop) {
+    if (!active || comm == MPI_COMM_NULL) return 0;
+    *bytes = bytes_of(count, t);
+    if (*bytes < 0 || *bytes > max_bytes) return 0;
+    *dtype = signature_dtype(t, 0);
+    if (*bytes == 0) *dtype = MCD_INT64; /* no data: any type the operation applies to */
     if (*dtype < 0) return 0;
     *mop = op_of(op, *dtype);
     if (*mop < 0) return 0;
-    int size = 0;
-    PMPI_Type_size(t, &size);
-    return (long long)count * size <= max_bytes;
+    return plain(t) || packs_plainly();
+}
+/* (The communicator is looked at last, by target_of: its state is made
+ * only by calls that would go through mcd, on every member alike.) */
+
+static const size_t mcd_sizes[] = {0, 4, 8, 4, 8, 4, 8}; /* by MCD_INT32 ... MCD_DOUBLE */
+
+/* mcd's allreduce (root < 0) or reduce of `count` elements of `t`:
+ * packed when `t` is not plain. */
+static int reduce_via_mcd(const target *to, const void *sendbuf, void *recvbuf, int count, MPI_Datatype t, long long bytes, int dtype, int mop, int root) {
+    int result_here = root < 0 || root == to->rank;
+    int in_place = sendbuf == MPI_IN_PLACE;
+    size_t n = (size_t)bytes / mcd_sizes[dtype];
+    if (plain(t)) {
+        const void *in = in_place ? NULL : sendbuf;
+        return root < 0 ? t_allreduce(to, in, recvbuf, n, dtype, mop) : t_reduce(to, in, recvbuf, n, dtype, mop, root);
+    }
+    char *packed;
+    int rc = MCD_OK;
+    if (!pack_in(in_place ? recvbuf : sendbuf, count, t, bytes, &packed)) rc = MCD_ERR_ARGUMENT;
+    /* In place on the packed copy; the result unpacked where MPI wants it. */
+    if (rc == MCD_OK) rc = root < 0 ? t_allreduce(to, NULL, packed, n, dtype, mop) : t_reduce(to, result_here ? NULL : packed, result_here ? packed : NULL, n, dtype, mop, root);
+    if (rc == MCD_OK && result_here) unpack_out(packed, bytes, recvbuf, count, t);
+    free(packed);
+    return rc;
 }
 
 int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
     int dtype, mop;
-    if (reducible(comm, count, datatype, op, &dtype, &mop)) {
-        const void *in = sendbuf == MPI_IN_PLACE ? NULL : sendbuf;
-        if (mcd_allreduce(job, in, recvbuf, (size_t)count, dtype, mop) == MCD_OK) {
-            COUNT(coll_mcd[ALLREDUCE]);
+    long long bytes = -1;
+    target to;
+    int ok = reducible(comm, count, datatype, op, &bytes, &dtype, &mop);
+    if (ok && target_of(comm, &to)) {
+        if (reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, -1) == MCD_OK) {
+            served(comm, ALLREDUCE);
             return MPI_SUCCESS;
         }
-        fprintf(stderr, "mcd-mpi: MPI_Allreduce on MPI_COMM_WORLD failed: %s\n", mcd_last_error());
+        fprintf(stderr, "mcd-mpi: MPI_Allreduce on %s failed: %s\n", comm_name(comm), mcd_last_error());
         return MPI_ERR_OTHER;
     }
-    COUNT(coll_pmpi[ALLREDUCE]);
+    passed(comm, ALLREDUCE, ok, bytes);
     return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
 }
 
 int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm) {
     int dtype, mop;
-    if (reducible(comm, count, datatype, op, &dtype, &mop)) {
-        const void *in = sendbuf == MPI_IN_PLACE ? NULL : sendbuf;
-        if (mcd_reduce(job, in, recvbuf, (size_t)count, dtype, mop, root) == MCD_OK) {
-            COUNT(coll_mcd[REDUCE]);
+    long long bytes = -1;
+    target to;
+    int ok = reducible(comm, count, datatype, op, &bytes, &dtype, &mop);
+    if (ok && target_of(comm, &to)) {
+        if (reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, root) == MCD_OK) {
+            served(comm, REDUCE);
             return MPI_SUCCESS;
         }
-        fprintf(stderr, "mcd-mpi: MPI_Reduce on MPI_COMM_WORLD failed: %s\n", mcd_last_error());
+        fprintf(stderr, "mcd-mpi: MPI_Reduce on %s failed: %s\n", comm_name(comm), mcd_last_error());
         return MPI_ERR_OTHER;
     }
-    COUNT(coll_pmpi[REDUCE]);
+    passed(comm, REDUCE, ok, bytes);
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
 }
 
+/* Broadcasts go through mcd whatever the type (a function of the byte
+ * count alone): a plain type as its bytes, any other packed at the root
+ * and unpacked elsewhere. */
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
-    int size = 0, ints, addrs, types, combiner = -1;
-    if (active && comm == MPI_COMM_WORLD && count >= 0) {
-        /* A predefined type is contiguous: its bytes are the data. */
-        PMPI_Type_get_envelope(datatype, &ints, &addrs, &types, &combiner);
-        PMPI_Type_size(datatype, &size);
-    }
-    if (combiner == MPI_COMBINER_NAMED && (long long)count * size <= max_bytes) {
-        if (mcd_bcast(job, buffer, (size_t)count * (size_t)size, root) == MCD_OK) {
-            COUNT(coll_mcd[BCAST]);
+    long long bytes = -1;
+    target to;
+    if (active && comm != MPI_COMM_NULL) bytes = bytes_of(count, datatype);
+    int ok = bytes >= 0 && bytes <= max_bytes && (plain(datatype) || packs_plainly());
+    if (ok && target_of(comm, &to)) {
+        int rc;
+        if (plain(datatype)) {
+            rc = t_bcast(&to, buffer, (size_t)bytes, root);
+        } else {
+            char *packed = NULL;
+            int at_root = to.rank == root;
+            rc = !at_root || pack_in(buffer, count, datatype, bytes, &packed) ? MCD_OK : MCD_ERR_ARGUMENT;
+            if (!at_root) packed = malloc(bytes ? bytes : 1);
+            if (rc == MCD_OK) rc = t_bcast(&to, packed, (size_t)bytes, root);
+            if (rc == MCD_OK && !at_root) unpack_out(packed, bytes, buffer, count, datatype);
+            free(packed);
+        }
+        if (rc == MCD_OK) {
+            served(comm, BCAST);
             return MPI_SUCCESS;
         }
-        fprintf(stderr, "mcd-mpi: MPI_Bcast on MPI_COMM_WORLD failed: %s\n", mcd_last_error());
+        fprintf(stderr, "mcd-mpi: MPI_Bcast on %s failed: %s\n", comm_name(comm), mcd_last_error());
         return MPI_ERR_OTHER;
     }
-    COUNT(coll_pmpi[BCAST]);
+    passed(comm, BCAST, ok, bytes);
     return PMPI_Bcast(buffer, count, datatype, root, comm);
 }
 
@@ -404,10 +696,8 @@ int MPI_Barrier(MPI_Comm comm) {
         return MPI_ERR_OTHER;
     }
     if (active && comm != MPI_COMM_NULL) {
-        comm_state *st = NULL;
-        int found = 0;
-        if (PMPI_Comm_get_attr(comm, keyval, &st, &found) == MPI_SUCCESS) {
-            if (!found) st = new_state(comm);
+        comm_state *st = state_of(comm);
+        if (st) {
             if (st->group) {
                 int rc = mcd_group_barrier(st->group);
                 if (rc == MCD_OK) {
@@ -444,6 +734,10 @@ int MPI_Finalize(void) {
         /* Communicators never freed: their groups end here (without waiting,
          * so in any order); the states stay for MPI's own teardown. */
         pthread_mutex_lock(&states_lock);
+        if (reporting()) {
+            report_comm(&world_state, 1);
+            for (comm_state *st = first; st; st = st->next) report_comm(st, 0);
+        }
         for (comm_state *st = first; st; st = st->next) end_group(st);
         pthread_mutex_unlock(&states_lock);
         /* Collective: every freed group's closing completes, then the job's

@@ -10,8 +10,11 @@
  * again. Each rank writes "SLOT LEADER ROUND ENTER LEAVE" lines (LEADER: the
  * job rank of the group's rank 0; times on CLOCK_MONOTONIC, shared by every
  * namespace of one machine) to MCD_EXAMPLE_TIMES/rank<R> when that names a
- * directory, and prints "rank R of S: N group barriers on G groups". */
+ * directory. Then collectives on the groups (mcd_group_allreduce, _bcast
+ * from every root, _reduce), each checked, and prints "rank R of S: N
+ * group barriers on G groups". */
 #include <mcd_barrier.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -79,6 +82,35 @@ int main(int argc, char **argv) {
             int leader = slot == GROUPS ? 0 : lists[slot][0];
             if (times) fprintf(times, "%d %d %d %.3f %.3f\n", slot, leader, k, entered, left);
         }
+    }
+    /* Collectives on the groups (each on an instance of the group's own,
+     * made at its first collective), every root of the reversed group, and
+     * the halves' two groups alternating; each result checked. */
+    int wrong = 0;
+    for (int k = 0; k < 2 * size; k++) {
+        mcd_group *g = group[REVERSE];
+        int me = mcd_group_rank(g), root = k % size;
+        int64_t sum = me + k;
+        if ((rc = mcd_group_allreduce(g, NULL, &sum, 1, MCD_INT64, MCD_SUM)) != MCD_OK) return fail("mcd_group_allreduce", rc);
+        wrong += sum != (int64_t)size * (size - 1) / 2 + (int64_t)size * k;
+        double data[3];
+        for (int i = 0; i < 3; i++) data[i] = me == root ? root * 100.0 + k + i * 0.5 : -1;
+        if ((rc = mcd_group_bcast(g, data, sizeof data, root)) != MCD_OK) return fail("mcd_group_bcast", rc);
+        for (int i = 0; i < 3; i++) wrong += data[i] != root * 100.0 + k + i * 0.5;
+        uint32_t mine = (uint32_t)(me * 7 + k), most = 0;
+        if ((rc = mcd_group_reduce(g, &mine, &most, 1, MCD_UINT32, MCD_MAX, root)) != MCD_OK) return fail("mcd_group_reduce", rc);
+        if (me == root) wrong += most != (uint32_t)((size - 1) * 7 + k);
+        mcd_group *h = group[k % 2 ? HALF : HALF_AGAIN];
+        int64_t one = 1;
+        if ((rc = mcd_group_allreduce(h, NULL, &one, 1, MCD_INT64, MCD_SUM)) != MCD_OK) return fail("mcd_group_allreduce (half)", rc);
+        wrong += one != n_half;
+    }
+    /* A root outside the group is a clear error, and breaks nothing. */
+    double x = 0;
+    if (mcd_group_bcast(group[REVERSE], &x, sizeof x, size) != MCD_ERR_ARGUMENT) wrong++;
+    if (wrong) {
+        fprintf(stderr, "groups: rank %d: %d group collectives wrong\n", rank, wrong);
+        return 1;
     }
     for (int g = 0; g < GROUPS; g++) {
         mcd_stats s;

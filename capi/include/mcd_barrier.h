@@ -431,6 +431,44 @@ int mcd_reduce(struct mcd_job *job,
 int mcd_bcast(struct mcd_job *job, void *buf, size_t bytes, int root);
 
 /**
+ * As [`mcd_allreduce`], across the group's ranks: on a barrier instance
+ * of the group's own (made at the group's first collective call, which
+ * every member makes), bitwise the same on every member and in every run.
+ *
+ * # Safety
+ * `group` is NULL or a live handle, not used by another thread meanwhile;
+ * the buffers as for [`mcd_allreduce`].
+ */
+int mcd_group_allreduce(struct mcd_group *group,
+                        const void *sendbuf,
+                        void *recvbuf,
+                        size_t count,
+                        mcd_dtype dtype,
+                        mcd_op op);
+
+/**
+ * As [`mcd_reduce`], across the group's ranks, to the group's rank `root`.
+ *
+ * # Safety
+ * As [`mcd_group_allreduce`]; the buffers as for [`mcd_reduce`].
+ */
+int mcd_group_reduce(struct mcd_group *group,
+                     const void *sendbuf,
+                     void *recvbuf,
+                     size_t count,
+                     mcd_dtype dtype,
+                     mcd_op op,
+                     int root);
+
+/**
+ * As [`mcd_bcast`], across the group's ranks, from the group's rank `root`.
+ *
+ * # Safety
+ * As [`mcd_group_allreduce`]; `buf` as for [`mcd_bcast`].
+ */
+int mcd_group_bcast(struct mcd_group *group, void *buf, size_t bytes, int root);
+
+/**
  * This process's rank, or a negative error code.
  *
  * # Safety

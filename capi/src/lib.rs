@@ -262,6 +262,15 @@ pub struct Group {
     algorithm: CString,
     rank: usize,
     size: usize,
+    /// The group's collectives (see [`Group::collectives`]).
+    collectives: Collectives,
+    /// What the group's collectives barrier is made of: the members (job
+    /// ranks, in group order), the group's key, and the job's settings.
+    members: Vec<usize>,
+    key: u64,
+    asked: String,
+    rails: usize,
+    host: HostShape,
 }
 
 #[allow(clippy::large_enum_variant)] // one per group, never moved on a hot path
@@ -528,28 +537,9 @@ impl Job {
     /// `input` is NULL or readable for `bytes` bytes; `output` is NULL or
     /// writable for `bytes` bytes; they may be the same.
     unsafe fn collective(&self, call: Collective, input: *const u8, output: *mut u8, bytes: usize) -> Result<(), CError> {
-        if input.is_null() && output.is_null() && bytes > 0 {
-            return Err(argument(&format!("{call}: both buffers are NULL")));
-        }
         let mut state = self.collectives.lock().unwrap_or_else(|e| e.into_inner());
-        let mut staged = std::mem::take(&mut state.in_place);
-        staged.clear();
-        let from = if input.is_null() { output as *const u8 } else { input };
-        if bytes > 0 {
-            // SAFETY: readable for `bytes` bytes per the contract; copied,
-            // so input and output may overlap.
-            staged.extend_from_slice(unsafe { std::slice::from_raw_parts(from, bytes) });
-        }
-        let out = if output.is_null() || bytes == 0 {
-            None
-        } else {
-            // SAFETY: writable for `bytes` bytes per the contract, and not
-            // aliased by `staged` (a copy).
-            Some(unsafe { std::slice::from_raw_parts_mut(output, bytes) })
-        };
-        let result = self.collectives(&mut state).and_then(|b| Ok(b.collective(call, &staged, out)?));
-        state.in_place = staged;
-        result
+        // SAFETY: forwarded contract.
+        unsafe { run_collective(&mut state, |state| self.collectives(state), call, input, output, bytes) }
     }
 
     /// A barrier over the job's ranks `ranks` (this one among them), numbered
@@ -581,6 +571,7 @@ impl Job {
         }
         .map_err(|e| argument(&e.to_string()))?;
         let rank = transport.node();
+        let group_key = transport.key();
         let barrier_config = barrier_config(&self.asked, ranks.len(), self.rails, self.host)?;
         let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");
         let prepared = PreparedBarrier::new(transport, barrier_config)?;
@@ -591,6 +582,12 @@ impl Job {
             algorithm,
             rank,
             size: ranks.len(),
+            collectives: Collectives::default(),
+            members: ranks.to_vec(),
+            key: group_key,
+            asked: self.asked.clone(),
+            rails: self.rails,
+            host: self.host,
         })
     }
 
@@ -610,6 +607,45 @@ impl Job {
     pub fn reap_closed_groups(&self) {
         self.closing.reap();
     }
+}
+
+/// Runs `call` on the collectives barrier `barrier` gives for `state` (made
+/// at the first call): `input` (NULL: in place, from `output`) and `output`
+/// (NULL where no result is wanted) of `bytes` bytes each, staged through
+/// `state`'s buffer so that they may overlap.
+///
+/// # Safety
+/// `input` is NULL or readable for `bytes` bytes; `output` is NULL or
+/// writable for `bytes` bytes; they may be the same.
+unsafe fn run_collective(
+    state: &mut Collectives,
+    barrier: impl FnOnce(&mut Collectives) -> Result<&mut Barrier<GroupTransport>, CError>,
+    call: Collective,
+    input: *const u8,
+    output: *mut u8,
+    bytes: usize,
+) -> Result<(), CError> {
+    if input.is_null() && output.is_null() && bytes > 0 {
+        return Err(argument(&format!("{call}: both buffers are NULL")));
+    }
+    let mut staged = std::mem::take(&mut state.in_place);
+    staged.clear();
+    let from = if input.is_null() { output as *const u8 } else { input };
+    if bytes > 0 {
+        // SAFETY: readable for `bytes` bytes per the contract; copied,
+        // so input and output may overlap.
+        staged.extend_from_slice(unsafe { std::slice::from_raw_parts(from, bytes) });
+    }
+    let out = if output.is_null() || bytes == 0 {
+        None
+    } else {
+        // SAFETY: writable for `bytes` bytes per the contract, and not
+        // aliased by `staged` (a copy).
+        Some(unsafe { std::slice::from_raw_parts_mut(output, bytes) })
+    };
+    let result = barrier(state).and_then(|b| Ok(b.collective(call, &staged, out)?));
+    state.in_place = staged;
+    result
 }
 
 impl Group {
@@ -660,8 +696,13 @@ impl Group {
     /// [`Job::finish`]. Collective over the group, but no member waits here
     /// for another, so members may close their groups in any order. A group
     /// never joined is just dropped.
-    pub fn close(self) -> Result<(), CError> {
+    pub fn close(mut self) -> Result<(), CError> {
         let closing = self.closing.clone();
+        // The collectives' barrier closes beside the group's.
+        if let Some(mut collectives) = self.collectives.barrier.take() {
+            collectives.close()?;
+            closing.add(collectives);
+        }
         if let GroupState::Joined(mut barrier) = self.state {
             // A barrier that cannot close (one still in progress) is dropped.
             barrier.close()?;
@@ -670,7 +711,39 @@ impl Group {
         closing.reap();
         Ok(())
     }
+
+    /// The barrier that runs the group's collectives: one of its own over
+    /// the members, as the job's ([`Job::collectives`]), made at the first
+    /// collective call, which every member makes, on an instance keyed by
+    /// the group's key (so members may meet it in any order across their
+    /// groups).
+    fn collectives<'a>(&self, state: &'a mut Collectives) -> Result<&'a mut Barrier<GroupTransport>, CError> {
+        if state.barrier.is_none() {
+            let transport = self.shared.group_with_key(&self.members, self.key ^ COLLECTIVES_KEY).map_err(transport_error)?;
+            let config = collective_config(&self.asked, self.size, self.rails, self.host)?;
+            state.barrier = Some(Barrier::new(transport, config)?);
+        }
+        Ok(state.barrier.as_mut().expect("made above"))
+    }
+
+    /// Runs `call` on the group, as [`Job::collective`] on the job.
+    ///
+    /// # Safety
+    /// As [`Job::collective`].
+    unsafe fn collective(&mut self, call: Collective, input: *const u8, output: *mut u8, bytes: usize) -> Result<(), CError> {
+        if !matches!(self.state, GroupState::Joined(_)) {
+            return Err(argument("the group is not joined: call mcd_group_join first"));
+        }
+        let mut state = std::mem::take(&mut self.collectives);
+        // SAFETY: forwarded contract.
+        let result = unsafe { run_collective(&mut state, |state| self.collectives(state), call, input, output, bytes) };
+        self.collectives = state;
+        result
+    }
 }
+
+/// Mixed into a group's key for its collectives' instance.
+const COLLECTIVES_KEY: u64 = 0x636f_6c6c_6563_7469;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -1001,7 +1074,7 @@ fn reduction(dtype: mcd_dtype, op: mcd_op) -> Result<(Dtype, Op), CError> {
 
 /// A root argument: a rank of the job.
 fn root_of(job: &Job, root: c_int) -> Result<usize, CError> {
-    usize::try_from(root).ok().filter(|&r| r < job.size).ok_or_else(|| argument(&format!("root {root} is not a rank of the {} rank(s)", job.size)))
+    root_in(job.size, root)
 }
 
 /// The byte length of `count` elements of `dtype`.
@@ -1094,6 +1167,90 @@ pub unsafe extern "C" fn mcd_bcast(job: *mut Job, buf: *mut c_void, bytes: usize
         let (input, output) = if at_root { (buf as *const u8, std::ptr::null_mut()) } else { (std::ptr::null(), buf.cast()) };
         // SAFETY: forwarded contract on the buffer.
         unsafe { job.collective(Collective::Bcast { root }, input, output, bytes) }
+    })
+}
+
+/// A root argument: a rank of a group of `size` ranks.
+fn root_in(size: usize, root: c_int) -> Result<usize, CError> {
+    usize::try_from(root).ok().filter(|&r| r < size).ok_or_else(|| argument(&format!("root {root} is not a rank of the {size} rank(s)")))
+}
+
+/// As [`mcd_allreduce`], across the group's ranks: on a barrier instance
+/// of the group's own (made at the group's first collective call, which
+/// every member makes), bitwise the same on every member and in every run.
+///
+/// # Safety
+/// `group` is NULL or a live handle, not used by another thread meanwhile;
+/// the buffers as for [`mcd_allreduce`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_allreduce(
+    group: *mut Group,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: usize,
+    dtype: mcd_dtype,
+    op: mcd_op,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: forwarded contract.
+        let group = unsafe { group_handle(group) }?;
+        let (dtype, op) = reduction(dtype, op)?;
+        if recvbuf.is_null() && count > 0 {
+            return Err(argument("mcd_group_allreduce: `recvbuf` is NULL"));
+        }
+        let bytes = bytes_of(count, dtype)?;
+        // SAFETY: forwarded contract on the buffers.
+        unsafe { group.collective(Collective::Allreduce { op, dtype }, sendbuf.cast(), recvbuf.cast(), bytes) }
+    })
+}
+
+/// As [`mcd_reduce`], across the group's ranks, to the group's rank `root`.
+///
+/// # Safety
+/// As [`mcd_group_allreduce`]; the buffers as for [`mcd_reduce`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_reduce(
+    group: *mut Group,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: usize,
+    dtype: mcd_dtype,
+    op: mcd_op,
+    root: c_int,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: forwarded contract.
+        let group = unsafe { group_handle(group) }?;
+        let (dtype, op) = reduction(dtype, op)?;
+        let root = root_in(group.size, root)?;
+        let bytes = bytes_of(count, dtype)?;
+        let at_root = group.rank == root;
+        if count > 0 && ((at_root && recvbuf.is_null()) || (!at_root && sendbuf.is_null())) {
+            return Err(argument(&format!("mcd_group_reduce: {} is NULL", if at_root { "the root's `recvbuf`" } else { "`sendbuf`" })));
+        }
+        let output = if at_root { recvbuf.cast() } else { std::ptr::null_mut() };
+        // SAFETY: forwarded contract on the buffers.
+        unsafe { group.collective(Collective::Reduce { op, dtype, root }, sendbuf.cast(), output, bytes) }
+    })
+}
+
+/// As [`mcd_bcast`], across the group's ranks, from the group's rank `root`.
+///
+/// # Safety
+/// As [`mcd_group_allreduce`]; `buf` as for [`mcd_bcast`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_bcast(group: *mut Group, buf: *mut c_void, bytes: usize, root: c_int) -> c_int {
+    guarded(|| {
+        // SAFETY: forwarded contract.
+        let group = unsafe { group_handle(group) }?;
+        let root = root_in(group.size, root)?;
+        if buf.is_null() && bytes > 0 {
+            return Err(argument("mcd_group_bcast: `buf` is NULL"));
+        }
+        let at_root = group.rank == root;
+        let (input, output) = if at_root { (buf as *const u8, std::ptr::null_mut()) } else { (std::ptr::null(), buf.cast()) };
+        // SAFETY: forwarded contract on the buffer.
+        unsafe { group.collective(Collective::Bcast { root }, input, output, bytes) }
     })
 }
 

@@ -128,7 +128,7 @@ pub fn interposer_reports(out: &mcd_tools::vcluster::NodeOutcome, ranks: usize) 
         .map(|rank| {
             out.stderr
                 .lines()
-                .find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}: ")) && l.contains("via PMPI"))
+                .find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}: ")) && l.contains("MPI_Barrier via"))
                 .unwrap_or_else(|| panic!("no report from rank {rank}:\n{}\n{}", out.stdout, out.stderr))
                 .to_string()
         })
