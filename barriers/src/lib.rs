@@ -73,6 +73,7 @@ pub mod mem;
 pub mod model;
 pub mod plan;
 pub mod rto;
+pub mod sim;
 pub mod threads;
 pub mod transport;
 

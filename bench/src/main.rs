@@ -204,6 +204,13 @@ enum Bench {
         #[arg(long)]
         sync: bool,
     },
+    /// The deterministic simulator's soak (barriers::sim): runs seeds of
+    /// the protocol's core in virtual time across the fault mix, checking
+    /// safety, agreement, liveness and verdicts; prints progress, simulated
+    /// barriers per second, and every failing seed with its trace and the
+    /// command that runs it again. Exits non-zero on a violation. Needs no
+    /// root and no network.
+    Dst(dst::DstArgs),
     /// Every barrier algorithm at 2, 4, 8 and 16 nodes, the paper's method.
     Barriers {
         /// Node counts.
@@ -243,8 +250,12 @@ fn run(cli: Cli) -> Result<()> {
         println!("{}", mcd_tools::udpcollectives::rank_process(peers, sizes, bench)?);
         return Ok(());
     }
+    if let Bench::Dst(args) = &cli.bench {
+        return dst::run(args);
+    }
     std::fs::create_dir_all(&cli.out)?;
     match cli.bench {
+        Bench::Dst(_) => unreachable!("answered above"),
         Bench::UdpRank { .. } => unreachable!("answered above"),
         Bench::Latency { iterations, rounds } => latency(&cli.out, iterations, rounds),
         Bench::Barriers { nodes, scale } => barrier_sweep(&cli.out, &nodes, scale),
@@ -265,6 +276,7 @@ fn run(cli: Cli) -> Result<()> {
 
 mod auth;
 mod collectives;
+mod dst;
 mod head_to_head;
 mod hierarchy;
 mod validate;

@@ -1,0 +1,376 @@
+//! The checkers, run on every run's records:
+//!
+//! - **safety**: no node completes a barrier (a split-phase barrier, a
+//!   reduction, a `finish`) before every node entered it, on the shared
+//!   virtual clock;
+//! - **agreement**: every node's collective result is bitwise equal to the
+//!   reference fold ([`super::workload::reference`]);
+//! - **mismatch**: a deliberately mismatched call is an error on every
+//!   node (at that call; a broadcast's, whose call returns with the data,
+//!   at the next);
+//! - **liveness**: every node gets through every instance; in an instance
+//!   no node was silent in, every call completes within a bound after its
+//!   last entry;
+//! - **verdicts**: an error names only nodes that really were silent to the
+//!   node concerned (crashed, paused, or partitioned from it) for at least
+//!   half its failure timeout, or a mismatch that was really there; node 0
+//!   refuses only a restarted process.
+
+use std::fmt;
+
+use super::faults::EpisodeKind;
+use super::workload::{self, OpKind};
+use super::world::{OpRecord, Outcome, Run, Stage, Verdict};
+use crate::transport::NodeId;
+
+/// A checker's finding.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Violation {
+    /// `left` completed a call before `not_entered` entered it.
+    Safety {
+        /// The instance.
+        instance: usize,
+        /// The operation (`None`: the finish).
+        op: Option<usize>,
+        /// The node that completed.
+        left: NodeId,
+        /// When, ns.
+        at: u64,
+        /// A node that had not entered.
+        not_entered: NodeId,
+        /// When that node entered, if ever.
+        entered: Option<u64>,
+    },
+    /// A result differs from the reference.
+    Agreement {
+        /// The instance.
+        instance: usize,
+        /// The operation.
+        op: usize,
+        /// The node.
+        node: NodeId,
+        /// What differs.
+        detail: String,
+    },
+    /// A mismatched call completed on a node without an error.
+    MismatchUnreported {
+        /// The instance.
+        instance: usize,
+        /// The mismatched operation.
+        op: usize,
+        /// The node that saw no error.
+        node: NodeId,
+    },
+    /// A call took longer than the bound though every node was reachable.
+    Slow {
+        /// The instance.
+        instance: usize,
+        /// The operation (`None`: the finish).
+        op: Option<usize>,
+        /// The node.
+        node: NodeId,
+        /// How long after the last entry it completed, ns.
+        took: u64,
+    },
+    /// A node never got through an instance.
+    Stuck {
+        /// The node.
+        node: NodeId,
+        /// The instance it was in.
+        instance: usize,
+        /// Where its application was.
+        stage: Stage,
+    },
+    /// An error the faults do not justify.
+    Verdict {
+        /// The instance.
+        instance: usize,
+        /// What it failed (`op 3`, `finish`, `join`).
+        call: String,
+        /// The node.
+        node: NodeId,
+        /// The error's text.
+        error: String,
+        /// Why it is wrong.
+        why: String,
+    },
+    /// The node broke the driving contract (an event with no call).
+    Contract {
+        /// What happened.
+        text: String,
+    },
+}
+
+impl Violation {
+    /// Its checker's name.
+    pub fn checker(&self) -> &'static str {
+        match self {
+            Violation::Safety { .. } => "safety",
+            Violation::Agreement { .. } => "agreement",
+            Violation::MismatchUnreported { .. } => "mismatch",
+            Violation::Slow { .. } | Violation::Stuck { .. } => "liveness",
+            Violation::Verdict { .. } => "verdict",
+            Violation::Contract { .. } => "contract",
+        }
+    }
+}
+
+fn ms(t: u64) -> f64 {
+    t as f64 / 1e6
+}
+
+fn op_name(op: Option<usize>) -> String {
+    op.map_or("finish".into(), |k| format!("op {k}"))
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}] ", self.checker())?;
+        match self {
+            Violation::Safety { instance, op, left, at, not_entered, entered } => write!(
+                f,
+                "instance {instance} {}: node {left} completed at {:.3} ms, but node {not_entered} {}",
+                op_name(*op),
+                ms(*at),
+                entered.map_or("never entered".into(), |t| format!("entered only at {:.3} ms", ms(t)))
+            ),
+            Violation::Agreement { instance, op, node, detail } => write!(f, "instance {instance} op {op}: node {node}'s result {detail}"),
+            Violation::MismatchUnreported { instance, op, node } => {
+                write!(f, "instance {instance} op {op} was mismatched on purpose, but node {node} saw no error (at it, or the call after)")
+            }
+            Violation::Slow { instance, op, node, took } => write!(
+                f,
+                "instance {instance} {}: node {node} completed {:.3} ms after the last node entered, though no node was silent",
+                op_name(*op),
+                ms(*took)
+            ),
+            Violation::Stuck { node, instance, stage } => write!(f, "node {node} never got through instance {instance} (its application: {stage:?})"),
+            Violation::Verdict { instance, call, error, why, .. } => write!(f, "instance {instance} {call}: {error} — {why}"),
+            Violation::Contract { text } => f.write_str(text),
+        }
+    }
+}
+
+impl Violation {
+    /// The instance and call it concerns (`None`: the finish), if one.
+    pub fn call(&self) -> Option<(usize, Option<usize>)> {
+        match self {
+            Violation::Safety { instance, op, .. } | Violation::Slow { instance, op, .. } => Some((*instance, *op)),
+            Violation::Agreement { instance, op, .. } | Violation::MismatchUnreported { instance, op, .. } => Some((*instance, Some(*op))),
+            _ => None,
+        }
+    }
+
+    /// The node it concerns most.
+    pub fn node(&self) -> Option<NodeId> {
+        match self {
+            Violation::Safety { left, .. } => Some(*left),
+            Violation::Agreement { node, .. }
+            | Violation::MismatchUnreported { node, .. }
+            | Violation::Slow { node, .. }
+            | Violation::Stuck { node, .. }
+            | Violation::Verdict { node, .. } => Some(*node),
+            Violation::Contract { .. } => None,
+        }
+    }
+}
+
+/// Whether `x` was silent to `y` (crashed, paused, or partitioned from it)
+/// for at least `need` ns up to time `t`.
+fn silent_to(run: &Run, x: NodeId, y: NodeId, t: u64, need: u64) -> bool {
+    run.episodes.iter().any(|e| {
+        if !e.separates(x, y) || e.start > t {
+            return false;
+        }
+        // A crashed process is gone for good: its restart is another.
+        let end = if matches!(e.kind, EpisodeKind::Crash { node } if node == x) { u64::MAX } else { e.end };
+        end.min(t) - e.start >= need
+    })
+}
+
+/// Whether some node was silent to another during `span`.
+fn silence_during(run: &Run, span: (u64, u64)) -> bool {
+    run.episodes.iter().any(|e| e.start <= span.1 && e.end >= span.0)
+}
+
+struct Checker<'a> {
+    run: &'a Run,
+    out: Vec<Violation>,
+}
+
+impl Checker<'_> {
+    /// Half the failure timeout as node `y`'s clock runs.
+    fn need(&self, y: NodeId) -> u64 {
+        let f = self.run.config.barrier.failure_timeout.as_nanos() as u64;
+        (f as f64 / (2.0 * self.run.clocks[y].rate())) as u64
+    }
+
+    fn verdict(&mut self, instance: usize, call: String, node: NodeId, r: &OpRecord, allowed_mismatch: bool, restarted: bool) {
+        let Outcome::Err(v) = &r.outcome else { return };
+        let t = r.left.unwrap_or(0);
+        let why = match v {
+            Verdict::Silent(nodes) => {
+                let wrong: Vec<NodeId> = nodes.iter().copied().filter(|&x| !silent_to(self.run, x, node, t, self.need(node))).collect();
+                (!wrong.is_empty()).then(|| format!("node(s) {wrong:?} were not silent to node {node}"))
+            }
+            Verdict::Failed { reporter, silent } => (!silent_to(self.run, *silent, *reporter, t, self.need(*reporter)))
+                .then(|| format!("node {silent} was not silent to node {reporter}")),
+            Verdict::Mismatch => (!allowed_mismatch).then(|| "no call was mismatched".to_string()),
+            Verdict::Refused => (!restarted).then(|| "the process was not restarted".to_string()),
+            Verdict::JoinTimeout(missing) => {
+                let wrong: Vec<NodeId> = missing.iter().copied().filter(|&x| !silent_to(self.run, x, node, t, self.need(node))).collect();
+                (!restarted && !wrong.is_empty()).then(|| format!("node(s) {wrong:?} were reachable and not restarted"))
+            }
+            Verdict::Other => Some("the simulator causes no such error".to_string()),
+        };
+        if let Some(why) = why {
+            let error = r.error.and_then(|i| self.run.errors.get(i)).cloned().unwrap_or_default();
+            self.out.push(Violation::Verdict { instance, call, node, error, why });
+        }
+    }
+
+    fn instance(&mut self, j: usize) {
+        let run = self.run;
+        let n = run.config.nodes;
+        let script = &run.scripts[j];
+        let ops = &run.ops[j];
+        let mismatch_at = script.iter().position(|o| o.is_mismatch());
+        let crashed_in = |b: NodeId| {
+            run.episodes.iter().any(|e| matches!(e.kind, EpisodeKind::Crash { node } if node == b) && e.start <= run.spans[j].1)
+        };
+        // An instance that never ended lasts to the end of the run.
+        let span = if run.spans[j].1 < run.spans[j].0 { (run.spans[j].0, u64::MAX) } else { run.spans[j] };
+        let clean = !silence_during(run, span) && mismatch_at.is_none();
+        let bound = run.config.liveness_ns;
+        for (k, recs) in ops.iter().enumerate() {
+            let sop = &script[k];
+            // Safety.
+            if sop.kind.is_synchronising() && !sop.is_mismatch() {
+                self.safety(j, Some(k), recs);
+            }
+            // Agreement.
+            let mut reference: Option<Option<Vec<u8>>> = None;
+            for (b, r) in recs.iter().enumerate() {
+                let kind = sop.kind_at(b);
+                if let Outcome::Ok(result) = &r.outcome {
+                    if sop.is_mismatch() || !kind.has_result_at(b) {
+                        continue;
+                    }
+                    let want = reference.get_or_insert_with(|| {
+                        let inputs: Vec<Vec<u8>> = (0..n).map(|x| workload::input(run.config.seed, j, k, x, kind)).collect();
+                        workload::reference(run.config.barrier.algorithm, kind, &inputs)
+                    });
+                    if result != want {
+                        let detail = match (result, want) {
+                            (Some(got), Some(w)) => {
+                                let at = got.iter().zip(w.iter()).position(|(a, b)| a != b).unwrap_or(got.len().min(w.len()));
+                                format!("differs from the reference ({kind:?}): {} bytes against {}, first at byte {at}", got.len(), w.len())
+                            }
+                            (None, _) => format!("is missing ({kind:?})"),
+                            (Some(_), None) => "exists where none is due".into(),
+                        };
+                        self.out.push(Violation::Agreement { instance: j, op: k, node: b, detail });
+                    }
+                }
+            }
+            // Verdicts.
+            let allowed = mismatch_at.is_some_and(|m| k == m || k == m + 1);
+            for (b, r) in recs.iter().enumerate() {
+                self.verdict(j, format!("op {k}"), b, r, allowed, false);
+            }
+            // Liveness within the bound.
+            if clean {
+                self.slow(j, Some(k), recs, bound);
+            }
+        }
+        // Mismatches reported everywhere.
+        // (Only when every node called it: one that failed before, for a
+        // silent peer, leaves the others failing for that instead.)
+        if let Some(m) = mismatch_at.filter(|&m| ops[m].iter().all(|r| r.entered.is_some())) {
+            for b in (0..n).filter(|&b| !crashed_in(b)) {
+                let err = |k: usize| ops.get(k).is_some_and(|r| matches!(r[b].outcome, Outcome::Err(_)));
+                let own_sync = script[m].kind_at(b).is_synchronising();
+                let reported = err(m) || (!own_sync && (err(m + 1) || matches!(run.finishes[j][b].outcome, Outcome::Err(_))));
+                if !reported {
+                    self.out.push(Violation::MismatchUnreported { instance: j, op: m, node: b });
+                }
+            }
+        }
+        // The finish.
+        let fin = &run.finishes[j];
+        if mismatch_at.is_none() {
+            self.safety(j, None, fin);
+        }
+        for (b, r) in fin.iter().enumerate() {
+            self.verdict(j, "finish".into(), b, r, mismatch_at.is_some(), false);
+        }
+        // A finish waits for its peers' farewells: one lost for good costs
+        // up to the failure timeout.
+        if clean {
+            self.slow(j, None, fin, bound + 2 * run.config.barrier.failure_timeout.as_nanos() as u64);
+        }
+    }
+
+    fn safety(&mut self, j: usize, op: Option<usize>, recs: &[OpRecord]) {
+        for (a, r) in recs.iter().enumerate() {
+            let (Outcome::Ok(_), Some(at)) = (&r.outcome, r.left) else { continue };
+            for (b, other) in recs.iter().enumerate() {
+                if other.entered.is_none_or(|e| e > at) {
+                    self.out.push(Violation::Safety { instance: j, op, left: a, at, not_entered: b, entered: other.entered });
+                    return;
+                }
+            }
+        }
+    }
+
+    fn slow(&mut self, j: usize, op: Option<usize>, recs: &[OpRecord], bound: u64) {
+        let Some(last_in) = recs.iter().map(|r| r.entered).collect::<Option<Vec<u64>>>().and_then(|v| v.into_iter().max()) else {
+            return;
+        };
+        for (b, r) in recs.iter().enumerate() {
+            if let (Outcome::Ok(_), Some(left)) = (&r.outcome, r.left) {
+                if left.saturating_sub(last_in) > bound {
+                    self.out.push(Violation::Slow { instance: j, op, node: b, took: left - last_in });
+                }
+            }
+        }
+    }
+}
+
+/// Runs every checker on `run`: the violations, none if the run is right.
+pub fn check(run: &Run) -> Vec<Violation> {
+    let mut c = Checker { run, out: Vec::new() };
+    for text in run.errors.iter().filter(|e| e.contains("UNEXPECTED")) {
+        c.out.push(Violation::Contract { text: text.clone() });
+    }
+    for j in 0..run.config.instances {
+        c.instance(j);
+    }
+    for join in &run.joins {
+        c.verdict(join.instance, "join".into(), join.node, &join.record, false, join.life > 0);
+    }
+    for (node, &(instance, stage)) in run.stages.iter().enumerate() {
+        if instance < run.config.instances {
+            c.out.push(Violation::Stuck { node, instance, stage });
+        }
+    }
+    // A bound on the output: the first few of each checker.
+    let mut seen = std::collections::BTreeMap::<&str, usize>::new();
+    c.out.retain(|v| {
+        let k = seen.entry(v.checker()).or_default();
+        *k += 1;
+        *k <= 8
+    });
+    c.out
+}
+
+/// A kind of operation, in a word, for summaries.
+pub fn kind_name(k: &OpKind) -> String {
+    match k {
+        OpKind::Barrier => "barrier".into(),
+        OpKind::Split { .. } => "split barrier".into(),
+        OpKind::Allreduce { op, dtype, count } => format!("allreduce({op},{dtype})×{count}"),
+        OpKind::Reduce { op, dtype, count, root } => format!("reduce({op},{dtype})×{count}→{root}"),
+        OpKind::Bcast { root, len } => format!("bcast {len}B from {root}"),
+    }
+}

@@ -1,0 +1,187 @@
+//! [`SimNode`] on the engine's sans-IO core ([`crate::core::Core`]): the
+//! adapter does what the blocking driver ([`crate::Barrier`]) does around
+//! the core — a collective in segments of whole elements, each one
+//! `EnterCollective`, `WaitResult` and `collective_result` — and nothing
+//! else, so the simulator runs the protocol the applications run.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::node::{AppCall, NodeEvent, NodeSpec, SimNode, Transmit};
+use crate::collective::{wire, Collective};
+use crate::core::{Call, Core, Event, Setup, To};
+use crate::plan::Dest;
+use crate::transport::{Msg, NodeId};
+use crate::BarrierError;
+
+/// What the adapter waits for from the core.
+#[derive(Debug)]
+enum Pending {
+    /// Nothing.
+    Idle,
+    /// A plain call (wait, finish): its `Done` completes it.
+    Plain,
+    /// A collective's segment starting at `start`: entering it (`entered`
+    /// false), then waiting for its result.
+    Segment { call: Collective, start: usize, end: usize, entered: bool },
+}
+
+/// A node on the engine's core.
+#[derive(Debug)]
+pub struct CoreNode {
+    core: Core,
+    now: Instant,
+    pending: Pending,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    result_here: bool,
+    events: VecDeque<NodeEvent>,
+    max_data: usize,
+}
+
+impl CoreNode {
+    /// A node of `spec` at `now`, joining at once.
+    pub fn new(spec: &NodeSpec, now: Instant) -> CoreNode {
+        let setup = Setup { me: spec.node, nodes: spec.nodes, rails: spec.rails, multicast: true, max_data: spec.max_data };
+        let mut core = Core::new(setup, spec.config, now).expect("a valid simulated configuration");
+        core.join(spec.incarnation, now);
+        CoreNode {
+            core,
+            now,
+            pending: Pending::Idle,
+            input: Vec::new(),
+            output: Vec::new(),
+            result_here: false,
+            events: VecDeque::new(),
+            max_data: spec.max_data,
+        }
+    }
+
+    /// The core (its counters, its epoch).
+    pub fn core(&self) -> &Core {
+        &self.core
+    }
+
+    fn fail(&mut self, e: BarrierError) {
+        self.pending = Pending::Idle;
+        self.events.push_back(NodeEvent::Failed(e));
+    }
+
+    /// Starts the segment of the current collective that begins at `start`.
+    fn segment(&mut self, call: Collective, start: usize) {
+        let size = call.element_size();
+        let per = self.max_data.saturating_sub(wire::HEADER_LEN) / size * size;
+        if per == 0 {
+            return self.fail(BarrierError::Usage(format!("{call}: the network carries no data")));
+        }
+        let end = (start + per).min(self.input.len());
+        let count = u32::try_from((end - start) / size).expect("a segment's count");
+        self.pending = Pending::Segment { call, start, end, entered: false };
+        let input = &self.input[start..end];
+        self.core.start(self.now, Call::EnterCollective { call, count, input, deadline: None });
+    }
+
+    /// The core said its call is done.
+    fn done(&mut self, result: Result<(), BarrierError>) {
+        if let Err(e) = result {
+            return self.fail(e);
+        }
+        match std::mem::replace(&mut self.pending, Pending::Idle) {
+            Pending::Idle => self.events.push_back(NodeEvent::Failed(BarrierError::Usage("UNEXPECTED: a Done with no call".into()))),
+            Pending::Plain => self.events.push_back(NodeEvent::Completed { result: None }),
+            Pending::Segment { call, start, end, entered: false } => {
+                self.pending = Pending::Segment { call, start, end, entered: true };
+                self.core.start(self.now, Call::WaitResult { deadline: None });
+            }
+            Pending::Segment { call, start, end, entered: true } => {
+                let out = self.result_here.then_some(&mut self.output[start..end]);
+                if let Err(e) = self.core.collective_result(out) {
+                    return self.fail(e);
+                }
+                if end < self.input.len() {
+                    return self.segment(call, end);
+                }
+                let result = self.result_here.then(|| std::mem::take(&mut self.output));
+                self.events.push_back(NodeEvent::Completed { result });
+            }
+        }
+    }
+
+    fn collect(&mut self) {
+        while let Some(e) = self.core.poll_event() {
+            match e {
+                Event::Joined { .. } => self.events.push_back(NodeEvent::Joined),
+                Event::JoinFailed(e) => self.events.push_back(NodeEvent::Failed(e)),
+                Event::Done(r) => self.done(r),
+            }
+        }
+    }
+}
+
+impl SimNode for CoreNode {
+    fn handle_message(&mut self, now: Instant, from: NodeId, rail: usize, msg: &Msg, data: &[u8]) {
+        self.now = now;
+        self.core.handle(now, from, rail, *msg, data);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.now = now;
+        self.core.handle_timeout(now);
+    }
+
+    fn call(&mut self, now: Instant, call: AppCall) {
+        self.now = now;
+        match call {
+            AppCall::Collective { call: Collective::Barrier, .. } | AppCall::Wait => {
+                self.pending = Pending::Plain;
+                self.core.start(now, Call::Wait { deadline: None });
+            }
+            AppCall::Enter => {
+                if let Err(e) = self.core.enter(now) {
+                    self.events.push_back(NodeEvent::Failed(e));
+                }
+            }
+            AppCall::Finish => {
+                self.pending = Pending::Plain;
+                self.core.start(now, Call::Finish);
+            }
+            AppCall::Collective { call, input } => {
+                let me = self.core.me();
+                self.result_here = match call {
+                    Collective::Reduce { root, .. } => root == me,
+                    _ => true,
+                };
+                self.output.clear();
+                self.output.resize(input.len(), 0);
+                self.input = input;
+                if self.input.is_empty() {
+                    return self.fail(BarrierError::Usage(format!("{call} of nothing")));
+                }
+                self.segment(call, 0);
+            }
+        }
+    }
+
+    fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.collect();
+        let t = self.core.poll_transmit()?;
+        let dest = match t.to {
+            To::Node(n) => Dest::Node(n),
+            To::All => Dest::All,
+        };
+        Some(Transmit { rail: t.rail, dest, msg: t.msg, data: t.data.to_vec() })
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.core.poll_timeout()
+    }
+
+    fn poll_event(&mut self) -> Option<NodeEvent> {
+        self.collect();
+        self.events.pop_front()
+    }
+
+    fn leave(&mut self) {
+        self.core.leave();
+    }
+}
