@@ -15,7 +15,7 @@ use crate::collective::Collective;
 use crate::engine::BarrierError;
 
 /// An application call waiting for something.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Pending {
     /// When it gives up (with [`BarrierError::Deadline`]).
     pub(super) deadline: Option<Instant>,
@@ -133,7 +133,7 @@ impl Core {
     /// Takes the pending call as far as it can go at `now`; with `timers`,
     /// its retries and verdicts are judged too.
     pub(super) fn drive(&mut self, now: Instant, timers: bool) {
-        while let Some(mut p) = self.calls.pending.take() {
+        while let Some(mut p) = self.calls.pending {
             let met = match p.block {
                 Block::Ready => true,
                 Block::Settle => !self.phase.background(),
@@ -142,36 +142,44 @@ impl Core {
                 Block::Farewell => self.farewell_step(now).is_none(),
             };
             if !met {
-                if p.block != Block::Farewell {
-                    if let Some(m) = &self.run.mismatch {
-                        let error = BarrierError::Usage(m.clone());
-                        self.end_call(&p, Err(error));
-                        return;
-                    }
-                    if timers {
-                        if let Err(e) = self.on_timers(now, p.deadline) {
-                            self.end_call(&p, Err(e));
-                            return;
-                        }
-                    }
+                if p.block != Block::Farewell && (timers || self.run.mismatch.is_some()) {
+                    self.blocked(now, p, timers);
                 }
-                self.calls.pending = Some(p);
                 return;
             }
             match self.resume(now, &mut p) {
-                None => {}
+                None => self.calls.pending = Some(p),
                 // (The hot path: no error to move.)
                 Some(Ok(())) => {
+                    self.calls.pending = None;
                     self.ends = Ends::Sent;
                     self.calls.done = Some(Ok(()));
                     return;
                 }
                 Some(Err(e)) => {
+                    self.calls.pending = None;
                     self.end_call(&p, Err(e));
                     return;
                 }
             }
-            self.calls.pending = Some(p);
+        }
+    }
+
+    /// A pending call whose wait is not met: a mismatch ends it, and so
+    /// may its timers.
+    #[cold]
+    fn blocked(&mut self, now: Instant, p: Pending, timers: bool) {
+        if let Some(m) = &self.run.mismatch {
+            let error = BarrierError::Usage(m.clone());
+            self.calls.pending = None;
+            self.end_call(&p, Err(error));
+            return;
+        }
+        if timers {
+            if let Err(e) = self.on_timers(now, p.deadline) {
+                self.calls.pending = None;
+                self.end_call(&p, Err(e));
+            }
         }
     }
 
