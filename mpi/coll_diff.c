@@ -17,7 +17,7 @@
  *
  * Each call draws (from SEED, the same on every rank): the collective, a
  * communicator (MPI_COMM_WORLD, a duplicate, a split by parity, a split
- * into halves with the ranks reversed), a type family (every predefined
+ * into halves with the ranks reversed, MPI_COMM_SELF), a type family (every predefined
  * type, the pair types, and derived ones: contiguous, vector, resized,
  * struct with its fields in reverse order; both MPIs refuse predefined
  * operations on derived types, so these are broadcast only), an operation
@@ -30,7 +30,8 @@
  * whose inputs have no NaN; relative 1e-4 (float) or 1e-10 for float sums
  * and products), every other byte of the receive buffer (gaps inside
  * elements, bytes beyond the count) equal to PMPI's buffer, which starts
- * the same, send buffers unchanged, and both calls return MPI_SUCCESS.
+ * the same, send buffers unchanged, every rank's allreduce result the same
+ * bits, and both calls return MPI_SUCCESS.
  * Every rank prints "coll_diff: rank R: N calls, W wrong" (and the first
  * wrong ones), then exits 0, or 1 if anything was wrong. */
 #include <mpi.h>
@@ -313,11 +314,22 @@ static int same_field(const char *a, const char *b, enum kind k, int op, char *w
     return 1;
 }
 
+/* A hash of the data fields of `count` elements of `m` at `buf`. */
+static uint64_t fields_hash(const member *m, int count, const char *buf) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < count; i++)
+        for (int f = 0; f < m->nfields; f++) {
+            const unsigned char *p = (const unsigned char *)buf + (size_t)i * m->extent + m->off[f];
+            for (int b = 0; b < kind_bytes(m->kind[f]); b++) h = (h ^ p[b]) * 0x100000001b3ULL;
+        }
+    return h;
+}
+
 /* ---- one call ---- */
 enum { ALLREDUCE, REDUCE, BCAST };
 static const char *coll_name[] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast"};
-enum { C_WORLD, C_DUP, C_PARITY, C_HALVES, NCOMMS };
-static const char *comm_name[] = {"world", "dup", "parity-split", "reversed-halves-split"};
+enum { C_WORLD, C_DUP, C_PARITY, C_HALVES, C_SELF, NCOMMS };
+static const char *comm_name[] = {"world", "dup", "parity-split", "reversed-halves-split", "self"};
 
 static long wrong, printed;
 static int rank;
@@ -378,6 +390,7 @@ int main(int argc, char **argv) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comms[C_DUP]);
     MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &comms[C_PARITY]);
     MPI_Comm_split(MPI_COMM_WORLD, rank < size / 2, -rank, &comms[C_HALVES]);
+    comms[C_SELF] = MPI_COMM_SELF;
     for (int c = 0; c < NCOMMS; c++) MPI_Comm_set_errhandler(comms[c], MPI_ERRORS_RETURN);
 
     if (!strcmp(mode, "mismatch")) {
@@ -478,6 +491,11 @@ int main(int argc, char **argv) {
             if (coll == ALLREDUCE) {
                 rc_a = MPI_Allreduce(sa, recv_a, count, m->type, op_handle(op), comm);
                 rc_b = PMPI_Allreduce(sb, recv_b, count, m->type, op_handle(op), comm);
+                /* The interposed result: the same bits on every rank. */
+                uint64_t h = fields_hash(m, count, recv_a), lo = h, hi = h;
+                PMPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, comm);
+                PMPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, comm);
+                if (lo != hi) report(call, "ranks got different bits", desc, "");
             } else {
                 rc_a = MPI_Reduce(sa, recv_a, count, m->type, op_handle(op), root, comm);
                 rc_b = PMPI_Reduce(sb, recv_b, count, m->type, op_handle(op), root, comm);
@@ -497,7 +515,7 @@ int main(int argc, char **argv) {
     }
     printf("coll_diff: rank %d: %ld calls (%ld allreduce, %ld reduce, %ld bcast), %ld wrong\n", rank, done, by_coll[0], by_coll[1], by_coll[2], wrong);
     fflush(stdout);
-    for (int c = 1; c < NCOMMS; c++) MPI_Comm_free(&comms[c]);
+    for (int c = 1; c < C_SELF; c++) MPI_Comm_free(&comms[c]);
     MPI_Finalize();
     return wrong != 0;
 }
