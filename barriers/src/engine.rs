@@ -150,6 +150,11 @@ pub struct BarrierStats {
     pub fast_nacks: u64,
     /// Messages re-sent to answer a NACK or a straggler.
     pub answers: u64,
+    /// NACKs not answered: the same peer asked for the same message (epoch
+    /// and tag) less than a quarter of the learned retry timeout after its
+    /// last answer (a burst of NACKs, from a buggy or hostile member or
+    /// replayed, gets a bounded number of answers).
+    pub answers_suppressed: u64,
     /// Status messages sent (answers to NACKs with nothing to re-send, and
     /// "finished" notices).
     pub statuses: u64,
