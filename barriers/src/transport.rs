@@ -208,4 +208,16 @@ pub trait Transport {
     fn waker(&self) -> Result<Arc<dyn Waker>, TransportError> {
         Ok(Arc::new(TickWaker::default()))
     }
+    /// Frames that failed authentication below the transport, claiming to
+    /// come from node `node` (a node run with another job secret, or a
+    /// forger): what a join timeout names. The default: 0 (it cannot tell).
+    fn bad_tags_from(&self, node: NodeId) -> u64 {
+        let _ = node;
+        0
+    }
+    /// Frames of another wire version dropped below the transport, from
+    /// anyone. The default: 0 (it cannot tell).
+    fn bad_version(&mut self) -> u64 {
+        0
+    }
 }

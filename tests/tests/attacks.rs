@@ -509,3 +509,37 @@ fn root_broadcast_injection_succeeds_with_auth_off() {
 fn root_broadcast_injection_fails_with_auth_on() {
     injected_bcast("abon", Auth::On);
 }
+
+/// A node run with another job secret is named at the join: its frames
+/// fail authentication at node 0, so it never joins, and node 0's join
+/// timeout says how many frames claiming to be it failed (a typed field of
+/// the error, and in its message), instead of only "did not join".
+#[test]
+fn root_a_node_with_another_secret_is_named_at_the_join() {
+    use barriers::{Algorithm, BarrierConfig, BarrierError, McdTransport};
+    let c = cluster(ClusterSpec::new("asec", 2));
+    let mut config = BarrierConfig::new(Algorithm::Dissemination);
+    config.join_timeout = Duration::from_millis(1500);
+    let joins: Vec<_> = (0..2)
+        .map(|n| {
+            let mut ec = c.endpoint_config();
+            ec.wait = mcd::WaitPolicy::Block;
+            if n == 1 {
+                ec.auth = mcd::Auth::Key(mcd::JobSecret::from_bytes([0x5a; 16]));
+            }
+            let endpoint = mcd_integration_tests::open_on(&c, n, ec).unwrap_or_else(|e| panic!("node {n}: {e}"));
+            std::thread::spawn(move || barriers::Barrier::new(McdTransport::new(endpoint), config).map(|_| ()))
+        })
+        .collect();
+    let errors: Vec<BarrierError> = joins.into_iter().map(|j| j.join().expect("a join thread").expect_err("a join with two secrets")).collect();
+    match &errors[0] {
+        BarrierError::JoinTimeout { missing, bad_tags, .. } => {
+            assert_eq!(missing, &vec![1]);
+            assert!(matches!(bad_tags[..], [(1, count)] if count > 0), "{bad_tags:?}");
+        }
+        other => panic!("node 0: {other}"),
+    }
+    let text = errors[0].to_string();
+    assert!(text.contains("frame(s) claiming to be node 1 failed authentication (another job secret, or forged)"), "{text}");
+    eprintln!("node 0: {text}\nnode 1: {}", errors[1]);
+}
