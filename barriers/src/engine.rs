@@ -573,18 +573,25 @@ impl<T: Transport> Engine<T> {
     }
 
     /// The progress agent's round: feeds what came, judges the timers,
-    /// keeps a transport failure for the application. Returns when the
-    /// next timer is due, if any.
+    /// lets the transport make itself known if it has been silent
+    /// ([`Transport::keepalive`]), keeps a transport failure for the
+    /// application. Returns when to serve again: the next timer, or the
+    /// next keepalive, whichever is first (if any).
     pub(crate) fn serve(&mut self) -> Option<Instant> {
         let now = Instant::now();
         let result = self.drain(now).and_then(|_| {
             self.core.handle_timeout(now);
-            self.flush()
+            self.flush()?;
+            self.transport.keepalive(now)
         });
         if let Err(e) = result {
             self.agent_error = Some(e);
         }
-        self.core.poll_timeout()
+        let keepalive = self.transport.keepalive_every().map(|every| now + every);
+        match (self.core.poll_timeout(), keepalive) {
+            (Some(timer), Some(keepalive)) => Some(timer.min(keepalive)),
+            (timer, keepalive) => timer.or(keepalive),
+        }
     }
 
     /// The closing protocol of [`crate::Barrier::finish`].
