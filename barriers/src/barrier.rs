@@ -8,9 +8,12 @@
 //! application has stayed out of the barrier for a whole grace period
 //! ([`AGENT_GRACE`], growing to [`AGENT_GRACE_MAX`] while the application
 //! keeps calling), then sleeps in the kernel on the transport's
-//! [`Waker`] and wakes only when a message arrives or a retry of a
-//! split-phase barrier is due; it hands over as soon as the application
-//! calls in again. So a peer that is slow is always heard (it answers
+//! [`Waker`] and wakes only when a message arrives, a retry of a
+//! split-phase barrier is due, or the transport must make itself known
+//! ([`Transport::keepalive_every`]: an mcd endpoint that has sent nothing
+//! for its announcement period announces its MAC, so that a switch port
+//! stolen while the application computes comes back); it hands over as
+//! soon as the application calls in again. So a peer that is slow is always heard (it answers
 //! probes), and only a peer that is silent, its process gone or stopped,
 //! is taken for dead.
 

@@ -150,6 +150,11 @@ pub struct BarrierStats {
     pub fast_nacks: u64,
     /// Messages re-sent to answer a NACK or a straggler.
     pub answers: u64,
+    /// NACKs not answered: the same peer asked for the same message (epoch
+    /// and tag) less than a quarter of the learned retry timeout after its
+    /// last answer (a burst of NACKs, from a buggy or hostile member or
+    /// replayed, gets a bounded number of answers).
+    pub answers_suppressed: u64,
     /// Status messages sent (answers to NACKs with nothing to re-send, and
     /// "finished" notices).
     pub statuses: u64,
@@ -171,6 +176,20 @@ pub struct BarrierStats {
     pub refused: u64,
     /// The retry timeout learned so far.
     pub retry_timeout: Duration,
+}
+
+/// What a join timeout says of frames that were dropped on the way in: the
+/// missing nodes' frames that failed authentication, and frames of another
+/// wire version ("" if none).
+fn join_suspects(bad_tags: &[(NodeId, u64)], bad_version: u64) -> String {
+    let mut s = String::new();
+    for (node, count) in bad_tags {
+        s += &format!("; {count} frame(s) claiming to be node {node} failed authentication (another job secret, or forged)");
+    }
+    if bad_version > 0 {
+        s += &format!("; {bad_version} frame(s) of another mcd wire version arrived (run the same mcd everywhere)");
+    }
+    s
 }
 
 /// What a peer was last known to be doing.
@@ -246,7 +265,11 @@ pub enum BarrierError {
         waiting_for: Vec<(NodeId, PeerState)>,
     },
     /// Creating the barrier: nodes did not join in time.
-    #[error("creating the barrier: node(s) {missing:?} did not join within {:.1} s (are all {nodes} nodes creating it?)", waited.as_secs_f64())]
+    #[error(
+        "creating the barrier: node(s) {missing:?} did not join within {:.1} s (are all {nodes} nodes creating it?){}",
+        waited.as_secs_f64(),
+        join_suspects(bad_tags, *bad_version)
+    )]
     JoinTimeout {
         /// The nodes not heard from (node 0, for any other node).
         missing: Vec<NodeId>,
@@ -254,6 +277,14 @@ pub enum BarrierError {
         nodes: usize,
         /// How long it waited.
         waited: Duration,
+        /// Of the missing nodes, those that frames failing authentication
+        /// claimed to come from, with how many such frames arrived (a node
+        /// run with another job secret, or forgeries); as far as the
+        /// transport can tell ([`Transport::bad_tags_from`]).
+        bad_tags: Vec<(NodeId, u64)>,
+        /// Frames of another wire version that arrived (an mcd build of
+        /// another protocol), from anyone; 0 if the transport cannot tell.
+        bad_version: u64,
     },
     /// Creating the barrier: node 0 runs this barrier already with another
     /// process in this node's place (this process was restarted), and
@@ -477,11 +508,25 @@ impl<T: Transport> Engine<T> {
     pub(crate) fn join(&mut self) -> Result<(), BarrierError> {
         let now = Instant::now();
         self.core.join(new_incarnation(), now);
-        self.run(now, |e| match e {
+        let result = self.run(now, |e| match e {
             Event::Joined { .. } => Some(Ok(())),
             Event::JoinFailed(e) => Some(Err(e)),
             Event::Done(_) => None,
-        })?
+        })?;
+        result.map_err(|e| self.explain_join(e))
+    }
+
+    /// A join timeout, with what the transport dropped of the missing
+    /// nodes' frames (failed authentication, another wire version): the
+    /// core cannot see those, the transport can.
+    fn explain_join(&mut self, error: BarrierError) -> BarrierError {
+        match error {
+            BarrierError::JoinTimeout { missing, nodes, waited, .. } => {
+                let bad_tags = missing.iter().map(|&j| (j, self.transport.bad_tags_from(j))).filter(|&(_, c)| c > 0).collect();
+                BarrierError::JoinTimeout { missing, nodes, waited, bad_tags, bad_version: self.transport.bad_version() }
+            }
+            other => other,
+        }
     }
 
     /// Enters the next barrier as an epoch of `call` with `count` elements
@@ -528,18 +573,25 @@ impl<T: Transport> Engine<T> {
     }
 
     /// The progress agent's round: feeds what came, judges the timers,
-    /// keeps a transport failure for the application. Returns when the
-    /// next timer is due, if any.
+    /// lets the transport make itself known if it has been silent
+    /// ([`Transport::keepalive`]), keeps a transport failure for the
+    /// application. Returns when to serve again: the next timer, or the
+    /// next keepalive, whichever is first (if any).
     pub(crate) fn serve(&mut self) -> Option<Instant> {
         let now = Instant::now();
         let result = self.drain(now).and_then(|_| {
             self.core.handle_timeout(now);
-            self.flush()
+            self.flush()?;
+            self.transport.keepalive(now)
         });
         if let Err(e) = result {
             self.agent_error = Some(e);
         }
-        self.core.poll_timeout()
+        let keepalive = self.transport.keepalive_every().map(|every| now + every);
+        match (self.core.poll_timeout(), keepalive) {
+            (Some(timer), Some(keepalive)) => Some(timer.min(keepalive)),
+            (timer, keepalive) => timer.or(keepalive),
+        }
     }
 
     /// The closing protocol of [`crate::Barrier::finish`].

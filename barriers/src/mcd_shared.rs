@@ -672,6 +672,23 @@ impl Transport for GroupTransport {
         }
         Ok(Arc::new(GroupWaker { hub: self.hub.clone(), key: self.key, alarm }))
     }
+
+    fn bad_tags_from(&self, node: NodeId) -> u64 {
+        self.members.get(node).map_or(0, |&j| lock(&self.hub).endpoint.bad_tags_from(j))
+    }
+
+    fn bad_version(&mut self) -> u64 {
+        lock(&self.hub).endpoint.stats().map_or(0, |s| s.dropped.bad_version)
+    }
+
+    fn keepalive_every(&self) -> Option<Duration> {
+        lock(&self.hub).endpoint.announce_every()
+    }
+
+    fn keepalive(&mut self, now: Instant) -> Result<(), TransportError> {
+        lock(&self.hub).endpoint.announce_if_silent(now)?;
+        Ok(())
+    }
 }
 
 /// A group's progress agent sleeps on the rings if it is the watcher, else

@@ -288,6 +288,23 @@ impl Transport for McdTransport {
     fn waker(&self) -> Result<Arc<dyn Waker>, TransportError> {
         Ok(Arc::new(EndpointWaker(self.endpoint.readiness()?)))
     }
+
+    fn bad_tags_from(&self, node: NodeId) -> u64 {
+        self.endpoint.bad_tags_from(node)
+    }
+
+    fn bad_version(&mut self) -> u64 {
+        self.endpoint.stats().map_or(0, |s| s.dropped.bad_version)
+    }
+
+    fn keepalive_every(&self) -> Option<Duration> {
+        self.endpoint.announce_every()
+    }
+
+    fn keepalive(&mut self, now: Instant) -> Result<(), TransportError> {
+        self.endpoint.announce_if_silent(now)?;
+        Ok(())
+    }
 }
 
 /// The progress agent's sleep on an endpoint's rings.

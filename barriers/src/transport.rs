@@ -3,7 +3,7 @@
 //! can sleep on until a message may have arrived (the progress agent's).
 
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A node number, 0-based; node 0 is the master.
 pub type NodeId = usize;
@@ -207,5 +207,32 @@ pub trait Transport {
     /// ([`TickWaker`]); transports that can sleep in the kernel should say so.
     fn waker(&self) -> Result<Arc<dyn Waker>, TransportError> {
         Ok(Arc::new(TickWaker::default()))
+    }
+    /// Frames that failed authentication below the transport, claiming to
+    /// come from node `node` (a node run with another job secret, or a
+    /// forger): what a join timeout names. The default: 0 (it cannot tell).
+    fn bad_tags_from(&self, node: NodeId) -> u64 {
+        let _ = node;
+        0
+    }
+    /// Frames of another wire version dropped below the transport, from
+    /// anyone. The default: 0 (it cannot tell).
+    fn bad_version(&mut self) -> u64 {
+        0
+    }
+    /// How often a node that sends nothing must still make itself known to
+    /// the network ([`keepalive`](Self::keepalive)): a sleeping progress
+    /// agent wakes at least this often. The default: never.
+    fn keepalive_every(&self) -> Option<Duration> {
+        None
+    }
+    /// Called by a sleeping progress agent when it wakes: a transport on a
+    /// learning switch announces its address if it has sent nothing for
+    /// [`keepalive_every`](Self::keepalive_every), so that a switch port
+    /// stolen while the application computes comes back. The default:
+    /// nothing.
+    fn keepalive(&mut self, now: Instant) -> Result<(), TransportError> {
+        let _ = now;
+        Ok(())
     }
 }

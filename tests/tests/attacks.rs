@@ -509,3 +509,118 @@ fn root_broadcast_injection_succeeds_with_auth_off() {
 fn root_broadcast_injection_fails_with_auth_on() {
     injected_bcast("abon", Auth::On);
 }
+
+/// A node run with another job secret is named at the join: its frames
+/// fail authentication at node 0, so it never joins, and node 0's join
+/// timeout says how many frames claiming to be it failed (a typed field of
+/// the error, and in its message), instead of only "did not join".
+#[test]
+fn root_a_node_with_another_secret_is_named_at_the_join() {
+    use barriers::{Algorithm, BarrierConfig, BarrierError, McdTransport};
+    let c = cluster(ClusterSpec::new("asec", 2));
+    let mut config = BarrierConfig::new(Algorithm::Dissemination);
+    config.join_timeout = Duration::from_millis(1500);
+    let joins: Vec<_> = (0..2)
+        .map(|n| {
+            let mut ec = c.endpoint_config();
+            ec.wait = mcd::WaitPolicy::Block;
+            if n == 1 {
+                ec.auth = mcd::Auth::Key(mcd::JobSecret::from_bytes([0x5a; 16]));
+            }
+            let endpoint = mcd_integration_tests::open_on(&c, n, ec).unwrap_or_else(|e| panic!("node {n}: {e}"));
+            std::thread::spawn(move || barriers::Barrier::new(McdTransport::new(endpoint), config).map(|_| ()))
+        })
+        .collect();
+    let errors: Vec<BarrierError> = joins.into_iter().map(|j| j.join().expect("a join thread").expect_err("a join with two secrets")).collect();
+    match &errors[0] {
+        BarrierError::JoinTimeout { missing, bad_tags, .. } => {
+            assert_eq!(missing, &vec![1]);
+            assert!(matches!(bad_tags[..], [(1, count)] if count > 0), "{bad_tags:?}");
+        }
+        other => panic!("node 0: {other}"),
+    }
+    let text = errors[0].to_string();
+    assert!(text.contains("frame(s) claiming to be node 1 failed authentication (another job secret, or forged)"), "{text}");
+    eprintln!("node 0: {text}\nnode 1: {}", errors[1]);
+}
+
+/// Attack 7 while a node computes: on a learning switch, while node 3
+/// computes for 4 s before barrier 2 (outside any barrier call; its
+/// progress agent asleep), the attacker sends a frame with node 3's source
+/// MAC every 50 ms for the first [`STEALING`] of it (until a frame for node
+/// 3, its peers' probes, has come to it, if later: the theft worked), then
+/// stops. Returns when the attacker last stole, when it last saw a frame for
+/// node 3, and when node 3 began computing.
+/// How long the attacker keeps stealing node 3's port as it computes.
+const STEALING: Duration = Duration::from_millis(500);
+
+fn stolen_while_computing(name: &str, announce: bool) -> (Instant, Instant, Instant) {
+    const AT: u32 = 2;
+    const COMPUTE_MS: u64 = 4000;
+    let c = cluster(ClusterSpec::new(name, 4));
+    let mut attacker = Attacker::plug(&c);
+    let mac3 = c.mac(3, 0);
+    let mut steal = vec![0u8; 60];
+    steal[..6].copy_from_slice(&mcd::MacAddr::BROADCAST.0);
+    steal[6..12].copy_from_slice(&mac3.0);
+    steal[12..14].copy_from_slice(&mcd::wire::DEFAULT_ETHERTYPE.to_be_bytes());
+    let steal = mcd_integration_tests::attacker::Forgery(steal);
+    let job = Job::start(&c, PEER, Auth::On, "tree2", 4, |node| {
+        let mut env = vec![];
+        if node == 3 {
+            env.push(("MCD_TEST_COMPUTE", format!("{AT}:{COMPUTE_MS}")));
+        }
+        if !announce {
+            env.push(("MCD_TEST_NO_ANNOUNCE", "1".to_string()));
+        }
+        env
+    });
+    let computing = job.wait_line(3, &format!("computing {AT}"), EVENT);
+    let for_node3 = |f: &Captured| f.frame().dst_mac() == mac3;
+    let mut worked = false;
+    let stolen = loop {
+        attacker.send(&steal);
+        let stole = Instant::now();
+        worked |= attacker.try_wait_for(Duration::from_millis(50), for_node3).is_some();
+        if worked && computing.at.elapsed() >= STEALING {
+            break stole;
+        }
+        // (Once it worked, the wait above returns at once: the pace of the theft.)
+        std::thread::sleep(Duration::from_millis(50).saturating_sub(stole.elapsed()));
+        assert!(computing.at.elapsed() < Duration::from_millis(COMPUTE_MS / 2), "no frame for node 3 came to the attacker while it computed");
+    };
+    let ends = job.finish(EVENT);
+    assert_all_done(&ends, "stolen while computing");
+    let (violations, checked) = barriers::check::check(&job_timelines(&c));
+    assert!(checked == 4 && violations.is_empty(), "{checked} barriers, {violations:?}");
+    let last = attacker.seen(for_node3).last().expect("the theft").at;
+    eprintln!(
+        "stolen while computing (announcements {}): {} steal frame(s), the last {:.0} ms after node 3 began its {COMPUTE_MS} ms computation; frames for node 3 came to the attacker until {:.0} ms ({} in all); node 3 announced {} time(s)",
+        if announce { "on" } else { "off" },
+        attacker.sent,
+        stolen.duration_since(computing.at).as_secs_f64() * 1e3,
+        last.duration_since(computing.at).as_secs_f64() * 1e3,
+        attacker.seen(for_node3).len(),
+        ends[3].stat("announced"),
+    );
+    (stolen, last, computing.at)
+}
+
+#[test]
+fn root_a_port_stolen_while_its_node_computes_comes_back_before_it_calls_again() {
+    // Node 3's sleeping agent wakes every announcement period and announces
+    // its MAC if it sent nothing: its peers' probes reach it again long
+    // before it calls in after 4 s.
+    let (stolen, last, computing) = stolen_while_computing("ascomp", true);
+    assert!(last.saturating_duration_since(stolen) < Duration::from_secs(1), "the port came back only {:?} after the last theft", last.duration_since(stolen));
+    assert!(last.duration_since(computing) < Duration::from_secs(2), "not long before the computation ended");
+}
+
+#[test]
+fn root_a_port_stolen_while_its_node_computes_stays_stolen_with_announcements_off() {
+    // The same without announcements: the port stays with the attacker
+    // until node 3 sends again, at its next call (what the test above
+    // shows is the agent's doing).
+    let (stolen, last, computing) = stolen_while_computing("asnoan", false);
+    assert!(last.duration_since(computing) >= Duration::from_secs(3), "the port came back {:?} after the theft", last.duration_since(stolen));
+}

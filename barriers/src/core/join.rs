@@ -124,7 +124,7 @@ impl Core {
                             "creating the barrier: node {p} asked to join with another configuration than node 0's ({} on {} rail(s)): every node must use the same algorithm, rails and first barrier, and the same mcd version",
                             self.config.algorithm, self.config.rails
                         )),
-                        None => BarrierError::JoinTimeout { missing, nodes: n, waited },
+                        None => BarrierError::JoinTimeout { missing, nodes: n, waited, bad_tags: Vec::new(), bad_version: 0 },
                     };
                     self.out.events.push_back(Event::JoinFailed(error));
                     return;
@@ -135,7 +135,7 @@ impl Core {
                     let error = if *refused {
                         BarrierError::Refused { node: self.me() }
                     } else {
-                        BarrierError::JoinTimeout { missing: vec![0], nodes: n, waited }
+                        BarrierError::JoinTimeout { missing: vec![0], nodes: n, waited, bad_tags: Vec::new(), bad_version: 0 }
                     };
                     self.out.events.push_back(Event::JoinFailed(error));
                     return;

@@ -242,7 +242,7 @@ impl Core {
             member: Membership::default(),
             phase: Phase::Idle,
             ends: Ends::Sent,
-            recovery: Recovery::new(&config, now),
+            recovery: Recovery::new(&config, n, now),
             live: Liveness::new(n, now),
             closing: Closing::Open,
             coll: None,

@@ -11,6 +11,15 @@
 //! at once what that peer (or node 0, for its release) owes it. For a while
 //! after a loss, multicasts are sent twice; a message a peer asked for
 //! before it was sent goes twice too.
+//!
+//! Answers are rate-limited per peer: a NACK for an (epoch, tag) that this
+//! node answered for the same peer less than a quarter of its learned retry
+//! timeout ago goes unanswered (counted in
+//! [`crate::BarrierStats::answers_suppressed`]), so a burst of NACKs, from a
+//! buggy or hostile member or replayed, gets a bounded number of answers.
+//! A live peer's NACKs for one message come at its retry interval, which is
+//! at least its own learned retry timeout (learned from the same network's
+//! step times), so its retries are always answered.
 
 use std::time::{Duration, Instant};
 
@@ -33,6 +42,35 @@ const IN_BARRIER_BACKOFF: u32 = 8;
 const QUIET_PROBES: u32 = 6;
 /// The least interval between probes of a quiet or late peer.
 const QUIET_RETRY_FLOOR: Duration = Duration::from_millis(2);
+
+/// A NACK of the same (epoch, tag) from the same peer within this fraction
+/// of the learned retry timeout of the last answer to it is not answered.
+const ANSWER_GAP_DIVISOR: u32 = 4;
+/// How many recent answers are remembered per peer (a peer alternating
+/// between this many (epoch, tag) pairs or fewer is still rate-limited).
+const ANSWER_LOG: usize = 4;
+
+/// The last answers given to one peer: (epoch, tag, when), newest at
+/// `next - 1` (a ring), for the rate limit.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Answered {
+    recent: [Option<(u64, u16, Instant)>; ANSWER_LOG],
+    next: usize,
+}
+
+impl Answered {
+    /// Whether a NACK of (`epoch`, `tag`) at `now` may be answered (no
+    /// answer to it within `gap`); if so, it is recorded as answered.
+    #[inline]
+    fn admit(&mut self, epoch: u64, tag: u16, now: Instant, gap: Duration) -> bool {
+        let recent = self.recent.iter().flatten().any(|&(e, t, at)| e == epoch && t == tag && now.saturating_duration_since(at) < gap);
+        if !recent {
+            self.recent[self.next] = Some((epoch, tag, now));
+            self.next = (self.next + 1) % ANSWER_LOG;
+        }
+        !recent
+    }
+}
 
 /// What the current step knows of the peers it waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,10 +110,12 @@ pub(super) struct Recovery {
     pub(super) recovered_in: Option<u64>,
     /// Whether a peer this step waits for is known to be late.
     pub(super) laggard: Laggard,
+    /// Per peer (indexed by node), its last answers: the rate limit.
+    pub(super) answered: Vec<Answered>,
 }
 
 impl Recovery {
-    pub(super) fn new(config: &BarrierConfig, now: Instant) -> Recovery {
+    pub(super) fn new(config: &BarrierConfig, nodes: usize, now: Instant) -> Recovery {
         Recovery {
             step_since: now,
             next_retry: now,
@@ -87,6 +127,7 @@ impl Recovery {
             asked_early: false,
             recovered_in: None,
             laggard: Laggard::Unknown,
+            answered: vec![Answered::default(); nodes],
         }
     }
 }
@@ -94,6 +135,12 @@ impl Recovery {
 impl Core {
     pub(super) fn on_nack(&mut self, from: NodeId, msg: Msg, epoch: u64, now: Instant) {
         self.live.peers[from].at_least(epoch, true);
+        let gap = self.recovery.rto.get() / ANSWER_GAP_DIVISOR;
+        if !self.recovery.answered[from].admit(epoch, msg.tag, now, gap) {
+            // Answered a moment ago (and what that answer set off, too).
+            self.stats.answers_suppressed += 1;
+            return;
+        }
         let tag = (msg.tag != STATUS_TAG).then_some(msg.tag);
         if self.answer(from, epoch, tag) == 0 {
             if let Some(tag) = tag.filter(|_| self.phase.running() && epoch == self.window.epoch) {

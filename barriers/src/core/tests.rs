@@ -267,8 +267,10 @@ fn a_non_root_tells_its_entry_at_once_has_the_broadcast_at_the_data_and_answers_
     e.collective_result(Some(&mut out)).unwrap();
     assert_eq!(out, [4, 5]);
     assert_eq!(sent_count(&e, 2, MsgKind::Data, 1, BCAST_ENTERED), 1);
-    // A NACK of the previous epoch's entry (the root's retry
-    // crossed it) is answered from that epoch, though this node moved on.
+    // A NACK of the previous epoch's entry (the root's retry, a retry
+    // timeout later, crossed it) is answered from that epoch, though this
+    // node moved on.
+    e.now += e.recovery.rto.get();
     push(&mut e, 0, MsgKind::Nack, 0, BCAST_ENTERED, Vec::new());
     e.test().unwrap();
     assert_eq!(sent_count(&e, 0, MsgKind::Answer, 0, BCAST_ENTERED), 2);
@@ -589,4 +591,38 @@ fn a_silent_peer_is_judged_only_after_it_was_probed_for_the_failure_timeout() {
     assert!(e.transport.sent.iter().any(|(_, m)| m.kind == MsgKind::Status && m.tag & status::FAILED != 0 && m.arg == 1));
     e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { kind: MsgKind::Status, instance: INSTANCE, epoch: 0, tag: status::IN_PROGRESS, arg: 0 } });
     assert!(!e.test().unwrap(), "still waiting, and no error");
+}
+
+#[test]
+fn a_burst_of_nacks_gets_a_bounded_number_of_answers_and_a_retry_is_answered() {
+    // Node 1 of 2 (dissemination) in barrier 0: it sent node 0 its ROUND.
+    let mut e = node1(0);
+    e.enter_base();
+    let nack = |tag: u16| Incoming { from: 0, rail: 0, msg: Msg { kind: MsgKind::Nack, instance: INSTANCE, epoch: 0, tag, arg: 0 } };
+    let answers = |e: &Node| e.transport.sent.iter().filter(|(_, m)| m.kind == MsgKind::Answer).count();
+    let replies = |e: &Node| e.transport.sent.iter().filter(|(_, m)| matches!(m.kind, MsgKind::Answer | MsgKind::Status)).count();
+    // 1,000 NACKs for the same message at once: one answer.
+    for _ in 0..1000 {
+        e.transport.inbox.push_back(nack(plan::tag::ROUND));
+    }
+    assert!(!e.test().unwrap());
+    assert_eq!((answers(&e), e.stats.answers_suppressed), (1, 999));
+    // 1,000 more, alternating with another tag (a status answers that one),
+    // one every µs: at most one answer each per quarter retry timeout.
+    let gap = e.recovery.rto.get() / 4;
+    let start = e.now;
+    for i in 0..1000u32 {
+        e.now = start + Duration::from_micros(u64::from(i));
+        e.transport.inbox.push_back(nack(if i % 2 == 0 { plan::tag::ROUND } else { plan::tag::RELEASE }));
+        e.test().unwrap();
+    }
+    let bound = 2 * (1 + Duration::from_micros(1000).as_nanos() / gap.as_nanos()) as usize;
+    let (sent, suppressed) = (replies(&e) - 1, e.stats.answers_suppressed - 999);
+    assert!(sent <= bound && sent as u64 + suppressed == 1000, "{sent} replies (bound {bound}), {suppressed} suppressed");
+    // A live peer's retry, a retry timeout after the last answer, is answered.
+    let before = answers(&e);
+    e.now += e.recovery.rto.get();
+    e.transport.inbox.push_back(nack(plan::tag::ROUND));
+    e.test().unwrap();
+    assert_eq!(answers(&e), before + 1);
 }
