@@ -49,6 +49,14 @@ impl Peer {
         was_probed
     }
 
+    /// It asked node 0 (this node) to admit it again: it lives,
+    /// and its probes went unanswered only because it is not in yet. (Not
+    /// "heard": a delayed request of an earlier process looks the same.)
+    pub(super) fn joining(&mut self) {
+        self.probed_since = None;
+        self.unanswered = 0;
+    }
+
     /// Whether anything of this instance ever came from it.
     pub(super) fn ever_heard(&self) -> bool {
         self.last_heard.is_some()
