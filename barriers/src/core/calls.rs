@@ -128,6 +128,7 @@ impl Core {
     fn begin_wait(&mut self, now: Instant) {
         self.live.call_started = now;
         self.live.gave_up = None; // waiting again: no longer giving up, until judged again
+        self.live.told = None;
     }
 
     /// Takes the pending call as far as it can go at `now`; with `timers`,
@@ -187,6 +188,9 @@ impl Core {
         self.ends = Ends::Sent;
         if p.counts_errors && result.is_err() {
             self.live.errors += 1;
+        }
+        if let Err(e) = &result {
+            self.note_told(e);
         }
         self.calls.done = Some(result);
     }

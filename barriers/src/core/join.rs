@@ -19,8 +19,11 @@ use crate::transport::{Msg, MsgKind, NodeId};
 /// broadcast before ([`crate::collective::wire::ENDS_PREVIOUS`]). 3
 /// (2026-11-25): data and answers carry [`crate::transport::MISMATCHED`],
 /// and a status of a node that failed on a peer's report names the silent
-/// node too.
-pub const PROTOCOL: u32 = 3;
+/// node too. 4 (2026-11-25): a status says `FAILED` (naming the silent node)
+/// until the application calls again, not only while the barrier is
+/// stuck; it may name its sender (its peers gave up on it), and a node
+/// named by a peer's report fails too.
+pub const PROTOCOL: u32 = 4;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.

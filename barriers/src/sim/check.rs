@@ -224,6 +224,13 @@ impl Checker<'_> {
                 let wrong: Vec<NodeId> = nodes.iter().copied().filter(|&x| !silent_to(self.run, x, node, t, self.need(node))).collect();
                 (!wrong.is_empty()).then(|| format!("node(s) {wrong:?} were not silent to node {node}"))
             }
+            // A node that reports itself: its peers gave up on it (it was
+            // silent to one of them), and it says so to those waiting for it.
+            Verdict::Failed { reporter, silent } if reporter == silent => {
+                let n = self.run.config.nodes;
+                (!(0..n).any(|y| y != *silent && silent_to(self.run, *silent, y, t, self.need(y))))
+                    .then(|| format!("node {silent} reports itself silent but was silent to no node"))
+            }
             Verdict::Failed { reporter, silent } => (!silent_to(self.run, *silent, *reporter, t, self.need(*reporter)))
                 .then(|| format!("node {silent} was not silent to node {reporter}")),
             Verdict::Mismatch => (!allowed_mismatch).then(|| "no call was mismatched".to_string()),

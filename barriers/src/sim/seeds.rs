@@ -62,13 +62,12 @@ fn dst_seeds_with_mismatches() {
 }
 
 #[test]
-#[ignore = "finds core bugs not yet fixed (issue 26): spinning deadlines after a verdict; a live node waiting for ever"]
 fn dst_seeds_with_partitions_pauses_and_crashes() {
     campaign("partition,pause,crash,mix", 0..120, None);
 }
 
 #[test]
-#[ignore = "finds core bugs not yet fixed (issue 26): every one above"]
+#[ignore = "finds core bugs not yet fixed (issue 26): seeds 67, 96, 98, 113 of 200 (see the report of branch fixsim)"]
 fn dst_seeds_across_the_whole_fault_mix() {
     campaign("mix", 0..200, None);
 }
@@ -91,8 +90,13 @@ fn regression_a_joining_node_whose_admit_was_lost_is_not_named_silent() {
     seed("loss", 5);
 }
 
+/// Node 0 is paused for 148 ms; the others give up naming it, their
+/// applications stop calling, and once it is back they stopped saying so
+/// (they heard it, and barrier 1 completed in the background): node 0
+/// entered barrier 2 and waited for ever. A node's statuses now say it
+/// failed until its application calls again, and a report naming this
+/// node counts here too.
 #[test]
-#[ignore = "core bug, issue 26: after node 0's pause the others give up; node 0's deadline stops advancing (a spin) and it waits on"]
 fn regression_a_paused_node_neither_spins_nor_waits_for_ever() {
     seed("pause", 0);
 }
