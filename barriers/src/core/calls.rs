@@ -79,6 +79,7 @@ impl Core {
             self.out.events.push_back(Event::Done(Err(BarrierError::Usage("a barrier call is already in progress".into()))));
             return;
         }
+        self.live.told = None; // the application calls again
         let mut p = Pending { deadline: None, block: Block::Ready, then: Then::WaitSettled, counts_errors: false, finishing: false };
         match call {
             Call::Wait { deadline } => {
@@ -128,7 +129,6 @@ impl Core {
     fn begin_wait(&mut self, now: Instant) {
         self.live.call_started = now;
         self.live.gave_up = None; // waiting again: no longer giving up, until judged again
-        self.live.told = None;
     }
 
     /// Takes the pending call as far as it can go at `now`; with `timers`,
@@ -340,6 +340,7 @@ impl Core {
         // A mismatch the agent found completing a broadcast in the background.
         self.settled_mismatch()?;
         self.live.call_started = now;
+        self.live.told = None; // the application calls again
         if self.phase == Phase::Background {
             // A broadcast completes in the background: the barrier follows
             // as soon as it is complete.

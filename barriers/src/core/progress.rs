@@ -153,7 +153,6 @@ impl Core {
         }
         self.phase = Phase::Entered;
         self.live.errors = 0;
-        self.live.told = None; // the application calls again
         self.run.step = 0;
         self.run.step_sent = false;
         self.run.cur = variant;
