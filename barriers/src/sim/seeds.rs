@@ -101,6 +101,15 @@ fn regression_a_paused_node_neither_spins_nor_waits_for_ever() {
     seed("pause", 0);
 }
 
+/// Node 2 fails a barrier queued behind a broadcast completing in the
+/// background (a peer's report names node 1); the broadcast then completes
+/// and the queued barrier is entered by the protocol, which cleared what
+/// node 2's statuses said: node 1 waited for ever for node 2's next call.
+#[test]
+fn regression_a_node_told_of_a_failure_says_so_until_its_application_calls_again() {
+    seed("mix", 113);
+}
+
 /// Debugging aid (not a check): `DST_SEED=5 DST_FAULTS=loss DST_TRACE=100000
 /// cargo test -p barriers --lib sim::seeds::trace_one -- --ignored --nocapture`.
 #[test]
