@@ -79,6 +79,7 @@ impl Core {
             self.out.events.push_back(Event::Done(Err(BarrierError::Usage("a barrier call is already in progress".into()))));
             return;
         }
+        self.live.told = None; // the application calls again
         let mut p = Pending { deadline: None, block: Block::Ready, then: Then::WaitSettled, counts_errors: false, finishing: false };
         match call {
             Call::Wait { deadline } => {
@@ -187,6 +188,9 @@ impl Core {
         self.ends = Ends::Sent;
         if p.counts_errors && result.is_err() {
             self.live.errors += 1;
+        }
+        if let Err(e) = &result {
+            self.note_told(e);
         }
         self.calls.done = Some(result);
     }
@@ -336,6 +340,7 @@ impl Core {
         // A mismatch the agent found completing a broadcast in the background.
         self.settled_mismatch()?;
         self.live.call_started = now;
+        self.live.told = None; // the application calls again
         if self.phase == Phase::Background {
             // A broadcast completes in the background: the barrier follows
             // as soon as it is complete.

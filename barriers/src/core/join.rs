@@ -19,8 +19,11 @@ use crate::transport::{Msg, MsgKind, NodeId};
 /// broadcast before ([`crate::collective::wire::ENDS_PREVIOUS`]). 3
 /// (2026-11-25): data and answers carry [`crate::transport::MISMATCHED`],
 /// and a status of a node that failed on a peer's report names the silent
-/// node too.
-pub const PROTOCOL: u32 = 3;
+/// node too. 4 (2026-11-25): a status says `FAILED` (naming the silent node)
+/// until the application calls again, not only while the barrier is
+/// stuck; it may name its sender (its peers gave up on it), and a node
+/// named by a peer's report fails too.
+pub const PROTOCOL: u32 = 4;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.
@@ -196,8 +199,15 @@ impl Core {
                         }
                         self.out.events.push_back(Event::Joined { instance: self.member.instance });
                     }
-                    MsgKind::Data | MsgKind::Nack | MsgKind::Status | MsgKind::Answer if early.len() < JOIN_STASH => {
-                        early.push((from, msg, data.to_vec()))
+                    MsgKind::Data | MsgKind::Nack | MsgKind::Status | MsgKind::Answer => {
+                        if early.len() < JOIN_STASH {
+                            early.push((from, msg, data.to_vec()));
+                        }
+                        // A peer is in: node 0 admits every node at once, so
+                        // this node's admission was lost, and its peers
+                        // probe it (it cannot answer them until admitted).
+                        // Ask node 0 again now, not after a long backoff.
+                        self.join_ask_soon(now);
                     }
                     MsgKind::Refuse if ours && msg.tag == REFUSE_CONFIG => {
                         self.member.joining = None;
@@ -220,6 +230,21 @@ impl Core {
         }
     }
 
+    /// A joining node ≠ 0 whose peers are in: its next request goes within
+    /// a retry timeout of the last one, and its requests' backoff restarts.
+    fn join_ask_soon(&mut self, now: Instant) {
+        let retry = self.config.retry_timeout;
+        let Some(Side::Asking { interval, next_request, .. }) = self.member.joining.as_mut().map(|j| &mut j.side) else { return };
+        if *interval > retry {
+            let soon = (*next_request - *interval + retry).max(now);
+            if soon < *next_request {
+                *next_request = soon;
+                *interval = retry;
+            }
+        }
+        self.join_progress(now);
+    }
+
     fn send_admission(&mut self, to: NodeId, kind: MsgKind, echo: u32) {
         let instance = if kind == MsgKind::Admit { self.member.instance } else { 0 };
         self.out.push(0, To::Node(to), Msg { kind, instance, epoch: 0, tag: 0, arg: echo }, &[]);
@@ -235,6 +260,8 @@ impl Core {
         let echo = msg.instance as u32;
         let admitted = self.member.admitted[from];
         if admitted as u32 == echo {
+            // It lives, though it cannot answer probes until admitted.
+            self.live.peers[from].joining();
             self.send_admission(from, MsgKind::Admit, echo)
         } else if msg.instance > admitted && !self.live.peers[from].ever_heard() && self.stats.completed == 0 {
             // A newer incarnation of a node never heard from in this

@@ -49,6 +49,14 @@ impl Peer {
         was_probed
     }
 
+    /// It asked node 0 (this node) to admit it again: it lives,
+    /// and its probes went unanswered only because it is not in yet. (Not
+    /// "heard": a delayed request of an earlier process looks the same.)
+    pub(super) fn joining(&mut self) {
+        self.probed_since = None;
+        self.unanswered = 0;
+    }
+
     /// Whether anything of this instance ever came from it.
     pub(super) fn ever_heard(&self) -> bool {
         self.last_heard.is_some()
@@ -94,6 +102,11 @@ pub(super) struct Liveness {
     pub(super) peers: Vec<Peer>,
     /// The silent node this node gave up on in the current barrier.
     pub(super) gave_up: Option<NodeId>,
+    /// The silent node named by the error this node's application was last
+    /// told, until it calls again: its statuses keep saying so (a peer
+    /// waiting for it waits for a call that may never come), even once the
+    /// barrier completed here in the background or the silent node is back.
+    pub(super) told: Option<NodeId>,
     /// A peer's "gave up" report arrived (when) since the last verdict.
     pub(super) report_pending: Option<Instant>,
     /// Errors waits and tests returned for the current barrier: a report
@@ -107,7 +120,7 @@ pub(super) struct Liveness {
 
 impl Liveness {
     pub(super) fn new(nodes: usize, now: Instant) -> Liveness {
-        Liveness { peers: vec![Peer::default(); nodes], gave_up: None, report_pending: None, errors: 0, call_started: now }
+        Liveness { peers: vec![Peer::default(); nodes], gave_up: None, told: None, report_pending: None, errors: 0, call_started: now }
     }
 
     /// Barrier `done` completed: completing it proves every node entered
@@ -128,7 +141,8 @@ impl Core {
         if self.phase.running() {
             flags |= status::IN_PROGRESS;
         }
-        if self.live.gave_up.is_some() {
+        let failed = self.live.gave_up.or(self.live.told);
+        if failed.is_some() {
             flags |= status::FAILED;
         }
         if self.closing.finished() {
@@ -137,7 +151,7 @@ impl Core {
         if self.run.mismatch.is_some() && self.phase.running() {
             flags |= status::MISMATCH;
         }
-        Msg { arg: self.live.gave_up.map_or(0, |n| n as u32 + 1), ..self.msg(MsgKind::Status, self.window.epoch, flags) }
+        Msg { arg: failed.map_or(0, |n| n as u32 + 1), ..self.msg(MsgKind::Status, self.window.epoch, flags) }
     }
 
     /// Sends where this node is to `to` (`None`: every node).
@@ -176,11 +190,20 @@ impl Core {
                 let first = self.live.errors == 0;
                 let patient = first || now.saturating_duration_since(self.live.call_started) >= self.config.failure_timeout;
                 let fresh = first || when >= self.live.call_started;
-                if epoch + 1 >= self.window.epoch && node != self.me() && !heard_since && fresh && patient {
+                // A report naming this node (it was silent, paused say, and
+                // its peers gave up on it) may be one they made before it came
+                // back and then called again: it counts once this call has
+                // waited a failure timeout without the barrier completing.
+                let patient = patient && (node != self.me() || now.saturating_duration_since(self.live.call_started) >= self.config.failure_timeout);
+                if epoch + 1 >= self.window.epoch && !heard_since && fresh && patient {
                     // This node's answers say so too (and its farewell, if
                     // it leaves): a node that waits for it, and cannot hear
                     // the reporter, must fail naming the silent node too.
-                    self.live.gave_up = Some(node);
+                    // (A report naming this node: their applications may
+                    // never call again, so it must not wait for them.)
+                    if node != self.me() {
+                        self.live.gave_up = Some(node);
+                    }
                     return Err(BarrierError::PeerFailed { epoch: self.window.epoch, reporter, silent: node });
                 }
             }
@@ -206,6 +229,19 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// The application is told `result`: a verdict naming a silent node
+    /// stays in this node's statuses until it calls again.
+    pub(super) fn note_told(&mut self, error: &BarrierError) {
+        match error {
+            // (A report that this node was silent names this node: a peer
+            // waiting for it fails naming it as both, "its peers gave up on
+            // it", rather than waiting for a call that may never come.)
+            BarrierError::PeerFailed { silent, .. } => self.live.told = Some(*silent),
+            BarrierError::PeerSilent { silent, .. } => self.live.told = silent.first().copied(),
+            _ => {}
+        }
     }
 
     /// Records that this node gives up on the current barrier because of

@@ -370,6 +370,9 @@ impl Core {
     pub fn test(&mut self, now: Instant) -> Result<bool, BarrierError> {
         let result = self.test_once(now);
         self.live.errors += u32::from(result.is_err());
+        if let Err(e) = &result {
+            self.note_told(e);
+        }
         result
     }
 

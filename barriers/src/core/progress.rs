@@ -243,7 +243,8 @@ impl Core {
 
     /// The plan's last step is done: the barrier is complete here.
     fn complete(&mut self, now: Instant) {
-        if std::mem::take(&mut self.window.void[parity(self.window.epoch)]) {
+        self.window.last_void = std::mem::take(&mut self.window.void[parity(self.window.epoch)]);
+        if self.window.last_void {
             // A peer met a mismatch in this barrier: an error here too.
             self.contributions().note_reported();
         }

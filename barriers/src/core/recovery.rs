@@ -214,7 +214,8 @@ impl Core {
                 let out = self.plans.list[v].steps[s].sends[i];
                 let for_them = matches!(out.dest, Dest::All) || out.dest == Dest::Node(to);
                 if for_them && tag.is_none_or(|t| t == out.tag) {
-                    let void = if self.window.void[parity(epoch)] { MISMATCHED } else { 0 };
+                    let void_here = if epoch + 1 == self.window.epoch { self.window.last_void } else { self.window.void[parity(epoch)] };
+                    let void = if void_here { MISMATCHED } else { 0 };
                     let msg = Msg { arg: void, ..self.msg(MsgKind::Answer, epoch, out.tag) };
                     let data = self.coll.as_ref().map_or(&[][..], |c| c.sent(parity(epoch), s));
                     self.out.push(out.rail, To::Node(to), msg, data);

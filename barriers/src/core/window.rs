@@ -19,12 +19,15 @@ pub(super) struct Window {
     /// Whether nodes called different collectives in barrier e (found here,
     /// or told by a peer), in `void[e % 2]`: its messages say so.
     pub(super) void: [bool; 2],
+    /// Whether the barrier before `epoch` completed void: answers of its
+    /// messages say so too (its `void` slot serves the barrier after next).
+    pub(super) last_void: bool,
 }
 
 impl Window {
     /// At barrier `first`, with `expected` messages indexed.
     pub(super) fn new(first: u64, expected: usize) -> Window {
-        Window { epoch: first, got: [Bits::new(expected), Bits::new(expected)], variant: [BASE; 2], void: [false; 2] }
+        Window { epoch: first, got: [Bits::new(expected), Bits::new(expected)], variant: [BASE; 2], void: [false; 2], last_void: false }
     }
 }
 

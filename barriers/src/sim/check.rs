@@ -10,7 +10,7 @@
 //!   at the next);
 //! - **liveness**: every node gets through every instance; in an instance
 //!   no node was silent in, every call completes within a bound after its
-//!   last entry;
+//!   last entry (per epoch it takes: a large collective runs in segments);
 //! - **verdicts**: an error names only nodes that really were silent to the
 //!   node concerned (crashed, paused, or partitioned from it) for at least
 //!   half its failure timeout, or a mismatch that was really there; node 0
@@ -188,6 +188,17 @@ fn silent_to(run: &Run, x: NodeId, y: NodeId, t: u64, need: u64) -> bool {
     })
 }
 
+/// How many epochs a call of `kind` takes when a message carries at most
+/// `max_data` bytes (as [`super::CoreNode`] and the blocking driver segment it).
+fn epochs(kind: &OpKind, max_data: usize) -> u64 {
+    let size = kind.collective().element_size();
+    if size == 0 {
+        return 1;
+    }
+    let per = (max_data.saturating_sub(crate::collective::wire::HEADER_LEN) / size * size).max(1);
+    kind.bytes().div_ceil(per).max(1) as u64
+}
+
 /// Whether some node was silent to another during `span`.
 fn silence_during(run: &Run, span: (u64, u64)) -> bool {
     run.episodes.iter().any(|e| e.start <= span.1 && e.end >= span.0)
@@ -212,6 +223,13 @@ impl Checker<'_> {
             Verdict::Silent(nodes) => {
                 let wrong: Vec<NodeId> = nodes.iter().copied().filter(|&x| !silent_to(self.run, x, node, t, self.need(node))).collect();
                 (!wrong.is_empty()).then(|| format!("node(s) {wrong:?} were not silent to node {node}"))
+            }
+            // A node that reports itself: its peers gave up on it (it was
+            // silent to one of them), and it says so to those waiting for it.
+            Verdict::Failed { reporter, silent } if reporter == silent => {
+                let n = self.run.config.nodes;
+                (!(0..n).any(|y| y != *silent && silent_to(self.run, *silent, y, t, self.need(y))))
+                    .then(|| format!("node {silent} reports itself silent but was silent to no node"))
             }
             Verdict::Failed { reporter, silent } => (!silent_to(self.run, *silent, *reporter, t, self.need(*reporter)))
                 .then(|| format!("node {silent} was not silent to node {reporter}")),
@@ -278,9 +296,10 @@ impl Checker<'_> {
             for (b, r) in recs.iter().enumerate() {
                 self.verdict(j, format!("op {k}"), b, r, allowed, false);
             }
-            // Liveness within the bound.
+            // Liveness within the bound, per epoch the call takes (a
+            // collective larger than a message runs in segments, one epoch each).
             if clean {
-                self.slow(j, Some(k), recs, bound);
+                self.slow(j, Some(k), recs, bound * epochs(&sop.kind, run.config.max_data));
             }
         }
         // Mismatches reported everywhere.

@@ -135,7 +135,8 @@ pub struct SimConfig {
     pub clocks: Vec<Clock>,
     /// The run stops at this virtual time, ns.
     pub horizon_ns: u64,
-    /// A call in an instance without silence completes within this of its last entry, ns.
+    /// A call in an instance without silence completes within this of its
+    /// last entry, per epoch it takes (a collective in segments takes one each), ns.
     pub liveness_ns: u64,
     /// Events kept per node for the trace.
     pub trace: usize,
