@@ -105,13 +105,18 @@ pub struct Scenario {
     /// The barrier configuration's timeouts (`None`: the defaults,
     /// [`BarrierConfig::new`]).
     pub timeouts: Option<(Duration, Duration)>,
+    /// Each node is a host's leader (the hierarchical barrier): µs of the
+    /// host's phase in shared memory before its core enters (the gather)
+    /// and after its core leaves (the release); a barrier is timed from
+    /// the host's ranks' entry to their release. (0, 0): flat.
+    pub host_phases_us: (f64, f64),
 }
 
 impl Scenario {
     /// `barriers` barriers of `algorithm` among `nodes` on `setup`, lossless,
     /// back to back (no work between), 10% of them warm-up.
     pub fn new(algorithm: Algorithm, nodes: usize, setup: Setup, barriers: u32) -> Scenario {
-        Scenario { algorithm, nodes, setup, loss: Loss::NONE, barriers, warmup: barriers / 10, work_us: 0.0, seed: 1, timeouts: None }
+        Scenario { algorithm, nodes, setup, loss: Loss::NONE, barriers, warmup: barriers / 10, work_us: 0.0, seed: 1, timeouts: None, host_phases_us: (0.0, 0.0) }
     }
 
     /// The same with `loss`.
@@ -251,6 +256,9 @@ struct Net {
     ft: u64,
     l_fixed: u64,
     work: u64,
+    /// The host phases (hierarchical), ps.
+    gather: u64,
+    release: u64,
     /// Per barrier, the largest leave − enter so far, ps; and the sum over nodes.
     cost_max: Vec<u64>,
     cost_sum: u64,
@@ -307,7 +315,9 @@ impl Net {
         while let Some(e) = self.nodes[v].core.poll_event() {
             match e {
                 Event::Done(Ok(())) => {
+                    let now = now + self.release;
                     let node = &mut self.nodes[v];
+                    node.cpu_free = now;
                     let k = node.done;
                     node.done += 1;
                     if k >= self.s.warmup {
@@ -369,7 +379,10 @@ impl Net {
     fn run(mut self) -> Outcome {
         let n = self.s.nodes;
         for v in 0..n {
-            self.nodes[v].core.start(self.base, Call::Wait { deadline: None });
+            let at = self.gather;
+            self.nodes[v].cpu_free = at;
+            let now = self.instant(at);
+            self.nodes[v].core.start(now, Call::Wait { deadline: None });
             self.pump(v);
         }
         // Far beyond any recovery: a run that has not ended by then is stuck.
@@ -434,11 +447,12 @@ impl Net {
                 }
                 Ev::App { node } => {
                     let v = node as usize;
-                    let at = t.max(self.nodes[v].cpu_free);
+                    let entered = t.max(self.nodes[v].cpu_free);
+                    let at = entered + self.gather;
                     let now = self.instant(at);
                     let nd = &mut self.nodes[v];
                     nd.cpu_free = at;
-                    nd.entered = at;
+                    nd.entered = entered;
                     nd.core.start(now, Call::Wait { deadline: None });
                     self.pump(v);
                 }
@@ -518,6 +532,8 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
         ft: ps(ft_us),
         l_fixed: ps((p.l - ft_us).max(0.0)),
         work: ps(s.work_us),
+        gather: ps(s.host_phases_us.0),
+        release: ps(s.host_phases_us.1),
         cost_max: vec![0; (s.barriers - s.warmup) as usize],
         cost_sum: 0,
         deliveries: 0,
@@ -557,6 +573,49 @@ mod tests {
                     assert_eq!(out.recoveries(), 0, "{a} n={n}: {:?}", out.stats);
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod loss_tests {
+    use super::*;
+    use crate::model::{Link, LogP};
+    use crate::plan::{Fanout, Release};
+
+    #[test]
+    fn loss_costs_recoveries_and_time_and_the_run_replays() {
+        let setup = Setup::preset(&LogP::REFERENCE, Link::GBE_10);
+        let a = Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast };
+        let clean = run(&Scenario::new(a, 8, setup, 200)).unwrap();
+        for loss in [Loss::Independent(0.2), Loss::Bursty { average: 0.05, mean_burst: 4.0 }] {
+            let lossy = run(&Scenario::new(a, 8, setup, 200).loss(loss)).unwrap();
+            eprintln!("{loss:?}: clean {:.2} lossy mean {:.2} p99 {:.2} lost {} rec {} {:?}", clean.mean(), lossy.mean(), lossy.quantile(0.99), lossy.lost, lossy.recoveries(), lossy.stats);
+            assert!(lossy.lost > 0 && lossy.recoveries() > 0, "{loss:?}: {:?}", lossy.stats);
+            assert!(lossy.mean() > clean.mean(), "{loss:?}");
+            assert_eq!(lossy, run(&Scenario::new(a, 8, setup, 200).loss(loss)).unwrap(), "a seed replays");
+        }
+    }
+}
+
+#[cfg(test)]
+mod hierarchy_tests {
+    use super::*;
+    use crate::model::hierarchy::{hierarchical_cost, host_phases_us, ShmCosts};
+    use crate::model::LogP;
+    use crate::plan::{Fanout, Release};
+
+    #[test]
+    fn the_hierarchical_barrier_on_the_real_core_agrees_with_its_closed_cost() {
+        let p = LogP::REFERENCE;
+        let shm = ShmCosts::REFERENCE;
+        let a = Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast };
+        for (hosts, per_host) in [(4usize, 16usize), (16, 64)] {
+            let mut s = Scenario::new(a, hosts, Setup::logp(&p), 20);
+            s.host_phases_us = host_phases_us(per_host, &shm);
+            let got = run(&s).unwrap().mean();
+            let want = hierarchical_cost(a, hosts, per_host, per_host, 1, &p, &shm);
+            assert!((got - want).abs() / want <= 0.05, "{hosts}x{per_host}: protocol {got:.3} µs, closed {want:.3} µs");
         }
     }
 }
