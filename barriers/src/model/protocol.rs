@@ -144,6 +144,8 @@ pub struct Outcome {
     pub end_us: f64,
     /// Whether every node completed every barrier (else the run stopped at its horizon).
     pub completed: bool,
+    /// The first error a node reported, if any (the run stopped there).
+    pub failed: Option<String>,
 }
 
 impl Outcome {
@@ -266,6 +268,8 @@ struct Net {
     lost: u64,
     /// Nodes that completed every barrier.
     finished: usize,
+    /// The first error a node reported (the run stops).
+    failed: Option<String>,
 }
 
 impl Net {
@@ -332,7 +336,10 @@ impl Net {
                         self.q.push(now + self.work, Ev::App { node: v as u32 });
                     }
                 }
-                Event::Done(Err(e)) => panic!("node {v}: barrier {} failed: {e}", self.nodes[v].done),
+                Event::Done(Err(e)) => {
+                    let k = self.nodes[v].done;
+                    self.failed.get_or_insert_with(|| format!("node {v}: barrier {k} failed: {e}"));
+                }
                 Event::Joined { .. } | Event::JoinFailed(_) => {}
             }
         }
@@ -389,8 +396,14 @@ impl Net {
         let horizon = ps(600e6);
         let mut events = 0u64;
         let mut end = 0;
+        let mut same = 0u64;
         while let Some((t, ev)) = self.q.pop() {
-            if t > horizon || self.finished == n {
+            if t > horizon || self.finished == n || self.failed.is_some() {
+                break;
+            }
+            same = if t == end { same + 1 } else { 0 };
+            if same > 50_000_000 {
+                self.failed = Some(format!("time stands still at {:.3} µs (a spin)", t as f64 / PS_PER_US));
                 break;
             }
             events += 1;
@@ -482,6 +495,7 @@ impl Net {
             events,
             end_us: end as f64 / PS_PER_US,
             completed: self.finished == n,
+            failed: self.failed,
         }
     }
 }
@@ -539,8 +553,12 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
         deliveries: 0,
         lost: 0,
         finished: 0,
+        failed: None,
     };
     let out = net.run();
+    if let Some(e) = &out.failed {
+        return Err(format!("{} n={n}: {e}", s.algorithm));
+    }
     if !out.completed {
         return Err(format!("{} n={n}: not every node completed {} barriers by the horizon ({:.0} µs)", s.algorithm, s.barriers, out.end_us));
     }
