@@ -113,13 +113,15 @@ pub fn run(out: &Path, args: &Args) -> Result<()> {
         for &n in &args.nodes {
             let auto = model::auto_with(n, 1, &setup, true).0;
             let mut algos = vec![auto];
-            for a in [TREE4, Algorithm::Dissemination, Algorithm::ShuffleExchange] {
+            // (From 512 nodes on, Auto's pick and tree4 only: this machine's time.)
+            let others: &[Algorithm] = if n >= 512 { &[TREE4] } else { &[TREE4, Algorithm::Dissemination, Algorithm::ShuffleExchange] };
+            for &a in others {
                 if !algos.contains(&a) {
                     algos.push(a);
                 }
             }
             for a in algos {
-                let barriers = barriers_for(n, args.scale, 200);
+                let barriers = barriers_for(n, args.scale, 100);
                 let mut lossless = 0.0;
                 for &pct in &args.loss {
                     let (row, _) = one(name, setup, a, a == auto, n, Loss::Independent(pct / 100.0), barriers, lossless)?;
@@ -134,6 +136,7 @@ pub fn run(out: &Path, args: &Args) -> Result<()> {
     // 2. Issue 29's goals: 10 GbE, Auto's pick and tree4.
     let (gname, gsetup) = setups()[0];
     let mut goals: Vec<Row> = Vec::new();
+    let mut unfinished: Vec<String> = Vec::new();
     for &n in &args.goal_nodes {
         let auto = model::auto_with(n, 1, &gsetup, true).0;
         let mut algos = vec![auto];
@@ -141,7 +144,7 @@ pub fn run(out: &Path, args: &Args) -> Result<()> {
             algos.push(TREE4);
         }
         for a in algos {
-            let barriers = barriers_for(n, args.scale * 4.0, 1000);
+            let barriers = barriers_for(n, args.scale * 4.0, 200);
             let (clean, _) = one(gname, gsetup, a, a == auto, n, Loss::NONE, barriers, 0.0)?;
             let base = clean.mean_us;
             goals.push(clean);
@@ -151,8 +154,16 @@ pub fn run(out: &Path, args: &Args) -> Result<()> {
                 Loss::Independent(0.5),
                 Loss::Bursty { average: 0.05, mean_burst: 4.0 },
             ] {
-                let b = if loss.average() >= 0.5 { barriers.min(300) } else { barriers };
-                goals.push(one(gname, gsetup, a, a == auto, n, loss, b, base)?.0);
+                let b = if loss.average() >= 0.5 { barriers.min(if n >= 512 { 100 } else { 300 }) } else { barriers };
+                match one(gname, gsetup, a, a == auto, n, loss, b, base) {
+                    Ok((row, _)) => goals.push(row),
+                    // (At 50% loss a run may not end within the simulator's horizon.)
+                    Err(e) if loss.average() >= 0.5 => {
+                        eprintln!("  {e}");
+                        unfinished.push(format!("n={n} {a} at {}% loss: {e}", loss.average() * 100.0));
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
     }
@@ -161,13 +172,13 @@ pub fn run(out: &Path, args: &Args) -> Result<()> {
     let mut hier: Vec<serde_json::Value> = Vec::new();
     let mut hier_md = String::new();
     for pct in [0.0] {
-        for hosts in [2usize, 4, 8, 16] {
+        for hosts in [4usize, 16] {
             let mut first3 = None;
             for per_host in [1usize, 2, 4, 8, 16, 32, 64] {
                 let ranks = hosts * per_host;
                 let loss = Loss::Independent(pct / 100.0);
                 let flat_a = model::auto_with(ranks, 1, &gsetup, true).0;
-                let barriers = barriers_for(ranks, args.scale, 200);
+                let barriers = barriers_for(ranks, args.scale, 50);
                 let mut fs = Scenario::new(flat_a, ranks, gsetup, barriers).loss(loss);
                 fs.seed = ranks as u64 * 31 + pct as u64;
                 let flat = protocol::run(&fs).map_err(anyhow::Error::msg)?;
@@ -265,6 +276,9 @@ pub fn run(out: &Path, args: &Args) -> Result<()> {
             r.recoveries
         )?;
     }
+    for u in &unfinished {
+        writeln!(md, "\n**Did not finish** (counts as unmet): {u}.")?;
+    }
     writeln!(md, "\n{} of {} goal rows unmet (the protocol was not changed to meet them: that is issue 29's work).\n", unmet.len(), goals.len())?;
     writeln!(md, "## Mean and p99 against loss, per size\n")?;
     for (name, _) in setups() {
@@ -298,7 +312,7 @@ pub fn run(out: &Path, args: &Args) -> Result<()> {
     writeln!(md)?;
     writeln!(md, "Plot: [model-protocol.svg](model-protocol.svg) / [model-protocol.png](model-protocol.png): Auto's pick, mean (solid) and p99 (dashed) against nodes, one colour per loss rate, per setup.")?;
     std::fs::write(out.join("model_protocol.md"), &md)?;
-    let json = serde_json::json!({ "sweep": rows, "goals": goals, "hierarchy": hier, "unmet": unmet, "seconds": elapsed });
+    let json = serde_json::json!({ "sweep": rows, "goals": goals, "hierarchy": hier, "unfinished": unfinished, "unmet": unmet, "seconds": elapsed });
     std::fs::write(out.join("model_protocol.json"), serde_json::to_string_pretty(&json)?)?;
     print!("{md}");
     Ok(())
