@@ -45,9 +45,25 @@ enum Bench {
         /// Node counts measured.
         #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
         nodes: Vec<usize>,
-        /// Scales the number of timed barriers.
+        /// Scales the number of timed barriers (with --protocol: simulated barriers per run).
         #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
         scale: f64,
+        /// Instead: the LogP simulator running the real protocol core, a
+        /// core per node (`barriers::model::protocol`), under loss: mean and
+        /// p99 against loss per size on 10 GbE and the paper's Fast
+        /// Ethernet, and issue 29's simulator goals. No root, no network.
+        /// Writes results/model_protocol.{md,json} and model-protocol.{svg,png}.
+        #[arg(long)]
+        protocol: bool,
+        /// With --protocol: node counts of the sweep.
+        #[arg(long, value_delimiter = ',', default_value = "2,8,64,512,4096")]
+        sizes: Vec<usize>,
+        /// With --protocol: loss rates of the sweep, percent.
+        #[arg(long, value_delimiter = ',', default_value = "0,0.1,1,5,20")]
+        loss: Vec<f64>,
+        /// With --protocol: node counts of issue 29's goals (10 GbE).
+        #[arg(long, value_delimiter = ',', default_value = "8,64,512,1024")]
+        goal_nodes: Vec<usize>,
     },
     /// The head-to-head: at each node count, on one virtual cluster, mcd's
     /// barriers (every algorithm and Auto), a UDP dissemination barrier, and
@@ -260,7 +276,10 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Latency { iterations, rounds } => latency(&cli.out, iterations, rounds),
         Bench::Barriers { nodes, scale } => barrier_sweep(&cli.out, &nodes, scale),
         Bench::Loss { nodes, loss, scale } => loss_sweep(&cli.out, &nodes, &loss, scale),
-        Bench::Model { nodes, scale } => model(&cli.out, &nodes, scale),
+        Bench::Model { protocol: true, sizes, loss, goal_nodes, scale, .. } => {
+            model_protocol::run(&cli.out, &model_protocol::Args { nodes: sizes, loss, goal_nodes, scale })
+        }
+        Bench::Model { nodes, scale, .. } => model(&cli.out, &nodes, scale),
         Bench::Validate { measure, nodes, scale, rounds, cluster } => validate::run(&cli.out, measure.then_some((&nodes[..], scale, rounds)), &cluster),
         Bench::Hotpath { iterations, rounds } => hotpath::run(&cli.out, iterations, rounds),
         Bench::Auth { iterations, rounds } => auth::run(&cli.out, iterations, rounds),
@@ -282,6 +301,7 @@ mod hierarchy;
 mod validate;
 mod hotpath;
 mod load;
+mod model_protocol;
 
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")

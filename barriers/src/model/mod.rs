@@ -35,6 +35,7 @@
 pub mod hierarchy;
 pub mod host;
 pub mod link;
+pub mod protocol;
 mod sim;
 pub mod virtual_cluster;
 

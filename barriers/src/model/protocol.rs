@@ -1,0 +1,639 @@
+//! The LogP simulator that runs the real protocol: one
+//! [`crate::core::Core`] per node (a core of its own: no CPU sharing),
+//! driven in virtual time over the network of a [`Setup`], so predictions
+//! include what loss and the protocol's own recovery (its real timers,
+//! NACKs, answers and copies) cost.
+//!
+//! Costs, as the plan simulator ([`super::predict`]) charges them: a node's
+//! CPU is one resource, taken for `o_s` per send and `o_r` per receive, in
+//! turn; a NIC sends at most one frame per `g` (+ `G`·bytes); each frame
+//! holds its sender's link for a frame time ([`super::Link::frame_us`]),
+//! reaches the switch's output port towards each receiver `L` − one frame
+//! after it left (a multicast is one frame on the sender's link, copied to
+//! every port), waits for that port, and is delivered no faster than one
+//! per `g_r` per NIC. On a [`Topology::Hub`] (and a flooding bridge) frames
+//! take one shared medium per rail in turn (no collisions are modelled
+//! here: the hub's CSMA/CD backoff is the plan simulator's). Host costs
+//! beyond o_s and o_r ([`super::Host`]'s interrupts, wake-ups, shared
+//! cores) are not charged; the engine's own time per message is 0 here and
+//! in the plan simulator alike.
+//!
+//! Loss is applied per delivered message (per receiver of a multicast), at
+//! the receiver's ingress, after the frame crossed the network: independent
+//! with a given probability, or Gilbert–Elliott ([`Loss::Bursty`]): each
+//! receiver's ingress is in a good state (no loss) or a bad one (every frame
+//! lost), changing state per frame, so bursts are counted in frames.
+//!
+//! The application loop: every node starts at 0 and runs `barriers`
+//! barriers back to back ([`crate::core::Call::Wait`]) with `work_us` of
+//! computation between them (the paper's loop: 30 µs). A barrier's time is
+//! the largest over nodes of (leave − enter), as the plan simulator's
+//! [`super::steady_state`] counts it.
+//!
+//! Why not [`crate::sim::World`]: the deterministic simulator is built for
+//! checking (drawn workloads, episodes, clocks, joins, an n × n link state),
+//! and delivers each message after an independent delay with no resource a
+//! message waits for (a node's CPU, a NIC's gap, a switch port). Its
+//! generator ([`crate::sim::rng::Rng`]) is reused here.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::{Duration, Instant};
+
+use super::link::Topology;
+use super::Setup;
+use crate::core::{self, Call, Core, Event, To};
+use crate::plan::Algorithm;
+use crate::sim::rng::Rng;
+use crate::transport::Msg;
+use crate::{BarrierConfig, BarrierStats};
+
+const PS_PER_US: f64 = 1e6;
+
+fn ps(us: f64) -> u64 {
+    (us.max(0.0) * PS_PER_US).round() as u64
+}
+
+/// How messages are lost.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Loss {
+    /// Each delivered message is lost with this probability.
+    Independent(f64),
+    /// Gilbert–Elliott per receiver: the bad state loses every frame;
+    /// `mean_burst` frames on average per bad run, `average` of all frames
+    /// lost in the long run.
+    Bursty {
+        /// The long-run fraction of frames lost.
+        average: f64,
+        /// The mean number of frames in a burst.
+        mean_burst: f64,
+    },
+}
+
+impl Loss {
+    /// No loss.
+    pub const NONE: Loss = Loss::Independent(0.0);
+
+    /// The long-run fraction lost.
+    pub fn average(&self) -> f64 {
+        match *self {
+            Loss::Independent(p) => p,
+            Loss::Bursty { average, .. } => average,
+        }
+    }
+}
+
+/// One run of the protocol simulator.
+#[derive(Clone, Copy, Debug)]
+pub struct Scenario {
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// The number of nodes.
+    pub nodes: usize,
+    /// The network and the hosts.
+    pub setup: Setup,
+    /// How messages are lost.
+    pub loss: Loss,
+    /// Barriers each node runs.
+    pub barriers: u32,
+    /// The first barriers left out of the statistics.
+    pub warmup: u32,
+    /// Computation between two barriers, µs.
+    pub work_us: f64,
+    /// The seed (loss).
+    pub seed: u64,
+    /// The barrier configuration's timeouts (`None`: the defaults,
+    /// [`BarrierConfig::new`]).
+    pub timeouts: Option<(Duration, Duration)>,
+    /// Each node is a host's leader (the hierarchical barrier): µs of the
+    /// host's phase in shared memory before its core enters (the gather)
+    /// and after its core leaves (the release); a barrier is timed from
+    /// the host's ranks' entry to their release. (0, 0): flat.
+    pub host_phases_us: (f64, f64),
+}
+
+impl Scenario {
+    /// `barriers` barriers of `algorithm` among `nodes` on `setup`, lossless,
+    /// back to back (no work between), 10% of them warm-up.
+    pub fn new(algorithm: Algorithm, nodes: usize, setup: Setup, barriers: u32) -> Scenario {
+        Scenario { algorithm, nodes, setup, loss: Loss::NONE, barriers, warmup: barriers / 10, work_us: 0.0, seed: 1, timeouts: None, host_phases_us: (0.0, 0.0) }
+    }
+
+    /// The same with `loss`.
+    pub fn loss(self, loss: Loss) -> Scenario {
+        Scenario { loss, ..self }
+    }
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// Each measured barrier's time (the largest leave − enter over nodes), µs, in order.
+    pub times_us: Vec<f64>,
+    /// The mean over nodes and measured barriers of leave − enter, µs.
+    pub mean_cost_us: f64,
+    /// The counters, summed over nodes.
+    pub stats: BarrierStats,
+    /// Messages that reached a host (a multicast once per receiver).
+    pub deliveries: u64,
+    /// Of those, lost.
+    pub lost: u64,
+    /// Events handled.
+    pub events: u64,
+    /// Virtual time at the end, µs.
+    pub end_us: f64,
+    /// Whether every node completed every barrier (else the run stopped at its horizon).
+    pub completed: bool,
+    /// The first error a node reported, if any (the run stopped there).
+    pub failed: Option<String>,
+}
+
+impl Outcome {
+    /// The mean barrier time, µs.
+    pub fn mean(&self) -> f64 {
+        self.times_us.iter().sum::<f64>() / self.times_us.len().max(1) as f64
+    }
+
+    /// The `q` quantile (0..=1) of the barrier times, µs (nearest rank).
+    pub fn quantile(&self, q: f64) -> f64 {
+        let mut v = self.times_us.clone();
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            return 0.0;
+        }
+        let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+        v[rank - 1]
+    }
+
+    /// Recoveries: NACKs sent, answers and copies, summed over nodes.
+    pub fn recoveries(&self) -> u64 {
+        self.stats.nacks_sent + self.stats.answers + self.stats.copies
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Ev {
+    /// A frame reaches the switch's output port towards `to`.
+    Port { to: u32, from: u32, rail: u16, msg: Msg },
+    /// A frame is in `to`'s memory.
+    Host { to: u32, from: u32, rail: u16, msg: Msg },
+    /// The hub on `rail` may carry its next frame.
+    Hub { rail: u16 },
+    /// `node`'s core's timer, as scheduled at generation `gen`.
+    Timer { node: u32, gen: u32 },
+    /// `node`'s application starts its next barrier.
+    App { node: u32 },
+}
+
+/// A binary heap of (time, sequence, slot) over a slab of events.
+struct Queue {
+    heap: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    slab: Vec<Ev>,
+    free: Vec<u32>,
+    seq: u64,
+}
+
+impl Queue {
+    fn push(&mut self, at: u64, ev: Ev) {
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.slab[i as usize] = ev;
+                i
+            }
+            None => {
+                self.slab.push(ev);
+                (self.slab.len() - 1) as u32
+            }
+        };
+        self.seq += 1;
+        self.heap.push(Reverse((at, self.seq, slot)));
+    }
+
+    fn pop(&mut self) -> Option<(u64, Ev)> {
+        let Reverse((at, _, slot)) = self.heap.pop()?;
+        self.free.push(slot);
+        Some((at, self.slab[slot as usize]))
+    }
+}
+
+struct HubFrame {
+    from: u32,
+    to: Option<u32>,
+    rail: u16,
+    msg: Msg,
+    ready: u64,
+}
+
+struct Node {
+    core: Core,
+    cpu_free: u64,
+    /// The timer event in the queue: its time and generation.
+    timer: Option<u64>,
+    timer_gen: u32,
+    /// Barriers completed, and when the current one was entered.
+    done: u32,
+    entered: u64,
+    /// Gilbert–Elliott: the ingress is in its bad state.
+    bad: bool,
+}
+
+/// The simulator's state (see the module docs).
+struct Net {
+    s: Scenario,
+    base: Instant,
+    q: Queue,
+    nodes: Vec<Node>,
+    rails: usize,
+    tx_gap_free: Vec<u64>,
+    link_free: Vec<u64>,
+    port_free: Vec<u64>,
+    rx_free: Vec<u64>,
+    hub_busy: Vec<u64>,
+    hub: Vec<std::collections::VecDeque<HubFrame>>,
+    rng: Rng,
+    o_s: u64,
+    o_r: u64,
+    gap: u64,
+    g_r: u64,
+    ft: u64,
+    l_fixed: u64,
+    work: u64,
+    /// The host phases (hierarchical), ps.
+    gather: u64,
+    release: u64,
+    /// Per barrier, the largest leave − enter so far, ps; and the sum over nodes.
+    cost_max: Vec<u64>,
+    cost_sum: u64,
+    deliveries: u64,
+    lost: u64,
+    /// Nodes that completed every barrier.
+    finished: usize,
+    /// The first error a node reported (the run stops).
+    failed: Option<String>,
+}
+
+impl Net {
+    fn instant(&self, t: u64) -> Instant {
+        self.base + Duration::from_nanos(t / 1000)
+    }
+
+    fn ps_of(&self, i: Instant) -> u64 {
+        (i.saturating_duration_since(self.base).as_nanos() as u64).saturating_mul(1000)
+    }
+
+    /// Sends everything node `v`'s core has to send, from its CPU's time
+    /// on; collects its events; schedules its timer.
+    fn pump(&mut self, v: usize) {
+        loop {
+            let node = &mut self.nodes[v];
+            let Some(t) = node.core.poll_transmit() else { break };
+            let (rail, to, msg) = (t.rail, t.to, t.msg);
+            let nic = v * self.rails + rail;
+            let start = node.cpu_free.max(self.tx_gap_free[nic]);
+            let done = start + self.o_s;
+            node.cpu_free = done;
+            self.tx_gap_free[nic] = start + self.gap;
+            let to = match to {
+                To::Node(n) => Some(n as u32),
+                To::All => None,
+            };
+            if self.s.setup.topology != Topology::Switch {
+                self.hub[rail].push_back(HubFrame { from: v as u32, to, rail: rail as u16, msg, ready: done });
+                let at = done.max(self.hub_busy[rail]);
+                self.q.push(at, Ev::Hub { rail: rail as u16 });
+                continue;
+            }
+            let dep = done.max(self.link_free[nic]);
+            self.link_free[nic] = dep + self.ft;
+            let at = dep + self.l_fixed;
+            match to {
+                Some(n) => self.q.push(at, Ev::Port { to: n, from: v as u32, rail: rail as u16, msg }),
+                None => {
+                    for n in (0..self.s.nodes).filter(|&n| n != v) {
+                        self.q.push(at, Ev::Port { to: n as u32, from: v as u32, rail: rail as u16, msg });
+                    }
+                }
+            }
+        }
+        let now = self.nodes[v].cpu_free;
+        while let Some(e) = self.nodes[v].core.poll_event() {
+            match e {
+                Event::Done(Ok(())) => {
+                    let now = now + self.release;
+                    let node = &mut self.nodes[v];
+                    node.cpu_free = now;
+                    let k = node.done;
+                    node.done += 1;
+                    if k >= self.s.warmup {
+                        let c = now - node.entered;
+                        let i = (k - self.s.warmup) as usize;
+                        self.cost_max[i] = self.cost_max[i].max(c);
+                        self.cost_sum += c;
+                    }
+                    if node.done == self.s.barriers {
+                        self.finished += 1;
+                    } else {
+                        self.q.push(now + self.work, Ev::App { node: v as u32 });
+                    }
+                }
+                Event::Done(Err(e)) => {
+                    let k = self.nodes[v].done;
+                    self.failed.get_or_insert_with(|| format!("node {v}: barrier {k} failed: {e}"));
+                }
+                Event::Joined { .. } | Event::JoinFailed(_) => {}
+            }
+        }
+        let due = self.nodes[v].core.poll_timeout().map(|i| self.ps_of(i));
+        let node = &mut self.nodes[v];
+        if let Some(due) = due {
+            // A timer already queued for no later than `due` will find the
+            // new deadline when it fires.
+            if node.timer.is_none_or(|t| t > due) {
+                node.timer = Some(due);
+                node.timer_gen = node.timer_gen.wrapping_add(1);
+                self.q.push(due, Ev::Timer { node: v as u32, gen: node.timer_gen });
+            }
+        }
+    }
+
+    /// Whether a message delivered to `to` is lost.
+    fn lost(&mut self, to: usize) -> bool {
+        match self.s.loss {
+            Loss::Independent(p) => self.rng.chance(p),
+            Loss::Bursty { average, mean_burst } => {
+                let leave_bad = 1.0 / mean_burst.max(1.0);
+                let enter_bad = average * leave_bad / (1.0 - average).max(1e-9);
+                let node = &mut self.nodes[to];
+                node.bad = if node.bad { !self.rng.chance(leave_bad) } else { self.rng.chance(enter_bad) };
+                node.bad
+            }
+        }
+    }
+
+    fn deliver(&mut self, t: u64, to: usize, from: usize, rail: usize, msg: Msg) {
+        self.deliveries += 1;
+        if self.lost(to) {
+            self.lost += 1;
+            return;
+        }
+        let now = self.instant(t.max(self.nodes[to].cpu_free) + self.o_r);
+        let node = &mut self.nodes[to];
+        node.cpu_free = t.max(node.cpu_free) + self.o_r;
+        node.core.handle(now, from, rail, msg, &[]);
+        self.pump(to);
+    }
+
+    fn run(mut self) -> Outcome {
+        let n = self.s.nodes;
+        for v in 0..n {
+            let at = self.gather;
+            self.nodes[v].cpu_free = at;
+            let now = self.instant(at);
+            self.nodes[v].core.start(now, Call::Wait { deadline: None });
+            self.pump(v);
+        }
+        // Far beyond any recovery: a run that has not ended by then is stuck.
+        let horizon = ps(600e6);
+        let mut events = 0u64;
+        let mut end = 0;
+        let mut same = 0u64;
+        while let Some((t, ev)) = self.q.pop() {
+            if t > horizon || self.finished == n || self.failed.is_some() {
+                break;
+            }
+            same = if t == end { same + 1 } else { 0 };
+            if same > 50_000_000 {
+                self.failed = Some(format!("time stands still at {:.3} µs (a spin)", t as f64 / PS_PER_US));
+                break;
+            }
+            events += 1;
+            end = t;
+            match ev {
+                Ev::Port { to, from, rail, msg } => {
+                    let i = to as usize * self.rails + rail as usize;
+                    let out = t.max(self.port_free[i]);
+                    self.port_free[i] = out + self.ft;
+                    let nic = (out + self.ft).max(self.rx_free[i]);
+                    self.rx_free[i] = nic + self.g_r;
+                    self.q.push(nic, Ev::Host { to, from, rail, msg });
+                }
+                Ev::Host { to, from, rail, msg } => self.deliver(t, to as usize, from as usize, rail as usize, msg),
+                Ev::Hub { rail } => {
+                    let r = rail as usize;
+                    if t < self.hub_busy[r] {
+                        continue;
+                    }
+                    let Some(first) = self.hub[r].front() else { continue };
+                    if first.ready > t {
+                        self.q.push(first.ready, Ev::Hub { rail });
+                        continue;
+                    }
+                    let f = self.hub[r].pop_front().expect("a frame");
+                    let end = t + self.ft;
+                    self.hub_busy[r] = end;
+                    let receivers: Vec<usize> = match f.to {
+                        Some(to) if self.s.setup.topology == Topology::Hub => vec![to as usize],
+                        _ if f.to.is_some() => vec![f.to.expect("unicast") as usize],
+                        _ => (0..n).filter(|&x| x != f.from as usize).collect(),
+                    };
+                    for to in receivers {
+                        let i = to * self.rails + r;
+                        let nic = (end + self.l_fixed).max(self.rx_free[i]);
+                        self.rx_free[i] = nic + self.g_r;
+                        self.q.push(nic, Ev::Host { to: to as u32, from: f.from, rail: f.rail, msg: f.msg });
+                    }
+                    if let Some(next) = self.hub[r].front() {
+                        self.q.push(next.ready.max(end), Ev::Hub { rail });
+                    }
+                }
+                Ev::Timer { node, gen } => {
+                    let v = node as usize;
+                    if self.nodes[v].timer_gen != gen {
+                        continue;
+                    }
+                    self.nodes[v].timer = None;
+                    let at = t.max(self.nodes[v].cpu_free);
+                    self.nodes[v].cpu_free = at;
+                    let now = self.instant(at);
+                    self.nodes[v].core.handle_timeout(now);
+                    self.pump(v);
+                }
+                Ev::App { node } => {
+                    let v = node as usize;
+                    let entered = t.max(self.nodes[v].cpu_free);
+                    let at = entered + self.gather;
+                    let now = self.instant(at);
+                    let nd = &mut self.nodes[v];
+                    nd.cpu_free = at;
+                    nd.entered = entered;
+                    nd.core.start(now, Call::Wait { deadline: None });
+                    self.pump(v);
+                }
+            }
+        }
+        let measured = (self.s.barriers - self.s.warmup) as usize;
+        let mut stats = BarrierStats::default();
+        for node in &self.nodes {
+            let s = node.core.stats();
+            stats.completed += s.completed;
+            stats.sent += s.sent;
+            stats.copies += s.copies;
+            stats.nacks_sent += s.nacks_sent;
+            stats.fast_nacks += s.fast_nacks;
+            stats.answers += s.answers;
+            stats.statuses += s.statuses;
+            stats.duplicates += s.duplicates;
+            stats.stale += s.stale;
+            stats.early += s.early;
+        }
+        Outcome {
+            times_us: self.cost_max.iter().map(|&c| c as f64 / PS_PER_US).collect(),
+            mean_cost_us: self.cost_sum as f64 / PS_PER_US / (measured * n).max(1) as f64,
+            stats,
+            deliveries: self.deliveries,
+            lost: self.lost,
+            events,
+            end_us: end as f64 / PS_PER_US,
+            completed: self.finished == n,
+            failed: self.failed,
+        }
+    }
+}
+
+/// Runs `s`: every node's real protocol core over the simulated network.
+pub fn run(s: &Scenario) -> Result<Outcome, String> {
+    let n = s.nodes;
+    if n < 2 {
+        return Err(format!("{n} node(s): at least 2"));
+    }
+    if s.barriers <= s.warmup {
+        return Err("no barrier measured".into());
+    }
+    let rails = 1;
+    let mut config = BarrierConfig::new(s.algorithm).rails(rails);
+    config.progress_agent = false;
+    if let Some((retry, failure)) = s.timeouts {
+        config = config.timeouts(retry, failure);
+    }
+    let base = Instant::now();
+    let nodes = (0..n)
+        .map(|me| {
+            let setup = core::Setup { me, nodes: n, rails, multicast: true, max_data: 0 };
+            let mut c = Core::new(setup, config, base).map_err(|e| e.to_string())?;
+            c.joined(1);
+            Ok(Node { core: c, cpu_free: 0, timer: None, timer_gen: 0, done: 0, entered: 0, bad: false })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let p = &s.setup.logp;
+    let ft_us = s.setup.link.map_or(0.0, |l| l.frame_us(s.setup.bytes));
+    let net = Net {
+        s: *s,
+        base,
+        q: Queue { heap: BinaryHeap::new(), slab: Vec::new(), free: Vec::new(), seq: 0 },
+        nodes,
+        rails,
+        tx_gap_free: vec![0; n * rails],
+        link_free: vec![0; n * rails],
+        port_free: vec![0; n * rails],
+        rx_free: vec![0; n * rails],
+        hub_busy: vec![0; rails],
+        hub: (0..rails).map(|_| std::collections::VecDeque::new()).collect(),
+        rng: Rng::fork(s.seed, 0x1055),
+        o_s: ps(p.o_s),
+        o_r: ps(p.o_r),
+        gap: ps(p.g + s.setup.big_g * s.setup.bytes as f64),
+        g_r: ps(s.setup.g_r),
+        ft: ps(ft_us),
+        l_fixed: ps((p.l - ft_us).max(0.0)),
+        work: ps(s.work_us),
+        gather: ps(s.host_phases_us.0),
+        release: ps(s.host_phases_us.1),
+        cost_max: vec![0; (s.barriers - s.warmup) as usize],
+        cost_sum: 0,
+        deliveries: 0,
+        lost: 0,
+        finished: 0,
+        failed: None,
+    };
+    let out = net.run();
+    if let Some(e) = &out.failed {
+        return Err(format!("{} n={n}: {e}", s.algorithm));
+    }
+    if !out.completed {
+        return Err(format!("{} n={n}: not every node completed {} barriers by the horizon ({:.0} µs)", s.algorithm, s.barriers, out.end_us));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{steady_state, Link, LogP};
+    use crate::plan::{Fanout, Release};
+
+    const TREE4: Algorithm = Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast };
+
+    fn ten_gbe() -> Setup {
+        Setup::preset(&LogP::REFERENCE, Link::GBE_10)
+    }
+
+    #[test]
+    fn lossless_the_protocol_agrees_with_the_plan_simulator() {
+        for setup in [ten_gbe(), Setup::on_link(&LogP::PAPER, Link::FAST_ETHERNET)] {
+            for a in [TREE4, Algorithm::Dissemination, Algorithm::ShuffleExchange] {
+                for n in [2usize, 8, 64] {
+                    let s = Scenario::new(a, n, setup, 20);
+                    let out = run(&s).unwrap();
+                    let plan = steady_state(a, n, 1, &setup, 20, 0.0).last_exit;
+                    let got = out.mean();
+                    eprintln!("{a} n={n}: protocol {got:.3} plan {plan:.3}");
+                    assert!((got - plan).abs() / plan <= 0.05, "{a} n={n}: protocol {got:.3} µs, plans {plan:.3} µs");
+                    assert_eq!(out.recoveries(), 0, "{a} n={n}: {:?}", out.stats);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod loss_tests {
+    use super::*;
+    use crate::model::{Link, LogP};
+    use crate::plan::{Fanout, Release};
+
+    #[test]
+    fn loss_costs_recoveries_and_time_and_the_run_replays() {
+        let setup = Setup::preset(&LogP::REFERENCE, Link::GBE_10);
+        let a = Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast };
+        let clean = run(&Scenario::new(a, 8, setup, 200)).unwrap();
+        for loss in [Loss::Independent(0.2), Loss::Bursty { average: 0.05, mean_burst: 4.0 }] {
+            let lossy = run(&Scenario::new(a, 8, setup, 200).loss(loss)).unwrap();
+            eprintln!("{loss:?}: clean {:.2} lossy mean {:.2} p99 {:.2} lost {} rec {} {:?}", clean.mean(), lossy.mean(), lossy.quantile(0.99), lossy.lost, lossy.recoveries(), lossy.stats);
+            assert!(lossy.lost > 0 && lossy.recoveries() > 0, "{loss:?}: {:?}", lossy.stats);
+            assert!(lossy.mean() > clean.mean(), "{loss:?}");
+            assert_eq!(lossy, run(&Scenario::new(a, 8, setup, 200).loss(loss)).unwrap(), "a seed replays");
+        }
+    }
+}
+
+#[cfg(test)]
+mod hierarchy_tests {
+    use super::*;
+    use crate::model::hierarchy::{hierarchical_cost, host_phases_us, ShmCosts};
+    use crate::model::LogP;
+    use crate::plan::{Fanout, Release};
+
+    #[test]
+    fn the_hierarchical_barrier_on_the_real_core_agrees_with_its_closed_cost() {
+        let p = LogP::REFERENCE;
+        let shm = ShmCosts::REFERENCE;
+        let a = Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast };
+        for (hosts, per_host) in [(4usize, 16usize), (16, 64)] {
+            let mut s = Scenario::new(a, hosts, Setup::logp(&p), 20);
+            s.host_phases_us = host_phases_us(per_host, &shm);
+            let got = run(&s).unwrap().mean();
+            let want = hierarchical_cost(a, hosts, per_host, per_host, 1, &p, &shm);
+            assert!((got - want).abs() / want <= 0.05, "{hosts}x{per_host}: protocol {got:.3} µs, closed {want:.3} µs");
+        }
+    }
+}
