@@ -59,12 +59,24 @@
  *
  *   MCD_MPI_DISABLE=1   do not start mcd (everything goes to PMPI_Barrier)
  *   MCD_AUTH=off        unauthenticated mcd frames (anyone on the Ethernet
- *                       segment can forge or replay them). By default, rank 0
- *                       makes a fresh job secret (mcd_secret_generate) in
- *                       MPI_Init, PMPI_Bcast sends it to every rank over MPI's
- *                       own channel, and every rank passes it to mcd_init
- *                       (MCD_AUTH_KEY): every mcd frame is signed with it.
- *                       MCD_KEY_FILE is not read: the broadcast secret wins.
+ *                       segment can forge or replay them).
+ *   MCD_KEY_FILE=PATH   every rank reads the job's secret from this file
+ *                       (mcd_init's MCD_AUTH_ENV; 16 bytes, mode 0600): nothing
+ *                       about the secret crosses MPI.
+ *                       Without either, the ranks agree a fresh secret over
+ *                       MPI in MPI_Init without ever sending it in clear (MPI's
+ *                       TCP runs on the same segment): each makes an ephemeral
+ *                       X25519 key pair, rank 0 gathers the public keys
+ *                       (PMPI_Gather), makes the secret (mcd_secret_generate)
+ *                       and scatters it wrapped for each rank (mcd_secret_wrap,
+ *                       PMPI_Scatter); each unwraps its own (mcd_secret_unwrap)
+ *                       and passes it to mcd_init (MCD_AUTH_KEY). A passive
+ *                       listener learns nothing of it; an active attacker on
+ *                       MPI's connections could stand in the middle of the
+ *                       exchange (MCD_KEY_FILE avoids it). First of all, one
+ *                       PMPI_Allreduce agrees the mode (off, key file,
+ *                       exchange) and MCD_MPI_DISABLE: ranks that differ all
+ *                       fall back to PMPI at once, the warning naming MCD_AUTH.
  *   MCD_MPI_REPORT=1    each rank prints its counters in MPI_Finalize:
  *                       "mcd-mpi: rank R: N MPI_Barrier via mcd (ALG), M via PMPI; ...;
  *                        communicators: C via mcd, F via PMPI (I inter, U unreachable);
@@ -258,6 +270,81 @@ static comm_state *new_state(MPI_Comm comm) {
     return st;
 }
 
+/* How a rank authenticates its mcd frames, agreed in MPI_Init. */
+enum { MODE_OFF, MODE_KEY_FILE, MODE_EXCHANGE, MODES };
+static const char *mode_names[MODES] = {"off", "on with MCD_KEY_FILE", "on without MCD_KEY_FILE"};
+#define SEEN_DISABLED (1 << MODES)
+
+/* Clears key material (a volatile store the compiler keeps). */
+static void wipe(void *p, size_t n) {
+    volatile unsigned char *b = p;
+    while (n--) *b++ = 0;
+}
+
+/* The job's secret, agreed over MPI without ever crossing it in clear
+ * (MPI's TCP runs on the very segment mcd's frames do): every rank makes
+ * an ephemeral X25519 key pair; rank 0 gathers the public keys, makes the
+ * secret and scatters it wrapped for each rank (mcd_secret_wrap: under a
+ * key only rank 0 and that rank can derive), with its public key; each
+ * rank unwraps its copy. A passive listener learns nothing; an active one
+ * who replaces the public keys in transit could (MCD_KEY_FILE avoids the
+ * exchange). Collective on MPI_COMM_WORLD; MCD_OK or an error with `reason`
+ * filled in. */
+enum { KEY = MCD_EXCHANGE_KEY_LEN, WRAPPED = MCD_WRAPPED_SECRET_LEN, TO_RANK = KEY + WRAPPED + 1 };
+static int exchange_secret(int rank, int size, unsigned char secret[MCD_SECRET_LEN], char *reason, size_t reason_len) {
+    unsigned char private_key[KEY], mine[KEY + 1] = {0}, got[TO_RANK] = {0};
+    int rc = mcd_secret_exchange_keypair(private_key, mine);
+    mine[KEY] = rc == MCD_OK;
+    if (rc != MCD_OK) snprintf(reason, reason_len, "no key pair for the secret exchange: %s", mcd_last_error());
+    unsigned char *publics = NULL, *out = NULL;
+    if (rank == 0) {
+        publics = calloc((size_t)size, KEY + 1);
+        out = calloc((size_t)size, TO_RANK);
+        if (!publics || !out) {
+            free(publics);
+            free(out);
+            publics = out = NULL;
+        }
+    }
+    int have = rank != 0 || publics;
+    PMPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!have) {
+        if (rank == 0) snprintf(reason, reason_len, "out of memory for the secret exchange");
+        else snprintf(reason, reason_len, "rank 0 could not exchange the job secret: see rank 0");
+        wipe(private_key, sizeof private_key);
+        return MCD_ERR_SYSTEM;
+    }
+    PMPI_Gather(mine, KEY + 1, MPI_BYTE, publics, KEY + 1, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        int made = mine[KEY] && mcd_secret_generate(secret) == MCD_OK;
+        if (mine[KEY] && !made) snprintf(reason, reason_len, "rank 0 could not make a job secret: %s", mcd_last_error());
+        for (int r = 0; r < size; r++) {
+            unsigned char *to = out + (size_t)r * TO_RANK;
+            memcpy(to, mine, KEY);
+            to[KEY + WRAPPED] = made && publics[(size_t)r * (KEY + 1) + KEY] &&
+                                (r == 0 || mcd_secret_wrap(private_key, publics + (size_t)r * (KEY + 1), secret, to + KEY) == MCD_OK);
+        }
+    }
+    PMPI_Scatter(out, TO_RANK, MPI_BYTE, got, TO_RANK, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        wipe(out, (size_t)size * TO_RANK);
+        free(out);
+        free(publics);
+    }
+    rc = MCD_OK;
+    if (!got[KEY + WRAPPED]) {
+        if (mine[KEY] && rank != 0) snprintf(reason, reason_len, "rank 0 could not wrap the job secret for this rank: see rank 0");
+        rc = MCD_ERR_CONFIG;
+    } else if (rank != 0 && mcd_secret_unwrap(private_key, got, got + KEY, secret) != MCD_OK) {
+        snprintf(reason, reason_len, "the job secret from rank 0 did not unwrap: %s", mcd_last_error());
+        rc = MCD_ERR_CONFIG;
+    }
+    wipe(private_key, sizeof private_key);
+    wipe(got, sizeof got);
+    if (rc != MCD_OK) wipe(secret, MCD_SECRET_LEN);
+    return rc;
+}
+
 static void start_mcd(void) {
     int rank, size;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -271,44 +358,52 @@ static void start_mcd(void) {
     PMPI_Comm_size(host, &shape[0]);
     PMPI_Comm_free(&host);
     PMPI_Allreduce(MPI_IN_PLACE, shape, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    /* The job's secret: made by rank 0, sent to every rank over MPI (never
-     * over the Ethernet segment in clear), unless MCD_AUTH says otherwise.
-     * The broadcast is collective: every rank takes part, whatever its
-     * environment says. Its last byte says whether rank 0 made one. */
+    /* How each rank authenticates (MCD_AUTH, MCD_KEY_FILE), agreed before
+     * anything else: ranks that differ would never hear each other, so all
+     * fall back at once, saying why, rather than time out in the join. */
     const char *auth = getenv("MCD_AUTH");
-    int auth_mode = MCD_AUTH_KEY;
-    if (auth && *auth) {
-        if (!strcmp(auth, "off") || !strcmp(auth, "OFF")) auth_mode = MCD_AUTH_OFF;
-        else if (strcmp(auth, "on") && strcmp(auth, "ON")) auth_mode = MCD_AUTH_ENV; /* mcd_init says what is wrong */
-    }
-    unsigned char secret[MCD_SECRET_LEN + 1] = {0};
-    char secret_error[256] = "";
-    if (rank == 0 && auth_mode == MCD_AUTH_KEY) {
-        secret[MCD_SECRET_LEN] = mcd_secret_generate(secret) == MCD_OK;
-        if (!secret[MCD_SECRET_LEN]) snprintf(secret_error, sizeof secret_error, "%s", mcd_last_error());
-    }
-    PMPI_Bcast(secret, MCD_SECRET_LEN + 1, MPI_BYTE, 0, MPI_COMM_WORLD);
+    const char *key_file = getenv("MCD_KEY_FILE");
     const char *disable = getenv("MCD_MPI_DISABLE");
+    int mode = MODE_EXCHANGE;
+    if (auth && *auth && (!strcmp(auth, "off") || !strcmp(auth, "OFF"))) mode = MODE_OFF;
+    else if ((key_file && *key_file) || (auth && *auth && strcmp(auth, "on") && strcmp(auth, "ON")))
+        mode = MODE_KEY_FILE; /* mcd_init reads the file, or says what is wrong with MCD_AUTH */
+    int seen = 1 << mode;
+    if (disable && *disable && strcmp(disable, "0")) seen |= SEEN_DISABLED;
+    PMPI_Allreduce(MPI_IN_PLACE, &seen, 1, MPI_INT, MPI_BOR, MPI_COMM_WORLD);
+    int modes = seen & ((1 << MODES) - 1);
     int ok = 0;
     char reason[512] = "disabled by MCD_MPI_DISABLE";
-    if (auth_mode == MCD_AUTH_KEY && !secret[MCD_SECRET_LEN]) {
-        snprintf(reason, sizeof reason, "rank 0 could not make a job secret: %s", *secret_error ? secret_error : "see rank 0");
-    } else if (!(disable && *disable && strcmp(disable, "0"))) {
+    unsigned char secret[MCD_SECRET_LEN] = {0};
+    if (seen & SEEN_DISABLED) {
+        if (!(disable && *disable && strcmp(disable, "0"))) snprintf(reason, sizeof reason, "MCD_MPI_DISABLE is set on some other ranks");
+    } else if (modes & (modes - 1)) {
+        char *at = reason;
+        at += snprintf(at, sizeof reason, "MCD_AUTH differs between ranks (seen: ");
+        for (int m = 0, first = 1; m < MODES; m++)
+            if (modes & (1 << m)) {
+                at += snprintf(at, sizeof reason - (size_t)(at - reason), "%s%s", first ? "" : ", ", mode_names[m]);
+                first = 0;
+            }
+        snprintf(at, sizeof reason - (size_t)(at - reason), "): set MCD_AUTH and MCD_KEY_FILE alike on every rank");
+    } else if (mode == MODE_EXCHANGE && exchange_secret(rank, size, secret, reason, sizeof reason) != MCD_OK) {
+        /* reason says why */
+    } else {
         mcd_params params;
         mcd_params_default(&params);
         params.rank = rank;
         params.size = size;
         params.local_procs = shape[0];
         if (shape[1] < 0) params.cpus = -shape[1];
-        params.auth = auth_mode;
+        params.auth = mode == MODE_OFF ? MCD_AUTH_OFF : mode == MODE_KEY_FILE ? MCD_AUTH_ENV : MCD_AUTH_KEY;
         memcpy(params.secret, secret, MCD_SECRET_LEN);
         int rc = mcd_init(&params, &job);
         ok = rc == MCD_OK;
         if (!ok) snprintf(reason, sizeof reason, "%s", mcd_last_error());
-        memset(params.secret, 0, MCD_SECRET_LEN);
+        wipe(params.secret, MCD_SECRET_LEN);
     }
-    memset(secret, 0, sizeof secret);
-    auth_on = auth_mode != MCD_AUTH_OFF;
+    wipe(secret, sizeof secret);
+    auth_on = mode != MODE_OFF;
     /* Every rank must agree: mcd on all, or PMPI on all. */
     int all_ok = 0, first_failure = ok ? size : rank;
     PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

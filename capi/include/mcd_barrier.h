@@ -110,6 +110,26 @@
 #define MCD_AUTH_OFF 2
 
 /**
+ * Bytes of an X25519 key (private or public) of the secret exchange.
+ */
+#define MCD_EXCHANGE_KEY_LEN 32
+
+/**
+ * Bytes of a job secret wrapped for one rank by [`mcd_secret_wrap`].
+ */
+#define MCD_WRAPPED_SECRET_LEN 32
+
+/**
+ * Bytes of an X25519 private or public key.
+ */
+#define KEY_LEN 32
+
+/**
+ * Bytes of a wrapped secret: the padded secret, then its tag.
+ */
+#define WRAPPED_LEN (SECRET_LEN + TAG_LEN)
+
+/**
  * A barrier over a group of the job's ranks (an MPI communicator, say),
  * on the job's endpoint (`mcd_group` in C): prepared (its local resources
  * in place), then joined (met its members).
@@ -317,6 +337,55 @@ extern "C" {
  * `out` is NULL or points to [`MCD_SECRET_LEN`] writable bytes.
  */
 int mcd_secret_generate(uint8_t *out);
+
+/**
+ * The job secret's exchange over a channel anyone may read (as the MPI
+ * interposer does over PMPI): each rank calls this for a fresh X25519 key
+ * pair, sends `public_key` to rank 0 and keeps `private_key` to itself;
+ * rank 0 makes the secret ([`mcd_secret_generate`]), wraps it for each
+ * rank with [`mcd_secret_wrap`] and sends every rank its wrapped copy and
+ * rank 0's public key; each rank unwraps with [`mcd_secret_unwrap`].
+ * A passive listener learns nothing of the secret; one who can replace
+ * the public keys on the channel can (a man in the middle). Clear the
+ * private key (and the secret) once done.
+ *
+ * # Safety
+ * `private_key` and `public_key` are NULL or point to
+ * [`MCD_EXCHANGE_KEY_LEN`] writable bytes each.
+ */
+int mcd_secret_exchange_keypair(uint8_t *private_key, uint8_t *public_key);
+
+/**
+ * Rank 0 wraps the job's `secret` ([`MCD_SECRET_LEN`] bytes) for the rank
+ * whose public key is `rank_public_key`, with rank 0's own private key,
+ * into `out` ([`MCD_WRAPPED_SECRET_LEN`] bytes: the secret under a
+ * one-time pad and a tag, both derived from the X25519 shared secret).
+ * Fails ([`MCD_ERR_CONFIG`]) on a public key of low order.
+ *
+ * # Safety
+ * Each pointer is NULL or points to as many bytes as said above
+ * (`out` writable).
+ */
+int mcd_secret_wrap(const uint8_t *root_private_key,
+                    const uint8_t *rank_public_key,
+                    const uint8_t *secret,
+                    uint8_t *out);
+
+/**
+ * A rank unwraps what rank 0 wrapped for it ([`mcd_secret_wrap`]), with
+ * its own private key and rank 0's public key, into `secret_out`
+ * ([`MCD_SECRET_LEN`] bytes). Fails ([`MCD_ERR_CONFIG`], `secret_out`
+ * untouched) when the tag does not verify: wrapped for another key pair,
+ * or changed on the way.
+ *
+ * # Safety
+ * Each pointer is NULL or points to as many bytes as said above
+ * (`secret_out` writable).
+ */
+int mcd_secret_unwrap(const uint8_t *rank_private_key,
+                      const uint8_t *root_public_key,
+                      const uint8_t *wrapped,
+                      uint8_t *secret_out);
 
 /**
  * Fills `params` with "everything from the environment".

@@ -169,11 +169,14 @@ fn root_a_node_with_auth_off_is_named_at_the_join() {
 /// issue 27 reads. An outsider on the switch records every frame of an
 /// unmodified MPI program run under the interposer (`mpi/barrier_check.c`,
 /// 4 ranks, 4 hosts) and tries every 16 bytes of every TCP payload it saw
-/// as the key of one signed mcd frame it saw. None should verify; today
-/// the secret is found, and with it every forgery of `attacks.rs` works
-/// again under the interposer, authentication on.
+/// as the key of one signed mcd frame it saw. None should verify (before
+/// the exchange of keys, the secret was found, and with it every forgery
+/// of `attacks.rs` worked again under the interposer, authentication on).
+/// `MCD_KEY_FILE` is set empty for the ranks: with a key file (which
+/// `MpiRun` exports by default) the interposer sends nothing at all, and
+/// it is the exchange over MPI that is under test here; the signed frame
+/// must not verify under the cluster's key file either.
 #[test]
-#[ignore = "finding 6 (review-auth): the interposer broadcasts the job secret over MPI's TCP on the same Ethernet segment: a passive sniffer recovers it from the TCP payloads"]
 fn root_the_interposers_secret_cannot_be_read_off_the_segment() {
     use mcd::wire::{Frame, DEFAULT_ETHERTYPE};
     use mcd_tools::cbuild::{self, Mpi};
@@ -206,7 +209,11 @@ fn root_the_interposers_secret_cannot_be_read_off_the_segment() {
     let run = MpiRun {
         mpi: Mpi::OpenMpi,
         yield_when_idle: true,
-        env: vec![("LD_PRELOAD".into(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())],
+        env: vec![
+            ("LD_PRELOAD".into(), preload.display().to_string()),
+            ("MCD_MPI_REPORT".into(), "1".into()),
+            (mcd::auth::KEY_FILE_VAR.into(), String::new()),
+        ],
         ..MpiRun::default()
     };
     let out = run.output(&c, program.to_str().unwrap(), &["20".to_string()], Duration::from_secs(120)).expect("mpirun");
@@ -220,6 +227,11 @@ fn root_the_interposers_secret_cannot_be_read_off_the_segment() {
         .find(|f| Frame::new_checked(&f[..]).is_ok_and(|v| v.ethertype() == DEFAULT_ETHERTYPE && v.authenticated()))
         .expect("a signed mcd frame was seen");
     let signed = Frame::new_checked(&signed[..]).unwrap();
+    let cluster_secret = c.secret().expect("the cluster's key file");
+    assert!(
+        mcd::auth::FrameKey::new(&cluster_secret).verify(&signed).is_none(),
+        "the job was signed with the cluster's key file: the secret was not exchanged over MPI"
+    );
     // TCP payloads over IPv4: Ethernet (14), IP (IHL), TCP (data offset).
     let payloads: Vec<&[u8]> = frames
         .iter()
@@ -244,14 +256,13 @@ fn root_the_interposers_secret_cannot_be_read_off_the_segment() {
     );
 }
 
-/// Finding 8: `MCD_AUTH=off` on one rank only under the interposer. Rank 0
-/// broadcasts whether it made a secret, not which mode it runs: here rank
-/// 0 runs with authentication off and sends none, so the other ranks say
-/// "rank 0 could not make a job secret" while rank 0 bootstraps alone
-/// until its 30 s timeout. The ranks could agree on the mode over MPI and
-/// fall back at once, saying that MCD_AUTH differs.
+/// Finding 8: `MCD_AUTH=off` on one rank only under the interposer (the
+/// other with `MpiRun`'s key file). Rank 0 used to broadcast whether it
+/// made a secret, not which mode it ran, so the other ranks said "rank 0
+/// could not make a job secret" while rank 0 bootstrapped alone until its
+/// 30 s timeout. The ranks agree on the mode over MPI first and fall back
+/// at once, saying that MCD_AUTH differs.
 #[test]
-#[ignore = "finding 8 (review-auth): MCD_AUTH=off on one rank under the interposer stalls MPI_Init for the bootstrap timeout and blames rank 0's secret generation"]
 fn root_mcd_auth_differing_between_ranks_falls_back_at_once_and_says_why() {
     use mcd_tools::cbuild::{self, Mpi};
     use mcd_tools::mpi::MpiRun;

@@ -100,8 +100,8 @@ impl MpiRun {
             ("MCD_IFACES".to_string(), cluster.interfaces().join(",")),
             ("MCD_LOCAL_PROCS".to_string(), ranks.to_string()),
             ("MCD_JOB".to_string(), format!("vcluster-{}", cluster.spec().name)),
-            // Programs that open mcd themselves read it; the MPI interposer
-            // makes and broadcasts a secret of its own instead.
+            // Programs that open mcd themselves read it, and so does the MPI
+            // interposer (set it empty for the interposer's key exchange).
             (mcd::auth::KEY_FILE_VAR.to_string(), cluster.key_file().display().to_string()),
         ];
         if self.mpi == Mpi::Mpich {
