@@ -14,6 +14,11 @@ use mcd_tools::vcluster::{ClusterSpec, Topology};
 const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
 /// Generous bound on any wait for an event.
 const EVENT: Duration = Duration::from_secs(20);
+/// One `mpirun` at a time: every cluster's bridge takes the same host
+/// address (`mcd_tools::mpi::HOST_ADDRESS`), so two MPI jobs on two
+/// clusters at once route each other's out-of-band TCP astray (as
+/// `embedding.rs` does too).
+static MPI: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn show(ends: &[Ended]) -> String {
     ends.iter().enumerate().map(|(n, e)| format!("node {n} ({:?}):\n  {}\n  {}", e.code, e.lines.join("\n  "), e.stderr.trim())).collect::<Vec<_>>().join("\n")
@@ -183,6 +188,7 @@ fn root_the_interposers_secret_cannot_be_read_off_the_segment() {
     use mcd_tools::mpi::MpiRun;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
+    let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
     let c = cluster(ClusterSpec::new("rsniff", 4).topology(Topology::Hub));
     let station = c.plug_outsider(0).expect("plugging the sniffer in");
     let receiver = {
@@ -266,6 +272,7 @@ fn root_the_interposers_secret_cannot_be_read_off_the_segment() {
 fn root_mcd_auth_differing_between_ranks_falls_back_at_once_and_says_why() {
     use mcd_tools::cbuild::{self, Mpi};
     use mcd_tools::mpi::MpiRun;
+    let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
     let c = cluster(ClusterSpec::new("rmix", 2));
     let preload = cbuild::build_interposer(Mpi::OpenMpi, false).expect("building the interposer");
     let program = cbuild::build_program(Mpi::OpenMpi, "barrier_check").expect("building barrier_check");
