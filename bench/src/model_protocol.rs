@@ -64,6 +64,7 @@ fn barriers_for(n: usize, scale: f64, at_least: usize) -> u32 {
     b.clamp(at_least.min(2000), 2000) as u32
 }
 
+#[allow(clippy::too_many_arguments)] // one row of the sweep: each argument is a column of it
 fn one(setup_name: &str, setup: Setup, a: Algorithm, auto: bool, n: usize, loss: Loss, barriers: u32, lossless_mean: f64) -> Result<(Row, Outcome)> {
     let mut s = Scenario::new(a, n, setup, barriers);
     s.loss = loss;

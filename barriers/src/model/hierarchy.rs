@@ -128,6 +128,19 @@ pub fn auto_layout(hosts: usize, per_host: usize, cores: usize, rails: usize, p:
     }
 }
 
+/// The host phases of the hierarchical barrier, µs, with ranks polling and
+/// a release through shared memory (as [`hierarchical_cost`] counts them):
+/// before the leader enters the leaders' barrier, the gather (the last
+/// arrival's transfer and the leader's scan of the others); after it
+/// leaves, the release (one transfer). For
+/// [`super::protocol::Scenario::host_phases_us`].
+pub fn host_phases_us(per_host: usize, shm: &ShmCosts) -> (f64, f64) {
+    if per_host <= 1 {
+        return (0.0, 0.0);
+    }
+    (shm.transfer + (per_host - 1) as f64 * shm.scan, shm.transfer)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,17 +182,4 @@ mod tests {
         // Oversubscribed: turns on the cores.
         assert!(hierarchical_cost(outer, 4, 8, 2, 1, &p, &shm) > network + 2.0 * 4.0 * 100.0);
     }
-}
-
-/// The host phases of the hierarchical barrier, µs, with ranks polling and
-/// a release through shared memory (as [`hierarchical_cost`] counts them):
-/// before the leader enters the leaders' barrier, the gather (the last
-/// arrival's transfer and the leader's scan of the others); after it
-/// leaves, the release (one transfer). For
-/// [`super::protocol::Scenario::host_phases_us`].
-pub fn host_phases_us(per_host: usize, shm: &ShmCosts) -> (f64, f64) {
-    if per_host <= 1 {
-        return (0.0, 0.0);
-    }
-    (shm.transfer + (per_host - 1) as f64 * shm.scan, shm.transfer)
 }
