@@ -36,11 +36,10 @@
 //! message waits for (a node's CPU, a NIC's gap, a switch port). Its
 //! generator ([`crate::sim::rng::Rng`]) is reused here.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use super::link::Topology;
+use super::sim::Queue;
 use super::Setup;
 use crate::core::{self, Call, Core, Event, To};
 use crate::plan::Algorithm;
@@ -185,37 +184,6 @@ enum Ev {
     App { node: u32 },
 }
 
-/// A binary heap of (time, sequence, slot) over a slab of events.
-struct Queue {
-    heap: BinaryHeap<Reverse<(u64, u64, u32)>>,
-    slab: Vec<Ev>,
-    free: Vec<u32>,
-    seq: u64,
-}
-
-impl Queue {
-    fn push(&mut self, at: u64, ev: Ev) {
-        let slot = match self.free.pop() {
-            Some(i) => {
-                self.slab[i as usize] = ev;
-                i
-            }
-            None => {
-                self.slab.push(ev);
-                (self.slab.len() - 1) as u32
-            }
-        };
-        self.seq += 1;
-        self.heap.push(Reverse((at, self.seq, slot)));
-    }
-
-    fn pop(&mut self) -> Option<(u64, Ev)> {
-        let Reverse((at, _, slot)) = self.heap.pop()?;
-        self.free.push(slot);
-        Some((at, self.slab[slot as usize]))
-    }
-}
-
 struct HubFrame {
     from: u32,
     to: Option<u32>,
@@ -241,7 +209,7 @@ struct Node {
 struct Net {
     s: Scenario,
     base: Instant,
-    q: Queue,
+    q: Queue<Ev>,
     nodes: Vec<Node>,
     rails: usize,
     tx_gap_free: Vec<u64>,
@@ -529,7 +497,7 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
     let net = Net {
         s: *s,
         base,
-        q: Queue { heap: BinaryHeap::new(), slab: Vec::new(), free: Vec::new(), seq: 0 },
+        q: Queue::new(),
         nodes,
         rails,
         tx_gap_free: vec![0; n * rails],

@@ -49,15 +49,21 @@ struct HubFrame {
 /// The event queue: 128-bit keys (time, sequence, slot) in a binary heap,
 /// the events in a slab whose slots are reused, so the hot loop neither
 /// allocates nor moves more than 16 bytes per heap step.
-struct Queue {
+pub(super) struct Queue<E: Copy> {
     heap: BinaryHeap<Reverse<u128>>,
-    slab: Vec<Ev>,
+    slab: Vec<E>,
     free: Vec<u32>,
     seq: u32,
 }
 
-impl Queue {
-    fn push(&mut self, at: u64, ev: Ev) {
+impl<E: Copy> Queue<E> {
+    /// An empty queue.
+    pub(super) fn new() -> Self {
+        Queue { heap: BinaryHeap::new(), slab: Vec::new(), free: Vec::new(), seq: 0 }
+    }
+
+    /// Schedules `ev` at `at`; events at the same time pop in push order.
+    pub(super) fn push(&mut self, at: u64, ev: E) {
         let slot = match self.free.pop() {
             Some(i) => {
                 self.slab[i as usize] = ev;
@@ -72,7 +78,8 @@ impl Queue {
         self.heap.push(Reverse((u128::from(at) << 64) | (u128::from(self.seq) << 32) | u128::from(slot)));
     }
 
-    fn pop(&mut self) -> Option<(u64, Ev)> {
+    /// The earliest event and its time.
+    pub(super) fn pop(&mut self) -> Option<(u64, E)> {
         let Reverse(key) = self.heap.pop()?;
         let slot = (key & 0xFFFF_FFFF) as u32;
         self.free.push(slot);
@@ -183,7 +190,7 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
     let mut hub_pending: Vec<Vec<HubFrame>> = vec![Vec::new(); rails];
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut contenders: Vec<usize> = Vec::new(); // the hub's, reused
-    let mut events = Queue { heap: BinaryHeap::new(), slab: Vec::new(), free: Vec::new(), seq: 0 };
+    let mut events = Queue::new();
     let (mut messages, mut deliveries) = (0u64, 0u64);
 
     // Takes `dur` of node v's CPU from `at` on; returns the end. (On shared
@@ -415,7 +422,7 @@ pub(crate) fn run_plans(what: &str, n: usize, rails: usize, plans: &dyn Fn(usize
                     if tx_irq > 0 {
                         push!(end, Ev::TxDone { node: f.from });
                     }
-                    let mut deliver = |to: usize, events: &mut Queue| {
+                    let mut deliver = |to: usize, events: &mut Queue<Ev>| {
                         let i = to * rails + r;
                         let nic = (end + l_fixed).max(rx_free[i]);
                         rx_free[i] = nic + g_r;
