@@ -179,12 +179,22 @@ pub struct BarrierStats {
 }
 
 /// What a join timeout says of frames that were dropped on the way in: the
-/// missing nodes' frames that failed authentication, and frames of another
-/// wire version ("" if none).
-fn join_suspects(bad_tags: &[(NodeId, u64)], bad_version: u64) -> String {
+/// missing nodes' frames that failed authentication or were of the other
+/// authentication mode, and frames of another wire version ("" if none).
+fn join_suspects(bad_tags: &[(NodeId, u64)], auth_mismatch: &[(NodeId, u64)], bad_version: u64) -> String {
     let mut s = String::new();
     for (node, count) in bad_tags {
-        s += &format!("; {count} frame(s) claiming to be node {node} failed authentication (another job secret, or forged)");
+        s += &format!(
+            "; {count} frame(s) claiming to be node {node} failed authentication: node {node} runs with another job secret \
+             (every node must read the same MCD_KEY_FILE), or they were forged"
+        );
+    }
+    for (node, count) in auth_mismatch {
+        s += &format!(
+            "; {count} frame(s) claiming to be node {node} were of the other authentication mode (signed where this node \
+             does not sign, or unsigned where it does): MCD_AUTH=off on node {node} or on this node only? \
+             (authentication must be on everywhere or off everywhere)"
+        );
     }
     if bad_version > 0 {
         s += &format!("; {bad_version} frame(s) of another mcd wire version arrived (run the same mcd everywhere)");
@@ -266,9 +276,9 @@ pub enum BarrierError {
     },
     /// Creating the barrier: nodes did not join in time.
     #[error(
-        "creating the barrier: node(s) {missing:?} did not join within {:.1} s (are all {nodes} nodes creating it?){}",
+        "creating the barrier: node(s) {missing:?} did not join within {:.1} s (are all {nodes} nodes creating it, with the same job secret and MCD_AUTH setting?){}",
         waited.as_secs_f64(),
-        join_suspects(bad_tags, *bad_version)
+        join_suspects(bad_tags, auth_mismatch, *bad_version)
     )]
     JoinTimeout {
         /// The nodes not heard from (node 0, for any other node).
@@ -282,6 +292,12 @@ pub enum BarrierError {
         /// run with another job secret, or forgeries); as far as the
         /// transport can tell ([`Transport::bad_tags_from`]).
         bad_tags: Vec<(NodeId, u64)>,
+        /// Of the missing nodes, those that frames of the other
+        /// authentication mode claimed to come from (unsigned where this
+        /// node signs, or signed where it does not: `MCD_AUTH=off` on one
+        /// side only), with how many; as far as the transport can tell
+        /// ([`Transport::auth_mismatch_from`]).
+        auth_mismatch: Vec<(NodeId, u64)>,
         /// Frames of another wire version that arrived (an mcd build of
         /// another protocol), from anyone; 0 if the transport cannot tell.
         bad_version: u64,
@@ -522,8 +538,11 @@ impl<T: Transport> Engine<T> {
     fn explain_join(&mut self, error: BarrierError) -> BarrierError {
         match error {
             BarrierError::JoinTimeout { missing, nodes, waited, .. } => {
-                let bad_tags = missing.iter().map(|&j| (j, self.transport.bad_tags_from(j))).filter(|&(_, c)| c > 0).collect();
-                BarrierError::JoinTimeout { missing, nodes, waited, bad_tags, bad_version: self.transport.bad_version() }
+                let counts = |count: &dyn Fn(NodeId) -> u64| missing.iter().map(|&j| (j, count(j))).filter(|&(_, c)| c > 0).collect();
+                let bad_tags = counts(&|j| self.transport.bad_tags_from(j));
+                let auth_mismatch = counts(&|j| self.transport.auth_mismatch_from(j));
+                let bad_version = self.transport.bad_version();
+                BarrierError::JoinTimeout { missing, nodes, waited, bad_tags, auth_mismatch, bad_version }
             }
             other => other,
         }

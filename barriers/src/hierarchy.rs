@@ -597,11 +597,12 @@ fn in_job(e: BarrierError, leaders: &[NodeId]) -> BarrierError {
             waited,
             waiting_for: waiting_for.into_iter().map(|(n, s): (NodeId, PeerState)| (job(n), s)).collect(),
         },
-        BarrierError::JoinTimeout { missing, nodes, waited, bad_tags, bad_version } => BarrierError::JoinTimeout {
+        BarrierError::JoinTimeout { missing, nodes, waited, bad_tags, auth_mismatch, bad_version } => BarrierError::JoinTimeout {
             missing: missing.into_iter().map(job).collect(),
             nodes,
             waited,
             bad_tags: bad_tags.into_iter().map(|(n, c)| (job(n), c)).collect(),
+            auth_mismatch: auth_mismatch.into_iter().map(|(n, c)| (job(n), c)).collect(),
             bad_version,
         },
         BarrierError::Refused { node } => BarrierError::Refused { node: job(node) },

@@ -208,7 +208,7 @@ impl HostBarrier {
                     .filter(|&i| self.map.u32_at(self.slot(i) + S_STATE).load(Acquire) == SLOT_FREE)
                     .map(|i| self.members[i])
                     .collect();
-                return Err(BarrierError::JoinTimeout { missing, nodes: self.members.len(), waited: start.elapsed(), bad_tags: Vec::new(), bad_version: 0 });
+                return Err(BarrierError::JoinTimeout { missing, nodes: self.members.len(), waited: start.elapsed(), bad_tags: Vec::new(), auth_mismatch: Vec::new(), bad_version: 0 });
             }
             std::thread::sleep(Duration::from_micros(200));
         }

@@ -677,6 +677,10 @@ impl Transport for GroupTransport {
         self.members.get(node).map_or(0, |&j| lock(&self.hub).endpoint.bad_tags_from(j))
     }
 
+    fn auth_mismatch_from(&self, node: NodeId) -> u64 {
+        self.members.get(node).map_or(0, |&j| lock(&self.hub).endpoint.auth_mismatch_from(j))
+    }
+
     fn bad_version(&mut self) -> u64 {
         lock(&self.hub).endpoint.stats().map_or(0, |s| s.dropped.bad_version)
     }

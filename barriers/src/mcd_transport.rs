@@ -293,6 +293,10 @@ impl Transport for McdTransport {
         self.endpoint.bad_tags_from(node)
     }
 
+    fn auth_mismatch_from(&self, node: NodeId) -> u64 {
+        self.endpoint.auth_mismatch_from(node)
+    }
+
     fn bad_version(&mut self) -> u64 {
         self.endpoint.stats().map_or(0, |s| s.dropped.bad_version)
     }

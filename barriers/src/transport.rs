@@ -215,6 +215,15 @@ pub trait Transport {
         let _ = node;
         0
     }
+    /// Frames dropped below the transport because they were unsigned where
+    /// this node signs, or signed where it does not, claiming to come from
+    /// node `node` (a node run with `MCD_AUTH=off` where the others
+    /// authenticate, or the other way round): what a join timeout names.
+    /// The default: 0 (it cannot tell).
+    fn auth_mismatch_from(&self, node: NodeId) -> u64 {
+        let _ = node;
+        0
+    }
     /// Frames of another wire version dropped below the transport, from
     /// anyone. The default: 0 (it cannot tell).
     fn bad_version(&mut self) -> u64 {

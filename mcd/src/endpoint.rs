@@ -91,15 +91,33 @@ impl Rail {
     }
 }
 
-/// The receiving half of authentication: the key, and per sender node its
-/// replay window and its count of frames with bad tags.
+/// The receiving half of authentication: the key, and per sender node and
+/// rail its replay window, and per sender its count of frames with bad tags.
 struct Verifier {
     key: FrameKey,
-    /// Indexed by node number.
+    /// Rails of the endpoint: the stride of `windows`.
+    rails: usize,
+    /// Indexed by `node * rails + rail`: one window per sender and rail, so
+    /// that a frame waiting in one rail's ring while the sender sends many on
+    /// another is not taken for a replay (one sender's counter runs over all
+    /// its rails; per rail its frames arrive in order, but the rings are read
+    /// in turn). A frame replayed on another rail than the one it was sent
+    /// on carries that rail's MACs, which the tag covers: it is an unknown
+    /// source there, so per-rail windows let no replay through.
     windows: Vec<ReplayWindow>,
     /// Frames whose tag failed, by the node number they claimed (the last
     /// entry: numbers beyond the node list).
     bad_tags: Vec<u64>,
+}
+
+impl Verifier {
+    fn new(key: FrameKey, nodes: usize, rails: usize) -> Verifier {
+        Verifier { key, rails, windows: vec![ReplayWindow::default(); nodes * rails], bad_tags: vec![0; nodes + 1] }
+    }
+
+    fn window(&mut self, from: NodeId, rail: usize) -> &mut ReplayWindow {
+        &mut self.windows[from * self.rails + rail]
+    }
 }
 
 /// What a received frame must satisfy to be delivered (the user-space half of demux).
@@ -113,6 +131,11 @@ struct Demux {
     groups: Vec<u8>,
     /// `None`: authentication off.
     verifier: Option<Verifier>,
+    /// Frames signed where this endpoint does not sign, or unsigned where it
+    /// does ([`DropReason::AuthMismatch`]), by the node number they claimed
+    /// (the last entry: numbers beyond the node list): a node run with
+    /// `MCD_AUTH=off` where the others sign, or the other way round.
+    auth_mismatch: Vec<u64>,
 }
 
 /// A frame [`Demux::accept`] found deliverable: the message, and the
@@ -136,6 +159,9 @@ impl Demux {
             WireError::Truncated { .. } | WireError::BadLength { .. } | WireError::NoTrailer { .. } => DropReason::Truncated,
         })?;
         if repr.authenticated != self.verifier.is_some() {
+            // Counted by the node it claims, for a join timeout's message; nothing else is looked at.
+            let claimed = (repr.src_node as usize).min(self.auth_mismatch.len() - 1);
+            self.auth_mismatch[claimed] += 1;
             return Err(DropReason::AuthMismatch);
         }
         let counter = match &mut self.verifier {
@@ -172,18 +198,18 @@ impl Demux {
             Some(n) if n.macs.get(rail) == Some(&repr.src_mac) && n.port == repr.src_port => {}
             _ => return Err(DropReason::UnknownSource),
         }
-        if let (Some(v), Some(c)) = (&self.verifier, counter) {
-            if !v.windows[from].check(c) {
+        if let (Some(v), Some(c)) = (&mut self.verifier, counter) {
+            if !v.window(from, rail).check(c) {
                 return Err(DropReason::Replayed);
             }
         }
         Ok((Received { rail, from, kind: repr.kind, seq: repr.seq, len: repr.payload_len, group }, counter))
     }
 
-    /// Records a delivered frame's counter in its sender's replay window.
-    fn record(&mut self, from: NodeId, counter: Option<u64>) {
+    /// Records a delivered frame's counter in its sender's replay window of its rail.
+    fn record(&mut self, msg: &Received, counter: Option<u64>) {
         if let (Some(v), Some(c)) = (&mut self.verifier, counter) {
-            v.windows[from].record(c);
+            v.window(msg.from, msg.rail).record(c);
         }
     }
 
@@ -275,12 +301,9 @@ impl Endpoint {
             port,
             interface: interfaces[0].clone(),
         })?;
-        let verifier = key.clone().map(|key| Verifier {
-            key,
-            windows: vec![ReplayWindow::default(); nodes.len()],
-            bad_tags: vec![0; nodes.len() + 1],
-        });
-        let demux = Demux { me, ethertype, job_key, port, nodes, groups: vec![GroupId::ALL.0], verifier };
+        let verifier = key.clone().map(|key| Verifier::new(key, nodes.len(), infos.len()));
+        let auth_mismatch = vec![0; nodes.len() + 1];
+        let demux = Demux { me, ethertype, job_key, port, nodes, groups: vec![GroupId::ALL.0], verifier, auth_mismatch };
         let mut rails = Vec::with_capacity(interfaces.len());
         for (r, (interface, info)) in interfaces.into_iter().zip(infos).enumerate() {
             let listed = demux.nodes.get(me).expect("found above").macs[r];
@@ -400,6 +423,16 @@ impl Endpoint {
     /// the node list reads the count of all such frames.
     pub fn bad_tags_from(&self, node: NodeId) -> u64 {
         self.demux.verifier.as_ref().map_or(0, |v| v.bad_tags[node.min(v.bad_tags.len() - 1)])
+    }
+
+    /// Frames dropped because they were signed where this endpoint does not
+    /// sign, or unsigned where it does ([`DropReason::AuthMismatch`]), by
+    /// the node number they claimed to come from (a node run with
+    /// `MCD_AUTH=off` where this one signs, or the other way round). A node
+    /// number beyond the node list reads the count of all such frames.
+    pub fn auth_mismatch_from(&self, node: NodeId) -> u64 {
+        let counts = &self.demux.auth_mismatch;
+        counts[node.min(counts.len() - 1)]
     }
 
     /// The wait policy receives use.
@@ -623,7 +656,7 @@ impl Endpoint {
                         return Err(Error::BufferTooSmall { buf: buf.len(), len: msg.len });
                     }
                     buf[..msg.len].copy_from_slice(&frame.data[crate::wire::offset::PAYLOAD..][..msg.len]);
-                    demux.record(msg.from, *counter);
+                    demux.record(msg, *counter);
                 }
                 rail.rings.rx_release(slot);
                 rail.rx_next = (slot + 1) % rail.rings.rx_slots();
@@ -866,7 +899,16 @@ mod tests {
             NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, 9])], port: 1 },
         ])
         .unwrap();
-        Demux { me: 0, ethertype: DEFAULT_ETHERTYPE, job_key: 0x1234_5678, port: 3, nodes, groups: vec![0, 7], verifier: None }
+        Demux {
+            me: 0,
+            ethertype: DEFAULT_ETHERTYPE,
+            job_key: 0x1234_5678,
+            port: 3,
+            nodes,
+            groups: vec![0, 7],
+            verifier: None,
+            auth_mismatch: vec![0; 3],
+        }
     }
 
     #[test]
@@ -927,12 +969,13 @@ mod tests {
     }
 
     fn authenticated_demux() -> Demux {
+        authenticated_demux_on(1)
+    }
+
+    /// An authenticating demux of 2 nodes on `rails` rails.
+    fn authenticated_demux_on(rails: usize) -> Demux {
         let mut d = demux();
-        d.verifier = Some(Verifier {
-            key: FrameKey::new(&crate::JobSecret::from_bytes([1; 16])),
-            windows: vec![ReplayWindow::default(); 2],
-            bad_tags: vec![0; 3],
-        });
+        d.verifier = Some(Verifier::new(FrameKey::new(&crate::JobSecret::from_bytes([1; 16])), 2, rails));
         d
     }
 
@@ -972,7 +1015,7 @@ mod tests {
             let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
             let verdict = d.accept(&frame, 0, ME);
             if let Ok((msg, counter)) = verdict {
-                d.record(msg.from, counter);
+                d.record(&msg, counter);
             }
             verdict.map(|_| ())
         };
@@ -1002,7 +1045,7 @@ mod tests {
             let frame = RxFrame { data, wire_len: data.len(), packet_type: pkttype::HOST };
             let verdict = d.accept(&frame, 0, ME);
             if let Ok((msg, counter)) = verdict {
-                d.record(msg.from, counter);
+                d.record(&msg, counter);
             }
             verdict.map(|(msg, _)| msg.len)
         };
@@ -1027,7 +1070,7 @@ mod tests {
     #[test]
     fn a_frame_of_one_rail_replayed_on_another_is_dropped_and_changes_nothing() {
         // Review of issue 27: one counter per endpoint over all its rails,
-        // one window per sender. A frame of node 1's rail 0 sent again on
+        // one window per sender and rail. A frame of node 1's rail 0 sent again on
         // rail 1 (the attacker on rail 1's segment) carries rail 0's MACs,
         // which the tag covers: an unknown source there, never recorded, so
         // the original, read after it on rail 0, is delivered.
@@ -1036,7 +1079,7 @@ mod tests {
             NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, 9]), MacAddr([2, 0, 0, 0, 1, 9])], port: 1 },
         ])
         .unwrap();
-        let mut d = authenticated_demux();
+        let mut d = authenticated_demux_on(2);
         d.nodes = nodes;
         let data = signed(&UNICAST_FRAME, 1, 9000);
         let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
@@ -1047,16 +1090,18 @@ mod tests {
         let group = signed(&multicast, 1, 9001);
         let group_frame = RxFrame { data: &group, wire_len: group.len(), packet_type: pkttype::MULTICAST };
         assert_eq!(d.accept(&group_frame, 1, rail1_mac).map(|_| ()), Err(DropReason::UnknownSource), "rail 0's source MAC on rail 1");
-        assert_eq!(d.verifier.as_ref().unwrap().windows[1].highest(), 0, "nothing recorded");
+        let v = d.verifier.as_mut().unwrap();
+        assert_eq!((v.window(1, 0).highest(), v.window(1, 1).highest()), (0, 0), "nothing recorded");
         let (msg, counter) = d.accept(&group_frame, 0, ME).expect("the original on rail 0");
-        d.record(msg.from, counter);
+        d.record(&msg, counter);
         assert_eq!((msg.rail, counter), (0, Some(9001)));
         assert_eq!(d.accept(&group_frame, 0, ME).map(|_| ()), Err(DropReason::Replayed));
     }
 
     #[test]
-    #[ignore = "finding 3 (review-auth): one replay window per sender over all rails: a frame that waits in one rail's ring while the sender sends 512 more frames is dropped as a replay once a later frame is read from another rail"]
     fn a_frame_read_late_from_one_rail_is_not_a_replay() {
+        // Finding 3 of the review of issue 27 (one window per sender over
+        // all rails dropped A as a replay): one window per sender and rail.
         // Node 1 has a MAC on each of two rails. It sent frame A to this node
         // on rail 0 (counter c), then 600 frames elsewhere (other nodes,
         // probes, announcements: one counter for every frame and rail), then
@@ -1068,7 +1113,7 @@ mod tests {
             NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, 9]), MacAddr([2, 0, 0, 0, 1, 9])], port: 1 },
         ])
         .unwrap();
-        let mut d = authenticated_demux();
+        let mut d = authenticated_demux_on(2);
         d.nodes = nodes;
         let mut deliver = |rail: usize, counter: u64| {
             let mut bytes = UNICAST_FRAME.to_vec();
@@ -1081,13 +1126,35 @@ mod tests {
             let my_mac = d.nodes.get(0).unwrap().macs[rail];
             let verdict = d.accept(&frame, rail, my_mac);
             if let Ok((msg, counter)) = verdict {
-                d.record(msg.from, counter);
+                d.record(&msg, counter);
             }
             verdict.map(|(msg, _)| msg.rail)
         };
         let c = 1_000_000;
         assert_eq!(deliver(1, c + 601), Ok(1), "B, read first");
         assert_eq!(deliver(0, c), Ok(0), "A, read second, never delivered before");
+        // Each rail's window still takes each frame once.
+        assert_eq!(deliver(0, c), Err(DropReason::Replayed), "A again");
+        assert_eq!(deliver(1, c + 601), Err(DropReason::Replayed), "B again");
+        assert_eq!(deliver(1, c + 600), Ok(1), "within rail 1's window, never seen");
+        assert_eq!(deliver(0, c + 700 + crate::auth::REPLAY_WINDOW), Ok(0));
+        assert_eq!(deliver(0, c + 1), Err(DropReason::Replayed), "now too old on rail 0");
+    }
+
+    #[test]
+    fn frames_of_the_other_authentication_mode_are_counted_by_the_node_they_claim() {
+        // Finding 4 of the review of issue 27: a join timeout names a node
+        // run with MCD_AUTH=off where the others sign (or the other way round).
+        let mut on = authenticated_demux();
+        let unsigned = RxFrame { data: &UNICAST_FRAME, wire_len: UNICAST_FRAME.len(), packet_type: pkttype::HOST };
+        assert_eq!(on.accept(&unsigned, 0, ME).map(|_| ()), Err(DropReason::AuthMismatch));
+        let beyond = patched(offset::SRC_NODE, &[0, 7]);
+        assert_eq!(on.accept(&RxFrame { data: &beyond, wire_len: beyond.len(), packet_type: pkttype::HOST }, 0, ME).map(|_| ()), Err(DropReason::AuthMismatch));
+        assert_eq!(on.auth_mismatch, vec![0, 1, 1]);
+        let mut off = demux();
+        let good = signed(&UNICAST_FRAME, 1, 1000);
+        assert_eq!(off.accept(&RxFrame { data: &good, wire_len: good.len(), packet_type: pkttype::HOST }, 0, ME).map(|_| ()), Err(DropReason::AuthMismatch));
+        assert_eq!(off.auth_mismatch, vec![0, 1, 0]);
     }
 
     #[test]

@@ -127,7 +127,7 @@ impl Core {
                             "creating the barrier: node {p} asked to join with another configuration than node 0's ({} on {} rail(s)): every node must use the same algorithm, rails and first barrier, and the same mcd version",
                             self.config.algorithm, self.config.rails
                         )),
-                        None => BarrierError::JoinTimeout { missing, nodes: n, waited, bad_tags: Vec::new(), bad_version: 0 },
+                        None => BarrierError::JoinTimeout { missing, nodes: n, waited, bad_tags: Vec::new(), auth_mismatch: Vec::new(), bad_version: 0 },
                     };
                     self.out.events.push_back(Event::JoinFailed(error));
                     return;
@@ -138,7 +138,7 @@ impl Core {
                     let error = if *refused {
                         BarrierError::Refused { node: self.me() }
                     } else {
-                        BarrierError::JoinTimeout { missing: vec![0], nodes: n, waited, bad_tags: Vec::new(), bad_version: 0 }
+                        BarrierError::JoinTimeout { missing: vec![0], nodes: n, waited, bad_tags: Vec::new(), auth_mismatch: Vec::new(), bad_version: 0 }
                     };
                     self.out.events.push_back(Event::JoinFailed(error));
                     return;
