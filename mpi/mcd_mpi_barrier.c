@@ -814,11 +814,12 @@ int MPI_Finalize(void) {
         if (reporting()) {
             mcd_stats s;
             mcd_get_stats(job, &s);
-            fprintf(stderr, "mcd-mpi: rank %d: %llu MPI_Barrier via mcd (%s), %llu via PMPI; mcd barriers %llu, sent %llu, received %llu, resends %llu; "
+            fprintf(stderr, "mcd-mpi: rank %d: %llu MPI_Barrier via mcd (%s), %llu via PMPI; mcd barriers %llu, sent %llu, received %llu, resends %llu, answers %llu (%llu suppressed); "
                     "communicators: %llu via mcd, %llu via PMPI (%llu inter, %llu unreachable, %llu failed); "
                     "authentication %s: %llu bad tag, %llu replayed, %llu mismatched\n",
                     mcd_rank(job), via_mcd, mcd_algorithm(job), via_pmpi, (unsigned long long)s.barriers,
                     (unsigned long long)s.messages_sent, (unsigned long long)s.frames_received, (unsigned long long)s.resends,
+                    (unsigned long long)s.answers, (unsigned long long)s.answers_suppressed,
                     comms_mcd, comms_inter + comms_unreachable + comms_failed, comms_inter, comms_unreachable, comms_failed,
                     auth_on ? "on" : "off", (unsigned long long)s.frames_bad_tag, (unsigned long long)s.frames_replayed,
                     (unsigned long long)s.frames_auth_mismatch);

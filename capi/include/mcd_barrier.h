@@ -258,6 +258,13 @@ typedef struct mcd_stats {
      * not signed where it is.
      */
     uint64_t frames_auth_mismatch;
+    /**
+     * NACKs not answered because the same peer had asked for the same
+     * message less than a quarter of the retry timeout after its last
+     * answer (the per-peer limit on answers: a burst of NACKs, replayed
+     * or from a buggy member, gets a bounded number of answers).
+     */
+    uint64_t answers_suppressed;
 } mcd_stats;
 
 /**

@@ -156,6 +156,11 @@ pub struct mcd_stats {
     /// Frames dropped because they were signed where this job is not, or
     /// not signed where it is.
     pub frames_auth_mismatch: u64,
+    /// NACKs not answered because the same peer had asked for the same
+    /// message less than a quarter of the retry timeout after its last
+    /// answer (the per-peer limit on answers: a burst of NACKs, replayed
+    /// or from a buggy member, gets a bounded number of answers).
+    pub answers_suppressed: u64,
 }
 
 /// The job's barrier over all of its ranks.
@@ -425,6 +430,7 @@ fn stats_of(b: BarrierStats, shared: &SharedEndpoint) -> Result<mcd_stats, CErro
         frames_bad_tag: e.dropped.bad_tag,
         frames_replayed: e.dropped.replayed,
         frames_auth_mismatch: e.dropped.auth_mismatch,
+        answers_suppressed: b.answers_suppressed,
     })
 }
 

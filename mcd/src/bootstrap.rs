@@ -242,6 +242,12 @@ struct Hello {
     size: usize,
     port: Port,
     macs: Vec<MacAddr>,
+    /// The sender's nonce: 64 random bits it drew for this bootstrap.
+    nonce: u64,
+    /// The digest of every rank's nonce as the sender knows them
+    /// ([`digest_of`]; 0 until it has heard every rank): what its
+    /// `heard_all` and `done` are about.
+    digest: u64,
     /// The sender has heard every rank.
     heard_all: bool,
     /// The sender is done (heard all, and all said they heard all).
@@ -250,16 +256,21 @@ struct Hello {
 
 const HEARD_ALL: u8 = 1;
 const DONE: u8 = 2;
+/// Bytes of a hello's payload before its MACs.
+const HELLO_HEAD: usize = 24;
 
 impl Hello {
     /// The hello's payload: flags (1 byte), rails (1), 2 zero bytes, the
-    /// job size (4, big-endian), then each rail's MAC (6 each).
+    /// job size (4), the nonce (8), the digest (8), all big-endian, then
+    /// each rail's MAC (6 each).
     fn emit(&self) -> Vec<u8> {
-        let mut p = Vec::with_capacity(8 + 6 * self.macs.len());
+        let mut p = Vec::with_capacity(HELLO_HEAD + 6 * self.macs.len());
         p.push((u8::from(self.heard_all) * HEARD_ALL) | (u8::from(self.done) * DONE));
         p.push(self.macs.len() as u8);
         p.extend_from_slice(&[0, 0]);
         p.extend_from_slice(&(self.size as u32).to_be_bytes());
+        p.extend_from_slice(&self.nonce.to_be_bytes());
+        p.extend_from_slice(&self.digest.to_be_bytes());
         for m in &self.macs {
             p.extend_from_slice(&m.0);
         }
@@ -269,26 +280,49 @@ impl Hello {
     /// The hello in a frame with headers `repr` and `payload`; `None` unless
     /// it is a hello of exactly its length whose first MAC is the sender's.
     fn parse(repr: &FrameRepr, payload: &[u8]) -> Option<Hello> {
-        if repr.kind != kind::HELLO || payload.len() < 8 {
+        if repr.kind != kind::HELLO || payload.len() < HELLO_HEAD {
             return None;
         }
         let rails = payload[1] as usize;
-        if rails == 0 || rails > MAX_RAILS || payload.len() != 8 + 6 * rails {
+        if rails == 0 || rails > MAX_RAILS || payload.len() != HELLO_HEAD + 6 * rails {
             return None;
         }
-        let macs = (0..rails).map(|r| MacAddr(payload[8 + 6 * r..][..6].try_into().expect("6 bytes"))).collect::<Vec<_>>();
+        let macs =
+            (0..rails).map(|r| MacAddr(payload[HELLO_HEAD + 6 * r..][..6].try_into().expect("6 bytes"))).collect::<Vec<_>>();
         if macs[0] != repr.src_mac {
             return None;
         }
+        let u64_at = |at: usize| u64::from_be_bytes(payload[at..at + 8].try_into().expect("8 bytes"));
         Some(Hello {
             rank: repr.src_node as usize,
             size: u32::from_be_bytes(payload[4..8].try_into().expect("4 bytes")) as usize,
             port: repr.src_port,
             macs,
+            nonce: u64_at(8),
+            digest: u64_at(16),
             heard_all: payload[0] & HEARD_ALL != 0,
             done: payload[0] & DONE != 0,
         })
     }
+}
+
+/// A fresh bootstrap nonce: 64 bits from the OS's random source (never 0).
+fn new_nonce() -> Result<u64> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|e| Error::Config(format!("the OS random source failed: {e}")))?;
+    Ok(u64::from_ne_bytes(bytes) | 1)
+}
+
+/// The digest of every rank's nonce, in rank order (never 0): equal at two
+/// ranks when they know the same bootstrap of every rank. Hellos are
+/// authenticated, so this need only tell sets apart, not resist forgery.
+fn digest_of(nonces: impl Iterator<Item = u64>) -> u64 {
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    nonces.fold(0x6D63_645F_6865_6C6F, |h, n| mix(h ^ mix(n))) | 1
 }
 
 /// This process's bootstraps so far, per job key (see the module's
@@ -333,6 +367,8 @@ struct HelloDrops {
     auth_mismatch: u64,
     /// Tags that do not verify: another secret, or forged.
     bad_tag: u64,
+    /// Signed hellos seen before, or older than their sender's window: replays.
+    replayed: u64,
 }
 
 impl HelloDrops {
@@ -356,6 +392,13 @@ impl HelloDrops {
             parts.push(format!(
                 "{} hello(s) whose tag failed: sent with another secret (every rank must read the same MCD_KEY_FILE) or forged",
                 self.bad_tag
+            ));
+        }
+        if self.replayed > 0 {
+            parts.push(format!(
+                "{} hello(s) as replays (seen before, or older than their sender's newer hellos: recorded and sent again, or \
+                 two processes with one rank)",
+                self.replayed
             ));
         }
         if parts.is_empty() {
@@ -436,8 +479,9 @@ impl HelloSocket {
         sys::poll_readable(&[self.socket.raw_fd()], Some(timeout)).map_err(|e| Error::os("waiting for bootstrap hellos", e)).map(drop)
     }
 
-    /// The next hello from another rank, if one waits.
-    fn try_recv(&mut self, me: usize) -> Result<Option<Hello>> {
+    /// The next hello from another rank, if one waits, with its counter
+    /// (`None` with authentication off).
+    fn try_recv(&mut self, me: usize) -> Result<Option<(Hello, Option<u64>)>> {
         loop {
             let Some((len, kind)) = self.socket.try_recv(&mut self.buf).map_err(|e| Error::os("receiving bootstrap hellos", e))?
             else {
@@ -477,64 +521,169 @@ impl HelloSocket {
             if let Some(c) = counter {
                 let Some(window) = self.windows.get_mut(repr.src_node as usize) else { continue };
                 if !window.check(c) {
+                    self.dropped.replayed += 1;
                     continue;
                 }
                 window.record(c);
             }
             if let Some(hello) = Hello::parse(&repr, view.payload()) {
-                return Ok(Some(hello));
+                return Ok(Some((hello, counter)));
             }
         }
     }
 }
 
+/// What this rank knows of another rank: its address, and which of its
+/// bootstraps (nonce) that address came with.
+#[derive(Clone, Debug)]
+struct Peer {
+    addr: NodeAddr,
+    nonce: u64,
+    /// The highest counter of its hellos taken (`None`: authentication off).
+    counter: Option<u64>,
+}
+
 /// The state of one rank's discovery.
+///
+/// **Run binding.** Every rank draws a fresh nonce for each bootstrap, and
+/// every hello carries its sender's nonce and the digest of all the nonces
+/// it has heard. A rank counts another's "heard all" and "done" only when
+/// that hello's digest is its own: the digest covers this rank's own fresh
+/// nonce, so no hello of an earlier run (same key file, same round), replayed,
+/// can end discovery. A rank's hello with a nonce other than the one known
+/// for it is another bootstrap of that rank: the newer (by its
+/// authenticated counter, which runs on the sender's clock) replaces the
+/// older, and every claim counted so far is forgotten; an older one is
+/// dropped and counted. So a replayed hello can at worst stand for its rank
+/// until the rank's own first hello arrives.
 struct Discovery {
     me: Hello,
-    heard: BTreeMap<usize, NodeAddr>,
+    heard: BTreeMap<usize, Peer>,
+    /// Per rank, a nonce a newer one replaced: if it speaks again, two
+    /// processes claim that rank.
+    superseded: BTreeMap<usize, u64>,
     heard_all: Vec<bool>,
     /// Ranks that said they are done (this one once it is).
     finished: Vec<bool>,
+    /// Hellos dropped here, for a timeout's message.
+    stale: StaleHellos,
+}
+
+/// Hellos [`Discovery`] dropped, for the message of a bootstrap that times out.
+#[derive(Clone, Copy, Debug, Default)]
+struct StaleHellos {
+    /// Of an older bootstrap of a rank than the one known.
+    older: u64,
+    /// Claiming "heard all" about another set of bootstraps than this rank's.
+    other_digest: u64,
+    /// Saying the job has another size, and the last such (rank, size).
+    other_size: u64,
+    last_other_size: Option<(usize, usize)>,
+}
+
+impl StaleHellos {
+    fn explain(&self) -> String {
+        let mut parts = Vec::new();
+        if self.older > 0 {
+            parts.push(format!("{} hello(s) of an earlier bootstrap of their rank (replayed, or a rank restarted)", self.older));
+        }
+        if self.other_digest > 0 {
+            parts.push(format!(
+                "{} hello(s) claiming to have heard another set of ranks' bootstraps (an earlier run's, replayed; or ranks \
+                 restarted)",
+                self.other_digest
+            ));
+        }
+        if let Some((rank, size)) = self.last_other_size {
+            parts.push(format!(
+                "{} hello(s) saying the job has another size (rank {rank}: {size} ranks): same job key for two jobs? (set MCD_JOB)",
+                self.other_size
+            ));
+        }
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!("; ignored {}", parts.join(", "))
+        }
+    }
 }
 
 impl Discovery {
     fn new(me: Hello) -> Discovery {
         let mut heard = BTreeMap::new();
-        heard.insert(me.rank, NodeAddr { macs: me.macs.clone(), port: me.port });
+        heard.insert(me.rank, Peer { addr: NodeAddr { macs: me.macs.clone(), port: me.port }, nonce: me.nonce, counter: None });
         let mut heard_all = vec![false; me.size];
         heard_all[me.rank] = me.size == 1;
         let finished = vec![false; me.size];
-        Discovery { me, heard, heard_all, finished }
+        let mut d = Discovery { me, heard, superseded: BTreeMap::new(), heard_all, finished, stale: StaleHellos::default() };
+        d.update_digest();
+        d
     }
 
-    fn take(&mut self, hello: Hello) -> Result<()> {
-        if hello.size != self.me.size {
-            return Err(Error::Config(format!(
-                "rank {} says the job has {} ranks, this rank {} says {}: same job key for two jobs? (set MCD_JOB)",
-                hello.rank, hello.size, self.me.rank, self.me.size
-            )));
-        }
-        if hello.rank >= self.me.size {
-            return Ok(()); // cannot happen with equal sizes; ignore rather than index out of range
+    /// This rank's digest and "heard all", from the ranks heard.
+    fn update_digest(&mut self) {
+        let all = self.heard.len() == self.me.size;
+        self.me.digest = if all { digest_of(self.heard.values().map(|p| p.nonce)) } else { 0 };
+        self.me.heard_all = all;
+        self.heard_all[self.me.rank] = all;
+    }
+
+    /// Takes a hello (with its counter, `None` with authentication off).
+    fn take(&mut self, hello: Hello, counter: Option<u64>) -> Result<()> {
+        if hello.size != self.me.size || hello.rank >= self.me.size {
+            // Refused at the timeout, not now: it may be a replay of another run's.
+            self.stale.other_size += 1;
+            self.stale.last_other_size = Some((hello.rank, hello.size));
+            return Ok(());
         }
         let addr = NodeAddr { macs: hello.macs.clone(), port: hello.port };
-        match self.heard.get(&hello.rank) {
-            Some(known) if known.macs[0] != addr.macs[0] || known.port != addr.port => {
-                return Err(Error::Config(format!(
-                    "rank {} is claimed by {} port {} and by {} port {}: two processes with one rank, or two jobs with one key",
-                    hello.rank, known.macs[0], known.port, addr.macs[0], addr.port
-                )));
+        match self.heard.get_mut(&hello.rank) {
+            Some(known) if known.nonce == hello.nonce => {
+                if known.addr.macs[0] != addr.macs[0] || known.addr.port != addr.port {
+                    return Err(Error::Config(format!(
+                        "rank {} is claimed by {} port {} and by {} port {}: two processes with one rank, or two jobs with one key",
+                        hello.rank, known.addr.macs[0], known.addr.port, addr.macs[0], addr.port
+                    )));
+                }
+                known.counter = known.counter.max(counter);
             }
-            Some(_) => {}
+            Some(known) => {
+                if self.superseded.get(&hello.rank) == Some(&hello.nonce) {
+                    return Err(Error::Config(format!(
+                        "rank {} is claimed by two processes at once ({} port {} and {} port {}): two processes with one rank, or two jobs with one key",
+                        hello.rank, known.addr.macs[0], known.addr.port, addr.macs[0], addr.port
+                    )));
+                }
+                let newer = match (counter, known.counter) {
+                    (Some(c), Some(k)) => c > k,
+                    _ => true, // unauthenticated: the latest heard
+                };
+                if !newer || hello.rank == self.me.rank {
+                    self.stale.older += 1;
+                    return Ok(());
+                }
+                // Another bootstrap of that rank, newer than the one known:
+                // what was counted was about the older one.
+                self.superseded.insert(hello.rank, known.nonce);
+                *known = Peer { addr, nonce: hello.nonce, counter };
+                self.heard_all.iter_mut().for_each(|h| *h = false);
+                self.finished.iter_mut().for_each(|f| *f = false);
+            }
             None => {
-                self.heard.insert(hello.rank, addr);
+                self.heard.insert(hello.rank, Peer { addr, nonce: hello.nonce, counter });
             }
         }
-        self.heard_all[hello.rank] |= hello.heard_all;
-        self.finished[hello.rank] |= hello.done;
-        if self.heard.len() == self.me.size {
-            self.me.heard_all = true;
-            self.heard_all[self.me.rank] = true;
+        self.update_digest();
+        if self.me.done {
+            self.finished[self.me.rank] = true;
+        }
+        if hello.heard_all || hello.done {
+            if self.me.digest != 0 && hello.digest == self.me.digest {
+                self.heard_all[hello.rank] |= hello.heard_all;
+                self.finished[hello.rank] |= hello.done;
+            } else if self.me.digest != 0 {
+                self.stale.other_digest += 1;
+            }
         }
         Ok(())
     }
@@ -554,6 +703,11 @@ impl Discovery {
 
     fn not_finished(&self) -> Vec<usize> {
         (0..self.me.size).filter(|&r| !self.heard_all[r] && self.heard.contains_key(&r)).collect()
+    }
+
+    /// The node list, numbered by rank (every rank heard).
+    fn nodes(&self) -> Result<NodeList> {
+        NodeList::new(self.heard.values().map(|p| p.addr.clone()).collect())
     }
 }
 
@@ -577,10 +731,11 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> Result<N
     // First, so that a bootstrap that fails still counts as one everywhere.
     let round = next_round(job.job_key);
     let macs = job.interfaces.iter().map(|name| Ok(lookup_interface(name)?.mac)).collect::<Result<Vec<_>>>()?;
-    let me = Hello { rank: job.rank, size: job.size, port: job.port, macs, heard_all: job.size == 1, done: false };
+    let nonce = new_nonce()?;
+    let me = Hello { rank: job.rank, size: job.size, port: job.port, macs, nonce, digest: 0, heard_all: job.size == 1, done: false };
     let mut state = Discovery::new(me);
     if job.size == 1 {
-        return NodeList::new(state.heard.into_values().collect());
+        return state.nodes();
     }
     let mut socket = HelloSocket::open(&job.interfaces[0], job, config.ethertype, round, &auth)?;
     let start = Instant::now();
@@ -593,8 +748,8 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> Result<N
             socket.send(&state.me)?;
             next_send = now + config.resend + jitter;
         }
-        while let Some(hello) = socket.try_recv(job.rank)? {
-            state.take(hello)?;
+        while let Some((hello, counter)) = socket.try_recv(job.rank)? {
+            state.take(hello, counter)?;
         }
         if state.done() {
             break;
@@ -609,9 +764,10 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> Result<N
                 msg.push_str(&format!("heard every rank, but rank(s) {} never said they had heard everyone", ranks_text(&waiting)));
             }
             msg.push_str(&format!(
-                " within {:.1} s (bootstrap round {round} of this job in this process); are they running with the same MCD_JOB/SLURM_JOB_ID on this Ethernet segment, and have they bootstrapped as many times? (MCD_BOOTSTRAP_TIMEOUT sets the limit){}",
+                " within {:.1} s (bootstrap round {round} of this job in this process); are they running with the same MCD_JOB/SLURM_JOB_ID on this Ethernet segment, and have they bootstrapped as many times? (MCD_BOOTSTRAP_TIMEOUT sets the limit){}{}",
                 config.timeout.as_secs_f64(),
-                socket.dropped.explain()
+                socket.dropped.explain(),
+                state.stale.explain()
             ));
             return Err(Error::Bootstrap(msg));
         }
@@ -620,7 +776,7 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> Result<N
     state.me.done = true;
     state.finished[state.me.rank] = true;
     socket.send(&state.me)?;
-    let nodes = NodeList::new(state.heard.clone().into_values().collect())?;
+    let nodes = state.nodes()?;
     if state.everyone_finished() {
         return Ok(nodes);
     }
@@ -641,9 +797,9 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> Result<N
                 }
                 loop {
                     match socket.try_recv(state.me.rank) {
-                        Ok(Some(h)) => {
+                        Ok(Some((h, counter))) => {
                             let late = !h.done;
-                            if state.take(h).is_err() {
+                            if state.take(h, counter).is_err() {
                                 return;
                             }
                             if late && last_answer.elapsed() >= resend / 4 {
@@ -665,13 +821,32 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> Result<N
 mod tests {
     use super::*;
 
-    fn hello(rank: usize, size: usize, heard_all: bool) -> Hello {
-        Hello { rank, size, port: 0, macs: vec![MacAddr([2, 0, 0, 0, 0, rank as u8])], heard_all, done: false }
+    /// Rank `rank`'s hello of the bootstrap with nonce `nonce`, knowing nothing yet.
+    fn hello(rank: usize, size: usize, nonce: u64) -> Hello {
+        Hello { rank, size, port: 0, macs: vec![MacAddr([2, 0, 0, 0, 0, rank as u8])], nonce, digest: 0, heard_all: false, done: false }
+    }
+
+    /// The same, having heard the bootstraps `nonces` (every rank's), done or not.
+    fn claim(rank: usize, nonces: &[u64], done: bool) -> Hello {
+        let mut h = hello(rank, nonces.len(), nonces[rank]);
+        h.digest = digest_of(nonces.iter().copied());
+        h.heard_all = true;
+        h.done = done;
+        h
     }
 
     #[test]
     fn hellos_round_trip_through_frames() {
-        let h = Hello { rank: 3, size: 8, port: 2, macs: vec![MacAddr([2, 1, 2, 3, 4, 5]), MacAddr([2, 1, 2, 3, 4, 6])], heard_all: true, done: false };
+        let h = Hello {
+            rank: 3,
+            size: 8,
+            port: 2,
+            macs: vec![MacAddr([2, 1, 2, 3, 4, 5]), MacAddr([2, 1, 2, 3, 4, 6])],
+            nonce: 0x0102_0304_0506_0708,
+            digest: 0x1112_1314_1516_1718,
+            heard_all: true,
+            done: false,
+        };
         let payload = h.emit();
         let repr = FrameRepr {
             dst_mac: MacAddr::mcd_group(7, BOOTSTRAP_GROUP),
@@ -689,27 +864,87 @@ mod tests {
         assert_eq!(Hello::parse(&repr, &payload), Some(h.clone()));
         // Truncated, or a first MAC that is not the sender's: dropped.
         assert_eq!(Hello::parse(&repr, &payload[..10]), None);
+        assert_eq!(Hello::parse(&repr, &payload[..30]), None);
         assert_eq!(Hello::parse(&repr, &[payload.as_slice(), &[0]].concat()), None, "a byte too many");
-        assert_eq!(payload.len(), 8 + 6 * 2);
+        assert_eq!(payload.len(), 24 + 6 * 2);
         assert_eq!(&payload[4..8], &8u32.to_be_bytes(), "the size, big-endian");
+        assert_eq!(&payload[8..16], &h.nonce.to_be_bytes(), "the nonce");
+        assert_eq!(&payload[16..24], &h.digest.to_be_bytes(), "the digest");
         let liar = FrameRepr { src_mac: MacAddr([2, 9, 9, 9, 9, 9]), ..repr };
         assert_eq!(Hello::parse(&liar, &payload), None);
     }
 
     #[test]
     fn done_needs_every_rank_heard_and_every_rank_having_heard_all() {
-        let mut d = Discovery::new(hello(0, 3, false));
-        d.take(hello(1, 3, false)).unwrap();
+        let n = [10, 11, 12];
+        let mut d = Discovery::new(hello(0, 3, n[0]));
+        d.take(hello(1, 3, n[1]), Some(1)).unwrap();
         assert!(!d.done());
         assert_eq!(d.never_heard(), vec![2]);
-        d.take(hello(2, 3, true)).unwrap();
+        d.take(claim(2, &n, false), Some(1)).unwrap();
         assert!(d.me.heard_all, "heard everyone now");
+        assert_eq!(d.me.digest, digest_of(n.iter().copied()));
         assert!(!d.done(), "rank 1 has not said it heard all");
         assert_eq!(d.not_finished(), vec![1]);
-        d.take(hello(1, 3, true)).unwrap();
+        d.take(claim(1, &n, false), Some(2)).unwrap();
         assert!(d.done());
-        let list = NodeList::new(d.heard.into_values().collect()).unwrap();
+        assert!(!d.everyone_finished());
+        d.me.done = true;
+        d.finished[0] = true;
+        d.take(claim(1, &n, true), Some(3)).unwrap();
+        d.take(claim(2, &n, true), Some(3)).unwrap();
+        assert!(d.everyone_finished());
+        let list = d.nodes().unwrap();
         assert_eq!(list.get(2).unwrap().macs[0], MacAddr([2, 0, 0, 0, 0, 2]));
+    }
+
+    #[test]
+    fn hellos_of_an_earlier_run_never_end_discovery() {
+        // Finding 2 of the review of issue 27: rank 1's hellos recorded in
+        // run 1 (nonces 1 and 2), replayed into run 2 (rank 0's nonce 3)
+        // before rank 1 of run 2 speaks.
+        let old = [1, 2];
+        let mut d = Discovery::new(hello(0, 2, 3));
+        d.take(hello(1, 2, old[1]), Some(100)).unwrap();
+        d.take(claim(1, &old, false), Some(101)).unwrap();
+        d.take(claim(1, &old, true), Some(102)).unwrap();
+        assert!(d.me.heard_all, "rank 0 heard a rank 1 (the replayed one)");
+        assert!(!d.done() && !d.finished[1], "but its claims were about run 1's rank 0: not counted");
+        assert_eq!(d.stale.other_digest, 2);
+        // Rank 1 of run 2: a newer counter (its clock moved on) replaces it.
+        let new = [3, 4];
+        d.take(hello(1, 2, new[1]), Some(5000)).unwrap();
+        assert_eq!(d.heard[&1].nonce, 4);
+        assert_eq!(d.superseded.get(&1), Some(&2));
+        assert!(!d.done());
+        d.take(claim(1, &new, true), Some(5001)).unwrap();
+        assert!(d.done() && d.finished[1]);
+        // A replay arriving after the real one (the hello socket's window
+        // drops most: older than its width) is dropped here too.
+        d.take(claim(1, &old, true), Some(4000)).unwrap_err();
+        let mut d = Discovery::new(hello(0, 2, 3));
+        d.take(hello(1, 2, new[1]), Some(5000)).unwrap();
+        d.take(claim(1, &old, true), Some(102)).unwrap();
+        assert_eq!((d.heard[&1].nonce, d.stale.older), (4, 1), "an older bootstrap of rank 1: ignored, counted");
+        assert!(d.stale.explain().contains("1 hello(s) of an earlier bootstrap"), "{}", d.stale.explain());
+    }
+
+    #[test]
+    fn a_claim_counted_before_a_rank_restarted_is_forgotten() {
+        let first = [5, 6, 7];
+        let mut d = Discovery::new(hello(0, 3, first[0]));
+        d.take(claim(1, &first, false), Some(10)).unwrap();
+        assert!(!d.heard_all[1], "a claim about rank 2 while rank 0 has not heard it: not counted yet");
+        d.take(claim(2, &first, false), Some(10)).unwrap();
+        d.take(claim(1, &first, false), Some(11)).unwrap();
+        assert!(d.done());
+        // Rank 2 bootstraps again (a newer counter): rank 1's claim was about the old rank 2.
+        let second = [5, 6, 8];
+        d.take(hello(2, 3, 8), Some(20)).unwrap();
+        assert!(!d.done() && !d.heard_all[1] && !d.heard_all[2]);
+        d.take(claim(1, &second, false), Some(12)).unwrap();
+        d.take(claim(2, &second, false), Some(21)).unwrap();
+        assert!(d.done());
     }
 
     #[test]
@@ -720,13 +955,20 @@ mod tests {
     }
 
     #[test]
-    fn conflicting_claims_and_sizes_are_errors() {
-        let mut d = Discovery::new(hello(0, 3, false));
-        d.take(hello(1, 3, false)).unwrap();
-        let mut imposter = hello(1, 3, false);
+    fn conflicting_claims_are_errors_and_other_sizes_wait_for_the_timeout() {
+        let mut d = Discovery::new(hello(0, 3, 1));
+        d.take(hello(1, 3, 2), Some(10)).unwrap();
+        let mut imposter = hello(1, 3, 2);
         imposter.macs[0] = MacAddr([2, 7, 7, 7, 7, 7]);
-        assert!(d.take(imposter).unwrap_err().to_string().contains("rank 1 is claimed by"));
-        assert!(d.take(hello(2, 4, false)).unwrap_err().to_string().contains("says the job has 4 ranks"));
+        assert!(d.take(imposter, Some(11)).unwrap_err().to_string().contains("rank 1 is claimed by"));
+        // Two live processes with one rank: the older nonce speaks again after the newer.
+        d.take(hello(1, 3, 9), Some(20)).unwrap();
+        assert!(d.take(hello(1, 3, 2), Some(30)).unwrap_err().to_string().contains("claimed by two processes at once"));
+        // Another size: maybe a replay of another job's; named at the timeout.
+        d.take(hello(2, 4, 3), Some(10)).unwrap();
+        d.take(hello(7, 8, 3), Some(10)).unwrap();
+        assert_eq!(d.never_heard(), vec![2]);
+        assert!(d.stale.explain().contains("2 hello(s) saying the job has another size (rank 7: 8 ranks)"), "{}", d.stale.explain());
     }
 
     #[test]

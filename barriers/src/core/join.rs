@@ -180,8 +180,12 @@ impl Core {
                     return;
                 }
                 // The newest incarnation wins: a delayed request of an
-                // earlier barrier of that process is older.
+                // earlier barrier of that process is older (and so is a
+                // replayed Join of an earlier run).
                 let newest = incarnations[from].map_or(msg.instance, |known| known.max(msg.instance));
+                if incarnations[from].is_some_and(|known| known != msg.instance) {
+                    self.stats.superseded += 1;
+                }
                 incarnations[from] = Some(newest);
                 self.join_progress(now);
             }
@@ -224,6 +228,8 @@ impl Core {
                     // finishing it, and is quicker): ask on, and fail only if it
                     // refuses until the join timeout.
                     MsgKind::Refuse if ours => *refused = true,
+                    // For another incarnation: delayed, or replayed from an earlier run.
+                    MsgKind::Admit | MsgKind::Refuse => self.stats.superseded += 1,
                     _ => {}
                 }
             }
@@ -268,7 +274,9 @@ impl Core {
             // instance, before this node completed any barrier (which needs
             // every node's entry): the one admitted was a delayed request
             // of that process's earlier barrier, which takes no part here
-            // (its admission, echoing it, is ignored).
+            // (its admission, echoing it, is ignored); or a Join recorded
+            // in an earlier run, replayed here before the real one.
+            self.stats.superseded += 1;
             self.member.admitted[from] = msg.instance;
             self.send_admission(from, MsgKind::Admit, echo)
         } else if self.closing.closing() {
