@@ -685,8 +685,19 @@ impl Transport for GroupTransport {
         lock(&self.hub).endpoint.stats().map_or(0, |s| s.dropped.bad_version)
     }
 
+    /// One announcement per endpoint is enough: the watcher's agent (asleep
+    /// on the rings) makes them, and the other groups' agents sleep until a
+    /// frame or a timer of theirs, not every `announce_every` too (a program
+    /// with many communicators had all their agents wake 10 times a
+    /// second). A group that takes the watch wakes its agent
+    /// ([`GroupTransport::poll`], [`Drop`]), which asks again.
     fn keepalive_every(&self) -> Option<Duration> {
-        lock(&self.hub).endpoint.announce_every()
+        let hub = lock(&self.hub);
+        if hub.watcher.is_none_or(|w| w == self.key) {
+            hub.endpoint.announce_every()
+        } else {
+            None
+        }
     }
 
     fn keepalive(&mut self, now: Instant) -> Result<(), TransportError> {

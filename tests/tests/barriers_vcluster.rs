@@ -132,6 +132,27 @@ fn a_killed_process_is_named_in_the_others_timeout_error() {
 }
 
 #[test]
+fn only_the_watching_groups_agent_wakes_to_announce() {
+    // Review of issue 27: every group's agent on a shared endpoint woke
+    // every `announce_every` to keep the one endpoint's switch port; one
+    // agent, the watcher's, is enough.
+    use barriers::Transport;
+    let c = cluster(ClusterSpec::new("gkeep", 2));
+    let mut config = c.endpoint_config();
+    config.announce_every = Some(Duration::from_millis(100));
+    let shared = barriers::SharedEndpoint::new(open_on(&c, 0, config).unwrap());
+    let first = shared.group(&[0, 1]).unwrap();
+    let second = shared.group(&[0, 1]).unwrap();
+    let alone = shared.group(&[0]).unwrap();
+    assert_eq!(first.keepalive_every(), Some(Duration::from_millis(100)), "the first group of two watches the rings");
+    assert_eq!((second.keepalive_every(), alone.keepalive_every()), (None, None), "the others need not wake to announce");
+    drop(first);
+    assert_eq!(second.keepalive_every(), Some(Duration::from_millis(100)), "the watch passed on");
+    drop(second);
+    assert_eq!(alone.keepalive_every(), Some(Duration::from_millis(100)), "no watcher left: every group announces");
+}
+
+#[test]
 fn groups_on_shared_endpoints_never_count_each_others_frames() {
     // Every node's one endpoint carries four groups: two with exactly the
     // same four members (created one after the other: distinct keys) and the
