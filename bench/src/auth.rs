@@ -70,6 +70,10 @@ struct AuthResults {
     ab_iterations: usize,
 }
 
+/// Where the hand-written part of `auth.md` begins (issue 27's checklist):
+/// a run rewrites what comes before and keeps it.
+const KEPT_FROM: &str = "\n## Issue 27, item by item";
+
 fn sample_frame(payload: usize) -> Vec<u8> {
     let repr = FrameRepr {
         dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
@@ -339,6 +343,10 @@ pub fn run(out: &std::path::Path, iterations: usize, rounds: usize) -> Result<()
         )?;
     }
     let results = AuthResults { tag, ab, ab_rounds: rounds, ab_iterations: iterations };
+    // The hand-written checklist at the end stays.
+    if let Some(kept) = std::fs::read_to_string(out.join("auth.md")).ok().and_then(|old| old.find(KEPT_FROM).map(|at| old[at..].to_string())) {
+        md.push_str(&kept);
+    }
     std::fs::write(out.join("auth.md"), &md)?;
     std::fs::write(out.join("auth.json"), serde_json::to_string_pretty(&results)?)?;
     print!("{md}");

@@ -13,10 +13,13 @@
 //! - **Replay** ([`ReplayWindow`]): each endpoint numbers its frames with a
 //!   64-bit counter that starts at the wall clock in nanoseconds when it
 //!   opens ([`initial_counter`]), so a restarted process counts on above its
-//!   earlier life; each receiver keeps, per sender node, the highest counter
-//!   seen and a bitmap of the [`REPLAY_WINDOW`] below it. A frame seen
-//!   before, or older than the window, is dropped
-//!   ([`crate::DropReason::Replayed`]).
+//!   earlier life; each receiver keeps, per sender node and rail, the
+//!   highest counter seen and a bitmap of the [`REPLAY_WINDOW`] below it. A
+//!   frame seen before, or older than the window, is dropped
+//!   ([`crate::DropReason::Replayed`]). Frames recorded in an earlier run
+//!   with the same secret are new to a new endpoint: what binds a run is
+//!   above the endpoint (the README's **Security**: the bootstrap's nonces,
+//!   the barrier's instance).
 //!
 //! Authentication is on by default: an endpoint opened without a secret and
 //! without [`Auth::Off`] is an error ([`crate::Error::NoSecret`]) that says
@@ -40,7 +43,7 @@ pub const KEY_FILE_VAR: &str = "MCD_KEY_FILE";
 /// (the default) requires a secret.
 pub const AUTH_VAR: &str = "MCD_AUTH";
 /// Counters a replay window remembers below the highest seen: frames from
-/// one sender may arrive this far out of order (across rails) and still be
+/// one sender on one rail may be read this far out of order and still be
 /// delivered once.
 pub const REPLAY_WINDOW: u64 = 512;
 /// The largest key file read (a key file is 16 bytes or 32 hex digits).

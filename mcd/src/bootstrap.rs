@@ -4,8 +4,10 @@
 //! job's size, its interfaces, its port and the job key from the environment
 //! ([`JobEnv::from_env`]). Without a node list, the ranks then find each other
 //! on the wire ([`discover`]): each multicasts a *hello* (rank, size, port, one
-//! MAC per rail) on the job's bootstrap group until it has heard every rank
-//! and every rank has said it heard everyone; a rank that is done stays
+//! MAC per rail, a fresh nonce and the digest of the nonces it heard) on the
+//! job's bootstrap group until it has heard every rank and every rank has
+//! said it heard everyone (about the same nonces: see *Run binding*); a
+//! rank that is done stays
 //! behind on a background thread, answering ranks that are not, until every
 //! rank has said it is done (or [`DiscoveryConfig::linger`] is over). That
 //! thread sleeps on its socket, which takes hellos only: the job's barrier
@@ -19,6 +21,21 @@
 //! job (in the frame's sequence field), and a rank takes only hellos of its
 //! own round: the "done" of a rank still lingering from the previous round
 //! never passes for this round's.
+//!
+//! **Run binding.** A key file may serve many runs, and each bootstrap's
+//! hello socket starts with empty replay windows, so hellos recorded in an
+//! earlier run verify and are new to it. Every rank therefore draws a fresh
+//! 64-bit nonce for each bootstrap, and every hello carries its sender's
+//! nonce and the digest of all the nonces it has heard. A rank counts
+//! another's "heard all" and "done" only when that hello's digest is its
+//! own: the digest covers this rank's own fresh nonce, so no hello of an
+//! earlier run, replayed, can end discovery. A rank's hello with another
+//! nonce than the one known for it is another bootstrap of that rank: the
+//! newer (by its authenticated counter, which runs on the sender's clock)
+//! replaces the older, and every claim counted so far is forgotten; an
+//! older one is ignored and counted. So a replayed hello can at worst stand
+//! for its rank until the rank's own first hello arrives. A hello saying
+//! the job has another size is ignored and named at the timeout.
 //!
 //! Hellos are ordinary MCD frames (kind [`kind::HELLO`]) sent to group
 //! [`BOOTSTRAP_GROUP`] of the job, so two jobs with different keys on one LAN
@@ -543,19 +560,7 @@ struct Peer {
     counter: Option<u64>,
 }
 
-/// The state of one rank's discovery.
-///
-/// **Run binding.** Every rank draws a fresh nonce for each bootstrap, and
-/// every hello carries its sender's nonce and the digest of all the nonces
-/// it has heard. A rank counts another's "heard all" and "done" only when
-/// that hello's digest is its own: the digest covers this rank's own fresh
-/// nonce, so no hello of an earlier run (same key file, same round), replayed,
-/// can end discovery. A rank's hello with a nonce other than the one known
-/// for it is another bootstrap of that rank: the newer (by its
-/// authenticated counter, which runs on the sender's clock) replaces the
-/// older, and every claim counted so far is forgotten; an older one is
-/// dropped and counted. So a replayed hello can at worst stand for its rank
-/// until the rank's own first hello arrives.
+/// The state of one rank's discovery (see the module's *Run binding*).
 struct Discovery {
     me: Hello,
     heard: BTreeMap<usize, Peer>,

@@ -58,3 +58,29 @@ fn an_outsider_sits_on_the_switch_outside_the_node_list_and_goes_with_the_cluste
     cluster.down().unwrap();
     assert_eq!(Cluster::leftovers(name).unwrap(), Vec::<String>::new());
 }
+
+#[test]
+fn run_gives_every_job_a_fresh_key_file_of_its_own_and_removes_it() {
+    // Issue 27: the virtual cluster is a launcher, so it provisions a secret
+    // for every job it starts (`mcd-vcluster run` is `Cluster::run`).
+    let c = mcd_integration_tests::cluster(ClusterSpec::new("vkey", 2));
+    let show = "echo \"$MCD_KEY_FILE\"; stat -c %a \"$MCD_KEY_FILE\"; cat \"$MCD_KEY_FILE\"";
+    let job = |what: &str| {
+        let outcomes = c.run(&["sh".to_string(), "-c".to_string(), show.to_string()], Duration::from_secs(20)).unwrap();
+        for o in &outcomes {
+            assert!(o.code == Some(0), "{what}, node {}: {}{}", o.node, o.stdout, o.stderr);
+        }
+        let lines: Vec<Vec<String>> = outcomes.iter().map(|o| o.stdout.lines().map(str::to_string).collect()).collect();
+        assert_eq!(lines[0], lines[1], "{what}: both nodes of the job get the same key file");
+        assert_eq!(lines[0].len(), 3, "{what}: path, mode, key: {:?}", lines[0]);
+        assert_eq!(lines[0][1], "600", "{what}: the key file's mode");
+        assert_eq!(lines[0][2].trim().len(), 32, "{what}: 32 hex digits");
+        (lines[0][0].clone(), lines[0][2].clone())
+    };
+    let (first_path, first_key) = job("job 1");
+    let (second_path, second_key) = job("job 2");
+    assert_ne!(first_key, second_key, "each job gets a secret of its own");
+    assert!(!std::path::Path::new(&first_path).exists() && !std::path::Path::new(&second_path).exists(), "removed after the job");
+    let cluster_key = std::fs::read_to_string(c.key_file()).unwrap();
+    assert!(first_key != cluster_key.trim() && second_key != cluster_key.trim(), "not the cluster's own key file");
+}
