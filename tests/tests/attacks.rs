@@ -540,7 +540,10 @@ fn root_a_node_with_another_secret_is_named_at_the_join() {
         other => panic!("node 0: {other}"),
     }
     let text = errors[0].to_string();
-    assert!(text.contains("frame(s) claiming to be node 1 failed authentication (another job secret, or forged)"), "{text}");
+    assert!(
+        text.contains("frame(s) claiming to be node 1 failed authentication: node 1 runs with another job secret (every node must read the same MCD_KEY_FILE), or they were forged"),
+        "{text}"
+    );
     eprintln!("node 0: {text}\nnode 1: {}", errors[1]);
 }
 
