@@ -1,0 +1,154 @@
+//! Nonblocking and persistent collectives through the interposer (issue 28),
+//! under Open MPI and MPICH, on virtual clusters of 4 ranks (root needed, as
+//! every virtual-cluster test): mpi/nb_check.c's modes. Each test checks
+//! the program's own verdicts (every result right, every request
+//! completed) and the interposer's report: the calls went through mcd, not
+//! PMPI.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use mcd_integration_tests::cluster;
+use mcd_tools::cbuild::{self, Mpi};
+use mcd_tools::mpi::MpiRun;
+use mcd_tools::vcluster::{ClusterSpec, LossPoint, NodeOutcome};
+
+/// The MPI runs share the root namespace's bridge address: one at a time.
+static MPI: Mutex<()> = Mutex::new(());
+
+const RANKS: usize = 4;
+
+/// Runs mpi/nb_check.c under `mpi` with the interposer on `spec`, reports
+/// on, with `args` and `env`; checks that mpirun succeeded and every rank's
+/// verdict says nothing was wrong.
+fn nb_check(mpi: Mpi, spec: ClusterSpec, args: &[&str], env: &[(&str, &str)]) -> NodeOutcome {
+    let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
+    let preload = cbuild::build_interposer(mpi, false).unwrap_or_else(|e| panic!("building the interposer for {mpi}: {e:#}"));
+    let program = cbuild::build_program(mpi, "nb_check").unwrap();
+    let c = cluster(spec);
+    let mut vars = vec![("LD_PRELOAD".to_string(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())];
+    vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, ..MpiRun::default() };
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let out = run.output(&c, program.to_str().unwrap(), &args, Duration::from_secs(240)).unwrap();
+    assert!(out.success(), "{mpi}: mpirun failed:\n{}\n{}", out.stdout, out.stderr);
+    for rank in 0..RANKS {
+        let verdict = out.stdout.lines().find(|l| l.starts_with(&format!("nb_check: rank {rank}: "))).unwrap_or_else(|| panic!("{mpi}: no verdict from rank {rank}:\n{}\n{}", out.stdout, out.stderr));
+        assert!(verdict.ends_with(" 0 wrong") && !verdict.contains(": 0 checks"), "{mpi}: {verdict}\n{}", out.stderr);
+    }
+    for bad in [" failed: ", "could not start", "failed to start", "a start of a persistent"] {
+        assert!(!out.stderr.contains(bad), "{mpi}: an mcd call failed ({bad}):\n{}", out.stderr);
+    }
+    out
+}
+
+/// Each rank's nonblocking report: (Ibarrier, Iallreduce, Ireduce, Ibcast)
+/// × (via mcd, via PMPI), persistent starts via mcd, persistent inits via
+/// PMPI, completed in MPI_Finalize.
+fn nonblocking_reports(out: &NodeOutcome) -> Vec<[u64; 11]> {
+    (0..RANKS)
+        .map(|rank| {
+            let prefix = format!("mcd-mpi: rank {rank}: nonblocking: ");
+            let line = out.stderr.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no nonblocking report from rank {rank}:\n{}", out.stderr));
+            let numbers: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+            numbers.try_into().unwrap_or_else(|_| panic!("rank {rank}: {line}"))
+        })
+        .collect()
+}
+
+/// Every wait and test form, mixed arrays with MPI's own requests, five
+/// collectives in flight per communicator on the world, a duplicate and two
+/// splits; then persistent ones started many times. All through mcd.
+fn every_form(mpi: Mpi, name: &str) {
+    let rounds = 14; // twice each of the 7 completion forms per communicator
+    let out = nb_check(mpi, ClusterSpec::new(name, RANKS).loss(10.0, LossPoint::Node), &["forms", &rounds.to_string()], &[]);
+    let starts = rounds * 4 * 4; // four persistent collectives per communicator
+    for (rank, r) in nonblocking_reports(&out).iter().enumerate() {
+        let comms = 4u64;
+        let per = rounds as u64 * comms;
+        // Persistent starts count as their nonblocking kind.
+        let p = rounds as u64 * comms;
+        assert_eq!(
+            r,
+            &[per + p, 0, 2 * per + p, 0, per + p, 0, per + p, 0, starts as u64, 0, 0],
+            "{mpi}: rank {rank}: Ibarrier, Iallreduce, Ireduce, Ibcast via mcd and PMPI; persistent starts via mcd, inits via PMPI; finalized"
+        );
+    }
+}
+
+#[test]
+fn every_wait_and_test_form_completes_nonblocking_and_persistent_collectives_under_open_mpi() {
+    every_form(Mpi::OpenMpi, "nnbfo");
+}
+
+#[test]
+fn every_wait_and_test_form_completes_nonblocking_and_persistent_collectives_under_mpich() {
+    every_form(Mpi::Mpich, "nnbfm");
+}
+
+/// Computing for 2.5 s (2.5 failure timeouts) with no MPI call, under 20%
+/// loss: the collectives started before are complete when it ends (mcd's
+/// agent carried them), and polled barriers keep MPI_Barrier's promise on
+/// the shared clock.
+fn overlap_past_the_failure_timeout(mpi: Mpi, name: &str) {
+    let spec = ClusterSpec::new(name, RANKS).loss(20.0, LossPoint::Node);
+    let out = nb_check(mpi, spec, &["overlap", "3", "2500"], &[("MCD_BARRIER_TIMEOUT", "1")]);
+    for (rank, r) in nonblocking_reports(&out).iter().enumerate() {
+        assert_eq!((r[0], r[1], r[2], r[3]), (9, 0, 6, 0), "{mpi}: rank {rank}: Ibarrier and Iallreduce via mcd and PMPI");
+    }
+}
+
+#[test]
+fn nonblocking_collectives_progress_while_ranks_compute_past_the_failure_timeout_under_loss_under_open_mpi() {
+    overlap_past_the_failure_timeout(Mpi::OpenMpi, "nnbco");
+}
+
+#[test]
+fn nonblocking_collectives_progress_while_ranks_compute_past_the_failure_timeout_under_loss_under_mpich() {
+    overlap_past_the_failure_timeout(Mpi::Mpich, "nnbcm");
+}
+
+/// MPI_THREAD_MULTIPLE: two threads, each on its own communicator, with
+/// nonblocking collectives completed by MPI_Waitall at once.
+fn two_threads(mpi: Mpi, name: &str) {
+    let out = nb_check(mpi, ClusterSpec::new(name, RANKS), &["threads", "50"], &[]);
+    for (rank, r) in nonblocking_reports(&out).iter().enumerate() {
+        assert_eq!((r[0], r[1], r[2], r[3]), (100, 0, 100, 0), "{mpi}: rank {rank}");
+    }
+}
+
+#[test]
+fn two_threads_on_two_communicators_under_open_mpi() {
+    two_threads(Mpi::OpenMpi, "nnbto");
+}
+
+#[test]
+fn two_threads_on_two_communicators_under_mpich() {
+    two_threads(Mpi::Mpich, "nnbtm");
+}
+
+/// A communicator freed with a collective in flight (it completes
+/// normally), and MPI_Finalize with two never completed: completed there,
+/// said on every rank, no hang.
+fn bad_input(mpi: Mpi, name: &str) {
+    let out = nb_check(mpi, ClusterSpec::new(name, RANKS), &["bad"], &[]);
+    for rank in 0..RANKS {
+        for kind in ["MPI_Ibarrier", "MPI_Iallreduce"] {
+            let said = format!("mcd-mpi: rank {rank}: MPI_Finalize with a {kind} never completed by MPI_Wait or MPI_Test");
+            assert!(out.stderr.contains(&said), "{mpi}: {said}:\n{}", out.stderr);
+        }
+    }
+    for (rank, r) in nonblocking_reports(&out).iter().enumerate() {
+        assert_eq!((r[0], r[2], r[10]), (1, 2, 2), "{mpi}: rank {rank}: Ibarrier, Iallreduce via mcd, completed in MPI_Finalize");
+    }
+}
+
+#[test]
+fn a_freed_communicator_and_a_finalize_with_collectives_pending_under_open_mpi() {
+    bad_input(Mpi::OpenMpi, "nnbbo");
+}
+
+#[test]
+fn a_freed_communicator_and_a_finalize_with_collectives_pending_under_mpich() {
+    bad_input(Mpi::Mpich, "nnbbm");
+}
