@@ -53,9 +53,13 @@
  * same on every rank (the type signature, not the datatype handle: see
  * "Type signatures" below), so all ranks decide alike.
  *
- * MPI_Ibarrier is not interposed: an MPI request completed by mcd would need
- * MPI to drive mcd's progress inside MPI_Wait/MPI_Test, which the PMPI
- * interface cannot arrange (generalized requests have no progress hook).
+ * Nonblocking and persistent collectives (MPI_Ibarrier, MPI_Iallreduce,
+ * MPI_Ireduce, MPI_Ibcast; MPI_Barrier_init, MPI_Allreduce_init,
+ * MPI_Reduce_init, MPI_Bcast_init or Open MPI's MPIX_ forms) go through mcd
+ * on the same communicators under the same rules once the communicator has
+ * its mcd state: see "Nonblocking collectives" below for how they complete
+ * (generalized requests, and the wait and test family interposed) and why
+ * that is sound at every thread level.
  *
  *   MCD_MPI_DISABLE=1   do not start mcd (everything goes to PMPI_Barrier)
  *   MCD_AUTH=off        unauthenticated mcd frames (anyone on the Ethernet
@@ -93,7 +97,11 @@
  *                        MCD_MPI_MAX_BYTES, Y type or operation not served,
  *                        Z the communicator has no mcd group (why)"
  *                        (a communicator by its mcd key: its rank 0's world
- *                        rank + 1, then a count, in hex)
+ *                        rank + 1, then a count, in hex; the nonblocking
+ *                        kinds appear there once the communicator had one);
+ *                       then "mcd-mpi: rank R: nonblocking: A MPI_Ibarrier via
+ *                        mcd, a via PMPI; ...; persistent: S starts via mcd,
+ *                        I inits via PMPI; F completed in MPI_Finalize"
  *   MCD_MPI_MAX_BYTES=N the largest collective mcd serves (bytes; default 65536)
  *
  * Built by `tools::mpi::build_interposer` (mpicc -shared, with the static
