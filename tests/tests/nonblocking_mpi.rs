@@ -202,3 +202,30 @@ fn nonblocking_collectives_match_pmpi_in_the_differential_test_under_loss_under_
 fn nonblocking_collectives_match_pmpi_in_the_differential_test_under_loss_under_mpich() {
     differential_nonblocking(Mpi::Mpich, "nnbdm");
 }
+
+/// A third-party MPI client: Debian's mpi4py (built against the installed
+/// Open MPI) with its own Python, unmodified: comm.Ibarrier,
+/// comm.Iallreduce, comm.Ibcast, comm.Ireduce on the world, a duplicate
+/// and comm.Split halves, with MPI's own Irecv/Isend in one
+/// MPI.Request.Waitall, and progress while computing; all through mcd.
+#[test]
+fn mpi4py_nonblocking_collectives_go_through_mcd() {
+    let python = "/usr/bin/python3";
+    let probe = std::process::Command::new(python).args(["-c", "import mpi4py"]).status();
+    assert!(probe.is_ok_and(|s| s.success()), "this test needs mpi4py for {python}: apt-get install python3-mpi4py (or sudo ./run deps)");
+    let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
+    let preload = cbuild::build_interposer(Mpi::OpenMpi, false).unwrap();
+    let c = cluster(ClusterSpec::new("nnbpy", RANKS));
+    let vars = vec![("LD_PRELOAD".to_string(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())];
+    let run = MpiRun { mpi: Mpi::OpenMpi, yield_when_idle: true, env: vars, ..MpiRun::default() };
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../mpi/nb_check.py");
+    let out = run.output(&c, python, &[script.to_string(), "10".into()], Duration::from_secs(180)).unwrap();
+    assert!(out.success(), "mpirun failed:\n{}\n{}", out.stdout, out.stderr);
+    for rank in 0..RANKS {
+        assert!(out.stdout.contains(&format!("nb_check.py: rank {rank}: 122 checks, 0 wrong")), "rank {rank}:\n{}\n{}", out.stdout, out.stderr);
+    }
+    for (rank, r) in nonblocking_reports(&out).iter().enumerate() {
+        // 10 rounds on 3 communicators, and one more Ibarrier and Iallreduce.
+        assert_eq!(&r[..8], &[31, 0, 31, 0, 30, 0, 30, 0], "rank {rank}: Ibarrier, Iallreduce, Ireduce, Ibcast via mcd and PMPI");
+    }
+}
