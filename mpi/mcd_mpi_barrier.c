@@ -102,6 +102,10 @@
  *                       then "mcd-mpi: rank R: nonblocking: A MPI_Ibarrier via
  *                        mcd, a via PMPI; ...; persistent: S starts via mcd,
  *                        I inits via PMPI; F completed in MPI_Finalize"
+ *   MCD_MPI_REPORT_JSON=PATH  the same report as JSON, one file per rank,
+ *                       written in MPI_Finalize: PATH with "%r" replaced by
+ *                       the rank, or PATH.R.json (totals per kind, the mcd
+ *                       counters, and an object per communicator)
  *   MCD_MPI_MAX_BYTES=N the largest collective mcd serves (bytes; default 65536)
  *
  * Built by `tools::mpi::build_interposer` (mpicc -shared, with the static
@@ -110,6 +114,7 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,8 +205,15 @@ static void end_group(comm_state *st) {
     st->group = NULL;
 }
 
+static void json_comm(const comm_state *st, int world);
+static const char *json_path(void) {
+    const char *path = getenv("MCD_MPI_REPORT_JSON");
+    return path && *path ? path : NULL;
+}
+
 static void free_state(comm_state *st) {
     if (reporting() && job) report_comm(st, 0);
+    if (json_path() && job) json_comm(st, 0);
     unlink_state(st);
     end_group(st);
     free(st);
@@ -710,6 +722,88 @@ static void report_comm(const comm_state *st, int world) {
         }
     if (!any) n += snprintf(line + n, sizeof line - n, " nothing");
     fprintf(stderr, "mcd-mpi: rank %d: collectives on %s\n", mcd_rank(job), line);
+}
+
+/* MCD_MPI_REPORT_JSON=PATH: the same report as JSON, one file per rank,
+ * written in MPI_Finalize ("%r" in PATH becomes the rank; without it, the
+ * rank is appended: PATH.R.json). The communicators freed earlier are kept
+ * here as they go. */
+static pthread_mutex_t json_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *json_buf;
+static size_t json_len, json_cap;
+
+static void json_add(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if (json_len + (size_t)n + 1 > json_cap) {
+        size_t cap = json_cap ? json_cap : 4096;
+        while (json_len + (size_t)n + 1 > cap) cap *= 2;
+        char *grown = realloc(json_buf, cap);
+        if (!grown) return;
+        json_buf = grown;
+        json_cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(json_buf + json_len, json_cap - json_len, fmt, ap);
+    va_end(ap);
+    json_len += (size_t)n;
+}
+
+/* One communicator's object, appended to the list. */
+static void json_comm(const comm_state *st, int world) {
+    pthread_mutex_lock(&json_lock);
+    json_add("%s{\"communicator\": ", json_len ? ", " : "");
+    if (world) json_add("\"MPI_COMM_WORLD\", \"ranks\": %d, \"mcd\": true, \"why_not_mcd\": null", mcd_size(job));
+    else {
+        json_add("\"%#llx\", \"ranks\": %d, \"mcd\": %s, \"why_not_mcd\": ", st->key, st->size, st->group || !st->why ? "true" : "false");
+        if (st->why) json_add("\"%s\"", st->why);
+        else json_add("null");
+    }
+    json_add(", \"calls\": {");
+    for (int k = 0; k < KINDS; k++) {
+        json_add("%s\"%s\": {\"mcd\": %llu", k ? ", " : "", kind_names[k], st->mcd[k]);
+        unsigned long long p = 0;
+        for (int w = 0; w < WHYS; w++) p += st->pmpi[k][w];
+        json_add(", \"pmpi\": %llu, \"pmpi_because\": {\"no mcd group\": %llu, \"beyond MCD_MPI_MAX_BYTES\": %llu, \"type or operation\": %llu}}", p,
+                 st->pmpi[k][WHY_COMM], st->pmpi[k][WHY_BYTES], st->pmpi[k][WHY_TYPE]);
+    }
+    json_add("}}");
+    pthread_mutex_unlock(&json_lock);
+}
+
+/* Writes this rank's JSON report (MPI_Finalize, mcd still open). */
+static void json_write(const char *pattern) {
+    int rank = mcd_rank(job);
+    char path[4096];
+    const char *at = strstr(pattern, "%r");
+    if (at) snprintf(path, sizeof path, "%.*s%d%s", (int)(at - pattern), pattern, rank, at + 2);
+    else snprintf(path, sizeof path, "%s.%d.json", pattern, rank);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "mcd-mpi: rank %d: MCD_MPI_REPORT_JSON: cannot write %s\n", rank, path);
+        return;
+    }
+    mcd_stats s;
+    mcd_get_stats(job, &s);
+    fprintf(f, "{\"rank\": %d, \"size\": %d, \"algorithm\": \"%s\", \"authentication\": %s,\n", rank, mcd_size(job), mcd_algorithm(job), auth_on ? "true" : "false");
+    fprintf(f, " \"barrier\": {\"mcd\": %llu, \"pmpi\": %llu},\n", via_mcd, via_pmpi);
+    fprintf(f, " \"mcd\": {\"barriers\": %llu, \"sent\": %llu, \"received\": %llu, \"resends\": %llu, \"bad_tag\": %llu, \"replayed\": %llu, \"auth_mismatch\": %llu},\n",
+            (unsigned long long)s.barriers, (unsigned long long)s.messages_sent, (unsigned long long)s.frames_received,
+            (unsigned long long)s.resends, (unsigned long long)s.frames_bad_tag, (unsigned long long)s.frames_replayed,
+            (unsigned long long)s.frames_auth_mismatch);
+    fprintf(f, " \"communicators\": {\"mcd\": %llu, \"inter\": %llu, \"unreachable\": %llu, \"failed\": %llu},\n", comms_mcd, comms_inter,
+            comms_unreachable, comms_failed);
+    fprintf(f, " \"calls\": {");
+    for (int k = 0; k < KINDS; k++) fprintf(f, "%s\"%s\": {\"mcd\": %llu, \"pmpi\": %llu}", k ? ", " : "", kind_names[k], coll_mcd[k], coll_pmpi[k]);
+    fprintf(f, "},\n \"persistent\": {\"starts_mcd\": %llu, \"inits_pmpi\": %llu}, \"completed_in_finalize\": %llu,\n", persistent_starts_mcd,
+            persistent_inits_pmpi, finalize_pending);
+    pthread_mutex_lock(&json_lock);
+    fprintf(f, " \"per_communicator\": [%s]}\n", json_buf ? json_buf : "");
+    pthread_mutex_unlock(&json_lock);
+    fclose(f);
 }
 
 /* Whether mcd takes a reduction of `count` elements of `t` with `op` on
@@ -1447,8 +1541,13 @@ int MPI_Finalize(void) {
             report_comm(&world_state, 1);
             for (comm_state *st = first; st; st = st->next) report_comm(st, 0);
         }
+        if (json_path()) {
+            json_comm(&world_state, 1);
+            for (comm_state *st = first; st; st = st->next) json_comm(st, 0);
+        }
         for (comm_state *st = first; st; st = st->next) end_group(st);
         pthread_mutex_unlock(&states_lock);
+        if (json_path()) json_write(json_path());
         /* Collective: every freed group's closing completes, then the job's
          * closing barrier, then answers until every rank is done, so a rank
          * whose last release was lost still completes. mcd's own threads

@@ -61,7 +61,28 @@ fn nonblocking_reports(out: &NodeOutcome) -> Vec<[u64; 11]> {
 /// splits; then persistent ones started many times. All through mcd.
 fn every_form(mpi: Mpi, name: &str) {
     let rounds = 14; // twice each of the 7 completion forms per communicator
-    let out = nb_check(mpi, ClusterSpec::new(name, RANKS).loss(10.0, LossPoint::Node), &["forms", &rounds.to_string()], &[]);
+    let json_dir = std::env::temp_dir().join(format!("mcd-nb-json-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&json_dir).unwrap();
+    let pattern = json_dir.join("rank-%r.json").display().to_string();
+    let out = nb_check(mpi, ClusterSpec::new(name, RANKS).loss(10.0, LossPoint::Node), &["forms", &rounds.to_string()], &[("MCD_MPI_REPORT_JSON", &pattern)]);
+    // MCD_MPI_REPORT_JSON: the same counts per rank, and per communicator.
+    for rank in 0..RANKS {
+        let path = json_dir.join(format!("rank-{rank}.json"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{mpi}: {}: {e}\n{}", path.display(), out.stderr));
+        let report: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{mpi}: rank {rank}: not JSON ({e}): {text}"));
+        assert_eq!(report["rank"], rank, "{text}");
+        let per = (rounds * 4) as u64;
+        assert_eq!(report["calls"]["MPI_Ibarrier"]["mcd"], 2 * per, "{mpi}: {text}");
+        assert_eq!(report["calls"]["MPI_Iallreduce"]["mcd"], 3 * per, "{mpi}: {text}");
+        assert_eq!(report["persistent"]["starts_mcd"], 4 * per, "{mpi}: {text}");
+        let comms = report["per_communicator"].as_array().unwrap_or_else(|| panic!("{text}"));
+        assert_eq!(comms.len(), 4, "{mpi}: the world, a duplicate and two splits: {text}");
+        for c in comms {
+            assert_eq!(c["calls"]["MPI_Ibcast"]["mcd"], 2 * rounds as u64, "{mpi}: {c}");
+            assert_eq!(c["calls"]["MPI_Ibcast"]["pmpi"], 0, "{mpi}: {c}");
+        }
+    }
+    std::fs::remove_dir_all(&json_dir).unwrap();
     let starts = rounds * 4 * 4; // four persistent collectives per communicator
     for (rank, r) in nonblocking_reports(&out).iter().enumerate() {
         let comms = 4u64;
