@@ -610,6 +610,9 @@ impl<T: Transport> Engine<T> {
     pub(crate) fn start_op(&mut self, call: Collective, input: &[u8], result_here: bool) -> Result<u64, BarrierError> {
         let id = self.queue.push(call, input, result_here);
         let now = Instant::now();
+        // What came already counts (the peers' arrivals, when this node is
+        // the last: then it completes here, with no one left to wake).
+        self.drain(now)?;
         self.pump(now);
         self.flush()?;
         Ok(id)
