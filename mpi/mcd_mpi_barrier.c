@@ -1356,7 +1356,11 @@ static int persistent_init(int kind, const void *sendbuf, void *recvbuf, int cou
     op->root = root;
     op->bytes = bytes;
     pthread_mutex_lock(&ops_lock);
-    if (self_comm == MPI_COMM_NULL) PMPI_Comm_dup(MPI_COMM_SELF, &self_comm);
+    if (self_comm == MPI_COMM_NULL) {
+        PMPI_Comm_dup(MPI_COMM_SELF, &self_comm);
+        /* A failed start's truncation is returned by the wait, not fatal. */
+        PMPI_Comm_set_errhandler(self_comm, MPI_ERRORS_RETURN);
+    }
     op->tag = next_tag++ % 32767;
     pthread_mutex_unlock(&ops_lock);
     PMPI_Recv_init(NULL, 0, MPI_BYTE, 0, op->tag, self_comm, &op->req);
