@@ -65,8 +65,14 @@ fn run_one(cluster: &Cluster, run: &MpiRun, iterations: usize) -> Result<Line> {
     Ok(serde_json::from_str(json)?)
 }
 
+/// The machine's load averages (`/proc/loadavg`'s first three fields).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_default()
+}
+
 pub fn run(out: &Path, nodes: &[usize], scale: f64, rounds: usize, stem: &str) -> Result<()> {
     let started = Instant::now();
+    let load_before = load_average();
     let mut rows = Vec::new();
     for &n in nodes {
         let cluster = Cluster::up_guarded(ClusterSpec::new(stem, n))?;
@@ -108,9 +114,10 @@ pub fn run(out: &Path, nodes: &[usize], scale: f64, rounds: usize, stem: &str) -
         }
     }
     let elapsed = started.elapsed();
-    let md = render(nodes, &rows, rounds, elapsed);
+    let mut md = render(nodes, &rows, rounds, elapsed);
+    md.push_str(&format!("\nLoad averages (1, 5, 15 min) at the start: {load_before}; at the end: {}.\n", load_average()));
     std::fs::write(out.join("overlap.md"), &md)?;
-    let json = serde_json::json!({ "date": today(), "machine": machine(), "run_seconds": elapsed.as_secs(), "scale": scale, "rounds": rounds, "rows": rows });
+    let json = serde_json::json!({ "date": today(), "machine": machine(), "run_seconds": elapsed.as_secs(), "scale": scale, "rounds": rounds, "load_before": load_before, "load_after": load_average(), "rows": rows });
     std::fs::write(out.join("overlap.json"), serde_json::to_string_pretty(&json)?)?;
     print!("{md}");
     eprintln!("wrote {}/overlap.{{md,json}}", out.display());
