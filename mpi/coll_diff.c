@@ -12,7 +12,12 @@
  * at another, which MPI allows) or "mismatch" (first two erroneous calls on
  * MPI_COMM_WORLD, allreduces whose count differs across ranks, with a right
  * one between them, each rank printing what the three returned; then as
- * "all"). MAX_BYTES: the largest call in bytes
+ * "all") or "nonblocking" (as "all", every call in its nonblocking form,
+ * MPI_Iallreduce, MPI_Ireduce or MPI_Ibcast, started after an MPI_Ibarrier
+ * on the same communicator, the two completed together by MPI_Wait,
+ * MPI_Waitall, MPI_Testall, MPI_Waitany, MPI_Waitsome or MPI_Test, drawn
+ * per call; every communicator first gets one MPI_Barrier, which gives it
+ * its mcd state). MAX_BYTES: the largest call in bytes
  * (default 2048; set it beyond MCD_MPI_MAX_BYTES to cross the size limit).
  *
  * Each call draws (from SEED, the same on every rank): the collective, a
@@ -325,6 +330,41 @@ static uint64_t fields_hash(const member *m, int count, const char *buf) {
     return h;
 }
 
+/* Completes the two requests of a nonblocking call with form `form`. */
+static int complete2(int form, MPI_Request reqs[2]) {
+    MPI_Status st[2];
+    int rc = MPI_SUCCESS, flag = 0, index, outcount, indices[2], left = 2;
+    switch (form) {
+    case 0:
+        rc = MPI_Wait(&reqs[1], &st[1]);
+        if (rc == MPI_SUCCESS) rc = MPI_Wait(&reqs[0], &st[0]);
+        break;
+    case 1:
+        rc = MPI_Waitall(2, reqs, st);
+        break;
+    case 2:
+        while (rc == MPI_SUCCESS && !flag) rc = MPI_Testall(2, reqs, &flag, st);
+        break;
+    case 3:
+        while (rc == MPI_SUCCESS && left--) rc = MPI_Waitany(2, reqs, &index, &st[0]);
+        break;
+    case 4:
+        while (rc == MPI_SUCCESS && left > 0) {
+            rc = MPI_Waitsome(2, reqs, &outcount, indices, st);
+            if (outcount == MPI_UNDEFINED) break;
+            left -= outcount;
+        }
+        break;
+    default:
+        for (int i = 1; i >= 0 && rc == MPI_SUCCESS; i--) {
+            flag = 0;
+            while (rc == MPI_SUCCESS && !flag) rc = MPI_Test(&reqs[i], &flag, &st[0]);
+        }
+        break;
+    }
+    return rc;
+}
+
 /* ---- one call ---- */
 enum { ALLREDUCE, REDUCE, BCAST };
 static const char *coll_name[] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast"};
@@ -374,7 +414,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (argc < 3) {
-        if (rank == 0) fprintf(stderr, "usage: coll_diff SEED CALLS [all|pairs-bcast|mixed] [MAX_BYTES]\n");
+        if (rank == 0) fprintf(stderr, "usage: coll_diff SEED CALLS [all|pairs-bcast|mixed|mismatch|nonblocking] [MAX_BYTES]\n");
         MPI_Finalize();
         return 2;
     }
@@ -382,7 +422,7 @@ int main(int argc, char **argv) {
     long calls = atol(argv[2]);
     const char *mode = argc > 3 ? argv[3] : "all";
     long max_bytes = argc > 4 ? atol(argv[4]) : 2048;
-    int pairs_only = !strcmp(mode, "pairs-bcast"), all_mixed = !strcmp(mode, "mixed");
+    int pairs_only = !strcmp(mode, "pairs-bcast"), all_mixed = !strcmp(mode, "mixed"), nonblocking = !strcmp(mode, "nonblocking");
     make_types();
 
     MPI_Comm comms[NCOMMS];
@@ -392,6 +432,8 @@ int main(int argc, char **argv) {
     MPI_Comm_split(MPI_COMM_WORLD, rank < size / 2, -rank, &comms[C_HALVES]);
     comms[C_SELF] = MPI_COMM_SELF;
     for (int c = 0; c < NCOMMS; c++) MPI_Comm_set_errhandler(comms[c], MPI_ERRORS_RETURN);
+    if (nonblocking)
+        for (int c = 0; c < NCOMMS; c++) MPI_Barrier(comms[c]);
 
     if (!strcmp(mode, "mismatch")) {
         /* Erroneous calls first: allreduces whose count differs across
@@ -406,7 +448,7 @@ int main(int argc, char **argv) {
         printf("coll_diff: rank %d: the calls returned %d %d %d\n", rank, rc1, rc2, rc3);
         fflush(stdout);
     }
-    rng shared = {seed}, mine = {seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(rank + 1))};
+    rng shared = {seed}, mine = {seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(rank + 1))}, forms = {seed ^ 0x1234567ULL};
     long done = 0, by_coll[3] = {0};
     for (long call = 0; call < calls; call++) {
         /* Drawn alike on every rank. */
@@ -466,7 +508,9 @@ int main(int argc, char **argv) {
         char desc[256];
         snprintf(desc, sizeof desc, "%s %d x %s%s%s root %d on %s%s", coll_name[coll], count, m->name, op >= 0 ? " " : "", op >= 0 ? op_name[op] : "",
                  root, comm_name[ci], in_place ? " in place" : "");
-        int rc_a, rc_b;
+        int rc_a, rc_b, form = below(&forms, 6);
+        MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+        if (nonblocking) MPI_Ibarrier(comm, &reqs[0]);
         if (coll == BCAST) {
             if (crank == root) {
                 memcpy(recv_a, in, cap);
@@ -475,7 +519,12 @@ int main(int argc, char **argv) {
                 memset(recv_a, 0xa5, cap);
                 memset(recv_b, 0xa5, cap);
             }
-            rc_a = MPI_Bcast(recv_a, count, m->type, root, comm);
+            if (nonblocking) {
+                rc_a = MPI_Ibcast(recv_a, count, m->type, root, comm, &reqs[1]);
+                if (rc_a == MPI_SUCCESS) rc_a = complete2(form, reqs);
+            } else {
+                rc_a = MPI_Bcast(recv_a, count, m->type, root, comm);
+            }
             rc_b = PMPI_Bcast(recv_b, count, m->type, root, comm);
             if (crank == root && memcmp(recv_a, in, cap)) report(call, "the root's buffer changed", desc, "");
         } else {
@@ -489,7 +538,12 @@ int main(int argc, char **argv) {
             }
             const void *sa = here_in_place ? MPI_IN_PLACE : send_a, *sb = here_in_place ? MPI_IN_PLACE : send_b;
             if (coll == ALLREDUCE) {
-                rc_a = MPI_Allreduce(sa, recv_a, count, m->type, op_handle(op), comm);
+                if (nonblocking) {
+                    rc_a = MPI_Iallreduce(sa, recv_a, count, m->type, op_handle(op), comm, &reqs[1]);
+                    if (rc_a == MPI_SUCCESS) rc_a = complete2(form, reqs);
+                } else {
+                    rc_a = MPI_Allreduce(sa, recv_a, count, m->type, op_handle(op), comm);
+                }
                 rc_b = PMPI_Allreduce(sb, recv_b, count, m->type, op_handle(op), comm);
                 /* The interposed result: the same bits on every rank. */
                 uint64_t h = fields_hash(m, count, recv_a), lo = h, hi = h;
@@ -497,11 +551,17 @@ int main(int argc, char **argv) {
                 PMPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, comm);
                 if (lo != hi) report(call, "ranks got different bits", desc, "");
             } else {
-                rc_a = MPI_Reduce(sa, recv_a, count, m->type, op_handle(op), root, comm);
+                if (nonblocking) {
+                    rc_a = MPI_Ireduce(sa, recv_a, count, m->type, op_handle(op), root, comm, &reqs[1]);
+                    if (rc_a == MPI_SUCCESS) rc_a = complete2(form, reqs);
+                } else {
+                    rc_a = MPI_Reduce(sa, recv_a, count, m->type, op_handle(op), root, comm);
+                }
                 rc_b = PMPI_Reduce(sb, recv_b, count, m->type, op_handle(op), root, comm);
             }
             if (memcmp(send_a, in, cap)) report(call, "the send buffer changed", desc, "");
         }
+        if (reqs[0] != MPI_REQUEST_NULL || reqs[1] != MPI_REQUEST_NULL) report(call, "a request left active", desc, "");
         if (rc_a != MPI_SUCCESS || rc_b != MPI_SUCCESS) {
             char detail[64];
             snprintf(detail, sizeof detail, "interposed %d, PMPI %d", rc_a, rc_b);

@@ -53,9 +53,13 @@
  * same on every rank (the type signature, not the datatype handle: see
  * "Type signatures" below), so all ranks decide alike.
  *
- * MPI_Ibarrier is not interposed: an MPI request completed by mcd would need
- * MPI to drive mcd's progress inside MPI_Wait/MPI_Test, which the PMPI
- * interface cannot arrange (generalized requests have no progress hook).
+ * Nonblocking and persistent collectives (MPI_Ibarrier, MPI_Iallreduce,
+ * MPI_Ireduce, MPI_Ibcast; MPI_Barrier_init, MPI_Allreduce_init,
+ * MPI_Reduce_init, MPI_Bcast_init or Open MPI's MPIX_ forms) go through mcd
+ * on the same communicators under the same rules once the communicator has
+ * its mcd state: see "Nonblocking collectives" below for how they complete
+ * (generalized requests, and the wait and test family interposed) and why
+ * that is sound at every thread level.
  *
  *   MCD_MPI_DISABLE=1   do not start mcd (everything goes to PMPI_Barrier)
  *   MCD_AUTH=off        unauthenticated mcd frames (anyone on the Ethernet
@@ -93,7 +97,15 @@
  *                        MCD_MPI_MAX_BYTES, Y type or operation not served,
  *                        Z the communicator has no mcd group (why)"
  *                        (a communicator by its mcd key: its rank 0's world
- *                        rank + 1, then a count, in hex)
+ *                        rank + 1, then a count, in hex; the nonblocking
+ *                        kinds appear there once the communicator had one);
+ *                       then "mcd-mpi: rank R: nonblocking: A MPI_Ibarrier via
+ *                        mcd, a via PMPI; ...; persistent: S starts via mcd,
+ *                        I inits via PMPI; F completed in MPI_Finalize"
+ *   MCD_MPI_REPORT_JSON=PATH  the same report as JSON, one file per rank,
+ *                       written in MPI_Finalize: PATH with "%r" replaced by
+ *                       the rank, or PATH.R.json (totals per kind, the mcd
+ *                       counters, and an object per communicator)
  *   MCD_MPI_MAX_BYTES=N the largest collective mcd serves (bytes; default 65536)
  *
  * Built by `tools::mpi::build_interposer` (mpicc -shared, with the static
@@ -101,6 +113,8 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +122,9 @@
 #include <unistd.h>
 
 #include "mcd_barrier.h"
+#ifdef OPEN_MPI
+#include <mpi-ext.h> /* MPIX_Barrier_init... (the pcollreq extension) */
+#endif
 
 static mcd_job *job;
 /* Whether mcd's frames are authenticated (for the report). */
@@ -120,8 +137,13 @@ static unsigned long long via_mcd, via_pmpi;
 static unsigned long long keys_made;
 /* Guards the list of live states (never held across a collective). */
 static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
-/* Collectives served by mcd and passed to PMPI: allreduce, reduce, bcast. */
-enum { ALLREDUCE, REDUCE, BCAST, KINDS };
+/* Collectives served by mcd and passed to PMPI: allreduce, reduce, bcast,
+ * and the nonblocking ones (a persistent one's starts count as its
+ * nonblocking kind's). */
+enum { ALLREDUCE, REDUCE, BCAST, IBARRIER, IALLREDUCE, IREDUCE, IBCAST, KINDS };
+static const char *kind_names[KINDS] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast", "MPI_Ibarrier", "MPI_Iallreduce", "MPI_Ireduce", "MPI_Ibcast"};
+#define NONBLOCKING(kind) ((kind) - ALLREDUCE + IALLREDUCE) /* of ALLREDUCE, REDUCE, BCAST */
+static unsigned long long persistent_starts_mcd, persistent_inits_pmpi, finalize_pending;
 static unsigned long long coll_mcd[KINDS], coll_pmpi[KINDS];
 static long long max_bytes = 65536;
 
@@ -137,6 +159,11 @@ typedef struct comm_state {
     const char *why;         /* why it has no mcd group */
     /* Its collectives, per kind: through mcd, and through PMPI per reason. */
     unsigned long long mcd[KINDS], pmpi[KINDS][WHYS];
+    /* Nonblocking collectives in flight on it, and whether MPI freed the
+     * communicator meanwhile (then the last one to complete frees the
+     * state: MPI_Comm_free lets pending operations complete normally).
+     * Both under states_lock. */
+    int refs, freed;
     struct comm_state *prev, *next; /* the live ones, in creation order */
 } comm_state;
 static void report_comm(const comm_state *st, int world);
@@ -178,15 +205,46 @@ static void end_group(comm_state *st) {
     st->group = NULL;
 }
 
-/* MPI_Comm_free (or MPI's own teardown) deletes the attribute. */
-static int delete_state(MPI_Comm comm, int key, void *value, void *extra) {
-    (void)comm, (void)key, (void)extra;
-    comm_state *st = value;
+static void json_comm(const comm_state *st, int world);
+static const char *json_path(void) {
+    const char *path = getenv("MCD_MPI_REPORT_JSON");
+    return path && *path ? path : NULL;
+}
+
+static void free_state(comm_state *st) {
     if (reporting() && job) report_comm(st, 0);
+    if (json_path() && job) json_comm(st, 0);
     unlink_state(st);
     end_group(st);
     free(st);
+}
+
+/* MPI_Comm_free (or MPI's own teardown) deletes the attribute; with
+ * nonblocking collectives in flight, the last of them frees the state. */
+static int delete_state(MPI_Comm comm, int key, void *value, void *extra) {
+    (void)comm, (void)key, (void)extra;
+    comm_state *st = value;
+    pthread_mutex_lock(&states_lock);
+    int busy = st->refs > 0;
+    if (busy) st->freed = 1;
+    pthread_mutex_unlock(&states_lock);
+    if (!busy) free_state(st);
     return MPI_SUCCESS;
+}
+
+/* A nonblocking collective on `st` starts (it keeps the state alive) or
+ * ends. */
+static void hold_state(comm_state *st) {
+    pthread_mutex_lock(&states_lock);
+    st->refs++;
+    pthread_mutex_unlock(&states_lock);
+}
+
+static void release_state(comm_state *st) {
+    pthread_mutex_lock(&states_lock);
+    int gone = --st->refs == 0 && st->freed;
+    pthread_mutex_unlock(&states_lock);
+    if (gone) free_state(st);
 }
 
 /* Whether every member of `comm` says `ok`. */
@@ -633,8 +691,8 @@ static void passed(MPI_Comm comm, int kind, int ok, long long bytes) {
 
 /* MCD_MPI_REPORT: one line for a communicator's collectives. */
 static void report_comm(const comm_state *st, int world) {
-    static const char *names[KINDS] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast"};
-    char line[1024];
+    const char *const *names = kind_names;
+    char line[2048];
     int n = 0;
     unsigned long long calls = 0;
     for (int k = 0; k < KINDS; k++) {
@@ -644,8 +702,12 @@ static void report_comm(const comm_state *st, int world) {
     if (!calls && !world) return; /* barriers only */
     if (world) n += snprintf(line + n, sizeof line - n, "MPI_COMM_WORLD:");
     else n += snprintf(line + n, sizeof line - n, "communicator %#llx (%d ranks):", st->key, st->size);
-    unsigned long long why_total[WHYS] = {0};
-    for (int k = 0; k < KINDS; k++) {
+    unsigned long long why_total[WHYS] = {0}, nonblocking = 0;
+    for (int k = IBARRIER; k < KINDS; k++) {
+        nonblocking += st->mcd[k];
+        for (int w = 0; w < WHYS; w++) nonblocking += st->pmpi[k][w];
+    }
+    for (int k = 0; k < (nonblocking ? KINDS : IBARRIER); k++) {
         unsigned long long p = 0;
         for (int w = 0; w < WHYS; w++) p += st->pmpi[k][w], why_total[w] += st->pmpi[k][w];
         n += snprintf(line + n, sizeof line - n, "%s %llu %s via mcd, %llu via PMPI", k ? ";" : "", st->mcd[k], names[k], p);
@@ -660,6 +722,88 @@ static void report_comm(const comm_state *st, int world) {
         }
     if (!any) n += snprintf(line + n, sizeof line - n, " nothing");
     fprintf(stderr, "mcd-mpi: rank %d: collectives on %s\n", mcd_rank(job), line);
+}
+
+/* MCD_MPI_REPORT_JSON=PATH: the same report as JSON, one file per rank,
+ * written in MPI_Finalize ("%r" in PATH becomes the rank; without it, the
+ * rank is appended: PATH.R.json). The communicators freed earlier are kept
+ * here as they go. */
+static pthread_mutex_t json_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *json_buf;
+static size_t json_len, json_cap;
+
+static void json_add(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if (json_len + (size_t)n + 1 > json_cap) {
+        size_t cap = json_cap ? json_cap : 4096;
+        while (json_len + (size_t)n + 1 > cap) cap *= 2;
+        char *grown = realloc(json_buf, cap);
+        if (!grown) return;
+        json_buf = grown;
+        json_cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(json_buf + json_len, json_cap - json_len, fmt, ap);
+    va_end(ap);
+    json_len += (size_t)n;
+}
+
+/* One communicator's object, appended to the list. */
+static void json_comm(const comm_state *st, int world) {
+    pthread_mutex_lock(&json_lock);
+    json_add("%s{\"communicator\": ", json_len ? ", " : "");
+    if (world) json_add("\"MPI_COMM_WORLD\", \"ranks\": %d, \"mcd\": true, \"why_not_mcd\": null", mcd_size(job));
+    else {
+        json_add("\"%#llx\", \"ranks\": %d, \"mcd\": %s, \"why_not_mcd\": ", st->key, st->size, st->group || !st->why ? "true" : "false");
+        if (st->why) json_add("\"%s\"", st->why);
+        else json_add("null");
+    }
+    json_add(", \"calls\": {");
+    for (int k = 0; k < KINDS; k++) {
+        json_add("%s\"%s\": {\"mcd\": %llu", k ? ", " : "", kind_names[k], st->mcd[k]);
+        unsigned long long p = 0;
+        for (int w = 0; w < WHYS; w++) p += st->pmpi[k][w];
+        json_add(", \"pmpi\": %llu, \"pmpi_because\": {\"no mcd group\": %llu, \"beyond MCD_MPI_MAX_BYTES\": %llu, \"type or operation\": %llu}}", p,
+                 st->pmpi[k][WHY_COMM], st->pmpi[k][WHY_BYTES], st->pmpi[k][WHY_TYPE]);
+    }
+    json_add("}}");
+    pthread_mutex_unlock(&json_lock);
+}
+
+/* Writes this rank's JSON report (MPI_Finalize, mcd still open). */
+static void json_write(const char *pattern) {
+    int rank = mcd_rank(job);
+    char path[4096];
+    const char *at = strstr(pattern, "%r");
+    if (at) snprintf(path, sizeof path, "%.*s%d%s", (int)(at - pattern), pattern, rank, at + 2);
+    else snprintf(path, sizeof path, "%s.%d.json", pattern, rank);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "mcd-mpi: rank %d: MCD_MPI_REPORT_JSON: cannot write %s\n", rank, path);
+        return;
+    }
+    mcd_stats s;
+    mcd_get_stats(job, &s);
+    fprintf(f, "{\"rank\": %d, \"size\": %d, \"algorithm\": \"%s\", \"authentication\": %s,\n", rank, mcd_size(job), mcd_algorithm(job), auth_on ? "true" : "false");
+    fprintf(f, " \"barrier\": {\"mcd\": %llu, \"pmpi\": %llu},\n", via_mcd, via_pmpi);
+    fprintf(f, " \"mcd\": {\"barriers\": %llu, \"sent\": %llu, \"received\": %llu, \"resends\": %llu, \"bad_tag\": %llu, \"replayed\": %llu, \"auth_mismatch\": %llu},\n",
+            (unsigned long long)s.barriers, (unsigned long long)s.messages_sent, (unsigned long long)s.frames_received,
+            (unsigned long long)s.resends, (unsigned long long)s.frames_bad_tag, (unsigned long long)s.frames_replayed,
+            (unsigned long long)s.frames_auth_mismatch);
+    fprintf(f, " \"communicators\": {\"mcd\": %llu, \"inter\": %llu, \"unreachable\": %llu, \"failed\": %llu},\n", comms_mcd, comms_inter,
+            comms_unreachable, comms_failed);
+    fprintf(f, " \"calls\": {");
+    for (int k = 0; k < KINDS; k++) fprintf(f, "%s\"%s\": {\"mcd\": %llu, \"pmpi\": %llu}", k ? ", " : "", kind_names[k], coll_mcd[k], coll_pmpi[k]);
+    fprintf(f, "},\n \"persistent\": {\"starts_mcd\": %llu, \"inits_pmpi\": %llu}, \"completed_in_finalize\": %llu,\n", persistent_starts_mcd,
+            persistent_inits_pmpi, finalize_pending);
+    pthread_mutex_lock(&json_lock);
+    fprintf(f, " \"per_communicator\": [%s]}\n", json_buf ? json_buf : "");
+    pthread_mutex_unlock(&json_lock);
+    fclose(f);
 }
 
 /* Whether mcd takes a reduction of `count` elements of `t` with `op` on
@@ -768,6 +912,568 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
     return PMPI_Bcast(buffer, count, datatype, root, comm);
 }
 
+/* Nonblocking collectives. MPI_Ibarrier, MPI_Iallreduce, MPI_Ireduce and
+ * MPI_Ibcast go through mcd under the blocking forms' rules, on MPI_COMM_WORLD
+ * and on every communicator that already has its mcd state (made by a
+ * blocking collective or barrier bound for mcd: making it is collective and
+ * blocking, and starting a nonblocking collective must not wait for other
+ * ranks, so until then they go to PMPI; the same on every rank, since every
+ * rank calls the same collectives on a communicator in the same order).
+ *
+ * Each one is an mcd request (mcd_istart / mcd_group_istart: queued on the
+ * communicator's collectives barrier, run in issue order, one after the
+ * other, carried by mcd's progress agent while the program computes) and,
+ * for the application, a generalized request (PMPI_Grequest_start): a real
+ * MPI handle that MPI_Wait, MPI_Test, MPI_Waitall ... accept, mixed with the
+ * MPI's own requests. MPI cannot complete it by itself: the interposer
+ * interposes the wait and test family, and there, in the application's own
+ * thread, looks up its requests; one whose mcd request is done (a
+ * nonblocking mcd_request_test) has its result written where MPI wants it
+ * and is completed with PMPI_Grequest_complete; then the PMPI call runs on
+ * the whole array. A wait whose mcd requests are not done yet alternates
+ * mcd_request_test and a PMPI_Test of one of them (MPI's progress for its
+ * own requests: a legal program may need them to progress while it waits
+ * for ours) until the PMPI test form succeeds, then hands over to the PMPI
+ * wait form once none of ours is pending.
+ *
+ * Why this is sound at every thread level in both MPIs: the only MPI calls
+ * made for these requests (PMPI_Grequest_complete, PMPI_Test, the PMPI
+ * wait/test forms) are made inside an MPI call of the application, by the
+ * thread that made it, so they obey whatever the thread level allows
+ * (SINGLE, FUNNELED, SERIALIZED as much as MULTIPLE); mcd's own threads
+ * never call MPI. Under MPI_THREAD_MULTIPLE two threads may test requests
+ * at once: each request is completed by the one thread that claims it (an
+ * atomic state). Neither MPI offers more: a generalized request has no
+ * progress callback in MPI (MPICH's MPIX_Grequest_start has a poll_fn,
+ * Open MPI 4.1 nothing alike), and completing it from mcd's agent thread
+ * would be an MPI call from a thread MPI does not know of, legal only
+ * under MPI_THREAD_MULTIPLE.
+ *
+ * A communicator freed while some are in flight lives on until the last
+ * completes (MPI_Comm_free lets pending operations complete normally).
+ * MPI_Finalize with some never completed (erroneous in MPI) completes them
+ * first, saying so on stderr. MPI_Cancel and MPI_Request_free of one are
+ * erroneous in MPI: a cancel does nothing; a free lets it complete, and
+ * MPI_Finalize completes it at the latest.
+ *
+ * Persistent collectives. MPI_Barrier_init, MPI_Allreduce_init,
+ * MPI_Reduce_init and MPI_Bcast_init (MPI 4.0: MPICH 4) and their MPIX_
+ * forms (Open MPI 4.1's pcollreq extension) go through mcd under the same
+ * rules: each start (MPI_Start, MPI_Startall) is one mcd request with the
+ * arguments given at init. The handle must stay valid across starts, which
+ * a generalized request cannot (it completes once): it is a persistent
+ * receive of 0 bytes from this rank on a private duplicate of
+ * MPI_COMM_SELF (PMPI_Recv_init), started by MPI_Start beside the mcd
+ * request and completed, once the mcd request is done, by a send to self
+ * from the same waiting thread; so MPI's own wait and test forms complete
+ * it, and it is inactive again after. A start that failed in mcd sends one
+ * byte instead: the completion then returns MPI_ERR_TRUNCATE, with the
+ * cause on stderr. MPI_Request_free frees it (completing an active one
+ * first). */
+
+enum { OP_INACTIVE, OP_RUNNING, OP_SETTLING, OP_DONE };
+
+typedef struct nb_op {
+    MPI_Request req;         /* the application's handle */
+    mcd_request *mr;         /* mcd's, while running */
+    comm_state *st;          /* its communicator's counters (held); NULL: none */
+    int kind;                /* IBARRIER ... IBCAST */
+    int state;               /* OP_*, atomic */
+    int error;               /* the MPI code of its outcome */
+    /* Where its result goes: `out` (the application's buffer, or `packed`). */
+    void *out;
+    int result_here;
+    char *packed;            /* mcd's bytes of a type that is not plain (malloc'd) */
+    void *user_buf;          /* unpacked into, with count and type */
+    int count;
+    MPI_Datatype type;       /* dup'd when not plain */
+    long long bytes;
+    /* Persistent: what every start runs (else unused). */
+    int persistent, tag;
+    MPI_Comm comm;
+    const void *sendbuf;
+    void *recvbuf;
+    MPI_Datatype dtype_arg;
+    MPI_Op op_arg;
+    int root;
+    struct nb_op *prev, *next;
+} nb_op;
+
+static pthread_mutex_t ops_lock = PTHREAD_MUTEX_INITIALIZER;
+static nb_op *ops_first;
+static int live_ops; /* registered requests (atomic): 0, and the wait/test family is PMPI's alone */
+static MPI_Comm self_comm = MPI_COMM_NULL; /* persistent requests' completions */
+static int next_tag;
+
+static void register_op(nb_op *op) {
+    pthread_mutex_lock(&ops_lock);
+    op->next = ops_first;
+    if (ops_first) ops_first->prev = op;
+    ops_first = op;
+    pthread_mutex_unlock(&ops_lock);
+    __atomic_fetch_add(&live_ops, 1, __ATOMIC_RELEASE);
+}
+
+static void unregister_op(nb_op *op) {
+    pthread_mutex_lock(&ops_lock);
+    if (op->prev) op->prev->next = op->next; else if (ops_first == op) ops_first = op->next;
+    if (op->next) op->next->prev = op->prev;
+    op->prev = op->next = NULL;
+    pthread_mutex_unlock(&ops_lock);
+    __atomic_fetch_sub(&live_ops, 1, __ATOMIC_RELEASE);
+}
+
+/* The registered request `r`, if it is one of ours. */
+static nb_op *find_op(MPI_Request r) {
+    if (r == MPI_REQUEST_NULL || !__atomic_load_n(&live_ops, __ATOMIC_ACQUIRE)) return NULL;
+    pthread_mutex_lock(&ops_lock);
+    nb_op *op = ops_first;
+    while (op && op->req != r) op = op->next;
+    pthread_mutex_unlock(&ops_lock);
+    return op;
+}
+
+/* The generalized request's callbacks. */
+static int op_query(void *extra, MPI_Status *status) {
+    nb_op *op = extra;
+    PMPI_Status_set_elements(status, MPI_BYTE, 0);
+    PMPI_Status_set_cancelled(status, 0);
+    status->MPI_SOURCE = MPI_UNDEFINED;
+    status->MPI_TAG = MPI_UNDEFINED;
+    status->MPI_ERROR = op->error;
+    return op->error;
+}
+
+static void drop_buffers(nb_op *op) {
+    free(op->packed);
+    op->packed = NULL;
+    if (op->type != MPI_DATATYPE_NULL) PMPI_Type_free(&op->type);
+    op->type = MPI_DATATYPE_NULL;
+}
+
+static int op_free(void *extra) {
+    nb_op *op = extra;
+    unregister_op(op);
+    drop_buffers(op);
+    free(op);
+    return MPI_SUCCESS;
+}
+
+static int op_cancel(void *extra, int complete) {
+    (void)extra, (void)complete; /* cancelling a collective is erroneous: nothing happens */
+    return MPI_SUCCESS;
+}
+
+/* Takes `op`'s outcome if it has one (`block`: waits for it): its result
+ * where MPI wants it, then its MPI request completed. True once it is
+ * complete. Only the thread that claims a running op settles it. */
+static int settle(nb_op *op, int block) {
+    int running = OP_RUNNING;
+    if (!__atomic_compare_exchange_n(&op->state, &running, OP_SETTLING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return running != OP_SETTLING; /* done (or inactive); or another thread settles it now */
+    int done = 1, rc;
+    if (block) rc = mcd_request_wait(op->mr, op->out);
+    else rc = mcd_request_test(op->mr, op->out, &done);
+    if (rc == MCD_OK && !done) {
+        __atomic_store_n(&op->state, OP_RUNNING, __ATOMIC_RELEASE);
+        return 0;
+    }
+    op->mr = NULL; /* freed by mcd */
+    op->error = MPI_SUCCESS;
+    if (rc != MCD_OK) {
+        op->error = MPI_ERR_OTHER;
+        fprintf(stderr, "mcd-mpi: rank %d: %s failed: %s\n", mcd_rank(job), kind_names[op->kind], mcd_last_error());
+    } else if (op->packed && op->result_here) {
+        unpack_out(op->packed, op->bytes, op->user_buf, op->count, op->type);
+    }
+    if (op->persistent) {
+        /* A byte more than the receive takes: MPI_ERR_TRUNCATE for a failure. */
+        char byte = 0;
+        PMPI_Send(&byte, rc == MCD_OK ? 0 : 1, MPI_BYTE, 0, op->tag, self_comm);
+    }
+    comm_state *st = op->st;
+    op->st = NULL;
+    __atomic_store_n(&op->state, op->persistent ? OP_INACTIVE : OP_DONE, __ATOMIC_RELEASE);
+    if (!op->persistent) PMPI_Grequest_complete(op->req); /* MPI may free op now (op_free) */
+    if (st && st != &world_state) release_state(st);
+    return 1;
+}
+
+/* MPI's own progress while a wait waits for `op` (running): a test of its
+ * request, which MPI cannot complete yet. */
+static void mpi_progress(nb_op *op) {
+    MPI_Request r = op->req;
+    int flag = 0;
+    PMPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+}
+
+/* Settles what it can of `reqs`: the first of ours still running, or NULL. */
+static nb_op *settle_array(int count, MPI_Request reqs[]) {
+    nb_op *pending = NULL;
+    if (!__atomic_load_n(&live_ops, __ATOMIC_ACQUIRE) || !reqs) return NULL;
+    for (int i = 0; i < count; i++) {
+        nb_op *op = find_op(reqs[i]);
+        if (op && !settle(op, 0) && !pending) pending = op;
+    }
+    return pending;
+}
+
+/* Starts `op` (filled in by the caller: kind, buffers...) on `to`:
+ * `input` of `n` mcd elements of `dtype` (a broadcast: bytes). */
+static int start_op(nb_op *op, const target *to, int call, const void *input, size_t n, int dtype, int mop, int root) {
+    int rc = to->group ? mcd_group_istart(to->group, call, input, n, dtype, mop, root, &op->mr)
+                       : mcd_istart(job, call, input, n, dtype, mop, root, &op->mr);
+    if (rc != MCD_OK) {
+        fprintf(stderr, "mcd-mpi: rank %d: %s could not start: %s\n", mcd_rank(job), kind_names[op->kind], mcd_last_error());
+        return MPI_ERR_OTHER;
+    }
+    if (op->st && op->st != &world_state) hold_state(op->st);
+    __atomic_store_n(&op->state, OP_RUNNING, __ATOMIC_RELEASE);
+    return MPI_SUCCESS;
+}
+
+static nb_op *new_op(int kind, MPI_Comm comm) {
+    nb_op *op = calloc(1, sizeof *op);
+    op->kind = kind;
+    op->type = MPI_DATATYPE_NULL;
+    op->st = counters_of(comm);
+    return op;
+}
+
+/* A nonblocking reduction (root < 0: allreduce) on `to` of what MPI passed,
+ * started as `op`; MPI_SUCCESS or an error (op not started). */
+static int start_reduction(nb_op *op, const target *to, const void *sendbuf, void *recvbuf, int count, MPI_Datatype t, long long bytes,
+                           int dtype, int mop, int root) {
+    int in_place = sendbuf == MPI_IN_PLACE;
+    op->result_here = root < 0 || root == to->rank;
+    op->bytes = bytes;
+    size_t n = (size_t)bytes / mcd_sizes[dtype];
+    const void *input = in_place ? recvbuf : sendbuf;
+    if (!plain(t)) {
+        if (!pack_in(input, count, t, bytes, &op->packed)) return MPI_ERR_OTHER;
+        input = op->packed;
+        if (op->result_here) {
+            PMPI_Type_dup(t, &op->type);
+            op->user_buf = recvbuf;
+            op->count = count;
+            op->out = op->packed;
+        }
+    } else {
+        op->out = op->result_here ? recvbuf : NULL;
+    }
+    return start_op(op, to, root < 0 ? MCD_CALL_ALLREDUCE : MCD_CALL_REDUCE, input, n, dtype, mop, root < 0 ? 0 : root);
+}
+
+static int start_broadcast(nb_op *op, const target *to, void *buffer, int count, MPI_Datatype t, long long bytes, int root) {
+    int at_root = to->rank == root;
+    op->result_here = !at_root;
+    op->bytes = bytes;
+    const void *input = at_root ? buffer : NULL;
+    if (!plain(t)) {
+        if (at_root) {
+            if (!pack_in(buffer, count, t, bytes, &op->packed)) return MPI_ERR_OTHER;
+            input = op->packed;
+        } else {
+            op->packed = malloc(bytes ? bytes : 1);
+            PMPI_Type_dup(t, &op->type);
+            op->user_buf = buffer;
+            op->count = count;
+            op->out = op->packed;
+        }
+    } else {
+        op->out = at_root ? NULL : buffer;
+    }
+    return start_op(op, to, MCD_CALL_BCAST, input, (size_t)bytes, 0, 0, root);
+}
+
+/* A started op handed to the application as a generalized request. */
+static int hand_over(nb_op *op, MPI_Request *request) {
+    PMPI_Grequest_start(op_query, op_free, op_cancel, op, &op->req);
+    *request = op->req;
+    register_op(op);
+    return MPI_SUCCESS;
+}
+
+static int failed_start(nb_op *op, MPI_Comm comm) {
+    fprintf(stderr, "mcd-mpi: %s on %s failed to start\n", kind_names[op->kind], comm_name(comm));
+    drop_buffers(op);
+    free(op);
+    return MPI_ERR_OTHER;
+}
+
+/* A communicator's mcd target for a nonblocking collective: only one whose
+ * state exists already (see above); never made here. */
+static int nonblocking_target(MPI_Comm comm, target *t) {
+    if (!active || comm == MPI_COMM_NULL) return 0;
+    if (comm != MPI_COMM_WORLD && !counters_of(comm)) return 0;
+    return target_of(comm, t);
+}
+
+int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request) {
+    target to;
+    if (nonblocking_target(comm, &to)) {
+        nb_op *op = new_op(IBARRIER, comm);
+        if (start_op(op, &to, MCD_CALL_BARRIER, NULL, 0, 0, 0, 0) != MPI_SUCCESS) return failed_start(op, comm);
+        served(comm, IBARRIER);
+        return hand_over(op, request);
+    }
+    passed(comm, IBARRIER, 1, 0);
+    return PMPI_Ibarrier(comm, request);
+}
+
+static int ireduction(int kind, const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op_, int root, MPI_Comm comm,
+                      MPI_Request *request) {
+    int dtype, mop;
+    long long bytes = -1;
+    target to;
+    int ok = reducible(comm, count, datatype, op_, &bytes, &dtype, &mop);
+    if (ok && nonblocking_target(comm, &to)) {
+        nb_op *op = new_op(kind, comm);
+        if (start_reduction(op, &to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, root) != MPI_SUCCESS) return failed_start(op, comm);
+        served(comm, kind);
+        return hand_over(op, request);
+    }
+    passed(comm, kind, ok, bytes);
+    if (kind == IALLREDUCE) return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op_, comm, request);
+    return PMPI_Ireduce(sendbuf, recvbuf, count, datatype, op_, root, comm, request);
+}
+
+int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request) {
+    return ireduction(IALLREDUCE, sendbuf, recvbuf, count, datatype, op, -1, comm, request);
+}
+
+int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm, MPI_Request *request) {
+    return ireduction(IREDUCE, sendbuf, recvbuf, count, datatype, op, root, comm, request);
+}
+
+/* Whether a broadcast of `count` x `t` on `comm` goes to mcd (as MPI_Bcast
+ * decides); its bytes. */
+static int broadcastable(MPI_Comm comm, int count, MPI_Datatype t, long long *bytes) {
+    *bytes = -1;
+    if (active && comm != MPI_COMM_NULL) *bytes = bytes_of(count, t);
+    return *bytes >= 0 && *bytes <= max_bytes && (plain(t) || packs_plainly());
+}
+
+int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request *request) {
+    long long bytes;
+    target to;
+    int ok = broadcastable(comm, count, datatype, &bytes);
+    if (ok && nonblocking_target(comm, &to)) {
+        nb_op *op = new_op(IBCAST, comm);
+        if (start_broadcast(op, &to, buffer, count, datatype, bytes, root) != MPI_SUCCESS) return failed_start(op, comm);
+        served(comm, IBCAST);
+        return hand_over(op, request);
+    }
+    passed(comm, IBCAST, ok, bytes);
+    return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
+}
+
+/* The wait and test family: ours settled first, then MPI's call. */
+int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status) {
+    if (request) settle_array(1, request);
+    return PMPI_Test(request, flag, status);
+}
+
+int MPI_Wait(MPI_Request *request, MPI_Status *status) {
+    nb_op *pending;
+    while (request && (pending = settle_array(1, request))) {
+        mpi_progress(pending);
+        sched_yield();
+    }
+    return PMPI_Wait(request, status);
+}
+
+int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuses[]) {
+    settle_array(count, requests);
+    return PMPI_Testall(count, requests, flag, statuses);
+}
+
+int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
+    nb_op *pending;
+    while ((pending = settle_array(count, requests))) {
+        mpi_progress(pending);
+        sched_yield();
+    }
+    return PMPI_Waitall(count, requests, statuses);
+}
+
+int MPI_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_Status *status) {
+    settle_array(count, requests);
+    return PMPI_Testany(count, requests, index, flag, status);
+}
+
+int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *status) {
+    while (settle_array(count, requests)) {
+        int flag = 0;
+        int rc = PMPI_Testany(count, requests, index, &flag, status);
+        if (rc != MPI_SUCCESS || flag) return rc;
+        sched_yield();
+    }
+    return PMPI_Waitany(count, requests, index, status);
+}
+
+int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices[], MPI_Status statuses[]) {
+    settle_array(incount, requests);
+    return PMPI_Testsome(incount, requests, outcount, indices, statuses);
+}
+
+int MPI_Waitsome(int incount, MPI_Request requests[], int *outcount, int indices[], MPI_Status statuses[]) {
+    while (settle_array(incount, requests)) {
+        int rc = PMPI_Testsome(incount, requests, outcount, indices, statuses);
+        if (rc != MPI_SUCCESS || *outcount != 0) return rc;
+        sched_yield();
+    }
+    return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
+}
+
+int MPI_Request_get_status(MPI_Request request, int *flag, MPI_Status *status) {
+    settle_array(1, &request);
+    return PMPI_Request_get_status(request, flag, status);
+}
+
+/* Persistent collectives: the init keeps the arguments (mcd's choice made
+ * once, by the blocking forms' rules), every start runs them. */
+static int persistent_init(int kind, const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op_, int root, MPI_Comm comm,
+                           MPI_Request *request) {
+    target to;
+    long long bytes = 0;
+    int dtype = 0, mop = 0, ok = 1;
+    if (kind == IALLREDUCE || kind == IREDUCE) ok = reducible(comm, count, datatype, op_, &bytes, &dtype, &mop);
+    else if (kind == IBCAST) ok = broadcastable(comm, count, datatype, &bytes);
+    if (!ok || !nonblocking_target(comm, &to)) {
+        COUNT(persistent_inits_pmpi);
+        return -1;
+    }
+    nb_op *op = new_op(kind, comm);
+    op->persistent = 1;
+    op->state = OP_INACTIVE;
+    op->comm = comm;
+    op->sendbuf = sendbuf;
+    op->recvbuf = recvbuf;
+    op->count = count;
+    op->dtype_arg = datatype;
+    op->op_arg = op_;
+    op->root = root;
+    op->bytes = bytes;
+    pthread_mutex_lock(&ops_lock);
+    if (self_comm == MPI_COMM_NULL) {
+        PMPI_Comm_dup(MPI_COMM_SELF, &self_comm);
+        /* A failed start's truncation is returned by the wait, not fatal. */
+        PMPI_Comm_set_errhandler(self_comm, MPI_ERRORS_RETURN);
+    }
+    op->tag = next_tag++ % 32767;
+    pthread_mutex_unlock(&ops_lock);
+    PMPI_Recv_init(NULL, 0, MPI_BYTE, 0, op->tag, self_comm, &op->req);
+    *request = op->req;
+    register_op(op);
+    return MPI_SUCCESS;
+}
+
+/* A start of persistent `op` (inactive): its mcd request and its receive. */
+static int persistent_start(nb_op *op) {
+    target to;
+    int rc = MPI_ERR_OTHER;
+    drop_buffers(op);
+    op->st = counters_of(op->comm);
+    if (nonblocking_target(op->comm, &to)) {
+        if (op->kind == IBARRIER) {
+            rc = start_op(op, &to, MCD_CALL_BARRIER, NULL, 0, 0, 0, 0);
+        } else if (op->kind == IBCAST) {
+            rc = start_broadcast(op, &to, op->recvbuf, op->count, op->dtype_arg, op->bytes, op->root);
+        } else {
+            int dtype, mop;
+            long long bytes;
+            reducible(op->comm, op->count, op->dtype_arg, op->op_arg, &bytes, &dtype, &mop);
+            rc = start_reduction(op, &to, op->sendbuf, op->recvbuf, op->count, op->dtype_arg, bytes, dtype, mop, op->kind == IREDUCE ? op->root : -1);
+        }
+    }
+    if (rc != MPI_SUCCESS) {
+        fprintf(stderr, "mcd-mpi: rank %d: a start of a persistent %s failed\n", mcd_rank(job), kind_names[op->kind]);
+        return rc;
+    }
+    COUNT(persistent_starts_mcd);
+    served(op->comm, op->kind);
+    MPI_Request r = op->req;
+    return PMPI_Start(&r);
+}
+
+int MPI_Start(MPI_Request *request) {
+    nb_op *op = request ? find_op(*request) : NULL;
+    if (op && op->persistent) return persistent_start(op);
+    return PMPI_Start(request);
+}
+
+int MPI_Startall(int count, MPI_Request requests[]) {
+    for (int i = 0; i < count; i++) {
+        int rc = MPI_Start(&requests[i]);
+        if (rc != MPI_SUCCESS) return rc;
+    }
+    return MPI_SUCCESS;
+}
+
+int MPI_Request_free(MPI_Request *request) {
+    nb_op *op = request ? find_op(*request) : NULL;
+    if (op && op->persistent) {
+        while (!settle(op, 0)) mpi_progress(op); /* an active one completes first */
+        MPI_Status status;
+        int flag = 0;
+        PMPI_Test(&op->req, &flag, &status); /* takes the completion, if any */
+        unregister_op(op);
+        drop_buffers(op);
+        free(op);
+    }
+    return PMPI_Request_free(request);
+}
+
+#if MPI_VERSION >= 4
+#define PERSISTENT(name) MPI_##name##_init
+#define PMPI_PERSISTENT(name) PMPI_##name##_init
+#elif defined(OMPI_HAVE_MPI_EXT_PCOLLREQ)
+#define PERSISTENT(name) MPIX_##name##_init
+#define PMPI_PERSISTENT(name) PMPIX_##name##_init
+#endif
+
+#ifdef PERSISTENT
+int PERSISTENT(Barrier)(MPI_Comm comm, MPI_Info info, MPI_Request *request) {
+    if (persistent_init(IBARRIER, NULL, NULL, 0, MPI_DATATYPE_NULL, MPI_OP_NULL, 0, comm, request) == MPI_SUCCESS) return MPI_SUCCESS;
+    return PMPI_PERSISTENT(Barrier)(comm, info, request);
+}
+
+int PERSISTENT(Allreduce)(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Info info,
+                          MPI_Request *request) {
+    if (persistent_init(IALLREDUCE, sendbuf, recvbuf, count, datatype, op, -1, comm, request) == MPI_SUCCESS) return MPI_SUCCESS;
+    return PMPI_PERSISTENT(Allreduce)(sendbuf, recvbuf, count, datatype, op, comm, info, request);
+}
+
+int PERSISTENT(Reduce)(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm, MPI_Info info,
+                       MPI_Request *request) {
+    if (persistent_init(IREDUCE, sendbuf, recvbuf, count, datatype, op, root, comm, request) == MPI_SUCCESS) return MPI_SUCCESS;
+    return PMPI_PERSISTENT(Reduce)(sendbuf, recvbuf, count, datatype, op, root, comm, info, request);
+}
+
+int PERSISTENT(Bcast)(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Info info, MPI_Request *request) {
+    if (persistent_init(IBCAST, NULL, buffer, count, datatype, MPI_OP_NULL, root, comm, request) == MPI_SUCCESS) return MPI_SUCCESS;
+    return PMPI_PERSISTENT(Bcast)(buffer, count, datatype, root, comm, info, request);
+}
+#endif
+
+/* MPI_Finalize: nonblocking collectives never completed (erroneous in
+ * MPI) are completed here, and said so. */
+static void settle_all_pending(void) {
+    for (;;) {
+        nb_op *found = NULL;
+        pthread_mutex_lock(&ops_lock);
+        for (nb_op *op = ops_first; op && !found; op = op->next)
+            if (__atomic_load_n(&op->state, __ATOMIC_ACQUIRE) == OP_RUNNING) found = op;
+        pthread_mutex_unlock(&ops_lock);
+        if (!found) return;
+        COUNT(finalize_pending);
+        fprintf(stderr, "mcd-mpi: rank %d: MPI_Finalize with a %s never completed by MPI_Wait or MPI_Test (erroneous in MPI): completing it\n",
+                mcd_rank(job), kind_names[found->kind]);
+        settle(found, 1);
+    }
+}
+
 int MPI_Init(int *argc, char ***argv) {
     int rc = PMPI_Init(argc, argv);
     if (rc == MPI_SUCCESS) start_mcd();
@@ -810,6 +1516,7 @@ int MPI_Barrier(MPI_Comm comm) {
 
 int MPI_Finalize(void) {
     if (active) {
+        settle_all_pending();
         int rank_of_job = mcd_rank(job);
         if (reporting()) {
             mcd_stats s;
@@ -826,6 +1533,11 @@ int MPI_Finalize(void) {
             fprintf(stderr, "mcd-mpi: rank %d: collectives: %llu MPI_Allreduce via mcd, %llu via PMPI; %llu MPI_Reduce via mcd, %llu via PMPI; "
                     "%llu MPI_Bcast via mcd, %llu via PMPI\n", mcd_rank(job), coll_mcd[ALLREDUCE], coll_pmpi[ALLREDUCE],
                     coll_mcd[REDUCE], coll_pmpi[REDUCE], coll_mcd[BCAST], coll_pmpi[BCAST]);
+            fprintf(stderr, "mcd-mpi: rank %d: nonblocking: %llu MPI_Ibarrier via mcd, %llu via PMPI; %llu MPI_Iallreduce via mcd, %llu via PMPI; "
+                    "%llu MPI_Ireduce via mcd, %llu via PMPI; %llu MPI_Ibcast via mcd, %llu via PMPI; persistent: %llu starts via mcd, %llu inits via PMPI; "
+                    "%llu completed in MPI_Finalize\n", mcd_rank(job), coll_mcd[IBARRIER], coll_pmpi[IBARRIER], coll_mcd[IALLREDUCE],
+                    coll_pmpi[IALLREDUCE], coll_mcd[IREDUCE], coll_pmpi[IREDUCE], coll_mcd[IBCAST], coll_pmpi[IBCAST], persistent_starts_mcd,
+                    persistent_inits_pmpi, finalize_pending);
         }
         /* Communicators never freed: their groups end here (without waiting,
          * so in any order); the states stay for MPI's own teardown. */
@@ -834,8 +1546,13 @@ int MPI_Finalize(void) {
             report_comm(&world_state, 1);
             for (comm_state *st = first; st; st = st->next) report_comm(st, 0);
         }
+        if (json_path()) {
+            json_comm(&world_state, 1);
+            for (comm_state *st = first; st; st = st->next) json_comm(st, 0);
+        }
         for (comm_state *st = first; st; st = st->next) end_group(st);
         pthread_mutex_unlock(&states_lock);
+        if (json_path()) json_write(json_path());
         /* Collective: every freed group's closing completes, then the job's
          * closing barrier, then answers until every rank is done, so a rank
          * whose last release was lost still completes. mcd's own threads

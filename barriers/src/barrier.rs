@@ -41,6 +41,10 @@ struct Shared<T: Transport> {
     calls: AtomicU64,
     stop: AtomicBool,
     waker: Arc<dyn Waker>,
+    /// Set when a nonblocking collective starts: the agent serves at once,
+    /// without waiting out its grace (the application is not polling: it
+    /// computes until it tests or waits).
+    hurry: AtomicBool,
 }
 
 impl<T: Transport> Shared<T> {
@@ -91,7 +95,13 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         engine.join()?;
         engine.transport.all_joined();
         let (me, nodes, max_data) = (engine.me(), engine.nodes(), engine.max_data());
-        let shared = Arc::new(Shared { engine: Mutex::new(engine), calls: AtomicU64::new(0), stop: AtomicBool::new(false), waker });
+        let shared = Arc::new(Shared {
+            engine: Mutex::new(engine),
+            calls: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            waker,
+            hurry: AtomicBool::new(false),
+        });
         let agent = if config.progress_agent && nodes > 1 {
             let shared = shared.clone();
             let thread = std::thread::Builder::new()
@@ -258,6 +268,37 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         }
     }
 
+    /// Starts the nonblocking collective `call` (MPI_Ibarrier,
+    /// MPI_Iallreduce...) with this node's native-endian `input` (copied at
+    /// once; for a barrier, empty; for a broadcast, the root's data, and
+    /// any bytes of the same length elsewhere) and returns at once, never
+    /// waiting for a peer. Collectives started on one barrier run in the
+    /// order they were started, one after the other, each as its blocking
+    /// form would (segments and all); a blocking call on the barrier runs
+    /// the ones started before it first. Whoever holds the barrier drives
+    /// them: the calls of the application ([`Request::test`], ...), and
+    /// meanwhile the progress agent, woken at once for it. Complete it with
+    /// [`Request::test`] or [`Request::wait`].
+    pub fn start(&mut self, call: Collective, input: &[u8]) -> Result<Request<T>, BarrierError> {
+        call.check(self.nodes).map_err(BarrierError::Usage)?;
+        let size = call.element_size();
+        if (size == 0 && !input.is_empty()) || (size > 0 && !input.len().is_multiple_of(size)) {
+            return Err(BarrierError::Usage(format!("{call}: {} input bytes: need whole {size}-byte elements", input.len())));
+        }
+        let result_here = match call {
+            Collective::Barrier => false,
+            Collective::Allreduce { .. } => true,
+            Collective::Reduce { root, .. } => root == self.me,
+            Collective::Bcast { root } => root != self.me,
+        };
+        let id = self.call(|e| e.start_op(call, input, result_here))?;
+        self.shared.hurry.store(true, Ordering::Release);
+        if let Some(agent) = &self.agent {
+            agent.thread().unpark();
+        }
+        Ok(Request { shared: self.shared.clone(), id, claimed: false })
+    }
+
     /// Ends this node's use of the barrier: one closing barrier (so every
     /// node has finished all earlier ones), then answering peers until each
     /// is known to have completed it too. No blind linger: it returns as soon
@@ -290,7 +331,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         drop(self);
         match Arc::try_unwrap(shared) {
             Ok(shared) => shared.engine.into_inner().unwrap_or_else(|e| e.into_inner()).transport,
-            Err(_) => unreachable!("the agent has stopped and the barrier is gone"),
+            Err(_) => panic!("into_transport: a nonblocking collective's Request outlives its barrier"),
         }
     }
 
@@ -308,6 +349,71 @@ impl<T: Transport + Send + 'static> Drop for Barrier<T> {
     fn drop(&mut self) {
         self.stop_agent();
         self.shared.lock().farewell();
+    }
+}
+
+/// A nonblocking collective started with [`Barrier::start`]. Dropping it
+/// before it completes leaves the collective to run (the peers count on
+/// it); its result is dropped. It keeps the barrier's engine alive.
+pub struct Request<T: Transport + Send + 'static> {
+    shared: Arc<Shared<T>>,
+    id: u64,
+    /// Whether its outcome has been taken.
+    claimed: bool,
+}
+
+impl<T: Transport + Send + 'static> std::fmt::Debug for Request<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request").field("id", &self.id).field("claimed", &self.claimed).finish()
+    }
+}
+
+impl<T: Transport + Send + 'static> Request<T> {
+    /// Runs `f` on the engine as the application (the agent stands aside).
+    fn call<R>(&self, f: impl FnOnce(&mut Engine<T>) -> R) -> R {
+        self.shared.calls.fetch_add(1, Ordering::AcqRel);
+        let result = f(&mut self.shared.lock());
+        self.shared.calls.fetch_add(1, Ordering::Release);
+        result
+    }
+
+    /// Progress without blocking; true once the collective is complete,
+    /// its result (where the call has one for this node) copied into `out`
+    /// if given (as long as the input). Its error if it failed. After it
+    /// said true or failed, later calls are usage errors.
+    pub fn test(&mut self, out: Option<&mut [u8]>) -> Result<bool, BarrierError> {
+        if self.claimed {
+            return Err(BarrierError::Usage("this nonblocking collective has completed already".into()));
+        }
+        match self.call(|e| e.poll_op(self.id, out))? {
+            None => Ok(false),
+            Some(outcome) => {
+                self.claimed = true;
+                outcome.map(|()| true)
+            }
+        }
+    }
+
+    /// Completes the collective (as [`test`](Self::test) until it does,
+    /// sleeping in the transport between): waits for live peers as long as
+    /// they take, fails as a blocking call would.
+    pub fn wait(&mut self, out: Option<&mut [u8]>) -> Result<(), BarrierError> {
+        if self.claimed {
+            return Err(BarrierError::Usage("this nonblocking collective has completed already".into()));
+        }
+        let outcome = self.call(|e| e.wait_op(self.id, out));
+        if !matches!(outcome, Err(BarrierError::Transport(_))) {
+            self.claimed = true;
+        }
+        outcome
+    }
+}
+
+impl<T: Transport + Send + 'static> Drop for Request<T> {
+    fn drop(&mut self) {
+        if !self.claimed {
+            self.shared.lock().abandon_op(self.id);
+        }
     }
 }
 
@@ -355,7 +461,10 @@ fn run_agent<T: Transport>(shared: &Shared<T>) {
             }
             std::thread::park_timeout(grace);
             let calls = shared.calls.load(Ordering::Acquire);
-            if calls == seen && calls.is_multiple_of(2) {
+            // A nonblocking collective just started: the application went
+            // on with its own work, so serve now.
+            if calls.is_multiple_of(2) && (calls == seen || shared.hurry.swap(false, Ordering::AcqRel)) {
+                seen = calls;
                 break;
             }
             seen = calls;

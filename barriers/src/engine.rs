@@ -10,8 +10,9 @@
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
-use crate::collective::Collective;
+use crate::collective::{wire, Collective};
 use crate::core::{Call, Core, Event, Setup, To};
+use crate::queue::{Queue, Stage};
 use crate::plan::Algorithm;
 use crate::transport::{MsgKind, NodeId, Transport, TransportError};
 
@@ -392,6 +393,8 @@ pub(crate) struct Engine<T: Transport> {
     core: Core,
     /// An error the progress agent met, for the application's next call.
     pub(crate) agent_error: Option<TransportError>,
+    /// The nonblocking collectives started and not yet claimed.
+    queue: Queue,
 }
 
 impl<T: Transport> Engine<T> {
@@ -405,7 +408,7 @@ impl<T: Transport> Engine<T> {
             max_data: transport.max_data(),
         };
         let core = Core::new(setup, config, Instant::now())?;
-        Ok(Engine { transport, core, agent_error: None })
+        Ok(Engine { transport, core, agent_error: None, queue: Queue::default() })
     }
 
     pub(crate) fn me(&self) -> NodeId {
@@ -509,8 +512,10 @@ impl<T: Transport> Engine<T> {
         None
     }
 
-    /// Runs a blocking call to its end.
+    /// Runs a blocking call to its end (after the nonblocking collectives
+    /// started before it: they come first, in MPI's order too).
     fn call(&mut self, call: Call<'_>) -> Result<(), BarrierError> {
+        self.settle_queue()?;
         let now = Instant::now();
         self.core.start(now, call);
         self.run(now, |e| match e {
@@ -576,6 +581,7 @@ impl<T: Transport> Engine<T> {
 
     /// The application enters the next barrier (split phase).
     pub(crate) fn enter_split(&mut self) -> Result<(), BarrierError> {
+        self.settle_queue()?;
         let result = self.core.enter(Instant::now());
         self.flush()?;
         result
@@ -584,6 +590,7 @@ impl<T: Transport> Engine<T> {
     /// One round of progress without blocking: true once no barrier is in progress.
     pub(crate) fn test(&mut self) -> Result<bool, BarrierError> {
         self.agent_error()?;
+        self.settle_queue()?;
         let now = Instant::now();
         self.drain(now)?;
         let result = self.core.test(now);
@@ -607,6 +614,7 @@ impl<T: Transport> Engine<T> {
         let now = Instant::now();
         let result = self.drain(now).and_then(|_| {
             self.core.handle_timeout(now);
+            self.pump(now);
             self.flush()?;
             self.transport.keepalive(now)
         });
@@ -618,6 +626,148 @@ impl<T: Transport> Engine<T> {
             (Some(timer), Some(keepalive)) => Some(timer.min(keepalive)),
             (timer, keepalive) => timer.or(keepalive),
         }
+    }
+
+
+    /// Queues the nonblocking collective `call` with this node's `input`
+    /// (copied; the result wanted here or not) and starts it on the wire if
+    /// no earlier one is still running. Its number, for
+    /// [`poll_op`](Self::poll_op).
+    pub(crate) fn start_op(&mut self, call: Collective, input: &[u8], result_here: bool) -> Result<u64, BarrierError> {
+        let id = self.queue.push(call, input, result_here);
+        let now = Instant::now();
+        // What came already counts (the peers' arrivals, when this node is
+        // the last: then it completes here, with no one left to wake).
+        self.drain(now)?;
+        self.pump(now);
+        self.flush()?;
+        Ok(id)
+    }
+
+    /// Takes the queued collectives as far as they go at `now` without
+    /// blocking: the oldest one without an outcome runs on the core, one
+    /// core call at a time (enter the segment's epoch, wait for its result,
+    /// read it; a barrier: one wait); when it ends, the next one starts.
+    /// Whoever holds the engine calls it: the application's calls, and the
+    /// progress agent's rounds. Send what it queued afterwards.
+    fn pump(&mut self, now: Instant) {
+        let Engine { core, queue, .. } = self;
+        while let Some(op) = queue.running() {
+            if op.stage == Stage::Idle {
+                if op.deadline.is_none() {
+                    op.deadline = core.config().deadline.map(|d| now + d);
+                }
+                if op.call == Collective::Barrier {
+                    core.start(now, Call::Wait { deadline: op.deadline });
+                    op.stage = Stage::Barrier;
+                } else {
+                    let size = op.call.element_size();
+                    let per_segment = core.setup().max_data.saturating_sub(wire::HEADER_LEN) / size * size;
+                    if per_segment == 0 {
+                        op.outcome = Some(Err(BarrierError::Usage(format!("{}: this transport carries no data", op.call))));
+                        continue;
+                    }
+                    let end = (op.next + per_segment).min(op.input.len());
+                    let count = u32::try_from((end - op.next) / size).expect("a segment's count fits one message");
+                    core.start(now, Call::EnterCollective { call: op.call, count, input: &op.input[op.next..end], deadline: op.deadline });
+                    op.stage = Stage::Entering { end };
+                }
+            }
+            // The core runs this collective's call: its outcome, if any yet.
+            let mut done = None;
+            while let Some(event) = core.poll_event() {
+                if let Event::Done(result) = event {
+                    done = Some(result);
+                }
+            }
+            let Some(result) = done else { return };
+            match (result, op.stage) {
+                (Err(e), _) => {
+                    op.stage = Stage::Idle;
+                    op.outcome = Some(Err(e));
+                }
+                (Ok(()), Stage::Entering { end }) => {
+                    core.start(now, Call::WaitResult { deadline: op.deadline });
+                    op.stage = Stage::Result { end };
+                }
+                (Ok(()), Stage::Result { end }) => {
+                    let out = (!op.output.is_empty()).then(|| &mut op.output[op.next..end]);
+                    op.stage = Stage::Idle;
+                    match core.collective_result(out) {
+                        Err(e) => op.outcome = Some(Err(e)),
+                        Ok(()) => {
+                            op.next = end;
+                            op.ran = true;
+                            if op.next >= op.input.len() {
+                                op.outcome = Some(Ok(()));
+                            }
+                        }
+                    }
+                }
+                (Ok(()), Stage::Barrier | Stage::Idle) => op.outcome = Some(Ok(())),
+            }
+        }
+    }
+
+    /// Collective `id` (from [`start_op`](Self::start_op)) without
+    /// blocking: progress first (what came, the timers, the queue), then
+    /// its outcome if it has one (its result into `out`), and it is
+    /// forgotten. `Ok(None)`: not yet.
+    pub(crate) fn poll_op(&mut self, id: u64, out: Option<&mut [u8]>) -> Result<Option<Result<(), BarrierError>>, BarrierError> {
+        if !self.queue.busy() {
+            return Ok(self.queue.claim(id, out));
+        }
+        self.agent_error()?;
+        let now = Instant::now();
+        self.drain(now)?;
+        self.core.handle_timeout(now);
+        self.pump(now);
+        self.flush()?;
+        Ok(self.queue.claim(id, out))
+    }
+
+    /// Collective `id`: as [`poll_op`](Self::poll_op) until it has an
+    /// outcome, sleeping in the transport's `recv` until something comes or
+    /// a timer is due.
+    pub(crate) fn wait_op(&mut self, id: u64, mut out: Option<&mut [u8]>) -> Result<(), BarrierError> {
+        loop {
+            if let Some(outcome) = self.poll_op(id, out.as_deref_mut())? {
+                return outcome;
+            }
+            self.sleep_once()?;
+        }
+    }
+
+    /// Sleeps in the transport's `recv` until a message comes (fed to the
+    /// core) or the core's next timer.
+    fn sleep_once(&mut self) -> Result<(), BarrierError> {
+        let now = Instant::now();
+        let wait = self.core.poll_timeout().map_or(Duration::from_millis(100), |t| t.saturating_duration_since(now));
+        if let Some(m) = self.transport.recv(wait)? {
+            self.core.handle(Instant::now(), m.from, m.rail, m.msg, self.transport.data());
+        }
+        Ok(())
+    }
+
+    /// Runs every queued collective to its outcome (kept for its handle),
+    /// before a blocking call.
+    fn settle_queue(&mut self) -> Result<(), BarrierError> {
+        while self.queue.busy() {
+            let now = Instant::now();
+            self.drain(now)?;
+            self.core.handle_timeout(now);
+            self.pump(now);
+            self.flush()?;
+            if self.queue.busy() {
+                self.sleep_once()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets collective `id` once it is done (its handle is gone).
+    pub(crate) fn abandon_op(&mut self, id: u64) {
+        self.queue.abandon(id);
     }
 
     /// The closing protocol of [`crate::Barrier::finish`].

@@ -72,12 +72,13 @@ mod mcd_transport;
 pub mod mem;
 pub mod model;
 pub mod plan;
+mod queue;
 pub mod rto;
 pub mod sim;
 pub mod threads;
 pub mod transport;
 
-pub use barrier::{Barrier, PreparedBarrier, AGENT_GRACE, AGENT_GRACE_MAX};
+pub use barrier::{Barrier, PreparedBarrier, Request, AGENT_GRACE, AGENT_GRACE_MAX};
 pub use collective::{Collective, Dtype, Element, Op};
 pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARNED_RETRY};
 pub use hierarchy::{host_phases, HierarchicalBarrier, HostRelease, HOST_ADAPTIVE_YIELD, HOST_WAIT_ENV};

@@ -200,6 +200,25 @@ enum Bench {
         #[arg(long, default_value = "bnc", value_parser = mcd_tools::cli::cluster_stem)]
         cluster: String,
     },
+    /// Nonblocking overlap (issue 28): MPI_Ibarrier, computation, MPI_Wait,
+    /// by OSU's osu_ibarrier definition, each MPI's own against mcd's
+    /// through the interposer, Open MPI and MPICH. Writes
+    /// results/overlap.{md,json}.
+    Overlap {
+        /// Rank counts.
+        #[arg(long, value_delimiter = ',', default_value = "2,4", value_parser = mcd_tools::cli::node_count)]
+        nodes: Vec<usize>,
+        /// Scales the number of timed iterations (1.0: 2000 at 2 ranks, 500 beyond).
+        #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
+        scale: f64,
+        /// Rounds: in each, every contender runs once; a row reports the
+        /// round with the median overlap.
+        #[arg(long, default_value_t = 3, value_parser = mcd_tools::cli::at_least_one)]
+        rounds: usize,
+        /// Stem of the virtual clusters' names (1 to 4 lowercase letters or digits).
+        #[arg(long, default_value = "bov", value_parser = mcd_tools::cli::cluster_stem)]
+        cluster: String,
+    },
     /// One rank of the collectives' UDP baseline, started by `collectives`
     /// in a node's namespace (MCD_RANK set): prints its figures as JSON.
     #[command(hide = true)]
@@ -284,6 +303,7 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Hotpath { iterations, rounds } => hotpath::run(&cli.out, iterations, rounds),
         Bench::Auth { iterations, rounds } => auth::run(&cli.out, iterations, rounds),
         Bench::Collectives { nodes, sizes, scale, rounds, cluster } => collectives::run(&cli.out, &nodes, &sizes, scale, rounds, &cluster),
+        Bench::Overlap { nodes, scale, rounds, cluster } => overlap::run(&cli.out, &nodes, scale, rounds, &cluster),
         Bench::Load { nodes, rounds, iterations } => load::run(&cli.out, &nodes, rounds, iterations),
         Bench::Hierarchy { shapes, iterations } => hierarchy::run(&cli.out, &shapes, iterations),
         Bench::HeadToHead { nodes, scale, logp, report } => {
@@ -302,6 +322,7 @@ mod validate;
 mod hotpath;
 mod load;
 mod model_protocol;
+mod overlap;
 
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")

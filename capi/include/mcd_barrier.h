@@ -145,6 +145,14 @@ typedef struct mcd_group mcd_group;
 typedef struct mcd_job mcd_job;
 
 /**
+ * A nonblocking collective in progress (`mcd_request` in C), from
+ * [`mcd_istart`] or [`mcd_group_istart`]; completed (and freed) by
+ * [`mcd_request_test`] or [`mcd_request_wait`], or given up with
+ * [`mcd_request_free`].
+ */
+typedef struct mcd_request mcd_request;
+
+/**
  * Explicit parameters of [`mcd_init`]; [`mcd_params_default`] leaves every
  * field "from the environment".
  */
@@ -214,6 +222,12 @@ typedef int mcd_dtype;
  * `MCD_SUM` ... `MCD_BXOR` constants (the bitwise ones on integers only).
  */
 typedef int mcd_op;
+
+/**
+ * A collective of [`mcd_istart`] and [`mcd_group_istart`]: one of the
+ * `MCD_CALL_BARRIER` ... `MCD_CALL_BCAST` constants.
+ */
+typedef int mcd_call;
 
 /**
  * Counters of a job's barrier and endpoint.
@@ -331,6 +345,26 @@ typedef struct mcd_stats {
  * Bitwise exclusive or.
  */
 #define MCD_BXOR 7
+
+/**
+ * A barrier (no data).
+ */
+#define MCD_CALL_BARRIER 1
+
+/**
+ * An allreduce (as [`mcd_allreduce`]).
+ */
+#define MCD_CALL_ALLREDUCE 2
+
+/**
+ * A reduce to a root (as [`mcd_reduce`]).
+ */
+#define MCD_CALL_REDUCE 3
+
+/**
+ * A broadcast from a root (as [`mcd_bcast`]; the count is in bytes).
+ */
+#define MCD_CALL_BCAST 4
 
 #ifdef __cplusplus
 extern "C" {
@@ -543,6 +577,86 @@ int mcd_group_reduce(struct mcd_group *group,
  * As [`mcd_group_allreduce`]; `buf` as for [`mcd_bcast`].
  */
 int mcd_group_bcast(struct mcd_group *group, void *buf, size_t bytes, int root);
+
+/**
+ * Starts a nonblocking collective across the job (on the barrier of the
+ * job's collectives, as [`mcd_allreduce`] and the others) and returns at
+ * once, never waiting for another rank: `call` with `count` elements of
+ * `dtype` reduced with `op` (a broadcast: `count` bytes; a barrier: no
+ * data), `root` for a reduce or a broadcast. `input` (this rank's
+ * elements; a broadcast's root's bytes; NULL for a barrier or a
+ * broadcast's other ranks) is copied at once. `*request` receives the
+ * request: complete it with [`mcd_request_test`] or [`mcd_request_wait`],
+ * which write the result where the call has one (every rank for an
+ * allreduce, the root for a reduce, every rank but the root for a
+ * broadcast). Collectives started on the job run one after the other in
+ * the order they were started (every rank starts them in the same order,
+ * as it calls blocking ones), a blocking collective after the ones
+ * started before it; the library's background thread carries them while
+ * the program computes.
+ *
+ * # Safety
+ * `job` as [`mcd_barrier`]; `input` as above; `request` is NULL or writable.
+ */
+int mcd_istart(struct mcd_job *job,
+               mcd_call call,
+               const void *input,
+               size_t count,
+               mcd_dtype dtype,
+               mcd_op op,
+               int root,
+               struct mcd_request **request);
+
+/**
+ * As [`mcd_istart`], across the group's ranks (on the barrier of the
+ * group's collectives, as [`mcd_group_allreduce`]). The group must not be
+ * freed before its requests are complete (a free runs them to their end
+ * first).
+ *
+ * # Safety
+ * `group` as [`mcd_group_allreduce`]; the rest as [`mcd_istart`].
+ */
+int mcd_group_istart(struct mcd_group *group,
+                     mcd_call call,
+                     const void *input,
+                     size_t count,
+                     mcd_dtype dtype,
+                     mcd_op op,
+                     int root,
+                     struct mcd_request **request);
+
+/**
+ * Progress on `request` without blocking: `*done` becomes 1 once it is
+ * complete (its result, where it has one here, written to `out`: as many
+ * bytes as its input), and the request is freed; else 0. On an error
+ * (the collective failed: a peer is dead, the ranks called different
+ * collectives...) the request is freed too.
+ *
+ * # Safety
+ * `request` is NULL or a live request (not used by another thread
+ * meanwhile); `out` is NULL or writable for the result; `done` is NULL or
+ * writable.
+ */
+int mcd_request_test(struct mcd_request *request, void *out, int *done);
+
+/**
+ * Completes `request` (waits for live peers as long as they take; fails
+ * as the blocking collective would) and frees it; its result, where it
+ * has one here, into `out`.
+ *
+ * # Safety
+ * As [`mcd_request_test`].
+ */
+int mcd_request_wait(struct mcd_request *request, void *out);
+
+/**
+ * Frees `request` without its result: the collective still runs (the
+ * other ranks count on it), its result is dropped.
+ *
+ * # Safety
+ * `request` is NULL or a live request, not used again.
+ */
+int mcd_request_free(struct mcd_request *request);
 
 /**
  * This process's rank, or a negative error code.

@@ -1379,6 +1379,264 @@ pub unsafe extern "C" fn mcd_group_bcast(group: *mut Group, buf: *mut c_void, by
     })
 }
 
+/// A collective of [`mcd_istart`] and [`mcd_group_istart`]: one of the
+/// `MCD_CALL_BARRIER` ... `MCD_CALL_BCAST` constants.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub struct mcd_call(pub c_int);
+
+/// A barrier (no data).
+pub const MCD_CALL_BARRIER: mcd_call = mcd_call(1);
+/// An allreduce (as [`mcd_allreduce`]).
+pub const MCD_CALL_ALLREDUCE: mcd_call = mcd_call(2);
+/// A reduce to a root (as [`mcd_reduce`]).
+pub const MCD_CALL_REDUCE: mcd_call = mcd_call(3);
+/// A broadcast from a root (as [`mcd_bcast`]; the count is in bytes).
+pub const MCD_CALL_BCAST: mcd_call = mcd_call(4);
+
+/// A nonblocking collective in progress (`mcd_request` in C), from
+/// [`mcd_istart`] or [`mcd_group_istart`]; completed (and freed) by
+/// [`mcd_request_test`] or [`mcd_request_wait`], or given up with
+/// [`mcd_request_free`].
+pub struct Request {
+    request: barriers::Request<GroupTransport>,
+    /// The bytes of its result at this rank (0: none here).
+    result_bytes: usize,
+}
+
+/// The collective `call` among `size` ranks (this one `rank`) of `count`
+/// elements of `dtype` (a broadcast: bytes): its description, the bytes of
+/// its input, and of its result here.
+fn nonblocking_call(call: mcd_call, count: usize, dtype: mcd_dtype, op: mcd_op, root: c_int, rank: usize, size: usize) -> Result<(Collective, usize, usize), CError> {
+    match call {
+        MCD_CALL_BARRIER => Ok((Collective::Barrier, 0, 0)),
+        MCD_CALL_ALLREDUCE => {
+            let (dtype, op) = reduction(dtype, op)?;
+            let bytes = bytes_of(count, dtype)?;
+            Ok((Collective::Allreduce { op, dtype }, bytes, bytes))
+        }
+        MCD_CALL_REDUCE => {
+            let (dtype, op) = reduction(dtype, op)?;
+            let root = root_in(size, root)?;
+            let bytes = bytes_of(count, dtype)?;
+            Ok((Collective::Reduce { op, dtype, root }, bytes, if rank == root { bytes } else { 0 }))
+        }
+        MCD_CALL_BCAST => {
+            let root = root_in(size, root)?;
+            Ok((Collective::Bcast { root }, count, if rank == root { 0 } else { count }))
+        }
+        other => Err(argument(&format!("{} is not an mcd_call", other.0))),
+    }
+}
+
+/// Starts `call` on `barrier` (this rank `rank` of `size`) with `input`,
+/// and writes its request to `out`.
+///
+/// # Safety
+/// `input` is NULL or readable for the call's input bytes; `out` is
+/// writable (checked non-null by the caller).
+#[allow(clippy::too_many_arguments)]
+unsafe fn start_nonblocking(
+    barrier: &mut Barrier<GroupTransport>,
+    rank: usize,
+    size: usize,
+    spec: (mcd_call, usize, mcd_dtype, mcd_op, c_int),
+    input: *const c_void,
+    out: *mut *mut Request,
+) -> Result<(), CError> {
+    let (call, count, dtype, op, root) = spec;
+    let (collective, bytes, result_bytes) = nonblocking_call(call, count, dtype, op, root, rank, size)?;
+    // A broadcast's input matters at its root only.
+    let needs_input = bytes > 0 && !matches!(collective, Collective::Bcast { root } if root != rank);
+    if needs_input && input.is_null() {
+        return Err(argument(&format!("{collective}: the input is NULL")));
+    }
+    let zeros;
+    let data: &[u8] = if needs_input {
+        // SAFETY: readable for `bytes` bytes per the contract.
+        unsafe { std::slice::from_raw_parts(input.cast::<u8>(), bytes) }
+    } else {
+        zeros = vec![0u8; bytes];
+        &zeros
+    };
+    let request = barrier.start(collective, data)?;
+    // SAFETY: writable per the contract.
+    unsafe { *out = Box::into_raw(Box::new(Request { request, result_bytes })) };
+    Ok(())
+}
+
+/// Starts a nonblocking collective across the job (on the barrier of the
+/// job's collectives, as [`mcd_allreduce`] and the others) and returns at
+/// once, never waiting for another rank: `call` with `count` elements of
+/// `dtype` reduced with `op` (a broadcast: `count` bytes; a barrier: no
+/// data), `root` for a reduce or a broadcast. `input` (this rank's
+/// elements; a broadcast's root's bytes; NULL for a barrier or a
+/// broadcast's other ranks) is copied at once. `*request` receives the
+/// request: complete it with [`mcd_request_test`] or [`mcd_request_wait`],
+/// which write the result where the call has one (every rank for an
+/// allreduce, the root for a reduce, every rank but the root for a
+/// broadcast). Collectives started on the job run one after the other in
+/// the order they were started (every rank starts them in the same order,
+/// as it calls blocking ones), a blocking collective after the ones
+/// started before it; the library's background thread carries them while
+/// the program computes.
+///
+/// # Safety
+/// `job` as [`mcd_barrier`]; `input` as above; `request` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_istart(
+    job: *mut Job,
+    call: mcd_call,
+    input: *const c_void,
+    count: usize,
+    dtype: mcd_dtype,
+    op: mcd_op,
+    root: c_int,
+    request: *mut *mut Request,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: forwarded contract.
+        let job = unsafe { handle(job) }?;
+        if request.is_null() {
+            return Err(argument("mcd_istart: `request` is NULL"));
+        }
+        let mut state = job.collectives.lock().unwrap_or_else(|e| e.into_inner());
+        let barrier = job.collectives(&mut state)?;
+        // SAFETY: forwarded contract on `input` and `request`.
+        unsafe { start_nonblocking(barrier, job.rank, job.size, (call, count, dtype, op, root), input, request) }
+    })
+}
+
+/// As [`mcd_istart`], across the group's ranks (on the barrier of the
+/// group's collectives, as [`mcd_group_allreduce`]). The group must not be
+/// freed before its requests are complete (a free runs them to their end
+/// first).
+///
+/// # Safety
+/// `group` as [`mcd_group_allreduce`]; the rest as [`mcd_istart`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_istart(
+    group: *mut Group,
+    call: mcd_call,
+    input: *const c_void,
+    count: usize,
+    dtype: mcd_dtype,
+    op: mcd_op,
+    root: c_int,
+    request: *mut *mut Request,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: forwarded contract.
+        let group = unsafe { group_handle(group) }?;
+        if request.is_null() {
+            return Err(argument("mcd_group_istart: `request` is NULL"));
+        }
+        if !matches!(group.state, GroupState::Joined(_)) {
+            return Err(argument("the group is not joined: call mcd_group_join first"));
+        }
+        let mut state = std::mem::take(&mut group.collectives);
+        let (rank, size) = (group.rank, group.size);
+        let result = group.collectives(&mut state).and_then(|barrier| {
+            // SAFETY: forwarded contract on `input` and `request`.
+            unsafe { start_nonblocking(barrier, rank, size, (call, count, dtype, op, root), input, request) }
+        });
+        group.collectives = state;
+        result
+    })
+}
+
+/// A request argument.
+///
+/// # Safety
+/// `request` is NULL or a live request.
+unsafe fn request_handle<'a>(request: *mut Request) -> Result<&'a mut Request, CError> {
+    // SAFETY: per the caller's guarantee, a live request used by one thread.
+    unsafe { request.as_mut() }.ok_or_else(|| argument("the request is NULL"))
+}
+
+/// The result buffer of `request`: `out` for its result bytes, if it has a
+/// result here and `out` is given.
+///
+/// # Safety
+/// `out` is NULL or writable for the request's result bytes.
+unsafe fn result_buffer<'a>(request: &Request, out: *mut c_void) -> Option<&'a mut [u8]> {
+    if request.result_bytes == 0 || out.is_null() {
+        return None;
+    }
+    // SAFETY: writable for the result bytes per the contract.
+    Some(unsafe { std::slice::from_raw_parts_mut(out.cast::<u8>(), request.result_bytes) })
+}
+
+/// Progress on `request` without blocking: `*done` becomes 1 once it is
+/// complete (its result, where it has one here, written to `out`: as many
+/// bytes as its input), and the request is freed; else 0. On an error
+/// (the collective failed: a peer is dead, the ranks called different
+/// collectives...) the request is freed too.
+///
+/// # Safety
+/// `request` is NULL or a live request (not used by another thread
+/// meanwhile); `out` is NULL or writable for the result; `done` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_request_test(request: *mut Request, out: *mut c_void, done: *mut c_int) -> c_int {
+    guarded(|| {
+        if done.is_null() {
+            return Err(argument("mcd_request_test: `done` is NULL"));
+        }
+        // SAFETY: forwarded contract.
+        let r = unsafe { request_handle(request) }?;
+        // SAFETY: forwarded contract on `out`.
+        let buffer = unsafe { result_buffer(r, out) };
+        let outcome = r.request.test(buffer);
+        let complete = matches!(outcome, Ok(true));
+        if outcome.is_err() || complete {
+            // SAFETY: from Box::into_raw in mcd_istart; not used again.
+            drop(unsafe { Box::from_raw(request) });
+        }
+        // SAFETY: non-null and writable per the contract.
+        unsafe { *done = c_int::from(complete) };
+        outcome.map(|_| ()).map_err(CError::from)
+    })
+}
+
+/// Completes `request` (waits for live peers as long as they take; fails
+/// as the blocking collective would) and frees it; its result, where it
+/// has one here, into `out`.
+///
+/// # Safety
+/// As [`mcd_request_test`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_request_wait(request: *mut Request, out: *mut c_void) -> c_int {
+    guarded(|| {
+        // SAFETY: forwarded contract.
+        let r = unsafe { request_handle(request) }?;
+        // SAFETY: forwarded contract on `out`.
+        let buffer = unsafe { result_buffer(r, out) };
+        let outcome = r.request.wait(buffer);
+        // SAFETY: from Box::into_raw in mcd_istart; not used again.
+        drop(unsafe { Box::from_raw(request) });
+        Ok(outcome?)
+    })
+}
+
+/// Frees `request` without its result: the collective still runs (the
+/// other ranks count on it), its result is dropped.
+///
+/// # Safety
+/// `request` is NULL or a live request, not used again.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_request_free(request: *mut Request) -> c_int {
+    guarded(|| {
+        if request.is_null() {
+            return Err(argument("the request is NULL"));
+        }
+        // SAFETY: from Box::into_raw in mcd_istart; not used again.
+        drop(unsafe { Box::from_raw(request) });
+        Ok(())
+    })
+}
+
 /// `f` of the job as a C int, or a negative error code.
 ///
 /// # Safety

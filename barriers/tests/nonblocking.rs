@@ -1,0 +1,139 @@
+//! Nonblocking collectives ([`Barrier::start`]) on the in-process transport
+//! under 20% loss and duplication: several in flight at once, completed in
+//! any order by test and wait, mixed with blocking calls, with results
+//! checked against references; progress while the application makes no
+//! call for longer than the failure timeout (the progress agent carries
+//! them); and barriers completed by polling, checked with the shared clock.
+
+use std::time::{Duration, Instant};
+
+use barriers::check::{check, Timeline};
+use barriers::mem::{self, Faults};
+use barriers::threads::run_per_node;
+use barriers::{Algorithm, BarrierConfig, Collective, Dtype, Fanout, Op, Release};
+
+fn lossy(seed: u64) -> Faults {
+    Faults { loss: 0.2, duplicate: 0.2, max_delay: Duration::from_micros(100), seed }
+}
+
+fn config(algorithm: Algorithm, failure: Duration) -> BarrierConfig {
+    BarrierConfig::new(algorithm).timeouts(Duration::from_micros(500), failure)
+}
+
+fn u32s(xs: &[u32]) -> Vec<u8> {
+    xs.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+fn from_u32s(b: &[u8]) -> Vec<u32> {
+    b.chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect()
+}
+
+#[test]
+fn several_in_flight_complete_in_any_order_with_the_right_results_under_loss() {
+    for algorithm in [Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast }, Algorithm::OnePhase] {
+        let n = 4;
+        let results = run_per_node(mem::network(n, 1, lossy(11)), config(algorithm, Duration::from_secs(10)), move |b| {
+            let me = b.node();
+            for round in 0..5u32 {
+                let sum = Collective::Allreduce { op: Op::Sum, dtype: Dtype::U32 };
+                let max = Collective::Reduce { op: Op::Max, dtype: Dtype::U32, root: (round as usize) % n };
+                let root = (round as usize + 1) % n;
+                let bcast = Collective::Bcast { root };
+                // 3000 u32: several segments.
+                let big: Vec<u32> = (0..3000).map(|i| i * (me as u32 + 1) + round).collect();
+                let mut r_barrier = b.start(Collective::Barrier, &[])?;
+                let mut r_sum = b.start(sum, &u32s(&big))?;
+                let mut r_max = b.start(max, &u32s(&[me as u32 * 10 + round]))?;
+                let data: Vec<u8> = if me == root { (0..100).map(|i| (i as u8) ^ round as u8).collect() } else { vec![0; 100] };
+                let mut r_bcast = b.start(bcast, &data)?;
+                // Complete them backwards: the last by polling, the rest by wait.
+                let mut got = vec![0u8; 100];
+                while !r_bcast.test(Some(&mut got))? {
+                    std::hint::spin_loop();
+                }
+                if me != root {
+                    assert!(got.iter().enumerate().all(|(i, &x)| x == (i as u8) ^ round as u8), "bcast at {me}");
+                }
+                let mut m = vec![0u8; 4];
+                r_max.wait(Some(&mut m))?;
+                if me == (round as usize) % n {
+                    assert_eq!(from_u32s(&m), vec![(n as u32 - 1) * 10 + round]);
+                }
+                // A blocking allreduce after one still unclaimed: runs after it.
+                let mut one = [1u32];
+                b.allreduce(&mut one, Op::Sum)?;
+                assert_eq!(one, [n as u32]);
+                let mut s = vec![0u8; big.len() * 4];
+                r_sum.wait(Some(&mut s))?;
+                let want: Vec<u32> = (0..3000u32).map(|i| (1..=n as u32).map(|k| i * k + round).sum()).collect();
+                assert_eq!(from_u32s(&s), want, "allreduce at {me}");
+                r_barrier.wait(None)?;
+                assert!(r_barrier.test(None).is_err(), "a completed request says so");
+            }
+            Ok(())
+        });
+        for (node, r) in results.into_iter().enumerate() {
+            r.unwrap_or_else(|e| panic!("{algorithm}: node {node}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn the_agent_carries_them_while_the_application_computes_past_the_failure_timeout() {
+    let failure = Duration::from_millis(400);
+    let n = 4;
+    let results = run_per_node(mem::network(n, 1, lossy(5)), config(Algorithm::OnePhase, failure), move |b| {
+        let me = b.node();
+        let mut timeline = Timeline::default();
+        let mut done_at_once = 0;
+        for round in 0..3 {
+            // Staggered starts, then computing (no call at all) for longer
+            // than the failure timeout: peers are answered, nobody is
+            // declared dead, and the collectives complete meanwhile.
+            std::thread::sleep(Duration::from_millis(30 * ((me + round) % n) as u64));
+            let mut r = b.start(Collective::Barrier, &[])?;
+            let mut s = b.start(Collective::Allreduce { op: Op::Sum, dtype: Dtype::U32 }, &u32s(&[me as u32]))?;
+            let computing = Instant::now();
+            let mut x = 0u64;
+            while computing.elapsed() < failure * 2 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
+            std::hint::black_box(x);
+            done_at_once += usize::from(r.test(None)?);
+            let mut out = vec![0u8; 4];
+            done_at_once += usize::from(s.test(Some(&mut out))?);
+            if out != vec![0u8; 4] {
+                assert_eq!(from_u32s(&out), vec![(0..n as u32).sum::<u32>()]);
+            }
+            // Barriers completed by polling: the first true is when it completed.
+            let entered = Instant::now();
+            let mut p = b.start(Collective::Barrier, &[])?;
+            while !p.test(None)? {}
+            timeline.record(entered, Instant::now());
+        }
+        Ok((done_at_once, timeline))
+    });
+    let results: Vec<_> = results.into_iter().map(|r| r.unwrap()).collect();
+    for (node, (done, _)) in results.iter().enumerate() {
+        assert_eq!(*done, 6, "node {node}: every collective was complete when the computing ended");
+    }
+    let timelines: Vec<Timeline> = results.into_iter().map(|(_, t)| t).collect();
+    let (violations, checked) = check(&timelines);
+    assert_eq!((violations, checked), (vec![], 3));
+}
+
+#[test]
+fn a_dropped_request_still_runs_and_later_ones_complete() {
+    let results = run_per_node(mem::network(3, 1, lossy(2)), config(Algorithm::OnePhase, Duration::from_secs(10)), |b| {
+        let dropped = b.start(Collective::Allreduce { op: Op::Sum, dtype: Dtype::U32 }, &u32s(&[1]))?;
+        drop(dropped);
+        let mut r = b.start(Collective::Allreduce { op: Op::Sum, dtype: Dtype::U32 }, &u32s(&[2]))?;
+        let mut out = vec![0u8; 4];
+        r.wait(Some(&mut out))?;
+        assert_eq!(from_u32s(&out), vec![6]);
+        Ok(())
+    });
+    for r in results {
+        r.unwrap();
+    }
+}
