@@ -399,12 +399,9 @@ impl Net {
                     let f = self.hub[r].pop_front().expect("a frame");
                     let end = t + self.ft;
                     self.hub_busy[r] = end;
-                    let receivers: Vec<usize> = match f.to {
-                        Some(to) if self.s.setup.topology == Topology::Hub => vec![to as usize],
-                        _ if f.to.is_some() => vec![f.to.expect("unicast") as usize],
-                        _ => (0..n).filter(|&x| x != f.from as usize).collect(),
-                    };
-                    for to in receivers {
+                    // A unicast reaches its receiver, a multicast every other node.
+                    let (first, last) = f.to.map_or((0, n), |to| (to as usize, to as usize + 1));
+                    for to in (first..last).filter(|&x| f.to.is_some() || x != f.from as usize) {
                         let i = to * self.rails + r;
                         let nic = (end + self.l_fixed).max(self.rx_free[i]);
                         self.rx_free[i] = nic + self.g_r;
@@ -564,6 +561,38 @@ mod tests {
 }
 
 #[cfg(test)]
+mod core_tests {
+    use std::time::Instant;
+
+    use crate::collective::Collective;
+    use crate::core::{Call, Core, Event, Setup};
+    use crate::{Algorithm, BarrierConfig, BarrierError};
+
+    /// The simulator's cores carry no data (`max_data` 0): they build the
+    /// algorithm's plan alone, no broadcast plan per root (which made a core
+    /// at 4,096 nodes hold 4,097 plans), and a broadcast is refused.
+    #[test]
+    fn a_core_on_a_network_without_data_refuses_a_broadcast() {
+        let now = Instant::now();
+        let mut config = BarrierConfig::new(Algorithm::Dissemination);
+        config.progress_agent = false;
+        for (max_data, refused) in [(0, true), (1000, false)] {
+            let mut c = Core::new(Setup { me: 1, nodes: 4, rails: 1, multicast: true, max_data }, config, now).unwrap();
+            c.joined(1);
+            c.start(now, Call::EnterCollective { call: Collective::Bcast { root: 0 }, count: 8, input: &[0; 8], deadline: None });
+            let done = std::iter::from_fn(|| c.poll_event()).find_map(|e| match e {
+                Event::Done(r) => Some(r),
+                _ => None,
+            });
+            match done {
+                Some(Err(BarrierError::Usage(e))) => assert!(refused && e.contains("carries no data"), "max_data {max_data}: {e}"),
+                other => assert!(!refused && !matches!(other, Some(Err(_))), "max_data {max_data}: {other:?}"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
 mod loss_tests {
     use super::*;
     use crate::model::{Link, LogP};
@@ -605,3 +634,4 @@ mod hierarchy_tests {
         }
     }
 }
+
