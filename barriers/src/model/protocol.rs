@@ -656,10 +656,9 @@ mod findings {
         assert!(lossy.mean() <= 2.0 * clean.mean(), "0.1% loss: mean {:.1} µs against {:.1} lossless; {:?}", lossy.mean(), clean.mean(), lossy.stats);
     }
 
-    /// tree4, 2 nodes, 0.1% loss, seed 2001006: 5 to 7 losses in 2,000
+    /// tree4, 2 nodes, 0.1% loss, seed 2001006: 11 losses in 2,000
     /// barriers, yet node 0 sends its release twice in nearly every barrier
-    /// after the first (about 1,750 copies, where 64 barriers per loss would
-    /// give at most ~450). A message marked RECOVERED sets the receiver's
+    /// (1,981 copies, where 64 barriers per loss would give at most 704). A message marked RECOVERED sets the receiver's
     /// `recovered_in` (and `loss_seen_in`) to its current barrier, so its
     /// own messages of the next barrier carry the mark back: once set, the
     /// mark circulates for ever, multicasts stay doubled and the retry
