@@ -11,6 +11,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::peers::PerPeer;
 use super::{Core, To};
 use crate::engine::{BarrierError, PeerState, MIN_PROBES};
 use crate::transport::{status, Msg, MsgKind, NodeId};
@@ -99,7 +100,7 @@ impl Peer {
 /// What this node knows of its peers, and its verdicts.
 #[derive(Debug)]
 pub(super) struct Liveness {
-    pub(super) peers: Vec<Peer>,
+    pub(super) peers: PerPeer<Peer>,
     /// The silent node this node gave up on in the current barrier.
     pub(super) gave_up: Option<NodeId>,
     /// The silent node named by the error this node's application was last
@@ -120,14 +121,14 @@ pub(super) struct Liveness {
 
 impl Liveness {
     pub(super) fn new(nodes: usize, now: Instant) -> Liveness {
-        Liveness { peers: vec![Peer::default(); nodes], gave_up: None, told: None, report_pending: None, errors: 0, call_started: now }
+        Liveness { peers: PerPeer::new(nodes), gave_up: None, told: None, report_pending: None, errors: 0, call_started: now }
     }
 
     /// Barrier `done` completed: completing it proves every node entered
     /// it, so no node was dead for it, whatever was reported.
     pub(super) fn completed(&mut self, done: u64) {
         self.gave_up = None;
-        for peer in &mut self.peers {
+        for peer in self.peers.iter_mut() {
             if peer.gave_up.is_some_and(|(e, _, _)| e <= done) {
                 peer.gave_up = None;
             }

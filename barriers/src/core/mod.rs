@@ -52,6 +52,7 @@ mod ends;
 mod join;
 mod liveness;
 mod outbox;
+mod peers;
 mod progress;
 mod receive;
 mod recovery;
@@ -87,7 +88,7 @@ pub struct Setup {
     /// way; a simulator charges it accordingly.
     pub multicast: bool,
     /// The most data one message carries beside its [`Msg`] (0: none;
-    /// collectives then cannot run).
+    /// collectives then cannot run, and the core builds no broadcast plans).
     pub max_data: usize,
 }
 
@@ -228,8 +229,13 @@ impl Core {
             return Err(BarrierError::Usage(format!("{n} nodes: too many")));
         }
         let mut plans = vec![plan::build(config.algorithm, n, me, config.rails).map_err(BarrierError::Usage)?];
-        for root in 0..n {
-            plans.push(plan::build_bcast(n, me, root, config.rails).map_err(BarrierError::Usage)?);
+        // A broadcast's plans (one per root) only where one can run: a
+        // network that carries no data runs barriers alone, and a core at
+        // 4,096 nodes then holds one plan, not 4,097.
+        if setup.max_data > 0 {
+            for root in 0..n {
+                plans.push(plan::build_bcast(n, me, root, config.rails).map_err(BarrierError::Usage)?);
+            }
         }
         let expect = Expectations::new(&plans, n).map_err(BarrierError::Usage)?;
         let steps = plans.iter().map(|p| p.steps.len()).max().unwrap_or(0);

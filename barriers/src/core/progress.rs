@@ -21,7 +21,8 @@ use crate::transport::{MsgKind, MISMATCHED, RECOVERED};
 pub(super) const TWICE_FOR: u64 = 64;
 
 /// The plans an epoch can run: the algorithm's ([`BASE`]), then a
-/// release-first broadcast's from each root ([`bcast_variant`]); and what
+/// release-first broadcast's from each root ([`bcast_variant`]; none where
+/// the network carries no data); and what
 /// they wait for, indexed.
 #[derive(Debug)]
 pub(super) struct Plans {
@@ -124,6 +125,7 @@ impl Core {
             return Err(BarrierError::Usage(format!("{call} cannot run on {}: it would count contributions more than once", self.config.algorithm)));
         }
         match call {
+            Collective::Bcast { .. } if self.plans.list.len() == 1 => Err(BarrierError::Usage(format!("{call}: this network carries no data"))),
             Collective::Bcast { root } if root < self.nodes() => Ok(bcast_variant(root)),
             Collective::Bcast { root } => Err(BarrierError::Usage(format!("{call}: no node {root} among {}", self.nodes()))),
             _ => Ok(BASE),

@@ -27,6 +27,7 @@ use super::receive::STATUS_TAG;
 use crate::engine::BarrierConfig;
 use crate::rto::Rto;
 use super::window::parity;
+use super::peers::PerPeer;
 use super::{Core, To};
 use crate::plan::{self, Dest};
 use crate::transport::{Msg, MsgKind, NodeId, MISMATCHED};
@@ -111,7 +112,7 @@ pub(super) struct Recovery {
     /// Whether a peer this step waits for is known to be late.
     pub(super) laggard: Laggard,
     /// Per peer (indexed by node), its last answers: the rate limit.
-    pub(super) answered: Vec<Answered>,
+    pub(super) answered: PerPeer<Answered>,
 }
 
 impl Recovery {
@@ -127,7 +128,7 @@ impl Recovery {
             asked_early: false,
             recovered_in: None,
             laggard: Laggard::Unknown,
-            answered: vec![Answered::default(); nodes],
+            answered: PerPeer::new(nodes),
         }
     }
 }

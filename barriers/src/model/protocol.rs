@@ -399,12 +399,9 @@ impl Net {
                     let f = self.hub[r].pop_front().expect("a frame");
                     let end = t + self.ft;
                     self.hub_busy[r] = end;
-                    let receivers: Vec<usize> = match f.to {
-                        Some(to) if self.s.setup.topology == Topology::Hub => vec![to as usize],
-                        _ if f.to.is_some() => vec![f.to.expect("unicast") as usize],
-                        _ => (0..n).filter(|&x| x != f.from as usize).collect(),
-                    };
-                    for to in receivers {
+                    // A unicast reaches its receiver, a multicast every other node.
+                    let (first, last) = f.to.map_or((0, n), |to| (to as usize, to as usize + 1));
+                    for to in (first..last).filter(|&x| f.to.is_some() || x != f.from as usize) {
                         let i = to * self.rails + r;
                         let nic = (end + self.l_fixed).max(self.rx_free[i]);
                         self.rx_free[i] = nic + self.g_r;
@@ -560,6 +557,46 @@ mod tests {
                 }
             }
         }
+        // The largest size the real protocol completes lossless (beyond, see
+        // the findings), with Auto's pick there.
+        let (setup, n) = (ten_gbe(), 512);
+        let a = crate::model::auto_with(n, 1, &setup, true).0;
+        let out = run(&Scenario::new(a, n, setup, 20)).unwrap();
+        let plan = steady_state(a, n, 1, &setup, 20, 0.0).last_exit;
+        assert!((out.mean() - plan).abs() / plan <= 0.05, "{a} n={n}: protocol {:.3} µs, plans {plan:.3} µs", out.mean());
+        assert_eq!(out.recoveries(), 0, "{a} n={n}: {:?}", out.stats);
+    }
+}
+
+#[cfg(test)]
+mod core_tests {
+    use std::time::Instant;
+
+    use crate::collective::Collective;
+    use crate::core::{Call, Core, Event, Setup};
+    use crate::{Algorithm, BarrierConfig, BarrierError};
+
+    /// The simulator's cores carry no data (`max_data` 0): they build the
+    /// algorithm's plan alone, no broadcast plan per root (which made a core
+    /// at 4,096 nodes hold 4,097 plans), and a broadcast is refused.
+    #[test]
+    fn a_core_on_a_network_without_data_refuses_a_broadcast() {
+        let now = Instant::now();
+        let mut config = BarrierConfig::new(Algorithm::Dissemination);
+        config.progress_agent = false;
+        for (max_data, refused) in [(0, true), (1000, false)] {
+            let mut c = Core::new(Setup { me: 1, nodes: 4, rails: 1, multicast: true, max_data }, config, now).unwrap();
+            c.joined(1);
+            c.start(now, Call::EnterCollective { call: Collective::Bcast { root: 0 }, count: 8, input: &[0; 8], deadline: None });
+            let done = std::iter::from_fn(|| c.poll_event()).find_map(|e| match e {
+                Event::Done(r) => Some(r),
+                _ => None,
+            });
+            match done {
+                Some(Err(BarrierError::Usage(e))) => assert!(refused && e.contains("carries no data"), "max_data {max_data}: {e}"),
+                other => assert!(!refused && !matches!(other, Some(Err(_))), "max_data {max_data}: {other:?}"),
+            }
+        }
     }
 }
 
@@ -584,6 +621,84 @@ mod loss_tests {
     }
 }
 
+/// Findings for the protocol's recovery (issue 29), each a fixed seed that
+/// reproduces exactly. Ignored while they fail: they assert what the
+/// recovery should do.
+#[cfg(test)]
+mod findings {
+    use super::*;
+    use crate::model::{Link, LogP};
+    use crate::plan::{Fanout, Release};
+
+    const TREE4: Algorithm = Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast };
+
+    fn ten_gbe() -> Setup {
+        Setup::preset(&LogP::REFERENCE, Link::GBE_10)
+    }
+
+    /// tree4, 64 nodes, 10 GbE, 0.1% loss, seed 64001192 (the sweep's):
+    /// after the first loss every barrier takes ~620 µs against 19.8
+    /// lossless (31×). Nodes 1-63 each NACK node 0's release about 3 times
+    /// a barrier (927 NACKs each over 312 barriers), node 0 answers every
+    /// NACK with a unicast copy (67,575 answers, ~216 a barrier, 2.7 µs of
+    /// o_s each: ~583 µs of its CPU), which delays its next release beyond
+    /// every leaf's retry timeout, and so on: a NACK implosion that
+    /// sustains itself. The retry timeouts stay frozen (no sample is taken
+    /// while RECOVERED marks circulate: see the next finding, and a probed
+    /// peer's message teaches nothing).
+    #[test]
+    #[ignore = "finding for issue 29 (recovery): a NACK implosion at the release's root, seed 64001192, see the doc comment"]
+    fn one_loss_does_not_slow_every_later_barrier() {
+        let clean = run(&Scenario::new(TREE4, 64, ten_gbe(), 312)).unwrap();
+        let mut s = Scenario::new(TREE4, 64, ten_gbe(), 312).loss(Loss::Independent(0.001));
+        s.seed = 64_001_192;
+        let lossy = run(&s).unwrap();
+        assert!(lossy.mean() <= 2.0 * clean.mean(), "0.1% loss: mean {:.1} µs against {:.1} lossless; {:?}", lossy.mean(), clean.mean(), lossy.stats);
+    }
+
+    /// tree4, 2 nodes, 0.1% loss, seed 2001006: 11 losses in 2,000
+    /// barriers, yet node 0 sends its release twice in nearly every barrier
+    /// (1,981 copies, where 64 barriers per loss would give at most 704). A message marked RECOVERED sets the receiver's
+    /// `recovered_in` (and `loss_seen_in`) to its current barrier, so its
+    /// own messages of the next barrier carry the mark back: once set, the
+    /// mark circulates for ever, multicasts stay doubled and the retry
+    /// timeout never learns again.
+    #[test]
+    #[ignore = "finding for issue 29 (recovery): the RECOVERED mark circulates for ever after one loss, seed 2001006, see the doc comment"]
+    fn the_recovered_mark_dies_out_after_a_loss() {
+        let mut s = Scenario::new(TREE4, 2, ten_gbe(), 2000).loss(Loss::Independent(0.001));
+        s.seed = 2_001_006;
+        let out = run(&s).unwrap();
+        assert!(out.stats.copies <= 64 * out.lost.max(1), "{} lost, {} copies: {:?}", out.lost, out.stats.copies, out.stats);
+    }
+}
+
+/// (Findings, continued.)
+#[cfg(test)]
+mod findings_lossless {
+    use super::*;
+    use crate::model::{steady_state, Link, LogP};
+
+    /// Lossless, 1,024 nodes, Auto's pick, 10 GbE: from about the 4th
+    /// barrier on, every node NACKs node 0's release (tag 1) and node 0
+    /// answers each with a unicast; one simulated barrier then takes about
+    /// 200 ms (280,000 NACKs in the first million events; 512 nodes run at
+    /// the plan simulator's 21.0 µs with 0 recoveries). Not yet explained:
+    /// with costs that never vary, a learned retry timeout (srtt + 4
+    /// rttvar) converges on the step time itself, so a leaf's retry may
+    /// come with its release; at this size node 0's answers then hold its
+    /// next release past every timeout, as in the 0.1%-loss finding.
+    #[test]
+    #[ignore = "finding for issue 29 (recovery): a lossless NACK implosion at 1,024 nodes (minutes of wall time), see the doc comment"]
+    fn lossless_1024_nodes_run_at_the_plan_simulators_time() {
+        let (setup, n) = (Setup::preset(&LogP::REFERENCE, Link::GBE_10), 1024);
+        let a = crate::model::auto_with(n, 1, &setup, true).0;
+        let out = run(&Scenario::new(a, n, setup, 20)).unwrap();
+        let plan = steady_state(a, n, 1, &setup, 20, 0.0).last_exit;
+        assert!(out.mean() <= 1.05 * plan && out.recoveries() == 0, "{a} n={n}: {:.1} µs against {plan:.1}; {:?}", out.mean(), out.stats);
+    }
+}
+
 #[cfg(test)]
 mod hierarchy_tests {
     use super::*;
@@ -605,3 +720,4 @@ mod hierarchy_tests {
         }
     }
 }
+
