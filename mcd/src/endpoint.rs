@@ -1172,4 +1172,30 @@ mod tests {
             assert_ne!(filter::interpret(&program, &data, packet_type), 0, "{data:02x?} type {packet_type}");
         }
     }
+
+    #[test]
+    #[ignore = "finding 4 (rev27): a node whose rails share one MAC (VLAN interfaces of one NIC: the node list allows it) has a multicast frame of rail 0 delivered again on rail 1, a fresh counter in rail 1's window"]
+    fn rev27_a_frame_replayed_on_another_rail_is_dropped_even_when_the_rails_share_a_mac() {
+        // Review of issue 27 (rev27). The README: "a frame replayed on
+        // another rail than its own carries its own rail's MACs, which the
+        // tag covers, and is dropped there as an unknown source". Not when
+        // a node's rails have one MAC (eth0.10 and eth0.20, say: NodeList
+        // takes `MAC MAC port`). Node 1's multicast frame, read on rail 0,
+        // is sent again by an attacker on rail 1's segment.
+        let shared = MacAddr([2, 0, 0, 0, 0, 9]);
+        let nodes = NodeList::new(vec![
+            NodeAddr { macs: vec![ME, ME], port: 3 },
+            NodeAddr { macs: vec![shared, shared], port: 1 },
+        ])
+        .unwrap();
+        let mut d = authenticated_demux_on(2);
+        d.nodes = nodes;
+        let mut multicast = UNICAST_FRAME.to_vec();
+        multicast[..6].copy_from_slice(&[0x03, 0x12, 0x34, 0x56, 0x78, 0]);
+        let group = signed(&multicast, 1, 9001);
+        let frame = RxFrame { data: &group, wire_len: group.len(), packet_type: pkttype::MULTICAST };
+        let (msg, counter) = d.accept(&frame, 0, ME).expect("the original on rail 0");
+        d.record(&msg, counter);
+        assert!(d.accept(&frame, 1, ME).is_err(), "the same frame again, on rail 1, is delivered a second time");
+    }
 }
