@@ -1212,7 +1212,7 @@ mod tests {
         let live = 1_790_000_000 * SECOND;
         let recorded = live - SECOND + 5 * SECOND;
         let mut d = authenticated_demux();
-        let mut deliver = |d: &mut Demux, counter: u64| {
+        let deliver = |d: &mut Demux, counter: u64| {
             let data = signed(&UNICAST_FRAME, 1, counter);
             let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
             let verdict = d.accept(&frame, 0, ME);
@@ -1225,5 +1225,25 @@ mod tests {
         for i in 0..10 {
             assert_eq!(deliver(&mut d, live + i), Ok(()), "node 1's live frame {i}");
         }
+    }
+
+    #[test]
+    fn rev27_a_nodes_own_signed_frame_sent_back_to_it_is_dropped_and_recorded_nowhere() {
+        // Review of issue 27 (rev27), what held: reflections. Node 0's own
+        // multicast (valid tag, its own MAC, port and number) sent back to
+        // it by an attacker is not for it, and leaves every window as it was.
+        let mut own = UNICAST_FRAME.to_vec();
+        own[offset::DST_MAC..offset::DST_MAC + 6].copy_from_slice(&[0x03, 0x12, 0x34, 0x56, 0x78, 0]);
+        own[offset::SRC_MAC..offset::SRC_MAC + 6].copy_from_slice(&ME.0);
+        own[offset::SRC_PORT] = 3;
+        own[offset::SRC_NODE..offset::SRC_NODE + 2].copy_from_slice(&0u16.to_be_bytes());
+        let mut d = authenticated_demux();
+        for packet_type in [pkttype::MULTICAST, pkttype::OUTGOING, pkttype::HOST] {
+            let data = signed(&own, 1, 7000);
+            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type };
+            assert_eq!(d.accept(&frame, 0, ME).map(|_| ()), Err(DropReason::NotForMe));
+        }
+        let v = d.verifier.as_mut().unwrap();
+        assert_eq!((v.window(0, 0).highest(), v.window(1, 0).highest()), (0, 0));
     }
 }
