@@ -87,3 +87,52 @@ fn root_a_join_recorded_before_the_incarnation_wrap_and_replayed_does_not_fail_t
     }
     assert_all_done(&ends, "run 2, one join of run 1 (before the wrap) replayed to node 0");
 }
+
+/// Finding 2 on the wire (the endpoint's half). Run 1's node 1 ran on a
+/// clock an hour ahead (a host whose clock was fast, set right since, or
+/// another host than run 2's node 1); its frames were recorded. Run 2 (the
+/// same key file, node 1 on time): while node 0 computes before barrier 2,
+/// the attacker replays ONE frame of run 1's node 1. It verifies and is new
+/// to node 0's new endpoint, which records its counter (an hour of
+/// nanoseconds above node 1's live ones) before the engine drops it as
+/// another instance's: every live frame of node 1 is then older than node
+/// 0's window for it, dropped as a replay, and node 0 names node 1 dead.
+#[test]
+#[ignore = "finding 2 (rev27): one frame of an earlier run whose sender's clock was ahead, replayed once, lifts the receiver's replay window above the live sender's counters: node 0 drops every live frame of node 1 and names it dead"]
+fn root_one_frame_of_a_run_on_a_clock_ahead_replayed_does_not_silence_a_live_node() {
+    assert!(Path::new(FAKETIME).exists(), "this test needs {FAKETIME}: apt-get install libfaketime");
+    let c = cluster(ClusterSpec::new("rj27c2", 2).topology(Topology::Hub));
+    let attacker = Attacker::plug(&c);
+    let key = c.new_job_key_file().expect("a key file for both runs");
+    let same_key = |second: bool| {
+        let key = key.display().to_string();
+        move |node: usize| {
+            let mut env = vec![
+                (mcd::auth::KEY_FILE_VAR, key.clone()),
+                ("MCD_TEST_FAILURE_MS", "2000".to_string()),
+                ("MCD_TEST_JOIN_MS", "5000".to_string()),
+            ];
+            if !second && node == 1 {
+                env.push(("LD_PRELOAD", FAKETIME.to_string()));
+                env.push(("FAKETIME", "+3600".to_string()));
+                env.push(("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()));
+            }
+            if second && node == 0 {
+                env.push(("MCD_TEST_COMPUTE", "2:1500".to_string()));
+            }
+            env
+        }
+    };
+    let first = Job::start(&c, PEER, Auth::On, "dissemination", 3, same_key(false));
+    let ends = first.finish(EVENT);
+    assert_all_done(&ends, "run 1");
+    let recorded = attacker.seen(|f| f.src() == 1 && f.msg().is_some_and(|m| m.kind != MsgKind::Join));
+    assert!(!recorded.is_empty(), "node 1's barrier frames of run 1 were seen");
+    let second = Job::start(&c, PEER, Auth::On, "dissemination", 5, same_key(true));
+    second.wait_line(0, "computing", EVENT);
+    let mut attacker = attacker;
+    attacker.send(&recorded[recorded.len() - 1].forge()); // a replay: not one byte changed
+    let ends = second.finish(EVENT);
+    eprintln!("run 2 after one replayed frame of run 1:\n{}", show(&ends));
+    assert_all_done(&ends, "run 2, one frame of run 1 (node 1 an hour ahead) replayed to node 0");
+}
