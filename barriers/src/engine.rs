@@ -796,3 +796,29 @@ impl<T: Transport> Engine<T> {
         let _ = self.flush();
     }
 }
+
+#[cfg(test)]
+mod rev27_tests {
+    use super::new_incarnation;
+
+    #[test]
+    #[ignore = "finding 1 (rev27): new_incarnation keeps 40 bits of microseconds, so it wraps every 12.7 days and a Join recorded before the last wrap outranks every live one"]
+    fn rev27_an_incarnation_drawn_now_is_larger_than_any_drawn_earlier() {
+        // The README (Security, Join): "a newer incarnation of the same node
+        // replaces it, and an older one is refused without effect". What an
+        // incarnation drawn one microsecond before the last wrap of its
+        // 40-bit time field held (the same formula, at that time):
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64;
+        let period = 1u64 << 40;
+        let last_wrap = now - now % period;
+        let before_wrap = last_wrap - 1;
+        let earlier = (before_wrap << 24) | 1;
+        let days_ago = (now - before_wrap) as f64 / 86_400e6;
+        let live = new_incarnation();
+        assert!(
+            live > earlier,
+            "an incarnation drawn {days_ago:.1} days ago ({earlier:#x}) outranks one drawn now ({live:#x}): the time field wraps every {:.1} days",
+            period as f64 / 86_400e6
+        );
+    }
+}

@@ -627,4 +627,52 @@ mod tests {
         assert_eq!(format!("{a:?}"), "JobSecret(..)");
         assert!(JobSecret::from_slice(&[0; 15]).is_err());
     }
+
+    mod rev27 {
+        //! Review of issue 27 (rev27): the replay window against a model
+        //! of what it promises, around the 512 boundary.
+        use super::super::{ReplayWindow, REPLAY_WINDOW};
+        use proptest::prelude::*;
+        use std::collections::BTreeSet;
+
+        /// Steps from the last counter: mostly near the window's edge.
+        fn step() -> impl Strategy<Value = i64> {
+            prop_oneof![
+                -3i64..4,
+                Just(REPLAY_WINDOW as i64 - 1),
+                Just(REPLAY_WINDOW as i64),
+                Just(REPLAY_WINDOW as i64 + 1),
+                Just(-(REPLAY_WINDOW as i64) + 1),
+                Just(-(REPLAY_WINDOW as i64)),
+                Just(-(REPLAY_WINDOW as i64) - 1),
+                -1100i64..1100,
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+            #[test]
+            fn the_window_takes_a_counter_iff_unseen_and_within_512_of_the_highest(
+                steps in proptest::collection::vec(step(), 1..400),
+                base in prop_oneof![Just(1u64), Just(1_790_000_000_000_000_000u64), Just(u64::MAX - 5_000)],
+            ) {
+                let mut w = ReplayWindow::default();
+                let mut seen = BTreeSet::new();
+                let mut top = 0u64;
+                let mut c = base as i128;
+                for s in steps {
+                    c = (c + s as i128).clamp(0, u64::MAX as i128);
+                    let counter = c as u64;
+                    let fresh = counter != 0 && !seen.contains(&counter) && (counter > top || top - counter < REPLAY_WINDOW);
+                    prop_assert_eq!(w.check(counter), fresh, "counter {} (top {})", counter, top);
+                    if fresh {
+                        w.record(counter);
+                        seen.insert(counter);
+                        top = top.max(counter);
+                    }
+                    prop_assert_eq!(w.highest(), top);
+                }
+            }
+        }
+    }
 }

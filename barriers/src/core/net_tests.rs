@@ -380,3 +380,98 @@ fn a_verdict_does_not_outlive_the_silent_peers_return() {
     net.all(&everyone, |_| Call::Wait { deadline: None });
     assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "an error after node 3 came back: {:?}", net.done);
 }
+
+#[test]
+#[ignore = "finding 1 (rev27): a Join replayed from an earlier run whose incarnation is numerically larger (recorded before the 2^40 us wrap of new_incarnation, up to 12.7 days ago) wins over the live node's, which is refused: one replayed frame fails the join"]
+fn rev27_a_replayed_join_with_a_larger_incarnation_does_not_refuse_the_live_node() {
+    // Review of issue 27 (rev27). `new_incarnation` keeps the time in
+    // microseconds in the high 40 bits only: it wraps every 2^40 us (12.7
+    // days), so a Join recorded before the last wrap, with the same key
+    // file, has a LARGER incarnation than any live one. Node 0 keeps the
+    // largest ("the newest wins"): the live node 1 is sent an Admit that
+    // echoes the old incarnation (ignored), then refused on every request.
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    config.join_timeout = Duration::from_secs(1);
+    let mut net = Net::new(3, config);
+    for p in [0, 2] {
+        net.create(p, 100 + p as u64);
+    }
+    // Recorded in an earlier run, just before the wrap: time bits all ones.
+    let recorded = (0xFF_FFFF_FFFFu64 << 24) | 0x12_3457;
+    let replayed = Msg { kind: MsgKind::Join, instance: recorded, epoch: 0, tag: 0, arg: fingerprint_of(&config, PROTOCOL) };
+    net.wire.push((net.now + LATENCY, 1, 0, 0, replayed, Vec::new()));
+    net.run_until(net.now + Duration::from_millis(2));
+    assert!(net.joined[0].is_some(), "node 0 admitted the replayed request (the case under test)");
+    net.create(1, 101);
+    net.run_until(net.now + config.join_timeout + Duration::from_millis(10));
+    joined_and_running(&mut net);
+}
+
+#[test]
+fn rev27_a_replayed_join_arriving_after_the_live_one_with_a_smaller_incarnation_is_harmless() {
+    // Review of issue 27 (rev27), what held: node 1's live Join first, then
+    // a replay of an earlier run's (smaller incarnation) before node 2
+    // joins: node 0 keeps the live one and every node runs.
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    config.join_timeout = Duration::from_secs(1);
+    let mut net = Net::new(3, config);
+    net.create(0, 100);
+    net.create(1, 101);
+    net.run_until(net.now + Duration::from_millis(2));
+    let replayed = Msg { kind: MsgKind::Join, instance: 7, epoch: 0, tag: 0, arg: fingerprint_of(&config, PROTOCOL) };
+    net.wire.push((net.now + LATENCY, 1, 0, 0, replayed, Vec::new()));
+    net.run_until(net.now + Duration::from_millis(2));
+    assert!(net.joined[0].is_none() && net.joined[1].is_none(), "node 2 has not asked yet");
+    net.create(2, 102);
+    net.run_until(net.now + config.join_timeout + Duration::from_millis(10));
+    joined_and_running(&mut net);
+}
+
+#[test]
+fn rev27_an_earlier_runs_frames_filling_a_joining_nodes_stash_cost_no_barrier() {
+    // Review of issue 27 (rev27), what held: frames of an earlier run with
+    // the same key verify and are new to a new endpoint, so they reach a
+    // joining node's engine, which keeps up to JOIN_STASH messages that
+    // come before its admission. An attacker fills node 1's stash with an
+    // earlier run's data (4096 frames, each sent once) while its Admit is
+    // lost; node 2's real entry for barrier 0 finds the stash full. The
+    // barrier still completes everywhere, with the right instance.
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    config.join_timeout = Duration::from_secs(1);
+    let mut net = Net::new(3, config);
+    let mut lost = false;
+    net.rule = Some(Box::new(move |_, to, m: &Msg| {
+        if to == 1 && m.kind == MsgKind::Admit && !lost {
+            lost = true;
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    }));
+    for p in 0..3 {
+        net.create(p, 100 + p as u64);
+    }
+    let at = net.now + LATENCY / 2;
+    for i in 0..4096u32 {
+        let old = Msg { kind: MsgKind::Data, instance: 0x01d0_u64 | 1, epoch: i % 4, tag: 0, arg: i };
+        net.wire.push((at, 2, 1, 0, old, Vec::new()));
+    }
+    net.run_until(net.now + Duration::from_micros(100));
+    assert!(net.joined[1].is_none(), "node 1's Admit was lost (the case under test)");
+    assert!(net.joined[0].is_some() && net.joined[2].is_some());
+    let start = net.now;
+    net.call(0, Call::Wait { deadline: None });
+    net.call(2, Call::Wait { deadline: None });
+    net.run_until(net.now + Duration::from_micros(100));
+    assert!(net.joined[1].is_none(), "node 2's entry reached node 1 before its admission");
+    net.call(1, Call::Wait { deadline: None });
+    let limit = net.now + Duration::from_secs(5);
+    while net.done.iter().any(Option::is_none) && net.now < limit {
+        let step = net.now + Duration::from_millis(1);
+        net.run_until(step);
+    }
+    assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "{:?} after {:?}", net.done, net.now - start);
+    assert!(net.now - start < Duration::from_millis(200), "within the failure timeout: {:?}", net.now - start);
+    let instances: Vec<_> = net.joined.iter().map(|j| j.clone().expect("joined").expect("joined")).collect();
+    assert!(instances.iter().all(|&i| i == instances[0]), "{instances:?}");
+}
