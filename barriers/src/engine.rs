@@ -367,16 +367,25 @@ impl From<TransportError> for BarrierError {
     }
 }
 
-/// A new incarnation: the time in microseconds in the high 40 bits (so a
-/// later barrier of a process has a larger one, for about 12 days), and 24
-/// random bits (std's per-process random hash keys, mixed with the time
-/// and the pid) below.
+/// A new incarnation ([`incarnation_at`] now): a later barrier of a process,
+/// or a later process of a node, has a larger one as long as its clock did
+/// not step back; the random bits are std's per-process random hash keys,
+/// mixed with the time and the pid.
 fn new_incarnation() -> u64 {
-    let micros = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(micros);
+    h.write_u128(since_epoch.as_nanos());
     h.write_u32(std::process::id());
-    ((micros as u64) << 24) | (h.finish() & 0xFF_FFFF) | 1
+    incarnation_at(since_epoch, h.finish())
+}
+
+/// The incarnation drawn `since_epoch` after 1970 with the random bits
+/// `random`: the milliseconds in the top 44 bits (they wrap after 557 years,
+/// so a later process of a node always outranks an earlier one, across runs
+/// too, as long as the clocks agree), 20 random bits below them, never 0.
+fn incarnation_at(since_epoch: std::time::Duration, random: u64) -> u64 {
+    let millis = since_epoch.as_millis() as u64 & ((1 << 44) - 1);
+    (millis << 20) | (random & 0xF_FFFF) | 1
 }
 
 /// splitmix64's finaliser.
@@ -799,26 +808,21 @@ impl<T: Transport> Engine<T> {
 
 #[cfg(test)]
 mod rev27_tests {
-    use super::new_incarnation;
+    use super::incarnation_at;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+    /// Finding 1 (rev27): the incarnation kept 40 bits of microseconds and
+    /// wrapped every 12.7 days, so a Join recorded before the last wrap
+    /// outranked every live one. Now a later draw outranks every earlier one,
+    /// whatever the random bits, back to any recording a year old.
     #[test]
-    #[ignore = "finding 1 (rev27): new_incarnation keeps 40 bits of microseconds, so it wraps every 12.7 days and a Join recorded before the last wrap outranks every live one"]
     fn rev27_an_incarnation_drawn_now_is_larger_than_any_drawn_earlier() {
-        // The README (Security, Join): "a newer incarnation of the same node
-        // replaces it, and an older one is refused without effect". What an
-        // incarnation drawn one microsecond before the last wrap of its
-        // 40-bit time field held (the same formula, at that time):
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64;
-        let period = 1u64 << 40;
-        let last_wrap = now - now % period;
-        let before_wrap = last_wrap - 1;
-        let earlier = (before_wrap << 24) | 1;
-        let days_ago = (now - before_wrap) as f64 / 86_400e6;
-        let live = new_incarnation();
-        assert!(
-            live > earlier,
-            "an incarnation drawn {days_ago:.1} days ago ({earlier:#x}) outranks one drawn now ({live:#x}): the time field wraps every {:.1} days",
-            period as f64 / 86_400e6
-        );
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let live = incarnation_at(now, 0);
+        for ago_ms in [1u64, 1_000, 86_400_000, 1_099_511_628, 1_099_511_627_776 / 1_000 + 1, 365 * 86_400_000] {
+            let earlier = incarnation_at(now - Duration::from_millis(ago_ms), u64::MAX);
+            assert!(live > earlier, "an incarnation drawn {ago_ms} ms ago ({earlier:#x}) outranks one drawn now ({live:#x})");
+        }
+        assert_ne!(incarnation_at(Duration::ZERO, 0), 0, "an incarnation is never 0");
     }
 }

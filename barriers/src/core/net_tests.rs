@@ -382,7 +382,7 @@ fn a_verdict_does_not_outlive_the_silent_peers_return() {
 }
 
 #[test]
-#[ignore = "finding 1 (rev27): a Join replayed from an earlier run whose incarnation is numerically larger (recorded before the 2^40 us wrap of new_incarnation, up to 12.7 days ago) wins over the live node's, which is refused: one replayed frame fails the join"]
+#[ignore = "finding 2 (rev27), the Join half: a Join replayed from an earlier run whose incarnation is numerically larger (drawn on a clock that was ahead; before the fix of finding 1 also any Join recorded before the 12.7-day wrap) wins over the live node's, which is refused: one replayed frame fails the join"]
 fn rev27_a_replayed_join_with_a_larger_incarnation_does_not_refuse_the_live_node() {
     // Review of issue 27 (rev27). `new_incarnation` keeps the time in
     // microseconds in the high 40 bits only: it wraps every 2^40 us (12.7
