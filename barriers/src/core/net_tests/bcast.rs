@@ -22,8 +22,10 @@ use crate::transport::{Msg, MsgKind, NodeId};
 enum Step {
     /// A broadcast of round `k`'s `len` bytes from `root`.
     Bcast { root: NodeId, k: usize, len: usize },
-    /// A barrier.
+    /// A barrier (completes one entered with [`Step::Enter`]).
     Barrier,
+    /// Enters a barrier without waiting (split phase).
+    Enter,
     /// Computing: no call for this long.
     Compute(Duration),
 }
@@ -57,12 +59,20 @@ enum At {
 /// Runs each node's script over `net` until every node has stopped or
 /// `limit` has passed; every call may last `deadline`. `tick` runs at each
 /// step of 100 µs of virtual time. Returns each node's outcomes, in order,
-/// and whether it got through its script.
-fn run_scripts(
+/// and whether it got through its script. A node stops at its first error
+/// (as a program does).
+fn run_scripts(net: &mut Net, scripts: &[Vec<Step>], limit: Duration, deadline: Duration, tick: impl FnMut(&mut Net)) -> Vec<(Vec<Outcome>, bool)> {
+    run_scripts_on(net, scripts, limit, deadline, false, tick)
+}
+
+/// [`run_scripts`], where `go_on`: a node goes on after an error (a
+/// program that reports it and calls again).
+fn run_scripts_on(
     net: &mut Net,
     scripts: &[Vec<Step>],
     limit: Duration,
     deadline: Duration,
+    go_on: bool,
     mut tick: impl FnMut(&mut Net),
 ) -> Vec<(Vec<Outcome>, bool)> {
     let n = scripts.len();
@@ -93,6 +103,16 @@ fn run_scripts(
                                 net.call(p, Call::Wait { deadline });
                                 at[p] = At::Waiting(now);
                             }
+                            Step::Enter => {
+                                let result = net.cores[p].enter(now);
+                                net.flush(p);
+                                let failed = result.is_err();
+                                out[p].push(Outcome { step: next[p], called: now, returned: now, result });
+                                next[p] += 1;
+                                if failed && !go_on {
+                                    at[p] = At::Stopped;
+                                }
+                            }
                             Step::Compute(d) => at[p] = At::Computing(now + d),
                         }
                     }
@@ -122,7 +142,7 @@ fn run_scripts(
                         let failed = result.is_err();
                         out[p].push(Outcome { step, called, returned: now, result });
                         next[p] += 1;
-                        at[p] = if failed { At::Stopped } else { At::Idle };
+                        at[p] = if failed && !go_on { At::Stopped } else { At::Idle };
                     }
                 }
             }
@@ -322,5 +342,83 @@ fn a_slow_root_and_a_non_root_computing_past_the_failure_timeout_are_waited_for_
                 }
             }
         }
+    }
+}
+
+/// A mismatch of a broadcast's count (node 2 calls with another) against
+/// the implied end: each node's outcomes, and whether each ends in the
+/// mismatch error.
+fn mismatch_error(r: &Result<(), BarrierError>) -> bool {
+    matches!(r, Err(BarrierError::Usage(e)) if e.contains("mismatch"))
+}
+
+#[test]
+fn a_late_root_that_goes_on_after_its_mismatch_error_hides_the_mismatch_from_no_node() {
+    // (Over threads in tests/bcast_implied_end_attack.rs before.) Node 2
+    // calls bcast(root 1) with another count; the root, node 1, calls 50
+    // ms late, so it completes the epoch and reports the mismatch inside
+    // its own call; every node calls twice, whatever the outcome, so the
+    // root's second call is a broadcast of its own at once. Node 0 made
+    // the root's exact call and has its data; the mismatch reaches it only
+    // in the end, 30 ms late: with the implied end, the root's next data
+    // counted as an end that agrees and node 0 never heard of it. Every
+    // node must get the mismatch error.
+    for algorithm in [Algorithm::Concurrent, Algorithm::OnePhase] {
+        let config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_secs(10));
+        let mut net = Net::new(3, config);
+        net.rule = Some(Box::new(|_, to, m| match (m.kind, m.tag) {
+            (MsgKind::Data, tag::BCAST_DONE) if to == 0 => Fate::Delay(Duration::from_millis(30)),
+            _ => Fate::Deliver,
+        }));
+        let lens = [8usize, 8, 12];
+        let scripts: Vec<Vec<Step>> = (0..3)
+            .map(|me| {
+                let mut s = if me == 1 { vec![Step::Compute(Duration::from_millis(50))] } else { Vec::new() };
+                s.extend((0..2).map(|k| Step::Bcast { root: 1, k, len: lens[me] }));
+                s
+            })
+            .collect();
+        let outs = run_scripts_on(&mut net, &scripts, Duration::from_secs(5), Duration::from_secs(1), true, |_| {});
+        for (me, (o, _)) in outs.iter().enumerate() {
+            assert!(o.iter().any(|x| mismatch_error(&x.result)), "{algorithm}: node {me} never got a mismatch error: {o:?}; all: {outs:?}");
+        }
+    }
+}
+
+#[test]
+fn a_root_entering_a_split_phase_barrier_after_a_background_mismatch_and_a_node_waiting_for_the_end_get_the_mismatch() {
+    // (Over threads in tests/bcast_implied_end_attack.rs before.) Nodes 0
+    // and 1 (the root) call bcast(root 1) with 8 bytes, node 2 with 12;
+    // nobody calls late. Each node then computes 20 ms (the epoch
+    // completes in the background: the root finds the mismatch and sends
+    // the end, which says so) and enters a barrier: the root split phase
+    // (enter, then wait), node 0 with wait. Every end (and answer for it)
+    // to node 0 is 100 ms late; node 2's entry is 5 ms late (the root's
+    // call returns at its data). Node 0 learns the mismatch only from the
+    // end (with the implied end, the root's barrier arrival counted as an
+    // end that agrees); the root's enter after its background mismatch
+    // must fail with it, not enter the next epoch and end at the deadline.
+    let config = BarrierConfig::new(Algorithm::OnePhase).timeouts(Duration::from_millis(1), Duration::from_secs(10));
+    let mut net = Net::new(3, config);
+    net.rule = Some(Box::new(|from, to, m| match (m.kind, m.tag) {
+        (MsgKind::Data | MsgKind::Answer, tag::BCAST_DONE) if to == 0 => Fate::Delay(Duration::from_millis(100)),
+        (MsgKind::Data, tag::BCAST_ENTERED) if from == 2 => Fate::Delay(Duration::from_millis(5)),
+        _ => Fate::Deliver,
+    }));
+    let lens = [8usize, 8, 12];
+    let scripts: Vec<Vec<Step>> = (0..3)
+        .map(|me| {
+            let mut s = vec![Step::Bcast { root: 1, k: 0, len: lens[me] }, Step::Compute(Duration::from_millis(20))];
+            if me == 1 {
+                s.push(Step::Enter);
+            }
+            s.push(Step::Barrier);
+            s
+        })
+        .collect();
+    let outs = run_scripts(&mut net, &scripts, Duration::from_secs(5), Duration::from_millis(600), |_| {});
+    for me in [0, 1, 2] {
+        let last = outs[me].0.last().map(|x| &x.result);
+        assert!(last.is_some_and(mismatch_error), "node {me} ends with {last:?}; all: {outs:?}");
     }
 }
