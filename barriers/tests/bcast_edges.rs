@@ -1,11 +1,12 @@
 //! The release-first broadcast (issue 16) at its edges, on the in-process
 //! transport (no root): calls that do not match (every node must get an
-//! error, never wrong data and never a hang), a root much slower or faster
-//! than the others, a non-root computing while the root waits for its
-//! entry, the last broadcast before finish, the epoch crossing
-//! 2^32, one and two nodes, and long mixed sequences under heavy loss,
-//! duplication and reordering on every algorithm. Barriers among them are
-//! checked with the shared-clock safety check.
+//! error, never wrong data and never a hang), the last broadcast before
+//! finish, the epoch crossing 2^32, one and two nodes, and long mixed
+//! sequences under heavy loss, duplication and reordering on every
+//! algorithm. Barriers among them are checked with the shared-clock safety
+//! check. A root much slower than the others and a non-root computing while
+//! the root waits for its entry are protocol behaviour that needs time to
+//! pass: they run in virtual time (`src/core/net_tests/bcast.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -13,11 +14,6 @@ use barriers::check::{check, Timeline};
 use barriers::mem::{self, Faults, MemTransport};
 use barriers::threads::run_per_node_unfinished;
 use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, Fanout, Op, Release};
-
-
-fn sleep(ms: u64) {
-    std::thread::sleep(Duration::from_millis(ms));
-}
 
 /// What a node calls in a mismatch case.
 #[derive(Clone, Copy, Debug)]
@@ -243,51 +239,6 @@ fn mixed_broadcasts_from_changing_roots_survive_heavy_loss_duplication_and_reord
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-#[test]
-fn a_slow_root_and_a_non_root_computing_past_the_failure_timeout_are_waited_for_not_declared_dead() {
-    const FAILURE_MS: u64 = 150;
-    let runs: Vec<_> = [Algorithm::Concurrent, Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast }, Algorithm::Dissemination]
-        .into_iter()
-        .enumerate()
-        .map(|(i, algorithm)| {
-            std::thread::spawn(move || {
-                let n = 2 + i; // 2 nodes too: their broadcast has no end message
-                let config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_millis(FAILURE_MS));
-                let faults = Faults { loss: 0.3, duplicate: 0.1, max_delay: Duration::from_micros(200), seed: 77 + i as u64 };
-                let results = run_per_node_unfinished(mem::network(n, 1, faults), config, move |me, mut b| {
-                    let mut timeline = Timeline::default();
-                    for k in 0..4 {
-                        let root = k % 2; // changing roots
-                        if me == root && k < 2 {
-                            // The root comes late: the others wait for its data.
-                            sleep(FAILURE_MS * 2);
-                        }
-                        let mut data = if me == root { payload(root, k) } else { vec![0; 4] };
-                        b.bcast(&mut data, root)?;
-                        assert_eq!(data, payload(root, k), "{algorithm}: round {k} at node {me}");
-                        if me == n - 1 {
-                            // A non-root computes while the root waits for its
-                            // entry (perhaps lost): the agent answers.
-                            sleep(FAILURE_MS * 2);
-                        }
-                        let entered = Instant::now();
-                        b.wait()?;
-                        timeline.record(entered, Instant::now());
-                    }
-                    b.finish()?;
-                    Ok::<_, BarrierError>(timeline)
-                });
-                let timelines: Vec<Timeline> = results.into_iter().enumerate().map(|(i, r)| r.unwrap_or_else(|e| panic!("{algorithm}: node {i}: {e}"))).collect();
-                let (violations, checked) = check(&timelines);
-                assert_eq!((violations, checked), (vec![], 4), "{algorithm}");
-            })
-        })
-        .collect();
-    for run in runs {
-        run.join().expect("a run failed");
-    }
 }
 
 #[test]

@@ -12,12 +12,13 @@ use crate::engine::{BarrierConfig, BarrierError};
 use crate::plan::{Algorithm, Fanout, Release};
 use crate::transport::{Msg, MsgKind, NodeId};
 
+mod bcast;
+
 const INSTANCE: u64 = 0x5eed;
 const LATENCY: Duration = Duration::from_micros(20);
 
 /// What a rule does with a message: deliver it after the latency, after
 /// longer, or never.
-#[allow(dead_code)] // (kept for the tests to come)
 enum Fate {
     Deliver,
     Delay(Duration),

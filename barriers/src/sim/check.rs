@@ -69,7 +69,7 @@ pub enum Violation {
         op: Option<usize>,
         /// The node.
         node: NodeId,
-        /// How long after the last entry it completed, ns.
+        /// How long after the last entry (or its own wait, if later) it completed, ns.
         took: u64,
     },
     /// A node never got through an instance.
@@ -140,7 +140,7 @@ impl fmt::Display for Violation {
             }
             Violation::Slow { instance, op, node, took } => write!(
                 f,
-                "instance {instance} {}: node {node} completed {:.3} ms after the last node entered, though no node was silent",
+                "instance {instance} {}: node {node} completed {:.3} ms after the last node entered (and it waited), though no node was silent",
                 op_name(*op),
                 ms(*took)
             ),
@@ -299,7 +299,11 @@ impl Checker<'_> {
             // Liveness within the bound, per epoch the call takes (a
             // collective larger than a message runs in segments, one epoch each).
             if clean {
-                self.slow(j, Some(k), recs, bound * epochs(&sop.kind, run.config.max_data));
+                let compute = |b: NodeId| match sop.kind_at(b) {
+                    OpKind::Split { compute } => compute,
+                    _ => 0,
+                };
+                self.slow(j, Some(k), recs, bound * epochs(&sop.kind, run.config.max_data), compute);
             }
         }
         // Mismatches reported everywhere.
@@ -326,7 +330,7 @@ impl Checker<'_> {
         // A finish waits for its peers' farewells: one lost for good costs
         // up to the failure timeout.
         if clean {
-            self.slow(j, None, fin, bound + 2 * run.config.barrier.failure_timeout.as_nanos() as u64);
+            self.slow(j, None, fin, bound + 2 * run.config.barrier.failure_timeout.as_nanos() as u64, |_| 0);
         }
     }
 
@@ -342,14 +346,17 @@ impl Checker<'_> {
         }
     }
 
-    fn slow(&mut self, j: usize, op: Option<usize>, recs: &[OpRecord], bound: u64) {
+    /// `compute(b)`: how long node `b` computes between entering and
+    /// waiting (a split-phase barrier's): its bound counts from its wait.
+    fn slow(&mut self, j: usize, op: Option<usize>, recs: &[OpRecord], bound: u64, compute: impl Fn(NodeId) -> u64) {
         let Some(last_in) = recs.iter().map(|r| r.entered).collect::<Option<Vec<u64>>>().and_then(|v| v.into_iter().max()) else {
             return;
         };
         for (b, r) in recs.iter().enumerate() {
-            if let (Outcome::Ok(_), Some(left)) = (&r.outcome, r.left) {
-                if left.saturating_sub(last_in) > bound {
-                    self.out.push(Violation::Slow { instance: j, op, node: b, took: left - last_in });
+            if let (Outcome::Ok(_), Some(left), Some(entered)) = (&r.outcome, r.left, r.entered) {
+                let from = last_in.max(entered + compute(b));
+                if left.saturating_sub(from) > bound {
+                    self.out.push(Violation::Slow { instance: j, op, node: b, took: left - from });
                 }
             }
         }

@@ -71,6 +71,7 @@ impl Policy {
     fn lossy(loss: f64, dup: f64, seed: u64) -> Policy {
         Policy { loss, dup, max_delay: Duration::from_micros(300), tail: 0.02, tail_delay: Duration::from_millis(8), rule: None, seed }
     }
+    #[allow(dead_code)] // (bcast_entry_attack.rs has no rule of its own)
     fn with(mut self, rule: impl Fn(&Pkt, &mut Rng) -> Fate + Send + Sync + 'static) -> Policy {
         self.rule = Some(Arc::new(rule));
         self
