@@ -14,7 +14,8 @@
 //! - **verdicts**: an error names only nodes that really were silent to the
 //!   node concerned (crashed, paused, or partitioned from it) for at least
 //!   half its failure timeout, or a mismatch that was really there; node 0
-//!   refuses only a restarted process.
+//!   refuses only a restarted process; a join that times out names only
+//!   nodes silent to it or (named by node 0) to node 0.
 
 use std::fmt;
 
@@ -236,7 +237,12 @@ impl Checker<'_> {
             Verdict::Mismatch => (!allowed_mismatch).then(|| "no call was mismatched".to_string()),
             Verdict::Refused => (!restarted).then(|| "the process was not restarted".to_string()),
             Verdict::JoinTimeout(missing) => {
-                let wrong: Vec<NodeId> = missing.iter().copied().filter(|&x| !silent_to(self.run, x, node, t, self.need(node))).collect();
+                // Node 0 names the nodes it did not hear; another node names
+                // node 0, or the nodes node 0 said it still waited for.
+                let silent = |x: NodeId| {
+                    silent_to(self.run, x, node, t, self.need(node)) || (node != 0 && x != 0 && silent_to(self.run, x, 0, t, self.need(0)))
+                };
+                let wrong: Vec<NodeId> = missing.iter().copied().filter(|&x| !silent(x)).collect();
                 (!restarted && !wrong.is_empty()).then(|| format!("node(s) {wrong:?} were reachable and not restarted"))
             }
             Verdict::Other => Some("the simulator causes no such error".to_string()),
