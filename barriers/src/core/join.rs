@@ -166,16 +166,20 @@ impl Core {
                     return;
                 }
             }
-            Side::Asking { interval, next_request, refused, waits, .. } => {
+            Side::Asking { interval, next_request, refused, waits, early } => {
                 if waited >= j.timeout {
                     let error = if *refused {
                         BarrierError::Refused { node: self.me() }
                     } else {
                         // Node 0, heard lately, waits for others: they are
-                        // the missing ones (node 0 is, if silent).
+                        // the missing ones (node 0 is, if silent). But a
+                        // node heard running an instance was admitted, by an
+                        // earlier process of node 0 (it was restarted): that
+                        // one is the missing node.
                         let lately = |t: &Instant| now.saturating_duration_since(*t) < self.config.failure_timeout;
+                        let running = |p: &NodeId| early.iter().any(|(from, m, _)| from == p && m.instance != 0);
                         let missing = match waits.take() {
-                            Some((nodes, t)) if lately(&t) && !nodes.is_empty() => nodes,
+                            Some((nodes, t)) if lately(&t) && !nodes.is_empty() && !nodes.iter().any(running) => nodes,
                             _ => vec![0],
                         };
                         BarrierError::JoinTimeout { missing, nodes: n, waited, bad_tags: Vec::new(), bad_version: 0 }
