@@ -54,6 +54,13 @@ pub mod status {
     /// Barrier `epoch` is of another collective at some node than at the
     /// sender's (a collective mismatch): it can never complete.
     pub const MISMATCH: u16 = 8;
+    /// The sender is still joining (not yet admitted). From node 0, with
+    /// instance 0, to a node that asked to join: "not all nodes asked
+    /// yet", `arg` the first node it still waits for plus one, the data (if
+    /// it fits) all of them as little-endian `u32`s. From any other node,
+    /// echoing a probe's instance and epoch: "alive, but not admitted yet"
+    /// (its admission was lost, or node 0 is out of its reach).
+    pub const JOINING: u16 = 16;
 }
 
 /// In a [`MsgKind::Data`]'s `arg`: the sender got here only through a

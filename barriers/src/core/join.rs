@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use super::{Core, Event, To};
 use crate::engine::{mix, BarrierConfig, BarrierError};
-use crate::transport::{Msg, MsgKind, NodeId};
+use super::receive::STATUS_TAG;
+use crate::transport::{status, Msg, MsgKind, NodeId};
 
 /// The engine's wire protocol, part of every join's fingerprint, so that
 /// nodes of versions whose messages mean different things refuse each
@@ -22,8 +23,12 @@ use crate::transport::{Msg, MsgKind, NodeId};
 /// node too. 4 (2026-11-25): a status says `FAILED` (naming the silent node)
 /// until the application calls again, not only while the barrier is
 /// stuck; it may name its sender (its peers gave up on it), and a node
-/// named by a peer's report fails too.
-pub const PROTOCOL: u32 = 4;
+/// named by a peer's report fails too. 5 (2026-11-26): a status may say
+/// [`status::JOINING`]: node 0 answers a join request with the nodes it
+/// still waits for (a join that times out names them, not node 0), and a
+/// node not yet admitted answers a peer's probe (it is alive: its peers
+/// name node 0's silence, not its).
+pub const PROTOCOL: u32 = 5;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.
@@ -35,6 +40,23 @@ pub(super) const REFUSE_CONFIG: u16 = 1;
 pub(crate) fn fingerprint_of(config: &BarrierConfig, protocol: u32) -> u32 {
     let text = format!("{} {} {} {protocol}", config.algorithm, config.rails, config.first_epoch);
     text.bytes().fold(0x811C_9DC5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+}
+
+/// Node 0's word to a node of `incarnation` that asked to join: whom it
+/// still waits for (a [`status::JOINING`] status with `flags`; the first
+/// in `arg`, all in the data if they fit in `max_data`; the incarnation's
+/// low 32 bits in `epoch`, so that a word of an earlier join is not
+/// taken for this one's).
+fn whom_word(incarnations: &[Option<u64>], incarnation: u64, flags: u16, max_data: usize) -> (Msg, Vec<u8>) {
+    let missing: Vec<NodeId> = (0..incarnations.len()).filter(|&p| incarnations[p].is_none()).collect();
+    let mut data = Vec::with_capacity(4 * missing.len());
+    if 4 * missing.len() <= max_data {
+        for &p in &missing {
+            data.extend_from_slice(&(p as u32).to_le_bytes());
+        }
+    }
+    let first = missing.first().map_or(0, |&p| p as u32 + 1);
+    (Msg { kind: MsgKind::Status, instance: 0, epoch: incarnation as u32, tag: status::JOINING | flags, arg: first }, data)
 }
 
 /// The instance number of a set of incarnations (never 0).
@@ -67,8 +89,9 @@ enum Side {
     /// Node 0: the incarnations heard so far, and the nodes that asked with
     /// another configuration.
     Admitting { incarnations: Vec<Option<u64>>, mismatched: Vec<NodeId> },
-    /// Another node: asking node 0, keeping what comes early.
-    Asking { interval: Duration, next_request: Instant, early: Vec<(NodeId, Msg, Vec<u8>)>, refused: bool },
+    /// Another node: asking node 0, keeping what comes early, and node 0's
+    /// last word on whom it still waits for (and when it came).
+    Asking { interval: Duration, next_request: Instant, early: Vec<(NodeId, Msg, Vec<u8>)>, refused: bool, waits: Option<(Vec<NodeId>, Instant)> },
 }
 
 impl Joining {
@@ -95,7 +118,7 @@ impl Core {
             incarnations[0] = Some(incarnation);
             Side::Admitting { incarnations, mismatched: Vec::new() }
         } else {
-            Side::Asking { interval: self.config.retry_timeout, next_request: now, early: Vec::new(), refused: false }
+            Side::Asking { interval: self.config.retry_timeout, next_request: now, early: Vec::new(), refused: false, waits: None }
         };
         self.member.joining = Some(Box::new(Joining { start: now, timeout: self.config.join_timeout, incarnation, side }));
         self.join_progress(now);
@@ -121,6 +144,16 @@ impl Core {
                     return;
                 }
                 if waited >= j.timeout {
+                    // Every node that asked may wait still: tell it the
+                    // join failed, and whom for (thrice, against loss).
+                    for to in 1..n {
+                        if let Some(incarnation) = incarnations[to] {
+                            let (msg, data) = whom_word(incarnations, incarnation, status::FAILED, self.setup.max_data);
+                            for _ in 0..3 {
+                                self.out.push(0, To::Node(to), msg, &data);
+                            }
+                        }
+                    }
                     let missing: Vec<NodeId> = (0..n).filter(|&p| incarnations[p].is_none()).collect();
                     let error = match missing.iter().find(|p| mismatched.contains(p)) {
                         Some(p) => BarrierError::Usage(format!(
@@ -133,12 +166,23 @@ impl Core {
                     return;
                 }
             }
-            Side::Asking { interval, next_request, refused, .. } => {
+            Side::Asking { interval, next_request, refused, waits, early } => {
                 if waited >= j.timeout {
                     let error = if *refused {
                         BarrierError::Refused { node: self.me() }
                     } else {
-                        BarrierError::JoinTimeout { missing: vec![0], nodes: n, waited, bad_tags: Vec::new(), auth_mismatch: Vec::new(), bad_version: 0 }
+                        // Node 0, heard lately, waits for others: they are
+                        // the missing ones (node 0 is, if silent). But a
+                        // node heard running an instance was admitted, by an
+                        // earlier process of node 0 (it was restarted): that
+                        // one is the missing node.
+                        let lately = |t: &Instant| now.saturating_duration_since(*t) < self.config.failure_timeout;
+                        let running = |p: &NodeId| early.iter().any(|(from, m, _)| from == p && m.instance != 0);
+                        let missing = match waits.take() {
+                            Some((nodes, t)) if lately(&t) && !nodes.is_empty() && !nodes.iter().any(running) => nodes,
+                            _ => vec![0],
+                        };
+                        BarrierError::JoinTimeout { missing, nodes: n, waited, bad_tags: Vec::new(), auth_mismatch: Vec::new(), bad_version: 0 }
                     };
                     self.out.events.push_back(Event::JoinFailed(error));
                     return;
@@ -188,10 +232,31 @@ impl Core {
                 }
                 incarnations[from] = Some(newest);
                 self.join_progress(now);
+                self.join_say_whom(from);
             }
-            Side::Asking { early, refused, .. } => {
+            Side::Asking { early, refused, waits, .. } => {
                 let ours = from == 0 && msg.arg == incarnation as u32;
+                let joining = msg.kind == MsgKind::Status && msg.tag & status::JOINING != 0;
                 match msg.kind {
+                    // Node 0 waits for others to ask: it names them (and, if
+                    // it gave up, the join has failed).
+                    MsgKind::Status if joining && from == 0 && msg.instance == 0 && msg.epoch == incarnation as u32 => {
+                        let mut nodes: Vec<NodeId> = data.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as NodeId).collect();
+                        if nodes.is_empty() || !data.len().is_multiple_of(4) {
+                            nodes = vec![(msg.arg as NodeId).wrapping_sub(1)];
+                        }
+                        nodes.retain(|&p| p != 0 && p < n);
+                        if msg.tag & status::FAILED != 0 && !nodes.is_empty() {
+                            let waited = now.saturating_duration_since(j.start);
+                            self.member.joining = None;
+                            let error = BarrierError::JoinTimeout { missing: nodes, nodes: n, waited, bad_tags: Vec::new(), auth_mismatch: Vec::new(), bad_version: 0 };
+                            self.out.events.push_back(Event::JoinFailed(error));
+                            return;
+                        }
+                        *waits = Some((nodes, now));
+                    }
+                    // A peer's word that it is joining too says nothing here.
+                    MsgKind::Status if joining => {}
                     MsgKind::Admit if ours => {
                         self.member.instance = msg.instance;
                         let Some(j) = self.member.joining.take() else { return };
@@ -206,6 +271,13 @@ impl Core {
                     MsgKind::Data | MsgKind::Nack | MsgKind::Status | MsgKind::Answer => {
                         if early.len() < JOIN_STASH {
                             early.push((from, msg, data.to_vec()));
+                        }
+                        if msg.kind == MsgKind::Nack && msg.tag != STATUS_TAG && msg.instance != 0 && !*refused {
+                            // A peer probes this node: say it is alive, only
+                            // not admitted yet (node 0 may be out of reach,
+                            // and this node must not be named silent for it).
+                            let alive = Msg { kind: MsgKind::Status, instance: msg.instance, epoch: msg.epoch, tag: status::JOINING, arg: 0 };
+                            self.out.push(0, To::Node(from), alive, &[]);
                         }
                         // A peer is in: node 0 admits every node at once, so
                         // this node's admission was lost, and its peers
@@ -249,6 +321,15 @@ impl Core {
             }
         }
         self.join_progress(now);
+    }
+
+    /// Node 0, joining: tells `to`, which asked, whom it still waits for
+    /// (the first in `arg`, all of them in the data if they fit).
+    fn join_say_whom(&mut self, to: NodeId) {
+        let Some(Side::Admitting { incarnations, .. }) = self.member.joining.as_ref().map(|j| &j.side) else { return };
+        let Some(incarnation) = incarnations[to] else { return };
+        let (msg, data) = whom_word(incarnations, incarnation, 0, self.setup.max_data);
+        self.out.push(0, To::Node(to), msg, &data);
     }
 
     fn send_admission(&mut self, to: NodeId, kind: MsgKind, echo: u32) {

@@ -476,3 +476,68 @@ fn rev27_an_earlier_runs_frames_filling_a_joining_nodes_stash_cost_no_barrier() 
     let instances: Vec<_> = net.joined.iter().map(|j| j.clone().expect("joined").expect("joined")).collect();
     assert!(instances.iter().all(|&i| i == instances[0]), "{instances:?}");
 }
+
+
+#[test]
+fn a_join_that_times_out_names_the_node_node_0_waits_for_not_node_0() {
+    // Seed mix 67: node 3, partitioned from node 0, never asked to join;
+    // the nodes that reached node 0 failed their join naming node 0, which
+    // was alive and only waited for node 3. Node 0 now answers a request
+    // with whom it waits for.
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(50));
+    config.join_timeout = Duration::from_millis(200);
+    let mut net = Net::new(4, config);
+    net.dead[3] = true;
+    let start = net.now;
+    for p in 0..2 {
+        net.create(p, 100 + p as u64);
+    }
+    // Node 2 asks 100 ms later: when node 0 gives up, it tells node 2,
+    // whose own join timeout is still 100 ms away (else, a slow clock's
+    // node would name node 0, silent since it gave up).
+    net.run_until(start + Duration::from_millis(100));
+    net.create(2, 102);
+    net.run_until(start + config.join_timeout + Duration::from_millis(10));
+    for p in 0..3 {
+        let Some(Err(e)) = &net.joined[p] else { panic!("node {p}: {:?}", net.joined[p]) };
+        assert!(e.contains("node(s) [3] did not join"), "node {p}: {e}");
+    }
+}
+
+#[test]
+fn a_joining_node_out_of_node_0s_reach_is_not_named_silent_by_a_peer_that_reaches_it() {
+    // Seed mix 96: node 1's admission is lost, and node 0 is out of its
+    // reach; node 2 reaches both. Node 1 could not answer node 2's probes
+    // (not admitted), so node 2 named it silent, though it was not silent
+    // to node 2. Now it answers that it is joining: node 2 fails on node
+    // 0's report instead (node 1 is silent to node 0).
+    let mut config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_millis(100));
+    config.join_timeout = Duration::from_secs(2);
+    let mut net = Net::new(3, config);
+    // Node 1's first request reaches node 0; nothing else passes between them.
+    let mut first = true;
+    net.rule = Some(Box::new(move |from, to, msg| match (from, to) {
+        (1, 0) if msg.kind == MsgKind::Join && std::mem::take(&mut first) => Fate::Deliver,
+        (0, 1) | (1, 0) => Fate::Drop,
+        _ => Fate::Deliver,
+    }));
+    for p in 0..3 {
+        net.create(p, 100 + p as u64);
+    }
+    net.run_until(net.now + Duration::from_millis(5));
+    assert!(net.joined[0].is_some() && net.joined[2].is_some() && net.joined[1].is_none());
+    // Node 2 waits 50 ms longer than node 0: without an answer from node
+    // 1, it would reach its own verdict first.
+    net.call(2, Call::Wait { deadline: None });
+    net.run_until(net.now + Duration::from_millis(50));
+    net.call(0, Call::Wait { deadline: None });
+    net.run_until(net.now + 3 * config.failure_timeout);
+    match &net.done[0] {
+        Some(Err(BarrierError::PeerSilent { silent, .. })) => assert_eq!(silent, &vec![1]),
+        other => panic!("node 0: {other:?}"),
+    }
+    match &net.done[2] {
+        Some(Err(BarrierError::PeerFailed { reporter: 0, silent: 1, .. })) => {}
+        other => panic!("node 2 (node 1 answers it): {other:?}"),
+    }
+}

@@ -35,6 +35,9 @@ impl Core {
             self.stats.stale += 1;
             return;
         };
+        if msg.kind == MsgKind::Status && msg.tag & status::JOINING != 0 {
+            return self.on_joining(from, epoch);
+        }
         if self.live.gave_up == Some(from) {
             self.live.gave_up = None; // it is back: stop reporting it silent
         }
@@ -63,6 +66,18 @@ impl Core {
         }
         if epoch == self.window.epoch + 1 && self.phase.running() && !self.recovery.fast_nacked {
             self.nack_proven(from, now);
+        }
+    }
+
+    /// `from` answered a probe of barrier `epoch` saying it is not admitted
+    /// yet: it lives, though it cannot take part until node 0 admits it (its
+    /// admission was lost, or node 0 is out of its reach). Its unanswered
+    /// probes count afresh, as when it asks node 0 again; it is not "heard"
+    /// (a report that it is silent, from a node it cannot reach, still counts).
+    fn on_joining(&mut self, from: NodeId, epoch: u64) {
+        self.live.peers[from].joining();
+        if self.phase.running() && epoch == self.window.epoch && self.missing_from().contains(&from) {
+            self.recovery.laggard = Laggard::Late;
         }
     }
 

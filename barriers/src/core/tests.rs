@@ -626,3 +626,94 @@ fn a_burst_of_nacks_gets_a_bounded_number_of_answers_and_a_retry_is_answered() {
     e.test().unwrap();
     assert_eq!(answers(&e), before + 1);
 }
+
+#[test]
+fn messages_replayed_from_an_earlier_cycle_never_count() {
+    // Ported from the old engine's review (issue 27): a new endpoint takes
+    // each frame of an earlier mcd_init cycle with the same secret once
+    // (empty replay windows), so the instance must refuse them. A failure
+    // status, a mismatch status, a NACK, data and an answer of the earlier
+    // instance change nothing, are not answered, and count as foreign.
+    const EARLIER: u64 = 0x1111;
+    let mut e = node1(0);
+    e.enter_base();
+    let sent_before = e.transport.sent.len();
+    let earlier = |kind, tag, arg| Incoming { from: 0, rail: 0, msg: Msg { kind, instance: EARLIER, epoch: 0, tag, arg } };
+    e.transport.inbox.push_back(earlier(MsgKind::Status, status::FAILED | status::IN_PROGRESS, 2));
+    e.transport.inbox.push_back(earlier(MsgKind::Status, status::MISMATCH | status::IN_PROGRESS, 0));
+    e.transport.inbox.push_back(earlier(MsgKind::Nack, plan::tag::ROUND, 0));
+    e.transport.inbox.push_back(earlier(MsgKind::Data, plan::tag::ROUND, 0));
+    e.transport.inbox.push_back(earlier(MsgKind::Answer, plan::tag::ROUND, 0));
+    e.transport.inbox.push_back(earlier(MsgKind::Status, status::JOINING, 0));
+    assert!(!e.test().unwrap(), "the earlier cycle's data completed the barrier");
+    assert_eq!(e.stats.foreign, 6);
+    assert!(e.run.mismatch.is_none() && e.live.peers[0].gave_up.is_none(), "an earlier cycle's status counted");
+    assert!(e.transport.sent[sent_before..].iter().all(|(_, m)| m.kind != MsgKind::Answer && m.kind != MsgKind::Status), "nothing answered");
+    e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, 0));
+    assert!(e.test().unwrap(), "this cycle's data completes it");
+    // While joining: the earlier cycle's Admit, Refuse and node 0's word
+    // that its join failed echo another incarnation, so they neither admit,
+    // refuse nor fail this one.
+    let mut config = BarrierConfig::new(Algorithm::Dissemination);
+    config.join_timeout = Duration::from_millis(50);
+    let t0 = Instant::now();
+    let setup = Setup { me: 1, nodes: 2, rails: 1, multicast: false, max_data: 1000 };
+    let mut e = Core::new(setup, config, t0).unwrap();
+    let (earlier_incarnation, this_incarnation) = (0x10_0000_1111u64, 0x20_0000_2222u64);
+    e.join(this_incarnation, t0);
+    for kind in [MsgKind::Refuse, MsgKind::Admit] {
+        let msg = Msg { kind, instance: if kind == MsgKind::Admit { EARLIER } else { 0 }, epoch: 0, tag: 0, arg: earlier_incarnation as u32 };
+        e.handle(t0, 0, 0, msg, &[]);
+    }
+    let gave_up = Msg { kind: MsgKind::Status, instance: 0, epoch: earlier_incarnation as u32, tag: status::JOINING | status::FAILED, arg: 2 };
+    e.handle(t0, 0, 0, gave_up, &[]);
+    assert!(e.poll_event().is_none(), "an earlier cycle's answer ended the join");
+    e.handle_timeout(t0 + config.join_timeout);
+    let Some(Event::JoinFailed(BarrierError::JoinTimeout { missing, .. })) = e.poll_event() else { panic!("neither refused nor admitted: a timeout") };
+    assert_eq!(missing, vec![0]);
+    assert_ne!(e.instance(), EARLIER);
+}
+
+#[test]
+fn a_join_replayed_from_an_earlier_cycle_neither_takes_the_real_nodes_place_nor_a_later_instances() {
+    // Ported from the old engine's review (issue 27, finding 1): a Join of
+    // node 1 recorded in an earlier cycle (an older incarnation) reaches
+    // node 0's new barrier just before node 1's own.
+    let config = BarrierConfig::new(Algorithm::Concurrent);
+    let t0 = Instant::now();
+    let setup = Setup { me: 0, nodes: 2, rails: 1, multicast: false, max_data: 1000 };
+    let mut e = Core::new(setup, config, t0).unwrap();
+    e.join(5, t0);
+    let (earlier_cycle, this_cycle) = (0x10_0000_1111u64, 0x20_0000_2222u64);
+    let join = |incarnation| Msg { kind: MsgKind::Join, instance: incarnation, epoch: 0, tag: 0, arg: fingerprint_of(&config, PROTOCOL) };
+    let mut sent = Vec::new();
+    let drain = |e: &mut Core, sent: &mut Vec<Msg>| {
+        while let Some(t) = e.poll_transmit() {
+            sent.push(t.msg);
+        }
+    };
+    e.handle(t0, 1, 0, join(earlier_cycle), &[]); // the replay
+    e.handle(t0, 1, 0, join(this_cycle), &[]); // node 1's own, a moment later
+    drain(&mut e, &mut sent);
+    assert!(sent.iter().any(|m| m.kind == MsgKind::Admit && m.arg == this_cycle as u32), "node 1's own join is never admitted: {sent:?}");
+    assert!(!sent.iter().any(|m| m.kind == MsgKind::Refuse), "node 1 refused: {sent:?}");
+    let instance = e.instance();
+    // The instance runs (node 1 is heard, a barrier completes); the replay
+    // again is refused, and node 1's place stays its own.
+    e.start(t0, Call::Wait { deadline: None });
+    let arrival = Msg { kind: MsgKind::Data, instance, epoch: 0, tag: plan::tag::ARRIVE, arg: 0 };
+    e.handle(t0, 1, 0, arrival, &[]);
+    assert!(matches!(e.poll_event(), Some(Event::Joined { .. })));
+    assert!(matches!(e.poll_event(), Some(Event::Done(Ok(())))), "barrier 0 completes");
+    sent.clear();
+    drain(&mut e, &mut sent);
+    e.handle(t0, 1, 0, join(earlier_cycle), &[]);
+    sent.clear();
+    drain(&mut e, &mut sent);
+    assert!(sent.iter().all(|m| m.kind != MsgKind::Admit), "the replay admitted into the running instance: {sent:?}");
+    assert_eq!(e.member.admitted[1], this_cycle);
+    e.handle(t0, 1, 0, join(this_cycle), &[]);
+    sent.clear();
+    drain(&mut e, &mut sent);
+    assert!(sent.iter().any(|m| m.kind == MsgKind::Admit && m.arg == this_cycle as u32), "node 1's own, asking again, is admitted again");
+}

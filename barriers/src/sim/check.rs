@@ -12,9 +12,12 @@
 //!   no node was silent in, every call completes within a bound after its
 //!   last entry (per epoch it takes: a large collective runs in segments);
 //! - **verdicts**: an error names only nodes that really were silent to the
-//!   node concerned (crashed, paused, or partitioned from it) for at least
-//!   half its failure timeout, or a mismatch that was really there; node 0
-//!   refuses only a restarted process.
+//!   node concerned (crashed, paused, partitioned from it, or gone: its
+//!   join failed) for at least half its failure timeout (a report, which
+//!   nodes pass on: silent to some node), or a mismatch that
+//!   was really there; node 0
+//!   refuses only a restarted process; a join that times out names only
+//!   nodes silent to it or (named by node 0) to node 0.
 
 use std::fmt;
 
@@ -216,27 +219,56 @@ impl Checker<'_> {
         (f as f64 / (2.0 * self.run.clocks[y].rate())) as u64
     }
 
+    /// Whether `x` had left instance `j` by time `t`, `need` ns before:
+    /// its join failed (its process has no barrier of the instance; it
+    /// answers nothing of it).
+    fn gone(&self, x: NodeId, j: usize, t: u64, need: u64) -> bool {
+        let last = self.run.joins.iter().rev().find(|r| r.node == x && r.instance == j && r.record.left.is_some_and(|l| l <= t));
+        last.is_some_and(|r| matches!(r.record.outcome, Outcome::Err(_)) && r.record.left.is_some_and(|l| t - l >= need))
+    }
+
+    /// Whether `x` was silent to `y` for `need` ns by time `t` in instance
+    /// `j`: crashed, paused, partitioned from it, or gone.
+    fn silent(&self, x: NodeId, y: NodeId, j: usize, t: u64) -> bool {
+        let need = self.need(y);
+        silent_to(self.run, x, y, t, need) || self.gone(x, j, t, need)
+    }
+
+    /// Whether `x` was silent to some other node by time `t` in instance
+    /// `j`: a report passed on from node to node (each says it gave up,
+    /// naming the silent node, once it took a report for true: its
+    /// application may have been told another failure, or none yet) is
+    /// right if the node that found `x` silent first was right.
+    fn silent_to_some(&self, x: NodeId, j: usize, t: u64) -> bool {
+        (0..self.run.config.nodes).any(|y| y != x && self.silent(x, y, j, t))
+    }
+
     fn verdict(&mut self, instance: usize, call: String, node: NodeId, r: &OpRecord, allowed_mismatch: bool, restarted: bool) {
         let Outcome::Err(v) = &r.outcome else { return };
         let t = r.left.unwrap_or(0);
         let why = match v {
             Verdict::Silent(nodes) => {
-                let wrong: Vec<NodeId> = nodes.iter().copied().filter(|&x| !silent_to(self.run, x, node, t, self.need(node))).collect();
+                let wrong: Vec<NodeId> = nodes.iter().copied().filter(|&x| !self.silent(x, node, instance, t)).collect();
                 (!wrong.is_empty()).then(|| format!("node(s) {wrong:?} were not silent to node {node}"))
             }
             // A node that reports itself: its peers gave up on it (it was
             // silent to one of them), and it says so to those waiting for it.
-            Verdict::Failed { reporter, silent } if reporter == silent => {
-                let n = self.run.config.nodes;
-                (!(0..n).any(|y| y != *silent && silent_to(self.run, *silent, y, t, self.need(y))))
-                    .then(|| format!("node {silent} reports itself silent but was silent to no node"))
-            }
-            Verdict::Failed { reporter, silent } => (!silent_to(self.run, *silent, *reporter, t, self.need(*reporter)))
-                .then(|| format!("node {silent} was not silent to node {reporter}")),
+            // The reporter found it silent, or passes on a report (or was
+            // named by one: its peers gave up on it).
+            Verdict::Failed { reporter, silent } => (!self.silent(*silent, *reporter, instance, t) && !self.silent_to_some(*silent, instance, t))
+                .then(|| format!("node {silent} was silent to no node (reported by node {reporter})")),
             Verdict::Mismatch => (!allowed_mismatch).then(|| "no call was mismatched".to_string()),
             Verdict::Refused => (!restarted).then(|| "the process was not restarted".to_string()),
             Verdict::JoinTimeout(missing) => {
-                let wrong: Vec<NodeId> = missing.iter().copied().filter(|&x| !silent_to(self.run, x, node, t, self.need(node))).collect();
+                // Node 0 names the nodes it did not hear; another node names
+                // node 0, or the nodes node 0 said it still waited for.
+                let silent = |x: NodeId| {
+                    silent_to(self.run, x, node, t, self.need(node)) || (node != 0 && x != 0 && silent_to(self.run, x, 0, t, self.need(0)))
+                };
+                // Node 0 crashed and restarted: the nodes its earlier process
+                // admitted run that instance, and never join the new one.
+                let node0_restarted = self.run.episodes.iter().any(|e| matches!(e.kind, EpisodeKind::Crash { node: 0 }) && e.end <= t);
+                let wrong: Vec<NodeId> = missing.iter().copied().filter(|&x| !(silent(x) || (x != 0 && node0_restarted))).collect();
                 (!restarted && !wrong.is_empty()).then(|| format!("node(s) {wrong:?} were reachable and not restarted"))
             }
             Verdict::Other => Some("the simulator causes no such error".to_string()),

@@ -737,7 +737,8 @@ impl<F: NodeFactory> World<F> {
         if !was_entered {
             let t = self.now;
             if let Some(r) = self.record(node) {
-                r.entered = Some(t);
+                // (A restarted process enters again: the first entry counts.)
+                r.entered.get_or_insert(t);
             }
         }
         if let Stage::Entered(k) = next {
