@@ -38,7 +38,7 @@
 //! see [`barriers::HostRelease`] and [`barriers::HOST_WAIT_ENV`]),
 
 //! `MCD_COLLECTIVE_ALGORITHM` (the collectives' algorithm: see
-//! [`Job::collectives`]).
+//! `Job::collectives`, private).
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
