@@ -22,7 +22,7 @@ use hdrhistogram::Histogram;
 use mcd::auth::FrameKey;
 use mcd::wire::{Frame, FrameRepr, MacAddr, DEFAULT_ETHERTYPE, TRAILER_LEN};
 use mcd::{Auth, Endpoint, JobSecret, WaitPolicy};
-use mcd_tools::vcluster::{Cluster, ClusterSpec};
+use mcd_vcluster::{Cluster, ClusterSpec};
 use serde::Serialize;
 
 /// Payload sizes of the isolated measurement.

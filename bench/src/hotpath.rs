@@ -26,7 +26,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use barriers::{Algorithm, Barrier, BarrierConfig, McdTransport};
 use hdrhistogram::Histogram;
 use mcd::{Destination, Endpoint, WaitPolicy};
-use mcd_tools::vcluster::{Cluster, ClusterSpec};
+use mcd_vcluster::{Cluster, ClusterSpec};
 use serde::Serialize;
 
 /// The message kind of the bare-endpoint loops.

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use barriers::MsgKind;
 use mcd_integration_tests::attacker::{assert_all_done, Attacker, Auth, Job};
 use mcd_integration_tests::cluster;
-use mcd_tools::vcluster::{ClusterSpec, Topology};
+use mcd_vcluster::{ClusterSpec, Topology};
 
 const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
 const EVENT: Duration = Duration::from_secs(60);

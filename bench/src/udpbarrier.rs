@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::barrierbench::{BarrierBench, BarrierMeasurement};
-use crate::vcluster::Cluster;
+use mcd_vcluster::Cluster;
 
 /// The UDP port the barrier uses in every namespace.
 pub const UDP_BARRIER_PORT: u16 = 47002;

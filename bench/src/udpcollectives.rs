@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::udpbarrier::BCAST_WINDOW;
 use crate::udpbarrier::{CallKind, UdpGroup, MAX_STEPS};
-use crate::vcluster::Cluster;
+use mcd_vcluster::Cluster;
 
 /// The UDP port the collectives use in every namespace.
 pub const UDP_COLLECTIVES_PORT: u16 = 47003;
