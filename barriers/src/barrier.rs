@@ -97,7 +97,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
             let thread = std::thread::Builder::new()
                 .name(format!("mcd-agent-{me}"))
                 .spawn(move || run_agent(&shared))
-                .map_err(|e| BarrierError::Usage(format!("cannot start the progress agent thread: {e}")))?;
+                .map_err(|e| BarrierError::System(format!("cannot start the progress agent thread: {e}")))?;
             Some(thread)
         } else {
             None
@@ -224,13 +224,13 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     /// the call has one for this node (`None`: not wanted). Data longer than
     /// one message goes in segments of whole elements, one epoch each.
     pub fn collective(&mut self, call: Collective, input: &[u8], mut output: Option<&mut [u8]>) -> Result<(), BarrierError> {
-        call.check(self.nodes).map_err(BarrierError::Usage)?;
+        call.check(self.nodes).map_err(BarrierError::Misuse)?;
         let size = call.element_size();
         if call == Collective::Barrier {
             return self.wait();
         }
         if !input.len().is_multiple_of(size) || output.as_ref().is_some_and(|o| o.len() != input.len()) {
-            return Err(BarrierError::Usage(format!(
+            return Err(BarrierError::Misuse(format!(
                 "{call}: {} input bytes and {} output bytes: need whole {size}-byte elements, as many out as in",
                 input.len(),
                 output.as_ref().map_or(0, |o| o.len())
@@ -238,7 +238,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         }
         let per_segment = self.max_data.saturating_sub(wire::HEADER_LEN) / size * size;
         if per_segment == 0 {
-            return Err(BarrierError::Usage(format!("{call}: this transport carries no data")));
+            return Err(BarrierError::Misuse(format!("{call}: this transport carries no data")));
         }
         let deadline = self.config.deadline.map(|d| Instant::now() + d);
         let mut start = 0;

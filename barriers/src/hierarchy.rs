@@ -50,8 +50,8 @@ impl HostRelease {
     pub fn from_env() -> Result<Option<HostRelease>, BarrierError> {
         match std::env::var(Self::ENV) {
             Err(std::env::VarError::NotPresent) => Ok(None),
-            Ok(v) => v.parse::<AutoOr>().map(|a| a.0).map_err(BarrierError::Usage),
-            Err(e) => Err(BarrierError::Usage(format!("{}: {e}", Self::ENV))),
+            Ok(v) => v.parse::<AutoOr>().map(|a| a.0).map_err(BarrierError::Config),
+            Err(e) => Err(BarrierError::Config(format!("{}: {e}", Self::ENV))),
         }
     }
 }
@@ -255,8 +255,8 @@ pub const HOST_WAIT_ENV: &str = "MCD_HOST_WAIT";
 fn host_wait_from_env() -> Result<Option<mcd::WaitPolicy>, BarrierError> {
     match std::env::var(HOST_WAIT_ENV) {
         Err(std::env::VarError::NotPresent) => Ok(None),
-        Ok(v) => v.trim().parse().map(Some).map_err(|e| BarrierError::Usage(format!("{HOST_WAIT_ENV}: {e}"))),
-        Err(e) => Err(BarrierError::Usage(format!("{HOST_WAIT_ENV}: {e}"))),
+        Ok(v) => v.trim().parse().map(Some).map_err(|e| BarrierError::Config(format!("{HOST_WAIT_ENV}: {e}"))),
+        Err(e) => Err(BarrierError::Config(format!("{HOST_WAIT_ENV}: {e}"))),
     }
 }
 

@@ -354,7 +354,7 @@ fn a_count_mismatch_seen_first_by_a_late_root_leaves_no_node_waiting() {
     for (me, o) in outcomes.iter().enumerate() {
         let last = o.last().unwrap();
         assert!(
-            matches!(last, Err(BarrierError::Usage(e)) if e.contains("mismatch")),
+            matches!(last, Err(BarrierError::CollectiveMismatch { .. })),
             "node {me} ends with {last:?}, not a mismatch error; all: {text}"
         );
     }

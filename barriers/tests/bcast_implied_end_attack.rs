@@ -64,7 +64,7 @@ fn a_late_root_that_goes_on_after_its_mismatch_error_hides_the_mismatch_from_a_n
         let text = format!("{outcomes:?}");
         for (me, o) in outcomes.iter().enumerate() {
             assert!(
-                o.iter().any(|r| matches!(r, Err(BarrierError::Usage(e)) if e.contains("mismatch"))),
+                o.iter().any(|r| matches!(r, Err(BarrierError::CollectiveMismatch { .. }))),
                 "{algorithm}: node {me} never got a mismatch error: {o:?}; all: {text}"
             );
         }
@@ -112,7 +112,7 @@ fn split_phase_after_a_background_mismatch(algorithm: Algorithm) -> Vec<Vec<Resu
 }
 
 fn ends_in_mismatch(o: &[Result<Vec<u32>, BarrierError>]) -> bool {
-    matches!(o.last(), Some(Err(BarrierError::Usage(e))) if e.contains("mismatch"))
+    matches!(o.last(), Some(Err(BarrierError::CollectiveMismatch { .. })))
 }
 
 /// Node 0 (not the root): it learns the mismatch only from the end. With

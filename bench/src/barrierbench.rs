@@ -268,7 +268,7 @@ pub fn measure_collective(
         times.recoveries = after.answers - before.answers;
         if let Some(expected) = collective_expected(call, bytes, me, n) {
             if output != expected {
-                return Err(barriers::BarrierError::Usage(format!("{call}: the last call's result on node {me} is wrong")));
+                return Err(barriers::BarrierError::Internal(format!("{call}: the last call's result on node {me} is wrong")));
             }
         }
         Ok(times)

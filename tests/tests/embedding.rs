@@ -582,6 +582,12 @@ fn a_failed_collective_leaves_later_ones_working(mpi: Mpi, name: &str) {
         let prefix = format!("coll_diff: rank {rank}: the calls returned ");
         let codes: Vec<&str> = out.stdout.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("rank {rank}:\n{}\n{}", out.stdout, out.stderr)).split(' ').collect();
         assert!(codes[0] != "0" && codes[1] == "0" && codes[2] != "0", "{mpi}: rank {rank}: erroneous, right, erroneous: {codes:?}\n{}", out.stderr);
+        // Each failure reaches the program as the interposer's own error class.
+        for call in [1, 3] {
+            let failed = format!("coll_diff: rank {rank}: call {call} failed: ");
+            let class = out.stdout.lines().find_map(|l| l.strip_prefix(&failed)).unwrap_or_else(|| panic!("{mpi}: rank {rank}: call {call}:\n{}", out.stdout));
+            assert!(class.starts_with("mcd: the ranks called different collectives"), "{mpi}: rank {rank}: call {call}: {class}");
+        }
         let verdict = out.stdout.lines().find(|l| l.starts_with(&format!("coll_diff: rank {rank}: 100 calls"))).unwrap_or_else(|| panic!("{}", out.stdout));
         assert!(verdict.ends_with(", 0 wrong"), "{mpi}: {verdict}\n{}", out.stderr);
     }
