@@ -41,6 +41,7 @@
 //!   before every node has entered it.
 //! - [`threads`]: one thread per node in one process, with every node
 //!   answering its peers until all are done.
+//! - [`summary`]: the one quantile and median of sorted samples.
 //!
 //! ```
 //! use barriers::{mem, Algorithm, Barrier, BarrierConfig};
@@ -74,6 +75,7 @@ pub mod model;
 pub mod plan;
 pub mod rto;
 pub mod sim;
+pub mod summary;
 pub mod threads;
 pub mod transport;
 

@@ -94,8 +94,7 @@ fn sample_frame(payload: usize) -> Vec<u8> {
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    barriers::summary::median(&mut v)
 }
 
 /// ns per call of `f` in the fastest and the median of [`LOOPS`] loops of [`FRAMES`] calls.

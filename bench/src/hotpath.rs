@@ -340,6 +340,5 @@ fn engine_alone(iterations: usize, rounds: usize) -> Result<f64> {
         }
         per_round.push(start.elapsed().as_nanos() as f64 / iterations as f64);
     }
-    per_round.sort_by(f64::total_cmp);
-    Ok(per_round[rounds / 2])
+    Ok(barriers::summary::median(&mut per_round))
 }

@@ -33,9 +33,7 @@ struct Row {
 
 impl Row {
     fn median(&self) -> f64 {
-        let mut v = self.means_us.clone();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        barriers::summary::median(&mut self.means_us.clone())
     }
 }
 

@@ -37,9 +37,8 @@ pub struct Stat {
 }
 
 fn stat(samples: &mut [f64]) -> Stat {
-    samples.sort_by(|a, b| a.total_cmp(b));
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    Stat { median: at(0.5), p10: at(0.1), p90: at(0.9) }
+    use barriers::summary::{median, quantile};
+    Stat { median: median(samples), p10: quantile(samples, 0.1), p90: quantile(samples, 0.9) }
 }
 
 /// The parameters of one transport under one wait policy.

@@ -522,21 +522,14 @@ fn checks_and_bounds(rows: &[serde_json::Value], window: &[bool], parameters: &[
     text
 }
 
-/// The `q` quantile of `values` (nearest rank; NaN for none).
+/// The `q` quantile of `values` ([`barriers::summary::quantile`]; NaN for none).
 fn percentile(values: &[f64], q: f64) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v[((v.len() - 1) as f64 * q).round() as usize]
+    barriers::summary::quantile(&mut values.to_vec(), q)
 }
 
-/// The median of `values` (the upper one of an even count).
+/// The median of `values` ([`barriers::summary::median`]; NaN for none).
 fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    barriers::summary::median(&mut values.to_vec())
 }
 
 /// `--measure`: the bridges' copy costs, then every algorithm at `sizes` on

@@ -162,8 +162,7 @@ fn flooded(name: &str, auth: Auth) {
     // each side's middle phase.
     let mid = |flooded: bool, of: fn(&Phase) -> f64| {
         let mut v: Vec<f64> = phases.iter().skip(flooded as usize).step_by(2).map(of).collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        barriers::summary::median(&mut v)
     };
     let ratio = |of: fn(&Phase) -> f64| mid(true, of) / mid(false, of);
     let node1 = &ends[1];
