@@ -345,10 +345,11 @@ static int exchange_secret(int rank, int size, unsigned char secret[MCD_SECRET_L
     return rc;
 }
 
-/* The MPI error class a collective mismatch reaches the program as: its
- * own (MPI_Add_error_class, made in start_mcd), so that a program can tell
- * ranks that called different collectives from a network failure with
- * MPI_Error_class; MPI_ERR_OTHER if MPI would not make one. */
+/* The MPI error code a collective mismatch reaches the program as: one of
+ * an error class of its own (MPI_Add_error_class and MPI_Add_error_code,
+ * made in start_mcd), so that a program can tell ranks that called
+ * different collectives from a network failure with MPI_Error_class;
+ * MPI_ERR_OTHER if MPI would not make one. */
 static int mismatch_class = MPI_ERR_OTHER;
 
 /* What a failed mcd call returns to the MPI program, by mcd's code. */
@@ -434,10 +435,12 @@ static void start_mcd(void) {
     }
     active = all_ok;
     if (active) PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_state, &keyval, NULL);
-    int cls;
-    if (active && PMPI_Add_error_class(&cls) == MPI_SUCCESS) {
-        mismatch_class = cls;
-        PMPI_Add_error_string(cls, (char *)"mcd: the ranks called different collectives (another operation, type, count or root)");
+    int cls, code;
+    if (active && PMPI_Add_error_class(&cls) == MPI_SUCCESS && PMPI_Add_error_code(cls, &code) == MPI_SUCCESS) {
+        char text[] = "mcd: the ranks called different collectives (another operation, type, count or root)";
+        PMPI_Add_error_string(cls, text);
+        PMPI_Add_error_string(code, text);
+        mismatch_class = code;
     }
     const char *limit = getenv("MCD_MPI_MAX_BYTES");
     if (limit && *limit) max_bytes = atoll(limit);
