@@ -446,6 +446,17 @@ int main(int argc, char **argv) {
         int rc3 = MPI_Allreduce(MPI_IN_PLACE, data, rank == size - 1 ? 8 : 3, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         if (sum != size * (size - 1) / 2) wrong++;
         printf("coll_diff: rank %d: the calls returned %d %d %d\n", rank, rc1, rc2, rc3);
+        /* Each failure's class, as MPI_Error_string tells it: a mismatch
+         * has its own (the interposer's), not MPI_ERR_OTHER's. */
+        int rcs[3] = {rc1, rc2, rc3};
+        for (int i = 0; i < 3; i++) {
+            if (rcs[i] == MPI_SUCCESS) continue;
+            int cls, len;
+            char text[MPI_MAX_ERROR_STRING];
+            MPI_Error_class(rcs[i], &cls);
+            MPI_Error_string(cls, text, &len);
+            printf("coll_diff: rank %d: call %d failed: %s\n", rank, i + 1, text);
+        }
         fflush(stdout);
     }
     rng shared = {seed}, mine = {seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(rank + 1))}, forms = {seed ^ 0x1234567ULL};

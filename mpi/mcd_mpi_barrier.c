@@ -403,6 +403,23 @@ static int exchange_secret(int rank, int size, unsigned char secret[MCD_SECRET_L
     return rc;
 }
 
+/* The MPI error code a collective mismatch reaches the program as: one of
+ * an error class of its own (MPI_Add_error_class and MPI_Add_error_code,
+ * made in start_mcd), so that a program can tell ranks that called
+ * different collectives from a network failure with MPI_Error_class;
+ * MPI_ERR_OTHER if MPI would not make one. */
+static int mismatch_class = MPI_ERR_OTHER;
+
+/* What a failed mcd call returns to the MPI program, by mcd's code. */
+static int mpi_error_of(int rc) {
+    switch (rc) {
+    case MCD_ERR_MISMATCH: return mismatch_class;
+    case MCD_ERR_ARGUMENT: return MPI_ERR_ARG;
+    case MCD_ERR_INTERNAL: return MPI_ERR_INTERN;
+    default: return MPI_ERR_OTHER;
+    }
+}
+
 static void start_mcd(void) {
     int rank, size;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -476,6 +493,13 @@ static void start_mcd(void) {
     }
     active = all_ok;
     if (active) PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_state, &keyval, NULL);
+    int cls, code;
+    if (active && PMPI_Add_error_class(&cls) == MPI_SUCCESS && PMPI_Add_error_code(cls, &code) == MPI_SUCCESS) {
+        char text[] = "mcd: the ranks called different collectives (another operation, type, count or root)";
+        PMPI_Add_error_string(cls, text);
+        PMPI_Add_error_string(code, text);
+        mismatch_class = code;
+    }
     const char *limit = getenv("MCD_MPI_MAX_BYTES");
     if (limit && *limit) max_bytes = atoll(limit);
 }
@@ -852,12 +876,13 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
     target to;
     int ok = reducible(comm, count, datatype, op, &bytes, &dtype, &mop);
     if (ok && target_of(comm, &to)) {
-        if (reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, -1) == MCD_OK) {
+        int rc = reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, -1);
+        if (rc == MCD_OK) {
             served(comm, ALLREDUCE);
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Allreduce on %s failed: %s\n", comm_name(comm), mcd_last_error());
-        return MPI_ERR_OTHER;
+        return mpi_error_of(rc);
     }
     passed(comm, ALLREDUCE, ok, bytes);
     return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
@@ -869,12 +894,13 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
     target to;
     int ok = reducible(comm, count, datatype, op, &bytes, &dtype, &mop);
     if (ok && target_of(comm, &to)) {
-        if (reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, root) == MCD_OK) {
+        int rc = reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, root);
+        if (rc == MCD_OK) {
             served(comm, REDUCE);
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Reduce on %s failed: %s\n", comm_name(comm), mcd_last_error());
-        return MPI_ERR_OTHER;
+        return mpi_error_of(rc);
     }
     passed(comm, REDUCE, ok, bytes);
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
@@ -906,7 +932,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Bcast on %s failed: %s\n", comm_name(comm), mcd_last_error());
-        return MPI_ERR_OTHER;
+        return mpi_error_of(rc);
     }
     passed(comm, BCAST, ok, bytes);
     return PMPI_Bcast(buffer, count, datatype, root, comm);
@@ -1494,7 +1520,7 @@ int MPI_Barrier(MPI_Comm comm) {
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Barrier on MPI_COMM_WORLD failed: %s\n", mcd_last_error());
-        return MPI_ERR_OTHER;
+        return mpi_error_of(rc);
     }
     if (active && comm != MPI_COMM_NULL) {
         comm_state *st = state_of(comm);
@@ -1506,7 +1532,7 @@ int MPI_Barrier(MPI_Comm comm) {
                     return MPI_SUCCESS;
                 }
                 fprintf(stderr, "mcd-mpi: MPI_Barrier on a communicator failed: %s\n", mcd_last_error());
-                return MPI_ERR_OTHER;
+                return mpi_error_of(rc);
             }
         }
     }

@@ -107,7 +107,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
             let thread = std::thread::Builder::new()
                 .name(format!("mcd-agent-{me}"))
                 .spawn(move || run_agent(&shared))
-                .map_err(|e| BarrierError::Usage(format!("cannot start the progress agent thread: {e}")))?;
+                .map_err(|e| BarrierError::System(format!("cannot start the progress agent thread: {e}")))?;
             Some(thread)
         } else {
             None
@@ -234,13 +234,13 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     /// the call has one for this node (`None`: not wanted). Data longer than
     /// one message goes in segments of whole elements, one epoch each.
     pub fn collective(&mut self, call: Collective, input: &[u8], mut output: Option<&mut [u8]>) -> Result<(), BarrierError> {
-        call.check(self.nodes).map_err(BarrierError::Usage)?;
+        call.check(self.nodes).map_err(BarrierError::Misuse)?;
         let size = call.element_size();
         if call == Collective::Barrier {
             return self.wait();
         }
         if !input.len().is_multiple_of(size) || output.as_ref().is_some_and(|o| o.len() != input.len()) {
-            return Err(BarrierError::Usage(format!(
+            return Err(BarrierError::Misuse(format!(
                 "{call}: {} input bytes and {} output bytes: need whole {size}-byte elements, as many out as in",
                 input.len(),
                 output.as_ref().map_or(0, |o| o.len())
@@ -248,7 +248,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         }
         let per_segment = self.max_data.saturating_sub(wire::HEADER_LEN) / size * size;
         if per_segment == 0 {
-            return Err(BarrierError::Usage(format!("{call}: this transport carries no data")));
+            return Err(BarrierError::Misuse(format!("{call}: this transport carries no data")));
         }
         let deadline = self.config.deadline.map(|d| Instant::now() + d);
         let mut start = 0;
@@ -280,10 +280,10 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     /// meanwhile the progress agent, woken at once for it. Complete it with
     /// [`Request::test`] or [`Request::wait`].
     pub fn start(&mut self, call: Collective, input: &[u8]) -> Result<Request<T>, BarrierError> {
-        call.check(self.nodes).map_err(BarrierError::Usage)?;
+        call.check(self.nodes).map_err(BarrierError::Misuse)?;
         let size = call.element_size();
         if (size == 0 && !input.is_empty()) || (size > 0 && !input.len().is_multiple_of(size)) {
-            return Err(BarrierError::Usage(format!("{call}: {} input bytes: need whole {size}-byte elements", input.len())));
+            return Err(BarrierError::Misuse(format!("{call}: {} input bytes: need whole {size}-byte elements", input.len())));
         }
         let result_here = match call {
             Collective::Barrier => false,
@@ -383,7 +383,7 @@ impl<T: Transport + Send + 'static> Request<T> {
     /// said true or failed, later calls are usage errors.
     pub fn test(&mut self, out: Option<&mut [u8]>) -> Result<bool, BarrierError> {
         if self.claimed {
-            return Err(BarrierError::Usage("this nonblocking collective has completed already".into()));
+            return Err(BarrierError::Misuse("this nonblocking collective has completed already".into()));
         }
         match self.call(|e| e.poll_op(self.id, out))? {
             None => Ok(false),
@@ -399,7 +399,7 @@ impl<T: Transport + Send + 'static> Request<T> {
     /// they take, fails as a blocking call would.
     pub fn wait(&mut self, out: Option<&mut [u8]>) -> Result<(), BarrierError> {
         if self.claimed {
-            return Err(BarrierError::Usage("this nonblocking collective has completed already".into()));
+            return Err(BarrierError::Misuse("this nonblocking collective has completed already".into()));
         }
         let outcome = self.call(|e| e.wait_op(self.id, out));
         if !matches!(outcome, Err(BarrierError::Transport(_))) {

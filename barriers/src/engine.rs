@@ -345,16 +345,46 @@ pub enum BarrierError {
     /// The transport failed.
     #[error("barrier transport: {0}")]
     Transport(#[source] TransportError),
-    /// The barrier was set up or called wrongly.
+    /// The nodes called different collectives in one barrier (another
+    /// operation, element type or count, or a broadcast from another
+    /// root): it can never complete. The collective's caller gets this
+    /// instead of a result; a barrier queued behind it is abandoned.
+    #[error("collective mismatch in barrier {epoch}: {detail}")]
+    CollectiveMismatch {
+        /// The barrier's number.
+        epoch: u64,
+        /// What disagreed, as far as this node can tell.
+        detail: String,
+    },
+    /// The barrier's configuration is invalid, or not the other nodes'
+    /// (nodes, rails, timeouts, an algorithm that cannot run the call, an
+    /// environment variable's value, the host's ranks and their shared
+    /// memory).
     #[error("{0}")]
-    Usage(String),
+    Config(String),
+    /// A call at the wrong time or with wrong arguments (a call while
+    /// another is in progress, after `finish`, buffers of the wrong size,
+    /// a broadcast root that is not a node).
+    #[error("{0}")]
+    Misuse(String),
+    /// The system refused something the barrier needs (a thread, shared
+    /// memory, this process's identity).
+    #[error("{0}")]
+    System(String),
+    /// A bug in mcd, or a thread of it that panicked.
+    #[error("{0}")]
+    Internal(String),
 }
 
-/// The error of nodes whose plans disagree in `epoch`.
-pub(crate) fn mismatch_text(epoch: u64) -> String {
-    format!(
-        "collective mismatch in barrier {epoch}: a peer called another collective (a broadcast from another root, or a broadcast where this node called something else)"
-    )
+impl BarrierError {
+    /// The error of a node whose peers' plans disagree with its own in
+    /// barrier `epoch` (a peer said so, or its messages do).
+    pub(crate) fn peer_mismatch(epoch: u64) -> BarrierError {
+        BarrierError::CollectiveMismatch {
+            epoch,
+            detail: "a peer called another collective (a broadcast from another root, or a broadcast where this node called something else)".into(),
+        }
+    }
 }
 
 fn describe(peers: &[(NodeId, PeerState)]) -> String {
@@ -673,7 +703,7 @@ impl<T: Transport> Engine<T> {
                     let size = op.call.element_size();
                     let per_segment = core.setup().max_data.saturating_sub(wire::HEADER_LEN) / size * size;
                     if per_segment == 0 {
-                        op.outcome = Some(Err(BarrierError::Usage(format!("{}: this transport carries no data", op.call))));
+                        op.outcome = Some(Err(BarrierError::Misuse(format!("{}: this transport carries no data", op.call))));
                         continue;
                     }
                     let end = (op.next + per_segment).min(op.input.len());

@@ -41,73 +41,17 @@ use crate::barrier::Barrier;
 use crate::engine::{BarrierConfig, BarrierError, BarrierStats, PeerState};
 use crate::host_barrier::{segment_path, HostBarrier, HostConfig};
 use crate::mcd_shared::{GroupListener, GroupTransport, SharedEndpoint};
-use crate::plan::{self, Algorithm, Release};
+use crate::plan::{self, AutoOr, HostRelease};
 use crate::transport::{MsgKind, NodeId, Transport};
 
-/// How a host's leader's ranks learn that a hierarchical barrier is
-/// released (see the module docs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HostRelease {
-    /// The leader, once released among the leaders, releases its host
-    /// through shared memory.
-    SharedMemory,
-    /// Every rank takes the leaders' release multicast from its own ring
-    /// (the leader's release in shared memory recovers a lost one).
-    Multicast,
-}
-
 impl HostRelease {
-    /// The environment variable that chooses the release: `shm`,
-    /// `multicast` or `auto`.
-    pub const ENV: &'static str = "MCD_HIERARCHY_RELEASE";
-
     /// The release `MCD_HIERARCHY_RELEASE` names (`None`: unset or `auto`),
     /// or an error naming the bad value.
     pub fn from_env() -> Result<Option<HostRelease>, BarrierError> {
         match std::env::var(Self::ENV) {
             Err(std::env::VarError::NotPresent) => Ok(None),
-            Ok(v) => v.parse::<AutoOr>().map(|a| a.0).map_err(BarrierError::Usage),
-            Err(e) => Err(BarrierError::Usage(format!("{}: {e}", Self::ENV))),
-        }
-    }
-
-    /// Whether `algorithm` among the leaders can release the hosts
-    /// directly: its release is one multicast of leader 0.
-    pub fn can_multicast(algorithm: Algorithm) -> bool {
-        matches!(algorithm, Algorithm::Tree { release: Release::Multicast, .. } | Algorithm::Concurrent)
-    }
-}
-
-impl std::fmt::Display for HostRelease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            HostRelease::SharedMemory => "shm",
-            HostRelease::Multicast => "multicast",
-        })
-    }
-}
-
-impl std::str::FromStr for HostRelease {
-    type Err = String;
-    fn from_str(s: &str) -> Result<HostRelease, String> {
-        match s.parse::<AutoOr>()?.0 {
-            Some(r) => Ok(r),
-            None => Err("auto is not a release: shm or multicast".into()),
-        }
-    }
-}
-
-/// A release named in text, or `auto` (`None`).
-struct AutoOr(Option<HostRelease>);
-
-impl std::str::FromStr for AutoOr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<AutoOr, String> {
-        match s.trim() {
-            "shm" | "shared-memory" => Ok(AutoOr(Some(HostRelease::SharedMemory))),
-            "multicast" | "direct" => Ok(AutoOr(Some(HostRelease::Multicast))),
-            "auto" | "" => Ok(AutoOr(None)),
-            other => Err(format!("{}={other}: shm, multicast or auto", HostRelease::ENV)),
+            Ok(v) => v.parse::<AutoOr>().map(|a| a.0).map_err(BarrierError::Config),
+            Err(e) => Err(BarrierError::Config(format!("{}: {e}", Self::ENV))),
         }
     }
 }
@@ -311,8 +255,8 @@ pub const HOST_WAIT_ENV: &str = "MCD_HOST_WAIT";
 fn host_wait_from_env() -> Result<Option<mcd::WaitPolicy>, BarrierError> {
     match std::env::var(HOST_WAIT_ENV) {
         Err(std::env::VarError::NotPresent) => Ok(None),
-        Ok(v) => v.trim().parse().map(Some).map_err(|e| BarrierError::Usage(format!("{HOST_WAIT_ENV}: {e}"))),
-        Err(e) => Err(BarrierError::Usage(format!("{HOST_WAIT_ENV}: {e}"))),
+        Ok(v) => v.trim().parse().map(Some).map_err(|e| BarrierError::Config(format!("{HOST_WAIT_ENV}: {e}"))),
+        Err(e) => Err(BarrierError::Config(format!("{HOST_WAIT_ENV}: {e}"))),
     }
 }
 

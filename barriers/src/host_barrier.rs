@@ -139,7 +139,7 @@ pub struct HostBarrier {
 }
 
 fn io_error(what: &str, path: &Path, e: std::io::Error) -> BarrierError {
-    BarrierError::Usage(format!("{what} {}: {e}", path.display()))
+    BarrierError::System(format!("{what} {}: {e}", path.display()))
 }
 
 impl HostBarrier {
@@ -149,10 +149,10 @@ impl HostBarrier {
     pub fn join(config: HostConfig) -> Result<HostBarrier, BarrierError> {
         let HostConfig { path, job_key, members, me, attach_timeout, phases } = config;
         if me >= members.len() {
-            return Err(BarrierError::Usage(format!("local rank {me} of a host of {} ranks", members.len())));
+            return Err(BarrierError::Config(format!("local rank {me} of a host of {} ranks", members.len())));
         }
         let deadline = Instant::now() + attach_timeout;
-        let identity = ProcessIdentity::current().map_err(|e| BarrierError::Usage(format!("reading this process's identity: {e}")))?;
+        let identity = ProcessIdentity::current().map_err(|e| BarrierError::System(format!("reading this process's identity: {e}")))?;
         let len = segment_len(members.len());
         let (map, replaced_stale) =
             if me == 0 { create(&path, len, job_key, members.len(), identity)? } else { (attach(&path, len, deadline)?, 0) };
@@ -172,7 +172,7 @@ impl HostBarrier {
         let size = self.map.u32_at(H_SIZE).load(Acquire) as usize;
         let job = self.map.u32_at(H_JOB).load(Acquire);
         if size != self.members.len() || job != job_key {
-            return Err(BarrierError::Usage(format!(
+            return Err(BarrierError::Config(format!(
                 "{}: made for {size} local ranks of job {job:#010x}, not {} of job {job_key:#010x} (do the ranks agree on who shares this host?)",
                 path.display(),
                 self.members.len()
@@ -185,7 +185,7 @@ impl HostBarrier {
         let slot = self.slot(self.me);
         if let Err(state) = self.map.u32_at(slot + S_STATE).compare_exchange(SLOT_FREE, SLOT_ATTACHED, SeqCst, SeqCst) {
             let pid = self.map.u32_at(slot + S_PID).load(Acquire);
-            return Err(BarrierError::Usage(format!(
+            return Err(BarrierError::Config(format!(
                 "{}: local rank {} is taken already (state {state}, pid {pid}): two processes claim one rank",
                 path.display(),
                 self.me
@@ -493,7 +493,7 @@ impl HostBarrier {
                             sleep = sleep.min(d.saturating_duration_since(now));
                         }
                         futex_wait(futex, seen, Some(sleep.max(Duration::from_micros(1))))
-                            .map_err(|e| BarrierError::Usage(format!("waiting on the host's shared memory: {e}")))
+                            .map_err(|e| BarrierError::System(format!("waiting on the host's shared memory: {e}")))
                     }
                     Ok(true) => Ok(()),
                     Err(e) => Err(e),
@@ -529,7 +529,7 @@ fn create(path: &Path, len: usize, job_key: u32, size: usize, me: ProcessIdentit
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && replaced < 3 => {
                 if let Some(holder) = live_creator(path) {
-                    return Err(BarrierError::Usage(format!(
+                    return Err(BarrierError::Config(format!(
                         "{} is in use by the live process {} (another job with the same job key and leader port on this host?)",
                         path.display(),
                         holder.pid
@@ -576,7 +576,7 @@ fn attach(path: &Path, len: usize, deadline: Instant) -> Result<SharedMapping, B
             Err(e) => e.to_string(),
         };
         if Instant::now() >= deadline {
-            return Err(BarrierError::Usage(format!(
+            return Err(BarrierError::Config(format!(
                 "the host's shared memory {} did not appear in time ({last}): is local rank 0 running?",
                 path.display()
             )));

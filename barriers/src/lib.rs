@@ -41,6 +41,7 @@
 //!   before every node has entered it.
 //! - [`threads`]: one thread per node in one process, with every node
 //!   answering its peers until all are done.
+//! - [`summary`]: the one quantile and median of sorted samples.
 //!
 //! ```
 //! use barriers::{mem, Algorithm, Barrier, BarrierConfig};
@@ -75,15 +76,16 @@ pub mod plan;
 mod queue;
 pub mod rto;
 pub mod sim;
+pub mod summary;
 pub mod threads;
 pub mod transport;
 
 pub use barrier::{Barrier, PreparedBarrier, Request, AGENT_GRACE, AGENT_GRACE_MAX};
 pub use collective::{Collective, Dtype, Element, Op};
 pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARNED_RETRY};
-pub use hierarchy::{host_phases, HierarchicalBarrier, HostRelease, HOST_ADAPTIVE_YIELD, HOST_WAIT_ENV};
+pub use hierarchy::{host_phases, HierarchicalBarrier, HOST_ADAPTIVE_YIELD, HOST_WAIT_ENV};
 pub use host_barrier::{segment_path, HostBarrier, HostConfig, LIVENESS_CHECK, TAP_LOOK};
 pub use mcd_shared::{GroupListener, GroupTransport, RouteStats, SharedEndpoint, GROUP_PAYLOAD_LEN};
 pub use mcd_transport::{wire as mcd_wire, McdTransport};
-pub use plan::{Algorithm, Fanout, Release};
+pub use plan::{Algorithm, Fanout, HostRelease, Release};
 pub use transport::{Incoming, Msg, MsgKind, NodeId, TickWaker, Transport, TransportError, Waker, MISMATCHED, RECOVERED};

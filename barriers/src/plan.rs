@@ -418,6 +418,64 @@ pub fn build(algorithm: Algorithm, n: usize, me: NodeId, rails: usize) -> Result
     Ok(Plan { steps })
 }
 
+/// How a host's leader's ranks learn that a hierarchical barrier is
+/// released (see [`crate::HierarchicalBarrier`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostRelease {
+    /// The leader, once released among the leaders, releases its host
+    /// through shared memory.
+    SharedMemory,
+    /// Every rank takes the leaders' release multicast from its own ring
+    /// (the leader's release in shared memory recovers a lost one).
+    Multicast,
+}
+
+impl HostRelease {
+    /// The environment variable that chooses the release: `shm`,
+    /// `multicast` or `auto`.
+    pub const ENV: &'static str = "MCD_HIERARCHY_RELEASE";
+
+    /// Whether `algorithm` among the leaders can release the hosts
+    /// directly: its release is one multicast of leader 0.
+    pub fn can_multicast(algorithm: Algorithm) -> bool {
+        matches!(algorithm, Algorithm::Tree { release: Release::Multicast, .. } | Algorithm::Concurrent)
+    }
+}
+
+impl std::fmt::Display for HostRelease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HostRelease::SharedMemory => "shm",
+            HostRelease::Multicast => "multicast",
+        })
+    }
+}
+
+impl std::str::FromStr for HostRelease {
+    type Err = String;
+    fn from_str(s: &str) -> Result<HostRelease, String> {
+        match s.parse::<AutoOr>()?.0 {
+            Some(r) => Ok(r),
+            None => Err("auto is not a release: shm or multicast".into()),
+        }
+    }
+}
+
+/// A release named in text, or `auto` (`None`).
+pub(crate) struct AutoOr(pub(crate) Option<HostRelease>);
+
+impl std::str::FromStr for AutoOr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<AutoOr, String> {
+        match s.trim() {
+            "shm" | "shared-memory" => Ok(AutoOr(Some(HostRelease::SharedMemory))),
+            "multicast" | "direct" => Ok(AutoOr(Some(HostRelease::Multicast))),
+            "auto" | "" => Ok(AutoOr(None)),
+            other => Err(format!("{}={other}: shm, multicast or auto", HostRelease::ENV)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -99,7 +99,7 @@ impl Queue {
     /// not done yet. An `id` not queued is a usage error.
     pub(crate) fn claim(&mut self, id: u64, out: Option<&mut [u8]>) -> Option<Result<(), BarrierError>> {
         let Some(at) = self.ops.iter().position(|op| op.id == id) else {
-            return Some(Err(BarrierError::Usage(format!("nonblocking collective {id} is not pending (completed already?)"))));
+            return Some(Err(BarrierError::Misuse(format!("nonblocking collective {id} is not pending (completed already?)"))));
         };
         self.ops[at].outcome.as_ref()?;
         let op = self.ops.remove(at).expect("found above");
@@ -108,7 +108,7 @@ impl Queue {
             if let Some(out) = out {
                 if !op.output.is_empty() {
                     if out.len() != op.output.len() {
-                        return Some(Err(BarrierError::Usage(format!(
+                        return Some(Err(BarrierError::Misuse(format!(
                             "{}: the result is {} bytes, the buffer {}",
                             op.call,
                             op.output.len(),

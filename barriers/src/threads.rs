@@ -32,7 +32,7 @@ where
         .collect();
     threads
         .into_iter()
-        .map(|t| t.join().unwrap_or_else(|_| Err(BarrierError::Usage("a node thread panicked".into()))))
+        .map(|t| t.join().unwrap_or_else(|_| Err(BarrierError::Internal("a node thread panicked".into()))))
         .collect()
 }
 

@@ -8,8 +8,33 @@ use std::time::{Duration, Instant};
 /// A node number, 0-based; node 0 is the master.
 pub type NodeId = usize;
 
-/// A transport's error, boxed so that any transport can report its own.
-pub type TransportError = Box<dyn std::error::Error + Send + Sync + 'static>;
+/// Why a transport failed. mcd's own errors keep their kind
+/// ([`mcd::Error`]), so a caller (the C ABI among them) can tell a missing
+/// capability from a failed system call; another transport reports its own
+/// error in [`TransportError::Other`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// mcd's endpoint failed.
+    #[error(transparent)]
+    Mcd(#[from] mcd::Error),
+    /// A system call failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The transport was asked what it cannot do: a node or rail it does
+    /// not have, more data than a message carries, a group it cannot make.
+    #[error("{0}")]
+    Invalid(String),
+    /// Another transport's own error.
+    #[error(transparent)]
+    Other(Box<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+impl From<String> for TransportError {
+    fn from(what: String) -> TransportError {
+        TransportError::Invalid(what)
+    }
+}
 
 /// The kind of a barrier message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -261,21 +261,21 @@ fn nodes_calling_different_collectives_get_a_clear_error() {
     let results = run_per_node(mem::network(3, 1, Faults::none()), config(Algorithm::Concurrent), |b| {
         let op = if b.node() == 1 { Op::Max } else { Op::Sum };
         let mut data = [1i32, 2];
-        Ok(b.allreduce(&mut data, op).map_err(|e| e.to_string()))
+        Ok(b.allreduce(&mut data, op).err())
     });
-    let errors: Vec<String> = results.into_iter().filter_map(|r| r.unwrap().err()).collect();
+    let errors: Vec<BarrierError> = results.into_iter().filter_map(|r| r.unwrap()).collect();
     assert_eq!(errors.len(), 3, "every node learns of the mismatch: {errors:?}");
-    assert!(errors.iter().all(|e| e.contains("collective mismatch") && e.contains("allreduce")), "{errors:?}");
+    assert!(errors.iter().all(|e| matches!(e, BarrierError::CollectiveMismatch { epoch: 0, .. })), "{errors:?}");
     // Bad arguments are refused before any traffic.
     let results = run_per_node(mem::network(2, 1, Faults::none()), config(Algorithm::Dissemination), |b| {
         let mut x = [1.0f32];
-        let float_xor = b.allreduce(&mut x, Op::Bxor).unwrap_err().to_string();
-        let dissemination = b.allreduce(&mut [1u32], Op::Sum).unwrap_err().to_string();
-        let root = b.bcast(&mut [1u64], 2).unwrap_err().to_string();
+        let float_xor = b.allreduce(&mut x, Op::Bxor).unwrap_err();
+        let dissemination = b.allreduce(&mut [1u32], Op::Sum).unwrap_err();
+        let root = b.bcast(&mut [1u64], 2).unwrap_err();
         Ok((float_xor, dissemination, root))
     });
     let (float_xor, dissemination, root) = results.into_iter().next().unwrap().unwrap();
-    assert!(float_xor.contains("integers only"), "{float_xor}");
-    assert!(dissemination.contains("more than once"), "{dissemination}");
-    assert!(root.contains("not one of the 2"), "{root}");
+    assert!(matches!(&float_xor, BarrierError::Misuse(e) if e.contains("integers only")), "{float_xor}");
+    assert!(matches!(&dissemination, BarrierError::Config(e) if e.contains("more than once")), "{dissemination}");
+    assert!(matches!(&root, BarrierError::Misuse(e) if e.contains("not one of the 2")), "{root}");
 }

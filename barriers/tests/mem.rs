@@ -125,7 +125,7 @@ fn split_phase_enter_then_test_completes_only_when_all_entered() {
                 let mut b = Barrier::new(t, BarrierConfig::new(Algorithm::Dissemination)).unwrap();
                 b.enter().unwrap();
                 assert!(b.in_progress());
-                assert!(matches!(b.enter(), Err(BarrierError::Usage(_))), "entering twice is refused");
+                assert!(matches!(b.enter(), Err(BarrierError::Misuse(_))), "entering twice is refused");
                 let mut polls = 0u64;
                 while !b.test().unwrap() {
                     polls += 1; // "compute" while the barrier is in flight

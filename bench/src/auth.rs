@@ -22,7 +22,7 @@ use hdrhistogram::Histogram;
 use mcd::auth::FrameKey;
 use mcd::wire::{Frame, FrameRepr, MacAddr, DEFAULT_ETHERTYPE, TRAILER_LEN};
 use mcd::{Auth, Endpoint, JobSecret, WaitPolicy};
-use mcd_tools::vcluster::{Cluster, ClusterSpec};
+use mcd_vcluster::{Cluster, ClusterSpec};
 use serde::Serialize;
 
 /// Payload sizes of the isolated measurement.
@@ -98,8 +98,7 @@ fn sample_frame(payload: usize) -> Vec<u8> {
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    barriers::summary::median(&mut v)
 }
 
 /// ns per call of `f` in the fastest and the median of [`LOOPS`] loops of [`FRAMES`] calls.

@@ -3,7 +3,7 @@
 //! with Open MPI's own collectives over TCP (yield mode) and once with mcd's
 //! interposer preloaded, which serves MPI_Allreduce and MPI_Bcast on
 //! MPI_COMM_WORLD with mcd's gather and multicast result; and the same loop
-//! over plain UDP ([`mcd_tools::udpcollectives`]). Each twice: with an
+//! over plain UDP ([`mcd_bench::udpcollectives`]). Each twice: with an
 //! untimed barrier before each call (the OSU way, which the goals judge)
 //! and back to back. The same cluster, one run.
 
@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use mcd_tools::cbuild::{self, Mpi};
 use mcd_tools::mpi::{self, MpiRun};
-use mcd_tools::plot::{self, Axes, Panel, Series};
-use mcd_tools::udpcollectives::{self, CollectiveBench, CollectiveLine};
-use mcd_tools::vcluster::{Cluster, ClusterSpec};
+use mcd_bench::plot::{self, Axes, Panel, Series};
+use mcd_bench::udpcollectives::{self, CollectiveBench, CollectiveLine};
+use mcd_vcluster::{Cluster, ClusterSpec};
 use serde::Serialize;
 
 use crate::{iterations_for, machine, today};
@@ -210,7 +210,7 @@ fn render(nodes: &[usize], sizes: &[usize], rows: &[Row], scale: f64, rounds: us
     let _ = writeln!(md, "# Collectives: mcd against Open MPI over TCP and UDP\n");
     let _ = writeln!(md, "Measured {} on {}, by `mcd-bench collectives` (`--scale {scale}`: {}), in {:.1} minutes.\n", today(), machine(), iterations_note(nodes, scale), elapsed.as_secs_f64() / 60.0);
     let _ = writeln!(md, "`mpi/coll_bench.c`, osu_allreduce / osu_bcast style, per-rank median and 99th percentile of the timed calls, averaged over the ranks. {rounds} round(s) per rank count, the contenders one after another in each; every figure below is the round with the median median (each round's median is in collectives.json), so one unlucky run of one contender does not decide a row. The same binary under Open MPI's mpirun on the virtual cluster (veth pairs and a bridge, all ranks on this machine's cores): Open MPI's own collectives over TCP in yield mode, and with mcd's interposer preloaded (`MPI_Allreduce` with `MPI_SUM` on doubles, `MPI_Bcast` from rank 0; mcd's algorithm: `auto`'s pick among the algorithms that reduce). One contribution travels in one frame up to {ONE_FRAME} bytes; beyond, mcd cuts it into one-frame segments, one gather-and-release each.\n");
-    let _ = writeln!(md, "**UDP** is what a programmer writes without mcd (`tools::udpcollectives`, on the UDP group of the head-to-head's UDP barrier): allreduce by recursive doubling (exchange with `me XOR 2^r`, add; ranks beyond a power of two fold in first), broadcast down a binomial tree, one datagram per message (IP fragments those beyond {} bytes), no loss recovery, the root's broadcasts at most {} ahead of the slowest rank. One process per rank in its namespace, as the MPI ranks, on rail 0's addresses, pinned and spinning while ranks ≤ cores, else yielding between polls (as the head-to-head's UDP barrier). The same loop as coll_bench, every result checked.\n", 1500 - 28, udpcollectives::BCAST_WINDOW);
+    let _ = writeln!(md, "**UDP** is what a programmer writes without mcd (`mcd_bench::udpcollectives`, on the UDP group of the head-to-head's UDP barrier): allreduce by recursive doubling (exchange with `me XOR 2^r`, add; ranks beyond a power of two fold in first), broadcast down a binomial tree, one datagram per message (IP fragments those beyond {} bytes), no loss recovery, the root's broadcasts at most {} ahead of the slowest rank. One process per rank in its namespace, as the MPI ranks, on rail 0's addresses, pinned and spinning while ranks ≤ cores, else yielding between polls (as the head-to-head's UDP barrier). The same loop as coll_bench, every result checked.\n", 1500 - 28, udpcollectives::BCAST_WINDOW);
     let _ = writeln!(md, "**The methods.** osu_allreduce and osu_bcast put an `MPI_Barrier` between timed calls; a call's time is then how long until this rank has the result. The goals are judged on those rows. Back to back (no barrier between calls) is recorded as well: mcd's broadcast is release-first (the root multicasts its data at once and returns, a non-root tells the root it entered as it enters and returns once it has the data; the root's end message, sent once every node entered, finishes the epoch in the background, and a node's next call waits for it: so a root's next broadcast waits until every node has entered its previous one), while Open MPI's is eager (the root returns once its data is sent) and back-to-back calls pipeline deeper.\n");
     let picks: Vec<String> = nodes
         .iter()

@@ -8,13 +8,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use barriers::BarrierConfig;
 use mcd::WaitPolicy;
-use mcd_tools::barrierbench::{self, BarrierBench, BarrierMeasurement, Method};
+use mcd_bench::barrierbench::{self, BarrierBench, BarrierMeasurement, Method};
 use mcd_tools::cbuild::{self, Mpi};
-use mcd_tools::mpi::{self, Comm, MpiRun};
-use mcd_tools::pingpong::{self, PingPongConfig, Transport};
-use mcd_tools::plot::{self, Panel, Series};
-use mcd_tools::udpbarrier;
-use mcd_tools::vcluster::{Cluster, ClusterSpec};
+use mcd_bench::mpibench::{self, Comm};
+use mcd_tools::mpi::{self, MpiRun};
+use mcd_bench::pingpong::{self, PingPongConfig, Transport};
+use mcd_bench::plot::{self, Panel, Series};
+use mcd_bench::udpbarrier;
+use mcd_vcluster::{Cluster, ClusterSpec};
 use serde::Serialize;
 
 use crate::{barrier_configs, iterations_for, machine, today};
@@ -65,7 +66,7 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
     mpi::check_launcher(Mpi::Mpich)?;
     let interposer = cbuild::build_interposer(Mpi::OpenMpi, true)?;
     let interposer_mpich = cbuild::build_interposer(Mpi::Mpich, true)?;
-    let params = mcd_tools::logp::load_or_measure(logp)?;
+    let params = mcd_bench::logp::load_or_measure(logp)?;
     eprintln!(
         "LogP parameters for Auto ({}): o_s {:.2} µs, o_r {:.2} µs, g {:.2} µs, L {:.2} µs",
         logp.map(|p| p.display().to_string()).unwrap_or_else(|| "measured now".into()),
@@ -115,27 +116,27 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
         record(Contender::Udp, udpbarrier::measure(&cluster, bench)?);
         // 3. Open MPI over TCP, ranks in the nodes' namespaces.
         let yield_run = MpiRun { yield_when_idle: true, ..MpiRun::default() };
-        record(Contender::OmpiYield, mpi::measure_barrier(&cluster, &yield_run, bench, "Open MPI TCP (yield)")?);
+        record(Contender::OmpiYield, mpibench::measure_barrier(&cluster, &yield_run, bench, "Open MPI TCP (yield)")?);
         let spin_bench = BarrierBench {
             iterations: ompi_spin_iterations(n, iterations),
             warmup: if n > mcd::host::online_cpus() { 10 } else { 100 },
             ..bench
         };
-        record(Contender::OmpiSpin, mpi::measure_barrier(&cluster, &MpiRun::default(), spin_bench, "Open MPI TCP (default)")?);
+        record(Contender::OmpiSpin, mpibench::measure_barrier(&cluster, &MpiRun::default(), spin_bench, "Open MPI TCP (default)")?);
         // 5. The same MPI program, MPI_Barrier served by mcd through the interposer.
         let preloaded = MpiRun { env: vec![("LD_PRELOAD".into(), interposer.display().to_string())], ..MpiRun::default() };
-        record(Contender::Interposer, mpi::measure_barrier(&cluster, &preloaded, bench, "mcd interposer (MPI program)")?);
+        record(Contender::Interposer, mpibench::measure_barrier(&cluster, &preloaded, bench, "mcd interposer (MPI program)")?);
         // And both MPI rows again by OSU's method (back-to-back barriers).
         let osu = BarrierBench { method: Method::Osu, ..bench };
-        record(Contender::OmpiYield, mpi::measure_barrier(&cluster, &yield_run, osu, "Open MPI TCP (yield)")?);
-        record(Contender::Interposer, mpi::measure_barrier(&cluster, &preloaded, osu, "mcd interposer (MPI program)")?);
+        record(Contender::OmpiYield, mpibench::measure_barrier(&cluster, &yield_run, osu, "Open MPI TCP (yield)")?);
+        record(Contender::Interposer, mpibench::measure_barrier(&cluster, &preloaded, osu, "mcd interposer (MPI program)")?);
         // 6. The same program on a duplicate of the world, and on its two
         // halves (MPI_Comm_split) at once: every communicator gets mcd's barrier.
         for comm in [Comm::Dup, Comm::Split] {
             let label = "Open MPI TCP (yield)";
-            record_on(Contender::OmpiYield, comm, mpi::measure_barrier_on(&cluster, &yield_run, bench, comm, label)?);
+            record_on(Contender::OmpiYield, comm, mpibench::measure_barrier_on(&cluster, &yield_run, bench, comm, label)?);
             let label = "mcd interposer (MPI program)";
-            record_on(Contender::Interposer, comm, mpi::measure_barrier_on(&cluster, &preloaded, bench, comm, label)?);
+            record_on(Contender::Interposer, comm, mpibench::measure_barrier_on(&cluster, &preloaded, bench, comm, label)?);
         }
         // 7. MPICH: its own MPI_Barrier over TCP, and the interposer built for it.
         let tcp: Vec<(String, String)> = mpi::MPICH_OVER_TCP.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -145,12 +146,12 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
             warmup: if n > mcd::host::online_cpus() { 10 } else { 100 },
             ..bench
         };
-        record_on(Contender::Mpich, Comm::World, mpi::measure_barrier(&cluster, &mpich, mpich_spin, "MPICH TCP")?);
+        record_on(Contender::Mpich, Comm::World, mpibench::measure_barrier(&cluster, &mpich, mpich_spin, "MPICH TCP")?);
         let mut preload = tcp;
         preload.push(("LD_PRELOAD".into(), interposer_mpich.display().to_string()));
         let mpich_preloaded = MpiRun { env: preload, ..mpich.clone() };
         let label = "mcd interposer (MPICH program)";
-        record_on(Contender::InterposerMpich, Comm::World, mpi::measure_barrier(&cluster, &mpich_preloaded, bench, label)?);
+        record_on(Contender::InterposerMpich, Comm::World, mpibench::measure_barrier(&cluster, &mpich_preloaded, bench, label)?);
     }
 
     let md = render(sizes, &rows, &latency, &params)?;
@@ -323,11 +324,11 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
     writeln!(md, "## How it was measured\n")?;
     writeln!(
         md,
-        "- **The cluster.** For each node count, one virtual cluster (`tools::vcluster`): a network namespace per node, veth links into a Linux bridge acting as a learning switch, two rails, IPv6 off, no injected loss. Every contender at that node count runs on that same cluster, one after the other.\n\
+        "- **The cluster.** For each node count, one virtual cluster (`mcd_vcluster`): a network namespace per node, veth links into a Linux bridge acting as a learning switch, two rails, IPv6 off, no injected loss. Every contender at that node count runs on that same cluster, one after the other.\n\
          - **The method** (the paper's, section 4), identical for all contenders: 100 untimed barriers, then N timed iterations of {{ timestamp; barrier; timestamp; 30 µs dummy loop }}; each node keeps min, mean, max, median, 99th and 99.9th percentiles of its own barrier times (hdrhistogram; sorted times in the C program), and the table shows those averaged over the nodes. N is 2000 at 2 nodes, 1000 at 4, 500 at 8, 300 at 16.\n\
          - **mcd**: one thread per node in one process, each in its node's namespace with its own endpoint; `Adaptive` waiting (busy-poll while nodes ≤ cores, else a short spin, then `sched_yield`, then sleep); threads pinned to a core each while nodes ≤ cores. Every algorithm of `barrier_configs` (two of them on two rails), then the algorithm `BarrierConfig::auto_on_host` picks for one rail from the LogP parameters ({}) and the host's cores (all n nodes share them: beyond 2 nodes it picks the fewest message deliveries, since each costs a context switch), measured again as its own row.\n\
-         - **UDP dissemination** (`tools::udpbarrier`): what a programmer writes without mcd — ⌈log₂ n⌉ rounds, one datagram to `me + 2^r`, wait for the one from `me − 2^r`, over `std::net::UdpSocket` on rail 0's IP addresses; threads, pinning and waiting as mcd's (spin while nodes ≤ cores, else `sched_yield` between polls).\n\
-         - **Open MPI** 4.1 from Debian, `MPI_Barrier` in `mpi/barrier_bench.c` (the same loop and statistics, in C), one rank per namespace started by `mpirun` through the cluster's rsh agent (`tools::mpi`), `--bind-to none --mca btl tcp,self`, MPI's TCP and out-of-band traffic on rail 0's addresses, so it crosses the same veth links and bridge. Twice: `mpi_yield_when_idle 1` (its best mode when ranks outnumber cores) and its default (polling without yielding; with more ranks than cores only {} timed barriers after 10 warm-ups, since each takes milliseconds). The ratios use the better of the two modes at each node count.\n\
+         - **UDP dissemination** (`mcd_bench::udpbarrier`): what a programmer writes without mcd — ⌈log₂ n⌉ rounds, one datagram to `me + 2^r`, wait for the one from `me − 2^r`, over `std::net::UdpSocket` on rail 0's IP addresses; threads, pinning and waiting as mcd's (spin while nodes ≤ cores, else `sched_yield` between polls).\n\
+         - **Open MPI** 4.1 from Debian, `MPI_Barrier` in `mpi/barrier_bench.c` (the same loop and statistics, in C), one rank per namespace started by `mpirun` through the cluster's rsh agent (`mcd_tools::mpi`), `--bind-to none --mca btl tcp,self`, MPI's TCP and out-of-band traffic on rail 0's addresses, so it crosses the same veth links and bridge. Twice: `mpi_yield_when_idle 1` (its best mode when ranks outnumber cores) and its default (polling without yielding; with more ranks than cores only {} timed barriers after 10 warm-ups, since each takes milliseconds). The ratios use the better of the two modes at each node count.\n\
          - **Oversubscription.** This machine has {cores} cores. From 4 nodes on, nodes take turns on the cores: every barrier also waits for the other nodes' 30 µs dummy loops and for scheduler hand-offs (about n/2 × 30 µs). That cost is the same for every contender, and it hides the algorithms' differences; the 2-node rows are the clean comparison.",
         fmt_params(p),
         ompi_spin_iterations(16, iterations_for(16, 1.0)),

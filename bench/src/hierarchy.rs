@@ -14,10 +14,11 @@ use anyhow::Result;
 use barriers::model::{self, ShmCosts};
 use barriers::{BarrierConfig, HostRelease};
 use mcd::WaitPolicy;
-use mcd_tools::barrierbench::{self, BarrierBench, BarrierMeasurement, Method, RanksBarrier};
+use mcd_bench::barrierbench::{self, BarrierBench, BarrierMeasurement, Method, RanksBarrier};
 use mcd_tools::cbuild::{self, Mpi};
+use mcd_bench::mpibench;
 use mcd_tools::mpi::{self, MpiRun};
-use mcd_tools::vcluster::{Cluster, ClusterSpec};
+use mcd_vcluster::{Cluster, ClusterSpec};
 use serde::Serialize;
 
 /// Who is measured.
@@ -95,7 +96,7 @@ fn wait_mixes() -> Vec<(WaitPolicy, WaitPolicy)> {
 pub fn run(out: &Path, shapes: &[(usize, usize)], iterations: usize) -> Result<()> {
     mpi::check_launcher(Mpi::OpenMpi)?;
     let interposer = cbuild::build_interposer(Mpi::OpenMpi, true)?;
-    let params = mcd_tools::logp::load_or_measure(Some(&out.join("logp.json")))?;
+    let params = mcd_bench::logp::load_or_measure(Some(&out.join("logp.json")))?;
     let cores = mcd::host::online_cpus();
     let mut rows = Vec::new();
     let mut waits = Vec::new();
@@ -120,7 +121,7 @@ pub fn run(out: &Path, shapes: &[(usize, usize)], iterations: usize) -> Result<(
             // The same MPI program, processes under mpirun, per_host per namespace.
             let vader = vec![("btl".to_string(), "self,vader,tcp".to_string())];
             let ompi = MpiRun { ranks_per_node: per_host, yield_when_idle: true, mca: vader.clone(), ..MpiRun::default() };
-            record(Contender::OpenMpi, mpi::measure_barrier(&cluster, &ompi, bench, "MPI_Barrier")?);
+            record(Contender::OpenMpi, mpibench::measure_barrier(&cluster, &ompi, bench, "MPI_Barrier")?);
             for (contender, hierarchy, release) in [
                 (Contender::InterposerFlat, "off", "shm"),
                 (Contender::InterposerShm, "on", "shm"),
@@ -133,7 +134,7 @@ pub fn run(out: &Path, shapes: &[(usize, usize)], iterations: usize) -> Result<(
                 ];
                 let run = MpiRun { env, ..ompi.clone() };
                 let name = if hierarchy == "off" { "MCD_HIERARCHY=off".to_string() } else { format!("MCD_HIERARCHY=on, release {release}") };
-                record(contender, mpi::measure_barrier(&cluster, &run, bench, &name)?);
+                record(contender, mpibench::measure_barrier(&cluster, &run, bench, &name)?);
             }
         }
         if (hosts, per_host) == (4, 4) {

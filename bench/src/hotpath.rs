@@ -26,7 +26,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use barriers::{Algorithm, Barrier, BarrierConfig, McdTransport};
 use hdrhistogram::Histogram;
 use mcd::{Destination, Endpoint, WaitPolicy};
-use mcd_tools::vcluster::{Cluster, ClusterSpec};
+use mcd_vcluster::{Cluster, ClusterSpec};
 use serde::Serialize;
 
 /// The message kind of the bare-endpoint loops.
@@ -340,6 +340,5 @@ fn engine_alone(iterations: usize, rounds: usize) -> Result<f64> {
         }
         per_round.push(start.elapsed().as_nanos() as f64 / iterations as f64);
     }
-    per_round.sort_by(f64::total_cmp);
-    Ok(per_round[rounds / 2])
+    Ok(barriers::summary::median(&mut per_round))
 }

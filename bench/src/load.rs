@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use mcd_tools::vcluster::{Cluster, ClusterSpec, Collected};
+use mcd_vcluster::{Cluster, ClusterSpec, Collected};
 use serde::Serialize;
 
 /// One contender's mean µs per barrier at one size and method, each round.
@@ -33,9 +33,7 @@ struct Row {
 
 impl Row {
     fn median(&self) -> f64 {
-        let mut v = self.means_us.clone();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        barriers::summary::median(&mut self.means_us.clone())
     }
 }
 
@@ -43,7 +41,7 @@ const CONTENDERS: [&str; 3] = ["C raw dissemination (spin + sched_yield)", "mcd 
 
 /// Compiles the C baseline next to this executable.
 fn build_baseline() -> Result<PathBuf> {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/raw_dissemination.c");
+    let source = mcd_tools::cbuild::source_dir()?.join("bench/c/raw_dissemination.c");
     let exe = std::env::current_exe()?;
     let out = exe.parent().context("the executable's directory")?.join("raw_dissemination");
     let status = Command::new("cc")

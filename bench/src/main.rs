@@ -10,18 +10,19 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use mcd::WaitPolicy;
 use barriers::{Algorithm, BarrierConfig, Fanout, Release};
-use mcd_tools::barrierbench::{self, BarrierBench, BarrierMeasurement};
-use mcd_tools::pingpong::{self, PingPongConfig, SizeResult, Transport};
-use mcd_tools::vcluster::{Cluster, ClusterSpec};
+use mcd_bench::barrierbench::{self, BarrierBench, BarrierMeasurement};
+use mcd_bench::pingpong::{self, PingPongConfig, SizeResult, Transport};
+use mcd_vcluster::{Cluster, ClusterSpec};
 
 /// Benchmarks of mcd against the alternatives, measured side by side in one
 /// run (this machine is noisy), reporting medians and tails. Needs root.
 #[derive(Parser)]
 #[command(name = "mcd-bench", version)]
 struct Cli {
-    /// Where results are written.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results"))]
-    out: PathBuf,
+    /// Where results are written (default: bench/results in the mcd
+    /// checkout, `MCD_SOURCE_DIR` or the one this was built from).
+    #[arg(long)]
+    out: Option<PathBuf>,
     #[command(subcommand)]
     bench: Bench,
 }
@@ -32,10 +33,10 @@ enum Bench {
     /// two cores, for busy-poll and blocking waits.
     Latency {
         /// Timed round trips per size, transport and round.
-        #[arg(long, default_value_t = 20_000, value_parser = mcd_tools::cli::at_least_one)]
+        #[arg(long, default_value_t = 20_000, value_parser = mcd_bench::cli::at_least_one)]
         iterations: usize,
         /// Rounds (transports alternate within each round).
-        #[arg(long, default_value_t = 5, value_parser = mcd_tools::cli::at_least_one)]
+        #[arg(long, default_value_t = 5, value_parser = mcd_bench::cli::at_least_one)]
         rounds: usize,
     },
     /// The LogP model against measurement: measure o_s, o_r, g, L; predict every
@@ -43,10 +44,10 @@ enum Bench {
     /// hypothesis; plot predictions from 2 to 65,536 nodes.
     Model {
         /// Node counts measured.
-        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_bench::cli::node_count)]
         nodes: Vec<usize>,
         /// Scales the number of timed barriers (with --protocol: simulated barriers per run).
-        #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
+        #[arg(long, default_value_t = 1.0, value_parser = mcd_bench::cli::positive)]
         scale: f64,
         /// Instead: the LogP simulator running the real protocol core, a
         /// core per node (`barriers::model::protocol`), under loss: mean and
@@ -72,18 +73,19 @@ enum Bench {
     /// bench/RESULTS.md, results/head-to-head.{json,svg,png}.
     HeadToHead {
         /// Node counts.
-        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_bench::cli::node_count)]
         nodes: Vec<usize>,
         /// Scales the number of timed barriers (1.0: 2000 at 2 nodes down to 300 at 16).
-        #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
+        #[arg(long, default_value_t = 1.0, value_parser = mcd_bench::cli::positive)]
         scale: f64,
         /// LogP parameters for Auto (`mcd-logp --json` output; default
         /// results/logp.json if present, else measured on the spot).
         #[arg(long)]
         logp: Option<PathBuf>,
-        /// Where the report goes.
-        #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/RESULTS.md"))]
-        report: PathBuf,
+        /// Where the report goes (default: bench/RESULTS.md in the mcd
+        /// checkout).
+        #[arg(long)]
+        report: Option<PathBuf>,
     },
     /// Loss and load: every algorithm at each node count under 0, 1, 5 and
     /// 20% injected loss of mcd frames (nftables, each node's ingress), the
@@ -91,13 +93,13 @@ enum Bench {
     /// time. Writes results/loss.{md,json}.
     Loss {
         /// Node counts.
-        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_bench::cli::node_count)]
         nodes: Vec<usize>,
         /// Loss rates, percent.
         #[arg(long, value_delimiter = ',', default_value = "0,1,5,20")]
         loss: Vec<f64>,
         /// Scales the number of timed barriers (1.0: 2000 at 2 nodes down to 300 at 16).
-        #[arg(long, default_value_t = 0.5, value_parser = mcd_tools::cli::positive)]
+        #[arg(long, default_value_t = 0.5, value_parser = mcd_bench::cli::positive)]
         scale: f64,
     },
     /// The hot path: a 2-node barrier against one one-way message, and
@@ -105,10 +107,10 @@ enum Bench {
     /// Writes results/hotpath.{md,json}.
     Hotpath {
         /// Timed operations per row and round.
-        #[arg(long, default_value_t = 20_000, value_parser = mcd_tools::cli::at_least_one)]
+        #[arg(long, default_value_t = 20_000, value_parser = mcd_bench::cli::at_least_one)]
         iterations: usize,
         /// Rounds (the rows alternate within each round).
-        #[arg(long, default_value_t = 5, value_parser = mcd_tools::cli::at_least_one)]
+        #[arg(long, default_value_t = 5, value_parser = mcd_bench::cli::at_least_one)]
         rounds: usize,
     },
     /// What authentication costs: the tag (SipHash-2-4 against keyed BLAKE3)
@@ -117,10 +119,10 @@ enum Bench {
     /// results/auth.{md,json}.
     Auth {
         /// Timed calls per operation, setting and round.
-        #[arg(long, default_value_t = 20_000, value_parser = mcd_tools::cli::at_least_one)]
+        #[arg(long, default_value_t = 20_000, value_parser = mcd_bench::cli::at_least_one)]
         iterations: usize,
         /// Rounds (the settings alternate within each round).
-        #[arg(long, default_value_t = 5, value_parser = mcd_tools::cli::at_least_one)]
+        #[arg(long, default_value_t = 5, value_parser = mcd_bench::cli::at_least_one)]
         rounds: usize,
     },
     /// Load: more processes than cores, no loss. mcd's dissemination barrier
@@ -129,13 +131,13 @@ enum Bench {
     /// sched_yield). Writes results/load.{md,json}.
     Load {
         /// Node counts.
-        #[arg(long, value_delimiter = ',', default_value = "4,8,16", value_parser = mcd_tools::cli::node_count)]
+        #[arg(long, value_delimiter = ',', default_value = "4,8,16", value_parser = mcd_bench::cli::node_count)]
         nodes: Vec<usize>,
         /// Rounds (the contenders alternate within each round).
-        #[arg(long, default_value_t = 3, value_parser = mcd_tools::cli::at_least_one)]
+        #[arg(long, default_value_t = 3, value_parser = mcd_bench::cli::at_least_one)]
         rounds: usize,
         /// Timed barriers per contender and round.
-        #[arg(long, default_value_t = 500, value_parser = mcd_tools::cli::at_least_one)]
+        #[arg(long, default_value_t = 500, value_parser = mcd_bench::cli::at_least_one)]
         iterations: usize,
     },
     /// The cost model validated: every MCD barrier figure of the paper
@@ -149,18 +151,18 @@ enum Bench {
         #[arg(long)]
         measure: bool,
         /// Node counts measured.
-        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_bench::cli::node_count)]
         nodes: Vec<usize>,
         /// Scales the number of timed barriers.
-        #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
+        #[arg(long, default_value_t = 1.0, value_parser = mcd_bench::cli::positive)]
         scale: f64,
         /// Rounds of the whole measurement; each row's figure is the median of
         /// its rounds' means (this machine is shared: a burst of load spoils
         /// a round, not a row).
-        #[arg(long, default_value_t = 3, value_parser = mcd_tools::cli::at_least_one)]
+        #[arg(long, default_value_t = 3, value_parser = mcd_bench::cli::at_least_one)]
         rounds: usize,
         /// Stem of the virtual clusters' names (1 to 4 lowercase letters or digits).
-        #[arg(long, default_value = "bnv", value_parser = mcd_tools::cli::cluster_stem)]
+        #[arg(long, default_value = "bnv", value_parser = mcd_bench::cli::cluster_stem)]
         cluster: String,
     },
     /// Many ranks per host: the hierarchical barrier against the flat one
@@ -172,7 +174,7 @@ enum Bench {
         #[arg(long, value_delimiter = ',', default_value = "4x4,8x2,4x8", value_parser = shape)]
         shapes: Vec<(usize, usize)>,
         /// Timed barriers per contender.
-        #[arg(long, default_value_t = 300, value_parser = mcd_tools::cli::at_least_one)]
+        #[arg(long, default_value_t = 300, value_parser = mcd_bench::cli::at_least_one)]
         iterations: usize,
     },
     /// Collectives: MPI_Allreduce and MPI_Bcast (osu style) in one MPI
@@ -184,20 +186,20 @@ enum Bench {
     /// results/collectives.{md,json} and collectives-{allreduce,bcast}.{svg,png}.
     Collectives {
         /// Rank counts.
-        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_bench::cli::node_count)]
         nodes: Vec<usize>,
         /// Message sizes, bytes (whole doubles).
         #[arg(long, value_delimiter = ',', default_value = "8,64,512,1024,1432,4096")]
         sizes: Vec<usize>,
         /// Scales the number of timed calls (1.0: 2000 at 2 ranks down to 300 at 16).
-        #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
+        #[arg(long, default_value_t = 1.0, value_parser = mcd_bench::cli::positive)]
         scale: f64,
         /// Rounds per rank count: in each, every contender runs once, one
         /// after another; a row reports the round with the median median.
-        #[arg(long, default_value_t = 3, value_parser = mcd_tools::cli::at_least_one)]
+        #[arg(long, default_value_t = 3, value_parser = mcd_bench::cli::at_least_one)]
         rounds: usize,
         /// Stem of the virtual clusters' names (1 to 4 lowercase letters or digits).
-        #[arg(long, default_value = "bnc", value_parser = mcd_tools::cli::cluster_stem)]
+        #[arg(long, default_value = "bnc", value_parser = mcd_bench::cli::cluster_stem)]
         cluster: String,
     },
     /// Nonblocking overlap (issue 28): MPI_Ibarrier, computation, MPI_Wait,
@@ -206,17 +208,17 @@ enum Bench {
     /// results/overlap.{md,json}.
     Overlap {
         /// Rank counts.
-        #[arg(long, value_delimiter = ',', default_value = "2,4", value_parser = mcd_tools::cli::node_count)]
+        #[arg(long, value_delimiter = ',', default_value = "2,4", value_parser = mcd_bench::cli::node_count)]
         nodes: Vec<usize>,
         /// Scales the number of timed iterations (1.0: 2000 at 2 ranks, 500 beyond).
-        #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
+        #[arg(long, default_value_t = 1.0, value_parser = mcd_bench::cli::positive)]
         scale: f64,
         /// Rounds: in each, every contender runs once; a row reports the
         /// round with the median overlap.
-        #[arg(long, default_value_t = 3, value_parser = mcd_tools::cli::at_least_one)]
+        #[arg(long, default_value_t = 3, value_parser = mcd_bench::cli::at_least_one)]
         rounds: usize,
         /// Stem of the virtual clusters' names (1 to 4 lowercase letters or digits).
-        #[arg(long, default_value = "bov", value_parser = mcd_tools::cli::cluster_stem)]
+        #[arg(long, default_value = "bov", value_parser = mcd_bench::cli::cluster_stem)]
         cluster: String,
     },
     /// One rank of the collectives' UDP baseline, started by `collectives`
@@ -230,7 +232,7 @@ enum Bench {
         #[arg(long, value_delimiter = ',', required = true)]
         sizes: Vec<usize>,
         /// Timed calls.
-        #[arg(long, value_parser = mcd_tools::cli::at_least_one)]
+        #[arg(long, value_parser = mcd_bench::cli::at_least_one)]
         iterations: usize,
         /// Untimed calls first.
         #[arg(long)]
@@ -249,10 +251,10 @@ enum Bench {
     /// Every barrier algorithm at 2, 4, 8 and 16 nodes, the paper's method.
     Barriers {
         /// Node counts.
-        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_tools::cli::node_count)]
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_bench::cli::node_count)]
         nodes: Vec<usize>,
         /// Scales the number of timed barriers (1.0: 2000 at 2 nodes down to 300 at 16).
-        #[arg(long, default_value_t = 1.0, value_parser = mcd_tools::cli::positive)]
+        #[arg(long, default_value_t = 1.0, value_parser = mcd_bench::cli::positive)]
         scale: f64,
     },
 }
@@ -270,7 +272,7 @@ fn shape(s: &str) -> Result<(usize, usize), String> {
 
 fn main() {
     // Started again as one rank of `hierarchy`'s processes.
-    if let Some(code) = mcd_tools::barrierbench::rank_process_main() {
+    if let Some(code) = mcd_bench::barrierbench::rank_process_main() {
         std::process::exit(code);
     }
     if let Err(e) = run(Cli::parse()) {
@@ -281,34 +283,43 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     if let Bench::UdpRank { peers, sizes, iterations, warmup, sync } = &cli.bench {
-        let bench = mcd_tools::udpcollectives::CollectiveBench { warmup: *warmup, iterations: *iterations, sync: *sync };
-        println!("{}", mcd_tools::udpcollectives::rank_process(peers, sizes, bench)?);
+        let bench = mcd_bench::udpcollectives::CollectiveBench { warmup: *warmup, iterations: *iterations, sync: *sync };
+        println!("{}", mcd_bench::udpcollectives::rank_process(peers, sizes, bench)?);
         return Ok(());
     }
     if let Bench::Dst(args) = &cli.bench {
         return dst::run(args);
     }
-    std::fs::create_dir_all(&cli.out)?;
+    let checkout = mcd_tools::cbuild::source_dir;
+    let out = match cli.out {
+        Some(out) => out,
+        None => checkout()?.join("bench/results"),
+    };
+    std::fs::create_dir_all(&out)?;
     match cli.bench {
         Bench::Dst(_) => unreachable!("answered above"),
         Bench::UdpRank { .. } => unreachable!("answered above"),
-        Bench::Latency { iterations, rounds } => latency(&cli.out, iterations, rounds),
-        Bench::Barriers { nodes, scale } => barrier_sweep(&cli.out, &nodes, scale),
-        Bench::Loss { nodes, loss, scale } => loss_sweep(&cli.out, &nodes, &loss, scale),
+        Bench::Latency { iterations, rounds } => latency(&out, iterations, rounds),
+        Bench::Barriers { nodes, scale } => barrier_sweep(&out, &nodes, scale),
+        Bench::Loss { nodes, loss, scale } => loss_sweep(&out, &nodes, &loss, scale),
         Bench::Model { protocol: true, sizes, loss, goal_nodes, scale, .. } => {
-            model_protocol::run(&cli.out, &model_protocol::Args { nodes: sizes, loss, goal_nodes, scale })
+            model_protocol::run(&out, &model_protocol::Args { nodes: sizes, loss, goal_nodes, scale })
         }
-        Bench::Model { nodes, scale, .. } => model(&cli.out, &nodes, scale),
-        Bench::Validate { measure, nodes, scale, rounds, cluster } => validate::run(&cli.out, measure.then_some((&nodes[..], scale, rounds)), &cluster),
-        Bench::Hotpath { iterations, rounds } => hotpath::run(&cli.out, iterations, rounds),
-        Bench::Auth { iterations, rounds } => auth::run(&cli.out, iterations, rounds),
-        Bench::Collectives { nodes, sizes, scale, rounds, cluster } => collectives::run(&cli.out, &nodes, &sizes, scale, rounds, &cluster),
-        Bench::Overlap { nodes, scale, rounds, cluster } => overlap::run(&cli.out, &nodes, scale, rounds, &cluster),
-        Bench::Load { nodes, rounds, iterations } => load::run(&cli.out, &nodes, rounds, iterations),
-        Bench::Hierarchy { shapes, iterations } => hierarchy::run(&cli.out, &shapes, iterations),
+        Bench::Model { nodes, scale, .. } => model(&out, &nodes, scale),
+        Bench::Validate { measure, nodes, scale, rounds, cluster } => validate::run(&out, measure.then_some((&nodes[..], scale, rounds)), &cluster),
+        Bench::Hotpath { iterations, rounds } => hotpath::run(&out, iterations, rounds),
+        Bench::Auth { iterations, rounds } => auth::run(&out, iterations, rounds),
+        Bench::Collectives { nodes, sizes, scale, rounds, cluster } => collectives::run(&out, &nodes, &sizes, scale, rounds, &cluster),
+        Bench::Overlap { nodes, scale, rounds, cluster } => overlap::run(&out, &nodes, scale, rounds, &cluster),
+        Bench::Load { nodes, rounds, iterations } => load::run(&out, &nodes, rounds, iterations),
+        Bench::Hierarchy { shapes, iterations } => hierarchy::run(&out, &shapes, iterations),
         Bench::HeadToHead { nodes, scale, logp, report } => {
-            let logp = logp.or_else(|| Some(cli.out.join("logp.json")).filter(|p| p.exists()));
-            head_to_head::run(&cli.out, &report, &nodes, scale, logp.as_deref())
+            let logp = logp.or_else(|| Some(out.join("logp.json")).filter(|p| p.exists()));
+            let report = match report {
+                Some(report) => report,
+                None => checkout()?.join("bench/RESULTS.md"),
+            };
+            head_to_head::run(&out, &report, &nodes, scale, logp.as_deref())
         }
     }
 }
@@ -494,7 +505,7 @@ fn loss_sweep(out: &std::path::Path, sizes: &[usize], losses: &[f64], scale: f64
         for &loss in losses {
             let mut spec = ClusterSpec::new("bnloss", n);
             if loss > 0.0 {
-                spec = spec.loss(loss, mcd_tools::vcluster::LossPoint::Node);
+                spec = spec.loss(loss, mcd_vcluster::LossPoint::Node);
             }
             let cluster = Cluster::up_guarded(spec)?;
             let bench = paper_bench(n, scale);
@@ -587,7 +598,7 @@ fn loss_sweep(out: &std::path::Path, sizes: &[usize], losses: &[f64], scale: f64
 
 fn model(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<()> {
     use barriers::model::{self, LogP};
-    use mcd_tools::logp;
+    use mcd_bench::logp;
 
     // 1. The parameters, on the same kind of link.
     let params_cluster = Cluster::up_guarded(ClusterSpec::new("bnlogp", 2))?;
@@ -719,16 +730,16 @@ fn fmt_logp(p: &barriers::model::LogP) -> String {
 type Curve = (&'static str, Algorithm, Vec<(usize, f64)>);
 
 fn plot_model(path: &std::path::Path, curves: &[Curve], which: &str, title: &str) -> Result<()> {
-    let series: Vec<mcd_tools::plot::Series> = curves
+    let series: Vec<mcd_bench::plot::Series> = curves
         .iter()
         .filter(|c| c.0 == which)
-        .map(|(_, a, points)| mcd_tools::plot::Series {
+        .map(|(_, a, points)| mcd_bench::plot::Series {
             label: a.to_string(),
             points: points.iter().map(|&(n, t)| (n as f64, t.max(0.5))).collect(),
             dashed: false,
             key: a.to_string(),
         })
         .collect();
-    mcd_tools::plot::nodes_vs_time(path, "Predicted barrier time (LogP simulation)", &[mcd_tools::plot::Panel { title: title.to_string(), series }])?;
+    mcd_bench::plot::nodes_vs_time(path, "Predicted barrier time (LogP simulation)", &[mcd_bench::plot::Panel { title: title.to_string(), series }])?;
     Ok(())
 }

@@ -226,12 +226,12 @@ pub fn run(out: &Path, args: &Args) -> Result<()> {
         for &pct in &args.loss {
             let pick: Vec<&Row> = rows.iter().filter(|r| r.setup == name && r.auto_pick && r.loss_percent == pct).collect();
             let key = format!("loss {pct}%");
-            series.push(mcd_tools::plot::Series { label: format!("{pct}% loss, mean"), points: pick.iter().map(|r| (r.nodes as f64, r.mean_us)).collect(), dashed: false, key: key.clone() });
-            series.push(mcd_tools::plot::Series { label: format!("{pct}% loss, p99"), points: pick.iter().map(|r| (r.nodes as f64, r.p99_us)).collect(), dashed: true, key });
+            series.push(mcd_bench::plot::Series { label: format!("{pct}% loss, mean"), points: pick.iter().map(|r| (r.nodes as f64, r.mean_us)).collect(), dashed: false, key: key.clone() });
+            series.push(mcd_bench::plot::Series { label: format!("{pct}% loss, p99"), points: pick.iter().map(|r| (r.nodes as f64, r.p99_us)).collect(), dashed: true, key });
         }
-        panels.push(mcd_tools::plot::Panel { title: format!("{name}, Auto's pick"), series });
+        panels.push(mcd_bench::plot::Panel { title: format!("{name}, Auto's pick"), series });
     }
-    mcd_tools::plot::nodes_vs_time(&out.join("model-protocol"), "The real protocol under loss (LogP simulator, a core per node)", &panels)?;
+    mcd_bench::plot::nodes_vs_time(&out.join("model-protocol"), "The real protocol under loss (LogP simulator, a core per node)", &panels)?;
 
     // 4. The report.
     let mut md = String::new();

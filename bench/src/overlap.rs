@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use mcd_tools::cbuild::{self, Mpi};
 use mcd_tools::mpi::{self, MpiRun};
-use mcd_tools::vcluster::{Cluster, ClusterSpec};
+use mcd_vcluster::{Cluster, ClusterSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::{machine, today};

@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use barriers::model::{self, Host, Link, LogP, Setup, Topology, Verdict, VirtualCluster};
 use barriers::{Algorithm, Fanout, Release};
-use mcd_tools::plot::{self, Panel, Series};
+use mcd_bench::plot::{self, Panel, Series};
 
 const T2: Algorithm = Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast };
 const T3: Algorithm = Algorithm::Tree { k: Fanout::THREE, release: Release::Multicast };
@@ -353,7 +353,7 @@ pub struct Here {
     /// The send call on hub and switch clusters of each measured size.
     pub send_cost: serde_json::Value,
     /// What each copy beyond the first costs the sender (the slopes).
-    pub copy_cost: mcd_tools::logp::CopyCost,
+    pub copy_cost: mcd_bench::logp::CopyCost,
 }
 
 /// The parameters measured just before one row's barriers, in one round.
@@ -415,13 +415,13 @@ const HOP_SAMPLES: usize = 500;
 
 /// LogP and the wake-up between nodes 0 and 1 of `cluster`, on the
 /// endpoints its barrier rows open, in a barrier's hops
-/// ([`mcd_tools::logp::measure_hops_on_cluster`]): under the rows' policy
+/// ([`mcd_bench::logp::measure_hops_on_cluster`]): under the rows' policy
 /// (`Adaptive`), and blocking for the wake-up; the ping-pongs back to back
 /// (30 µs of work between them, the paper's loop as the rows run it, made
 /// the hop no cheaper: `mcd-logp --hops` shows both).
-fn measure_row_parameters(cluster: &mcd_tools::vcluster::Cluster) -> Result<RowParameters> {
+fn measure_row_parameters(cluster: &mcd_vcluster::Cluster) -> Result<RowParameters> {
     use mcd::WaitPolicy;
-    use mcd_tools::logp::measure_hops_on_cluster;
+    use mcd_bench::logp::measure_hops_on_cluster;
     let hops = measure_hops_on_cluster(cluster, WaitPolicy::Adaptive, HOP_SAMPLES, std::time::Duration::ZERO)?;
     let blocked = measure_hops_on_cluster(cluster, WaitPolicy::Block, HOP_SAMPLES, std::time::Duration::ZERO)?;
     Ok(RowParameters { logp: hops.logp(), wake_us: (blocked.rtt_half.median - hops.rtt_half.median).max(0.0), engine_us: None })
@@ -438,12 +438,12 @@ const ENGINE_BARRIERS: usize = 500;
 /// It is what a 2-node barrier costs beyond its message: a number fitted to
 /// the simplest barrier, once per row so that the run's median
 /// ([`run_engine`]) sees the whole run, on a cluster that is not a row's.
-fn measure_engine(calibration: &mcd_tools::vcluster::Cluster) -> Result<f64> {
+fn measure_engine(calibration: &mcd_vcluster::Cluster) -> Result<f64> {
     anyhow::ensure!(calibration.nodes() == 2, "the engine is calibrated on 2 nodes, not {}", calibration.nodes());
     let hop = measure_row_parameters(calibration)?.logp;
     let mut bench = crate::paper_bench(2, 1.0);
     bench.iterations = ENGINE_BARRIERS;
-    let m = mcd_tools::barrierbench::measure(calibration, barriers::BarrierConfig::new(Algorithm::ShuffleExchange), bench)?;
+    let m = mcd_bench::barrierbench::measure(calibration, barriers::BarrierConfig::new(Algorithm::ShuffleExchange), bench)?;
     Ok((m.mean_us - (hop.o_s + hop.o_r + hop.l)).max(0.0))
 }
 
@@ -522,21 +522,14 @@ fn checks_and_bounds(rows: &[serde_json::Value], window: &[bool], parameters: &[
     text
 }
 
-/// The `q` quantile of `values` (nearest rank; NaN for none).
+/// The `q` quantile of `values` ([`barriers::summary::quantile`]; NaN for none).
 fn percentile(values: &[f64], q: f64) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v[((v.len() - 1) as f64 * q).round() as usize]
+    barriers::summary::quantile(&mut values.to_vec(), q)
 }
 
-/// The median of `values` (the upper one of an even count).
+/// The median of `values` ([`barriers::summary::median`]; NaN for none).
 fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    barriers::summary::median(&mut values.to_vec())
 }
 
 /// `--measure`: the bridges' copy costs, then every algorithm at `sizes` on
@@ -552,11 +545,11 @@ fn median(values: &[f64]) -> f64 {
 /// namespace is built or cleaned up between rows. Written to
 /// [`MEASURED_FILE`]. Needs root.
 fn measure(out: &Path, sizes: &[usize], scale: f64, rounds: usize, stem: &str) -> Result<()> {
-    use mcd_tools::barrierbench;
-    use mcd_tools::vcluster::{Cluster, ClusterSpec, Topology as VTopology};
+    use mcd_bench::barrierbench;
+    use mcd_vcluster::{Cluster, ClusterSpec, Topology as VTopology};
     anyhow::ensure!(sizes.len() <= 10, "at most 10 node counts (each keeps a cluster of its own up), not {}", sizes.len());
-    let costs = mcd_tools::logp::send_costs(stem, sizes, 2000)?;
-    let copy_cost = mcd_tools::logp::CopyCost::fit(&costs).context("the send cost at two sizes at least")?;
+    let costs = mcd_bench::logp::send_costs(stem, sizes, 2000)?;
+    let copy_cost = mcd_bench::logp::CopyCost::fit(&costs).context("the send cost at two sizes at least")?;
     let configs = crate::barrier_configs();
     let topologies = [VTopology::Switch, VTopology::Hub];
     let mut clusters = Vec::new();
@@ -628,7 +621,7 @@ fn load_average() -> Option<f64> {
 }
 
 /// The copy costs recorded in [`MEASURED_FILE`], if any.
-fn recorded_copy_cost(results: &Path) -> Option<mcd_tools::logp::CopyCost> {
+fn recorded_copy_cost(results: &Path) -> Option<mcd_bench::logp::CopyCost> {
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(results.join(MEASURED_FILE)).ok()?).ok()?;
     serde_json::from_value(v["here"]["copy_cost"].clone()).ok()
 }
@@ -961,7 +954,7 @@ fn measured_series(rows: &[serde_json::Value], topology: &str) -> Vec<Series> {
 /// `results/logp.json`: no new measurement.
 pub fn recorded(results: &Path, md: &mut String, json: &mut serde_json::Map<String, serde_json::Value>) -> Result<()> {
     let logp_path = results.join("logp.json");
-    let p = mcd_tools::logp::load_or_measure(Some(&logp_path))?;
+    let p = mcd_bench::logp::load_or_measure(Some(&logp_path))?;
     let all: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&logp_path)?)?;
     let rtt = |w: &str| all.iter().find(|m| m["transport"] == "mcd" && m["wait"] == w).and_then(|m| m["rtt_half"]["median"].as_f64());
     let wake = match (rtt("block"), rtt("busy")) {

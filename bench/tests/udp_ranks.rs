@@ -5,8 +5,8 @@
 //! and without a barrier between calls, at one datagram and beyond. Needs
 //! root; fails (does not skip) without it.
 
-use mcd_tools::udpcollectives::{self, CollectiveBench};
-use mcd_tools::vcluster::{Cluster, ClusterSpec};
+use mcd_bench::udpcollectives::{self, CollectiveBench};
+use mcd_vcluster::{Cluster, ClusterSpec};
 
 #[test]
 fn udp_ranks_as_processes_give_right_results_in_coll_bench_lines() {

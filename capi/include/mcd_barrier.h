@@ -90,6 +90,13 @@
 #define MCD_ERR_INTERNAL -8
 
 /**
+ * The ranks called different collectives at once (another operation,
+ * type or count, or a broadcast from another root): the call can never
+ * complete, and the group's later collectives fail too.
+ */
+#define MCD_ERR_MISMATCH -9
+
+/**
  * Bytes of a job secret.
  */
 #define MCD_SECRET_LEN 16

@@ -38,7 +38,7 @@
 //! see [`barriers::HostRelease`] and [`barriers::HOST_WAIT_ENV`]),
 
 //! `MCD_COLLECTIVE_ALGORITHM` (the collectives' algorithm: see
-//! [`Job::collectives`]).
+//! `Job::collectives`, private).
 #![deny(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
@@ -76,6 +76,10 @@ pub const MCD_ERR_BARRIER: c_int = -6;
 pub const MCD_ERR_SYSTEM: c_int = -7;
 /// A bug in mcd (a panic caught at the boundary).
 pub const MCD_ERR_INTERNAL: c_int = -8;
+/// The ranks called different collectives at once (another operation,
+/// type or count, or a broadcast from another root): the call can never
+/// complete, and the group's later collectives fail too.
+pub const MCD_ERR_MISMATCH: c_int = -9;
 
 /// An error: its code and its text.
 #[derive(Clone, Debug)]
@@ -86,23 +90,34 @@ pub struct CError {
     pub message: String,
 }
 
-impl From<mcd::Error> for CError {
-    fn from(e: mcd::Error) -> CError {
-        let code = match &e {
+impl CError {
+    /// The code of an mcd error.
+    fn from_mcd_code(e: &mcd::Error) -> c_int {
+        match e {
             mcd::Error::NoCapability { .. } => MCD_ERR_PERMISSION,
             mcd::Error::NoSuchInterface { .. } | mcd::Error::NoDefaultRoute { .. } => MCD_ERR_INTERFACE,
             mcd::Error::Bootstrap(_) => MCD_ERR_BOOTSTRAP,
             mcd::Error::Io { .. } | mcd::Error::SendRingFull { .. } | mcd::Error::FrameRejected { .. } => MCD_ERR_SYSTEM,
             _ => MCD_ERR_CONFIG,
-        };
-        CError { code, message: e.to_string() }
+        }
+    }
+}
+
+impl From<mcd::Error> for CError {
+    fn from(e: mcd::Error) -> CError {
+        CError { code: CError::from_mcd_code(&e), message: e.to_string() }
     }
 }
 
 impl From<BarrierError> for CError {
     fn from(e: BarrierError) -> CError {
         let code = match &e {
-            BarrierError::Usage(_) => MCD_ERR_ARGUMENT,
+            BarrierError::CollectiveMismatch { .. } => MCD_ERR_MISMATCH,
+            BarrierError::Config(_) => MCD_ERR_CONFIG,
+            BarrierError::Misuse(_) => MCD_ERR_ARGUMENT,
+            BarrierError::System(_) => MCD_ERR_SYSTEM,
+            BarrierError::Internal(_) => MCD_ERR_INTERNAL,
+            BarrierError::Transport(t) => return transport_error(t),
             _ => MCD_ERR_BARRIER,
         };
         CError { code, message: e.to_string() }
@@ -344,8 +359,8 @@ impl Closing {
             let world = world.lock().unwrap_or_else(|e| e.into_inner()).finish();
             std::iter::once(world)
                 .chain(running.into_iter().map(|r| match r {
-                    Ok(thread) => thread.join().unwrap_or_else(|_| Err(BarrierError::Usage("a closing thread panicked".into()))),
-                    Err(e) => Err(BarrierError::Usage(format!("cannot start a thread to finish a group: {e}"))),
+                    Ok(thread) => thread.join().unwrap_or_else(|_| Err(BarrierError::Internal("a closing thread panicked".into()))),
+                    Err(e) => Err(BarrierError::System(format!("cannot start a thread to finish a group: {e}"))),
                 }))
                 .collect()
         });
@@ -413,8 +428,14 @@ fn collective_config(asked: &str, size: usize, rails: usize, host: HostShape) ->
     barrier_config(&algorithm.to_string(), size, rails, host)
 }
 
-fn transport_error(e: barriers::TransportError) -> CError {
-    CError { code: MCD_ERR_SYSTEM, message: e.to_string() }
+/// A transport's error as C sees it: mcd's keeps its own code (a missing
+/// capability is `MCD_ERR_PERMISSION`, not a system error).
+fn transport_error(e: &barriers::TransportError) -> CError {
+    match e {
+        barriers::TransportError::Mcd(m) => CError { code: CError::from_mcd_code(m), message: format!("barrier transport: {m}") },
+        barriers::TransportError::Invalid(_) => CError { code: MCD_ERR_ARGUMENT, message: format!("barrier transport: {e}") },
+        _ => CError { code: MCD_ERR_SYSTEM, message: format!("barrier transport: {e}") },
+    }
 }
 
 /// The counters `b` of a barrier, and those of the shared endpoint.
@@ -477,7 +498,7 @@ impl Job {
         } else {
             let barrier_config = barrier_config(&asked, size, rails, host)?;
             let everyone: Vec<usize> = (0..size).collect();
-            let transport = shared.group(&everyone).map_err(transport_error)?;
+            let transport = shared.group(&everyone).map_err(|e| transport_error(&e))?;
             (WorldBarrier::Flat(Barrier::new(transport, barrier_config)?), barrier_config.algorithm.to_string())
         };
         let algorithm = CString::new(algorithm).expect("algorithm names have no NUL");
@@ -531,7 +552,7 @@ impl Job {
     fn collectives<'a>(&self, state: &'a mut Collectives) -> Result<&'a mut Barrier<GroupTransport>, CError> {
         if state.barrier.is_none() {
             let everyone: Vec<usize> = (0..self.size).collect();
-            let transport = self.shared.group(&everyone).map_err(transport_error)?;
+            let transport = self.shared.group(&everyone).map_err(|e| transport_error(&e))?;
             let config = collective_config(&self.asked, self.size, self.rails, self.host)?;
             state.barrier = Some(Barrier::new(transport, config)?);
         }
@@ -731,7 +752,7 @@ impl Group {
     /// groups).
     fn collectives<'a>(&self, state: &'a mut Collectives) -> Result<&'a mut Barrier<GroupTransport>, CError> {
         if state.barrier.is_none() {
-            let transport = self.shared.group_with_key(&self.members, self.key ^ COLLECTIVES_KEY).map_err(transport_error)?;
+            let transport = self.shared.group_with_key(&self.members, self.key ^ COLLECTIVES_KEY).map_err(|e| transport_error(&e))?;
             let config = collective_config(&self.asked, self.size, self.rails, self.host)?;
             state.barrier = Some(Barrier::new(transport, config)?);
         }
@@ -2013,6 +2034,7 @@ pub extern "C" fn mcd_strerror(code: c_int) -> *const c_char {
         MCD_ERR_BARRIER => c"a barrier failed: a peer stopped answering",
         MCD_ERR_SYSTEM => c"a system call failed",
         MCD_ERR_INTERNAL => c"internal error in mcd",
+        MCD_ERR_MISMATCH => c"the ranks called different collectives",
         _ => c"unknown error code",
     };
     s.as_ptr()

@@ -169,6 +169,7 @@ impl GroupId {
 
 /// Why a byte buffer is not a valid MCD frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WireError {
     /// Shorter than the Ethernet and MCD headers.
     #[error("frame of {len} bytes is shorter than the {FRAME_HEADER_LEN}-byte headers")]

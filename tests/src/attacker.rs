@@ -24,7 +24,7 @@ use barriers::check::Timeline;
 use barriers::{mcd_wire, Msg, MsgKind};
 use mcd::wire::{offset, Frame, FRAME_HEADER_LEN};
 use mcd::{GroupId, MacAddr, RawReceiver, RawSender};
-use mcd_tools::vcluster::{Cluster, Outsider};
+use mcd_vcluster::{Cluster, Outsider};
 
 /// A frame the attacker saw, with when.
 #[derive(Clone, Debug)]

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mcd::{Endpoint, EndpointConfig, Received};
-use mcd_tools::vcluster::{Cluster, ClusterGuard, ClusterSpec};
+use mcd_vcluster::{Cluster, ClusterGuard, ClusterSpec};
 
 /// Brings up the cluster `spec` behind a guard; panics with the reason
 /// (not root, `ip` or `nft` missing) when it cannot. `MCD_TEST_CLUSTER_PREFIX`,
@@ -81,14 +81,14 @@ pub fn run_discovering(
     argv: &[&str],
     env: impl Fn(usize) -> Vec<(String, String)>,
     timeout: Duration,
-) -> Vec<mcd_tools::vcluster::NodeOutcome> {
+) -> Vec<mcd_vcluster::NodeOutcome> {
     let children: Vec<_> = nodes
         .iter()
         .enumerate()
         .map(|(i, &node)| {
             let mut cmd = cluster.command(node, argv[0]);
             cmd.args(&argv[1..]).env_remove("MCD_NODE_FILE").envs(env(i));
-            (node, mcd_tools::vcluster::Collected::spawn(cmd).unwrap_or_else(|e| panic!("starting {} on node {node}: {e}", argv[0])))
+            (node, mcd_vcluster::Collected::spawn(cmd).unwrap_or_else(|e| panic!("starting {} on node {node}: {e}", argv[0])))
         })
         .collect();
     let deadline = std::time::Instant::now() + timeout;
@@ -123,7 +123,7 @@ pub fn compile_c(lib_dir: &Path, example: &str, out: &str) -> PathBuf {
 
 /// Each rank's `MCD_MPI_REPORT` line (from the MPI_Barrier interposer) in
 /// `out`'s standard error, in rank order; panics naming a rank without one.
-pub fn interposer_reports(out: &mcd_tools::vcluster::NodeOutcome, ranks: usize) -> Vec<String> {
+pub fn interposer_reports(out: &mcd_vcluster::NodeOutcome, ranks: usize) -> Vec<String> {
     (0..ranks)
         .map(|rank| {
             out.stderr

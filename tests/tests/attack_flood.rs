@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use barriers::MsgKind;
 use mcd_integration_tests::attacker::{assert_all_done, Attacker, Auth, Job};
 use mcd_integration_tests::cluster;
-use mcd_tools::vcluster::{ClusterSpec, Topology};
+use mcd_vcluster::{ClusterSpec, Topology};
 
 const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
 const EVENT: Duration = Duration::from_secs(60);
@@ -162,8 +162,7 @@ fn flooded(name: &str, auth: Auth) {
     // each side's middle phase.
     let mid = |flooded: bool, of: fn(&Phase) -> f64| {
         let mut v: Vec<f64> = phases.iter().skip(flooded as usize).step_by(2).map(of).collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        barriers::summary::median(&mut v)
     };
     let ratio = |of: fn(&Phase) -> f64| mid(true, of) / mid(false, of);
     let node1 = &ends[1];

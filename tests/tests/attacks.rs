@@ -18,13 +18,13 @@ use barriers::transport::status;
 use barriers::MsgKind;
 use mcd_integration_tests::attacker::{assert_all_done, Attacker, Auth, Captured, Ended, Job};
 use mcd_integration_tests::cluster;
-use mcd_tools::vcluster::{ClusterSpec, Topology};
+use mcd_vcluster::{ClusterSpec, Topology};
 
 const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
 /// Generous bound on any wait for an event.
 const EVENT: Duration = Duration::from_secs(20);
 
-fn hub(name: &str, nodes: usize) -> mcd_tools::vcluster::ClusterGuard {
+fn hub(name: &str, nodes: usize) -> mcd_vcluster::ClusterGuard {
     cluster(ClusterSpec::new(name, nodes).topology(Topology::Hub))
 }
 
@@ -97,7 +97,7 @@ fn early_release(name: &str, auth: Auth, forger: usize) {
     drop(attacker);
 }
 
-fn job_timelines(c: &mcd_tools::vcluster::Cluster) -> Vec<barriers::check::Timeline> {
+fn job_timelines(c: &mcd_vcluster::Cluster) -> Vec<barriers::check::Timeline> {
     mcd_integration_tests::attacker::timelines(&c.scratch_dir().unwrap().join("times"), c.nodes())
 }
 

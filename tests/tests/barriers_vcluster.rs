@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use barriers::{Algorithm, BarrierConfig, Fanout, McdTransport, Release};
 use mcd_integration_tests::{assert_safe, cluster, open_on, run_barriers};
-use mcd_tools::vcluster::{Cluster, ClusterSpec, LossPoint};
+use mcd_vcluster::{Cluster, ClusterSpec, LossPoint};
 
 const COUNT: usize = 1000;
 

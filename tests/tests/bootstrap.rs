@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use mcd_integration_tests::{cluster, run_discovering};
-use mcd_tools::vcluster::{Cluster, ClusterSpec, LossPoint, NodeOutcome};
+use mcd_vcluster::{Cluster, ClusterSpec, LossPoint, NodeOutcome};
 
 const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
 

@@ -14,7 +14,7 @@ use barriers::mem::{self, Faults};
 use barriers::threads::run_per_node;
 use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, Fanout, McdTransport, Op, Release, SharedEndpoint, Transport};
 use mcd_integration_tests::{cluster, open_on};
-use mcd_tools::vcluster::{Cluster, ClusterSpec, LossPoint};
+use mcd_vcluster::{Cluster, ClusterSpec, LossPoint};
 
 /// Node `rank`'s floats: magnitudes far apart, so that the order of a sum
 /// shows in its bits.

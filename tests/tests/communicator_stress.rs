@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use mcd_integration_tests::{cluster, interposer_reports, run_discovering};
 use mcd_tools::cbuild::{self, Mpi};
 use mcd_tools::mpi::MpiRun;
-use mcd_tools::vcluster::{ClusterSpec, LossPoint, NodeOutcome};
+use mcd_vcluster::{ClusterSpec, LossPoint, NodeOutcome};
 
 /// One cluster at a time (MPI runs share the bridge address; the machine has 2 cores).
 static ONE: Mutex<()> = Mutex::new(());

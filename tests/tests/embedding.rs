@@ -12,7 +12,7 @@ use std::time::Duration;
 use mcd_integration_tests::{cluster, compile_c, interposer_reports, run_discovering};
 use mcd_tools::cbuild::{self, Mpi};
 use mcd_tools::mpi::MpiRun;
-use mcd_tools::vcluster::{ClusterSpec, NodeOutcome};
+use mcd_vcluster::{ClusterSpec, NodeOutcome};
 
 /// The MPI tests share the root namespace's bridge address: one at a time.
 static MPI: Mutex<()> = Mutex::new(());
@@ -37,7 +37,7 @@ fn compile_c_example(lib_dir: &Path) -> PathBuf {
 /// `args` and `env`, and checks every rank's output and, on the shared
 /// clock, that no rank left barrier k before every rank had entered it;
 /// `barriers_per_cycle` is what each cycle's report must say.
-fn run_c_example(c: &mcd_tools::vcluster::Cluster, args: &[&str], env: &[(&str, &str)], barriers_per_cycle: usize, timeout: Duration) {
+fn run_c_example(c: &mcd_vcluster::Cluster, args: &[&str], env: &[(&str, &str)], barriers_per_cycle: usize, timeout: Duration) {
     let lib = capi_dir();
     let program = c_example(&lib);
     let n = c.nodes();
@@ -84,7 +84,7 @@ fn a_c_program_survives_compute_gaps_longer_than_the_failure_timeout_under_20_pe
     // Each rank sleeps 1.2 s after every barrier, and one rank per barrier
     // 1.2 s more before it: with MCD_BARRIER_TIMEOUT=1, every lost last
     // message and every wait for the slow rank outlasts the failure timeout.
-    let c = cluster(ClusterSpec::new("cgap", 4).loss(20.0, mcd_tools::vcluster::LossPoint::Node));
+    let c = cluster(ClusterSpec::new("cgap", 4).loss(20.0, mcd_vcluster::LossPoint::Node));
     let env = [("MCD_EXAMPLE_GAP_MS", "1200"), ("MCD_BARRIER_TIMEOUT", "1"), ("MCD_WAIT", "block")];
     run_c_example(&c, &["2"], &env, 4, Duration::from_secs(90));
 }
@@ -98,7 +98,7 @@ fn successive_init_finalize_cycles_in_one_job_never_mix() {
     // lingering rank answers with its old "done" hello, which must not end
     // anyone's bootstrap early (a fresh-context review caught a change that
     // did: 5 of 6 runs then waited for a 30 s timeout).
-    let c = cluster(ClusterSpec::new("cycles", 6).loss(20.0, mcd_tools::vcluster::LossPoint::Port));
+    let c = cluster(ClusterSpec::new("cycles", 6).loss(20.0, mcd_vcluster::LossPoint::Port));
     run_c_example(&c, &["5", "15"], &[("MCD_WAIT", "block"), ("MCD_BOOTSTRAP_TIMEOUT", "8")], 10, Duration::from_secs(120));
 }
 
@@ -111,7 +111,7 @@ fn a_c_program_runs_barriers_on_groups_of_the_job_each_its_own_instance() {
     // while the others run. Then collectives on the groups
     // (mcd_group_allreduce, _bcast from every root, _reduce), checked by
     // the program (it fails if any is wrong).
-    let c = cluster(ClusterSpec::new("cgrp", 4).loss(10.0, mcd_tools::vcluster::LossPoint::Node));
+    let c = cluster(ClusterSpec::new("cgrp", 4).loss(10.0, mcd_vcluster::LossPoint::Node));
     let lib = capi_dir();
     let program = compile_c(&lib, "groups", "mcd-c-groups");
     let rounds = 30;
@@ -292,7 +292,7 @@ fn the_interposer_survives_gaps_and_other_collectives_under_20_percent_loss() {
     // 100 barriers; before every 25th, 1.5 s of "compute" on every rank and
     // 1.5 s more on one, then an Allreduce and a Bcast, with a 1 s failure
     // timeout and a fifth of mcd's frames lost.
-    let spec = ClusterSpec::new("mpig", 4).loss(20.0, mcd_tools::vcluster::LossPoint::Node);
+    let spec = ClusterSpec::new("mpig", 4).loss(20.0, mcd_vcluster::LossPoint::Node);
     let out = barrier_check_with_interposer(spec, &["100", "1500"], &[("MCD_BARRIER_TIMEOUT", "1")]);
     assert!(out.stdout.contains("barrier_check: OK 4 ranks, 100 barriers"), "{}\n{}", out.stdout, out.stderr);
     for line in interposer_reports(&out, 4) {
@@ -341,7 +341,7 @@ fn communicators_survive_compute_gaps_between_them_under_20_percent_loss() {
     // After the parity barrier of every 5th round, 1.5 s of "compute" on
     // every rank and 1.5 s more on one, then a barrier on another
     // communicator; a 1 s failure timeout and a fifth of mcd's frames lost.
-    let spec = ClusterSpec::new("mpicl", 4).loss(20.0, mcd_tools::vcluster::LossPoint::Node);
+    let spec = ClusterSpec::new("mpicl", 4).loss(20.0, mcd_vcluster::LossPoint::Node);
     comm_check(spec, 20, 1500, &[("MCD_BARRIER_TIMEOUT", "1")]);
 }
 
@@ -383,7 +383,7 @@ fn ranks_may_free_their_communicators_in_any_order() {
     // frees one and only then tells rank 1 to free it (a free that waited
     // for the others would hang), the other three left for MPI_Finalize. Under 10% loss, with a 1 s failure timeout, so that
     // a closing that waited for the wrong peer would fail or hang.
-    let spec = ClusterSpec::new("mpif", 4).loss(10.0, mcd_tools::vcluster::LossPoint::Node);
+    let spec = ClusterSpec::new("mpif", 4).loss(10.0, mcd_vcluster::LossPoint::Node);
     let rounds = 12;
     let out = comm_edges(spec, "free-order", rounds, &[("MCD_BARRIER_TIMEOUT", "1")]);
     for line in interposer_reports(&out, 4) {
@@ -462,7 +462,7 @@ fn collective_reports(out: &NodeOutcome, ranks: usize) -> Vec<[u64; 6]> {
 #[test]
 fn release_first_broadcasts_from_changing_roots_through_the_interposer_under_loss_and_compute_gaps() {
     let program = cbuild::build_program(Mpi::OpenMpi, "bcast_check").unwrap();
-    let spec = ClusterSpec::new("adv16m", 4).loss(25.0, mcd_tools::vcluster::LossPoint::Node);
+    let spec = ClusterSpec::new("adv16m", 4).loss(25.0, mcd_vcluster::LossPoint::Node);
     let rounds = 24;
     let out = with_interposer(spec, program.to_str().unwrap(), &[&rounds.to_string(), "700"], &[("MCD_BARRIER_TIMEOUT", "0.3")]);
     for rank in 0..4 {
@@ -482,7 +482,7 @@ fn a_solver_prints_the_same_with_the_collectives_interposer_under_loss_and_the_s
     let program = program.to_str().unwrap();
     let plain = without_interposer(ClusterSpec::new("h16m0", 4), program, &["40"]);
     assert!(plain.stdout.contains("converged yes"), "{}\n{}", plain.stdout, plain.stderr);
-    let lossy = || ClusterSpec::new("h16m1", 4).loss(20.0, mcd_tools::vcluster::LossPoint::Node);
+    let lossy = || ClusterSpec::new("h16m1", 4).loss(20.0, mcd_vcluster::LossPoint::Node);
     let with = with_interposer(lossy(), program, &["40"], &[]);
     assert_eq!(with.stdout, plain.stdout, "the interposer changed the program's output\n{}", with.stderr);
     // Every call went through mcd, the broadcast of a user type too (packed).
@@ -582,6 +582,12 @@ fn a_failed_collective_leaves_later_ones_working(mpi: Mpi, name: &str) {
         let prefix = format!("coll_diff: rank {rank}: the calls returned ");
         let codes: Vec<&str> = out.stdout.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("rank {rank}:\n{}\n{}", out.stdout, out.stderr)).split(' ').collect();
         assert!(codes[0] != "0" && codes[1] == "0" && codes[2] != "0", "{mpi}: rank {rank}: erroneous, right, erroneous: {codes:?}\n{}", out.stderr);
+        // Each failure reaches the program as the interposer's own error class.
+        for call in [1, 3] {
+            let failed = format!("coll_diff: rank {rank}: call {call} failed: ");
+            let class = out.stdout.lines().find_map(|l| l.strip_prefix(&failed)).unwrap_or_else(|| panic!("{mpi}: rank {rank}: call {call}:\n{}", out.stdout));
+            assert!(class.starts_with("mcd: the ranks called different collectives"), "{mpi}: rank {rank}: call {call}: {class}");
+        }
         let verdict = out.stdout.lines().find(|l| l.starts_with(&format!("coll_diff: rank {rank}: 100 calls"))).unwrap_or_else(|| panic!("{}", out.stdout));
         assert!(verdict.ends_with(", 0 wrong"), "{mpi}: {verdict}\n{}", out.stderr);
     }
@@ -617,7 +623,7 @@ fn a_failed_collective_leaves_later_ones_working_under_mpich() {
 /// float sums and products; send buffers unchanged, bytes beyond the count
 /// and gaps untouched; every rank's allreduce result the same bits.
 fn differential_under_loss(mpi: Mpi, name: &str, calls: usize) {
-    let spec = ClusterSpec::new(name, 4).loss(20.0, mcd_tools::vcluster::LossPoint::Node);
+    let spec = ClusterSpec::new(name, 4).loss(20.0, mcd_vcluster::LossPoint::Node);
     let calls_arg = calls.to_string();
     let started = std::time::Instant::now();
     let out = coll_diff(mpi, spec, &["2028", &calls_arg, "all", "2048"], &[("MCD_MPI_MAX_BYTES", "1024")]);

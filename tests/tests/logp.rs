@@ -3,8 +3,8 @@
 
 use mcd::WaitPolicy;
 use mcd_integration_tests::cluster;
-use mcd_tools::logp::{measure_hops_on_cluster, measure_on_cluster, Effort, Stat};
-use mcd_tools::vcluster::ClusterSpec;
+use mcd_bench::logp::{measure_hops_on_cluster, measure_on_cluster, Effort, Stat};
+use mcd_vcluster::ClusterSpec;
 
 fn ordered(s: &Stat, what: &str) {
     assert!(s.p10 > 0.0 && s.p10 <= s.median && s.median <= s.p90, "{what}: {s:?}");
@@ -55,7 +55,7 @@ fn hop_parameters_are_measured_on_the_rows_endpoints() {
 }
 
 /// The packets `node`'s rail-0 interface has received, from `ip -s -j link`.
-fn rx_packets(c: &mcd_tools::vcluster::Cluster, node: usize) -> u64 {
+fn rx_packets(c: &mcd_vcluster::Cluster, node: usize) -> u64 {
     let out = std::process::Command::new("ip")
         .args(["-n", &c.namespace(node), "-s", "-j", "link", "show", "eth0"])
         .output()
@@ -72,7 +72,7 @@ fn rx_packets(c: &mcd_tools::vcluster::Cluster, node: usize) -> u64 {
 #[test]
 fn a_virtual_hub_floods_unicasts_that_other_nodes_drop() {
     use mcd::Destination;
-    use mcd_tools::vcluster::Topology;
+    use mcd_vcluster::Topology;
     const SENDS: u64 = 50;
     for (name, topology) in [("flh", Topology::Hub), ("fls", Topology::Switch)] {
         let c = cluster(ClusterSpec::new(name, 4).topology(topology));
@@ -96,7 +96,7 @@ fn a_virtual_hub_floods_unicasts_that_other_nodes_drop() {
         }
         assert!(eps[2].try_recv(&mut buf).unwrap().is_none(), "{name}: node 2's filter drops frames for node 1");
         drop(eps);
-        let cost = mcd_tools::logp::send_cost_on_cluster(&c, 100).expect("send cost");
+        let cost = mcd_bench::logp::send_cost_on_cluster(&c, 100).expect("send cost");
         assert_eq!((cost.ports, cost.topology), (4, topology));
         ordered(&cost.unicast, "unicast send");
         ordered(&cost.multicast, "multicast send");

@@ -11,7 +11,7 @@ use std::time::Duration;
 use mcd_integration_tests::cluster;
 use mcd_tools::cbuild::{self, Mpi};
 use mcd_tools::mpi::MpiRun;
-use mcd_tools::vcluster::{ClusterSpec, LossPoint, NodeOutcome};
+use mcd_vcluster::{ClusterSpec, LossPoint, NodeOutcome};
 
 /// The MPI runs share the root namespace's bridge address: one at a time.
 static MPI: Mutex<()> = Mutex::new(());

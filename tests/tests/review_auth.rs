@@ -9,7 +9,7 @@ use std::time::Duration;
 use barriers::MsgKind;
 use mcd_integration_tests::attacker::{assert_all_done, Attacker, Auth, Ended, Job};
 use mcd_integration_tests::cluster;
-use mcd_tools::vcluster::{ClusterSpec, Topology};
+use mcd_vcluster::{ClusterSpec, Topology};
 
 const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
 /// Generous bound on any wait for an event.
@@ -81,12 +81,12 @@ fn root_a_join_replayed_from_an_earlier_run_with_the_same_key_is_refused() {
 
 /// Runs `mcd-test-peer discover 3` as rank `node` of a 2-rank job on node
 /// `node` of `c` (the cluster's key file, the same for every run).
-fn discovering(c: &mcd_tools::vcluster::Cluster, node: usize) -> mcd_tools::vcluster::Collected {
+fn discovering(c: &mcd_vcluster::Cluster, node: usize) -> mcd_vcluster::Collected {
     let mut cmd = c.command(node, PEER);
     cmd.args(["discover", "3"])
         .env_remove("MCD_NODE_FILE")
         .envs([("MCD_JOB", "rhello"), ("MCD_SIZE", "2"), ("MCD_BOOTSTRAP_TIMEOUT", "4"), ("MCD_WAIT", "block")]);
-    mcd_tools::vcluster::Collected::spawn(cmd).expect("starting mcd-test-peer discover")
+    mcd_vcluster::Collected::spawn(cmd).expect("starting mcd-test-peer discover")
 }
 
 /// Finding 2 on the wire: hellos of an earlier run with the same secret.
@@ -203,7 +203,7 @@ fn root_the_interposers_secret_cannot_be_read_off_the_segment() {
     let station = c.plug_outsider(0).expect("plugging the sniffer in");
     let receiver = {
         let _ns = station.enter().expect("the sniffer's namespace");
-        mcd::RawReceiver::open(&mcd_tools::vcluster::Cluster::interface(0)).expect("a raw receiver")
+        mcd::RawReceiver::open(&mcd_vcluster::Cluster::interface(0)).expect("a raw receiver")
     };
     let frames: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));

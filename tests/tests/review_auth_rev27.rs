@@ -10,7 +10,7 @@ use std::time::Duration;
 use barriers::MsgKind;
 use mcd_integration_tests::attacker::{assert_all_done, Attacker, Auth, Ended, Job};
 use mcd_integration_tests::cluster;
-use mcd_tools::vcluster::{ClusterSpec, Topology};
+use mcd_vcluster::{ClusterSpec, Topology};
 
 const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
 /// Generous bound on any wait for an event.

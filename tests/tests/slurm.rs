@@ -11,8 +11,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use mcd_integration_tests::cluster;
-use mcd_tools::slurm::Slurm;
-use mcd_tools::vcluster::{Cluster, ClusterGuard, ClusterSpec, NodeOutcome};
+use mcd_vcluster::slurm::Slurm;
+use mcd_vcluster::{Cluster, ClusterGuard, ClusterSpec, NodeOutcome};
 
 const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
 
@@ -30,14 +30,14 @@ fn srun(slurm: &Slurm, args: &[&str], timeout: Duration) -> NodeOutcome {
 }
 
 fn target() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target"))
+    mcd_tools::cbuild::target_dir().expect("cargo's target directory")
 }
 
 /// Builds `mcd-barrier` (debug) and returns its path.
 fn mcd_barrier() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["build", "-q", "-p", "mcd-tools", "--bin", "mcd-barrier"])
+        .args(["build", "-q", "-p", "mcd-bench", "--bin", "mcd-barrier"])
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .output()
         .expect("running cargo build");
@@ -113,7 +113,7 @@ fn under_srun_the_bootstrap_takes_ranks_local_ranks_and_the_job_key_from_slurm()
         .iter()
         .map(|nodes| {
             let cmd = slurm.srun_with_secret(&["-N", "2", "-w", nodes, "--ntasks-per-node", "2", "sh", "-c", &script]).unwrap();
-            mcd_tools::vcluster::Collected::spawn(cmd).unwrap()
+            mcd_vcluster::Collected::spawn(cmd).unwrap()
         })
         .collect();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);

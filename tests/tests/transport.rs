@@ -10,7 +10,7 @@ use mcd::auth::FrameKey;
 use mcd::wire::{Frame, FrameRepr, DEFAULT_ETHERTYPE, FRAME_HEADER_LEN};
 use mcd::{Destination, EndpointConfig, Error, GroupId, NodeAddr, NodeList, RawSender};
 use mcd_integration_tests::{cluster, drain, open_all, open_on};
-use mcd_tools::vcluster::{ClusterSpec, LossPoint, Topology};
+use mcd_vcluster::{ClusterSpec, LossPoint, Topology};
 use proptest::prelude::*;
 
 const QUIET: Duration = Duration::from_millis(150);
@@ -87,7 +87,7 @@ fn named_groups_reach_members_only_until_they_leave() {
 }
 
 /// Two processes' ports on one host (one NIC): nodes 1 and 2 share node B's MAC.
-fn shared_nic_list(c: &mcd_tools::vcluster::Cluster) -> NodeList {
+fn shared_nic_list(c: &mcd_vcluster::Cluster) -> NodeList {
     NodeList::new(vec![
         NodeAddr { macs: vec![c.mac(0, 0)], port: 0 },
         NodeAddr { macs: vec![c.mac(1, 0)], port: 3 },
@@ -256,7 +256,7 @@ fn signed_bytes(repr: &FrameRepr, payload: &[u8], key: Option<&FrameKey>, counte
 }
 
 /// A valid frame from node 0 (port 0) to node 1 (port 0) of cluster `c`.
-fn good_frame(c: &mcd_tools::vcluster::Cluster, seq: u32) -> FrameRepr {
+fn good_frame(c: &mcd_vcluster::Cluster, seq: u32) -> FrameRepr {
     FrameRepr {
         dst_mac: c.mac(1, 0),
         src_mac: c.mac(0, 0),

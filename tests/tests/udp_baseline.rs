@@ -12,9 +12,9 @@ use std::time::Instant;
 
 use barriers::check::{check, Timeline};
 use mcd_integration_tests::cluster;
-use mcd_tools::udpcollectives::{self, CollectiveBench};
-use mcd_tools::udpbarrier::UdpGroup;
-use mcd_tools::vcluster::ClusterSpec;
+use mcd_bench::udpcollectives::{self, CollectiveBench};
+use mcd_bench::udpbarrier::UdpGroup;
+use mcd_vcluster::ClusterSpec;
 
 #[test]
 fn udp_allreduce_and_bcast_are_right_on_every_node_of_a_virtual_cluster() {

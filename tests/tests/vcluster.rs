@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use mcd_tools::vcluster::{Cluster, ClusterSpec, LossPoint, UpOutcome};
+use mcd_vcluster::{Cluster, ClusterSpec, LossPoint, UpOutcome};
 
 #[test]
 fn up_is_idempotent_repairs_refuses_other_shapes_and_down_leaves_nothing() {
@@ -54,7 +54,7 @@ fn an_outsider_sits_on_the_switch_outside_the_node_list_and_goes_with_the_cluste
     let ports = Command::new("ip").args(["-o", "link", "show", "master", &format!("mcd{name}b0")]).output().unwrap();
     let ports = String::from_utf8_lossy(&ports.stdout);
     assert!(ports.contains(&format!("mcd{name}0n2")), "not a port of the switch: {ports}");
-    assert!(cluster.plug_outsider(mcd_tools::vcluster::MAX_OUTSIDERS).is_err());
+    assert!(cluster.plug_outsider(mcd_vcluster::MAX_OUTSIDERS).is_err());
     cluster.down().unwrap();
     assert_eq!(Cluster::leftovers(name).unwrap(), Vec::<String>::new());
 }

@@ -3,13 +3,18 @@
 //! programs of `mpi/`, each against a chosen MPI ([`Mpi`]).
 //!
 //! Sources are found in the mcd checkout this crate was built from, or in
-//! `MCD_SOURCE_DIR` if set (for binaries moved elsewhere); outputs go to its
-//! `target/` directory: `target/mpi/<mpi>/<profile>/libmcd_mpi_barrier_<mpi>.so`
-//! and `target/mpi/<mpi>/<program>`. Each MPI's builds are named after it,
-//! so that a library built for one MPI is never preloaded into another.
+//! `MCD_SOURCE_DIR` if set (for binaries moved elsewhere); outputs go to
+//! cargo's target directory for that checkout ([`target_dir`]: `target/`,
+//! or wherever `CARGO_TARGET_DIR` or `build.target-dir` puts it):
+//! `TARGET/mpi/<mpi>/<profile>/libmcd_mpi_barrier_<mpi>.so` and
+//! `TARGET/mpi/<mpi>/<program>`. Each MPI's builds are named after it, so
+//! that a library built for one MPI is never preloaded into another.
+//! `./run interposer openmpi|mpich` (the `mcd-interposer` command) builds
+//! the interposer and prints where it went.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use anyhow::{bail, ensure, Context, Result};
 
@@ -83,6 +88,40 @@ pub fn source_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The cargo that builds: the one running us (`CARGO`), else `cargo`.
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+/// Cargo's target directory for the mcd checkout, as cargo itself resolves
+/// it (`cargo metadata`: `CARGO_TARGET_DIR`, `build.target-dir`, else the
+/// checkout's `target/`). Asked once per process.
+pub fn target_dir() -> Result<PathBuf> {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    if let Some(dir) = DIR.get() {
+        return Ok(dir.clone());
+    }
+    let dir = metadata_target_dir(Command::new(cargo()))?;
+    Ok(DIR.get_or_init(|| dir).clone())
+}
+
+/// The target directory `cargo metadata` reports, run as `cargo` (a cargo
+/// command, with whatever environment the caller gave it) in the checkout.
+fn metadata_target_dir(mut cargo: Command) -> Result<PathBuf> {
+    let out = cargo
+        .args(["metadata", "-q", "--format-version", "1", "--no-deps"])
+        .current_dir(source_dir()?)
+        .output()
+        .context("running cargo metadata")?;
+    ensure!(out.status.success(), "cargo metadata failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    #[derive(serde::Deserialize)]
+    struct Metadata {
+        target_directory: PathBuf,
+    }
+    let metadata: Metadata = serde_json::from_slice(&out.stdout).context("reading cargo metadata's target_directory")?;
+    Ok(metadata.target_directory)
+}
+
 /// The C ABI's header directory (`capi/include`).
 pub fn capi_include() -> Result<PathBuf> {
     Ok(source_dir()?.join("capi/include"))
@@ -91,10 +130,8 @@ pub fn capi_include() -> Result<PathBuf> {
 /// Builds the C ABI library (release or debug) and returns the directory
 /// holding `libmcd_barrier.{so,a}`.
 pub fn build_capi(release: bool) -> Result<PathBuf> {
-    let root = source_dir()?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "-q", "-p", "mcd-capi"]).current_dir(&root);
+    let mut cmd = Command::new(cargo());
+    cmd.args(["build", "-q", "-p", "mcd-capi"]).current_dir(source_dir()?);
     if release {
         cmd.arg("--release");
     }
@@ -102,12 +139,12 @@ pub fn build_capi(release: bool) -> Result<PathBuf> {
     if !out.status.success() {
         bail!("cargo build -p mcd-capi failed:\n{}", String::from_utf8_lossy(&out.stderr));
     }
-    Ok(root.join("target").join(if release { "release" } else { "debug" }))
+    Ok(target_dir()?.join(if release { "release" } else { "debug" }))
 }
 
 /// Builds the `MPI_Barrier` interposer for `mpi` (`mpi/mcd_mpi_barrier.c`
 /// with the static C ABI library of that profile inside) and returns
-/// `target/mpi/<mpi>/<profile>/libmcd_mpi_barrier_<mpi>.so`.
+/// `TARGET/mpi/<mpi>/<profile>/libmcd_mpi_barrier_<mpi>.so` ([`target_dir`]).
 pub fn build_interposer(mpi: Mpi, release: bool) -> Result<PathBuf> {
     let lib = build_capi(release)?.join("libmcd_barrier.a");
     let include = format!("-I{}", capi_include()?.display());
@@ -119,14 +156,14 @@ pub fn build_interposer(mpi: Mpi, release: bool) -> Result<PathBuf> {
 }
 
 /// Builds the MPI program `mpi/<name>.c` for `mpi` and returns
-/// `target/mpi/<mpi>/<name>`.
+/// `TARGET/mpi/<mpi>/<name>` ([`target_dir`]).
 pub fn build_program(mpi: Mpi, name: &str) -> Result<PathBuf> {
     let output = build_dir(mpi)?.join(name);
     compile(mpi, name, &output, false, &[])
 }
 
 fn build_dir(mpi: Mpi) -> Result<PathBuf> {
-    Ok(source_dir()?.join("target/mpi").join(mpi.name()))
+    Ok(target_dir()?.join("mpi").join(mpi.name()))
 }
 
 /// Compiles `mpi/<name>.c` with `mpi`'s wrapper into `output` (a shared
@@ -171,5 +208,15 @@ mod tests {
         assert_ne!(Mpi::OpenMpi.compiler(), Mpi::Mpich.compiler());
         assert_ne!(Mpi::OpenMpi.name(), Mpi::Mpich.name());
         assert!(source_dir().unwrap().join("mpi/mcd_mpi_barrier.c").exists());
+    }
+
+    #[test]
+    fn outputs_go_where_cargo_targets() {
+        let mut cargo = Command::new(super::cargo());
+        cargo.env("CARGO_TARGET_DIR", "/tmp/mcd-cbuild-elsewhere");
+        assert_eq!(metadata_target_dir(cargo).unwrap(), Path::new("/tmp/mcd-cbuild-elsewhere"));
+        let mut cargo = Command::new(super::cargo());
+        cargo.env_remove("CARGO_TARGET_DIR");
+        assert_eq!(metadata_target_dir(cargo).unwrap(), source_dir().unwrap().canonicalize().unwrap().join("target"));
     }
 }

@@ -1,36 +1,26 @@
-//! mcd's tools as a library, so that tests and benchmarks use exactly what the
-//! command-line tools use:
+//! mcd's tools for C and MPI users, as a library so that the tests and
+//! benchmarks use exactly what the command-line tools use:
 //!
-//! - [`vcluster`]: the virtual cluster every test and demo runs on (namespaces,
-//!   veth, bridges as switch or hub, nftables loss injection).
-//! - [`cbuild`]: building the C ABI, the MPI interposer and the MPI test
-//!   programs, against Open MPI or MPICH.
-//! - [`barrierbench`]: barrier timing with the paper's method (barrier,
-//!   then a ~30 µs dummy loop; per-node min/mean/max averaged over nodes).
-//! - [`cli`]: options shared by the two-node tools.
-//! - [`logp`]: measuring o_s, o_r, g and L of mcd and of UDP.
-//! - [`mpi`]: `mpirun` across the virtual cluster, one rank per namespace.
-//! - [`plot`]: SVG line plots of time against nodes.
-//! - [`slurm`]: a real Slurm (slurmctld, a slurmd per node) on a virtual cluster.
-//! - [`twonode`]: a client on node 0 and an echo on node 1 (ping-pong, LogP).
-//! - [`udpbarrier`]: a group of nodes over plain UDP sockets, and the UDP
-//!   dissemination barrier mcd is compared against.
-//! - [`udpcollectives`]: allreduce and broadcast on that group, the UDP
-//!   baseline of the collectives benchmark.
-//! - [`pingpong`]: one-way latency and bandwidth against message size, mcd
-//!   versus UDP between the same two nodes.
+//! - [`cbuild`]: the build driver: the C ABI, the `MPI_Barrier` interposer
+//!   and the MPI test programs, against Open MPI or MPICH, into cargo's
+//!   target directory (`./run interposer openmpi|mpich` is its command).
+//! - [`mpi`]: `mpirun` across a virtual cluster, one rank per namespace.
+//!
+//! The virtual cluster is its own crate, `mcd_vcluster`; the benchmarks
+//! (barrier timing, LogP, ping-pong, the UDP baselines, plots) are in
+//! `mcd_bench`'s library.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
-pub mod barrierbench;
 pub mod cbuild;
-pub mod cli;
-pub mod logp;
 pub mod mpi;
-pub mod pingpong;
-pub mod plot;
-pub mod slurm;
-pub mod twonode;
-pub mod udpbarrier;
-pub mod udpcollectives;
-pub mod vcluster;
+
+/// For transition only (2026-11-26): the virtual cluster moved to the
+/// `mcd_vcluster` crate; `mcd_vcluster::X` is `mcd_vcluster::X`.
+/// New code imports `mcd_vcluster` directly; this goes once every branch
+/// has been merged and rewritten.
+pub use mcd_vcluster as vcluster;
+/// For transition only (2026-11-26): Slurm on the virtual cluster moved to
+/// `mcd_vcluster::slurm`. New code imports that; this goes with
+/// [`vcluster`].
+pub use mcd_vcluster::slurm;

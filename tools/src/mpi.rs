@@ -11,7 +11,7 @@
 //! same machine and uses shared memory; [`MPICH_OVER_TCP`] keeps its traffic
 //! on the cluster's links, as Open MPI's is, for comparisons. (Over UCX's
 //! TCP, MPICH's `MPI_Finalize` here hangs now and then after the program's
-//! work is done, which [`measure_barrier_on`] tolerates once the results are
+//! work is done, which `mcd_bench::mpibench` tolerates once the results are
 //! printed; `MPIR_CVAR_NOLOCAL=1` on top hangs from 4 ranks up.)
 //!
 //! The route (Open MPI 4.1, Debian's `openmpi-bin`):
@@ -33,11 +33,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use serde::Deserialize;
 
-use crate::barrierbench::{BarrierBench, BarrierMeasurement, Method};
 use crate::cbuild::Mpi;
-use crate::vcluster::{Cluster, Collected, NodeOutcome};
+use mcd_vcluster::{Cluster, Collected, NodeOutcome};
 
 /// The root namespace's address on the rail-0 bridge (the cluster's nodes are
 /// 10.77.x.y/16 on rail 0).
@@ -212,93 +210,4 @@ fn prepare(cluster: &Cluster, per_node: usize) -> Result<LaunchFiles> {
     Ok(LaunchFiles { hostfile, mpich_hostfile, agent, tmpdir })
 }
 
-#[derive(Deserialize)]
-struct BenchLine {
-    ranks: usize,
-    iterations: usize,
-    min_us: f64,
-    mean_us: f64,
-    max_us: f64,
-    p50_us: f64,
-    p99_us: f64,
-    p999_us: f64,
-}
 
-/// The communicator `mpi/barrier_bench.c` runs its barriers on.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Comm {
-    /// `MPI_COMM_WORLD`.
-    #[default]
-    World,
-    /// A duplicate of `MPI_COMM_WORLD` (`MPI_Comm_dup`).
-    Dup,
-    /// The world's two halves by parity (`MPI_Comm_split`), at the same time.
-    Split,
-}
-
-impl Comm {
-    /// Its `--comm` argument.
-    pub fn arg(self) -> &'static str {
-        match self {
-            Comm::World => "world",
-            Comm::Dup => "dup",
-            Comm::Split => "split",
-        }
-    }
-}
-
-/// Runs `mpi/barrier_bench.c` (the same loop and statistics as
-/// [`crate::barrierbench`]) on every node of `cluster` under `mpirun`, and
-/// names the result `label`.
-pub fn measure_barrier(cluster: &Cluster, run: &MpiRun, bench: BarrierBench, label: &str) -> Result<BarrierMeasurement> {
-    measure_barrier_on(cluster, run, bench, Comm::World, label)
-}
-
-/// As [`measure_barrier`], with the barriers on `comm`.
-pub fn measure_barrier_on(cluster: &Cluster, run: &MpiRun, bench: BarrierBench, comm: Comm, label: &str) -> Result<BarrierMeasurement> {
-    let program = crate::cbuild::build_program(run.mpi, "barrier_bench")?;
-    let method = match bench.method {
-        Method::Paper => "paper",
-        Method::Osu => "osu",
-    };
-    let args: Vec<String> = vec![
-        "--method".into(),
-        method.into(),
-        "--iterations".into(),
-        bench.iterations.to_string(),
-        "--warmup".into(),
-        bench.warmup.to_string(),
-        "--dummy-us".into(),
-        format!("{}", bench.dummy.as_secs_f64() * 1e6),
-        "--comm".into(),
-        comm.arg().into(),
-    ];
-    let out = run.output(cluster, &program.display().to_string(), &args, MPIRUN_TIMEOUT)?;
-    let printed = out.stdout.lines().any(|l| l.starts_with('{'));
-    if out.timed_out && printed && run.mpi == Mpi::Mpich {
-        eprintln!("  ({label}: the results are printed, but MPICH's MPI_Finalize hung and was killed; see tools::mpi)");
-    } else if !out.success() {
-        bail!("mpirun barrier_bench ({label}) failed ({}):\n{}", out.status(), out.stderr);
-    }
-    let stdout = &out.stdout;
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with('{'))
-        .with_context(|| format!("barrier_bench printed no result: {stdout}"))?;
-    let r: BenchLine = serde_json::from_str(line).with_context(|| format!("parsing `{line}`"))?;
-    Ok(BarrierMeasurement {
-        algorithm: label.to_string(),
-        method: bench.method,
-        rails: 1,
-        nodes: r.ranks,
-        iterations: r.iterations,
-        min_us: r.min_us,
-        mean_us: r.mean_us,
-        max_us: r.max_us,
-        p50_us: r.p50_us,
-        p99_us: r.p99_us,
-        p999_us: r.p999_us,
-        recoveries: 0,
-    })
-}

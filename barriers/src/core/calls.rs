@@ -76,7 +76,7 @@ pub(super) struct Calls {
 impl Core {
     pub(super) fn start_call(&mut self, now: Instant, call: Call<'_>) {
         if self.calls.pending.is_some() {
-            self.out.events.push_back(Event::Done(Err(BarrierError::Usage("a barrier call is already in progress".into()))));
+            self.out.events.push_back(Event::Done(Err(BarrierError::Misuse("a barrier call is already in progress".into()))));
             return;
         }
         self.live.told = None; // the application calls again
@@ -170,8 +170,8 @@ impl Core {
     /// may its timers.
     #[cold]
     fn blocked(&mut self, now: Instant, p: Pending, timers: bool) {
-        if let Some(m) = &self.run.mismatch {
-            let error = BarrierError::Usage(m.clone());
+        if let Some(epoch) = self.run.mismatch {
+            let error = BarrierError::peer_mismatch(epoch);
             self.calls.pending = None;
             self.end_call(&p, Err(error));
             return;
@@ -236,7 +236,7 @@ impl Core {
                     return Some(Err(e));
                 }
                 if self.phase.running() {
-                    return Some(Err(BarrierError::Usage(format!(
+                    return Some(Err(BarrierError::Misuse(format!(
                         "finish() or close() while barrier {} is in progress: complete it first",
                         self.window.epoch
                     ))));
@@ -274,7 +274,7 @@ impl Core {
     fn enter_collective_now(&mut self, now: Instant, call: Collective, count: u32) -> Result<(), BarrierError> {
         self.settled_mismatch()?;
         if self.phase != Phase::Idle {
-            return Err(BarrierError::Usage(format!(
+            return Err(BarrierError::Misuse(format!(
                 "{call} while barrier {} is entered and not yet completed: complete it with wait() first",
                 self.window.epoch
             )));
@@ -307,7 +307,7 @@ impl Core {
         match self.coll.as_mut().and_then(|c| c.take_error()) {
             Some(e) => {
                 self.phase = Phase::Idle; // the error reports the epoch
-                Err(BarrierError::Usage(format!("collective mismatch in barrier {}: {e}", self.window.epoch.wrapping_sub(1))))
+                Err(BarrierError::CollectiveMismatch { epoch: self.window.epoch.wrapping_sub(1), detail: e })
             }
             None => Ok(()),
         }
@@ -332,7 +332,7 @@ impl Core {
     /// The application enters the next barrier (split phase).
     pub(super) fn enter_split(&mut self, now: Instant) -> Result<(), BarrierError> {
         if self.phase == Phase::Unreported {
-            return Err(BarrierError::Usage(format!(
+            return Err(BarrierError::Misuse(format!(
                 "enter() twice: barrier {} is complete, but wait() or test() has not said so yet",
                 self.window.epoch - 1
             )));
@@ -353,9 +353,9 @@ impl Core {
     pub(super) fn test_once(&mut self, now: Instant) -> Result<bool, BarrierError> {
         self.advance(now);
         if self.phase.running() {
-            if let Some(m) = self.run.mismatch.as_ref().filter(|_| self.entered()) {
+            if let Some(epoch) = self.run.mismatch.filter(|_| self.entered()) {
                 // The barrier can never complete: say so, as a wait does.
-                return Err(BarrierError::Usage(m.clone()));
+                return Err(BarrierError::peer_mismatch(epoch));
             }
             self.on_timers(now, None)?;
             // A broadcast completing in the background is not the application's.
@@ -368,7 +368,7 @@ impl Core {
 
     pub(super) fn try_finish_once(&mut self, now: Instant) -> Result<bool, BarrierError> {
         if !self.closing.closing() {
-            return Err(BarrierError::Usage("try_finish() before close(): nothing is closing".into()));
+            return Err(BarrierError::Misuse("try_finish() before close(): nothing is closing".into()));
         }
         if !self.closing.finished() {
             if !self.test(now)? {
@@ -385,11 +385,11 @@ impl Core {
         let epoch = if self.phase.running() { self.window.epoch } else { self.window.epoch - 1 };
         let coll = self.contributions();
         if let Some(e) = coll.take_error() {
-            return Err(BarrierError::Usage(format!("collective mismatch in barrier {epoch}: {e}")));
+            return Err(BarrierError::CollectiveMismatch { epoch, detail: e });
         }
         if let Some(out) = out {
             if !coll.result(out) {
-                return Err(BarrierError::Usage(format!("barrier {epoch}: the collective has no result of {} bytes", out.len())));
+                return Err(BarrierError::Misuse(format!("barrier {epoch}: the collective has no result of {} bytes", out.len())));
             }
         }
         Ok(())

@@ -156,7 +156,7 @@ impl Core {
                     }
                     let missing: Vec<NodeId> = (0..n).filter(|&p| incarnations[p].is_none()).collect();
                     let error = match missing.iter().find(|p| mismatched.contains(p)) {
-                        Some(p) => BarrierError::Usage(format!(
+                        Some(p) => BarrierError::Config(format!(
                             "creating the barrier: node {p} asked to join with another configuration than node 0's ({} on {} rail(s)): every node must use the same algorithm, rails and first barrier, and the same mcd version",
                             self.config.algorithm, self.config.rails
                         )),
@@ -287,7 +287,7 @@ impl Core {
                     }
                     MsgKind::Refuse if ours && msg.tag == REFUSE_CONFIG => {
                         self.member.joining = None;
-                        self.out.events.push_back(Event::JoinFailed(BarrierError::Usage(format!(
+                        self.out.events.push_back(Event::JoinFailed(BarrierError::Config(format!(
                             "creating the barrier: node 0 runs another configuration than node {} ({} on {} rail(s) here): every node must use the same algorithm, rails and first barrier, and the same mcd version",
                             self.me(),
                             self.config.algorithm,

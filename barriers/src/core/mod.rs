@@ -211,33 +211,33 @@ impl Core {
     pub fn new(setup: Setup, config: BarrierConfig, now: Instant) -> Result<Core, BarrierError> {
         let (n, me) = (setup.nodes, setup.me);
         if n == 0 || me >= n {
-            return Err(BarrierError::Usage(format!("node {me} of {n}: not a valid node")));
+            return Err(BarrierError::Config(format!("node {me} of {n}: not a valid node")));
         }
         if config.rails == 0 || config.rails > setup.rails {
-            return Err(BarrierError::Usage(format!(
+            return Err(BarrierError::Config(format!(
                 "the barrier wants {} rail(s) but the transport has {}",
                 config.rails, setup.rails
             )));
         }
         if config.retry_timeout.is_zero() || config.failure_timeout <= config.retry_timeout {
-            return Err(BarrierError::Usage("need 0 < retry timeout < failure timeout".into()));
+            return Err(BarrierError::Config("need 0 < retry timeout < failure timeout".into()));
         }
         if config.first_epoch > u64::MAX / 2 {
-            return Err(BarrierError::Usage(format!("first barrier number {} is too close to 2^64", config.first_epoch)));
+            return Err(BarrierError::Config(format!("first barrier number {} is too close to 2^64", config.first_epoch)));
         }
         if n > u32::MAX as usize / 2 {
-            return Err(BarrierError::Usage(format!("{n} nodes: too many")));
+            return Err(BarrierError::Config(format!("{n} nodes: too many")));
         }
-        let mut plans = vec![plan::build(config.algorithm, n, me, config.rails).map_err(BarrierError::Usage)?];
+        let mut plans = vec![plan::build(config.algorithm, n, me, config.rails).map_err(BarrierError::Config)?];
         // A broadcast's plans (one per root) only where one can run: a
         // network that carries no data runs barriers alone, and a core at
         // 4,096 nodes then holds one plan, not 4,097.
         if setup.max_data > 0 {
             for root in 0..n {
-                plans.push(plan::build_bcast(n, me, root, config.rails).map_err(BarrierError::Usage)?);
+                plans.push(plan::build_bcast(n, me, root, config.rails).map_err(BarrierError::Config)?);
             }
         }
-        let expect = Expectations::new(&plans, n).map_err(BarrierError::Usage)?;
+        let expect = Expectations::new(&plans, n).map_err(BarrierError::Config)?;
         let steps = plans.iter().map(|p| p.steps.len()).max().unwrap_or(0);
         Ok(Core {
             setup,

@@ -13,7 +13,7 @@ use super::window::{bcast_variant, parity, BASE};
 use super::recovery::Laggard;
 use super::{Core, To};
 use crate::collective::{Collective, Contributions};
-use crate::engine::{mismatch_text, BarrierError};
+use crate::engine::BarrierError;
 use crate::plan::{self, Dest, Out};
 use crate::transport::{MsgKind, MISMATCHED, RECOVERED};
 
@@ -78,7 +78,7 @@ pub(super) struct Run {
     pub(super) remaining: Vec<u32>,
     /// A peer's message of the current epoch belongs to another plan: it
     /// called another collective (the first such, for the error).
-    pub(super) mismatch: Option<String>,
+    pub(super) mismatch: Option<u64>,
 }
 
 impl Run {
@@ -122,12 +122,12 @@ impl Core {
     /// The plan variant of `call` at this node.
     pub(super) fn variant_of(&self, call: Collective) -> Result<usize, BarrierError> {
         if !call.runs_on(self.config.algorithm) {
-            return Err(BarrierError::Usage(format!("{call} cannot run on {}: it would count contributions more than once", self.config.algorithm)));
+            return Err(BarrierError::Config(format!("{call} cannot run on {}: it would count contributions more than once", self.config.algorithm)));
         }
         match call {
-            Collective::Bcast { .. } if self.plans.list.len() == 1 => Err(BarrierError::Usage(format!("{call}: this network carries no data"))),
+            Collective::Bcast { .. } if self.plans.list.len() == 1 => Err(BarrierError::Misuse(format!("{call}: this network carries no data"))),
             Collective::Bcast { root } if root < self.nodes() => Ok(bcast_variant(root)),
-            Collective::Bcast { root } => Err(BarrierError::Usage(format!("{call}: no node {root} among {}", self.nodes()))),
+            Collective::Bcast { root } => Err(BarrierError::Misuse(format!("{call}: no node {root} among {}", self.nodes()))),
             _ => Ok(BASE),
         }
     }
@@ -145,10 +145,10 @@ impl Core {
     /// collective staged in the contributions, else a plain barrier).
     pub(super) fn enter_variant(&mut self, now: Instant, variant: usize) -> Result<(), BarrierError> {
         if self.closing.finished() {
-            return Err(BarrierError::Usage("the barrier is finished: no more barriers after finish()".into()));
+            return Err(BarrierError::Misuse("the barrier is finished: no more barriers after finish()".into()));
         }
         if self.phase.running() {
-            return Err(BarrierError::Usage(format!(
+            return Err(BarrierError::Misuse(format!(
                 "enter() while barrier {} is in progress: complete it with wait() or test() first",
                 self.window.epoch
             )));
@@ -277,7 +277,7 @@ impl Core {
     /// statuses say it too, so a peer that asks learns it even if this is lost.
     pub(super) fn note_mismatch(&mut self, epoch: u64) {
         if self.run.mismatch.is_none() {
-            self.run.mismatch = Some(mismatch_text(epoch));
+            self.run.mismatch = Some(epoch);
             if self.phase.running() {
                 self.send_status(None);
             }

@@ -204,8 +204,8 @@ fn a_contribution_is_re_sent_as_stored_and_a_duplicate_release_never_counts() {
     e.enter_collective(Collective::Allreduce { op: Op::Max, dtype: Dtype::I64 }, 1, &5i64.to_ne_bytes(), None).unwrap();
     e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { epoch: 1, ..msg } });
     e.transport.inbox_data.push_back(release(12));
-    let err = e.test().unwrap_err().to_string();
-    assert!(err.contains("collective mismatch in barrier 1") && err.contains("allreduce(sum, i64)"), "{err}");
+    let err = e.test().unwrap_err();
+    assert!(matches!(&err, BarrierError::CollectiveMismatch { epoch: 1, detail } if detail.contains("allreduce(sum, i64)")), "{err}");
 }
 
 /// Node `me` of 3, concurrent, joined to INSTANCE.
@@ -441,8 +441,8 @@ fn a_mismatch_found_after_the_result_fails_the_next_call_instead_of_entering_an_
     e.wait_result(None).unwrap();
     e.enter_split().unwrap();
     push(&mut e, 0, MsgKind::Data, 0, BCAST_DONE, end_of_3());
-    let err = e.wait(None).unwrap_err().to_string();
-    assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+    let err = e.wait(None).unwrap_err();
+    assert!(matches!(err, BarrierError::CollectiveMismatch { epoch: 0, .. }), "{err}");
     assert_eq!((e.protocol_epoch(), e.in_progress()), (1, false));
     assert!(e.transport.sent.iter().all(|(_, m)| m.epoch == 0), "entered epoch 1: {:?}", e.transport.sent);
     // The next collective, or a plain wait, or finish: each fails once.
@@ -457,9 +457,8 @@ fn a_mismatch_found_after_the_result_fails_the_next_call_instead_of_entering_an_
             1 => e.wait(None),
             _ => e.enter_closing(),
         }
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("collective mismatch in barrier 0"), "call {next}: {err}");
+        .unwrap_err();
+        assert!(matches!(err, BarrierError::CollectiveMismatch { epoch: 0, .. }), "call {next}: {err}");
         assert!(e.transport.sent.iter().all(|(_, m)| m.epoch == 0), "call {next} entered epoch 1");
     }
 }
@@ -470,8 +469,8 @@ fn a_peer_running_another_broadcast_in_this_epoch_is_a_clear_error() {
     e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
     // Node 2 thinks it is the root of this epoch.
     push(&mut e, 2, MsgKind::Data, 0, plan::tag::BCAST_DATA, bcast_data(2, Some([1, 1])));
-    let err = e.wait_result(None).unwrap_err().to_string();
-    assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+    let err = e.wait_result(None).unwrap_err();
+    assert!(matches!(err, BarrierError::CollectiveMismatch { epoch: 0, .. }), "{err}");
 }
 
 #[test]
@@ -482,8 +481,8 @@ fn a_nack_for_what_only_another_collective_sends_is_a_clear_error() {
     let mut e = node_of_3(0);
     e.enter_split().unwrap();
     push(&mut e, 1, MsgKind::Nack, 0, plan::tag::BCAST_DATA, Vec::new());
-    let err = e.wait(None).unwrap_err().to_string();
-    assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+    let err = e.wait(None).unwrap_err();
+    assert!(matches!(err, BarrierError::CollectiveMismatch { epoch: 0, .. }), "{err}");
     // Every node hears of it (one may see nothing wrong in its own messages).
     let told = |e: &Node, to| e.transport.sent.iter().any(|(t, m)| *t == to && m.kind == MsgKind::Status && m.tag & status::MISMATCH != 0);
     assert!(told(&e, 1) && told(&e, 2));
@@ -491,8 +490,8 @@ fn a_nack_for_what_only_another_collective_sends_is_a_clear_error() {
     other.enter_split().unwrap();
     other.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { kind: MsgKind::Status, instance: INSTANCE, epoch: 0, tag: status::IN_PROGRESS | status::MISMATCH, arg: 0 } });
     other.transport.inbox_data.push_back(Vec::new());
-    let err = other.test().unwrap_err().to_string();
-    assert!(err.contains("collective mismatch in barrier 0"), "{err}");
+    let err = other.test().unwrap_err();
+    assert!(matches!(err, BarrierError::CollectiveMismatch { epoch: 0, .. }), "{err}");
     // A NACK for what this node's own plan sends later is no mismatch
     // (the root's end, before every node entered).
     let mut e = node_of_3(0);

@@ -13,7 +13,7 @@
 //! cores ([`Host::shared`]).
 
 use super::{auto_on_host, predict, Host, LogP, Prediction, Setup};
-use crate::hierarchy::HostRelease;
+use crate::plan::HostRelease;
 use crate::plan::Algorithm;
 
 /// What shared memory costs between two processes of one host (µs), as

@@ -153,15 +153,13 @@ impl Outcome {
         self.times_us.iter().sum::<f64>() / self.times_us.len().max(1) as f64
     }
 
-    /// The `q` quantile (0..=1) of the barrier times, µs (nearest rank).
+    /// The `q` quantile (0..=1) of the barrier times, µs
+    /// ([`crate::summary::quantile`]; 0 for none).
     pub fn quantile(&self, q: f64) -> f64 {
-        let mut v = self.times_us.clone();
-        v.sort_by(f64::total_cmp);
-        if v.is_empty() {
+        if self.times_us.is_empty() {
             return 0.0;
         }
-        let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-        v[rank - 1]
+        crate::summary::quantile(&mut self.times_us.clone(), q)
     }
 
     /// Recoveries: NACKs sent, answers and copies, summed over nodes.
@@ -593,7 +591,7 @@ mod core_tests {
                 _ => None,
             });
             match done {
-                Some(Err(BarrierError::Usage(e))) => assert!(refused && e.contains("carries no data"), "max_data {max_data}: {e}"),
+                Some(Err(BarrierError::Misuse(e))) => assert!(refused && e.contains("carries no data"), "max_data {max_data}: {e}"),
                 other => assert!(!refused && !matches!(other, Some(Err(_))), "max_data {max_data}: {other:?}"),
             }
         }

@@ -72,7 +72,7 @@ impl CoreNode {
         let size = call.element_size();
         let per = self.max_data.saturating_sub(wire::HEADER_LEN) / size * size;
         if per == 0 {
-            return self.fail(BarrierError::Usage(format!("{call}: the network carries no data")));
+            return self.fail(BarrierError::Misuse(format!("{call}: the network carries no data")));
         }
         let end = (start + per).min(self.input.len());
         let count = u32::try_from((end - start) / size).expect("a segment's count");
@@ -87,7 +87,7 @@ impl CoreNode {
             return self.fail(e);
         }
         match std::mem::replace(&mut self.pending, Pending::Idle) {
-            Pending::Idle => self.events.push_back(NodeEvent::Failed(BarrierError::Usage("UNEXPECTED: a Done with no call".into()))),
+            Pending::Idle => self.events.push_back(NodeEvent::Failed(BarrierError::Internal("UNEXPECTED: a Done with no call".into()))),
             Pending::Plain => self.events.push_back(NodeEvent::Completed { result: None }),
             Pending::Segment { call, start, end, entered: false } => {
                 self.pending = Pending::Segment { call, start, end, entered: true };
@@ -155,7 +155,7 @@ impl SimNode for CoreNode {
                 self.output.resize(input.len(), 0);
                 self.input = input;
                 if self.input.is_empty() {
-                    return self.fail(BarrierError::Usage(format!("{call} of nothing")));
+                    return self.fail(BarrierError::Misuse(format!("{call} of nothing")));
                 }
                 self.segment(call, 0);
             }

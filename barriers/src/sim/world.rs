@@ -61,7 +61,7 @@ impl Verdict {
         match e {
             BarrierError::PeerSilent { silent, .. } => Verdict::Silent(silent.clone()),
             BarrierError::PeerFailed { reporter, silent, .. } => Verdict::Failed { reporter: *reporter, silent: *silent },
-            BarrierError::Usage(s) if s.contains("mismatch") => Verdict::Mismatch,
+            BarrierError::CollectiveMismatch { .. } => Verdict::Mismatch,
             BarrierError::Refused { .. } => Verdict::Refused,
             BarrierError::JoinTimeout { missing, .. } => Verdict::JoinTimeout(missing.clone()),
             _ => Verdict::Other,

@@ -449,7 +449,7 @@ fn call(b: &mut Barrier<Net>, c: Call) -> Result<Vec<u32>, BarrierError> {
 /// with a mismatch error; the only result allowed is the root's very data,
 /// from the first call, to a node that made its root's exact call.
 fn mismatch_verdict(me: usize, calls: &[Call], first: &Result<Vec<u32>, BarrierError>, second: Option<&Result<Vec<u32>, BarrierError>>) -> Option<String> {
-    let is_mismatch = |r: &Result<Vec<u32>, BarrierError>| matches!(r, Err(BarrierError::Usage(e)) if e.contains("mismatch"));
+    let is_mismatch = |r: &Result<Vec<u32>, BarrierError>| matches!(r, Err(BarrierError::CollectiveMismatch { .. }));
     let legit_first = match (first, calls[me]) {
         (Ok(d), Call::Bcast(root, count)) => calls[root] == Call::Bcast(root, count) && *d == (0..count as u32).map(|i| 100 + i).collect::<Vec<_>>(),
         _ => false,

@@ -20,7 +20,7 @@
 //!   the hierarchical barrier (tree4 among the hosts' leaders; failure
 //!   timeout MCD_BARRIER_TIMEOUT seconds, default 10), writing each
 //!   barrier's entry and exit times (CLOCK_MONOTONIC µs) to
-//!   MCD_TEST_TIMES/rank<N> when set, then finish; print
+//!   `MCD_TEST_TIMES/rank<N>` when set, then finish; print
 //!   `node N: host of H ranks, leader L, H hosts` first and `done` last, or
 //!   `error: ...` and exit 3; before `done`, `release R: D of N barriers
 //!   released by the leaders' multicast` (R as MCD_HIERARCHY_RELEASE

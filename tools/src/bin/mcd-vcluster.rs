@@ -5,8 +5,8 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use mcd_tools::mpi::MpiRun;
-use mcd_tools::slurm::Slurm;
-use mcd_tools::vcluster::{Cluster, ClusterSpec, Loss, LossPoint, Topology, UpOutcome};
+use mcd_vcluster::slurm::Slurm;
+use mcd_vcluster::{Cluster, ClusterSpec, Loss, LossPoint, Topology, UpOutcome};
 
 /// A virtual cluster on this machine: every node is a network namespace with
 /// one veth interface per rail (eth0, eth1, ...), plugged into a Linux bridge per

@@ -290,7 +290,7 @@ fn a_count_mismatch_seen_first_by_a_late_root_leaves_no_node_waiting() {
     for (me, (o, _)) in outs.iter().enumerate() {
         let last = o.last().map(|x| &x.result);
         assert!(
-            matches!(last, Some(Err(BarrierError::Usage(e))) if e.contains("mismatch")),
+            matches!(last, Some(Err(BarrierError::CollectiveMismatch { .. }))),
             "node {me} ends with {last:?}, not a mismatch error; all: {outs:?}"
         );
     }
@@ -349,7 +349,7 @@ fn a_slow_root_and_a_non_root_computing_past_the_failure_timeout_are_waited_for_
 /// the implied end: each node's outcomes, and whether each ends in the
 /// mismatch error.
 fn mismatch_error(r: &Result<(), BarrierError>) -> bool {
-    matches!(r, Err(BarrierError::Usage(e)) if e.contains("mismatch"))
+    matches!(r, Err(BarrierError::CollectiveMismatch { .. }))
 }
 
 #[test]

@@ -103,7 +103,7 @@ fn a_collectives_sweep_times_allreduce_on_the_algorithms_that_reduce() {
     assert!(csv.lines().skip(1).all(|l| l.starts_with("allreduce,800,")), "{csv}");
     assert!(rows.iter().all(|r| r["p50_us"].as_f64().unwrap() > 0.0 && r["p999_us"].as_f64().unwrap() >= r["p99_us"].as_f64().unwrap()), "{rows:?}");
     assert!(dir.join("allreduce-800B-adaptive.svg").exists() && dir.join("allreduce-800B-adaptive.png").exists());
-    let leftovers = mcd_tools::vcluster::Cluster::leftovers("h16mb").unwrap();
+    let leftovers = mcd_vcluster::Cluster::leftovers("h16mb").unwrap();
     assert!(leftovers.is_empty(), "the sweep's cluster is gone: {leftovers:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -117,14 +117,14 @@ fn a_short_sweep_writes_complete_ordered_results_and_leaves_no_cluster() {
     assert!(std::fs::read_to_string(dir.join("results.csv")).unwrap().lines().skip(1).all(|l| l.starts_with("barrier,0,")));
     assert!(json["logp"]["o_s"].as_f64().unwrap() > 0.0);
     assert!(dir.join("barrier-adaptive.svg").exists() && dir.join("barrier-adaptive.png").exists());
-    let leftovers = mcd_tools::vcluster::Cluster::leftovers("mb").unwrap();
+    let leftovers = mcd_vcluster::Cluster::leftovers("mb").unwrap();
     assert!(leftovers.is_empty(), "the sweep's cluster is gone: {leftovers:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn across_hosts_every_node_runs_and_node_zero_reports() {
-    use mcd_tools::vcluster::{Cluster, ClusterSpec};
+    use mcd_vcluster::{Cluster, ClusterSpec};
     let dir = scratch("hosts");
     let cluster = Cluster::up_guarded(ClusterSpec::new("mbh", 3)).expect("this test needs a virtual cluster (root, iproute2)");
     // One process per node, as srun or mpirun would start them.
@@ -149,7 +149,7 @@ fn ranks_per_host_runs_every_rank_as_a_process_flat_and_with_both_releases() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("shm, multicast or auto"), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!dir.join("never").exists());
     // Each rank is this program again, told what to run in the environment.
-    let out = Command::new(BIN).env(mcd_tools::barrierbench::RANK_PROCESS_ENV, "{").output().unwrap();
+    let out = Command::new(BIN).env(mcd_bench::barrierbench::RANK_PROCESS_ENV, "{").output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("rank process: MCD_BENCH_RANK_PROCESS: "), "{}", String::from_utf8_lossy(&out.stderr));
     // 2 hosts × 3 ranks: 6 processes, flat and hierarchical with each release.
@@ -164,7 +164,7 @@ fn ranks_per_host_runs_every_rank_as_a_process_flat_and_with_both_releases() {
     for r in rows {
         assert_eq!((r["nodes"].as_u64(), r["ranks_per_host"].as_u64()), (Some(6), Some(3)), "{r}");
     }
-    let leftovers = mcd_tools::vcluster::Cluster::leftovers("h14bm").unwrap();
+    let leftovers = mcd_vcluster::Cluster::leftovers("h14bm").unwrap();
     assert!(leftovers.is_empty(), "the sweep's cluster is gone: {leftovers:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

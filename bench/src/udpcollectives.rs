@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::udpbarrier::BCAST_WINDOW;
 use crate::udpbarrier::{CallKind, UdpGroup, MAX_STEPS};
-use crate::vcluster::Cluster;
+use mcd_vcluster::Cluster;
 
 /// The UDP port the collectives use in every namespace.
 pub const UDP_COLLECTIVES_PORT: u16 = 47003;
@@ -172,8 +172,8 @@ struct RankFigures([f64; 4], bool);
 fn figures(times: &mut [f64], correct: bool) -> RankFigures {
     let n = times.len();
     let mean = times.iter().sum::<f64>() / n as f64;
-    times.sort_by(f64::total_cmp);
-    RankFigures([times[n / 2], times[((0.99 * n as f64) as usize).min(n - 1)], mean, times[n - 1]], correct)
+    let p99 = barriers::summary::quantile(times, 0.99);
+    RankFigures([barriers::summary::median(times), p99, mean, times[n - 1]], correct)
 }
 
 /// How to time: calls per size and collective.

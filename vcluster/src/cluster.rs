@@ -381,7 +381,9 @@ impl Cluster {
         (0..self.spec.rails).map(Cluster::interface).collect()
     }
 
-    pub(crate) fn bridge(&self, rail: usize) -> String {
+    /// The name of the bridge of rail `rail` (its switch or hub), in the root
+    /// namespace: where the machine itself reaches the nodes on that rail.
+    pub fn bridge(&self, rail: usize) -> String {
         format!("mcd{}b{rail}", self.spec.name)
     }
 
@@ -630,7 +632,7 @@ impl Cluster {
         check_tools(false)?;
         let ns_prefix = format!("mcd-{name}-");
         // Slurm's daemons first, while their namespaces still exist.
-        crate::slurm::cleanup(name);
+        crate::slurm_state::cleanup(name);
         if which("nft").is_some() {
             let _ = sh("nft", &["delete", "table", "bridge", &format!("mcd_{name}")]);
         }
@@ -676,7 +678,7 @@ impl Cluster {
         if Path::new(STATE_DIR).join(format!("{name}.json")).exists() {
             found.push(format!("{STATE_DIR}/{name}.json"));
         }
-        found.extend(crate::slurm::leftovers(name));
+        found.extend(crate::slurm_state::leftovers(name));
         Ok(found)
     }
 

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::barrierbench::{BarrierBench, BarrierMeasurement};
-use crate::vcluster::Cluster;
+use mcd_vcluster::Cluster;
 
 /// The UDP port the barrier uses in every namespace.
 pub const UDP_BARRIER_PORT: u16 = 47002;
@@ -40,7 +40,7 @@ pub(crate) const HEADER_LEN: usize = 6;
 /// Steps of one call at most: a barrier's ⌈log₂ n⌉ rounds, or an
 /// allreduce's log₂ rounds plus its fold and unfold, for up to 64 nodes.
 pub(crate) const MAX_STEPS: usize = 8;
-/// The most nodes a group has (what [`MAX_STEPS`] allows).
+/// The most nodes a group has (what the 8 steps of a call at most allow).
 pub const MAX_NODES: usize = 64;
 /// Broadcasts in flight at most: every this many, the broadcast of
 /// [`crate::udpcollectives`] ends with a barrier.

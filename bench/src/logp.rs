@@ -37,9 +37,8 @@ pub struct Stat {
 }
 
 fn stat(samples: &mut [f64]) -> Stat {
-    samples.sort_by(|a, b| a.total_cmp(b));
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    Stat { median: at(0.5), p10: at(0.1), p90: at(0.9) }
+    use barriers::summary::{median, quantile};
+    Stat { median: median(samples), p10: quantile(samples, 0.1), p90: quantile(samples, 0.9) }
 }
 
 /// The parameters of one transport under one wait policy.
@@ -440,7 +439,7 @@ fn echo_udp(sock: &UdpSocket) -> Result<()> {
 
 /// Measures between nodes 0 (client, CPU 0) and 1 (echo, CPU 1) of `cluster`.
 pub fn measure_on_cluster(
-    cluster: &crate::vcluster::Cluster,
+    cluster: &mcd_vcluster::Cluster,
     policies: &[WaitPolicy],
     effort: Effort,
     udp: bool,
@@ -456,7 +455,7 @@ pub fn measure_on_cluster(
 }
 
 /// LogP as a barrier's hops see it, on the endpoints a barrier measurement
-/// opens ([`Cluster::endpoint_config`](crate::vcluster::Cluster::endpoint_config)
+/// opens ([`Cluster::endpoint_config`](mcd_vcluster::Cluster::endpoint_config)
 /// with `wait`, node 0 on CPU 0 and node 1 on CPU 1, as the barrier pins
 /// them while nodes ≤ cores). o_s is the send call of a ping: a send right
 /// after a receive, to a peer spinning for it, which is what a barrier's
@@ -467,7 +466,7 @@ pub fn measure_on_cluster(
 /// as many receives; 10 bursts of 100: one round of medians, a few tens of
 /// milliseconds. The caller repeats it between the measurements it
 /// parameterises, so that both see the same load.
-pub fn measure_hops_on_cluster(cluster: &crate::vcluster::Cluster, wait: WaitPolicy, samples: usize, pause: Duration) -> Result<Measurement> {
+pub fn measure_hops_on_cluster(cluster: &mcd_vcluster::Cluster, wait: WaitPolicy, samples: usize, pause: Duration) -> Result<Measurement> {
     anyhow::ensure!(samples >= 10, "a hop measurement needs 10 samples at least, not {samples}");
     crate::twonode::run_client_and_echo(
         cluster,
@@ -559,7 +558,7 @@ pub fn load_or_measure(path: Option<&std::path::Path>) -> Result<LogP> {
         });
     }
     eprintln!("measuring LogP parameters for the predictions (mcd-logp --json FILE and --logp FILE skip this)");
-    let cluster = crate::vcluster::Cluster::up_guarded(crate::vcluster::ClusterSpec::new("mbl", 2))?;
+    let cluster = mcd_vcluster::Cluster::up_guarded(mcd_vcluster::ClusterSpec::new("mbl", 2))?;
     let ms = measure_on_cluster(&cluster, &[WaitPolicy::BusyPoll], Effort { samples: 500, burst: 100 }, false, |_| {})?;
     Ok(ms[0].logp())
 }
@@ -630,7 +629,7 @@ pub fn size_sweep(ep: &mut Endpoint, peer: NodeId, sizes: &[usize], bursts: usiz
 
 /// g against payload size on nodes 0 → 1 of `cluster`: sizes up to the
 /// link's largest payload.
-pub fn size_sweep_on_cluster(cluster: &crate::vcluster::Cluster, bursts: usize, burst: usize) -> Result<Vec<(usize, f64)>> {
+pub fn size_sweep_on_cluster(cluster: &mcd_vcluster::Cluster, bursts: usize, burst: usize) -> Result<Vec<(usize, f64)>> {
     crate::twonode::run_client_and_echo(
         cluster,
         crate::pingpong::UDP_PORT + 2,
@@ -648,7 +647,7 @@ pub fn size_sweep_on_cluster(cluster: &crate::vcluster::Cluster, bursts: usize, 
 /// back to back to node 0 at once; node 0 times the arrivals. Returns
 /// (senders, µs per message from the first arrival to the last, fraction
 /// delivered).
-pub fn receive_gap_on_cluster(cluster: &crate::vcluster::Cluster, burst: usize) -> Result<(usize, f64, f64)> {
+pub fn receive_gap_on_cluster(cluster: &mcd_vcluster::Cluster, burst: usize) -> Result<(usize, f64, f64)> {
     use mcd::kind::burst::{DATA, GO, READY};
     let n = cluster.nodes();
     anyhow::ensure!(n >= 2, "a receive gap needs a sender and a receiver");
@@ -806,7 +805,7 @@ pub struct SendCost {
     /// Nodes, one bridge port each.
     pub ports: usize,
     /// The bridge: a learning one (switch) or one flooding every frame (hub).
-    pub topology: crate::vcluster::Topology,
+    pub topology: mcd_vcluster::Topology,
     /// An isolated unicast send call from node 0 to node 1, µs.
     pub unicast: Stat,
     /// An isolated multicast send call from node 0 to every other node, µs.
@@ -818,7 +817,7 @@ pub struct SendCost {
 /// node holds an endpoint (its filter attached, as in a barrier), pinned to
 /// the last CPU and draining its ring every millisecond without blocking in
 /// the kernel (so no send pays a wake-up).
-pub fn send_cost_on_cluster(cluster: &crate::vcluster::Cluster, samples: usize) -> Result<SendCost> {
+pub fn send_cost_on_cluster(cluster: &mcd_vcluster::Cluster, samples: usize) -> Result<SendCost> {
     use std::sync::atomic::{AtomicBool, Ordering};
     let n = cluster.nodes();
     anyhow::ensure!(n >= 2, "a send cost needs a sender and a receiver");
@@ -888,7 +887,7 @@ pub fn send_cost_on_cluster(cluster: &crate::vcluster::Cluster, samples: usize) 
 /// [`SendCost`] on a hub and a switch cluster of each of `ports` nodes, one
 /// after the other, the clusters named `{stem}f0`, `{stem}f1`, ...
 pub fn send_costs(stem: &str, ports: &[usize], samples: usize) -> Result<Vec<SendCost>> {
-    use crate::vcluster::{Cluster, ClusterSpec, Topology};
+    use mcd_vcluster::{Cluster, ClusterSpec, Topology};
     let mut out = Vec::new();
     for (i, &n) in ports.iter().enumerate() {
         for topology in [Topology::Hub, Topology::Switch] {
@@ -920,7 +919,7 @@ impl CopyCost {
     pub fn fit(costs: &[SendCost]) -> Option<CopyCost> {
         let beyond = |c: &SendCost| c.ports.saturating_sub(2);
         let hub: Vec<(usize, f64)> =
-            costs.iter().filter(|c| c.topology == crate::vcluster::Topology::Hub).map(|c| (beyond(c), c.unicast.median)).collect();
+            costs.iter().filter(|c| c.topology == mcd_vcluster::Topology::Hub).map(|c| (beyond(c), c.unicast.median)).collect();
         let multicast: Vec<(usize, f64)> = costs.iter().map(|c| (beyond(c), c.multicast.median)).collect();
         Some(CopyCost { dropped: slope(&hub)?.max(0.0), delivered: slope(&multicast)?.max(0.0) })
     }
@@ -941,7 +940,7 @@ mod tests {
 
     #[test]
     fn copy_costs_are_the_slopes_over_the_further_ports() {
-        use crate::vcluster::Topology;
+        use mcd_vcluster::Topology;
         let at = |v: f64| Stat { median: v, p10: v, p90: v };
         // 4 µs alone; a dropped copy 0.8 µs, a delivered one 1.5 µs.
         let costs: Vec<SendCost> = [2usize, 4, 8, 16]

@@ -10,11 +10,11 @@ use barriers::{Algorithm, BarrierConfig, Collective, HostRelease};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use mcd::WaitPolicy;
-use mcd_tools::barrierbench::{self, BarrierBench, BarrierMeasurement, Method, RanksBarrier};
-use mcd_tools::cli;
-use mcd_tools::logp;
-use mcd_tools::plot::{self, Panel, Series};
-use mcd_tools::vcluster::{Cluster, ClusterSpec, Topology};
+use mcd_bench::barrierbench::{self, BarrierBench, BarrierMeasurement, Method, RanksBarrier};
+use mcd_bench::cli;
+use mcd_bench::logp;
+use mcd_bench::plot::{self, Panel, Series};
+use mcd_vcluster::{Cluster, ClusterSpec, Topology};
 use serde::Serialize;
 
 /// The barrier microbenchmark: times mcd's barrier algorithms on a virtual

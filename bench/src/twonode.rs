@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{anyhow, Context, Result};
 use mcd::{Endpoint, EndpointConfig};
 
-use crate::vcluster::Cluster;
+use mcd_vcluster::Cluster;
 
 /// Runs `client` on node 0 (pinned to CPU 0) and `echo` on node 1 (CPU 1) of
 /// `cluster`, each in a thread of its own inside its node's namespace, with an

@@ -18,7 +18,7 @@ use mcd::kind::gather as gather_kind;
 use mcd::{Endpoint, WaitPolicy};
 use serde::Serialize;
 
-use crate::vcluster::Cluster;
+use mcd_vcluster::Cluster;
 
 /// The timing convention.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -268,7 +268,7 @@ pub fn measure_collective(
         times.recoveries = after.answers - before.answers;
         if let Some(expected) = collective_expected(call, bytes, me, n) {
             if output != expected {
-                return Err(barriers::BarrierError::Usage(format!("{call}: the last call's result on node {me} is wrong")));
+                return Err(barriers::BarrierError::Internal(format!("{call}: the last call's result on node {me} is wrong")));
             }
         }
         Ok(times)
@@ -505,7 +505,7 @@ pub fn measure_ranks_per_host(
                 RanksBarrier::Hierarchical { local_wait: Some(w), .. } => cmd.env(barriers::HOST_WAIT_ENV, w.to_string()),
                 _ => cmd.env_remove(barriers::HOST_WAIT_ENV),
             };
-            Ok(crate::vcluster::Collected::spawn(cmd)?)
+            Ok(mcd_vcluster::Collected::spawn(cmd)?)
         })
         .collect::<Result<Vec<_>>>()?;
     let limit = Duration::from_secs(60) + (bench.dummy + Duration::from_millis(5)) * (bench.warmup + bench.iterations) as u32;

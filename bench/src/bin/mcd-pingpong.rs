@@ -7,9 +7,9 @@ use std::sync::atomic::AtomicBool;
 use anyhow::{Context, Result};
 use clap::Parser;
 use mcd::{Endpoint, EndpointConfig, WaitPolicy};
-use mcd_tools::pingpong::{self, Client, PingPongConfig};
-use mcd_tools::cli::{self, Role, TwoNodeArgs};
-use mcd_tools::vcluster::{Cluster, ClusterSpec, Topology};
+use mcd_bench::pingpong::{self, Client, PingPongConfig};
+use mcd_bench::cli::{self, Role, TwoNodeArgs};
+use mcd_vcluster::{Cluster, ClusterSpec, Topology};
 
 /// Ping-pong between two nodes: RTT/2 latency percentiles (hdrhistogram) and
 /// ping-pong bandwidth against message size, for mcd and, in the same run and

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Parser;
 use mcd::{Endpoint, EndpointConfig, WaitPolicy};
-use mcd_tools::logp::{self, Effort};
-use mcd_tools::cli::{self, Role, TwoNodeArgs};
-use mcd_tools::vcluster::{Cluster, ClusterSpec};
+use mcd_bench::logp::{self, Effort};
+use mcd_bench::cli::{self, Role, TwoNodeArgs};
+use mcd_vcluster::{Cluster, ClusterSpec};
 
 /// Measures the LogP parameters (o_s, o_r, g, L) of mcd, and of UDP sockets
 /// over the same link, for each wait policy: o_s as the time of an isolated

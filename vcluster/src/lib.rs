@@ -1,0 +1,18 @@
+//! mcd's virtual cluster: N nodes on one machine, each a network namespace
+//! with one veth interface per rail, plugged into a Linux bridge per rail
+//! that acts as a switch or a repeater hub, with loss injected by nftables
+//! ([`Cluster`], [`ClusterSpec`]); and a real Slurm on it ([`slurm`]).
+//!
+//! It knows mcd's node list and environment (what a process on a node
+//! gets), and nothing of MPI or of the benchmarks: those run programs on a
+//! cluster through [`Cluster::command`] and [`Collected`]
+//! (`mcd_tools::mpi` launches MPI on it; `mcd_bench` measures on it).
+//! Everything here needs root.
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+
+mod cluster;
+pub mod slurm;
+mod slurm_state;
+
+pub use cluster::*;
