@@ -22,8 +22,11 @@ use crate::transport::{Msg, MsgKind, NodeId};
 /// node too. 4 (2026-11-25): a status says `FAILED` (naming the silent node)
 /// until the application calls again, not only while the barrier is
 /// stuck; it may name its sender (its peers gave up on it), and a node
-/// named by a peer's report fails too.
-pub const PROTOCOL: u32 = 4;
+/// named by a peer's report fails too. 5 (2026-11-26): data, answers and
+/// NACKs carry their copy's index and count (`COPY_SHIFT`); a multicast
+/// message is answered by multicast, and a status saying it has not gone
+/// yet too; a NACK that crossed the original is not answered.
+pub const PROTOCOL: u32 = 5;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.
