@@ -101,6 +101,17 @@ pub const RECOVERED: u32 = 1;
 /// whose header could say so.)
 pub const MISMATCHED: u32 = 2;
 
+/// In a [`MsgKind::Data`]'s, [`MsgKind::Answer`]'s or [`MsgKind::Nack`]'s
+/// `arg`, bits 8..12: which copy of the message this is (0: the first),
+/// and bits 12..16: how many copies its sender sends (0 or 1: one). A
+/// receiver learns the loss rate from them: a message first heard as its
+/// copy k lost k frames before it (see `core::recovery`).
+pub const COPY_SHIFT: u32 = 8;
+
+/// The mask of a copy's index (after [`COPY_SHIFT`]), and of the count
+/// (after [`COPY_SHIFT`] + 4).
+pub const COPY_MASK: u32 = 0xF;
+
 /// A barrier message: tiny, and the same on every transport.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Msg {

@@ -28,7 +28,11 @@ use crate::transport::{status, Msg, MsgKind, NodeId};
 /// still waits for (a join that times out names them, not node 0), and a
 /// node not yet admitted answers a peer's probe (it is alive: its peers
 /// name node 0's silence, not its).
-pub const PROTOCOL: u32 = 5;
+/// 6 (2026-11-26, issue 29): data, answers and
+/// NACKs carry their copy's index and count (`COPY_SHIFT`); a multicast
+/// message is answered by multicast, and a status saying it has not gone
+/// yet too; a NACK that crossed the original is not answered.
+pub const PROTOCOL: u32 = 6;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.

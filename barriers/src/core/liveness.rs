@@ -40,14 +40,11 @@ impl Peer {
         self.unanswered += 1;
     }
 
-    /// It was heard at `now`; returns whether a probe of it had gone
-    /// unanswered until then.
-    pub(super) fn heard(&mut self, now: Instant) -> bool {
-        let was_probed = self.unanswered > 0;
+    /// It was heard at `now`.
+    pub(super) fn heard(&mut self, now: Instant) {
         self.last_heard = Some(now);
         self.probed_since = None;
         self.unanswered = 0;
-        was_probed
     }
 
     /// It asked node 0 (this node) to admit it again: it lives,

@@ -10,15 +10,12 @@
 use std::time::Instant;
 
 use super::window::{bcast_variant, parity, BASE};
-use super::recovery::Laggard;
+use super::recovery::{copy_arg, Laggard};
 use super::{Core, To};
 use crate::collective::{Collective, Contributions};
 use crate::engine::BarrierError;
 use crate::plan::{self, Dest, Out};
 use crate::transport::{MsgKind, MISMATCHED, RECOVERED};
-
-/// After a loss, multicasts go twice for this many barriers.
-pub(super) const TWICE_FOR: u64 = 64;
 
 /// The plans an epoch can run: the algorithm's ([`BASE`]), then a
 /// release-first broadcast's from each root ([`bcast_variant`]; none where
@@ -103,13 +100,13 @@ impl Core {
 
     /// Whether this node's messages now carry [`RECOVERED`].
     pub(super) fn recovered(&self) -> bool {
-        self.recovery.recovered_in.is_some_and(|e| e + 1 >= self.window.epoch)
+        self.recovery.recovered_in.is_some_and(|e| e + 1 >= self.window.epoch) || self.recovery.upstream_in == Some(self.window.epoch)
     }
 
-    /// Sends `out` of step `step` of barrier `epoch`, with what the step
-    /// staged for it if collectives are in use.
-    fn send_out(&mut self, out: Out, step: usize, epoch: u64) {
-        let arg = if self.recovered() { RECOVERED } else { 0 } | if self.window.void[parity(epoch)] { MISMATCHED } else { 0 };
+    /// Sends copy `k` of `copies` of `out` of step `step` of barrier
+    /// `epoch`, with what the step staged for it if collectives are in use.
+    fn send_out(&mut self, out: Out, step: usize, epoch: u64, k: u32, copies: u32) {
+        let arg = if self.recovered() { RECOVERED } else { 0 } | if self.window.void[parity(epoch)] { MISMATCHED } else { 0 } | copy_arg(k, copies);
         let msg = crate::transport::Msg { arg, ..self.msg(MsgKind::Data, epoch, out.tag) };
         let data = self.coll.as_ref().map_or(&[][..], |c| c.sent(parity(epoch), step));
         let to = match out.dest {
@@ -202,6 +199,7 @@ impl Core {
             let parity = parity(self.window.epoch);
             if !self.run.step_sent {
                 self.send_step(parity);
+                self.recovery.sent_at[parity][self.run.step] = Some(now);
             }
             if self.run.remaining[self.run.step] == 0 {
                 if let Some(coll) = &mut self.coll {
@@ -229,16 +227,17 @@ impl Core {
             if out.tag == plan::tag::BCAST_DONE && self.skip_end() {
                 continue;
             }
-            self.send_out(out, self.run.step, self.window.epoch);
-            self.stats.sent += 1;
-            let twice = match out.dest {
-                Dest::All => self.recovery.loss_seen_in.is_some_and(|e| e + TWICE_FOR > self.window.epoch),
-                Dest::Node(_) => self.recovery.asked_early,
+            // As many copies as the loss seen makes worth it; twice at
+            // least a message that a peer already asked for.
+            let copies = match out.dest {
+                Dest::All => self.recovery.loss.copies(self.nodes() - 1),
+                Dest::Node(_) => self.recovery.loss.copies(1).max(if self.recovery.asked_early { 2 } else { 1 }),
             };
-            if twice {
-                self.send_out(out, self.run.step, self.window.epoch);
-                self.stats.copies += 1;
+            for k in 0..copies {
+                self.send_out(out, self.run.step, self.window.epoch, k, copies);
             }
+            self.stats.sent += 1;
+            self.stats.copies += u64::from(copies - 1);
         }
         self.run.step_sent = true;
     }

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::window::{parity, place};
-use super::recovery::Laggard;
+use super::recovery::{lost_before, Laggard};
 use super::Core;
 use crate::collective::Contributions;
 use crate::plan;
@@ -41,9 +41,10 @@ impl Core {
         if self.live.gave_up == Some(from) {
             self.live.gave_up = None; // it is back: stop reporting it silent
         }
-        // A probe of it went unanswered: its message's time cannot tell
-        // lateness from loss, so it teaches the retry timeout nothing.
-        let was_probed = self.live.peers[from].heard(now);
+        self.live.peers[from].heard(now);
+        if matches!(msg.kind, MsgKind::Answer | MsgKind::Status) {
+            self.recovery.replied(from, now);
+        }
         match msg.kind {
             MsgKind::Status => self.on_status(from, msg, epoch, now),
             MsgKind::Nack => self.on_nack(from, msg, epoch, now),
@@ -51,7 +52,7 @@ impl Core {
             // re-send unasked: a straggler NACKs).
             MsgKind::Data | MsgKind::Answer if epoch < self.window.epoch => self.stats.stale += 1,
             MsgKind::Data | MsgKind::Answer => {
-                if !self.on_data(from, msg, epoch, data, was_probed, now) {
+                if !self.on_data(from, msg, epoch, data, now) {
                     return;
                 }
             }
@@ -99,7 +100,7 @@ impl Core {
 
     /// A data message or an answer of this barrier or the next; false if
     /// it is nothing this node's plans wait for.
-    fn on_data(&mut self, from: NodeId, msg: Msg, epoch: u64, data: &[u8], was_probed: bool, now: Instant) -> bool {
+    fn on_data(&mut self, from: NodeId, msg: Msg, epoch: u64, data: &[u8], now: Instant) -> bool {
         if msg.kind == MsgKind::Data {
             self.live.peers[from].at_least(epoch, true);
         }
@@ -111,7 +112,9 @@ impl Core {
             return false;
         };
         let fresh = self.window.got[parity(epoch)].insert(i);
+        let lost = if fresh { lost_before(msg.arg, msg.kind == MsgKind::Answer) } else { 0 };
         if fresh {
+            self.recovery.loss.sample(lost);
             // The first arrival's data is the contribution; a duplicate's
             // never counts.
             if !data.is_empty() && self.coll.is_none() {
@@ -124,11 +127,10 @@ impl Core {
         }
         if !fresh {
             self.stats.duplicates += 1;
-            if msg.kind == MsgKind::Data && self.recovery.last_answered == Some((epoch, i)) {
+            if msg.kind == MsgKind::Data && self.recovery.last_answered.is_some_and(|(e, j, _)| (e, j) == (epoch, i)) {
                 // The original came after all: it was late, not lost.
-                self.recovery.last_answered = None;
-                if self.recovery.loss_seen_in == Some(epoch) {
-                    self.recovery.loss_seen_in = None;
+                if let Some((_, _, counted)) = self.recovery.last_answered.take() {
+                    self.recovery.loss.forgive(counted);
                 }
                 if self.recovery.recovered_in == Some(epoch) {
                     self.recovery.recovered_in = None;
@@ -143,18 +145,23 @@ impl Core {
             let (_, step) = self.plans.expect.step_of(i);
             self.run.remaining[step] -= 1;
             let clean = msg.kind == MsgKind::Data && msg.arg & RECOVERED == 0;
-            if step == self.run.step && self.run.remaining[step] == 0 && clean && !self.recovered() && self.recovery.laggard == Laggard::Unknown && !was_probed {
+            if step == self.run.step && self.run.remaining[step] == 0 && clean && !self.recovered() && self.recovery.laggard == Laggard::Unknown {
                 // An original message, delayed by no loss anywhere,
-                // completed the step: its time is a lesson.
+                // completed the step: its time is a lesson (also when it
+                // came after a probe: then the retry was early, and the
+                // timeout must grow, or every step probes again).
                 self.recovery.rto.sample(now.saturating_duration_since(self.recovery.step_since));
             }
             if !clean {
                 // Recovered here or upstream: a loss happened (or the
                 // original is late: then it arrives as a duplicate).
-                self.recovery.recovered_in = Some(self.window.epoch);
-                self.recovery.loss_seen_in = Some(self.window.epoch);
                 if msg.kind == MsgKind::Answer {
-                    self.recovery.last_answered = Some((epoch, i));
+                    self.recovery.recovered_in = Some(self.window.epoch);
+                } else {
+                    self.recovery.upstream_in = Some(self.window.epoch);
+                }
+                if msg.kind == MsgKind::Answer {
+                    self.recovery.last_answered = Some((epoch, i, lost));
                 }
             }
         }
