@@ -690,7 +690,7 @@ impl Transport for GroupTransport {
     /// frame or a timer of theirs, not every `announce_every` too (a program
     /// with many communicators had all their agents wake 10 times a
     /// second). A group that takes the watch wakes its agent
-    /// ([`GroupTransport::poll`], [`Drop`]), which asks again.
+    /// (`GroupTransport::poll`, [`Drop`]), which asks again.
     fn keepalive_every(&self) -> Option<Duration> {
         let hub = lock(&self.hub);
         if hub.watcher.is_none_or(|w| w == self.key) {
