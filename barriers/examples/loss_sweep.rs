@@ -15,7 +15,13 @@ fn main() {
     let losses: Vec<Loss> = match args.get(3) {
         Some(s) => s
             .split(',')
-            .map(|x| if let Some(b) = x.strip_prefix('b') { Loss::Bursty { average: b.parse::<f64>().expect("a rate") / 100.0, mean_burst: 4.0 } } else { Loss::Independent(x.parse::<f64>().expect("a rate") / 100.0) })
+            .map(|x| {
+                if let Some(b) = x.strip_prefix('b') {
+                    Loss::Bursty { average: b.parse::<f64>().expect("a rate") / 100.0, mean_burst: 4.0 }
+                } else {
+                    Loss::Independent(x.parse::<f64>().expect("a rate") / 100.0)
+                }
+            })
             .collect(),
         None => vec![
             Loss::NONE,

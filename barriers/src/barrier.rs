@@ -75,11 +75,7 @@ pub struct Barrier<T: Transport + Send + 'static> {
 
 impl<T: Transport + Send + 'static> std::fmt::Debug for Barrier<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Barrier")
-            .field("algorithm", &self.config.algorithm)
-            .field("node", &self.me)
-            .field("nodes", &self.nodes)
-            .finish()
+        f.debug_struct("Barrier").field("algorithm", &self.config.algorithm).field("node", &self.me).field("nodes", &self.nodes).finish()
     }
 }
 

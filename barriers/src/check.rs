@@ -38,10 +38,8 @@ pub fn check(timelines: &[Timeline]) -> (Vec<Violation>, usize) {
     let count = timelines.iter().map(|t| t.barriers.len()).min().unwrap_or(0);
     let mut violations = Vec::new();
     for k in 0..count {
-        let (last_in, last_in_node) =
-            timelines.iter().enumerate().map(|(n, t)| (t.barriers[k].0, n)).max().expect("nodes");
-        let (first_out, first_out_node) =
-            timelines.iter().enumerate().map(|(n, t)| (t.barriers[k].1, n)).min().expect("nodes");
+        let (last_in, last_in_node) = timelines.iter().enumerate().map(|(n, t)| (t.barriers[k].0, n)).max().expect("nodes");
+        let (first_out, first_out_node) = timelines.iter().enumerate().map(|(n, t)| (t.barriers[k].1, n)).min().expect("nodes");
         if first_out < last_in {
             violations.push(Violation { barrier: k, left: first_out_node, not_entered: last_in_node });
         }

@@ -798,7 +798,8 @@ mod tests {
                         }
                         Ok((timeline, b.stats()))
                     });
-                    let results: Vec<_> = results.into_iter().enumerate().map(|(i, r)| r.unwrap_or_else(|e| panic!("{algorithm} n={n}: node {i}: {e}"))).collect();
+                    let results: Vec<_> =
+                        results.into_iter().enumerate().map(|(i, r)| r.unwrap_or_else(|e| panic!("{algorithm} n={n}: node {i}: {e}"))).collect();
                     let answers: u64 = results.iter().map(|(_, s)| s.answers).sum();
                     assert!(answers > 0, "{algorithm} n={n}: 20% loss and nothing answered?");
                     let timelines: Vec<Timeline> = results.into_iter().map(|(t, _)| t).collect();

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use crate::collective::{wire, Collective};
 use crate::core::{Call, Core, Event, Setup, To};
-use crate::queue::{Queue, Stage};
 use crate::plan::Algorithm;
+use crate::queue::{Queue, Stage};
 use crate::transport::{MsgKind, NodeId, Transport, TransportError};
 
 /// The learned retry timeout never exceeds this (nor an eighth of the
@@ -425,7 +425,6 @@ pub(crate) fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-
 /// One node's barrier: its protocol core driven over transport `T`.
 pub(crate) struct Engine<T: Transport> {
     pub(crate) transport: T,
@@ -666,7 +665,6 @@ impl<T: Transport> Engine<T> {
             (timer, keepalive) => timer.or(keepalive),
         }
     }
-
 
     /// Queues the nonblocking collective `call` with this node's `input`
     /// (copied; the result wanted here or not) and starts it on the wire if

@@ -166,8 +166,7 @@ impl HierarchicalBarrier<GroupTransport> {
     /// `release` says (through shared memory when the leaders' algorithm
     /// cannot multicast its release: [`HostRelease::can_multicast`]).
     pub fn on_endpoint_releasing(shared: &SharedEndpoint, config: BarrierConfig, release: HostRelease) -> Result<Self, BarrierError> {
-        let (nodes, job_key, policy, local_hint) =
-            shared.with_endpoint(|e| (e.nodes().clone(), e.job_key(), e.wait_policy(), e.local_processes()));
+        let (nodes, job_key, policy, local_hint) = shared.with_endpoint(|e| (e.nodes().clone(), e.job_key(), e.wait_policy(), e.local_processes()));
         let me = shared.node();
         let hosts = nodes.hosts();
         let members = hosts.iter().find(|h| h.contains(&me)).cloned().expect("every node is on a host");
@@ -207,8 +206,7 @@ impl HierarchicalBarrier<GroupTransport> {
                 let key = outer.with_transport(|t| t.key());
                 barrier.host.publish_tap(key, instance);
             } else if !barrier.host.is_leader() {
-                barrier.tap =
-                    Some(ReleaseTap {
+                barrier.tap = Some(ReleaseTap {
                     shared: shared.clone(),
                     listener: None,
                     root: barrier.leaders[0],
@@ -457,11 +455,8 @@ impl<T: Transport + Send + 'static> HierarchicalBarrier<T> {
             match (&self.tap, listening) {
                 (Some(tap @ ReleaseTap { listener: Some((listener, _)), .. }), true) => {
                     let k = self.host.entered() as u32;
-                    self.host.wait_release_heard(
-                        deadline,
-                        &mut || tap.heard(k),
-                        &mut |timeout| listener.wait(timeout).map_err(BarrierError::from),
-                    )?;
+                    self.host
+                        .wait_release_heard(deadline, &mut || tap.heard(k), &mut |timeout| listener.wait(timeout).map_err(BarrierError::from))?;
                 }
                 _ => self.host.wait_release(deadline)?,
             }
@@ -530,17 +525,11 @@ impl<T: Transport + Send + 'static> HierarchicalBarrier<T> {
 fn in_job(e: BarrierError, leaders: &[NodeId]) -> BarrierError {
     let job = |n: NodeId| leaders.get(n).copied().unwrap_or(n);
     match e {
-        BarrierError::PeerSilent { epoch, silent, for_ } => {
-            BarrierError::PeerSilent { epoch, silent: silent.into_iter().map(job).collect(), for_ }
+        BarrierError::PeerSilent { epoch, silent, for_ } => BarrierError::PeerSilent { epoch, silent: silent.into_iter().map(job).collect(), for_ },
+        BarrierError::PeerFailed { epoch, reporter, silent } => BarrierError::PeerFailed { epoch, reporter: job(reporter), silent: job(silent) },
+        BarrierError::Deadline { epoch, waited, waiting_for } => {
+            BarrierError::Deadline { epoch, waited, waiting_for: waiting_for.into_iter().map(|(n, s): (NodeId, PeerState)| (job(n), s)).collect() }
         }
-        BarrierError::PeerFailed { epoch, reporter, silent } => {
-            BarrierError::PeerFailed { epoch, reporter: job(reporter), silent: job(silent) }
-        }
-        BarrierError::Deadline { epoch, waited, waiting_for } => BarrierError::Deadline {
-            epoch,
-            waited,
-            waiting_for: waiting_for.into_iter().map(|(n, s): (NodeId, PeerState)| (job(n), s)).collect(),
-        },
         BarrierError::JoinTimeout { missing, nodes, waited, bad_tags, auth_mismatch, bad_version } => BarrierError::JoinTimeout {
             missing: missing.into_iter().map(job).collect(),
             nodes,
@@ -587,10 +576,8 @@ mod tests {
                 };
                 let leaders = leaders.clone();
                 threads.push(std::thread::spawn(move || {
-                    let mut b = HierarchicalBarrier::new(host, leaders, hosts * per_host, config, || {
-                        Ok(transport.expect("leaders get a transport"))
-                    })
-                    .unwrap();
+                    let mut b = HierarchicalBarrier::new(host, leaders, hosts * per_host, config, || Ok(transport.expect("leaders get a transport")))
+                        .unwrap();
                     let mut timeline = Timeline::default();
                     for k in 0..barriers {
                         let entered = Instant::now();

@@ -154,8 +154,7 @@ impl HostBarrier {
         let deadline = Instant::now() + attach_timeout;
         let identity = ProcessIdentity::current().map_err(|e| BarrierError::System(format!("reading this process's identity: {e}")))?;
         let len = segment_len(members.len());
-        let (map, replaced_stale) =
-            if me == 0 { create(&path, len, job_key, members.len(), identity)? } else { (attach(&path, len, deadline)?, 0) };
+        let (map, replaced_stale) = if me == 0 { create(&path, len, job_key, members.len(), identity)? } else { (attach(&path, len, deadline)?, 0) };
         let barrier = HostBarrier { map, me, members, epoch: 0, phases, replaced_stale };
         barrier.check_header(job_key, &path)?;
         barrier.claim_slot(identity, &path)?;
@@ -208,7 +207,14 @@ impl HostBarrier {
                     .filter(|&i| self.map.u32_at(self.slot(i) + S_STATE).load(Acquire) == SLOT_FREE)
                     .map(|i| self.members[i])
                     .collect();
-                return Err(BarrierError::JoinTimeout { missing, nodes: self.members.len(), waited: start.elapsed(), bad_tags: Vec::new(), auth_mismatch: Vec::new(), bad_version: 0 });
+                return Err(BarrierError::JoinTimeout {
+                    missing,
+                    nodes: self.members.len(),
+                    waited: start.elapsed(),
+                    bad_tags: Vec::new(),
+                    auth_mismatch: Vec::new(),
+                    bad_version: 0,
+                });
             }
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -562,8 +568,7 @@ fn attach(path: &Path, len: usize, deadline: Instant) -> Result<SharedMapping, B
         let last = match SharedMapping::open_existing(path, len) {
             Ok(map) => {
                 let ready = map.u32_at(H_READY).load(Acquire) == 1 && map.u64_at(H_MAGIC).load(Acquire) == MAGIC;
-                let creator =
-                    ProcessIdentity { pid: map.u32_at(H_CREATOR_PID).load(Acquire), start: map.u64_at(H_CREATOR_START).load(Acquire) };
+                let creator = ProcessIdentity { pid: map.u32_at(H_CREATOR_PID).load(Acquire), start: map.u64_at(H_CREATOR_START).load(Acquire) };
                 if ready && creator.is_alive() {
                     return Ok(map);
                 }
@@ -672,14 +677,10 @@ mod tests {
                             assert_eq!(b.tap(), Some((0xfeed, 0xbeef)));
                             let hears = me == 1;
                             let released = Instant::now();
-                            b.wait_release_heard(
-                                None,
-                                &mut || Ok(hears && reached(heard_up_to.load(SeqCst), k)),
-                                &mut |nap| {
-                                    std::thread::sleep(nap.min(Duration::from_micros(50)));
-                                    Ok(())
-                                },
-                            )
+                            b.wait_release_heard(None, &mut || Ok(hears && reached(heard_up_to.load(SeqCst), k)), &mut |nap| {
+                                std::thread::sleep(nap.min(Duration::from_micros(50)));
+                                Ok(())
+                            })
                             .unwrap();
                             slowest = slowest.max(released.elapsed());
                         }

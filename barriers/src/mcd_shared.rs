@@ -312,9 +312,9 @@ impl SharedEndpoint {
         };
         if hub.routes.contains_key(&key) || (agreed.is_some() && !hub.agreed_keys.insert(key)) {
             return Err(match agreed {
-                Some(agreed) => format!(
-                    "the agreed group key {agreed:#x} was used here before by a group of the same members: agree on a key never used before"
-                ),
+                Some(agreed) => {
+                    format!("the agreed group key {agreed:#x} was used here before by a group of the same members: agree on a key never used before")
+                }
                 None => format!("group key {key:#018x} is already in use here (a hash collision): create the group again"),
             }
             .into());

@@ -141,9 +141,7 @@ impl std::str::FromStr for Algorithm {
                     Some(k) => tree(k, Release::Tree),
                     None => tree(rest, Release::Multicast),
                 },
-                None => Err(format!(
-                    "unknown algorithm `{s}` (shuffle, dissemination, tree<k>, tree<k>-p2p, concurrent, onephase)"
-                )),
+                None => Err(format!("unknown algorithm `{s}` (shuffle, dissemination, tree<k>, tree<k>-p2p, concurrent, onephase)")),
             },
         }
     }
@@ -339,10 +337,7 @@ pub fn build(algorithm: Algorithm, n: usize, me: NodeId, rails: usize) -> Result
             for r in 0..ceil_log(n, 2) {
                 let d = 1usize << r;
                 let tag = tag::ROUND + r as u16;
-                steps.push(Step {
-                    sends: vec![out(Dest::Node((me + d) % n), r, tag)],
-                    waits: vec![Expect { from: (me + n - d % n) % n, tag }],
-                });
+                steps.push(Step { sends: vec![out(Dest::Node((me + d) % n), r, tag)], waits: vec![Expect { from: (me + n - d % n) % n, tag }] });
             }
         }
         Algorithm::ShuffleExchange => {
@@ -379,10 +374,9 @@ pub fn build(algorithm: Algorithm, n: usize, me: NodeId, rails: usize) -> Result
                     let sends = children.iter().enumerate().map(|(i, &c)| out(Dest::Node(c), i, tag::RELEASE)).collect();
                     steps.push(Step { sends, waits: vec![] });
                 }
-                (Some((parent, index)), Release::Multicast) => steps.push(Step {
-                    sends: vec![out(Dest::Node(parent), index, tag::ARRIVE)],
-                    waits: vec![Expect { from: 0, tag: tag::RELEASE }],
-                }),
+                (Some((parent, index)), Release::Multicast) => {
+                    steps.push(Step { sends: vec![out(Dest::Node(parent), index, tag::ARRIVE)], waits: vec![Expect { from: 0, tag: tag::RELEASE }] })
+                }
                 (Some((parent, index)), Release::Tree) => {
                     steps.push(Step {
                         sends: vec![out(Dest::Node(parent), index, tag::ARRIVE)],
@@ -401,10 +395,7 @@ pub fn build(algorithm: Algorithm, n: usize, me: NodeId, rails: usize) -> Result
                     steps.push(Step { sends: vec![out(Dest::All, 0, tag::RELEASE)], waits: vec![] });
                 }
             } else {
-                steps.push(Step {
-                    sends: vec![out(Dest::Node(0), me, tag::ARRIVE)],
-                    waits: vec![Expect { from: 0, tag: tag::RELEASE }],
-                });
+                steps.push(Step { sends: vec![out(Dest::Node(0), me, tag::ARRIVE)], waits: vec![Expect { from: 0, tag: tag::RELEASE }] });
             }
         }
         Algorithm::OnePhase => {
@@ -550,7 +541,12 @@ mod tests {
                 for rails in [1, 2, 3] {
                     let knows = causal_run(algorithm, n, rails);
                     for (me, k) in knows.iter().enumerate() {
-                        assert_eq!(k.len(), n, "{algorithm} n={n} rails={rails}: node {me} may leave before {:?} entered", (0..n).filter(|i| !k.contains(i)).collect::<Vec<_>>());
+                        assert_eq!(
+                            k.len(),
+                            n,
+                            "{algorithm} n={n} rails={rails}: node {me} may leave before {:?} entered",
+                            (0..n).filter(|i| !k.contains(i)).collect::<Vec<_>>()
+                        );
                     }
                 }
             }
@@ -580,7 +576,12 @@ mod tests {
                     }
                     let knows = causal_run_plans("bcast", plans, n, rails);
                     for (me, k) in knows.iter().enumerate() {
-                        assert_eq!(k.len(), n, "bcast n={n} root={root}: node {me} completes before {:?} entered", (0..n).filter(|i| !k.contains(i)).collect::<Vec<_>>());
+                        assert_eq!(
+                            k.len(),
+                            n,
+                            "bcast n={n} root={root}: node {me} completes before {:?} entered",
+                            (0..n).filter(|i| !k.contains(i)).collect::<Vec<_>>()
+                        );
                     }
                 }
             }

@@ -30,10 +30,7 @@ where
             })
         })
         .collect();
-    threads
-        .into_iter()
-        .map(|t| t.join().unwrap_or_else(|_| Err(BarrierError::Internal("a node thread panicked".into()))))
-        .collect()
+    threads.into_iter().map(|t| t.join().unwrap_or_else(|_| Err(BarrierError::Internal("a node thread panicked".into())))).collect()
 }
 
 /// Runs `body` on one thread per transport (node `i`'s on transport `i`),

@@ -78,10 +78,13 @@ fn assert_mismatch_is_an_error(algorithm: Algorithm, calls: &'static [Call]) {
     let outcomes: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     for (me, outcome) in outcomes.iter().enumerate() {
         let as_root = |c: &Call| matches!((c, calls[me]), (Call::Bcast { root, count }, Call::Bcast { root: r, count: k }) if *root == r && *count == k && r != me);
-        let roots_data = |d: &Vec<u32>| matches!(calls[me], Call::Bcast { count, .. } if *d == (0..count as u32).map(|i| 100 + i).collect::<Vec<_>>());
+        let roots_data =
+            |d: &Vec<u32>| matches!(calls[me], Call::Bcast { count, .. } if *d == (0..count as u32).map(|i| 100 + i).collect::<Vec<_>>());
         match outcome {
             Err(BarrierError::CollectiveMismatch { .. }) => {}
-            Ok(data) if calls.iter().enumerate().any(|(r, c)| matches!(calls[me], Call::Bcast { root, .. } if root == r) && as_root(c)) && roots_data(data) => {}
+            Ok(data)
+                if calls.iter().enumerate().any(|(r, c)| matches!(calls[me], Call::Bcast { root, .. } if root == r) && as_root(c))
+                    && roots_data(data) => {}
             other => panic!("{algorithm} {calls:?}: node {me} must get a collective mismatch error, got {other:?}"),
         }
     }
@@ -114,7 +117,10 @@ fn a_broadcast_against_a_barrier_or_reduction_is_an_error_on_every_node_not_a_ha
 #[test]
 fn a_broadcast_of_another_length_is_an_error_on_every_node() {
     assert_mismatch_is_an_error(Algorithm::Concurrent, &[Call::Bcast { root: 0, count: 3 }, Call::Bcast { root: 0, count: 2 }]);
-    assert_mismatch_is_an_error(Algorithm::Concurrent, &[Call::Bcast { root: 1, count: 3 }, Call::Bcast { root: 1, count: 2 }, Call::Bcast { root: 1, count: 2 }]);
+    assert_mismatch_is_an_error(
+        Algorithm::Concurrent,
+        &[Call::Bcast { root: 1, count: 3 }, Call::Bcast { root: 1, count: 2 }, Call::Bcast { root: 1, count: 2 }],
+    );
 }
 
 /// Every algorithm (dissemination too: a broadcast has its own plan), and
@@ -267,7 +273,8 @@ fn the_last_broadcast_before_finish_completes_everywhere_under_loss() {
                     }
                     Ok::<_, BarrierError>(b.epoch())
                 });
-                let epochs: Vec<u64> = results.into_iter().enumerate().map(|(i, r)| r.unwrap_or_else(|e| panic!("seed {seed}: node {i}: {e}"))).collect();
+                let epochs: Vec<u64> =
+                    results.into_iter().enumerate().map(|(i, r)| r.unwrap_or_else(|e| panic!("seed {seed}: node {i}: {e}"))).collect();
                 // The broadcast and the closing barrier, on every node.
                 assert!(epochs.iter().all(|&e| e == 2), "seed {seed}: {epochs:?}");
             })
@@ -323,7 +330,8 @@ fn a_split_phase_barrier_against_a_broadcast_fails_its_test_not_loops_for_ever()
     // Node 0 enters a barrier and polls test(); node 1 calls a broadcast
     // from node 0 in that epoch. test() must fail with the mismatch, as
     // wait() does, rather than say "not yet" for ever.
-    let config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_secs(10)).deadline(Some(Duration::from_secs(2)));
+    let config =
+        BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_secs(10)).deadline(Some(Duration::from_secs(2)));
     let all_done = std::sync::Arc::new(std::sync::Barrier::new(2));
     let threads: Vec<_> = mem::network(2, 1, Faults::none())
         .into_iter()

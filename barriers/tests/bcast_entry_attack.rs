@@ -34,7 +34,6 @@
 
 include!("support/attack_net.rs");
 
-
 // ---------------------------------------------------------------------------
 // Stress: random mixed sequences under heavy loss, duplication, reordering
 // and a tail of very late frames.
@@ -235,4 +234,3 @@ fn every_mismatch_among_broadcasts_reductions_and_barriers_is_an_error_everywher
         .collect();
     run_cases(cases, 8);
 }
-

@@ -227,10 +227,13 @@ fn a_root_that_finishes_right_after_implied_ends_leaves_nobody_without_them() {
             let start = Instant::now();
             let policy = Policy::clean().with(move |p, _| match (p.msg.kind, p.msg.tag) {
                 (MsgKind::Data, DONE) => Fate::Drop,
-                (MsgKind::Data | MsgKind::Answer, DATA) if p.to == 2 && p.msg.epoch >= 1 && start.elapsed() < Duration::from_millis(100) => Fate::Drop,
+                (MsgKind::Data | MsgKind::Answer, DATA) if p.to == 2 && p.msg.epoch >= 1 && start.elapsed() < Duration::from_millis(100) => {
+                    Fate::Drop
+                }
                 _ => Fate::Default,
             });
-            let config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_secs(5)).deadline(Some(Duration::from_secs(4)));
+            let config =
+                BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_secs(5)).deadline(Some(Duration::from_secs(4)));
             let what = format!("finish after implied ends n={n} {algorithm}");
             run_nodes(&what, network(n, 1, policy), config, Duration::from_secs(20), move |me, b| {
                 for k in 0..3 {

@@ -16,7 +16,8 @@ use barriers::{Algorithm, BarrierConfig, Fanout, Op, Release};
             (the two roots' plans wait for different messages, so the mismatched epoch cannot complete even as a void barrier). \
             Reproduce: cargo test -p barriers --test bcast_roots -- --ignored"]
 fn a_broadcast_from_differing_roots_fails_and_later_collectives_work() {
-    let config = BarrierConfig::new(Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast }).timeouts(Duration::from_micros(500), Duration::from_secs(2));
+    let config = BarrierConfig::new(Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast })
+        .timeouts(Duration::from_micros(500), Duration::from_secs(2));
     let results = run_per_node_unfinished(mem::network(4, 1, Faults::none()), config, |me, mut b| {
         let root = if me < 2 { 0 } else { 2 };
         let mut data = [me as u32; 4];

@@ -57,15 +57,18 @@ macro_rules! int_sample {
                 self as u64
             }
             fn reduce(op: Op, xs: &[Self]) -> Self {
-                xs.iter().copied().reduce(|a, b| match op {
-                    Op::Sum => a.wrapping_add(b),
-                    Op::Prod => a.wrapping_mul(b),
-                    Op::Min => a.min(b),
-                    Op::Max => a.max(b),
-                    Op::Band => a & b,
-                    Op::Bor => a | b,
-                    Op::Bxor => a ^ b,
-                }).unwrap()
+                xs.iter()
+                    .copied()
+                    .reduce(|a, b| match op {
+                        Op::Sum => a.wrapping_add(b),
+                        Op::Prod => a.wrapping_mul(b),
+                        Op::Min => a.min(b),
+                        Op::Max => a.max(b),
+                        Op::Band => a & b,
+                        Op::Bor => a | b,
+                        Op::Bxor => a ^ b,
+                    })
+                    .unwrap()
             }
         }
     };
@@ -87,13 +90,16 @@ macro_rules! float_sample {
                 self.to_bits() as u64
             }
             fn reduce(op: Op, xs: &[Self]) -> Self {
-                xs.iter().copied().reduce(|a, b| match op {
-                    Op::Sum => a + b,
-                    Op::Prod => a * b,
-                    Op::Min => a.min(b),
-                    Op::Max => a.max(b),
-                    _ => unreachable!(),
-                }).unwrap()
+                xs.iter()
+                    .copied()
+                    .reduce(|a, b| match op {
+                        Op::Sum => a + b,
+                        Op::Prod => a * b,
+                        Op::Min => a.min(b),
+                        Op::Max => a.max(b),
+                        _ => unreachable!(),
+                    })
+                    .unwrap()
             }
         }
     };

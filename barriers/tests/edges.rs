@@ -13,8 +13,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use barriers::check::{run_barriers_with, Timeline};
-use barriers::threads::run_per_node_unfinished;
 use barriers::mem::{self, Faults};
+use barriers::threads::run_per_node_unfinished;
 use barriers::{Algorithm, Barrier, BarrierConfig, BarrierError, Fanout, Release};
 
 /// Every algorithm, and the multi-rail variants.
@@ -178,8 +178,7 @@ fn the_epoch_crosses_two_to_the_32_under_loss() {
         config.first_epoch = first;
         let what = format!("{} rails={} n={n}", config.algorithm, config.rails);
         let count = 8;
-        let run = run_barriers_with(mem::network(n, 2, lossy(i as u64 + 11)), config, count, |_, _| {})
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let run = run_barriers_with(mem::network(n, 2, lossy(i as u64 + 11)), config, count, |_, _| {}).unwrap_or_else(|e| panic!("{what}: {e}"));
         run.verify(count).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(run.stats.iter().all(|s| s.completed == count as u64), "{what}: {:?}", run.stats);
     });
@@ -262,11 +261,7 @@ fn a_restarted_node_cannot_rejoin_and_the_others_name_it() {
         for (node, outcome) in outcomes.into_iter().enumerate() {
             let e = outcome.unwrap_or_else(|e| panic!("{e}"));
             if node == restarted {
-                let expected = if restarted == 0 {
-                    matches!(e, BarrierError::JoinTimeout { .. })
-                } else {
-                    matches!(e, BarrierError::Refused { .. })
-                };
+                let expected = if restarted == 0 { matches!(e, BarrierError::JoinTimeout { .. }) } else { matches!(e, BarrierError::Refused { .. }) };
                 assert!(expected, "restarted node {node}: {e}");
             } else {
                 assert!(names_silent(&e, restarted), "node {node} must name node {restarted}: {e}");
@@ -329,9 +324,7 @@ fn a_descheduled_peer_causes_no_storm_of_nacks() {
     // without its agent: node 0 waits, and its probes back off, tens of
     // them at most, not one per retry timeout.
     for agent in [true, false] {
-        let config = BarrierConfig::new(Algorithm::Dissemination)
-            .timeouts(Duration::from_millis(1), Duration::from_secs(10))
-            .progress_agent(agent);
+        let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_secs(10)).progress_agent(agent);
         let stats = run_per_node_unfinished(mem::network(2, 1, Faults::none()), config, |me, mut b| {
             for _ in 0..50 {
                 b.wait().unwrap();

@@ -327,7 +327,16 @@ pub fn run(out: &std::path::Path, iterations: usize, rounds: usize) -> Result<()
     writeln!(md, "| operation | auth | p50 µs | p90 µs | p99 µs | mean µs |")?;
     writeln!(md, "|---|---|---:|---:|---:|---:|")?;
     for r in &ab {
-        writeln!(md, "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |", r.what, if r.auth { "on" } else { "off" }, r.p50_us, r.p90_us, r.p99_us, r.mean_us)?;
+        writeln!(
+            md,
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            r.what,
+            if r.auth { "on" } else { "off" },
+            r.p50_us,
+            r.p90_us,
+            r.p99_us,
+            r.mean_us
+        )?;
     }
     writeln!(md)?;
     for pair in ab.chunks(2) {

@@ -273,11 +273,8 @@ pub fn measure_collective(
         }
         Ok(times)
     });
-    let nodes: Vec<NodeTimes> = results
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| r.map_err(|e| anyhow!("{} on node {i}: {e}", config.algorithm)))
-        .collect::<Result<_>>()?;
+    let nodes: Vec<NodeTimes> =
+        results.into_iter().enumerate().map(|(i, r)| r.map_err(|e| anyhow!("{} on node {i}: {e}", config.algorithm))).collect::<Result<_>>()?;
     Ok(bench.summarize(&config.algorithm.to_string(), config.rails, &nodes))
 }
 
@@ -436,8 +433,7 @@ fn run_rank(job: &str) -> Result<NodeFigures> {
 /// The figures in a rank process's output.
 fn parse_figures(stdout: &str) -> Option<NodeFigures> {
     let hex = stdout.lines().find_map(|l| l.strip_prefix(FIGURES_LINE))?;
-    let bytes: Option<Vec<u8>> =
-        (0..hex.len() / 2).map(|i| hex.get(2 * i..2 * i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect();
+    let bytes: Option<Vec<u8>> = (0..hex.len() / 2).map(|i| hex.get(2 * i..2 * i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect();
     NodeFigures::parse(&bytes?)
 }
 

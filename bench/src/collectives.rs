@@ -12,10 +12,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use mcd_tools::cbuild::{self, Mpi};
-use mcd_tools::mpi::{self, MpiRun};
 use mcd_bench::plot::{self, Axes, Panel, Series};
 use mcd_bench::udpcollectives::{self, CollectiveBench, CollectiveLine};
+use mcd_tools::cbuild::{self, Mpi};
+use mcd_tools::mpi::{self, MpiRun};
 use mcd_vcluster::{Cluster, ClusterSpec};
 use serde::Serialize;
 
@@ -63,7 +63,14 @@ const ONE_FRAME: usize = barriers::model::SEGMENT_BYTES;
 const METHODS: [(bool, &str); 2] = [(true, "after a barrier (osu)"), (false, "back to back")];
 const COLLECTIVES: [&str; 2] = ["allreduce", "bcast"];
 
-fn run_bench(cluster: &Cluster, run: &MpiRun, sizes: &str, iterations: usize, sync: bool, label: &'static str) -> Result<Vec<(&'static str, CollectiveLine)>> {
+fn run_bench(
+    cluster: &Cluster,
+    run: &MpiRun,
+    sizes: &str,
+    iterations: usize,
+    sync: bool,
+    label: &'static str,
+) -> Result<Vec<(&'static str, CollectiveLine)>> {
     let program = cbuild::build_program(run.mpi, "coll_bench")?;
     let mut args: Vec<String> =
         ["--sizes", sizes, "--iterations", &iterations.to_string(), "--warmup", &warmup_for(iterations).to_string()].map(String::from).to_vec();
@@ -74,8 +81,12 @@ fn run_bench(cluster: &Cluster, run: &MpiRun, sizes: &str, iterations: usize, sy
     if !out.success() {
         bail!("mpirun coll_bench ({label}) failed ({}):\n{}", out.status(), out.stderr);
     }
-    let lines: Vec<CollectiveLine> =
-        out.stdout.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).with_context(|| format!("parsing `{l}`"))).collect::<Result<_>>()?;
+    let lines: Vec<CollectiveLine> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).with_context(|| format!("parsing `{l}`")))
+        .collect::<Result<_>>()?;
     checked(label, lines)
 }
 
@@ -161,7 +172,9 @@ fn ratio(rows: &[Row], other: &str, collective: &str, sync: bool, n: usize, byte
 /// Round by round, the contender's median over mcd's (rounds run in the
 /// same order for every contender).
 fn round_ratios(rows: &[Row], other: &str, collective: &str, sync: bool, n: usize, bytes: usize) -> Vec<f64> {
-    let of = |c: &str| rows.iter().find(|r| r.contender == c && r.line.collective == collective && r.line.sync == sync && r.line.ranks == n && r.line.bytes == bytes);
+    let of = |c: &str| {
+        rows.iter().find(|r| r.contender == c && r.line.collective == collective && r.line.sync == sync && r.line.ranks == n && r.line.bytes == bytes)
+    };
     match (of(other), of(MCD)) {
         (Some(o), Some(m)) => o.rounds_p50_us.iter().zip(&m.rounds_p50_us).map(|(o, m)| o / m).collect(),
         _ => Vec::new(),
@@ -192,9 +205,7 @@ fn behind(rows: &[Row], other: &str, sync: bool, nodes: &[usize], sizes: &[usize
 /// Whether every collective up to one frame at every rank count was
 /// measured for mcd and `other` by `sync`'s method.
 fn all_measured(rows: &[Row], other: &str, sync: bool, nodes: &[usize], sizes: &[usize]) -> bool {
-    COLLECTIVES
-        .iter()
-        .all(|c| nodes.iter().all(|&n| doubles(sizes).filter(|&b| b <= ONE_FRAME).all(|b| ratio(rows, other, c, sync, n, b).is_some())))
+    COLLECTIVES.iter().all(|c| nodes.iter().all(|&n| doubles(sizes).filter(|&b| b <= ONE_FRAME).all(|b| ratio(rows, other, c, sync, n, b).is_some())))
 }
 
 fn goal(met: bool) -> &'static str {
@@ -208,7 +219,14 @@ fn goal(met: bool) -> &'static str {
 fn render(nodes: &[usize], sizes: &[usize], rows: &[Row], scale: f64, rounds: usize, elapsed: Duration) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# Collectives: mcd against Open MPI over TCP and UDP\n");
-    let _ = writeln!(md, "Measured {} on {}, by `mcd-bench collectives` (`--scale {scale}`: {}), in {:.1} minutes.\n", today(), machine(), iterations_note(nodes, scale), elapsed.as_secs_f64() / 60.0);
+    let _ = writeln!(
+        md,
+        "Measured {} on {}, by `mcd-bench collectives` (`--scale {scale}`: {}), in {:.1} minutes.\n",
+        today(),
+        machine(),
+        iterations_note(nodes, scale),
+        elapsed.as_secs_f64() / 60.0
+    );
     let _ = writeln!(md, "`mpi/coll_bench.c`, osu_allreduce / osu_bcast style, per-rank median and 99th percentile of the timed calls, averaged over the ranks. {rounds} round(s) per rank count, the contenders one after another in each; every figure below is the round with the median median (each round's median is in collectives.json), so one unlucky run of one contender does not decide a row. The same binary under Open MPI's mpirun on the virtual cluster (veth pairs and a bridge, all ranks on this machine's cores): Open MPI's own collectives over TCP in yield mode, and with mcd's interposer preloaded (`MPI_Allreduce` with `MPI_SUM` on doubles, `MPI_Bcast` from rank 0; mcd's algorithm: `auto`'s pick among the algorithms that reduce). One contribution travels in one frame up to {ONE_FRAME} bytes; beyond, mcd cuts it into one-frame segments, one gather-and-release each.\n");
     let _ = writeln!(md, "**UDP** is what a programmer writes without mcd (`mcd_bench::udpcollectives`, on the UDP group of the head-to-head's UDP barrier): allreduce by recursive doubling (exchange with `me XOR 2^r`, add; ranks beyond a power of two fold in first), broadcast down a binomial tree, one datagram per message (IP fragments those beyond {} bytes), no loss recovery, the root's broadcasts at most {} ahead of the slowest rank. One process per rank in its namespace, as the MPI ranks, on rail 0's addresses, pinned and spinning while ranks ≤ cores, else yielding between polls (as the head-to-head's UDP barrier). The same loop as coll_bench, every result checked.\n", 1500 - 28, udpcollectives::BCAST_WINDOW);
     let _ = writeln!(md, "**The methods.** osu_allreduce and osu_bcast put an `MPI_Barrier` between timed calls; a call's time is then how long until this rank has the result. The goals are judged on those rows. Back to back (no barrier between calls) is recorded as well: mcd's broadcast is release-first (the root multicasts its data at once and returns, a non-root tells the root it entered as it enters and returns once it has the data; the root's end message, sent once every node entered, finishes the epoch in the background, and a node's next call waits for it: so a root's next broadcast waits until every node has entered its previous one), while Open MPI's is eager (the root returns once its data is sent) and back-to-back calls pipeline deeper.\n");
@@ -265,7 +283,9 @@ fn render(nodes: &[usize], sizes: &[usize], rows: &[Row], scale: f64, rounds: us
             let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
             for &n in nodes {
                 for bytes in doubles(sizes) {
-                    let cell = |c: &str| find(rows, c, collective, sync, n, bytes).map_or("– | –".to_string(), |l| format!("{:.1} | {:.1}", l.p50_us, l.p99_us));
+                    let cell = |c: &str| {
+                        find(rows, c, collective, sync, n, bytes).map_or("– | –".to_string(), |l| format!("{:.1} | {:.1}", l.p50_us, l.p99_us))
+                    };
                     let times = |c: &str| ratio(rows, c, collective, sync, n, bytes).map_or("–".to_string(), |r| format!("{r:.2}×"));
                     if find(rows, MCD, collective, sync, n, bytes).is_some() {
                         let _ = writeln!(md, "| {n} | {bytes} | {} | {} | {} | {} | {} |", cell(MCD), cell(OMPI), cell(UDP), times(OMPI), times(UDP));
@@ -334,7 +354,8 @@ mod tests {
         // Worked out here from the wire's sizes: a 1500-byte MTU less the
         // MCD header, the authentication trailer, a group frame's barrier
         // payload and a contribution's header, in whole 8-byte elements.
-        let carried = 1500 - mcd::wire::MCD_HEADER_LEN - mcd::wire::TRAILER_LEN - barriers::GROUP_PAYLOAD_LEN - barriers::collective::wire::HEADER_LEN;
+        let carried =
+            1500 - mcd::wire::MCD_HEADER_LEN - mcd::wire::TRAILER_LEN - barriers::GROUP_PAYLOAD_LEN - barriers::collective::wire::HEADER_LEN;
         assert_eq!(ONE_FRAME, carried / 8 * 8, "ONE_FRAME {ONE_FRAME} B, one authenticated frame carries {carried} B");
     }
 
@@ -396,7 +417,8 @@ mod tests {
     #[test]
     fn each_row_is_the_round_with_the_median_median_and_keeps_every_rounds() {
         let line = |p50_us: f64, bytes: usize| row(MCD, "bcast", true, 4, bytes, p50_us).line;
-        let lines = vec![(MCD, line(30.0, 8)), (OMPI, line(9.0, 8)), (MCD, line(14.0, 8)), (MCD, line(15.0, 64)), (MCD, line(12.0, 8)), (OMPI, line(7.0, 8))];
+        let lines =
+            vec![(MCD, line(30.0, 8)), (OMPI, line(9.0, 8)), (MCD, line(14.0, 8)), (MCD, line(15.0, 64)), (MCD, line(12.0, 8)), (OMPI, line(7.0, 8))];
         let rows = median_rounds(lines);
         assert_eq!(rows.len(), 3, "{rows:?}");
         let of = |c: &str, b: usize| rows.iter().find(|r| r.contender == c && r.line.bytes == b).unwrap();
@@ -420,6 +442,9 @@ mod tests {
         // A contender missing from the run is said to be, not counted as met.
         let without_udp: Vec<Row> = rows.into_iter().filter(|r| r.contender != UDP).collect();
         let g = goals(&render(&[2, 4], &[8, 1432], &without_udp, 1.0, 1, Duration::from_secs(60))).to_string();
-        assert!(g.contains("Ahead of UDP at every size up to one frame (1432 B), allreduce and bcast, at 2 and 4 ranks: not every row measured"), "{g}");
+        assert!(
+            g.contains("Ahead of UDP at every size up to one frame (1432 B), allreduce and bcast, at 2 and 4 ranks: not every row measured"),
+            "{g}"
+        );
     }
 }

@@ -9,12 +9,12 @@ use anyhow::{Context, Result};
 use barriers::BarrierConfig;
 use mcd::WaitPolicy;
 use mcd_bench::barrierbench::{self, BarrierBench, BarrierMeasurement, Method};
-use mcd_tools::cbuild::{self, Mpi};
 use mcd_bench::mpibench::{self, Comm};
-use mcd_tools::mpi::{self, MpiRun};
 use mcd_bench::pingpong::{self, PingPongConfig, Transport};
 use mcd_bench::plot::{self, Panel, Series};
 use mcd_bench::udpbarrier;
+use mcd_tools::cbuild::{self, Mpi};
+use mcd_tools::mpi::{self, MpiRun};
 use mcd_vcluster::{Cluster, ClusterSpec};
 use serde::Serialize;
 
@@ -80,8 +80,7 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
     eprintln!("latency: mcd against UDP, 8 bytes, busy-poll, 3 rounds × 20,000 round trips");
     let latency = {
         let cluster = Cluster::up_guarded(ClusterSpec::new("bnh2l", 2))?;
-        let config =
-            PingPongConfig { sizes: vec![8], iterations: 20_000, warmup: 2_000, rounds: 3, wait: WaitPolicy::BusyPoll, udp: true };
+        let config = PingPongConfig { sizes: vec![8], iterations: 20_000, warmup: 2_000, rounds: 3, wait: WaitPolicy::BusyPoll, udp: true };
         pingpong::run_on_cluster(&cluster, &config, |what| eprintln!("  {what}"))?
     };
 
@@ -89,13 +88,7 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
     for &n in sizes {
         let cluster = Cluster::up_guarded(ClusterSpec::new("bnh2h", n).rails(2))?;
         let iterations = iterations_for(n, scale);
-        let bench = BarrierBench {
-            method: Method::Paper,
-            warmup: 100,
-            iterations,
-            dummy: Duration::from_micros(30),
-            wait: WaitPolicy::Adaptive,
-        };
+        let bench = BarrierBench { method: Method::Paper, warmup: 100, iterations, dummy: Duration::from_micros(30), wait: WaitPolicy::Adaptive };
         let mut record_on = |contender: Contender, comm: Comm, m: BarrierMeasurement| {
             let on = if comm == Comm::World { String::new() } else { format!(", {}", comm_name(comm)) };
             eprintln!("  n={n:<2} {:<28} mean {:>8.1} µs  p50 {:>8.1}  p99 {:>8.1}", format!("{}{on}", m.algorithm), m.mean_us, m.p50_us, m.p99_us);
@@ -117,11 +110,8 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
         // 3. Open MPI over TCP, ranks in the nodes' namespaces.
         let yield_run = MpiRun { yield_when_idle: true, ..MpiRun::default() };
         record(Contender::OmpiYield, mpibench::measure_barrier(&cluster, &yield_run, bench, "Open MPI TCP (yield)")?);
-        let spin_bench = BarrierBench {
-            iterations: ompi_spin_iterations(n, iterations),
-            warmup: if n > mcd::host::online_cpus() { 10 } else { 100 },
-            ..bench
-        };
+        let spin_bench =
+            BarrierBench { iterations: ompi_spin_iterations(n, iterations), warmup: if n > mcd::host::online_cpus() { 10 } else { 100 }, ..bench };
         record(Contender::OmpiSpin, mpibench::measure_barrier(&cluster, &MpiRun::default(), spin_bench, "Open MPI TCP (default)")?);
         // 5. The same MPI program, MPI_Barrier served by mcd through the interposer.
         let preloaded = MpiRun { env: vec![("LD_PRELOAD".into(), interposer.display().to_string())], ..MpiRun::default() };
@@ -141,11 +131,8 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
         // 7. MPICH: its own MPI_Barrier over TCP, and the interposer built for it.
         let tcp: Vec<(String, String)> = mpi::MPICH_OVER_TCP.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let mpich = MpiRun { mpi: Mpi::Mpich, env: tcp.clone(), ..MpiRun::default() };
-        let mpich_spin = BarrierBench {
-            iterations: ompi_spin_iterations(n, iterations),
-            warmup: if n > mcd::host::online_cpus() { 10 } else { 100 },
-            ..bench
-        };
+        let mpich_spin =
+            BarrierBench { iterations: ompi_spin_iterations(n, iterations), warmup: if n > mcd::host::online_cpus() { 10 } else { 100 }, ..bench };
         record_on(Contender::Mpich, Comm::World, mpibench::measure_barrier(&cluster, &mpich, mpich_spin, "MPICH TCP")?);
         let mut preload = tcp;
         preload.push(("LD_PRELOAD".into(), interposer_mpich.display().to_string()));
@@ -165,9 +152,7 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
 }
 
 fn best_mcd(rows: &[Row], n: usize) -> Option<&Row> {
-    rows.iter()
-        .filter(|r| r.measured.nodes == n && r.contender == Contender::Mcd)
-        .min_by(|a, b| a.measured.mean_us.total_cmp(&b.measured.mean_us))
+    rows.iter().filter(|r| r.measured.nodes == n && r.contender == Contender::Mcd).min_by(|a, b| a.measured.mean_us.total_cmp(&b.measured.mean_us))
 }
 
 fn find(rows: &[Row], n: usize, c: Contender) -> Option<&Row> {
@@ -260,7 +245,11 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
         let (oo, io) = (get(Contender::OmpiYield, Method::Osu), get(Contender::Interposer, Method::Osu));
         writeln!(md, "| {n} | {op:.1} | {ip:.1} | **{:.1}×** | {oo:.1} | {io:.1} | **{:.1}×** |", op / ip, oo / io)?;
     }
-    writeln!(md, "\nOSU's method: {} warm-up barriers, then the timed ones back to back; mean = loop time / iterations, averaged over ranks.\n", 100)?;
+    writeln!(
+        md,
+        "\nOSU's method: {} warm-up barriers, then the timed ones back to back; mean = loop time / iterations, averaged over ranks.\n",
+        100
+    )?;
 
     writeln!(md, "## MPICH: its MPI_Barrier against mcd's through the interposer built for it\n")?;
     writeln!(md, "The same `mpi/barrier_bench.c` built with `mpicc.mpich` and launched by Hydra (`mpiexec.hydra`, rsh launcher into the namespaces), over UCX's TCP transport on the cluster's links (`UCX_TLS=tcp,self`: UCX would otherwise use shared memory between the namespaces); once as is, once with `LD_PRELOAD=libmcd_mpi_barrier_mpich.so`. MPICH polls without yielding, so beyond 2 nodes it runs fewer timed barriers (as Open MPI's default mode does). Paper's method, mean µs per barrier.\n")?;
@@ -313,7 +302,14 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
             writeln!(
                 md,
                 "| {name} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
-                m.iterations, m.mean_us, m.p50_us, m.p99_us, m.p999_us, m.min_us, m.max_us, m.mean_us / b
+                m.iterations,
+                m.mean_us,
+                m.p50_us,
+                m.p99_us,
+                m.p999_us,
+                m.min_us,
+                m.max_us,
+                m.mean_us / b
             )?;
         }
         writeln!(md)?;
@@ -384,7 +380,9 @@ fn plot_results(stem: &Path, sizes: &[usize], rows: &[Row]) -> Result<()> {
                 let label = if *rails > 1 { format!("{name}, {rails} rails") } else { name.clone() };
                 line(&label, &label, &|n| {
                     rows.iter()
-                        .find(|r| r.contender == Contender::Mcd && r.measured.nodes == n && &r.measured.algorithm == name && r.measured.rails == *rails)
+                        .find(|r| {
+                            r.contender == Contender::Mcd && r.measured.nodes == n && &r.measured.algorithm == name && r.measured.rails == *rails
+                        })
                         .map(|r| r.measured.mean_us)
                 })
             })
@@ -442,6 +440,9 @@ mod tests {
         // RESULTS.md is written by this benchmark, but its list of the
         // other results is edited by hand when one of them is run again.
         let written = include_str!("../RESULTS.md");
-        assert!(written.contains(OTHER_RESULTS), "bench/RESULTS.md's \"Other recorded results\" differs from head_to_head::OTHER_RESULTS:\n{OTHER_RESULTS}");
+        assert!(
+            written.contains(OTHER_RESULTS),
+            "bench/RESULTS.md's \"Other recorded results\" differs from head_to_head::OTHER_RESULTS:\n{OTHER_RESULTS}"
+        );
     }
 }

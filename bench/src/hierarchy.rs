@@ -15,8 +15,8 @@ use barriers::model::{self, ShmCosts};
 use barriers::{BarrierConfig, HostRelease};
 use mcd::WaitPolicy;
 use mcd_bench::barrierbench::{self, BarrierBench, BarrierMeasurement, Method, RanksBarrier};
-use mcd_tools::cbuild::{self, Mpi};
 use mcd_bench::mpibench;
+use mcd_tools::cbuild::{self, Mpi};
 use mcd_tools::mpi::{self, MpiRun};
 use mcd_vcluster::{Cluster, ClusterSpec};
 use serde::Serialize;
@@ -109,12 +109,21 @@ pub fn run(out: &Path, shapes: &[(usize, usize)], iterations: usize) -> Result<(
         for method in [Method::Osu, Method::Paper] {
             let bench = BarrierBench { method, warmup: 50, iterations, dummy: Duration::from_micros(30), wait: WaitPolicy::Adaptive };
             let mut record = |contender: Contender, m: BarrierMeasurement| {
-                eprintln!("  {method:?} {:<58} {:<24} mean {:>8.1} µs  p50 {:>8.1}  p99 {:>8.1}", contender.label(), m.algorithm, m.mean_us, m.p50_us, m.p99_us);
+                eprintln!(
+                    "  {method:?} {:<58} {:<24} mean {:>8.1} µs  p50 {:>8.1}  p99 {:>8.1}",
+                    contender.label(),
+                    m.algorithm,
+                    m.mean_us,
+                    m.p50_us,
+                    m.p99_us
+                );
                 rows.push(Row { method, hosts, ranks_per_host: per_host, contender, measured: m });
             };
             // mcd-barrier's loop, a process per rank: Auto's pick for what is on the wire.
             record(Contender::ProcessesFlat, barrierbench::measure_ranks_per_host(&cluster, per_host, flat, bench, RanksBarrier::Flat)?);
-            for (contender, release) in [(Contender::ProcessesShm, HostRelease::SharedMemory), (Contender::ProcessesMulticast, HostRelease::Multicast)] {
+            for (contender, release) in
+                [(Contender::ProcessesShm, HostRelease::SharedMemory), (Contender::ProcessesMulticast, HostRelease::Multicast)]
+            {
                 let barrier = RanksBarrier::Hierarchical { release, local_wait: None };
                 record(contender, barrierbench::measure_ranks_per_host(&cluster, per_host, leaders, bench, barrier)?);
             }
@@ -147,8 +156,17 @@ pub fn run(out: &Path, shapes: &[(usize, usize)], iterations: usize) -> Result<(
                         let bench = BarrierBench { method, warmup: 20, iterations: study, dummy: Duration::from_micros(30), wait: leaders_wait };
                         let barrier = RanksBarrier::Hierarchical { release, local_wait: Some(local_wait) };
                         let m = barrierbench::measure_ranks_per_host(&cluster, per_host, leaders, bench, barrier)?;
-                        eprintln!("  {method:?} leaders {leaders_wait:<9} local {local_wait:<9} {release:<9} mean {:>8.1} µs  p50 {:>8.1}  p99 {:>8.1}", m.mean_us, m.p50_us, m.p99_us);
-                        waits.push(WaitRow { method, leaders: leaders_wait.to_string(), local: local_wait.to_string(), release: release.to_string(), measured: m });
+                        eprintln!(
+                            "  {method:?} leaders {leaders_wait:<9} local {local_wait:<9} {release:<9} mean {:>8.1} µs  p50 {:>8.1}  p99 {:>8.1}",
+                            m.mean_us, m.p50_us, m.p99_us
+                        );
+                        waits.push(WaitRow {
+                            method,
+                            leaders: leaders_wait.to_string(),
+                            local: local_wait.to_string(),
+                            release: release.to_string(),
+                            measured: m,
+                        });
                     }
                 }
             }
@@ -248,9 +266,10 @@ fn render(rows: &[Row], waits: &[WaitRow], iterations: usize, params: &model::Lo
         for &(hosts, per_host) in &shapes {
             let get = |c| find(rows, method, (hosts, per_host), c).map(|m| m.mean_us);
             let ranks = hosts * per_host;
-            for (release, interposer, processes) in
-                [("shm", Contender::InterposerShm, Contender::ProcessesShm), ("multicast", Contender::InterposerMulticast, Contender::ProcessesMulticast)]
-            {
+            for (release, interposer, processes) in [
+                ("shm", Contender::InterposerShm, Contender::ProcessesShm),
+                ("multicast", Contender::InterposerMulticast, Contender::ProcessesMulticast),
+            ] {
                 writeln!(
                     md,
                     "| {} | {hosts}×{per_host} | {release} | {} | {} | {} | {} |",
@@ -330,7 +349,11 @@ fn render_model(md: &mut String, params: &model::LogP) -> Result<()> {
             if speedup >= 3.0 && reached.is_none() {
                 reached = Some(format!("{hosts}×{per_host}"));
             }
-            writeln!(md, "| {} | {hosts}×{per_host} | {flat:.1} ({flat_alg}) | {via_shm:.1} ({outer}) | {via_multicast:.1} | {speedup:.2}× |", link.name)?;
+            writeln!(
+                md,
+                "| {} | {hosts}×{per_host} | {flat:.1} ({flat_alg}) | {via_shm:.1} ({outer}) | {via_multicast:.1} | {speedup:.2}× |",
+                link.name
+            )?;
         }
         first_3x.push(format!("{}: {}", link.name, reached.as_deref().unwrap_or("at none of these shapes")));
     }

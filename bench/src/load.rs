@@ -136,20 +136,14 @@ pub fn run(out: &Path, sizes: &[usize], rounds: usize, iterations: usize) -> Res
     ensure!(rounds >= 1 && iterations >= 1, "--rounds and --iterations must be at least 1");
     let baseline_program = build_baseline()?;
     let mcd_barrier = std::env::current_exe()?.parent().context("the executable's directory")?.join("mcd-barrier");
-    ensure!(
-        mcd_barrier.exists(),
-        "{} is missing: build it first (cargo build --release -p mcd-tools; `./run bench` does)",
-        mcd_barrier.display()
-    );
+    ensure!(mcd_barrier.exists(), "{} is missing: build it first (cargo build --release -p mcd-tools; `./run bench` does)", mcd_barrier.display());
     let scratch = std::env::temp_dir().join("mcd-bench-load");
     let mut rows: Vec<Row> = Vec::new();
     for &n in sizes {
         let cluster = Cluster::up_guarded(ClusterSpec::new("bnload", n))?;
         for method in ["osu", "paper"] {
-            let mut these: Vec<Row> = CONTENDERS
-                .iter()
-                .map(|c| Row { nodes: n, method, contender: c.to_string(), means_us: Vec::new(), recoveries: None })
-                .collect();
+            let mut these: Vec<Row> =
+                CONTENDERS.iter().map(|c| Row { nodes: n, method, contender: c.to_string(), means_us: Vec::new(), recoveries: None }).collect();
             for round in 0..rounds {
                 let c = baseline(&cluster, &baseline_program, method, iterations)?;
                 these[0].means_us.push(c);
@@ -207,7 +201,10 @@ pub fn run(out: &Path, sizes: &[usize], rounds: usize, iterations: usize) -> Res
     for &n in sizes {
         for method in ["osu", "paper"] {
             let find = |c: &str| rows.iter().find(|r| r.nodes == n && r.method == method && r.contender == c);
-            let (Some(c), Some(best)) = (find(CONTENDERS[0]), [find(CONTENDERS[1]), find(CONTENDERS[2])].into_iter().flatten().min_by(|a, b| a.median().total_cmp(&b.median()))) else {
+            let (Some(c), Some(best)) = (
+                find(CONTENDERS[0]),
+                [find(CONTENDERS[1]), find(CONTENDERS[2])].into_iter().flatten().min_by(|a, b| a.median().total_cmp(&b.median())),
+            ) else {
                 continue;
             };
             let ratio = best.median() / c.median();

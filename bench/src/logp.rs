@@ -509,10 +509,8 @@ pub fn measure_hops_on_cluster(cluster: &mcd_vcluster::Cluster, wait: WaitPolicy
 
 /// Renders measurements as a table.
 pub fn table(ms: &[Measurement]) -> String {
-    let mut out = format!(
-        "{:<5} {:<9} {:>16} {:>16} {:>16} {:>16} {:>8} {:>6}\n",
-        "", "wait", "o_s µs", "o_r µs", "g µs", "RTT/2 µs", "L µs", "rounds"
-    );
+    let mut out =
+        format!("{:<5} {:<9} {:>16} {:>16} {:>16} {:>16} {:>8} {:>6}\n", "", "wait", "o_s µs", "o_r µs", "g µs", "RTT/2 µs", "L µs", "rounds");
     let cell = |s: &Stat| format!("{:.2} [{:.2},{:.2}]", s.median, s.p10, s.p90);
     for m in ms {
         out.push_str(&format!(

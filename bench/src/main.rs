@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use barriers::{Algorithm, BarrierConfig, Fanout, Release};
 use clap::{Parser, Subcommand};
 use mcd::WaitPolicy;
-use barriers::{Algorithm, BarrierConfig, Fanout, Release};
 use mcd_bench::barrierbench::{self, BarrierBench, BarrierMeasurement};
 use mcd_bench::pingpong::{self, PingPongConfig, SizeResult, Transport};
 use mcd_vcluster::{Cluster, ClusterSpec};
@@ -329,11 +329,11 @@ mod collectives;
 mod dst;
 mod head_to_head;
 mod hierarchy;
-mod validate;
 mod hotpath;
 mod load;
 mod model_protocol;
 mod overlap;
+mod validate;
 
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
@@ -356,10 +356,7 @@ fn today() -> String {
 fn latency(out: &std::path::Path, iterations: usize, rounds: usize) -> Result<()> {
     let cluster = Cluster::up_guarded(ClusterSpec::new("bnlat", 2))?;
     let mut all: Vec<(String, Vec<SizeResult>)> = Vec::new();
-    for (label, wait, sizes) in [
-        ("busy-poll", WaitPolicy::BusyPoll, vec![8, 64, 256, 512, 1024, 1472]),
-        ("block", WaitPolicy::Block, vec![8]),
-    ] {
+    for (label, wait, sizes) in [("busy-poll", WaitPolicy::BusyPoll, vec![8, 64, 256, 512, 1024, 1472]), ("block", WaitPolicy::Block, vec![8])] {
         let config = PingPongConfig { sizes, iterations, warmup: 2_000, rounds, wait, udp: true };
         eprintln!("latency, {label}: {} size(s) × {rounds} rounds × {iterations} round trips per transport", config.sizes.len());
         let results = pingpong::run_on_cluster(&cluster, &config, |what| eprintln!("  {what}"))?;
@@ -447,10 +444,7 @@ fn barrier_sweep(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<(
         let bench = paper_bench(n, scale);
         for config in barrier_configs() {
             let m = barrierbench::measure(&cluster, config, bench)?;
-            eprintln!(
-                "  n={n:<2} {:<14} rails={} mean {:>8.1} µs  p99 {:>8.1} µs",
-                m.algorithm, m.rails, m.mean_us, m.p99_us
-            );
+            eprintln!("  n={n:<2} {:<14} rails={} mean {:>8.1} µs  p99 {:>8.1} µs", m.algorithm, m.rails, m.mean_us, m.p99_us);
             rows.push(m);
         }
     }
@@ -511,16 +505,27 @@ fn loss_sweep(out: &std::path::Path, sizes: &[usize], losses: &[f64], scale: f64
             let bench = paper_bench(n, scale);
             for algorithm in Algorithm::all() {
                 let m = barrierbench::measure(&cluster, BarrierConfig::new(algorithm), bench)?;
-                eprintln!("  n={n:<2} loss {loss:>4}% {:<14} mean {:>8.1} µs  p99 {:>8.1} µs  recoveries {}", m.algorithm, m.mean_us, m.p99_us, m.recoveries);
+                eprintln!(
+                    "  n={n:<2} loss {loss:>4}% {:<14} mean {:>8.1} µs  p99 {:>8.1} µs  recoveries {}",
+                    m.algorithm, m.mean_us, m.p99_us, m.recoveries
+                );
                 rows.push((loss, m));
             }
         }
     }
     let mut md = String::new();
-    writeln!(md, "# Loss and load
-")?;
-    writeln!(md, "Measured {} on {}, by `cargo run --release -p mcd-bench -- loss` (`./run bench loss`).
-", today(), machine())?;
+    writeln!(
+        md,
+        "# Loss and load
+"
+    )?;
+    writeln!(
+        md,
+        "Measured {} on {}, by `cargo run --release -p mcd-bench -- loss` (`./run bench loss`).
+",
+        today(),
+        machine()
+    )?;
     writeln!(
         md,
         "Method: the paper's (as in [barriers.md](barriers.md)): one thread per node in its own \
@@ -602,13 +607,9 @@ fn model(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<()> {
 
     // 1. The parameters, on the same kind of link.
     let params_cluster = Cluster::up_guarded(ClusterSpec::new("bnlogp", 2))?;
-    let measured = logp::measure_on_cluster(
-        &params_cluster,
-        &[WaitPolicy::BusyPoll, WaitPolicy::Block],
-        logp::Effort::default(),
-        true,
-        |what| eprintln!("  LogP: {what}"),
-    )?;
+    let measured = logp::measure_on_cluster(&params_cluster, &[WaitPolicy::BusyPoll, WaitPolicy::Block], logp::Effort::default(), true, |what| {
+        eprintln!("  LogP: {what}")
+    })?;
     drop(params_cluster);
     let busy = measured.iter().find(|m| m.transport == Transport::Mcd && m.wait == "busy").context("busy measurement")?;
     let p = busy.logp();
@@ -671,11 +672,8 @@ fn model(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<()> {
         }
         writeln!(md)?;
     }
-    let within: Vec<f64> = rows
-        .iter()
-        .filter(|r| r.0 <= mcd::host::online_cpus())
-        .map(|(_, _, pr, m)| ((pr.last_exit - m.mean_us) / m.mean_us * 100.0).abs())
-        .collect();
+    let within: Vec<f64> =
+        rows.iter().filter(|r| r.0 <= mcd::host::online_cpus()).map(|(_, _, pr, m)| ((pr.last_exit - m.mean_us) / m.mean_us * 100.0).abs()).collect();
     let worst = within.iter().cloned().fold(0.0, f64::max);
     writeln!(
         md,
@@ -704,8 +702,14 @@ fn model(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<()> {
     writeln!(md)?;
     let measured_at = |n: usize, a: Algorithm| rows.iter().find(|r| r.0 == n && r.1.algorithm == a && r.1.rails == 1).map(|r| r.3.mean_us);
     for &n in sizes {
-        if let (Some(sh), Some(t4)) = (measured_at(n, Algorithm::ShuffleExchange), measured_at(n, Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast })) {
-            writeln!(md, "- measured at {n} nodes: shuffle {sh:.1} µs, tree4 {t4:.1} µs{}", if n > mcd::host::online_cpus() { " (oversubscribed: not a test of the hypothesis)" } else { "" })?;
+        if let (Some(sh), Some(t4)) =
+            (measured_at(n, Algorithm::ShuffleExchange), measured_at(n, Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast }))
+        {
+            writeln!(
+                md,
+                "- measured at {n} nodes: shuffle {sh:.1} µs, tree4 {t4:.1} µs{}",
+                if n > mcd::host::online_cpus() { " (oversubscribed: not a test of the hypothesis)" } else { "" }
+            )?;
         }
     }
     writeln!(md, "\nPlots of the simulated cost from 2 to 65,536 nodes: [model.svg](model.svg) / [model.png](model.png) (parameters measured here) and [model-paper.svg](model-paper.svg) / [model-paper.png](model-paper.png) (the paper's).")?;

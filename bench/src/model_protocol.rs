@@ -156,12 +156,7 @@ pub fn run(out: &Path, args: &Args) -> Result<()> {
             let (clean, _) = one(gname, gsetup, a, a == auto, n, Loss::NONE, barriers, 0.0)?;
             let base = clean.mean_us;
             goals.push(clean);
-            for loss in [
-                Loss::Independent(0.01),
-                Loss::Independent(0.2),
-                Loss::Independent(0.5),
-                Loss::Bursty { average: 0.05, mean_burst: 4.0 },
-            ] {
+            for loss in [Loss::Independent(0.01), Loss::Independent(0.2), Loss::Independent(0.5), Loss::Bursty { average: 0.05, mean_burst: 4.0 }] {
                 let b = if loss.average() >= 0.5 { barriers.min(if n >= 512 { 100 } else { 300 }) } else { barriers };
                 match one(gname, gsetup, a, a == auto, n, loss, b, base) {
                     Ok((row, _)) => goals.push(row),
@@ -214,7 +209,11 @@ pub fn run(out: &Path, args: &Args) -> Result<()> {
                     "flat_by": flat_by, "flat_mean_us": flat_mean, "flat_p99_us": flat_p99, "outer": outer.to_string(),
                     "hierarchical_mean_us": h.mean(), "hierarchical_p99_us": h.quantile(0.99), "speedup": speedup }));
             }
-            writeln!(hier_md, "| | {hosts} hosts: first ≥ 3× at {} ranks per host | | | | | | | |", first3.map_or("none up to 64".to_string(), |r| r.to_string()))?;
+            writeln!(
+                hier_md,
+                "| | {hosts} hosts: first ≥ 3× at {} ranks per host | | | | | | | |",
+                first3.map_or("none up to 64".to_string(), |r| r.to_string())
+            )?;
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
@@ -226,8 +225,18 @@ pub fn run(out: &Path, args: &Args) -> Result<()> {
         for &pct in &args.loss {
             let pick: Vec<&Row> = rows.iter().filter(|r| r.setup == name && r.auto_pick && r.loss_percent == pct).collect();
             let key = format!("loss {pct}%");
-            series.push(mcd_bench::plot::Series { label: format!("{pct}% loss, mean"), points: pick.iter().map(|r| (r.nodes as f64, r.mean_us)).collect(), dashed: false, key: key.clone() });
-            series.push(mcd_bench::plot::Series { label: format!("{pct}% loss, p99"), points: pick.iter().map(|r| (r.nodes as f64, r.p99_us)).collect(), dashed: true, key });
+            series.push(mcd_bench::plot::Series {
+                label: format!("{pct}% loss, mean"),
+                points: pick.iter().map(|r| (r.nodes as f64, r.mean_us)).collect(),
+                dashed: false,
+                key: key.clone(),
+            });
+            series.push(mcd_bench::plot::Series {
+                label: format!("{pct}% loss, p99"),
+                points: pick.iter().map(|r| (r.nodes as f64, r.p99_us)).collect(),
+                dashed: true,
+                key,
+            });
         }
         panels.push(mcd_bench::plot::Panel { title: format!("{name}, Auto's pick"), series });
     }
@@ -274,7 +283,8 @@ pub fn run(out: &Path, args: &Args) -> Result<()> {
     writeln!(md, "|---:|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|")?;
     let mut unmet = Vec::new();
     for r in &goals {
-        let lossless_median = goals.iter().find(|c| c.nodes == r.nodes && c.algorithm == r.algorithm && c.loss_percent == 0.0).map_or(0.0, |c| c.median_us);
+        let lossless_median =
+            goals.iter().find(|c| c.nodes == r.nodes && c.algorithm == r.algorithm && c.loss_percent == 0.0).map_or(0.0, |c| c.median_us);
         let (goal, met) = match r.loss.as_str() {
             "0%" => ("0 recoveries".to_string(), r.recoveries == 0),
             "1%" => (

@@ -68,10 +68,7 @@ pub fn measure_barrier_on(cluster: &Cluster, run: &MpiRun, bench: BarrierBench, 
         bail!("mpirun barrier_bench ({label}) failed ({}):\n{}", out.status(), out.stderr);
     }
     let stdout = &out.stdout;
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with('{'))
-        .with_context(|| format!("barrier_bench printed no result: {stdout}"))?;
+    let line = stdout.lines().find(|l| l.starts_with('{')).with_context(|| format!("barrier_bench printed no result: {stdout}"))?;
     let r: BenchLine = serde_json::from_str(line).with_context(|| format!("parsing `{line}`"))?;
     Ok(BarrierMeasurement {
         algorithm: label.to_string(),

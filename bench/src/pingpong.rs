@@ -363,11 +363,7 @@ pub const UDP_PORT: u16 = 47_001;
 
 /// Runs the ping-pong between nodes 0 (client, CPU 0) and 1 (echo, CPU 1) of
 /// `cluster`, each a thread inside its node's namespace.
-pub fn run_on_cluster(
-    cluster: &mcd_vcluster::Cluster,
-    config: &PingPongConfig,
-    progress: impl FnMut(&str) + Send,
-) -> Result<Vec<SizeResult>> {
+pub fn run_on_cluster(cluster: &mcd_vcluster::Cluster, config: &PingPongConfig, progress: impl FnMut(&str) + Send) -> Result<Vec<SizeResult>> {
     let wait = config.wait;
     crate::twonode::run_client_and_echo(
         cluster,

@@ -356,10 +356,7 @@ pub fn measure(cluster: &Cluster, bench: BarrierBench) -> Result<BarrierMeasurem
             })
         })
         .collect();
-    let nodes = threads
-        .into_iter()
-        .map(|t| t.join().map_err(|_| anyhow!("a UDP barrier thread panicked"))?)
-        .collect::<Result<Vec<_>>>()?;
+    let nodes = threads.into_iter().map(|t| t.join().map_err(|_| anyhow!("a UDP barrier thread panicked"))?).collect::<Result<Vec<_>>>()?;
     Ok(bench.summarize("udp-dissemination", 1, &nodes))
 }
 

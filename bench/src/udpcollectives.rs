@@ -504,7 +504,8 @@ mod tests {
         let mut times: Vec<f64> = (1..=100).rev().map(f64::from).collect();
         let f = figures(&mut times, true);
         assert_eq!(f.0, [51.0, 100.0, 50.5, 100.0]);
-        let ranks = vec![vec![f, RankFigures([1.0, 2.0, 3.0, 4.0], true)], vec![RankFigures([3.0, 4.0, 5.0, 6.0], true), RankFigures([1.0; 4], false)]];
+        let ranks =
+            vec![vec![f, RankFigures([1.0, 2.0, 3.0, 4.0], true)], vec![RankFigures([3.0, 4.0, 5.0, 6.0], true), RankFigures([1.0; 4], false)]];
         let bench = CollectiveBench { warmup: 0, iterations: 100, sync: true };
         let l = lines(&ranks, &[12], bench);
         assert_eq!(l.len(), 2);

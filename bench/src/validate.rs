@@ -212,7 +212,12 @@ fn plot_paper(out: &Path) -> Result<()> {
             let (a, key) = algs[i];
             series.push(Series { label: format!("model: {}", label(a)), points: curve(a, rails, top), dashed: true, key: key.into() });
             for f in FIGURES.iter().filter(|f| f.algorithm == a && f.topology == top && f.rails == rails) {
-                series.push(Series { label: format!("paper: {} ({})", label(a), f.nodes), points: vec![(f.nodes as f64, f.paper_us)], dashed: false, key: key.into() });
+                series.push(Series {
+                    label: format!("paper: {} ({})", label(a), f.nodes),
+                    points: vec![(f.nodes as f64, f.paper_us)],
+                    dashed: false,
+                    key: key.into(),
+                });
             }
         }
         panels.push(Panel { title: title.into(), series });
@@ -233,7 +238,14 @@ pub fn scale(out: &Path, md: &mut String, json: &mut serde_json::Map<String, ser
          1/10/25/100 GbE = mcd's host overheads behind one switch of that speed (`Setup::preset`, the named \
          link presets: L an assumed typical {}/{}/{}/{} µs, the NIC receiving at line rate); *paper* = the \
          paper's hardware (the 100 Mb/s preset).\n",
-        host.o_s, host.o_r, host.g, host.l, links[0].latency_us, links[1].latency_us, Link::GBE_25.latency_us, links[2].latency_us
+        host.o_s,
+        host.o_r,
+        host.g,
+        host.l,
+        links[0].latency_us,
+        links[1].latency_us,
+        Link::GBE_25.latency_us,
+        links[2].latency_us
     )?;
     let setups: Vec<(String, Setup)> = vec![
         ("before".into(), Setup { g_r: 0.0, ..Setup::logp(&LogP { g: 0.0, ..host }) }),
@@ -469,8 +481,7 @@ fn checks_and_bounds(rows: &[serde_json::Value], window: &[bool], parameters: &[
     let fitting: Vec<&serde_json::Value> = rows.iter().filter(|r| r["bounds_us"].is_null()).collect();
     if !fitting.is_empty() {
         let within = |r: &&&serde_json::Value| r["verdict"] != "missed";
-        let (repeats, checks): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) =
-            fitting.iter().partition(|r| r["repeats_calibration"] == true);
+        let (repeats, checks): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) = fitting.iter().partition(|r| r["repeats_calibration"] == true);
         let _ = write!(
             text,
             "Where processes ≤ cores: {} of {} independent checks within 20%, and {} of {} rows that repeat the engine's \
@@ -640,7 +651,11 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
     let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join(MEASURED_FILE))?)?;
     let here: Here = serde_json::from_value(record["here"].clone()).context("the measured parameters")?;
     let cores = mcd::host::online_cpus();
-    let vc = VirtualCluster { logp: here.logp, cores, wake: here.wake, engine: ENGINE_US,
+    let vc = VirtualCluster {
+        logp: here.logp,
+        cores,
+        wake: here.wake,
+        engine: ENGINE_US,
         fanout: here.copy_cost.delivered,
         flood: here.copy_cost.dropped,
         per_host: None,
@@ -727,7 +742,14 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
     )?;
     writeln!(md, "| ports | bridge | unicast send | multicast send |")?;
     writeln!(md, "|---:|---|---:|---:|")?;
-    let stat = |s: &serde_json::Value| format!("{:.2} [{:.2}, {:.2}]", s["median"].as_f64().unwrap_or(f64::NAN), s["p10"].as_f64().unwrap_or(f64::NAN), s["p90"].as_f64().unwrap_or(f64::NAN));
+    let stat = |s: &serde_json::Value| {
+        format!(
+            "{:.2} [{:.2}, {:.2}]",
+            s["median"].as_f64().unwrap_or(f64::NAN),
+            s["p10"].as_f64().unwrap_or(f64::NAN),
+            s["p90"].as_f64().unwrap_or(f64::NAN)
+        )
+    };
     for c in here.send_cost.as_array().into_iter().flatten() {
         writeln!(md, "| {} | {} | {} | {} |", c["ports"], c["topology"].as_str().unwrap_or("?"), stat(&c["unicast"]), stat(&c["multicast"]))?;
     }
@@ -739,10 +761,12 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
          sender (n − 2) × the first for every unicast on it (`Setup::flood_us`) and (n − 2) × the second for \
          every multicast on either bridge (`Setup::fanout_us`). The other nodes' processes pay nothing for a \
          dropped copy: their kernel's share of it is in the sender's send call.\n",
-        here.copy_cost.dropped,
-        here.copy_cost.delivered
+        here.copy_cost.dropped, here.copy_cost.delivered
     )?;
-    writeln!(md, "| nodes | network | algorithm | rails | hop / wake-up / engine µs | predicted µs | bounds µs | measured µs | rounds µs | error | verdict |")?;
+    writeln!(
+        md,
+        "| nodes | network | algorithm | rails | hop / wake-up / engine µs | predicted µs | bounds µs | measured µs | rounds µs | error | verdict |"
+    )?;
     writeln!(md, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|")?;
     let mut rows = Vec::new();
     // Engines (0.01 µs steps) that keep every row within the cores within 20%.
@@ -961,10 +985,15 @@ pub fn recorded(results: &Path, md: &mut String, json: &mut serde_json::Map<Stri
         (Some(b), Some(a)) => (b - a).max(0.0),
         _ => 20.0,
     };
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(results.join("barriers.json")).context("results/barriers.json")?)?;
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(results.join("barriers.json")).context("results/barriers.json")?)?;
     let measured_on = std::fs::read_to_string(results.join("barriers.md"))
         .ok()
-        .and_then(|t| t.lines().find(|l| l.starts_with("Measured")).map(|l| l.trim_start_matches("Measured ").split(" by ").next().unwrap_or("").trim_end_matches([',', ' ']).to_string()))
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("Measured"))
+                .map(|l| l.trim_start_matches("Measured ").split(" by ").next().unwrap_or("").trim_end_matches([',', ' ']).to_string())
+        })
         .unwrap_or_default();
     let cores = mcd::host::online_cpus();
     let copies = recorded_copy_cost(results);
@@ -980,7 +1009,10 @@ pub fn recorded(results: &Path, md: &mut String, json: &mut serde_json::Map<Stri
          sharing alone); above, every message also paying a wake-up at both ends, shared over the cores.\n",
         crate::fmt_logp(&p),
         match copies {
-            Some(c) => format!("each multicast costing its sender {:.2} µs per receiver beyond the first (the bridge's copy, measured in section 4)", c.delivered),
+            Some(c) => format!(
+                "each multicast costing its sender {:.2} µs per receiver beyond the first (the bridge's copy, measured in section 4)",
+                c.delivered
+            ),
             None => "no cost of the bridge's copies (not measured yet: `validate --measure`)".to_string(),
         }
     )?;
@@ -1050,7 +1082,9 @@ fn protocol_rows(md: &mut String, json: &mut serde_json::Map<String, serde_json:
     writeln!(md, "|---:|---|---:|---:|---:|---:|---:|")?;
     let mut out = Vec::new();
     for r in rows {
-        let (Some(n), Some(1), Some(name), Some(measured)) = (r["nodes"].as_u64(), r["rails"].as_u64(), r["algorithm"].as_str(), r["mean_us"].as_f64()) else {
+        let (Some(n), Some(1), Some(name), Some(measured)) =
+            (r["nodes"].as_u64(), r["rails"].as_u64(), r["algorithm"].as_str(), r["mean_us"].as_f64())
+        else {
             continue;
         };
         let Ok(a) = name.parse::<Algorithm>() else { continue };
@@ -1143,7 +1177,10 @@ mod tests {
     #[test]
     fn the_runs_engine_is_the_median_of_its_switch_rows_calibrations() {
         let params = |engines: &[Option<f64>]| -> serde_json::Value {
-            engines.iter().map(|&e| serde_json::json!({ "logp": { "o_s": 2.6, "o_r": 0.1, "g": 2.6, "L": 0.0 }, "wake_us": 20.0, "engine_us": e })).collect()
+            engines
+                .iter()
+                .map(|&e| serde_json::json!({ "logp": { "o_s": 2.6, "o_r": 0.1, "g": 2.6, "L": 0.0 }, "wake_us": 20.0, "engine_us": e }))
+                .collect()
         };
         let record = serde_json::json!({ "rows": [
             { "topology": "switch", "parameters_per_round": params(&[Some(1.0), Some(3.0)]) },

@@ -74,15 +74,8 @@ fn bad_options_and_files_are_clear_errors() {
 fn sweep(dir: &std::path::Path, args: &[&str]) -> serde_json::Value {
     let logp = dir.join("logp.json");
     std::fs::write(&logp, r#"[{"transport":"mcd","wait":"busy","o_s":{"median":2.7},"o_r":{"median":0.1},"g":{"median":2.7},"l":0.0}]"#).unwrap();
-    let out = Command::new(BIN)
-        .args(["--iterations", "30", "--warmup", "5"])
-        .args(args)
-        .arg("--logp")
-        .arg(&logp)
-        .arg("--out")
-        .arg(dir)
-        .output()
-        .unwrap();
+    let out =
+        Command::new(BIN).args(["--iterations", "30", "--warmup", "5"]).args(args).arg("--logp").arg(&logp).arg("--out").arg(dir).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap()
 }
@@ -92,7 +85,21 @@ fn a_collectives_sweep_times_allreduce_on_the_algorithms_that_reduce() {
     let dir = scratch("collectives");
     let out = Command::new(BIN).args(["--collective", "gather"]).arg("--out").arg(dir.join("never")).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("barrier, allreduce, reduce or bcast"), "{}", String::from_utf8_lossy(&out.stderr));
-    let json = sweep(&dir, &["--nodes", "3", "--algorithms", "dissemination,tree2,onephase,auto", "--collective", "allreduce", "--bytes", "800", "--cluster-name", "h16mb"]);
+    let json = sweep(
+        &dir,
+        &[
+            "--nodes",
+            "3",
+            "--algorithms",
+            "dissemination,tree2,onephase,auto",
+            "--collective",
+            "allreduce",
+            "--bytes",
+            "800",
+            "--cluster-name",
+            "h16mb",
+        ],
+    );
     // Dissemination does not reduce: tree2, onephase and auto's pick remain.
     check_csv(&dir, 3, 30);
     let rows = json["rows"].as_array().unwrap();
@@ -155,7 +162,20 @@ fn ranks_per_host_runs_every_rank_as_a_process_flat_and_with_both_releases() {
     // 2 hosts × 3 ranks: 6 processes, flat and hierarchical with each release.
     let json = sweep(
         &dir,
-        &["--nodes", "2", "--ranks-per-host", "3", "--algorithms", "tree2", "--host-release", "shm,multicast", "--wait", "block", "--cluster-name", "h14bm"],
+        &[
+            "--nodes",
+            "2",
+            "--ranks-per-host",
+            "3",
+            "--algorithms",
+            "tree2",
+            "--host-release",
+            "shm,multicast",
+            "--wait",
+            "block",
+            "--cluster-name",
+            "h14bm",
+        ],
     );
     check_csv(&dir, 3, 30);
     let rows = json["rows"].as_array().unwrap();

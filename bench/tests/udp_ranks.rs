@@ -16,8 +16,12 @@ fn udp_ranks_as_processes_give_right_results_in_coll_bench_lines() {
     for sync in [true, false] {
         let bench = CollectiveBench { warmup: 10, iterations: 100, sync };
         let lines = udpcollectives::measure_processes(&cluster, &program, &sizes, bench).expect("UDP ranks");
-        let what: Vec<(&str, usize, usize, bool, bool)> = lines.iter().map(|l| (l.collective.as_str(), l.bytes, l.ranks, l.sync, l.correct)).collect();
-        assert_eq!(what, [("allreduce", 8, 3, sync, true), ("bcast", 8, 3, sync, true), ("allreduce", 4096, 3, sync, true), ("bcast", 4096, 3, sync, true)]);
+        let what: Vec<(&str, usize, usize, bool, bool)> =
+            lines.iter().map(|l| (l.collective.as_str(), l.bytes, l.ranks, l.sync, l.correct)).collect();
+        assert_eq!(
+            what,
+            [("allreduce", 8, 3, sync, true), ("bcast", 8, 3, sync, true), ("allreduce", 4096, 3, sync, true), ("bcast", 4096, 3, sync, true)]
+        );
         assert!(lines.iter().all(|l| 0.0 < l.p50_us && l.p50_us <= l.p99_us && l.p99_us <= l.max_us), "{lines:?}");
     }
     // Without its rank, a process says what it is for.

@@ -47,9 +47,9 @@ impl std::fmt::Display for ExchangeError {
         match self {
             ExchangeError::Random(e) => write!(f, "the OS random source failed: {e}"),
             ExchangeError::WeakKey => f.write_str("the other side's X25519 public key is of low order (not a real key)"),
-            ExchangeError::BadTag => f.write_str(
-                "the wrapped job secret does not verify: it was not wrapped for this rank's key pair, or it was changed on the way",
-            ),
+            ExchangeError::BadTag => {
+                f.write_str("the wrapped job secret does not verify: it was not wrapped for this rank's key pair, or it was changed on the way")
+            }
         }
     }
 }
@@ -65,7 +65,12 @@ pub fn keypair() -> Result<([u8; KEY_LEN], [u8; KEY_LEN]), ExchangeError> {
 
 /// The pad and the tag's key of the pair (`ours`, `theirs`), rank 0's
 /// public key being `root_public` and the other rank's `rank_public`.
-fn keys(ours: &[u8; KEY_LEN], theirs: &[u8; KEY_LEN], root_public: &[u8; KEY_LEN], rank_public: &[u8; KEY_LEN]) -> Result<[u8; SECRET_LEN + 32], ExchangeError> {
+fn keys(
+    ours: &[u8; KEY_LEN],
+    theirs: &[u8; KEY_LEN],
+    root_public: &[u8; KEY_LEN],
+    rank_public: &[u8; KEY_LEN],
+) -> Result<[u8; SECRET_LEN + 32], ExchangeError> {
     let secret = StaticSecret::from(*ours);
     let shared = secret.diffie_hellman(&PublicKey::from(*theirs));
     if !shared.was_contributory() {

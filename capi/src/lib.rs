@@ -51,8 +51,8 @@ mod exchange;
 
 use barriers::model::LogP;
 use barriers::{
-    Algorithm, Barrier, BarrierConfig, BarrierError, BarrierStats, Collective, Dtype, GroupTransport, HierarchicalBarrier, Op,
-    PreparedBarrier, SharedEndpoint, Transport,
+    Algorithm, Barrier, BarrierConfig, BarrierError, BarrierStats, Collective, Dtype, GroupTransport, HierarchicalBarrier, Op, PreparedBarrier,
+    SharedEndpoint, Transport,
 };
 use mcd::bootstrap::JobSettings;
 use mcd::{Endpoint, EndpointConfig, NodeList};
@@ -410,7 +410,9 @@ fn collective_config(asked: &str, size: usize, rails: usize, host: HostShape) ->
         Some(name) if name != "auto" => {
             let algorithm: Algorithm = name.parse().map_err(|e: String| config_error(format!("MCD_COLLECTIVE_ALGORITHM: {e}")))?;
             if !call.runs_on(algorithm) {
-                return Err(config_error(format!("MCD_COLLECTIVE_ALGORITHM: {algorithm} does not reduce (it would count contributions more than once)")));
+                return Err(config_error(format!(
+                    "MCD_COLLECTIVE_ALGORITHM: {algorithm} does not reduce (it would count contributions more than once)"
+                )));
             }
             Some(algorithm)
         }
@@ -873,7 +875,8 @@ pub struct mcd_params {
 
 /// Bytes of a job secret.
 pub const MCD_SECRET_LEN: usize = 16;
-const _: () = assert!(MCD_SECRET_LEN == mcd::auth::SECRET_LEN && MCD_EXCHANGE_KEY_LEN == exchange::KEY_LEN && MCD_WRAPPED_SECRET_LEN == exchange::WRAPPED_LEN);
+const _: () =
+    assert!(MCD_SECRET_LEN == mcd::auth::SECRET_LEN && MCD_EXCHANGE_KEY_LEN == exchange::KEY_LEN && MCD_WRAPPED_SECRET_LEN == exchange::WRAPPED_LEN);
 /// `mcd_params::auth`: from the environment (`MCD_KEY_FILE`, `MCD_AUTH`).
 pub const MCD_AUTH_ENV: c_int = 0;
 /// `mcd_params::auth`: sign and verify with `mcd_params::secret`.
@@ -974,7 +977,12 @@ pub unsafe extern "C" fn mcd_secret_wrap(root_private_key: *const u8, rank_publi
 /// Each pointer is NULL or points to as many bytes as said above
 /// (`secret_out` writable).
 #[no_mangle]
-pub unsafe extern "C" fn mcd_secret_unwrap(rank_private_key: *const u8, root_public_key: *const u8, wrapped: *const u8, secret_out: *mut u8) -> c_int {
+pub unsafe extern "C" fn mcd_secret_unwrap(
+    rank_private_key: *const u8,
+    root_public_key: *const u8,
+    wrapped: *const u8,
+    secret_out: *mut u8,
+) -> c_int {
     guarded(|| {
         if rank_private_key.is_null() || root_public_key.is_null() || wrapped.is_null() || secret_out.is_null() {
             return Err(argument("mcd_secret_unwrap: a pointer is NULL"));
@@ -1088,13 +1096,11 @@ pub unsafe extern "C" fn mcd_init(params: *const mcd_params, out: *mut *mut Job)
                 }
             };
             if p.port >= 0 {
-                settings.job.port =
-                    Some(u8::try_from(p.port).map_err(|_| config_error(format!("port {} is not 0..=255", p.port)))?);
+                settings.job.port = Some(u8::try_from(p.port).map_err(|_| config_error(format!("port {} is not 0..=255", p.port)))?);
             }
             // SAFETY: strings are NULL or NUL-terminated per the contract.
             unsafe {
-                settings.job.interfaces =
-                    c_str(p.interfaces, "interfaces")?.map(|l| l.split(',').map(|s| s.trim().to_string()).collect());
+                settings.job.interfaces = c_str(p.interfaces, "interfaces")?.map(|l| l.split(',').map(|s| s.trim().to_string()).collect());
                 settings.job.job = c_str(p.job, "job")?;
                 settings.node_file = c_str(p.node_file, "node_file")?.map(Into::into);
                 settings.algorithm = c_str(p.algorithm, "algorithm")?;
@@ -1429,7 +1435,15 @@ pub struct Request {
 /// The collective `call` among `size` ranks (this one `rank`) of `count`
 /// elements of `dtype` (a broadcast: bytes): its description, the bytes of
 /// its input, and of its result here.
-fn nonblocking_call(call: mcd_call, count: usize, dtype: mcd_dtype, op: mcd_op, root: c_int, rank: usize, size: usize) -> Result<(Collective, usize, usize), CError> {
+fn nonblocking_call(
+    call: mcd_call,
+    count: usize,
+    dtype: mcd_dtype,
+    op: mcd_op,
+    root: c_int,
+    rank: usize,
+    size: usize,
+) -> Result<(Collective, usize, usize), CError> {
     match call {
         MCD_CALL_BARRIER => Ok((Collective::Barrier, 0, 0)),
         MCD_CALL_ALLREDUCE => {
@@ -1786,9 +1800,7 @@ unsafe fn rank_list(ranks: *const c_int, n: c_int, what: &str) -> Result<Vec<usi
     }
     // SAFETY: ranks points to n ints per the contract.
     let list = unsafe { std::slice::from_raw_parts(ranks, n as usize) };
-    list.iter()
-        .map(|&r| usize::try_from(r).map_err(|_| argument(&format!("{what}: rank {r} is negative"))))
-        .collect()
+    list.iter().map(|&r| usize::try_from(r).map_err(|_| argument(&format!("{what}: rank {r} is negative")))).collect()
 }
 
 /// Creates a barrier over the job's ranks `ranks[0..n]` (this rank among

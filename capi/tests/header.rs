@@ -117,7 +117,10 @@ fn header_struct_layouts_match_rust() {
     let in_header = header_structs(&header);
     let in_header_names: BTreeSet<&str> = in_header.iter().map(|(n, _)| n.as_str()).collect();
     let checked: BTreeSet<&str> = rust.iter().map(|l| l.name).collect();
-    assert_eq!(in_header_names, checked, "the header's structs and the ones this test checks differ: add the new #[repr(C)] struct to `layouts!` here");
+    assert_eq!(
+        in_header_names, checked,
+        "the header's structs and the ones this test checks differ: add the new #[repr(C)] struct to `layouts!` here"
+    );
     for (name, fields) in &in_header {
         let layout = rust.iter().find(|l| l.name == name).unwrap();
         let listed: BTreeSet<String> = layout.fields.iter().map(|(f, _, _)| f.to_string()).collect();
@@ -146,9 +149,7 @@ fn header_struct_layouts_match_rust() {
         .arg(crate_dir().join("include"))
         .arg(&source)
         .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run the C compiler `{cc}` ({e}): this test needs one; install gcc (`./run deps` does)")
-        });
+        .unwrap_or_else(|e| panic!("cannot run the C compiler `{cc}` ({e}): this test needs one; install gcc (`./run deps` does)"));
     let _ = std::fs::remove_dir_all(&dir);
     assert!(
         out.status.success(),

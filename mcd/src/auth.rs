@@ -76,9 +76,8 @@ impl JobSecret {
 
     /// The secret in `bytes`, which must be exactly [`SECRET_LEN`] long.
     pub fn from_slice(bytes: &[u8]) -> Result<JobSecret> {
-        let bytes: [u8; SECRET_LEN] = bytes
-            .try_into()
-            .map_err(|_| Error::Config(format!("a job secret is {SECRET_LEN} bytes, not {}", bytes.len())))?;
+        let bytes: [u8; SECRET_LEN] =
+            bytes.try_into().map_err(|_| Error::Config(format!("a job secret is {SECRET_LEN} bytes, not {}", bytes.len())))?;
         Ok(JobSecret(bytes))
     }
 
@@ -120,10 +119,7 @@ impl JobSecret {
         }
         let me = crate::sys::effective_uid();
         if meta.uid() != me {
-            return Err(refuse(format!(
-                "it is owned by user id {}, not by this process's user ({me}): write a key file of your own",
-                meta.uid()
-            )));
+            return Err(refuse(format!("it is owned by user id {}, not by this process's user ({me}): write a key file of your own", meta.uid())));
         }
         let mode = meta.mode() & 0o777;
         if mode & 0o077 != 0 {
@@ -183,11 +179,7 @@ fn parse_key_file(content: &[u8]) -> std::result::Result<JobSecret, String> {
     if content.is_empty() {
         return Err(format!("it is empty; {FIX}"));
     }
-    Err(format!(
-        "it holds {} bytes, neither {SECRET_LEN} bytes nor {} hex digits; {FIX}",
-        content.len().min(KEY_FILE_MAX as usize),
-        2 * SECRET_LEN
-    ))
+    Err(format!("it holds {} bytes, neither {SECRET_LEN} bytes nor {} hex digits; {FIX}", content.len().min(KEY_FILE_MAX as usize), 2 * SECRET_LEN))
 }
 
 /// Whether and how an endpoint authenticates its frames.

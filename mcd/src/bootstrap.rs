@@ -58,12 +58,8 @@ use crate::{Error, Result};
 pub const BOOTSTRAP_GROUP: GroupId = GroupId(255);
 
 /// Environment variables read for the rank, in order (with their size partner).
-pub const RANK_VARS: [(&str, &str); 4] = [
-    ("MCD_RANK", "MCD_SIZE"),
-    ("SLURM_PROCID", "SLURM_NTASKS"),
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("PMI_RANK", "PMI_SIZE"),
-];
+pub const RANK_VARS: [(&str, &str); 4] =
+    [("MCD_RANK", "MCD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")];
 /// Environment variables read for the rank on this host (the port), in order.
 pub const LOCAL_RANK_VARS: [&str; 4] = ["MCD_PORT", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"];
 /// Environment variables read for the job key, in order.
@@ -119,9 +115,9 @@ impl JobEnv {
         let port = match settings.port {
             Some(port) => port,
             None => match LOCAL_RANK_VARS.iter().find_map(|v| env_var(v).map(|x| (v, x))) {
-                Some((name, v)) => v
-                    .parse::<Port>()
-                    .map_err(|_| Error::Config(format!("{name}={v}: ports are 0..=255 (at most 256 ranks per host)")))?,
+                Some((name, v)) => {
+                    v.parse::<Port>().map_err(|_| Error::Config(format!("{name}={v}: ports are 0..=255 (at most 256 ranks per host)")))?
+                }
                 None => 0,
             },
         };
@@ -165,8 +161,7 @@ fn rank_from_env() -> Result<(usize, usize, &'static str)> {
 
 /// The interface of the IPv4 default route (`/proc/net/route`).
 pub fn default_route_interface() -> Result<String> {
-    let table = std::fs::read_to_string("/proc/net/route")
-        .map_err(|e| Error::Io { what: "reading /proc/net/route".into(), source: e })?;
+    let table = std::fs::read_to_string("/proc/net/route").map_err(|e| Error::Io { what: "reading /proc/net/route".into(), source: e })?;
     parse_default_route(&table).ok_or_else(|| Error::NoDefaultRoute { available: interface_names() })
 }
 
@@ -304,8 +299,7 @@ impl Hello {
         if rails == 0 || rails > MAX_RAILS || payload.len() != HELLO_HEAD + 6 * rails {
             return None;
         }
-        let macs =
-            (0..rails).map(|r| MacAddr(payload[HELLO_HEAD + 6 * r..][..6].try_into().expect("6 bytes"))).collect::<Vec<_>>();
+        let macs = (0..rails).map(|r| MacAddr(payload[HELLO_HEAD + 6 * r..][..6].try_into().expect("6 bytes"))).collect::<Vec<_>>();
         if macs[0] != repr.src_mac {
             return None;
         }
@@ -436,15 +430,8 @@ impl HelloSocket {
         // Ranks sharing this NIC are heard only as this host's outgoing frames.
         // Hellos only: the barrier frames to this port would otherwise be
         // copied here too, while the socket lingers after discovery.
-        let program = filter::build(&FilterSpec {
-            ethertype,
-            job_key,
-            mac: info.mac,
-            port,
-            groups: &groups,
-            accept_outgoing: true,
-            kind: Some(kind::HELLO),
-        });
+        let program =
+            filter::build(&FilterSpec { ethertype, job_key, mac: info.mac, port, groups: &groups, accept_outgoing: true, kind: Some(kind::HELLO) });
         socket.attach_filter(&program).map_err(|e| Error::os(on("attaching the BPF filter"), e))?;
         socket
             .add_membership(info.index, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP).0)
@@ -500,8 +487,7 @@ impl HelloSocket {
     /// (`None` with authentication off).
     fn try_recv(&mut self, me: usize) -> Result<Option<(Hello, Option<u64>)>> {
         loop {
-            let Some((len, kind)) = self.socket.try_recv(&mut self.buf).map_err(|e| Error::os("receiving bootstrap hellos", e))?
-            else {
+            let Some((len, kind)) = self.socket.try_recv(&mut self.buf).map_err(|e| Error::os("receiving bootstrap hellos", e))? else {
                 return Ok(None);
             };
             if kind == pkttype::OTHERHOST as u8 {

@@ -94,8 +94,7 @@ impl EndpointConfig {
     pub fn from_env() -> Result<EndpointConfig> {
         let auth = Auth::from_env()?.required()?;
         let nodes = NodeList::from_env()?.ok_or(Error::NoNodeList)?;
-        let interfaces: Vec<String> =
-            env_var("MCD_IFACES").unwrap_or_else(|| "eth0".into()).split(',').map(|s| s.trim().to_string()).collect();
+        let interfaces: Vec<String> = env_var("MCD_IFACES").unwrap_or_else(|| "eth0".into()).split(',').map(|s| s.trim().to_string()).collect();
         let port = match env_var("MCD_PORT") {
             Some(p) => p.trim().parse().map_err(|_| Error::Config(format!("MCD_PORT={p} is not a port 0..=255")))?,
             None => 0,
@@ -178,11 +177,8 @@ pub fn env_var(name: &str) -> Option<String> {
 /// The environment variable `name` as a positive number of seconds, if set.
 pub fn env_seconds(name: &str) -> Result<Option<Duration>> {
     let Some(t) = env_var(name) else { return Ok(None) };
-    let secs: f64 = t
-        .parse()
-        .ok()
-        .filter(|s: &f64| *s > 0.0 && s.is_finite())
-        .ok_or_else(|| Error::Config(format!("{name}={t} is not a number of seconds")))?;
+    let secs: f64 =
+        t.parse().ok().filter(|s: &f64| *s > 0.0 && s.is_finite()).ok_or_else(|| Error::Config(format!("{name}={t} is not a number of seconds")))?;
     Ok(Some(Duration::from_secs_f64(secs)))
 }
 

@@ -278,8 +278,7 @@ impl Endpoint {
     /// rings, and joins the all-nodes group. Interfaces are looked up in the
     /// calling thread's network namespace.
     pub fn open(config: EndpointConfig) -> Result<Endpoint> {
-        let EndpointConfig { interfaces, port, nodes, ethertype, job_key, wait, local_processes, auth, announce_every, .. } =
-            config.clone();
+        let EndpointConfig { interfaces, port, nodes, ethertype, job_key, wait, local_processes, auth, announce_every, .. } = config.clone();
         let key = match &auth {
             Auth::Unset => return Err(Error::NoSecret),
             Auth::Key(secret) => Some(FrameKey::new(secret)),
@@ -296,11 +295,7 @@ impl Endpoint {
             )));
         }
         let infos = interfaces.iter().map(|name| lookup_interface(name)).collect::<Result<Vec<_>>>()?;
-        let me = nodes.find(infos[0].mac, port).ok_or_else(|| Error::NotInNodeList {
-            mac: infos[0].mac,
-            port,
-            interface: interfaces[0].clone(),
-        })?;
+        let me = nodes.find(infos[0].mac, port).ok_or_else(|| Error::NotInNodeList { mac: infos[0].mac, port, interface: interfaces[0].clone() })?;
         let verifier = key.clone().map(|key| Verifier::new(key, nodes.len(), infos.len()));
         let auth_mismatch = vec![0; nodes.len() + 1];
         let demux = Demux { me, ethertype, job_key, port, nodes, groups: vec![GroupId::ALL.0], verifier, auth_mismatch };
@@ -486,18 +481,12 @@ impl Endpoint {
         for rail in &self.rails {
             if let Some((group, join)) = change {
                 let mac = MacAddr::mcd_group(self.demux.job_key, group);
-                let res = if join {
-                    rail.socket.add_membership(rail.info.index, mac.0)
-                } else {
-                    rail.socket.drop_membership(rail.info.index, mac.0)
-                };
+                let res = if join { rail.socket.add_membership(rail.info.index, mac.0) } else { rail.socket.drop_membership(rail.info.index, mac.0) };
                 res.map_err(|e| Error::os(format!("changing membership of group {} on {}", group.0, rail.interface), e))?;
             }
             if self.kernel_filter {
                 let program = self.demux.filter_program(rail.info.mac, rail.has_siblings);
-                rail.socket
-                    .attach_filter(&program)
-                    .map_err(|e| Error::os(format!("updating the filter on {}", rail.interface), e))?;
+                rail.socket.attach_filter(&program).map_err(|e| Error::os(format!("updating the filter on {}", rail.interface), e))?;
             }
         }
         Ok(())
@@ -849,9 +838,7 @@ fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: In
     socket.set_skip_malformed_sends().map_err(|e| Error::os(on("setting PACKET_LOSS"), e))?;
     socket.raise_receive_buffer(config.receive_buffer).map_err(|e| Error::os(on("raising the receive buffer"), e))?;
     if config.kernel_filter {
-        socket
-            .attach_filter(&demux.filter_program(info.mac, has_siblings))
-            .map_err(|e| Error::os(on("attaching the BPF filter"), e))?;
+        socket.attach_filter(&demux.filter_program(info.mac, has_siblings)).map_err(|e| Error::os(on("attaching the BPF filter"), e))?;
     }
     let max_frame = info.mtu + ETHERNET_HEADER_LEN + 4;
     let rings = socket
@@ -894,11 +881,7 @@ mod tests {
     /// Node 0 (this endpoint: 02:..:01 port 3, in groups 0 and 7) and node 1
     /// (02:..:09 port 1), as `UNICAST_FRAME` expects.
     fn demux() -> Demux {
-        let nodes = NodeList::new(vec![
-            NodeAddr { macs: vec![ME], port: 3 },
-            NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, 9])], port: 1 },
-        ])
-        .unwrap();
+        let nodes = NodeList::new(vec![NodeAddr { macs: vec![ME], port: 3 }, NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, 9])], port: 1 }]).unwrap();
         Demux {
             me: 0,
             ethertype: DEFAULT_ETHERTYPE,
@@ -1149,11 +1132,17 @@ mod tests {
         let unsigned = RxFrame { data: &UNICAST_FRAME, wire_len: UNICAST_FRAME.len(), packet_type: pkttype::HOST };
         assert_eq!(on.accept(&unsigned, 0, ME).map(|_| ()), Err(DropReason::AuthMismatch));
         let beyond = patched(offset::SRC_NODE, &[0, 7]);
-        assert_eq!(on.accept(&RxFrame { data: &beyond, wire_len: beyond.len(), packet_type: pkttype::HOST }, 0, ME).map(|_| ()), Err(DropReason::AuthMismatch));
+        assert_eq!(
+            on.accept(&RxFrame { data: &beyond, wire_len: beyond.len(), packet_type: pkttype::HOST }, 0, ME).map(|_| ()),
+            Err(DropReason::AuthMismatch)
+        );
         assert_eq!(on.auth_mismatch, vec![0, 1, 1]);
         let mut off = demux();
         let good = signed(&UNICAST_FRAME, 1, 1000);
-        assert_eq!(off.accept(&RxFrame { data: &good, wire_len: good.len(), packet_type: pkttype::HOST }, 0, ME).map(|_| ()), Err(DropReason::AuthMismatch));
+        assert_eq!(
+            off.accept(&RxFrame { data: &good, wire_len: good.len(), packet_type: pkttype::HOST }, 0, ME).map(|_| ()),
+            Err(DropReason::AuthMismatch)
+        );
         assert_eq!(off.auth_mismatch, vec![0, 1, 0]);
     }
 
@@ -1183,11 +1172,7 @@ mod tests {
         // takes `MAC MAC port`). Node 1's multicast frame, read on rail 0,
         // is sent again by an attacker on rail 1's segment.
         let shared = MacAddr([2, 0, 0, 0, 0, 9]);
-        let nodes = NodeList::new(vec![
-            NodeAddr { macs: vec![ME, ME], port: 3 },
-            NodeAddr { macs: vec![shared, shared], port: 1 },
-        ])
-        .unwrap();
+        let nodes = NodeList::new(vec![NodeAddr { macs: vec![ME, ME], port: 3 }, NodeAddr { macs: vec![shared, shared], port: 1 }]).unwrap();
         let mut d = authenticated_demux_on(2);
         d.nodes = nodes;
         let mut multicast = UNICAST_FRAME.to_vec();

@@ -109,11 +109,7 @@ impl Asm {
             let to = self.marks.iter().find(|(l, _)| *l == label).expect("label marked").1;
             u8::try_from(to - from - 1).expect("BPF jump within 255 instructions")
         };
-        self.code
-            .iter()
-            .enumerate()
-            .map(|(i, &(code, jt, jf, k))| BpfInsn { code, jt: at(jt, i), jf: at(jf, i), k })
-            .collect()
+        self.code.iter().enumerate().map(|(i, &(code, jt, jf, k))| BpfInsn { code, jt: at(jt, i), jf: at(jf, i), k }).collect()
     }
 }
 

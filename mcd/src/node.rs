@@ -108,10 +108,7 @@ impl NodeList {
 
     /// Reads and parses a node-list file.
     pub fn from_file(path: &Path) -> Result<NodeList, Error> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-            what: format!("reading node list {}", path.display()),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { what: format!("reading node list {}", path.display()), source })?;
         NodeList::parse(&text, &path.display().to_string())
     }
 
@@ -194,11 +191,8 @@ mod tests {
 
     #[test]
     fn parses_macs_rails_ports_and_comments() {
-        let list = NodeList::parse(
-            "# cluster\n02:00:00:00:00:01 02:00:00:01:00:01\n\n02:00:00:00:00:02 02:00:00:01:00:02 7 # host 2\n",
-            "test",
-        )
-        .unwrap();
+        let list =
+            NodeList::parse("# cluster\n02:00:00:00:00:01 02:00:00:01:00:01\n\n02:00:00:00:00:02 02:00:00:01:00:02 7 # host 2\n", "test").unwrap();
         assert_eq!(list.len(), 2);
         assert_eq!(list.rails(), 2);
         assert_eq!(list.get(0).unwrap().port, 0);
@@ -255,11 +249,8 @@ mod tests {
 
     #[test]
     fn nodes_sharing_a_mac_are_one_host_led_by_the_lowest_node() {
-        let list = NodeList::parse(
-            "02:00:00:00:00:01 0\n02:00:00:00:00:02 0\n02:00:00:00:00:01 1\n02:00:00:00:00:03\n02:00:00:00:00:02 1\n",
-            "test",
-        )
-        .unwrap();
+        let list = NodeList::parse("02:00:00:00:00:01 0\n02:00:00:00:00:02 0\n02:00:00:00:00:01 1\n02:00:00:00:00:03\n02:00:00:00:00:02 1\n", "test")
+            .unwrap();
         assert_eq!(list.hosts(), vec![vec![0, 2], vec![1, 4], vec![3]]);
     }
 }

@@ -43,8 +43,7 @@ pub fn endpoints_on_host() -> usize {
         let (Some((netns, _)), Some((_, port))) = (name.split_once('-'), name.rsplit_once('-')) else { continue };
         // Never open a file this process locks: closing any descriptor of it
         // would release our lock (POSIX record locks are per process).
-        let held = ours.contains(&path)
-            || File::open(&path).ok().is_some_and(|f| matches!(sys::record_lock_holder(&f), Ok(Some(_))));
+        let held = ours.contains(&path) || File::open(&path).ok().is_some_and(|f| matches!(sys::record_lock_holder(&f), Ok(Some(_))));
         if held {
             endpoints.insert((netns.to_string(), port.to_string()));
         }
@@ -73,12 +72,7 @@ impl PortLock {
         }
         let netns = sys::current_netns_id().map_err(|e| io("reading the network namespace", e))?;
         let path = dir.join(format!("{netns}-{interface}-{port}.lock"));
-        let held = |holder: String| Error::PortHeld {
-            port,
-            interface: interface.to_string(),
-            holder,
-            lock: path.display().to_string(),
-        };
+        let held = |holder: String| Error::PortHeld { port, interface: interface.to_string(), holder, lock: path.display().to_string() };
         let mut registry = HELD.lock().unwrap_or_else(|e| e.into_inner());
         if registry.contains(&path) {
             return Err(held(format!("process {} (this process, through another endpoint)", std::process::id())));

@@ -81,9 +81,7 @@ impl WaitPolicy {
             WaitPolicy::BusyPoll => WaitPhases { spin: forever, yield_for: Duration::ZERO },
             WaitPolicy::SpinThenYield { spin } => WaitPhases { spin, yield_for: forever },
             WaitPolicy::Block => WaitPhases { spin: Duration::ZERO, yield_for: Duration::ZERO },
-            WaitPolicy::Adaptive if local_processes <= cores => {
-                WaitPhases { spin: ADAPTIVE_SPIN, yield_for: Duration::ZERO }
-            }
+            WaitPolicy::Adaptive if local_processes <= cores => WaitPhases { spin: ADAPTIVE_SPIN, yield_for: Duration::ZERO },
             WaitPolicy::Adaptive => WaitPhases { spin: ADAPTIVE_SHORT_SPIN, yield_for: ADAPTIVE_YIELD },
         }
     }
@@ -91,8 +89,7 @@ impl WaitPolicy {
 
 /// Environment variables that say how many of the job's processes share this
 /// host, in the order they are read.
-pub const LOCAL_PROCESS_VARS: [&str; 4] =
-    ["MCD_LOCAL_PROCS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"];
+pub const LOCAL_PROCESS_VARS: [&str; 4] = ["MCD_LOCAL_PROCS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"];
 
 /// How many of the job's processes share this host, from the environment
 /// ([`LOCAL_PROCESS_VARS`]); 1 when none is set.

@@ -163,8 +163,7 @@ impl Attacker {
                 while !stop.load(Ordering::Relaxed) {
                     let Some(got) = receiver.recv(&mut buf, Duration::from_millis(20)).expect("sniffing") else { continue };
                     let bytes = &buf[..got.len];
-                    let ours = !got.outgoing
-                        && Frame::new_checked(bytes).is_ok_and(|f| f.ethertype() == mcd::wire::DEFAULT_ETHERTYPE);
+                    let ours = !got.outgoing && Frame::new_checked(bytes).is_ok_and(|f| f.ethertype() == mcd::wire::DEFAULT_ETHERTYPE);
                     if ours {
                         sniffed.frames.lock().unwrap().push(Captured { at: Instant::now(), bytes: bytes.to_vec() });
                         sniffed.grew.notify_all();
@@ -469,13 +468,7 @@ pub fn timelines(dir: &std::path::Path, nodes: usize) -> Vec<Timeline> {
 /// Fails unless every process ended with code 0 and printed `done`.
 pub fn assert_all_done(ends: &[Ended], what: &str) {
     for (node, e) in ends.iter().enumerate() {
-        assert!(
-            e.code == Some(0) && e.line("done").is_some(),
-            "{what}: node {node} ended {:?}:\n{}\n{}",
-            e.code,
-            e.lines.join("\n"),
-            e.stderr
-        );
+        assert!(e.code == Some(0) && e.line("done").is_some(), "{what}: node {node} ended {:?}:\n{}\n{}", e.code, e.lines.join("\n"), e.stderr);
     }
 }
 

@@ -29,7 +29,11 @@ fn hub(name: &str, nodes: usize) -> mcd_vcluster::ClusterGuard {
 }
 
 fn show(ends: &[Ended]) -> String {
-    ends.iter().enumerate().map(|(n, e)| format!("node {n} ({:?}):\n  {}\n  {}", e.code, e.lines.join("\n  "), e.stderr.trim())).collect::<Vec<_>>().join("\n")
+    ends.iter()
+        .enumerate()
+        .map(|(n, e)| format!("node {n} ({:?}):\n  {}\n  {}", e.code, e.lines.join("\n  "), e.stderr.trim()))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Frames dropped for a bad tag or as replays, over every node.
@@ -70,9 +74,10 @@ fn early_release(name: &str, auth: Auth, forger: usize) {
     match auth {
         Auth::Off => {
             assert_all_done(&ends, "early release, auth off: no error anywhere");
-            let v = violations.iter().find(|v| v.barrier == AT as usize).unwrap_or_else(|| {
-                panic!("auth off: the forged arrival released nobody early: {violations:?}\n{}", show(&ends))
-            });
+            let v = violations
+                .iter()
+                .find(|v| v.barrier == AT as usize)
+                .unwrap_or_else(|| panic!("auth off: the forged arrival released nobody early: {violations:?}\n{}", show(&ends)));
             assert_eq!(v.not_entered, 3, "the last to enter barrier {AT} is the computing rank");
             let early = timelines[3].barriers[AT as usize].0 - timelines[v.left].barriers[AT as usize].1;
             assert!(early > Duration::from_millis(1000), "node {} left barrier {AT} only {early:?} before rank 3 entered it", v.left);
@@ -91,7 +96,10 @@ fn early_release(name: &str, auth: Auth, forger: usize) {
             assert!(violations.is_empty(), "auth on: {violations:?}");
             let (bad, replayed) = auth_drops(&ends);
             assert!(bad >= templates.len() as u64, "{} forged, {bad} counted with a bad tag:\n{}", templates.len(), show(&ends));
-            eprintln!("early release (node {forger}'s messages), auth on: {} forged, {bad} bad tags, {replayed} replays counted; 8 barriers safe", templates.len());
+            eprintln!(
+                "early release (node {forger}'s messages), auth on: {} forged, {bad} bad tags, {replayed} replays counted; 8 barriers safe",
+                templates.len()
+            );
         }
     }
     drop(attacker);
@@ -373,7 +381,11 @@ fn replayed_keepalive(name: &str, auth: Auth) {
         Auth::On => {
             assert!(detected < Duration::from_millis(2500), "auth on: the crash was detected only after {detected:?}");
             let (bad, replayed) = auth_drops(&ends);
-            assert!(replayed >= before_detection as u64, "{before_detection} rounds of replays before the detection, {replayed} counted:\n{}", show(&ends));
+            assert!(
+                replayed >= before_detection as u64,
+                "{before_detection} rounds of replays before the detection, {replayed} counted:\n{}",
+                show(&ends)
+            );
             eprintln!(
                 "replayed keepalive, auth on: crash detected after {:.2} s (failure timeout 1 s) despite {before_detection} rounds of replays by then ({rounds} in all); {replayed} replays, {bad} bad tags counted",
                 detected.as_secs_f64()
@@ -615,7 +627,11 @@ fn root_a_port_stolen_while_its_node_computes_comes_back_before_it_calls_again()
     // its MAC if it sent nothing: its peers' probes reach it again long
     // before it calls in after 4 s.
     let (stolen, last, computing) = stolen_while_computing("ascomp", true);
-    assert!(last.saturating_duration_since(stolen) < Duration::from_secs(1), "the port came back only {:?} after the last theft", last.duration_since(stolen));
+    assert!(
+        last.saturating_duration_since(stolen) < Duration::from_secs(1),
+        "the port came back only {:?} after the last theft",
+        last.duration_since(stolen)
+    );
     assert!(last.duration_since(computing) < Duration::from_secs(2), "not long before the computation ended");
 }
 

@@ -99,13 +99,7 @@ fn a_killed_process_is_named_in_the_others_timeout_error() {
     let c = cluster(ClusterSpec::new("kill", n));
     let peer = env!("CARGO_BIN_EXE_mcd-test-peer");
     let mut children: Vec<_> = (0..n)
-        .map(|node| {
-            c.command(node, peer)
-                .args(["barrier", "dissemination", "100000000", "1500"])
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+        .map(|node| c.command(node, peer).args(["barrier", "dissemination", "100000000", "1500"]).stdout(Stdio::piped()).spawn().unwrap())
         .collect();
     let mut readers: Vec<_> = children.iter_mut().map(|ch| BufReader::new(ch.stdout.take().unwrap())).collect();
     for (node, r) in readers.iter_mut().enumerate() {
@@ -173,8 +167,7 @@ fn groups_on_shared_endpoints_never_count_each_others_frames() {
         .enumerate()
         .map(|(node, s)| {
             let half: Vec<usize> = (node % 2..n).step_by(2).collect();
-            let groups: Vec<barriers::GroupTransport> =
-                lists.iter().map(|l| s.group(if l.is_empty() { &half } else { l }).unwrap()).collect();
+            let groups: Vec<barriers::GroupTransport> = lists.iter().map(|l| s.group(if l.is_empty() { &half } else { l }).unwrap()).collect();
             std::thread::spawn(move || {
                 let keys: Vec<u64> = groups.iter().map(|g| g.key()).collect();
                 let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_micros(500), Duration::from_millis(500));

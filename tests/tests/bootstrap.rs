@@ -32,7 +32,13 @@ fn macs(c: &Cluster, nodes: impl Iterator<Item = usize>) -> Vec<String> {
 fn eight_ranks_discover_each_other_without_a_node_list() {
     let c = cluster(ClusterSpec::new("bs8", 8));
     let all: Vec<usize> = (0..8).collect();
-    let outcomes = run_discovering(&c, &all, &[PEER, "discover", "100"], |_| env(&[("MCD_JOB", "bs8".into()), ("MCD_WAIT", "block".into())]), Duration::from_secs(60));
+    let outcomes = run_discovering(
+        &c,
+        &all,
+        &[PEER, "discover", "100"],
+        |_| env(&[("MCD_JOB", "bs8".into()), ("MCD_WAIT", "block".into())]),
+        Duration::from_secs(60),
+    );
     assert_discovered(&outcomes, &all, &macs(&c, 0..8));
     // A rank that is done lingers, asleep: its bootstrap socket takes hellos
     // only, and nobody sends one once all are done. (It used to take a copy
@@ -52,7 +58,13 @@ fn discovery_survives_twenty_percent_loss() {
     // hands frames to the bootstrap's ETH_P_ALL socket before that hook.)
     let c = cluster(ClusterSpec::new("bsl", 8).loss(20.0, LossPoint::Port));
     let all: Vec<usize> = (0..8).collect();
-    let outcomes = run_discovering(&c, &all, &[PEER, "discover", "50"], |_| env(&[("MCD_JOB", "bsl".into()), ("MCD_WAIT", "block".into())]), Duration::from_secs(90));
+    let outcomes = run_discovering(
+        &c,
+        &all,
+        &[PEER, "discover", "50"],
+        |_| env(&[("MCD_JOB", "bsl".into()), ("MCD_WAIT", "block".into())]),
+        Duration::from_secs(90),
+    );
     assert_discovered(&outcomes, &all, &macs(&c, 0..8));
     assert!(c.loss_drops().unwrap() > 0, "the loss rule dropped nothing: the test tested nothing");
 }
@@ -175,9 +187,13 @@ fn a_rank_of_the_old_wire_version_is_named_in_the_timeout_error() {
                 std::thread::sleep(Duration::from_millis(10));
             }
         });
-        let out = run_discovering(&c, &[0], &[PEER, "discover", "1"], |_| {
-            env(&[("MCD_JOB", "bsv".into()), ("MCD_SIZE", "2".into()), ("MCD_BOOTSTRAP_TIMEOUT", "1".into())])
-        }, Duration::from_secs(30));
+        let out = run_discovering(
+            &c,
+            &[0],
+            &[PEER, "discover", "1"],
+            |_| env(&[("MCD_JOB", "bsv".into()), ("MCD_SIZE", "2".into()), ("MCD_BOOTSTRAP_TIMEOUT", "1".into())]),
+            Duration::from_secs(30),
+        );
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         out
     });

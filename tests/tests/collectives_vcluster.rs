@@ -62,7 +62,11 @@ fn workload<T: Transport + Send + 'static>(b: &mut Barrier<T>) -> Result<(Vec<u6
 /// Runs the workload on every transport; checks agreement and safety, and
 /// returns node 0's floats' bits.
 fn run<T: Transport + Send + 'static>(transports: Vec<T>, config: BarrierConfig, what: &str) -> Vec<u64> {
-    let results: Vec<_> = run_per_node(transports, config, workload).into_iter().enumerate().map(|(i, r)| r.unwrap_or_else(|e| panic!("{what}: node {i}: {e}"))).collect();
+    let results: Vec<_> = run_per_node(transports, config, workload)
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| r.unwrap_or_else(|e| panic!("{what}: node {i}: {e}")))
+        .collect();
     for (node, (bits, _)) in results.iter().enumerate() {
         assert!(bits == &results[0].0, "{what}: node {node}'s floats differ in their bits from node 0's");
     }
@@ -92,9 +96,8 @@ fn collectives_over_real_frames_under_20_percent_loss_agree_to_the_bit_with_the_
     assert_eq!(on_frames, in_process, "the same plan gives the same bits on real frames under loss as in process");
 
     // The C ABI's way: a group over every node of a shared endpoint.
-    let groups: Vec<_> = (0..n)
-        .map(|i| SharedEndpoint::new(open_on(&c, i, endpoint_config(&c)).unwrap()).group(&(0..n).collect::<Vec<_>>()).unwrap())
-        .collect();
+    let groups: Vec<_> =
+        (0..n).map(|i| SharedEndpoint::new(open_on(&c, i, endpoint_config(&c)).unwrap()).group(&(0..n).collect::<Vec<_>>()).unwrap()).collect();
     let grouped = run(groups, timeouts(Algorithm::OnePhase), "onephase on groups");
     let in_process = run(mem::network(n, 1, Faults::none()), timeouts(Algorithm::OnePhase), "onephase in process");
     assert_eq!(grouped, in_process, "one-phase: the same bits on groups under loss as in process");
@@ -148,7 +151,8 @@ fn release_first_broadcasts_on_a_group_complete_while_the_node_is_in_another_gro
             })
         })
         .collect();
-    let timelines: Vec<Timeline> = threads.into_iter().enumerate().map(|(i, t)| t.join().unwrap().unwrap_or_else(|e| panic!("node {i}: {e}"))).collect();
+    let timelines: Vec<Timeline> =
+        threads.into_iter().enumerate().map(|(i, t)| t.join().unwrap().unwrap_or_else(|e| panic!("node {i}: {e}"))).collect();
     let (violations, checked) = check(&timelines);
     assert_eq!((violations, checked), (vec![], 24));
 }

@@ -39,7 +39,6 @@ fn show(out: &NodeOutcome) -> String {
     format!("code {:?} timed out {}\n--- stdout\n{}\n--- stderr\n{}", out.code, out.timed_out, out.stdout, out.stderr)
 }
 
-
 /// No interposer error of any kind.
 fn no_mcd_errors(out: &NodeOutcome) {
     for bad in ["MPI_Barrier on", "finalizing mcd", "freeing a communicator", "creating a communicator", "MPI_Barrier returned"] {
@@ -54,11 +53,8 @@ fn growth(stdout: &str, prefix: &str) -> Vec<(i64, i64, i64, i64)> {
         .lines()
         .filter(|l| l.starts_with(prefix) && l.contains("tasks "))
         .map(|l| {
-            let nums: Vec<i64> = l
-                .split(|c: char| !c.is_ascii_digit() && c != '-')
-                .filter(|s| !s.is_empty() && *s != "-")
-                .filter_map(|s| s.parse().ok())
-                .collect();
+            let nums: Vec<i64> =
+                l.split(|c: char| !c.is_ascii_digit() && c != '-').filter(|s| !s.is_empty() && *s != "-").filter_map(|s| s.parse().ok()).collect();
             // "rank R: tasks A -> B, fds C -> D after N rounds"
             (nums[1], nums[2], nums[3], nums[4])
         })
@@ -191,10 +187,7 @@ fn check_records(dir: &Path, ranks: usize) -> usize {
 
 /// The "NAME rc=RC (TEXT)" line of `name` in `out`.
 fn check_line<'a>(out: &'a NodeOutcome, name: &str) -> &'a str {
-    out.stdout
-        .lines()
-        .find(|l| l.contains(&format!(": {name} rc=")))
-        .unwrap_or_else(|| panic!("node {}: no {name} line:\n{}", out.node, show(out)))
+    out.stdout.lines().find(|l| l.contains(&format!(": {name} rc="))).unwrap_or_else(|| panic!("node {}: no {name} line:\n{}", out.node, show(out)))
 }
 
 #[test]

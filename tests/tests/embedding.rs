@@ -144,7 +144,10 @@ fn a_c_program_runs_barriers_on_groups_of_the_job_each_its_own_instance() {
         assert_eq!(members.len(), want, "slot {slot} led by {leader}, round {round}");
         let last_in = members.iter().map(|m| m.0).fold(0.0, f64::max);
         let first_out = members.iter().map(|m| m.1).fold(f64::INFINITY, f64::min);
-        assert!(first_out >= last_in, "slot {slot} led by {leader}, round {round}: a member left at {first_out} before the last entered at {last_in}");
+        assert!(
+            first_out >= last_in,
+            "slot {slot} led by {leader}, round {round}: a member left at {first_out} before the last entered at {last_in}"
+        );
     }
     std::fs::remove_dir_all(&times).unwrap();
 }
@@ -229,7 +232,6 @@ fn barrier_check_under(mpi: Mpi, spec: ClusterSpec, args: &[&str], env: &[(&str,
     let program = cbuild::build_program(mpi, "barrier_check").unwrap();
     with_interposer_of(mpi, spec, program.to_str().unwrap(), args, env)
 }
-
 
 #[test]
 fn the_interposer_serves_mpi_barrier_in_an_unmodified_program() {
@@ -414,10 +416,7 @@ fn mpi4py_gets_mcd_barriers_on_its_communicators() {
     // installed Open MPI), with its own Python, unmodified.
     let python = "/usr/bin/python3";
     let probe = Command::new(python).args(["-c", "import mpi4py"]).status();
-    assert!(
-        probe.is_ok_and(|s| s.success()),
-        "this test needs mpi4py for {python}: apt-get install python3-mpi4py (or sudo ./run deps)"
-    );
+    assert!(probe.is_ok_and(|s| s.success()), "this test needs mpi4py for {python}: apt-get install python3-mpi4py (or sudo ./run deps)");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../mpi/comm_check.py");
     let out = with_interposer(ClusterSpec::new("mpipy", 4), python, &[script, "30"], &[]);
     assert!(out.stdout.contains("comm_check.py: OK 4 ranks, 30 rounds, 120 barriers checked"), "{}\n{}", out.stdout, out.stderr);
@@ -446,7 +445,11 @@ fn collective_reports(out: &NodeOutcome, ranks: usize) -> Vec<[u64; 6]> {
     (0..ranks)
         .map(|rank| {
             let prefix = format!("mcd-mpi: rank {rank}: collectives: ");
-            let line = out.stderr.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no collectives report from rank {rank}:\n{}", out.stderr));
+            let line = out
+                .stderr
+                .lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .unwrap_or_else(|| panic!("no collectives report from rank {rank}:\n{}", out.stderr));
             let numbers: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
             numbers.try_into().unwrap_or_else(|_| panic!("rank {rank}: {line}"))
         })
@@ -509,7 +512,11 @@ fn coll_diff(mpi: Mpi, spec: ClusterSpec, args: &[&str], env: &[(&str, &str)]) -
     let program = cbuild::build_program(mpi, "coll_diff").unwrap();
     let out = with_interposer_of(mpi, spec, program.to_str().unwrap(), args, env);
     for rank in 0..n {
-        let line = out.stdout.lines().find(|l| l.starts_with(&format!("coll_diff: rank {rank}: "))).unwrap_or_else(|| panic!("no verdict from rank {rank}:\n{}\n{}", out.stdout, out.stderr));
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("coll_diff: rank {rank}: ")))
+            .unwrap_or_else(|| panic!("no verdict from rank {rank}:\n{}\n{}", out.stdout, out.stderr));
         assert!(line.ends_with(", 0 wrong"), "{mpi}: {line}\n{}", out.stderr);
     }
     for bad in ["failed:", "finalizing mcd"] {
@@ -577,18 +584,35 @@ fn types_of_one_signature_mixed_across_ranks_match_pmpi_under_mpich() {
 /// its root learns of the mismatch only at its next call, see the README.)
 fn a_failed_collective_leaves_later_ones_working(mpi: Mpi, name: &str) {
     let program = cbuild::build_program(mpi, "coll_diff").unwrap();
-    let out = with_interposer_of(mpi, ClusterSpec::new(name, 4), program.to_str().unwrap(), &["3", "100", "mismatch", "512"], &[("MCD_BARRIER_TIMEOUT", "2")]);
+    let out = with_interposer_of(
+        mpi,
+        ClusterSpec::new(name, 4),
+        program.to_str().unwrap(),
+        &["3", "100", "mismatch", "512"],
+        &[("MCD_BARRIER_TIMEOUT", "2")],
+    );
     for rank in 0..4 {
         let prefix = format!("coll_diff: rank {rank}: the calls returned ");
-        let codes: Vec<&str> = out.stdout.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("rank {rank}:\n{}\n{}", out.stdout, out.stderr)).split(' ').collect();
+        let codes: Vec<&str> = out
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("rank {rank}:\n{}\n{}", out.stdout, out.stderr))
+            .split(' ')
+            .collect();
         assert!(codes[0] != "0" && codes[1] == "0" && codes[2] != "0", "{mpi}: rank {rank}: erroneous, right, erroneous: {codes:?}\n{}", out.stderr);
         // Each failure reaches the program as the interposer's own error class.
         for call in [1, 3] {
             let failed = format!("coll_diff: rank {rank}: call {call} failed: ");
-            let class = out.stdout.lines().find_map(|l| l.strip_prefix(&failed)).unwrap_or_else(|| panic!("{mpi}: rank {rank}: call {call}:\n{}", out.stdout));
+            let class = out
+                .stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(&failed))
+                .unwrap_or_else(|| panic!("{mpi}: rank {rank}: call {call}:\n{}", out.stdout));
             assert!(class.starts_with("mcd: the ranks called different collectives"), "{mpi}: rank {rank}: call {call}: {class}");
         }
-        let verdict = out.stdout.lines().find(|l| l.starts_with(&format!("coll_diff: rank {rank}: 100 calls"))).unwrap_or_else(|| panic!("{}", out.stdout));
+        let verdict =
+            out.stdout.lines().find(|l| l.starts_with(&format!("coll_diff: rank {rank}: 100 calls"))).unwrap_or_else(|| panic!("{}", out.stdout));
         assert!(verdict.ends_with(", 0 wrong"), "{mpi}: {verdict}\n{}", out.stderr);
     }
     // Only the erroneous calls failed, each with a clear error.

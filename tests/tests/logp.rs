@@ -2,8 +2,8 @@
 //! reports is self-consistent. Needs root; fails (does not skip) without it.
 
 use mcd::WaitPolicy;
-use mcd_integration_tests::cluster;
 use mcd_bench::logp::{measure_hops_on_cluster, measure_on_cluster, Effort, Stat};
+use mcd_integration_tests::cluster;
 use mcd_vcluster::ClusterSpec;
 
 fn ordered(s: &Stat, what: &str) {
@@ -13,8 +13,8 @@ fn ordered(s: &Stat, what: &str) {
 #[test]
 fn logp_parameters_of_mcd_and_udp_are_measured_and_consistent() {
     let c = cluster(ClusterSpec::new("logp", 2));
-    let ms = measure_on_cluster(&c, &[WaitPolicy::BusyPoll, WaitPolicy::Block], Effort { samples: 300, burst: 50 }, true, |_| {})
-        .expect("measurement");
+    let ms =
+        measure_on_cluster(&c, &[WaitPolicy::BusyPoll, WaitPolicy::Block], Effort { samples: 300, burst: 50 }, true, |_| {}).expect("measurement");
     assert_eq!(ms.len(), 4, "mcd and udp, two policies each");
     for m in &ms {
         let what = format!("{} {}", m.transport, m.wait);
@@ -56,10 +56,7 @@ fn hop_parameters_are_measured_on_the_rows_endpoints() {
 
 /// The packets `node`'s rail-0 interface has received, from `ip -s -j link`.
 fn rx_packets(c: &mcd_vcluster::Cluster, node: usize) -> u64 {
-    let out = std::process::Command::new("ip")
-        .args(["-n", &c.namespace(node), "-s", "-j", "link", "show", "eth0"])
-        .output()
-        .expect("ip -s link");
+    let out = std::process::Command::new("ip").args(["-n", &c.namespace(node), "-s", "-j", "link", "show", "eth0"]).output().expect("ip -s link");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j prints JSON");
     v[0]["stats64"]["rx"]["packets"].as_u64().expect("rx packets")
 }

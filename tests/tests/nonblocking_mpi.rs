@@ -33,7 +33,11 @@ fn nb_check(mpi: Mpi, spec: ClusterSpec, args: &[&str], env: &[(&str, &str)]) ->
     let out = run.output(&c, program.to_str().unwrap(), &args, Duration::from_secs(240)).unwrap();
     assert!(out.success(), "{mpi}: mpirun failed:\n{}\n{}", out.stdout, out.stderr);
     for rank in 0..RANKS {
-        let verdict = out.stdout.lines().find(|l| l.starts_with(&format!("nb_check: rank {rank}: "))).unwrap_or_else(|| panic!("{mpi}: no verdict from rank {rank}:\n{}\n{}", out.stdout, out.stderr));
+        let verdict = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("nb_check: rank {rank}: ")))
+            .unwrap_or_else(|| panic!("{mpi}: no verdict from rank {rank}:\n{}\n{}", out.stdout, out.stderr));
         assert!(verdict.ends_with(" 0 wrong") && !verdict.contains(": 0 checks"), "{mpi}: {verdict}\n{}", out.stderr);
     }
     for bad in [" failed: ", "could not start", "failed to start", "a start of a persistent"] {
@@ -49,7 +53,11 @@ fn nonblocking_reports(out: &NodeOutcome) -> Vec<[u64; 11]> {
     (0..RANKS)
         .map(|rank| {
             let prefix = format!("mcd-mpi: rank {rank}: nonblocking: ");
-            let line = out.stderr.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no nonblocking report from rank {rank}:\n{}", out.stderr));
+            let line = out
+                .stderr
+                .lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .unwrap_or_else(|| panic!("no nonblocking report from rank {rank}:\n{}", out.stderr));
             let numbers: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
             numbers.try_into().unwrap_or_else(|_| panic!("rank {rank}: {line}"))
         })
@@ -64,7 +72,12 @@ fn every_form(mpi: Mpi, name: &str) {
     let json_dir = std::env::temp_dir().join(format!("mcd-nb-json-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&json_dir).unwrap();
     let pattern = json_dir.join("rank-%r.json").display().to_string();
-    let out = nb_check(mpi, ClusterSpec::new(name, RANKS).loss(10.0, LossPoint::Node), &["forms", &rounds.to_string()], &[("MCD_MPI_REPORT_JSON", &pattern)]);
+    let out = nb_check(
+        mpi,
+        ClusterSpec::new(name, RANKS).loss(10.0, LossPoint::Node),
+        &["forms", &rounds.to_string()],
+        &[("MCD_MPI_REPORT_JSON", &pattern)],
+    );
     // MCD_MPI_REPORT_JSON: the same counts per rank, and per communicator.
     for rank in 0..RANKS {
         let path = json_dir.join(format!("rank-{rank}.json"));
@@ -200,7 +213,11 @@ fn differential_nonblocking(mpi: Mpi, name: &str) {
     let out = run.output(&c, program.to_str().unwrap(), &args, Duration::from_secs(240)).unwrap();
     assert!(out.success(), "{mpi}: mpirun failed:\n{}\n{}", out.stdout, out.stderr);
     for rank in 0..RANKS {
-        let line = out.stdout.lines().find(|l| l.starts_with(&format!("coll_diff: rank {rank}: "))).unwrap_or_else(|| panic!("{mpi}: no verdict from rank {rank}:\n{}\n{}", out.stdout, out.stderr));
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("coll_diff: rank {rank}: ")))
+            .unwrap_or_else(|| panic!("{mpi}: no verdict from rank {rank}:\n{}\n{}", out.stdout, out.stderr));
         assert!(line.ends_with(", 0 wrong"), "{mpi}: {line}\n{}", out.stderr);
     }
     assert!(!out.stderr.contains(" failed: "), "{mpi}: {}", out.stderr);

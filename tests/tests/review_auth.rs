@@ -21,7 +21,11 @@ const EVENT: Duration = Duration::from_secs(20);
 static MPI: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn show(ends: &[Ended]) -> String {
-    ends.iter().enumerate().map(|(n, e)| format!("node {n} ({:?}):\n  {}\n  {}", e.code, e.lines.join("\n  "), e.stderr.trim())).collect::<Vec<_>>().join("\n")
+    ends.iter()
+        .enumerate()
+        .map(|(n, e)| format!("node {n} ({:?}):\n  {}\n  {}", e.code, e.lines.join("\n  "), e.stderr.trim()))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Finding 1 on the wire: two runs of a job with one key file (as
@@ -45,11 +49,8 @@ fn root_a_join_replayed_from_an_earlier_run_with_the_same_key_is_refused() {
     let same_key = |hold: bool| {
         let key = key.display().to_string();
         move |node: usize| {
-            let mut env = vec![
-                (mcd::auth::KEY_FILE_VAR, key.clone()),
-                ("MCD_TEST_FAILURE_MS", "2000".to_string()),
-                ("MCD_TEST_JOIN_MS", "5000".to_string()),
-            ];
+            let mut env =
+                vec![(mcd::auth::KEY_FILE_VAR, key.clone()), ("MCD_TEST_FAILURE_MS", "2000".to_string()), ("MCD_TEST_JOIN_MS", "5000".to_string())];
             if hold && node == 1 {
                 env.push(("MCD_TEST_HOLD", "1".to_string()));
             }
@@ -75,7 +76,12 @@ fn root_a_join_replayed_from_an_earlier_run_with_the_same_key_is_refused() {
     eprintln!("run 2 after one replayed join of run 1:\n{}", show(&ends));
     assert_all_done(&ends, "run 2, one join of run 1 replayed to node 0");
     let stats = ends[0].lines.iter().find(|l| l.contains("barrier stats")).expect("node 0's barrier stats");
-    let superseded: u64 = stats.split("superseded: ").nth(1).and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next()).and_then(|n| n.parse().ok()).expect("a superseded count");
+    let superseded: u64 = stats
+        .split("superseded: ")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .expect("a superseded count");
     assert!(superseded >= 1, "node 0 counted the replayed join it replaced: {stats}");
 }
 
@@ -83,9 +89,12 @@ fn root_a_join_replayed_from_an_earlier_run_with_the_same_key_is_refused() {
 /// `node` of `c` (the cluster's key file, the same for every run).
 fn discovering(c: &mcd_vcluster::Cluster, node: usize) -> mcd_vcluster::Collected {
     let mut cmd = c.command(node, PEER);
-    cmd.args(["discover", "3"])
-        .env_remove("MCD_NODE_FILE")
-        .envs([("MCD_JOB", "rhello"), ("MCD_SIZE", "2"), ("MCD_BOOTSTRAP_TIMEOUT", "4"), ("MCD_WAIT", "block")]);
+    cmd.args(["discover", "3"]).env_remove("MCD_NODE_FILE").envs([
+        ("MCD_JOB", "rhello"),
+        ("MCD_SIZE", "2"),
+        ("MCD_BOOTSTRAP_TIMEOUT", "4"),
+        ("MCD_WAIT", "block"),
+    ]);
     mcd_vcluster::Collected::spawn(cmd).expect("starting mcd-test-peer discover")
 }
 
@@ -127,7 +136,14 @@ fn root_hellos_replayed_from_an_earlier_run_do_not_end_discovery() {
         eprintln!("run 2, node {} ({:?}):\n{}{}", o.node, o.code, o.stdout, o.stderr);
     }
     for o in &outcomes {
-        assert!(o.success() && o.stdout.contains("done"), "run 2, node {} after {} replayed hellos of run 1: {}{}", o.node, recorded.len(), o.stdout, o.stderr);
+        assert!(
+            o.success() && o.stdout.contains("done"),
+            "run 2, node {} after {} replayed hellos of run 1: {}{}",
+            o.node,
+            recorded.len(),
+            o.stdout,
+            o.stderr
+        );
     }
 }
 
@@ -287,11 +303,8 @@ fn root_mcd_auth_differing_between_ranks_falls_back_at_once_and_says_why() {
     let preload = cbuild::build_interposer(Mpi::OpenMpi, false).expect("building the interposer");
     let program = cbuild::build_program(Mpi::OpenMpi, "barrier_check").expect("building barrier_check");
     let wrapper = c.scratch_dir().unwrap().join("auth-off-on-rank-0.sh");
-    std::fs::write(
-        &wrapper,
-        format!("#!/bin/sh\n[ \"$OMPI_COMM_WORLD_RANK\" = 0 ] && export MCD_AUTH=off\nexec {} \"$@\"\n", program.display()),
-    )
-    .unwrap();
+    std::fs::write(&wrapper, format!("#!/bin/sh\n[ \"$OMPI_COMM_WORLD_RANK\" = 0 ] && export MCD_AUTH=off\nexec {} \"$@\"\n", program.display()))
+        .unwrap();
     std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let run = MpiRun {
         mpi: Mpi::OpenMpi,

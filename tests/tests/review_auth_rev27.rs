@@ -21,7 +21,11 @@ const EVENT: Duration = Duration::from_secs(20);
 const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 fn show(ends: &[Ended]) -> String {
-    ends.iter().enumerate().map(|(n, e)| format!("node {n} ({:?}):\n  {}\n  {}", e.code, e.lines.join("\n  "), e.stderr.trim())).collect::<Vec<_>>().join("\n")
+    ends.iter()
+        .enumerate()
+        .map(|(n, e)| format!("node {n} ({:?}):\n  {}\n  {}", e.code, e.lines.join("\n  "), e.stderr.trim()))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Finding 1 on the wire. `new_incarnation` keeps 40 bits of the time in
@@ -46,11 +50,8 @@ fn root_a_join_recorded_before_the_incarnation_wrap_and_replayed_does_not_fail_t
     let same_key = |hold: bool, faked: bool| {
         let key = key.display().to_string();
         move |node: usize| {
-            let mut env = vec![
-                (mcd::auth::KEY_FILE_VAR, key.clone()),
-                ("MCD_TEST_FAILURE_MS", "2000".to_string()),
-                ("MCD_TEST_JOIN_MS", "5000".to_string()),
-            ];
+            let mut env =
+                vec![(mcd::auth::KEY_FILE_VAR, key.clone()), ("MCD_TEST_FAILURE_MS", "2000".to_string()), ("MCD_TEST_JOIN_MS", "5000".to_string())];
             if hold && node == 1 {
                 env.push(("MCD_TEST_HOLD", "1".to_string()));
             }
@@ -107,11 +108,8 @@ fn root_one_frame_of_a_run_on_a_clock_ahead_replayed_does_not_silence_a_live_nod
     let same_key = |second: bool| {
         let key = key.display().to_string();
         move |node: usize| {
-            let mut env = vec![
-                (mcd::auth::KEY_FILE_VAR, key.clone()),
-                ("MCD_TEST_FAILURE_MS", "2000".to_string()),
-                ("MCD_TEST_JOIN_MS", "5000".to_string()),
-            ];
+            let mut env =
+                vec![(mcd::auth::KEY_FILE_VAR, key.clone()), ("MCD_TEST_FAILURE_MS", "2000".to_string()), ("MCD_TEST_JOIN_MS", "5000".to_string())];
             if !second && node == 1 {
                 env.push(("LD_PRELOAD", FAKETIME.to_string()));
                 env.push(("FAKETIME", "+3600".to_string()));

@@ -135,7 +135,8 @@ fn under_srun_the_bootstrap_takes_ranks_local_ranks_and_the_job_key_from_slurm()
 fn the_mpi_interposer_serves_mpi_barrier_under_srun_with_pmix() {
     // Debian's Open MPI talks to Slurm through PMIx (not PMI-2: "OMPI was
     // not built with SLURM's PMI support").
-    let preload = mcd_tools::cbuild::build_interposer(mcd_tools::cbuild::Mpi::OpenMpi, false).unwrap_or_else(|e| panic!("building the interposer (needs Open MPI's mpicc): {e:#}"));
+    let preload = mcd_tools::cbuild::build_interposer(mcd_tools::cbuild::Mpi::OpenMpi, false)
+        .unwrap_or_else(|e| panic!("building the interposer (needs Open MPI's mpicc): {e:#}"));
     let program = mcd_tools::cbuild::build_program(mcd_tools::cbuild::Mpi::OpenMpi, "barrier_check").unwrap();
     let (_c, slurm) = slurm_cluster("slrmp", 4);
     // Open MPI's own traffic over TCP between all ranks (no `vader` shared
@@ -148,7 +149,11 @@ fn the_mpi_interposer_serves_mpi_barrier_under_srun_with_pmix() {
     let out = srun(&slurm, &["--mpi=pmix", "-N", "4", "--ntasks-per-node", "2", &export, program.to_str().unwrap(), "100"], Duration::from_secs(90));
     assert!(out.stdout.contains("barrier_check: OK 8 ranks, 100 barriers"), "{}\n{}", out.stdout, out.stderr);
     for rank in 0..8 {
-        let line = out.stderr.lines().find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}:"))).unwrap_or_else(|| panic!("no report from rank {rank}:\n{}", out.stderr));
+        let line = out
+            .stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}:")))
+            .unwrap_or_else(|| panic!("no report from rank {rank}:\n{}", out.stderr));
         // The 100 on the world and the 10 barrier_check runs on a duplicate.
         assert!(line.contains("110 MPI_Barrier via mcd") && line.contains(", 0 via PMPI") && line.contains("mcd barriers 100"), "{line}");
         assert!(line.contains("authentication on: 0 bad tag"), "{line}");

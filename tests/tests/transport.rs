@@ -133,14 +133,7 @@ fn ports_demultiplex_frames_between_processes_on_one_nic() {
 #[test]
 fn a_port_is_held_by_one_process_and_the_error_names_it() {
     let c = cluster(ClusterSpec::new("exc", 2));
-    let mut holder = c
-        .command(1, peer_binary())
-        .arg("hold")
-        .env("MCD_PORT", "0")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut holder = c.command(1, peer_binary()).arg("hold").env("MCD_PORT", "0").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(holder.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "holding port 0 as node 1");
@@ -292,9 +285,9 @@ fn malformed_and_foreign_frames_are_counted_and_dropped_while_good_traffic_flows
         let frame_bytes = |repr: &FrameRepr, payload: &[u8]| signed_bytes(repr, payload, Some(&key), 1);
         let bad_frames: Vec<Vec<u8>> = vec![
             frame_bytes(&FrameRepr { ethertype: 0x88b6, ..good }, b"ethr"), // foreign EtherType
-            frame_bytes(&FrameRepr { job_key: 0xbad, ..good }, b"job!"),   // another job
-            frame_bytes(&FrameRepr { dst_port: 9, ..good }, b"port"),      // a port nobody holds
-            frame_bytes(&FrameRepr { src_node: 7, ..good }, b"src!"),      // names a node that does not exist
+            frame_bytes(&FrameRepr { job_key: 0xbad, ..good }, b"job!"),    // another job
+            frame_bytes(&FrameRepr { dst_port: 9, ..good }, b"port"),       // a port nobody holds
+            frame_bytes(&FrameRepr { src_node: 7, ..good }, b"src!"),       // names a node that does not exist
             {
                 let mut f = frame_bytes(&good, b"vers");
                 f[mcd::wire::offset::VERSION] = 7;

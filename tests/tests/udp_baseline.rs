@@ -11,9 +11,9 @@ use std::net::SocketAddrV4;
 use std::time::Instant;
 
 use barriers::check::{check, Timeline};
-use mcd_integration_tests::cluster;
-use mcd_bench::udpcollectives::{self, CollectiveBench};
 use mcd_bench::udpbarrier::UdpGroup;
+use mcd_bench::udpcollectives::{self, CollectiveBench};
+use mcd_integration_tests::cluster;
 use mcd_vcluster::ClusterSpec;
 
 #[test]

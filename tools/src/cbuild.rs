@@ -108,11 +108,8 @@ pub fn target_dir() -> Result<PathBuf> {
 /// The target directory `cargo metadata` reports, run as `cargo` (a cargo
 /// command, with whatever environment the caller gave it) in the checkout.
 fn metadata_target_dir(mut cargo: Command) -> Result<PathBuf> {
-    let out = cargo
-        .args(["metadata", "-q", "--format-version", "1", "--no-deps"])
-        .current_dir(source_dir()?)
-        .output()
-        .context("running cargo metadata")?;
+    let out =
+        cargo.args(["metadata", "-q", "--format-version", "1", "--no-deps"]).current_dir(source_dir()?).output().context("running cargo metadata")?;
     ensure!(out.status.success(), "cargo metadata failed:\n{}", String::from_utf8_lossy(&out.stderr));
     #[derive(serde::Deserialize)]
     struct Metadata {
@@ -175,10 +172,8 @@ fn compile(mpi: Mpi, name: &str, output: &Path, shared: bool, extra: &[&str]) ->
         std::fs::create_dir_all(dir)?;
     }
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let inputs_newest = std::iter::once(source.clone())
-        .chain(extra.iter().map(PathBuf::from).filter(|p| p.exists()))
-        .filter_map(|p| modified(&p))
-        .max();
+    let inputs_newest =
+        std::iter::once(source.clone()).chain(extra.iter().map(PathBuf::from).filter(|p| p.exists())).filter_map(|p| modified(&p)).max();
     if let (Some(out), Some(inp)) = (modified(output), inputs_newest) {
         if out > inp {
             return Ok(output.to_path_buf());
@@ -190,9 +185,7 @@ fn compile(mpi: Mpi, name: &str, output: &Path, shared: bool, extra: &[&str]) ->
         cmd.args(["-shared", "-fPIC"]);
     }
     cmd.arg(&source).args(extra);
-    let out = cmd
-        .output()
-        .with_context(|| format!("running {} (apt-get install {}, or `./run deps`)", mpi.compiler(), mpi.packages()))?;
+    let out = cmd.output().with_context(|| format!("running {} (apt-get install {}, or `./run deps`)", mpi.compiler(), mpi.packages()))?;
     if !out.status.success() {
         bail!("{} {} failed:\n{}", mpi.compiler(), source.display(), String::from_utf8_lossy(&out.stderr));
     }

@@ -209,5 +209,3 @@ fn prepare(cluster: &Cluster, per_node: usize) -> Result<LaunchFiles> {
     std::fs::create_dir_all(&tmpdir)?;
     Ok(LaunchFiles { hostfile, mpich_hostfile, agent, tmpdir })
 }
-
-

@@ -241,10 +241,7 @@ pub fn check_tools(need_nft: bool) -> Result<()> {
 
 pub(crate) fn which(tool: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
+    std::env::split_paths(&path).chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from)).map(|d| d.join(tool)).find(|p| p.is_file())
 }
 
 /// Fails unless running as root (the cluster needs CAP_NET_ADMIN and CAP_SYS_ADMIN).
@@ -343,10 +340,8 @@ impl Cluster {
     /// Names of the clusters that are up.
     pub fn list() -> Vec<String> {
         let Ok(dir) = std::fs::read_dir(STATE_DIR) else { return Vec::new() };
-        let mut names: Vec<String> = dir
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").map(str::to_string))
-            .collect();
+        let mut names: Vec<String> =
+            dir.filter_map(|e| e.ok()).filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").map(str::to_string)).collect();
         names.sort();
         names
     }
@@ -427,9 +422,8 @@ impl Cluster {
 
     /// The secret in [`Cluster::key_file`].
     pub fn secret(&self) -> Result<mcd::JobSecret> {
-        mcd::JobSecret::load(&self.key_file()).with_context(|| {
-            format!("the key file of cluster `{}` (`mcd-vcluster up {}` writes a missing one)", self.spec.name, self.spec.name)
-        })
+        mcd::JobSecret::load(&self.key_file())
+            .with_context(|| format!("the key file of cluster `{}` (`mcd-vcluster up {}` writes a missing one)", self.spec.name, self.spec.name))
     }
 
     /// Writes a fresh key file for one job in the scratch directory and
@@ -459,12 +453,8 @@ impl Cluster {
 
     /// The node list: one node per namespace, port 0, one MAC per rail.
     pub fn node_list(&self) -> NodeList {
-        NodeList::new(
-            (0..self.spec.nodes)
-                .map(|n| NodeAddr { macs: (0..self.spec.rails).map(|r| self.mac(n, r)).collect(), port: 0 })
-                .collect(),
-        )
-        .expect("a validated spec has 1 to MAX_NODES nodes, each with distinct MACs on 1 or more rails")
+        NodeList::new((0..self.spec.nodes).map(|n| NodeAddr { macs: (0..self.spec.rails).map(|r| self.mac(n, r)).collect(), port: 0 }).collect())
+            .expect("a validated spec has 1 to MAX_NODES nodes, each with distinct MACs on 1 or more rails")
     }
 
     fn build(&self) -> Result<usize> {
@@ -550,9 +540,8 @@ impl Cluster {
         self.clear_loss()?;
         let Some(loss) = self.spec.loss.clone() else { return Ok(()) };
         let threshold = (loss.percent * 100.0).round() as u32; // out of 10000
-        let rule = |iface_match: String| {
-            format!("{iface_match} ether type {:#06x} numgen random mod 10000 < {threshold} counter drop", loss.ethertype)
-        };
+        let rule =
+            |iface_match: String| format!("{iface_match} ether type {:#06x} numgen random mod 10000 < {threshold} counter drop", loss.ethertype);
         match loss.at {
             LossPoint::Node => {
                 for node in self.lossy_nodes(&loss) {
@@ -781,10 +770,7 @@ impl Collected {
     /// Starts `cmd` with no input and both outputs piped.
     pub fn spawn(mut cmd: Command) -> std::io::Result<Collected> {
         let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-        let readers = [
-            read_all_in_thread(child.stdout.take().expect("piped")),
-            read_all_in_thread(child.stderr.take().expect("piped")),
-        ];
+        let readers = [read_all_in_thread(child.stdout.take().expect("piped")), read_all_in_thread(child.stderr.take().expect("piped"))];
         Ok(Collected { child, readers })
     }
 

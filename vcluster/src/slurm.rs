@@ -48,12 +48,23 @@ pub struct Slurm {
 /// what is missing.
 pub fn check_slurm() -> Result<()> {
     let mut missing = Vec::new();
-    for (tool, package) in [("slurmctld", "slurm-wlm"), ("slurmd", "slurm-wlm"), ("srun", "slurm-wlm"), ("munged", "munge"), ("munge", "munge"), ("unshare", "util-linux")] {
+    for (tool, package) in [
+        ("slurmctld", "slurm-wlm"),
+        ("slurmd", "slurm-wlm"),
+        ("srun", "slurm-wlm"),
+        ("munged", "munge"),
+        ("munge", "munge"),
+        ("unshare", "util-linux"),
+    ] {
         if which(tool).is_none() {
             missing.push(format!("`{tool}` ({package})"));
         }
     }
-    ensure!(missing.is_empty(), "Slurm on the virtual cluster needs {}: `apt-get install slurm-wlm munge` (or `sudo ./run deps`)", missing.join(", "));
+    ensure!(
+        missing.is_empty(),
+        "Slurm on the virtual cluster needs {}: `apt-get install slurm-wlm munge` (or `sudo ./run deps`)",
+        missing.join(", ")
+    );
     Ok(())
 }
 

@@ -213,9 +213,9 @@ impl Core {
             }
             Then::WaitDone => {
                 self.phase = Phase::Idle; // (complete: the call reports it)
-                // A barrier queued behind a broadcast that ended in a
-                // mismatch is abandoned; a peer's data in this one says it
-                // called a collective.
+                                          // A barrier queued behind a broadcast that ended in a
+                                          // mismatch is abandoned; a peer's data in this one says it
+                                          // called a collective.
                 let result = self.settled_mismatch();
                 if result.is_ok() && p.finishing {
                     self.begin_farewell(now);
@@ -228,9 +228,7 @@ impl Core {
                 self.phase = if self.phase.running() { Phase::Background } else { Phase::Idle };
                 Some(Ok(()))
             }
-            Then::CollectiveSettled { call, count } => {
-                Some(self.enter_collective_now(now, call, count))
-            }
+            Then::CollectiveSettled { call, count } => Some(self.enter_collective_now(now, call, count)),
             Then::CloseSettled { finish } => {
                 if let Err(e) = self.settled_mismatch() {
                     return Some(Err(e));

@@ -7,9 +7,9 @@
 
 use std::time::{Duration, Instant};
 
+use super::receive::STATUS_TAG;
 use super::{Core, Event, To};
 use crate::engine::{mix, BarrierConfig, BarrierError};
-use super::receive::STATUS_TAG;
 use crate::transport::{status, Msg, MsgKind, NodeId};
 
 /// The engine's wire protocol, part of every join's fingerprint, so that
@@ -253,7 +253,14 @@ impl Core {
                         if msg.tag & status::FAILED != 0 && !nodes.is_empty() {
                             let waited = now.saturating_duration_since(j.start);
                             self.member.joining = None;
-                            let error = BarrierError::JoinTimeout { missing: nodes, nodes: n, waited, bad_tags: Vec::new(), auth_mismatch: Vec::new(), bad_version: 0 };
+                            let error = BarrierError::JoinTimeout {
+                                missing: nodes,
+                                nodes: n,
+                                waited,
+                                bad_tags: Vec::new(),
+                                auth_mismatch: Vec::new(),
+                                bad_version: 0,
+                            };
                             self.out.events.push_back(Event::JoinFailed(error));
                             return;
                         }

@@ -258,7 +258,9 @@ impl Core {
             return PeerState::Silent { for_: quiet };
         }
         match peer.last_heard {
-            Some(t) => PeerState::Alive { at: peer.at.unwrap_or(self.window.epoch), in_barrier: peer.in_barrier, heard: now.saturating_duration_since(t) },
+            Some(t) => {
+                PeerState::Alive { at: peer.at.unwrap_or(self.window.epoch), in_barrier: peer.in_barrier, heard: now.saturating_duration_since(t) }
+            }
             None => PeerState::Silent { for_: now.saturating_duration_since(self.recovery.step_since) },
         }
     }

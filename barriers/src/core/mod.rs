@@ -51,6 +51,8 @@ mod closing;
 mod ends;
 mod join;
 mod liveness;
+#[cfg(test)]
+mod net_tests;
 mod outbox;
 mod peers;
 mod progress;
@@ -58,20 +60,18 @@ mod receive;
 mod recovery;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod net_tests;
 mod window;
 
 use calls::Calls;
 use closing::Closing;
 use ends::Ends;
 use join::Membership;
+pub use join::PROTOCOL;
 use liveness::Liveness;
 use outbox::Outbox;
 use progress::{Phase, Plans, Run};
 use recovery::Recovery;
 use window::Window;
-pub use join::PROTOCOL;
 
 /// What a core needs to know of its network: the facts a
 /// [`crate::Transport`] reports.
@@ -214,10 +214,7 @@ impl Core {
             return Err(BarrierError::Config(format!("node {me} of {n}: not a valid node")));
         }
         if config.rails == 0 || config.rails > setup.rails {
-            return Err(BarrierError::Config(format!(
-                "the barrier wants {} rail(s) but the transport has {}",
-                config.rails, setup.rails
-            )));
+            return Err(BarrierError::Config(format!("the barrier wants {} rail(s) but the transport has {}", config.rails, setup.rails)));
         }
         if config.retry_timeout.is_zero() || config.failure_timeout <= config.retry_timeout {
             return Err(BarrierError::Config("need 0 < retry timeout < failure timeout".into()));

@@ -56,7 +56,17 @@ impl Net {
                 core
             })
             .collect();
-        Net { cores, now, wire: Vec::new(), dead: vec![false; n], paused: vec![false; n], done: (0..n).map(|_| None).collect(), rule: None, joined: vec![None; n], config }
+        Net {
+            cores,
+            now,
+            wire: Vec::new(),
+            dead: vec![false; n],
+            paused: vec![false; n],
+            done: (0..n).map(|_| None).collect(),
+            rule: None,
+            joined: vec![None; n],
+            config,
+        }
     }
 
     /// Node `p` makes a new barrier (its old core is dropped unfinished)
@@ -476,7 +486,6 @@ fn rev27_an_earlier_runs_frames_filling_a_joining_nodes_stash_cost_no_barrier() 
     let instances: Vec<_> = net.joined.iter().map(|j| j.clone().expect("joined").expect("joined")).collect();
     assert!(instances.iter().all(|&i| i == instances[0]), "{instances:?}");
 }
-
 
 #[test]
 fn a_join_that_times_out_names_the_node_node_0_waits_for_not_node_0() {

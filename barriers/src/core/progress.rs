@@ -9,8 +9,8 @@
 
 use std::time::Instant;
 
-use super::window::{bcast_variant, parity, BASE};
 use super::recovery::{copy_arg, Laggard};
+use super::window::{bcast_variant, parity, BASE};
 use super::{Core, To};
 use crate::collective::{Collective, Contributions};
 use crate::engine::BarrierError;
@@ -203,7 +203,12 @@ impl Core {
             }
             if self.run.remaining[self.run.step] == 0 {
                 if let Some(coll) = &mut self.coll {
-                    coll.absorb(parity, &self.plans.list[self.run.cur].steps[self.run.step], self.plans.expect.of_step(self.run.cur, self.run.step), self.setup.me);
+                    coll.absorb(
+                        parity,
+                        &self.plans.list[self.run.cur].steps[self.run.step],
+                        self.plans.expect.of_step(self.run.cur, self.run.step),
+                        self.setup.me,
+                    );
                     // What this node sends from now on says so.
                     self.window.void[parity] |= coll.has_error();
                 }

@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use super::window::{parity, place};
 use super::recovery::{lost_before, Laggard};
+use super::window::{parity, place};
 use super::Core;
 use crate::collective::Contributions;
 use crate::plan;

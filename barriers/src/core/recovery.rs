@@ -39,13 +39,13 @@
 
 use std::time::{Duration, Instant};
 
-use super::receive::STATUS_TAG;
-use crate::engine::BarrierConfig;
-use crate::rto::Rto;
-use super::window::parity;
 use super::peers::PerPeer;
+use super::receive::STATUS_TAG;
+use super::window::parity;
 use super::{Core, To};
+use crate::engine::BarrierConfig;
 use crate::plan::{self, Dest};
+use crate::rto::Rto;
 use crate::transport::{Msg, MsgKind, NodeId, COPY_MASK, COPY_SHIFT, MISMATCHED};
 
 /// Until a probe shows that the peer is late (a status: it has not sent
@@ -306,7 +306,9 @@ impl Core {
         // A multicast answer serves the NACKs that crossed it (sent within a
         // round trip of it).
         let window = self.recovery.reply.unwrap_or(gap).max(gap);
-        let served = tag.is_some_and(|t| self.recovery.multicast_answer.is_some_and(|(e, g, at)| e == epoch && g == t && now.saturating_duration_since(at) < window));
+        let served = tag.is_some_and(|t| {
+            self.recovery.multicast_answer.is_some_and(|(e, g, at)| e == epoch && g == t && now.saturating_duration_since(at) < window)
+        });
         let again = self.recovery.answered[from].asked_before(epoch, msg.tag);
         if served || !self.recovery.answered[from].admit(epoch, msg.tag, now, gap) {
             // Answered a moment ago (and what that answer set off, too), or

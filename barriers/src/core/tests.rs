@@ -8,9 +8,9 @@ use super::progress::Phase;
 use super::window::BASE;
 use super::*;
 use crate::collective::Collective;
+use crate::engine::{BarrierConfig, BarrierError, MIN_PROBES};
 use crate::plan::{self, Algorithm};
 use crate::transport::{status, Incoming, MsgKind};
-use crate::engine::{BarrierConfig, BarrierError, MIN_PROBES};
 
 /// A node's core driven by hand, in virtual time: what arrives is
 /// pushed by the test, what is sent is recorded (a multicast as one
@@ -312,7 +312,8 @@ fn a_broadcasts_root_sends_at_once_nacks_a_lost_entry_and_ends_after_all() {
     // The next call completes the broadcast first: the entry
     // comes, the end goes, and only then the allreduce's arrival.
     push(&mut e, 2, MsgKind::Answer, 0, BCAST_ENTERED, bcast_data(0, None));
-    e.enter_collective(Collective::Allreduce { op: crate::collective::Op::Sum, dtype: crate::collective::Dtype::U32 }, 1, &[1, 0, 0, 0], None).unwrap();
+    e.enter_collective(Collective::Allreduce { op: crate::collective::Op::Sum, dtype: crate::collective::Dtype::U32 }, 1, &[1, 0, 0, 0], None)
+        .unwrap();
     let done = e.transport.sent.iter().position(|(_, m)| m.tag == BCAST_DONE).expect("the end");
     assert!(e.transport.sent[done..].iter().all(|(_, m)| m.epoch == 0 || m.epoch == 1));
     assert_eq!((e.protocol_epoch(), e.run.cur), (1, BASE));
@@ -412,11 +413,13 @@ fn a_root_that_broadcasts_again_sends_no_end_its_next_data_implies_it_and_answer
     // it: answered with the end as staged.
     push(&mut e, 2, MsgKind::Nack, 0, BCAST_DONE, Vec::new());
     e.test().unwrap();
-    let answer = e.transport.sent.iter().position(|(t, m)| *t == 2 && m.kind == MsgKind::Answer && m.tag == BCAST_DONE && m.epoch == 0).expect("answered");
+    let answer =
+        e.transport.sent.iter().position(|(t, m)| *t == 2 && m.kind == MsgKind::Answer && m.tag == BCAST_DONE && m.epoch == 0).expect("answered");
     assert_eq!(e.transport.sent_data[answer], bcast_data(0, None));
     // An allreduce next: the end of epoch 1 goes out as usual first.
     entered(&mut e, 1);
-    e.enter_collective(Collective::Allreduce { op: crate::collective::Op::Sum, dtype: crate::collective::Dtype::U32 }, 1, &[1, 0, 0, 0], None).unwrap();
+    e.enter_collective(Collective::Allreduce { op: crate::collective::Op::Sum, dtype: crate::collective::Dtype::U32 }, 1, &[1, 0, 0, 0], None)
+        .unwrap();
     assert_eq!((sent_count(&e, 1, MsgKind::Data, 1, BCAST_DONE), sent_count(&e, 2, MsgKind::Data, 1, BCAST_DONE)), (1, 1));
     assert_eq!((e.protocol_epoch(), e.stats.ends_implied), (2, 1));
 }
@@ -488,7 +491,11 @@ fn a_nack_for_what_only_another_collective_sends_is_a_clear_error() {
     assert!(told(&e, 1) && told(&e, 2));
     let mut other = node_of_3(2);
     other.enter_split().unwrap();
-    other.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { kind: MsgKind::Status, instance: INSTANCE, epoch: 0, tag: status::IN_PROGRESS | status::MISMATCH, arg: 0 } });
+    other.transport.inbox.push_back(Incoming {
+        from: 0,
+        rail: 0,
+        msg: Msg { kind: MsgKind::Status, instance: INSTANCE, epoch: 0, tag: status::IN_PROGRESS | status::MISMATCH, arg: 0 },
+    });
     other.transport.inbox_data.push_back(Vec::new());
     let err = other.test().unwrap_err();
     assert!(matches!(err, BarrierError::CollectiveMismatch { epoch: 0, .. }), "{err}");
@@ -588,7 +595,11 @@ fn a_silent_peer_is_judged_only_after_it_was_probed_for_the_failure_timeout() {
     // It told node 0 that it gave up; hearing from node 0 again clears the verdict.
     e.collect();
     assert!(e.transport.sent.iter().any(|(_, m)| m.kind == MsgKind::Status && m.tag & status::FAILED != 0 && m.arg == 1));
-    e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: Msg { kind: MsgKind::Status, instance: INSTANCE, epoch: 0, tag: status::IN_PROGRESS, arg: 0 } });
+    e.transport.inbox.push_back(Incoming {
+        from: 0,
+        rail: 0,
+        msg: Msg { kind: MsgKind::Status, instance: INSTANCE, epoch: 0, tag: status::IN_PROGRESS, arg: 0 },
+    });
     assert!(!e.test().unwrap(), "still waiting, and no error");
 }
 
@@ -668,7 +679,9 @@ fn messages_replayed_from_an_earlier_cycle_never_count() {
     e.handle(t0, 0, 0, gave_up, &[]);
     assert!(e.poll_event().is_none(), "an earlier cycle's answer ended the join");
     e.handle_timeout(t0 + config.join_timeout);
-    let Some(Event::JoinFailed(BarrierError::JoinTimeout { missing, .. })) = e.poll_event() else { panic!("neither refused nor admitted: a timeout") };
+    let Some(Event::JoinFailed(BarrierError::JoinTimeout { missing, .. })) = e.poll_event() else {
+        panic!("neither refused nor admitted: a timeout")
+    };
     assert_eq!(missing, vec![0]);
     assert_ne!(e.instance(), EARLIER);
 }

@@ -13,8 +13,8 @@
 //! cores ([`Host::shared`]).
 
 use super::{auto_on_host, predict, Host, LogP, Prediction, Setup};
-use crate::plan::HostRelease;
 use crate::plan::Algorithm;
+use crate::plan::HostRelease;
 
 /// What shared memory costs between two processes of one host (µs), as
 /// `mcd-logp --shm` measures it.

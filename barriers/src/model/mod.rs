@@ -168,7 +168,17 @@ impl Setup {
     /// Plain LogP: `g` bounds one NIC's receptions as it bounds its sends,
     /// a switch, no wire limit, a core per node.
     pub fn logp(p: &LogP) -> Setup {
-        Setup { logp: *p, g_r: p.g, big_g: 0.0, bytes: 4, link: None, topology: Topology::Switch, fanout_us: 0.0, flood_us: 0.0, host: Host::DEDICATED }
+        Setup {
+            logp: *p,
+            g_r: p.g,
+            big_g: 0.0,
+            bytes: 4,
+            link: None,
+            topology: Topology::Switch,
+            fanout_us: 0.0,
+            flood_us: 0.0,
+            host: Host::DEDICATED,
+        }
     }
 
     /// `p` on `link`: frames serialise on it and a NIC receives no faster than its link.

@@ -115,7 +115,18 @@ impl Scenario {
     /// `barriers` barriers of `algorithm` among `nodes` on `setup`, lossless,
     /// back to back (no work between), 10% of them warm-up.
     pub fn new(algorithm: Algorithm, nodes: usize, setup: Setup, barriers: u32) -> Scenario {
-        Scenario { algorithm, nodes, setup, loss: Loss::NONE, barriers, warmup: barriers / 10, work_us: 0.0, seed: 1, timeouts: None, host_phases_us: (0.0, 0.0) }
+        Scenario {
+            algorithm,
+            nodes,
+            setup,
+            loss: Loss::NONE,
+            barriers,
+            warmup: barriers / 10,
+            work_us: 0.0,
+            seed: 1,
+            timeouts: None,
+            host_phases_us: (0.0, 0.0),
+        }
     }
 
     /// The same with `loss`.
@@ -611,7 +622,15 @@ mod loss_tests {
         let clean = run(&Scenario::new(a, 8, setup, 200)).unwrap();
         for loss in [Loss::Independent(0.2), Loss::Bursty { average: 0.05, mean_burst: 4.0 }] {
             let lossy = run(&Scenario::new(a, 8, setup, 200).loss(loss)).unwrap();
-            eprintln!("{loss:?}: clean {:.2} lossy mean {:.2} p99 {:.2} lost {} rec {} {:?}", clean.mean(), lossy.mean(), lossy.quantile(0.99), lossy.lost, lossy.recoveries(), lossy.stats);
+            eprintln!(
+                "{loss:?}: clean {:.2} lossy mean {:.2} p99 {:.2} lost {} rec {} {:?}",
+                clean.mean(),
+                lossy.mean(),
+                lossy.quantile(0.99),
+                lossy.lost,
+                lossy.recoveries(),
+                lossy.stats
+            );
             assert!(lossy.lost > 0 && lossy.recoveries() > 0, "{loss:?}: {:?}", lossy.stats);
             assert!(lossy.mean() > clean.mean(), "{loss:?}");
             assert_eq!(lossy, run(&Scenario::new(a, 8, setup, 200).loss(loss)).unwrap(), "a seed replays");
@@ -718,4 +737,3 @@ mod hierarchy_tests {
         }
     }
 }
-

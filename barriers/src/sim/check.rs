@@ -285,9 +285,8 @@ impl Checker<'_> {
         let script = &run.scripts[j];
         let ops = &run.ops[j];
         let mismatch_at = script.iter().position(|o| o.is_mismatch());
-        let crashed_in = |b: NodeId| {
-            run.episodes.iter().any(|e| matches!(e.kind, EpisodeKind::Crash { node } if node == b) && e.start <= run.spans[j].1)
-        };
+        let crashed_in =
+            |b: NodeId| run.episodes.iter().any(|e| matches!(e.kind, EpisodeKind::Crash { node } if node == b) && e.start <= run.spans[j].1);
         // An instance that never ended lasts to the end of the run.
         let span = if run.spans[j].1 < run.spans[j].0 { (run.spans[j].0, u64::MAX) } else { run.spans[j] };
         let clean = !silence_during(run, span) && mismatch_at.is_none();

@@ -80,9 +80,10 @@ impl fmt::Display for FaultKind {
 impl std::str::FromStr for FaultKind {
     type Err = String;
     fn from_str(s: &str) -> Result<FaultKind, String> {
-        FaultKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
-            format!("unknown fault `{s}` (one of: {})", FaultKind::ALL.map(|k| k.name()).join(", "))
-        })
+        FaultKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| format!("unknown fault `{s}` (one of: {})", FaultKind::ALL.map(|k| k.name()).join(", ")))
     }
 }
 

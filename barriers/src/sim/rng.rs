@@ -83,10 +83,12 @@ mod tests {
 
     #[test]
     fn a_seed_gives_one_stream_and_forks_differ() {
-        let a: Vec<u64> = (0..4).map({
-            let mut r = Rng::new(7);
-            move |_| r.next_u64()
-        }).collect();
+        let a: Vec<u64> = (0..4)
+            .map({
+                let mut r = Rng::new(7);
+                move |_| r.next_u64()
+            })
+            .collect();
         let mut r = Rng::new(7);
         assert_eq!(a, (0..4).map(|_| r.next_u64()).collect::<Vec<_>>());
         assert_ne!(Rng::fork(7, 1).next_u64(), Rng::fork(7, 2).next_u64());

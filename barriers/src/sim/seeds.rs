@@ -223,7 +223,10 @@ fn soak() {
     let (mut barriers, mut failing) = (0u64, Vec::new());
     let report = |seeds: u64, barriers: u64, failing: &[u64]| {
         let s = start.elapsed().as_secs_f64();
-        println!("soak {faults}: {seeds} seeds from {first}, {barriers} barriers in {s:.0} s ({:.0}/s wall), failing {failing:?}", barriers as f64 / s);
+        println!(
+            "soak {faults}: {seeds} seeds from {first}, {barriers} barriers in {s:.0} s ({:.0}/s wall), failing {failing:?}",
+            barriers as f64 / s
+        );
     };
     for seed in first..first + count {
         let (run, v) = run_seed(seed, &o);

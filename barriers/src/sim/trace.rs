@@ -120,7 +120,11 @@ impl Ring {
 
     /// The events, oldest first.
     pub fn events(&self) -> impl Iterator<Item = &(u64, TraceEvent)> {
-        let (a, b) = if self.entries.len() < self.cap { (&self.entries[..], &self.entries[..0]) } else { (&self.entries[self.next..], &self.entries[..self.next]) };
+        let (a, b) = if self.entries.len() < self.cap {
+            (&self.entries[..], &self.entries[..0])
+        } else {
+            (&self.entries[self.next..], &self.entries[..self.next])
+        };
         a.iter().chain(b.iter())
     }
 }

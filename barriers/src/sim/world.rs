@@ -390,7 +390,9 @@ impl<F: NodeFactory> World<F> {
                         Ev::Deliver { to, from, .. } => format!("messages from node {from} to node {to} at no delay"),
                         _ => "events".into(),
                     };
-                    self.run.errors.push(format!("UNEXPECTED: {SPIN_LIMIT} events at {:.6} ms without time advancing (a spin: {who})", self.now as f64 / 1e6));
+                    self.run
+                        .errors
+                        .push(format!("UNEXPECTED: {SPIN_LIMIT} events at {:.6} ms without time advancing (a spin: {who})", self.now as f64 / 1e6));
                     break;
                 }
             } else {
@@ -717,10 +719,7 @@ impl<F: NodeFactory> World<F> {
                 let kind = self.run.scripts[inst][k].kind_at(node);
                 let call = match kind {
                     OpKind::Split { .. } => AppCall::Enter,
-                    _ => AppCall::Collective {
-                        call: kind.collective(),
-                        input: workload::input(self.run.config.seed, inst, k, node, kind),
-                    },
+                    _ => AppCall::Collective { call: kind.collective(), input: workload::input(self.run.config.seed, inst, k, node, kind) },
                 };
                 (call, if matches!(kind, OpKind::Split { .. }) { Stage::Entered(k) } else { Stage::InOp(k) })
             }

@@ -466,8 +466,7 @@ fn run_across_hosts(cli: &Cli, algs: &[Algorithm], with_auto: bool) -> Result<()
         for &(algorithm, is_auto_row) in &todo {
             let bench = cli.bench(n, wait);
             round += 1;
-            let (ep, measured) =
-                barrierbench::measure_across_hosts(endpoint, BarrierConfig::new(algorithm).rails(rails), bench, round)?;
+            let (ep, measured) = barrierbench::measure_across_hosts(endpoint, BarrierConfig::new(algorithm).rails(rails), bench, round)?;
             endpoint = ep;
             if let Some(mut measured) = measured {
                 eprintln!("  {algorithm}: mean {:.1} µs", measured.mean_us);
@@ -515,7 +514,11 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
     }
     for (topology, rails, wait, n, per_host) in &groups {
         if *per_host > 1 {
-            writeln!(table, "\n{n} ranks = {} hosts × {per_host} ranks, {topology}, {rails} rail(s), wait {wait} (hier: = hierarchical)", n / per_host)?;
+            writeln!(
+                table,
+                "\n{n} ranks = {} hosts × {per_host} ranks, {topology}, {rails} rail(s), wait {wait} (hier: = hierarchical)",
+                n / per_host
+            )?;
         } else {
             writeln!(table, "\n{n} nodes, {topology}, {rails} rail(s), wait {wait}")?;
         }
@@ -575,7 +578,23 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
             "{},{},{},{},{},{:?},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{}",
             r.collective.split(' ').next().unwrap_or("barrier"),
             r.bytes,
-            r.topology, m.rails, r.wait, m.method, m.nodes, r.ranks_per_host, m.algorithm, m.iterations, m.min_us, m.mean_us, m.max_us, m.p50_us, m.p99_us, m.p999_us, r.predicted_us, r.auto_pick, m.recoveries,
+            r.topology,
+            m.rails,
+            r.wait,
+            m.method,
+            m.nodes,
+            r.ranks_per_host,
+            m.algorithm,
+            m.iterations,
+            m.min_us,
+            m.mean_us,
+            m.max_us,
+            m.p50_us,
+            m.p99_us,
+            m.p999_us,
+            r.predicted_us,
+            r.auto_pick,
+            m.recoveries,
             r.bounds_us.map_or(String::new(), |b| format!("{:.3}", b.0)),
             r.bounds_us.map_or(String::new(), |b| format!("{:.3}", b.1))
         )?;
@@ -604,7 +623,9 @@ fn report(cli: &Cli, p: &LogP, rows: &[Row]) -> Result<()> {
             let mut series = Vec::new();
             for name in &names {
                 let key = name.clone();
-                let pts = |f: &dyn Fn(&Row) -> f64| mine.iter().filter(|r| &line_of(r) == name).map(|r| (r.measured.nodes as f64, f(r).max(0.1))).collect::<Vec<_>>();
+                let pts = |f: &dyn Fn(&Row) -> f64| {
+                    mine.iter().filter(|r| &line_of(r) == name).map(|r| (r.measured.nodes as f64, f(r).max(0.1))).collect::<Vec<_>>()
+                };
                 series.push(Series { label: format!("{name} measured"), points: pts(&|r| r.measured.mean_us), dashed: false, key: key.clone() });
                 series.push(Series { label: format!("{name} predicted"), points: pts(&|r| r.predicted_us), dashed: true, key });
             }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Parser;
 use mcd::{Endpoint, EndpointConfig, WaitPolicy};
-use mcd_bench::logp::{self, Effort};
 use mcd_bench::cli::{self, Role, TwoNodeArgs};
+use mcd_bench::logp::{self, Effort};
 use mcd_vcluster::{Cluster, ClusterSpec};
 
 /// Measures the LogP parameters (o_s, o_r, g, L) of mcd, and of UDP sockets
@@ -89,10 +89,7 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     if cli.shm {
         let shm = logp::measure_shm(cli.samples.max(10) * 10)?;
-        println!(
-            "shared memory: transfer {:.3} µs, futex wake-up {:.2} µs, scan {:.4} µs per rank",
-            shm.transfer, shm.wake, shm.scan
-        );
+        println!("shared memory: transfer {:.3} µs, futex wake-up {:.2} µs, scan {:.4} µs per rank", shm.transfer, shm.wake, shm.scan);
         if let Some(path) = &cli.json {
             std::fs::write(path, serde_json::to_string_pretty(&shm)?).with_context(|| format!("writing {}", path.display()))?;
         }
@@ -158,7 +155,12 @@ fn run(cli: Cli) -> Result<()> {
     }
     if let Some(big_g) = extra.big_g {
         let sizes: Vec<String> = extra.g_by_size.iter().map(|(s, g)| format!("{s} B {g:.2}")).collect();
-        println!("g by payload (µs): {}; G = {:.5} µs/byte ({:.0} MB/s)", sizes.join(", "), big_g, if big_g > 0.0 { 1.0 / big_g } else { f64::INFINITY });
+        println!(
+            "g by payload (µs): {}; G = {:.5} µs/byte ({:.0} MB/s)",
+            sizes.join(", "),
+            big_g,
+            if big_g > 0.0 { 1.0 / big_g } else { f64::INFINITY }
+        );
     }
     if let Some(g_r) = extra.g_r {
         println!(

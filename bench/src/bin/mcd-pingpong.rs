@@ -7,8 +7,8 @@ use std::sync::atomic::AtomicBool;
 use anyhow::{Context, Result};
 use clap::Parser;
 use mcd::{Endpoint, EndpointConfig, WaitPolicy};
-use mcd_bench::pingpong::{self, Client, PingPongConfig};
 use mcd_bench::cli::{self, Role, TwoNodeArgs};
+use mcd_bench::pingpong::{self, Client, PingPongConfig};
 use mcd_vcluster::{Cluster, ClusterSpec, Topology};
 
 /// Ping-pong between two nodes: RTT/2 latency percentiles (hdrhistogram) and

@@ -64,10 +64,7 @@ pub fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<boo
     for (p, &fd) in pollfds.iter_mut().zip(fds) {
         *p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     }
-    let ts = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: t.subsec_nanos() as libc::c_long,
-    });
+    let ts = timeout.map(|t| libc::timespec { tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t, tv_nsec: t.subsec_nanos() as libc::c_long });
     let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: pollfds holds n valid entries; ts_ptr is null or points to a live timespec.
     match syscall!(ppoll(pollfds.as_mut_ptr(), n as libc::nfds_t, ts_ptr, std::ptr::null())) {

@@ -57,9 +57,7 @@ impl SharedMapping {
         }
         // SAFETY: a fresh shared mapping of a live descriptor; the kernel
         // picks the address. The descriptor may close afterwards.
-        let base = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, file.as_raw_fd(), 0)
-        };
+        let base = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, file.as_raw_fd(), 0) };
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -105,10 +103,7 @@ impl Drop for SharedMapping {
 /// `timeout` (none: no limit). Returns at once if the word differs; a
 /// spurious return is possible, so callers re-check their condition.
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> io::Result<()> {
-    let ts = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: t.subsec_nanos() as libc::c_long,
-    });
+    let ts = timeout.map(|t| libc::timespec { tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t, tv_nsec: t.subsec_nanos() as libc::c_long });
     let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `word` is a live, aligned 32-bit word; `ts_ptr` is NULL or a
     // live timespec (a relative timeout for FUTEX_WAIT).

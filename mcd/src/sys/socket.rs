@@ -48,14 +48,7 @@ impl PacketSocket {
 
     fn set_option<T>(&self, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
         // SAFETY: value points to a live T of the size passed.
-        syscall!(setsockopt(
-            self.fd.as_raw_fd(),
-            level,
-            name,
-            value as *const T as *const libc::c_void,
-            size_of::<T>() as libc::socklen_t,
-        ))
-        .map(drop)
+        syscall!(setsockopt(self.fd.as_raw_fd(), level, name, value as *const T as *const libc::c_void, size_of::<T>() as libc::socklen_t,)).map(drop)
     }
 
     /// Selects TPACKET_V2 ring frames.
@@ -74,14 +67,12 @@ impl PacketSocket {
     /// (`SO_RCVBUFFORCE` needs CAP_NET_ADMIN), else as far as `SO_RCVBUF` goes.
     pub fn raise_receive_buffer(&self, bytes: usize) -> io::Result<()> {
         let bytes = bytes.min(i32::MAX as usize) as libc::c_int;
-        self.set_option(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &bytes)
-            .or_else(|_| self.set_option(libc::SOL_SOCKET, libc::SO_RCVBUF, &bytes))
+        self.set_option(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &bytes).or_else(|_| self.set_option(libc::SOL_SOCKET, libc::SO_RCVBUF, &bytes))
     }
 
     /// Attaches (or atomically replaces) the classic BPF filter.
     pub fn attach_filter(&self, program: &[BpfInsn]) -> io::Result<()> {
-        let len = libc::c_ushort::try_from(program.len())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "BPF program too long"))?;
+        let len = libc::c_ushort::try_from(program.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "BPF program too long"))?;
         // The kernel only reads the program (it copies it); BpfInsn is laid out as sock_filter.
         let prog = libc::sock_fprog { len, filter: program.as_ptr() as *mut libc::sock_filter };
         self.set_option(libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)
@@ -107,12 +98,7 @@ impl PacketSocket {
     fn membership(&self, option: libc::c_int, ifindex: u32, mac: [u8; 6]) -> io::Result<()> {
         let mut address = [0u8; 8];
         address[..6].copy_from_slice(&mac);
-        let mreq = libc::packet_mreq {
-            mr_ifindex: ifindex as i32,
-            mr_type: libc::PACKET_MR_MULTICAST as u16,
-            mr_alen: 6,
-            mr_address: address,
-        };
+        let mreq = libc::packet_mreq { mr_ifindex: ifindex as i32, mr_type: libc::PACKET_MR_MULTICAST as u16, mr_alen: 6, mr_address: address };
         self.set_option(libc::SOL_PACKET, option, &mreq)
     }
 
@@ -185,9 +171,7 @@ impl PacketSocket {
         let len = rx.bytes() + tx.bytes();
         // SAFETY: maps the socket's rings as the kernel documents (RX then TX);
         // no existing memory is touched.
-        let base = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, self.fd.as_raw_fd(), 0)
-        };
+        let base = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, self.fd.as_raw_fd(), 0) };
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }

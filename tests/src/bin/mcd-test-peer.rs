@@ -251,7 +251,15 @@ fn job(endpoint: mcd::Endpoint) {
                 std::process::abort();
             }
             let entered = mcd::host::monotonic_clock();
-            let mut value = [if bcast { if node == 0 { 100 + k } else { 0 } } else { node as u64 + 1 }];
+            let mut value = [if bcast {
+                if node == 0 {
+                    100 + k
+                } else {
+                    0
+                }
+            } else {
+                node as u64 + 1
+            }];
             result = if allreduce {
                 barrier.allreduce(&mut value, barriers::Op::Sum)
             } else if bcast {

@@ -201,9 +201,8 @@ fn entries_lost_while_non_roots_compute_past_the_failure_timeout() {
         for seed in 0..3 {
             let config = BarrierConfig::new(algorithms[i]).timeouts(Duration::from_millis(1), Duration::from_millis(120));
             let mut net = Net::new(n, config);
-            net.rule = Some(lossy(0.2, 55 + i as u64 * 10 + seed, |_, _, m| {
-                (m.kind == MsgKind::Data && m.tag == tag::BCAST_ENTERED).then_some(Fate::Drop)
-            }));
+            net.rule =
+                Some(lossy(0.2, 55 + i as u64 * 10 + seed, |_, _, m| (m.kind == MsgKind::Data && m.tag == tag::BCAST_ENTERED).then_some(Fate::Drop)));
             let scripts: Vec<Vec<Step>> = (0..n)
                 .map(|me| {
                     let mut s = Vec::new();
@@ -332,9 +331,8 @@ fn a_slow_root_and_a_non_root_computing_past_the_failure_timeout_are_waited_for_
             let what = format!("{algorithm} n={n} seed {seed}");
             all_ok(&what, &outs);
             // Safety of each barrier (the r-th barrier call of every node).
-            let barriers: Vec<Vec<&Outcome>> = (0..n)
-                .map(|p| outs[p].0.iter().filter(|x| matches!(scripts[p][x.step], Step::Barrier)).collect())
-                .collect();
+            let barriers: Vec<Vec<&Outcome>> =
+                (0..n).map(|p| outs[p].0.iter().filter(|x| matches!(scripts[p][x.step], Step::Barrier)).collect()).collect();
             for r in 0..4 {
                 let last_in = (0..n).map(|p| barriers[p][r].called).max().unwrap();
                 for (p, b) in barriers.iter().enumerate() {
