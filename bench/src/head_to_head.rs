@@ -141,7 +141,10 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
         record_on(Contender::InterposerMpich, Comm::World, mpibench::measure_barrier(&cluster, &mpich_preloaded, bench, label)?);
     }
 
-    let md = render(sizes, &rows, &latency, &params)?;
+    // The list of the other results is the report's own (edited by hand when
+    // one of them is run again): kept as it is.
+    let previous = std::fs::read_to_string(report).unwrap_or_default();
+    let md = render(sizes, &rows, &latency, &params, &other_results(&previous))?;
     std::fs::write(report, &md).with_context(|| format!("writing {}", report.display()))?;
     let json = serde_json::json!({ "date": today(), "machine": machine(), "logp": params, "latency": latency, "barriers": rows });
     std::fs::write(out.join("head-to-head.json"), serde_json::to_string_pretty(&json)?)?;
@@ -175,7 +178,7 @@ fn comm_name(comm: Comm) -> &'static str {
     }
 }
 
-fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &barriers::model::LogP) -> Result<String> {
+fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &barriers::model::LogP, other_results: &str) -> Result<String> {
     let cores = mcd::host::online_cpus();
     let mut md = String::new();
     writeln!(md, "# Head-to-head: mcd against UDP and Open MPI\n")?;
@@ -316,7 +319,7 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
     }
     writeln!(md, "Plot: [results/head-to-head.svg](results/head-to-head.svg) ([PNG](results/head-to-head.png)); all numbers in [results/head-to-head.json](results/head-to-head.json).\n")?;
 
-    writeln!(md, "{OTHER_RESULTS}")?;
+    write!(md, "{other_results}")?;
     writeln!(md, "## How it was measured\n")?;
     writeln!(
         md,
@@ -392,57 +395,29 @@ fn plot_results(stem: &Path, sizes: &[usize], rows: &[Row]) -> Result<()> {
     Ok(())
 }
 
-/// Where the other recorded benchmarks are, each with its goals met or not.
-const OTHER_RESULTS: &str = "## Other recorded results\n\n\
-Each file states its goals and whether they were met; each was measured in one run of its own.\n\n\
-- [results/hierarchy.md](results/hierarchy.md): many ranks per host (a process per rank), hierarchical against flat mcd \
-and Open MPI (`btl self,vader,tcp`), both releases of a host (shared memory, the leaders' multicast), the wait \
-policies at 4×4 and the model's speedups with a core per rank: the 3× goal over flat mcd at 16 ranks is **not met** \
-in any row (best 1.60×), over Open MPI in 3 of 16 (up to 4.91×; ahead in all 16); the model predicts 1.3–1.9× over \
-flat at 16 ranks even with a core per rank, and 3× only from about hosts² ranks per host (4×32).\n\
-- [results/collectives.md](results/collectives.md): allreduce and broadcast against Open MPI over TCP and \
-against the same collectives over plain UDP, 8 B to 4 KiB at 2 to 16 ranks, 3 rounds (each row the round with \
-the median median), goals judged osu-style (a barrier before each call), back to back beside, with plots: 3× \
-Open MPI at 8 B and 2 ranks **met by the medians** (3.37×: 3.8 against 12.8 µs) but not in every round (round by \
-round 2.37×, 2.86×, 3.42×); ahead of Open MPI up to one frame **met** (40 of 40 rows); ahead of UDP **not met** \
-in 3 of 40 rows (broadcast at 8 and 16 ranks, 0.90–0.99×, oversubscribed). The 2-rank broadcast, behind UDP \
-until this run, is now ahead (4.2–4.5 against 5.0–5.1 µs): a non-root tells the root it entered as it enters, \
-and a root that broadcasts again sends no end.\n\
-- [results/validation.md](results/validation.md): the cost model against the paper's figures (all within 15%, worst \
-10.0%) and against mcd on the virtual cluster: **88 of 88** rows within the goal (20% where processes ≤ cores: 22 of \
-22) or within the stated bounds beyond the cores, LogP and the engine's own time measured before every row (7 rounds); \
-earlier runs, with the engine's time fitted to an old run, left 2 to 25 rows out.\n\
-- [results/auth.md](results/auth.md): what authentication costs. The tag in isolation (sign + verify of one \
-frame, fastest of 400 loops): SipHash-2-4 52–78 ns up to 32 B of payload and **104 ns at 64 B** (goal at most 100 ns: \
-**not met** at 64 B, by 4%), keyed BLAKE3 179–304 ns, so mcd uses SipHash-2-4. Authentication on against off, \
-interleaved, 16 rounds: the 2-node barrier −0.3% and the 2-rank 8 B allreduce +4.3% at the median (goal at most \
-+5%: **met**); two earlier runs the same evening gave +0.7% / +4.3% (barrier) and +3.6% / +8.0% (allreduce), so the \
-allreduce sits at the goal's edge; means and tails were the machine's (load average 13–27 from other sessions).\n\
-- [results/flood.md](results/flood.md): a flood of forged frames at one node of a 2-node barrier (issue 27), \
-A/B interleaved, seven runs on a machine loaded by other sessions. At the goal's rate (91-100k frames a \
-second, reached in 4 short runs on a learning switch): node 1's median **within 2×** in all four (1.00-1.09×), \
-its mean in two of four (1.47×, 1.56×; **not** 2.29×, 3.86×), its p99 in **none** (7-111×). Under heavier load \
-(33-48k frames a second reached on a hub): median within 2× (0.98-1.03×), p99 and mean not (2.4-5.4×; 2.9-7.2× \
-with auth off under the same flood: the receive ring overflows while the node is descheduled and genuine \
-frames are lost with the forged ones). With auth on no forged frame reached the engine and every barrier was \
-safe.\n\
-- [results/hotpath.md](results/hotpath.md): the 2-node barrier against one one-way message, and the sans-IO core (issue 26) A/B against the engine before it, interleaved (6 runs each, load 13–20 from other sessions): no regression relative to the same run (barrier / one-way 1.381× against 1.383×; absolute p50 +3.3%, as the engine-free one-way and exchange rows, +4.3% and +4.5%: the machine), the engine alone 19% faster (784 against 973 ns); the barrier within 1.25× of one-way **not met** (1.38×: the bare exchange over endpoints, no engine, is already 1.22× on veth).\n\
-- [results/model_protocol.md](results/model_protocol.md): the model running the real protocol (`barriers::model::protocol`: a `barriers::core::Core` per node, a CPU each, LogP costs as the plan simulator charges them, loss per delivery; every figure from the simulator, none measured). Lossless it matches the plan simulator exactly (a test) and makes **0 recoveries** at every size and algorithm run (2 to 512 nodes). Under loss, on the 10 GbE preset, issue 29's simulator goals are **not met**: tree4 at 8 nodes costs 1.18× lossless at 1% (goal 1.1×), 74× at 20% (goal 3×), about 37,000× at 50% (goal 10×: mean 0.54 s), 45× under bursty 5% loss (goal 2×); one-phase (Auto's pick at 8 and 64) is worse (832× at 20% at 64 nodes; 50% did not finish within 600 s of simulated time). Found: tree4 at 64 nodes costs **31× at 0.1% loss** (more than at 5%: every barrier ~620 µs after the first loss). n = 4,096 was not reached: every core builds a broadcast plan per root and a peer table, O(n) each (about 7 GB and more than 40 s before the first barrier), and at 512 nodes one simulated barrier took 23-73 ms of this loaded machine.\n\
-- [results/loss.md](results/loss.md), [results/load.md](results/load.md), [results/hotpath.md](results/hotpath.md), \
-[results/barriers.md](results/barriers.md), [results/latency.md](results/latency.md), [results/model.md](results/model.md).\n";
+/// The "Other recorded results" section of a report (its heading up to the
+/// next `## ` heading), or an empty one if the report has none.
+fn other_results(report: &str) -> String {
+    const HEADING: &str = "## Other recorded results\n";
+    let Some(start) = report.find(HEADING) else {
+        return format!("{HEADING}\nNone recorded yet.\n");
+    };
+    let rest = &report[start + HEADING.len()..];
+    let end = rest.find("\n## ").map_or(rest.len(), |i| i + 1);
+    format!("{HEADING}{}", &rest[..end])
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn results_md_lists_the_other_results_as_the_head_to_head_writes_them() {
-        // RESULTS.md is written by this benchmark, but its list of the
-        // other results is edited by hand when one of them is run again.
-        let written = include_str!("../RESULTS.md");
-        assert!(
-            written.contains(OTHER_RESULTS),
-            "bench/RESULTS.md's \"Other recorded results\" differs from head_to_head::OTHER_RESULTS:\n{OTHER_RESULTS}"
-        );
+    fn the_other_results_are_kept_from_the_report_up_to_the_next_heading() {
+        let report = "# Results\n\n## Summary\nrows\n\n## Other recorded results\n\n- [a](a.md): one\n  - detail\n\n## How it was measured\n\nthus\n";
+        assert_eq!(other_results(report), "## Other recorded results\n\n- [a](a.md): one\n  - detail\n\n");
+        let recorded = include_str!("../RESULTS.md");
+        let kept = other_results(recorded);
+        assert!(kept.contains("[results/model_protocol.md]") && !kept.contains("## How it was measured"), "{kept}");
+        assert_eq!(other_results("# Results\n"), "## Other recorded results\n\nNone recorded yet.\n");
     }
 }

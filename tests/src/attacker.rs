@@ -268,6 +268,16 @@ pub struct Ended {
 }
 
 impl Ended {
+    /// Every node's ending (exit code, output, standard error), for a
+    /// failed assertion's message.
+    pub fn describe_all(ends: &[Ended]) -> String {
+        ends.iter()
+            .enumerate()
+            .map(|(n, e)| format!("node {n} ({:?}):\n  {}\n  {}", e.code, e.lines.join("\n  "), e.stderr.trim()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// The first line starting with `prefix`, without the prefix.
     pub fn line(&self, prefix: &str) -> Option<&str> {
         self.lines.iter().find_map(|l| l.strip_prefix(prefix))

@@ -28,14 +28,6 @@ fn hub(name: &str, nodes: usize) -> mcd_vcluster::ClusterGuard {
     cluster(ClusterSpec::new(name, nodes).topology(Topology::Hub))
 }
 
-fn show(ends: &[Ended]) -> String {
-    ends.iter()
-        .enumerate()
-        .map(|(n, e)| format!("node {n} ({:?}):\n  {}\n  {}", e.code, e.lines.join("\n  "), e.stderr.trim()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Frames dropped for a bad tag or as replays, over every node.
 fn auth_drops(ends: &[Ended]) -> (u64, u64) {
     (ends.iter().map(|e| e.stat("bad_tag")).sum(), ends.iter().map(|e| e.stat("replayed")).sum())
@@ -77,7 +69,7 @@ fn early_release(name: &str, auth: Auth, forger: usize) {
             let v = violations
                 .iter()
                 .find(|v| v.barrier == AT as usize)
-                .unwrap_or_else(|| panic!("auth off: the forged arrival released nobody early: {violations:?}\n{}", show(&ends)));
+                .unwrap_or_else(|| panic!("auth off: the forged arrival released nobody early: {violations:?}\n{}", Ended::describe_all(&ends)));
             assert_eq!(v.not_entered, 3, "the last to enter barrier {AT} is the computing rank");
             let early = timelines[3].barriers[AT as usize].0 - timelines[v.left].barriers[AT as usize].1;
             assert!(early > Duration::from_millis(1000), "node {} left barrier {AT} only {early:?} before rank 3 entered it", v.left);
@@ -95,7 +87,7 @@ fn early_release(name: &str, auth: Auth, forger: usize) {
             assert_eq!(checked, 8);
             assert!(violations.is_empty(), "auth on: {violations:?}");
             let (bad, replayed) = auth_drops(&ends);
-            assert!(bad >= templates.len() as u64, "{} forged, {bad} counted with a bad tag:\n{}", templates.len(), show(&ends));
+            assert!(bad >= templates.len() as u64, "{} forged, {bad} counted with a bad tag:\n{}", templates.len(), Ended::describe_all(&ends));
             eprintln!(
                 "early release (node {forger}'s messages), auth on: {} forged, {bad} bad tags, {replayed} replays counted; 8 barriers safe",
                 templates.len()
@@ -152,7 +144,12 @@ fn forged_failure(name: &str, auth: Auth) {
             // Node 0 waits in barrier 5 for node 1's arrival: the report fails it at once.
             let failed = job.wait_line(0, "error: ", EVENT);
             let ends = job.finish(EVENT);
-            assert!(failed.text.contains("node 1 gave up because node 3 is silent"), "node 0 failed otherwise: {}\n{}", failed.text, show(&ends));
+            assert!(
+                failed.text.contains("node 1 gave up because node 3 is silent"),
+                "node 0 failed otherwise: {}\n{}",
+                failed.text,
+                Ended::describe_all(&ends)
+            );
             let after = failed.at.duration_since(forged_at);
             assert!(after < Duration::from_millis(1000), "node 0 failed {after:?} after the forgery, not at once");
             assert!(computing.at < forged_at && ends[3].line(&format!("computing {AT}")).is_some());
@@ -167,7 +164,7 @@ fn forged_failure(name: &str, auth: Auth) {
             let (violations, checked) = barriers::check::check(&job_timelines(&c));
             assert!(checked == 8 && violations.is_empty(), "{checked} barriers, {violations:?}");
             let (bad, replayed) = auth_drops(&ends);
-            assert!(bad >= 2, "the forged multicast reached nodes 0, 2 and 3; {bad} bad tags counted:\n{}", show(&ends));
+            assert!(bad >= 2, "the forged multicast reached nodes 0, 2 and 3; {bad} bad tags counted:\n{}", Ended::describe_all(&ends));
             eprintln!("forged failure, auth on: 8 barriers complete and safe; {bad} bad tags, {replayed} replays counted");
         }
     }
@@ -205,7 +202,7 @@ fn forged_join(name: &str, auth: Auth) {
             let admitted = job.wait_line(2, "node 2 joined instance", EVENT);
             job.go(3);
             let ends = job.finish(EVENT);
-            assert!(refused.text.contains("refused node 1"), "node 1: {}\n{}", refused.text, show(&ends));
+            assert!(refused.text.contains("refused node 1"), "node 1: {}\n{}", refused.text, Ended::describe_all(&ends));
             assert_eq!(ends[1].code, Some(4), "node 1's barrier creation failed");
             assert!(admitted.text.ends_with(&format!("{FAKE:#x}")), "node 2: {}", admitted.text);
             eprintln!("forged join, auth off: node 1 refused (`{}`), node 2 joined the attacker's instance {FAKE:#x}", refused.text);
@@ -219,7 +216,7 @@ fn forged_join(name: &str, auth: Auth) {
             let instances: Vec<&str> = ends.iter().enumerate().map(|(n, e)| e.line(&format!("node {n} joined instance ")).expect("joined")).collect();
             assert!(instances.iter().all(|i| *i == instances[0] && *i != format!("{FAKE:#x}")), "{instances:?}");
             let (bad, replayed) = auth_drops(&ends);
-            assert!(ends[1].stat("bad_tag") >= 1 && ends[2].stat("bad_tag") >= 1, "{}", show(&ends));
+            assert!(ends[1].stat("bad_tag") >= 1 && ends[2].stat("bad_tag") >= 1, "{}", Ended::describe_all(&ends));
             eprintln!("forged join, auth on: every node joined instance {}; {bad} bad tags, {replayed} replays counted", instances[0]);
         }
     }
@@ -256,7 +253,11 @@ fn injected_allreduce(name: &str, auth: Auth) {
     match auth {
         Auth::Off => {
             assert_all_done(&ends, "allreduce injection, auth off: no error anywhere");
-            assert!(results.iter().all(|r| *r == Some("1000006")), "auth off: results of allreduce {AT}: {results:?}\n{}", show(&ends));
+            assert!(
+                results.iter().all(|r| *r == Some("1000006")),
+                "auth off: results of allreduce {AT}: {results:?}\n{}",
+                Ended::describe_all(&ends)
+            );
             eprintln!("allreduce injection, auth off: {} forged frame(s); every rank got 1000006 instead of 10, return code 0", templates.len());
         }
         Auth::On => {
@@ -267,7 +268,7 @@ fn injected_allreduce(name: &str, auth: Auth) {
                 }
             }
             let (bad, replayed) = auth_drops(&ends);
-            assert!(bad >= templates.len() as u64, "{} forged, {bad} bad tags:\n{}", templates.len(), show(&ends));
+            assert!(bad >= templates.len() as u64, "{} forged, {bad} bad tags:\n{}", templates.len(), Ended::describe_all(&ends));
             eprintln!("allreduce injection, auth on: every rank got 10 in all 8 allreduces; {bad} bad tags, {replayed} replays counted");
         }
     }
@@ -305,7 +306,7 @@ fn injected_bcast(name: &str, auth: Auth) {
     match auth {
         Auth::Off => {
             assert_all_done(&ends, "broadcast injection, auth off: no error anywhere");
-            assert!(results[1..].iter().all(|r| *r == Some("1000000")), "auth off: broadcast {AT} gave {results:?}\n{}", show(&ends));
+            assert!(results[1..].iter().all(|r| *r == Some("1000000")), "auth off: broadcast {AT} gave {results:?}\n{}", Ended::describe_all(&ends));
             let fooled = 3;
             let codes: Vec<Option<i32>> = ends.iter().map(|e| e.code).collect();
             eprintln!(
@@ -322,7 +323,7 @@ fn injected_bcast(name: &str, auth: Auth) {
                 }
             }
             let (bad, replayed) = auth_drops(&ends);
-            assert!(bad >= templates.len() as u64, "{} forged, {bad} bad tags:\n{}", templates.len(), show(&ends));
+            assert!(bad >= templates.len() as u64, "{} forged, {bad} bad tags:\n{}", templates.len(), Ended::describe_all(&ends));
             eprintln!("broadcast injection, auth on: every node got 100 + k in all 8 broadcasts; {bad} bad tags, {replayed} replays counted");
         }
     }
@@ -366,7 +367,7 @@ fn replayed_keepalive(name: &str, auth: Auth) {
     let before_detection = rounds.iter().filter(|&&r| r < first_error).count();
     let rounds = rounds.len();
     for n in [0, 1, 3] {
-        let e = ends[n].error().unwrap_or_else(|| panic!("node {n} did not fail:\n{}", show(&ends)));
+        let e = ends[n].error().unwrap_or_else(|| panic!("node {n} did not fail:\n{}", Ended::describe_all(&ends)));
         assert!(e.contains("[2]") || e.contains("node 2 is silent"), "node {n} must name node 2: {e}");
     }
     match auth {
@@ -384,7 +385,7 @@ fn replayed_keepalive(name: &str, auth: Auth) {
             assert!(
                 replayed >= before_detection as u64,
                 "{before_detection} rounds of replays before the detection, {replayed} counted:\n{}",
-                show(&ends)
+                Ended::describe_all(&ends)
             );
             eprintln!(
                 "replayed keepalive, auth on: crash detected after {:.2} s (failure timeout 1 s) despite {before_detection} rounds of replays by then ({rounds} in all); {replayed} replays, {bad} bad tags counted",
@@ -436,7 +437,7 @@ fn stolen_port(name: &str, auth: Auth) {
     match auth {
         Auth::Off => {
             for (n, e) in ends.iter().enumerate() {
-                assert_eq!(e.code, Some(4), "node {n}: creation must fail:\n{}", show(&ends));
+                assert_eq!(e.code, Some(4), "node {n}: creation must fail:\n{}", Ended::describe_all(&ends));
                 assert!(e.error().is_some_and(|t| t.contains("did not join")), "node {n}: {:?}", e.error());
             }
             eprintln!("stolen port, auth off: {steals} frame(s) with node 0's MAC; {diverted} frames for node 0 came to the attacker (first from node {}); every node's creation failed after the 3 s join timeout", stolen.src());
@@ -446,7 +447,7 @@ fn stolen_port(name: &str, auth: Auth) {
             let (violations, checked) = barriers::check::check(&job_timelines(&c));
             assert!(checked == 3 && violations.is_empty(), "{checked} barriers, {violations:?}");
             let announced = ends[0].stat("announced");
-            assert!(announced >= 1, "node 0 never announced itself: {}", show(&ends));
+            assert!(announced >= 1, "node 0 never announced itself: {}", Ended::describe_all(&ends));
             eprintln!("stolen port, auth on: {steals} frame(s) with node 0's MAC; {diverted} frames for node 0 came to the attacker (first from node {}) before node 0 took its port back ({announced} announcements); every node joined and completed", stolen.src());
         }
     }

@@ -20,14 +20,6 @@ const EVENT: Duration = Duration::from_secs(20);
 /// `embedding.rs` does too).
 static MPI: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn show(ends: &[Ended]) -> String {
-    ends.iter()
-        .enumerate()
-        .map(|(n, e)| format!("node {n} ({:?}):\n  {}\n  {}", e.code, e.lines.join("\n  "), e.stderr.trim()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Finding 1 on the wire: two runs of a job with one key file (as
 /// `mcd-barrier` runs across hosts with a shared `MCD_KEY_FILE`, or two
 /// `mcd_init` cycles of one job). The attacker records node 1's Join in the
@@ -73,7 +65,7 @@ fn root_a_join_replayed_from_an_earlier_run_with_the_same_key_is_refused() {
     attacker.send(&recorded[0].forge()); // a replay: not one byte changed
     second.go(1);
     let ends = second.finish(EVENT);
-    eprintln!("run 2 after one replayed join of run 1:\n{}", show(&ends));
+    eprintln!("run 2 after one replayed join of run 1:\n{}", Ended::describe_all(&ends));
     assert_all_done(&ends, "run 2, one join of run 1 replayed to node 0");
     let stats = ends[0].lines.iter().find(|l| l.contains("barrier stats")).expect("node 0's barrier stats");
     let superseded: u64 = stats
@@ -174,7 +166,7 @@ fn root_a_node_with_another_secret_is_named_at_the_join() {
     mcd::JobSecret::write_new(&other).unwrap();
     let ends = join_with_node1("rkey1", vec![(mcd::auth::KEY_FILE_VAR, other.display().to_string())]);
     std::fs::remove_file(&other).unwrap();
-    let err = ends[0].error().unwrap_or_else(|| panic!("node 0 should fail:\n{}", show(&ends))).to_string();
+    let err = ends[0].error().unwrap_or_else(|| panic!("node 0 should fail:\n{}", Ended::describe_all(&ends))).to_string();
     assert!(err.contains("[1]") || err.contains("node 1"), "node 0's error names node 1: {err}");
     assert!(err.contains("tag") || err.contains("secret"), "node 0's error says why node 1 was never heard: {err}");
 }
@@ -185,12 +177,12 @@ fn root_a_node_with_another_secret_is_named_at_the_join() {
 #[test]
 fn root_a_node_with_auth_off_is_named_at_the_join() {
     let ends = join_with_node1("rkey2", vec![(mcd::auth::KEY_FILE_VAR, String::new()), (mcd::auth::AUTH_VAR, "off".to_string())]);
-    let err = ends[0].error().unwrap_or_else(|| panic!("node 0 should fail:\n{}", show(&ends))).to_string();
+    let err = ends[0].error().unwrap_or_else(|| panic!("node 0 should fail:\n{}", Ended::describe_all(&ends))).to_string();
     assert!(err.contains("[1]") || err.contains("node 1"), "node 0's error names node 1: {err}");
     assert!(err.contains("MCD_AUTH=off on node 1"), "node 0's error says why node 1 was never heard: {err}");
     // Node 1 hears nothing of node 0 (node 0 answers no frame it cannot
     // verify): its timeout can only say what to check.
-    let err = ends[1].error().unwrap_or_else(|| panic!("node 1 should fail:\n{}", show(&ends))).to_string();
+    let err = ends[1].error().unwrap_or_else(|| panic!("node 1 should fail:\n{}", Ended::describe_all(&ends))).to_string();
     assert!(err.contains("[0]") && err.contains("MCD_AUTH"), "node 1's error says what to check: {err}");
 }
 

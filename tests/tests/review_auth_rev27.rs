@@ -20,14 +20,6 @@ const EVENT: Duration = Duration::from_secs(20);
 /// ago.
 const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
-fn show(ends: &[Ended]) -> String {
-    ends.iter()
-        .enumerate()
-        .map(|(n, e)| format!("node {n} ({:?}):\n  {}\n  {}", e.code, e.lines.join("\n  "), e.stderr.trim()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Finding 1 on the wire. `new_incarnation` keeps 40 bits of the time in
 /// microseconds, so incarnations wrap every 12.7 days, and a Join recorded
 /// before the last wrap is LARGER than any live one: node 0 ("the newest
@@ -81,7 +73,7 @@ fn root_a_join_recorded_before_the_incarnation_wrap_and_replayed_does_not_fail_t
     attacker.send(&recorded[0].forge()); // a replay: not one byte changed
     second.go(1);
     let ends = second.finish(EVENT);
-    eprintln!("run 2 after one replayed join of run 1:\n{}", show(&ends));
+    eprintln!("run 2 after one replayed join of run 1:\n{}", Ended::describe_all(&ends));
     let live = attacker.seen(|f| f.src() == 1 && f.is(MsgKind::Join) && f.msg().is_some_and(|m| m.instance != old));
     if let Some(live) = live.first() {
         eprintln!("run 2's node 1 incarnation {:#x}", live.msg().unwrap().instance);
@@ -131,6 +123,6 @@ fn root_one_frame_of_a_run_on_a_clock_ahead_replayed_does_not_silence_a_live_nod
     let mut attacker = attacker;
     attacker.send(&recorded[recorded.len() - 1].forge()); // a replay: not one byte changed
     let ends = second.finish(EVENT);
-    eprintln!("run 2 after one replayed frame of run 1:\n{}", show(&ends));
+    eprintln!("run 2 after one replayed frame of run 1:\n{}", Ended::describe_all(&ends));
     assert_all_done(&ends, "run 2, one frame of run 1 (node 1 an hour ahead) replayed to node 0");
 }
