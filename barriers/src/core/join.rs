@@ -252,14 +252,21 @@ impl Core {
                         nodes.retain(|&p| p != 0 && p < n);
                         if msg.tag & status::FAILED != 0 && !nodes.is_empty() {
                             let waited = now.saturating_duration_since(j.start);
+                            // As at this node's own timeout: a refusal heard
+                            // is the error (node 0 no longer counts this node).
+                            let refused = *refused;
                             self.member.joining = None;
-                            let error = BarrierError::JoinTimeout {
-                                missing: nodes,
-                                nodes: n,
-                                waited,
-                                bad_tags: Vec::new(),
-                                auth_mismatch: Vec::new(),
-                                bad_version: 0,
+                            let error = if refused {
+                                BarrierError::Refused { node: self.me() }
+                            } else {
+                                BarrierError::JoinTimeout {
+                                    missing: nodes,
+                                    nodes: n,
+                                    waited,
+                                    bad_tags: Vec::new(),
+                                    auth_mismatch: Vec::new(),
+                                    bad_version: 0,
+                                }
                             };
                             self.out.events.push_back(Event::JoinFailed(error));
                             return;
