@@ -77,7 +77,7 @@ impl Core {
     /// (a report that it is silent, from a node it cannot reach, still counts).
     fn on_joining(&mut self, from: NodeId, epoch: u64) {
         self.live.peers[from].joining();
-        if self.phase.running() && epoch == self.window.epoch && self.missing_from().contains(&from) {
+        if self.phase.running() && epoch == self.window.epoch && self.missing_any(|p| p == from) {
             self.recovery.laggard = Laggard::Late;
         }
     }
@@ -85,7 +85,7 @@ impl Core {
     fn on_status(&mut self, from: NodeId, msg: Msg, epoch: u64, now: Instant) {
         // A status answers a probe: a peer this step waits for has not sent
         // yet, so nothing was lost; it is late.
-        if self.phase.running() && epoch <= self.window.epoch && self.missing_from().contains(&from) {
+        if self.phase.running() && epoch <= self.window.epoch && self.missing_any(|p| p == from) {
             self.recovery.laggard = Laggard::Late;
         }
         if self.live.peers[from].status(epoch, msg, now) {

@@ -338,7 +338,7 @@ impl Core {
                 }
                 None => self.send_status(Some(from)),
             }
-        } else if self.phase.running() && epoch == self.window.epoch && self.missing_from().contains(&from) {
+        } else if self.phase.running() && epoch == self.window.epoch && self.missing_any(|p| p == from) {
             // A peer this node waits for lacked our message and has it now:
             // it moves on at once, so what it owes us may come any moment.
             // If that is lost, retry soon, not after a long backoff.
@@ -451,6 +451,14 @@ impl Core {
         (answered, crossed)
     }
 
+    /// Whether `pred` holds for the sender of one of the current step's
+    /// missing messages (no allocation: it runs on receive paths).
+    pub(super) fn missing_any(&self, mut pred: impl FnMut(NodeId) -> bool) -> bool {
+        let Some(step) = self.plans.list[self.run.cur].steps.get(self.run.step) else { return false };
+        let got = &self.window.got[parity(self.window.epoch)];
+        self.plans.expect.of_step(self.run.cur, self.run.step).zip(&step.waits).any(|(i, w)| !got.contains(i) && pred(w.from))
+    }
+
     /// The current step's missing messages' senders (in plan order, no repeats).
     pub(super) fn missing_from(&self) -> Vec<NodeId> {
         let mut from: Vec<NodeId> = Vec::new();
@@ -483,7 +491,7 @@ impl Core {
             // NACKing one that is behind must not bury it: measured, not
             // backing off on a lossy network fed storms at 64 nodes).
             let quiet_at = self.recovery.quiet_probes();
-            let quiet = self.missing_from().iter().any(|&p| self.live.peers[p].unanswered() >= quiet_at);
+            let quiet = self.missing_any(|p| self.live.peers[p].unanswered() >= quiet_at);
             let rto = self.recovery.rto.get();
             let cap = if self.recovery.laggard == Laggard::Late || quiet {
                 (now.saturating_duration_since(self.recovery.step_since) / 4).max(rto)
