@@ -253,7 +253,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
             let count = u32::try_from((end - start) / size).expect("a segment's count fits one message");
             let out = output.as_deref_mut().map(|o| &mut o[start..end]);
             self.call(|e| {
-                e.enter_collective(call, count, &input[start..end], deadline)?;
+                e.enter_collective(call, count, end < input.len(), &input[start..end], deadline)?;
                 e.wait_result(deadline)?;
                 e.collective_result(out)
             })?;

@@ -601,9 +601,16 @@ impl<T: Transport> Engine<T> {
     /// Enters the next barrier as an epoch of `call` with `count` elements
     /// of this node's `input` (native-endian; see [`crate::collective`]).
     /// A broadcast still completing in the background is completed first
-    /// (up to `deadline`).
-    pub(crate) fn enter_collective(&mut self, call: Collective, count: u32, input: &[u8], deadline: Option<Instant>) -> Result<(), BarrierError> {
-        self.call(Call::EnterCollective { call, count, input, deadline })
+    /// (up to `deadline`). `more`: segments of the call follow this one.
+    pub(crate) fn enter_collective(
+        &mut self,
+        call: Collective,
+        count: u32,
+        more: bool,
+        input: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<(), BarrierError> {
+        self.call(Call::EnterCollective { call, count, more, input, deadline })
     }
 
     /// Completes the entered collective epoch as far as this node's result.
@@ -706,7 +713,8 @@ impl<T: Transport> Engine<T> {
                     }
                     let end = (op.next + per_segment).min(op.input.len());
                     let count = u32::try_from((end - op.next) / size).expect("a segment's count fits one message");
-                    core.start(now, Call::EnterCollective { call: op.call, count, input: &op.input[op.next..end], deadline: op.deadline });
+                    let more = end < op.input.len();
+                    core.start(now, Call::EnterCollective { call: op.call, count, more, input: &op.input[op.next..end], deadline: op.deadline });
                     op.stage = Stage::Entering { end };
                 }
             }

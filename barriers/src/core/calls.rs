@@ -54,7 +54,7 @@ enum Then {
     /// A collective's wait for its result: done.
     ResultDone,
     /// A collective's entry, settled: enter it.
-    CollectiveSettled { call: Collective, count: u32 },
+    CollectiveSettled { call: Collective, count: u32, more: bool },
     /// Closing, settled: enter the closing barrier.
     CloseSettled { finish: bool },
     /// Finishing, the closing barrier entered.
@@ -90,7 +90,7 @@ impl Core {
                 self.begin_wait(now);
                 p = Pending { deadline, block: Block::Result, then: Then::ResultDone, counts_errors: true, ..p };
             }
-            Call::EnterCollective { call, count, input, deadline } => {
+            Call::EnterCollective { call, count, more, input, deadline } => {
                 // The root of a broadcast completing in the background that
                 // broadcasts again: its next data, multicast at once, tells
                 // every node what the end would (every node entered), one
@@ -98,7 +98,7 @@ impl Core {
                 self.ends_begin(call);
                 self.calls.input.clear();
                 self.calls.input.extend_from_slice(input);
-                p = Pending { deadline, block: self.settle_block(), then: Then::CollectiveSettled { call, count }, ..p };
+                p = Pending { deadline, block: self.settle_block(), then: Then::CollectiveSettled { call, count, more }, ..p };
             }
             Call::Close | Call::Finish if self.closing.closing() => {
                 p.then = Then::FinishClosed;
@@ -228,7 +228,7 @@ impl Core {
                 self.phase = if self.phase.running() { Phase::Background } else { Phase::Idle };
                 Some(Ok(()))
             }
-            Then::CollectiveSettled { call, count } => Some(self.enter_collective_now(now, call, count)),
+            Then::CollectiveSettled { call, count, more } => Some(self.enter_collective_now(now, call, count, more)),
             Then::CloseSettled { finish } => {
                 if let Err(e) = self.settled_mismatch() {
                     return Some(Err(e));
@@ -268,8 +268,9 @@ impl Core {
         }
     }
 
-    /// Enters the next epoch as `call` with `count` elements of the kept input.
-    fn enter_collective_now(&mut self, now: Instant, call: Collective, count: u32) -> Result<(), BarrierError> {
+    /// Enters the next epoch as `call` with `count` elements of the kept
+    /// input (`more`: segments of the call follow).
+    fn enter_collective_now(&mut self, now: Instant, call: Collective, count: u32, more: bool) -> Result<(), BarrierError> {
         self.settled_mismatch()?;
         if self.phase != Phase::Idle {
             return Err(BarrierError::Misuse(format!(
@@ -283,7 +284,7 @@ impl Core {
         let ends_previous = self.ends_take();
         let input = std::mem::take(&mut self.calls.input);
         let coll = self.contributions();
-        coll.begin(call, count, &input, me);
+        coll.begin(call, count, more, &input, me);
         if ends_previous {
             coll.mark_ends_previous();
         }

@@ -32,7 +32,10 @@ use crate::transport::{status, Msg, MsgKind, NodeId};
 /// NACKs carry their copy's index and count (`COPY_SHIFT`); a multicast
 /// message is answered by multicast, and a status saying it has not gone
 /// yet too; a NACK that crossed the original is not answered.
-pub const PROTOCOL: u32 = 6;
+/// 7 (2026-11-26): a collective's contribution says whether more segments
+/// of its call follow (`collective::wire::MORE`): calls of different
+/// lengths that cut into as many full segments disagree at the last one.
+pub const PROTOCOL: u32 = 7;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.

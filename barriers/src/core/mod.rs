@@ -131,8 +131,13 @@ pub enum Call<'a> {
     EnterCollective {
         /// The collective.
         call: Collective,
-        /// Its element count.
+        /// Its element count (of this segment: a call longer than one
+        /// message runs in segments, one epoch each).
         count: u32,
+        /// Whether more segments of the same call follow this one (so that
+        /// a node whose call ends here meets a peer's longer call as a
+        /// mismatch, in this epoch).
+        more: bool,
         /// This node's elements, native-endian.
         input: &'a [u8],
         /// When to give up.

@@ -13,6 +13,7 @@ use crate::plan::{Algorithm, Fanout, Release};
 use crate::transport::{Msg, MsgKind, NodeId};
 
 mod bcast;
+mod soak;
 
 const INSTANCE: u64 = 0x5eed;
 const LATENCY: Duration = Duration::from_micros(20);
@@ -243,7 +244,7 @@ fn a_barrier_against_an_allreduce_is_an_error_on_every_node() {
             let mut net = Net::new(4, config);
             for p in 0..4 {
                 if p == odd {
-                    net.call(p, Call::EnterCollective { call: sum, count: 1, input: &input, deadline: None });
+                    net.call(p, Call::EnterCollective { call: sum, count: 1, more: false, input: &input, deadline: None });
                     assert!(matches!(net.done[p], Some(Ok(()))));
                     net.call(p, Call::WaitResult { deadline: None });
                 } else {

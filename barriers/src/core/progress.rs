@@ -133,7 +133,7 @@ impl Core {
     pub(super) fn enter_barrier(&mut self, now: Instant) -> Result<(), BarrierError> {
         let me = self.me();
         if let Some(coll) = &mut self.coll {
-            coll.begin(Collective::Barrier, 0, &[], me);
+            coll.begin(Collective::Barrier, 0, false, &[], me);
         }
         self.enter_variant(now, BASE)
     }

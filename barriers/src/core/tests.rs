@@ -124,7 +124,7 @@ impl Node {
     }
 
     fn enter_collective(&mut self, call: Collective, count: u32, input: &[u8], deadline: Option<Instant>) -> Result<(), BarrierError> {
-        self.call(Call::EnterCollective { call, count, input, deadline })
+        self.call(Call::EnterCollective { call, count, more: false, input, deadline })
     }
 
     fn enter_closing(&mut self) -> Result<(), BarrierError> {

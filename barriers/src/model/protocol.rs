@@ -596,7 +596,7 @@ mod core_tests {
         for (max_data, refused) in [(0, true), (1000, false)] {
             let mut c = Core::new(Setup { me: 1, nodes: 4, rails: 1, multicast: true, max_data }, config, now).unwrap();
             c.joined(1);
-            c.start(now, Call::EnterCollective { call: Collective::Bcast { root: 0 }, count: 8, input: &[0; 8], deadline: None });
+            c.start(now, Call::EnterCollective { call: Collective::Bcast { root: 0 }, count: 8, more: false, input: &[0; 8], deadline: None });
             let done = std::iter::from_fn(|| c.poll_event()).find_map(|e| match e {
                 Event::Done(r) => Some(r),
                 _ => None,

@@ -78,7 +78,8 @@ impl CoreNode {
         let count = u32::try_from((end - start) / size).expect("a segment's count");
         self.pending = Pending::Segment { call, start, end, entered: false };
         let input = &self.input[start..end];
-        self.core.start(self.now, Call::EnterCollective { call, count, input, deadline: None });
+        let more = end < self.input.len();
+        self.core.start(self.now, Call::EnterCollective { call, count, more, input, deadline: None });
     }
 
     /// The core said its call is done.

@@ -272,3 +272,15 @@ fn trace_one() {
     let (run, v) = run_seed(seed, &o);
     println!("{}", explain(&run, &v, &o));
 }
+
+/// n = 8: nodes called an allreduce of 286 and of 287 elements, 13 to a
+/// segment: both cut into 22 full segments, which agreed in every field;
+/// the nodes whose call ended there returned Ok, and met the others' 23rd
+/// segment as a mismatch only in their next call (soak seeds 11173, 14466,
+/// 16765). A segment now says whether more of its call follow (PROTOCOL 7).
+#[test]
+fn regression_calls_of_different_lengths_in_segments_are_a_mismatch_on_every_node() {
+    for seed in [11173, 14466, 16765] {
+        campaign("mix", seed..seed + 1, Some(8));
+    }
+}
