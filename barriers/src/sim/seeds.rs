@@ -284,3 +284,17 @@ fn regression_calls_of_different_lengths_in_segments_are_a_mismatch_on_every_nod
         campaign("mix", seed..seed + 1, Some(8));
     }
 }
+
+/// n = 8: a node crashed in the closing barrier; the nodes that completed it
+/// queried, in their farewell, the nodes that gave up on it (naming the
+/// crashed node, or passing on a report), whose applications kept their
+/// barriers without calling again: alive, never past the closing barrier,
+/// so the finishes never returned (soak seeds 12568, 10364, 28827). A
+/// farewell no longer waits for a peer that says it gave up on the closing
+/// barrier.
+#[test]
+fn regression_a_finish_does_not_wait_for_a_peer_that_gave_up_on_the_closing_barrier() {
+    for seed in [12568, 10364, 28827] {
+        campaign("mix", seed..seed + 1, Some(8));
+    }
+}

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::Net;
+use super::{names, Fate, Net};
 use crate::collective::{Collective, Dtype, Op};
 use crate::core::Call;
 use crate::engine::{BarrierConfig, BarrierError};
@@ -41,5 +41,31 @@ fn calls_of_different_lengths_cut_into_as_many_full_segments_disagree_at_the_las
                 }
             }
         }
+    }
+}
+
+#[test]
+fn a_finish_does_not_wait_for_a_peer_that_gave_up_on_the_closing_barrier() {
+    // Soak seed 12568 (and 8 more of 20,000): a node crashed in the closing
+    // barrier; some nodes completed it, the others gave up naming it, and
+    // their applications kept their barriers without calling again. The
+    // farewell of the nodes that completed it queried them for ever (alive,
+    // never past it). Here: node 0's release never reaches node 2, which
+    // gives up naming node 0 and stays (its core driven, as by its agent).
+    let config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(100));
+    let mut net = Net::new(3, config);
+    net.all(&[0, 1, 2], |_| Call::Wait { deadline: None });
+    net.rule = Some(Box::new(|from, to, _| if (from, to) == (0, 2) { Fate::Drop } else { Fate::Deliver }));
+    for p in 0..3 {
+        net.call(p, Call::Finish);
+    }
+    net.run_until(net.now + 5 * config.failure_timeout);
+    match &net.done[2] {
+        Some(Err(error)) => assert!(names(error, 0), "node 2 names another node: {error}"),
+        other => panic!("node 2, cut off from node 0, did not fail: {other:?}"),
+    }
+    // Well before the farewell's 1 s of silence (node 2 is not silent).
+    for p in [0, 1] {
+        assert!(matches!(net.done[p], Some(Ok(()))), "node {p}'s finish: {:?}", net.done[p]);
     }
 }
