@@ -15,9 +15,12 @@
 //!   node concerned (crashed, paused, partitioned from it, or gone: its
 //!   join failed) for at least half its failure timeout (a report, which
 //!   nodes pass on: silent to some node), or a mismatch that
-//!   was really there; node 0
-//!   refuses only a restarted process; a join that times out names only
-//!   nodes silent to it or (named by node 0) to node 0.
+//!   was really there (also between a process restarted in one instance
+//!   and the barrier its peers made for the next, which admitted it);
+//!   node 0 refuses only a restarted process (or a node whose place such
+//!   a process holds); a join that times out names only
+//!   nodes silent to it or (named by node 0) to node 0, or that had not
+//!   made the barrier yet (the join timeout waits that long for every member).
 
 use std::fmt;
 
@@ -210,6 +213,29 @@ fn silence_during(run: &Run, span: (u64, u64)) -> bool {
 struct Checker<'a> {
     run: &'a Run,
     out: Vec<Violation>,
+    /// Per instance: a barrier its processes joined also held a process
+    /// running another instance's script (see [`crossed`]).
+    crossed: Vec<bool>,
+}
+
+/// Per instance of the run: whether a barrier its processes joined also
+/// held a process of another instance. A process restarted in instance `j`
+/// runs `j`'s script again; its peers, back to back, may have gone on to
+/// `j + 1`, whose barrier admits it (nothing in a join says which of the
+/// application's instances it is for). Its calls and theirs then really
+/// differ: a collective mismatch there is right, and so is node 0's refusal
+/// of the node's own next process, whose place it holds.
+fn crossed(run: &Run) -> Vec<bool> {
+    let mut out = vec![false; run.config.instances];
+    for a in &run.joins {
+        let Some(barrier) = a.barrier else { continue };
+        if run.joins.iter().any(|b| b.instance != a.instance && b.barrier == Some(barrier)) {
+            if let Some(c) = out.get_mut(a.instance) {
+                *c = true;
+            }
+        }
+    }
+    out
 }
 
 impl Checker<'_> {
@@ -262,13 +288,22 @@ impl Checker<'_> {
             Verdict::JoinTimeout(missing) => {
                 // Node 0 names the nodes it did not hear; another node names
                 // node 0, or the nodes node 0 said it still waited for.
-                let silent = |x: NodeId| {
-                    silent_to(self.run, x, node, t, self.need(node)) || (node != 0 && x != 0 && silent_to(self.run, x, 0, t, self.need(0)))
+                // Silent as for any verdict: also gone, its own join failed
+                // (node 0 that gave up answers no more requests; its word
+                // that it did may be lost: soak seed 13186).
+                let silent = |x: NodeId| self.silent(x, node, instance, t) || (node != 0 && x != 0 && self.silent(x, 0, instance, t));
+                // Or late: its application had not made the barrier (not
+                // asked node 0) by then, as the join timeout means ("waits
+                // for every member"): still finishing the last instance, say,
+                // its farewell waiting out a peer that left (soak seed 15303).
+                let need = self.need(node);
+                let late = |x: NodeId| {
+                    !self.run.joins.iter().any(|r| r.node == x && r.instance == instance && r.record.entered.is_some_and(|e| e + need <= t))
                 };
                 // Node 0 crashed and restarted: the nodes its earlier process
                 // admitted run that instance, and never join the new one.
                 let node0_restarted = self.run.episodes.iter().any(|e| matches!(e.kind, EpisodeKind::Crash { node: 0 }) && e.end <= t);
-                let wrong: Vec<NodeId> = missing.iter().copied().filter(|&x| !(silent(x) || (x != 0 && node0_restarted))).collect();
+                let wrong: Vec<NodeId> = missing.iter().copied().filter(|&x| !(silent(x) || late(x) || (x != 0 && node0_restarted))).collect();
                 (!restarted && !wrong.is_empty()).then(|| format!("node(s) {wrong:?} were reachable and not restarted"))
             }
             Verdict::Other => Some("the simulator causes no such error".to_string()),
@@ -323,7 +358,7 @@ impl Checker<'_> {
                 }
             }
             // Verdicts.
-            let allowed = mismatch_at.is_some_and(|m| k == m || k == m + 1);
+            let allowed = mismatch_at.is_some_and(|m| k == m || k == m + 1) || self.crossed[j];
             for (b, r) in recs.iter().enumerate() {
                 self.verdict(j, format!("op {k}"), b, r, allowed, false);
             }
@@ -356,7 +391,7 @@ impl Checker<'_> {
             self.safety(j, None, fin);
         }
         for (b, r) in fin.iter().enumerate() {
-            self.verdict(j, "finish".into(), b, r, mismatch_at.is_some(), false);
+            self.verdict(j, "finish".into(), b, r, mismatch_at.is_some() || self.crossed[j], false);
         }
         // A finish waits for its peers' farewells: one lost for good costs
         // up to the failure timeout.
@@ -396,7 +431,7 @@ impl Checker<'_> {
 
 /// Runs every checker on `run`: the violations, none if the run is right.
 pub fn check(run: &Run) -> Vec<Violation> {
-    let mut c = Checker { run, out: Vec::new() };
+    let mut c = Checker { run, out: Vec::new(), crossed: crossed(run) };
     for text in run.errors.iter().filter(|e| e.contains("UNEXPECTED")) {
         c.out.push(Violation::Contract { text: text.clone() });
     }
@@ -404,7 +439,11 @@ pub fn check(run: &Run) -> Vec<Violation> {
         c.instance(j);
     }
     for join in &run.joins {
-        c.verdict(join.instance, "join".into(), join.node, &join.record, false, join.life > 0);
+        // A restarted process, or one whose place a process of the same
+        // node running another instance's script took (see `crossed`).
+        let shares = |k: u64| run.joins.iter().any(|o| o.instance == join.instance && o.barrier == Some(k));
+        let displaced = run.joins.iter().any(|o| o.node == join.node && o.instance != join.instance && o.barrier.is_some_and(shares));
+        c.verdict(join.instance, "join".into(), join.node, &join.record, false, join.life > 0 || displaced);
     }
     for (node, &(instance, stage)) in run.stages.iter().enumerate() {
         if instance < run.config.instances {

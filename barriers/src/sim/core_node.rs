@@ -111,7 +111,7 @@ impl CoreNode {
     fn collect(&mut self) {
         while let Some(e) = self.core.poll_event() {
             match e {
-                Event::Joined { .. } => self.events.push_back(NodeEvent::Joined),
+                Event::Joined { instance } => self.events.push_back(NodeEvent::Joined { instance }),
                 Event::JoinFailed(e) => self.events.push_back(NodeEvent::Failed(e)),
                 Event::Done(r) => self.done(r),
             }

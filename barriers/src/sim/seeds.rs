@@ -298,3 +298,19 @@ fn regression_a_finish_does_not_wait_for_a_peer_that_gave_up_on_the_closing_barr
         campaign("mix", seed..seed + 1, Some(8));
     }
 }
+
+/// n = 8, checker: a process restarted in instance 0 runs instance 0's
+/// script again; its peers, back to back, had gone on to instance 1, whose
+/// barrier admitted it (a join does not say which of the application's
+/// instances it is for). The mismatches that followed were real, and so
+/// was node 0's refusal of that node's own next process (soak seeds 13131,
+/// 15126, 17529). A node whose join failed and which gave up answering is
+/// silent for a join's verdict too (seed 13186); a node that had not yet
+/// made the barrier (still finishing the last instance, its clock slow) is
+/// rightly named by a join that times out (seeds 15303, 16763, 24492).
+#[test]
+fn regression_the_checker_takes_verdicts_on_crossed_instances_and_late_nodes_for_right() {
+    for seed in [13131, 15126, 17529, 13186, 15303, 16763, 24492] {
+        campaign("mix", seed..seed + 1, Some(8));
+    }
+}

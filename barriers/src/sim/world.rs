@@ -97,6 +97,11 @@ pub struct JoinRecord {
     pub life: u32,
     /// The record.
     pub record: OpRecord,
+    /// The agreed instance of the barrier it joined (`None`: not joined).
+    /// The world's instances are the applications'; a restarted process
+    /// runs its instance's script again, and may be admitted into the
+    /// barrier its peers made for their next one.
+    pub barrier: Option<u64>,
 }
 
 /// Where a node's application is.
@@ -602,8 +607,12 @@ impl<F: NodeFactory> World<F> {
     fn told(&mut self, node: NodeId, event: NodeEvent) {
         let now = self.now;
         match event {
-            NodeEvent::Joined => {
+            NodeEvent::Joined { instance: barrier } => {
                 self.trace(node, TraceEvent::Told { what: 0, error: 0 });
+                let (inst, life) = (self.procs[node].instance, self.procs[node].lives.wrapping_sub(1));
+                if let Some(j) = self.run.joins.iter_mut().rev().find(|j| j.node == node && j.instance == inst && j.life == life) {
+                    j.barrier = Some(barrier);
+                }
                 if let Some(r) = self.record(node) {
                     r.left = Some(now);
                     r.outcome = Outcome::Ok(None);
@@ -785,7 +794,7 @@ impl<F: NodeFactory> World<F> {
         self.procs[node].core = Some(core);
         let span = &mut self.run.spans[instance];
         span.0 = span.0.min(self.now);
-        self.run.joins.push(JoinRecord { node, instance, life, record: OpRecord { entered: Some(self.now), ..OpRecord::NONE } });
+        self.run.joins.push(JoinRecord { node, instance, life, record: OpRecord { entered: Some(self.now), ..OpRecord::NONE }, barrier: None });
         self.pump(node);
     }
 
