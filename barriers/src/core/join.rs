@@ -96,9 +96,17 @@ enum Side {
     /// Node 0: the incarnations heard so far, and the nodes that asked with
     /// another configuration.
     Admitting { incarnations: Vec<Option<u64>>, mismatched: Vec<NodeId> },
-    /// Another node: asking node 0, keeping what comes early, and node 0's
-    /// last word on whom it still waits for (and when it came).
-    Asking { interval: Duration, next_request: Instant, early: Vec<(NodeId, Msg, Vec<u8>)>, refused: bool, waits: Option<(Vec<NodeId>, Instant)> },
+    /// Another node: asking node 0, keeping what comes early, node 0's
+    /// last word on whom it still waits for (and when it came), and when
+    /// each peer was last heard running an instance (at most one entry a peer).
+    Asking {
+        interval: Duration,
+        next_request: Instant,
+        early: Vec<(NodeId, Msg, Vec<u8>)>,
+        refused: bool,
+        waits: Option<(Vec<NodeId>, Instant)>,
+        running: Vec<(NodeId, Instant)>,
+    },
 }
 
 impl Joining {
@@ -125,7 +133,14 @@ impl Core {
             incarnations[0] = Some(incarnation);
             Side::Admitting { incarnations, mismatched: Vec::new() }
         } else {
-            Side::Asking { interval: self.config.retry_timeout, next_request: now, early: Vec::new(), refused: false, waits: None }
+            Side::Asking {
+                interval: self.config.retry_timeout,
+                next_request: now,
+                early: Vec::new(),
+                refused: false,
+                waits: None,
+                running: Vec::new(),
+            }
         };
         self.member.joining = Some(Box::new(Joining { start: now, timeout: self.config.join_timeout, incarnation, side }));
         self.join_progress(now);
@@ -173,20 +188,25 @@ impl Core {
                     return;
                 }
             }
-            Side::Asking { interval, next_request, refused, waits, early } => {
+            Side::Asking { interval, next_request, refused, waits, running, .. } => {
                 if waited >= j.timeout {
                     let error = if *refused {
                         BarrierError::Refused { node: self.me() }
                     } else {
                         // Node 0, heard lately, waits for others: they are
                         // the missing ones (node 0 is, if silent). But a
-                        // node heard running an instance was admitted, by an
-                        // earlier process of node 0 (it was restarted): that
-                        // one is the missing node.
+                        // node heard lately in the first barrier of an
+                        // instance was admitted, by an earlier process of
+                        // node 0 (it was restarted; no barrier completes
+                        // without this node): that one is the missing node.
+                        // (Not a node heard in the instance this node left
+                        // before it made this barrier, which has stragglers
+                        // that end, and may finish late: soak seeds 11234,
+                        // 18428.)
                         let lately = |t: &Instant| now.saturating_duration_since(*t) < self.config.failure_timeout;
-                        let running = |p: &NodeId| early.iter().any(|(from, m, _)| from == p && m.instance != 0);
+                        let in_one = |p: &NodeId| running.iter().any(|(q, t)| q == p && lately(t));
                         let missing = match waits.take() {
-                            Some((nodes, t)) if lately(&t) && !nodes.is_empty() && !nodes.iter().any(running) => nodes,
+                            Some((nodes, t)) if lately(&t) && !nodes.is_empty() && !nodes.iter().any(in_one) => nodes,
                             _ => vec![0],
                         };
                         BarrierError::JoinTimeout { missing, nodes: n, waited, bad_tags: Vec::new(), auth_mismatch: Vec::new(), bad_version: 0 }
@@ -213,6 +233,7 @@ impl Core {
     pub(super) fn join_handle(&mut self, now: Instant, from: NodeId, msg: Msg, data: &[u8]) {
         let n = self.nodes();
         let fingerprint = self.fingerprint();
+        let first = self.config.first_epoch as u32;
         let Some(j) = self.member.joining.as_mut() else { return };
         let incarnation = j.incarnation;
         match &mut j.side {
@@ -241,7 +262,7 @@ impl Core {
                 self.join_progress(now);
                 self.join_say_whom(from);
             }
-            Side::Asking { early, refused, waits, .. } => {
+            Side::Asking { early, refused, waits, running, .. } => {
                 let ours = from == 0 && msg.arg == incarnation as u32;
                 let joining = msg.kind == MsgKind::Status && msg.tag & status::JOINING != 0;
                 match msg.kind {
@@ -290,6 +311,15 @@ impl Core {
                         self.out.events.push_back(Event::Joined { instance: self.member.instance });
                     }
                     MsgKind::Data | MsgKind::Nack | MsgKind::Status | MsgKind::Answer => {
+                        // A peer in the first barrier of an instance: one
+                        // that node 0 admitted it into, without this node
+                        // (not a peer still finishing its last instance).
+                        if msg.instance != 0 && msg.epoch == first && from < n {
+                            match running.iter_mut().find(|(q, _)| *q == from) {
+                                Some((_, t)) => *t = now,
+                                None => running.push((from, now)),
+                            }
+                        }
                         if early.len() < JOIN_STASH {
                             early.push((from, msg, data.to_vec()));
                         }

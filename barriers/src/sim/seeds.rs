@@ -299,6 +299,19 @@ fn regression_a_finish_does_not_wait_for_a_peer_that_gave_up_on_the_closing_barr
     }
 }
 
+/// n = 8: a node still finishing the instance before (its farewell
+/// waiting out a peer that had left, or its statuses straggling) had not
+/// asked to join the next; its messages of that instance reached a joining
+/// node, which took them for a node admitted by an earlier process of node
+/// 0 and named node 0, alive and waiting for it (soak seeds 11234, 18428).
+/// Only a node heard lately in the first barrier of an instance counts so.
+#[test]
+fn regression_a_join_names_a_peer_still_finishing_its_last_instance_not_node_0() {
+    for seed in [11234, 18428] {
+        campaign("mix", seed..seed + 1, Some(8));
+    }
+}
+
 /// n = 8, checker: a process restarted in instance 0 runs instance 0's
 /// script again; its peers, back to back, had gone on to instance 1, whose
 /// barrier admitted it (a join does not say which of the application's

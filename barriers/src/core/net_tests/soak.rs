@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use super::{names, Fate, Net};
 use crate::collective::{Collective, Dtype, Op};
+use crate::core::receive::STATUS_TAG;
 use crate::core::Call;
 use crate::engine::{BarrierConfig, BarrierError};
 use crate::plan::Algorithm;
+use crate::transport::{Msg, MsgKind};
 
 #[test]
 fn calls_of_different_lengths_cut_into_as_many_full_segments_disagree_at_the_last() {
@@ -69,3 +71,36 @@ fn a_finish_does_not_wait_for_a_peer_that_gave_up_on_the_closing_barrier() {
         assert!(matches!(net.done[p], Some(Ok(()))), "node {p}'s finish: {:?}", net.done[p]);
     }
 }
+
+#[test]
+fn a_join_names_a_peer_still_finishing_its_last_instance_not_node_0() {
+    // Soak seeds 11234 and 18428: node 7 (here node 2), still finishing
+    // the instance before, had not asked to join the next one; its
+    // farewell's queries of that instance reached node 1, which is joining.
+    // Node 1 took them for a node admitted into an instance by an earlier
+    // process of node 0 (restarted) and named node 0, alive and waiting for
+    // node 2. A node in the first barrier of an instance is one node 0
+    // admitted without this node; one further on is in an instance of its own.
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(50));
+    config.join_timeout = Duration::from_millis(200);
+    let mut net = Net::new(3, config);
+    net.dead[2] = true;
+    let start = net.now;
+    // Node 1 asks first: its own join timeout comes before node 0's (whose
+    // word that it gave up would name node 2 anyway).
+    net.create(1, 101);
+    net.run_until(start + Duration::from_millis(50));
+    net.create(0, 100);
+    while net.joined[1].is_none() && net.now < start + Duration::from_secs(1) {
+        // Node 2's farewell query of its last instance's closing barrier 5.
+        let query = Msg { kind: MsgKind::Nack, instance: 0x77, epoch: 6, tag: STATUS_TAG, arg: 0 };
+        net.wire.push((net.now + Duration::from_micros(20), 2, 1, 0, query, Vec::new()));
+        let step = net.now + Duration::from_millis(5);
+        net.run_until(step);
+    }
+    match &net.joined[1] {
+        Some(Err(e)) => assert!(e.contains("node(s) [2] did not join"), "node 1: {e}"),
+        other => panic!("node 1: {other:?}"),
+    }
+}
+
