@@ -60,7 +60,7 @@ impl Core {
             self.closing = Closing::Done;
             return;
         }
-        let interval = self.recovery.rto.get();
+        let interval = self.recovery.rto.most();
         self.closing = Closing::Farewell(Farewell { last: self.window.epoch, start: now, interval, next_query: now + interval });
         self.send_status(None);
     }

@@ -461,7 +461,7 @@ impl Core {
 
     /// The counters.
     pub fn stats(&self) -> BarrierStats {
-        BarrierStats { retry_timeout: self.recovery.rto.get(), ..self.stats }
+        BarrierStats { retry_timeout: self.recovery.rto.most(), ..self.stats }
     }
 
     fn msg(&self, kind: crate::transport::MsgKind, epoch: u64, tag: u16) -> Msg {

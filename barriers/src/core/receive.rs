@@ -150,7 +150,7 @@ impl Core {
                 // completed the step: its time is a lesson (also when it
                 // came after a probe: then the retry was early, and the
                 // timeout must grow, or every step probes again).
-                self.recovery.rto.sample(now.saturating_duration_since(self.recovery.step_since));
+                self.recovery.rto.sample(step, now.saturating_duration_since(self.recovery.step_since));
             }
             if !clean {
                 // Recovered here or upstream: a loss happened (or the

@@ -5,7 +5,8 @@
 //! the asked node has sent it, else with a [`MsgKind::Status`] saying where
 //! it is. A node whose own message was lost is NACKed by the peer that
 //! waits for it, so nodes never re-send unasked. The first retry comes after
-//! a timeout learned from the steps' times ([`crate::rto`]); then the
+//! a timeout learned from the step's own past times ([`crate::rto`], one
+//! per step of the plan: [`StepTimeouts`]); then the
 //! interval doubles while nothing progresses. A message of barrier c+1 from
 //! a peer proves that the peer has completed c, so a node still in c NACKs
 //! at once what that peer (or node 0, for its release) owes it.
@@ -25,8 +26,11 @@
 //! message this node multicast (a release, a broadcast's data) is answered
 //! by one multicast, and a status saying that it has not sent it yet too:
 //! many nodes miss the same release, or wait for the same late root, and
-//! one frame answers them all. A second NACK for the same (epoch, tag)
-//! within the answer gap is served by that frame.
+//! one frame answers them all. Other NACKs for the same (epoch, tag)
+//! within the shortest step's retry timeout are served by that frame, and
+//! so is each peer's first NACK for it, however late this node takes it in
+//! (many peers' NACKs queue here behind the answers; one that lost the
+//! answer too asks again).
 //!
 //! Answers are rate-limited per peer: a NACK for an (epoch, tag) that this
 //! node answered for the same peer less than a quarter of its learned retry
@@ -194,6 +198,50 @@ pub(super) fn lost_before(arg: u32, answer: bool) -> u32 {
     ((arg >> COPY_SHIFT) & COPY_MASK) + u32::from(answer)
 }
 
+/// The learned retry timeouts, one per plan step ([`Rto`] each): a step
+/// learns from its own times only. The steps of one plan wait for very
+/// different things: a tree's inner node waits a few µs for its children's
+/// arrivals, then for the release, which comes only once the whole tree
+/// has gathered (a time that grows with the tree's depth). One timeout
+/// learned from both converged on the short waits (the floor), so from
+/// about 1,000 nodes every inner node NACKed the root's release before it
+/// could have been sent, in a lossless run (142 NACKs at 1,024 nodes,
+/// 1,463 at 4,096).
+#[derive(Clone, Debug)]
+pub(super) struct StepTimeouts {
+    steps: Vec<Rto>,
+}
+
+impl StepTimeouts {
+    fn new(config: &BarrierConfig, steps: usize) -> StepTimeouts {
+        let rto = Rto::new(config.retry_timeout, config.min_retry_timeout, config.max_learned_retry());
+        StepTimeouts { steps: vec![rto; steps.max(1)] }
+    }
+
+    /// Step `step`'s timeout (past the last step: the last's).
+    #[inline]
+    pub(super) fn get(&self, step: usize) -> Duration {
+        self.steps[step.min(self.steps.len() - 1)].get()
+    }
+
+    /// Step `step` took `took`.
+    #[inline]
+    pub(super) fn sample(&mut self, step: usize, took: Duration) {
+        let last = self.steps.len() - 1;
+        self.steps[step.min(last)].sample(took);
+    }
+
+    /// The shortest of the steps' timeouts (a peer retries no sooner).
+    pub(super) fn least(&self) -> Duration {
+        self.steps.iter().map(Rto::get).min().unwrap_or_default()
+    }
+
+    /// The longest of the steps' timeouts.
+    pub(super) fn most(&self) -> Duration {
+        self.steps.iter().map(Rto::get).max().unwrap_or_default()
+    }
+}
+
 /// What the current step knows of the peers it waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Laggard {
@@ -212,14 +260,18 @@ pub(super) struct Recovery {
     pub(super) step_since: Instant,
     pub(super) next_retry: Instant,
     pub(super) retry_interval: Duration,
-    pub(super) rto: Rto,
+    /// The learned retry timeouts, one per step.
+    pub(super) rto: StepTimeouts,
     /// Whether a NACK was sent at once in this step (one per step).
     pub(super) fast_nacked: bool,
     /// The loss rate of this node's paths, as seen.
     pub(super) loss: LossEstimate,
-    /// The last multicast answer or status (epoch, tag, when): a NACK for
-    /// the same (epoch, tag) within the answer gap is served by it.
-    pub(super) multicast_answer: Option<(u64, u16, Instant)>,
+    /// The last multicast answer or status (epoch, tag, when, whether it
+    /// was the answer itself): a NACK for the same (epoch, tag) within the
+    /// answer gap is served by it, and so is a peer's first NACK for it
+    /// after a multicast answer (it crossed the answer, or lost it too and
+    /// asks again).
+    pub(super) multicast_answer: Option<(u64, u16, Instant, bool)>,
     /// The last expected message that an answer delivered first (barrier,
     /// index, frames counted lost): if the original follows, nothing was
     /// lost.
@@ -281,7 +333,7 @@ impl Recovery {
             step_since: now,
             next_retry: now,
             retry_interval: config.retry_timeout,
-            rto: Rto::new(config.retry_timeout, config.min_retry_timeout, config.max_learned_retry()),
+            rto: StepTimeouts::new(config, steps),
             fast_nacked: false,
             loss: LossEstimate::default(),
             multicast_answer: None,
@@ -301,15 +353,28 @@ impl Recovery {
 impl Core {
     pub(super) fn on_nack(&mut self, from: NodeId, msg: Msg, epoch: u64, now: Instant) {
         self.live.peers[from].at_least(epoch, true);
-        let gap = (self.recovery.rto.get() / ANSWER_GAP_DIVISOR).max(self.recovery.reply.unwrap_or_default());
+        let gap = (self.recovery.rto.least() / ANSWER_GAP_DIVISOR).max(self.recovery.reply.unwrap_or_default());
         let tag = (msg.tag != STATUS_TAG).then_some(msg.tag);
         // A multicast answer serves the NACKs that crossed it (sent within a
         // round trip of it).
-        let window = self.recovery.reply.unwrap_or(gap).max(gap);
-        let served = tag.is_some_and(|t| {
-            self.recovery.multicast_answer.is_some_and(|(e, g, at)| e == epoch && g == t && now.saturating_duration_since(at) < window)
-        });
+        // (Every peer's retries for one message come a retry timeout apart
+        // at least, and none of them retries sooner than the shortest step's
+        // timeout here: one multicast answer per such timeout serves them all.)
+        let window = self.recovery.rto.least().max(gap);
         let again = self.recovery.answered[from].asked_before(epoch, msg.tag);
+        // (A peer's first NACK after the multicast answer is served by it
+        // however late it is taken in here: NACKs from many peers queue at
+        // this node, so the time they are taken in says little of when they
+        // were sent. Its second is answered.)
+        let served = tag.is_some_and(|t| {
+            self.recovery
+                .multicast_answer
+                .is_some_and(|(e, g, at, answer)| e == epoch && g == t && (now.saturating_duration_since(at) < window || answer && !again))
+        });
+        if served {
+            // (Its next NACK for it is a second one.)
+            self.recovery.answered[from].admit(epoch, msg.tag, now, gap);
+        }
         if served || !self.recovery.answered[from].admit(epoch, msg.tag, now, gap) {
             // Answered a moment ago (and what that answer set off, too), or
             // a multicast answer that reaches it is on its way.
@@ -333,7 +398,7 @@ impl Core {
                 // Every node waits for that multicast: tell them all at once
                 // that it has not gone yet.
                 Some(t) => {
-                    self.recovery.multicast_answer = Some((epoch, t, now));
+                    self.recovery.multicast_answer = Some((epoch, t, now, false));
                     self.send_status(None);
                 }
                 None => self.send_status(Some(from)),
@@ -343,7 +408,7 @@ impl Core {
             // it moves on at once, so what it owes us may come any moment.
             // If that is lost, retry soon, not after a long backoff.
             self.recovery.laggard = Laggard::Unknown;
-            self.recovery.retry_interval = self.recovery.rto.get();
+            self.recovery.retry_interval = self.recovery.rto.get(self.run.step);
             self.recovery.next_retry = now + self.recovery.retry_interval;
         }
     }
@@ -429,7 +494,7 @@ impl Core {
                     let void_here = if epoch + 1 == self.window.epoch { self.window.last_void } else { self.window.void[parity(epoch)] };
                     let void = if void_here { MISMATCHED } else { 0 };
                     let dest = if matches!(out.dest, Dest::All) && self.setup.multicast && MULTICAST_ANSWERS {
-                        self.recovery.multicast_answer = Some((epoch, out.tag, now));
+                        self.recovery.multicast_answer = Some((epoch, out.tag, now, true));
                         To::All
                     } else {
                         To::Node(to)
@@ -492,7 +557,7 @@ impl Core {
             // backing off on a lossy network fed storms at 64 nodes).
             let quiet_at = self.recovery.quiet_probes();
             let quiet = self.missing_any(|p| self.live.peers[p].unanswered() >= quiet_at);
-            let rto = self.recovery.rto.get();
+            let rto = self.recovery.rto.get(self.run.step);
             let cap = if self.recovery.laggard == Laggard::Late || quiet {
                 (now.saturating_duration_since(self.recovery.step_since) / 4).max(rto)
             } else {

@@ -270,7 +270,7 @@ fn a_non_root_tells_its_entry_at_once_has_the_broadcast_at_the_data_and_answers_
     // A NACK of the previous epoch's entry (the root's retry, a retry
     // timeout later, crossed it) is answered from that epoch, though this
     // node moved on.
-    e.now += e.recovery.rto.get();
+    e.now += e.recovery.rto.most();
     push(&mut e, 0, MsgKind::Nack, 0, BCAST_ENTERED, Vec::new());
     e.test().unwrap();
     assert_eq!(sent_count(&e, 0, MsgKind::Answer, 0, BCAST_ENTERED), 2);
@@ -619,7 +619,7 @@ fn a_burst_of_nacks_gets_a_bounded_number_of_answers_and_a_retry_is_answered() {
     assert_eq!((answers(&e), e.stats.answers_suppressed), (1, 999));
     // 1,000 more, alternating with another tag (a status answers that one),
     // one every µs: at most one answer each per quarter retry timeout.
-    let gap = e.recovery.rto.get() / 4;
+    let gap = e.recovery.rto.least() / 4;
     let start = e.now;
     for i in 0..1000u32 {
         e.now = start + Duration::from_micros(u64::from(i));
@@ -631,7 +631,7 @@ fn a_burst_of_nacks_gets_a_bounded_number_of_answers_and_a_retry_is_answered() {
     assert!(sent <= bound && sent as u64 + suppressed == 1000, "{sent} replies (bound {bound}), {suppressed} suppressed");
     // A live peer's retry, a retry timeout after the last answer, is answered.
     let before = answers(&e);
-    e.now += e.recovery.rto.get();
+    e.now += e.recovery.rto.most();
     e.transport.inbox.push_back(nack(plan::tag::ROUND));
     e.test().unwrap();
     assert_eq!(answers(&e), before + 1);
