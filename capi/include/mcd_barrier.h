@@ -286,6 +286,19 @@ typedef struct mcd_stats {
      * or from a buggy member, gets a bounded number of answers).
      */
     uint64_t answers_suppressed;
+    /**
+     * Messages of another barrier instance, dropped by the barrier: frames
+     * of an earlier run under the same secret, replayed (they verify, and
+     * are new to this run's endpoint, once), or late frames of an earlier
+     * barrier of this job.
+     */
+    uint64_t messages_foreign;
+    /**
+     * Join answers for another incarnation than this node's, ignored (an
+     * earlier run's, replayed, or delayed); at node 0, join requests that
+     * replaced an admission not yet heard from (the same).
+     */
+    uint64_t joins_superseded;
 } mcd_stats;
 
 /**

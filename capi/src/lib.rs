@@ -176,6 +176,15 @@ pub struct mcd_stats {
     /// answer (the per-peer limit on answers: a burst of NACKs, replayed
     /// or from a buggy member, gets a bounded number of answers).
     pub answers_suppressed: u64,
+    /// Messages of another barrier instance, dropped by the barrier: frames
+    /// of an earlier run under the same secret, replayed (they verify, and
+    /// are new to this run's endpoint, once), or late frames of an earlier
+    /// barrier of this job.
+    pub messages_foreign: u64,
+    /// Join answers for another incarnation than this node's, ignored (an
+    /// earlier run's, replayed, or delayed); at node 0, join requests that
+    /// replaced an admission not yet heard from (the same).
+    pub joins_superseded: u64,
 }
 
 /// The job's barrier over all of its ranks.
@@ -454,6 +463,8 @@ fn stats_of(b: BarrierStats, shared: &SharedEndpoint) -> Result<mcd_stats, CErro
         frames_replayed: e.dropped.replayed,
         frames_auth_mismatch: e.dropped.auth_mismatch,
         answers_suppressed: b.answers_suppressed,
+        messages_foreign: b.foreign,
+        joins_superseded: b.superseded,
     })
 }
 

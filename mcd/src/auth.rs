@@ -10,16 +10,23 @@
 //!   frame from the destination MAC through the trailer's counter (see
 //!   [`crate::wire`]), 64 bits. A frame whose tag does not verify is dropped
 //!   before anything in it is acted on ([`crate::DropReason::BadTag`]).
-//! - **Replay** ([`ReplayWindow`]): each endpoint numbers its frames with a
-//!   64-bit counter that starts at the wall clock in nanoseconds when it
-//!   opens ([`initial_counter`]), so a restarted process counts on above its
-//!   earlier life; each receiver keeps, per sender node and rail, the
-//!   highest counter seen and a bitmap of the [`REPLAY_WINDOW`] below it. A
-//!   frame seen before, or older than the window, is dropped
-//!   ([`crate::DropReason::Replayed`]). Frames recorded in an earlier run
-//!   with the same secret are new to a new endpoint: what binds a run is
-//!   above the endpoint (the README's **Security**: the bootstrap's nonces,
-//!   the barrier's instance).
+//! - **One key per rail** ([`FrameKey::for_rail`]): rail 0's is the secret,
+//!   every other rail's is derived from the secret and the rail's number, so
+//!   a frame sent on one rail and replayed on another fails its tag there,
+//!   even where a node's rails share one MAC.
+//! - **Replay** ([`SenderWindows`]): each endpoint numbers its frames with a
+//!   64-bit counter ([`Counter`]): a *session* (32 random bits drawn when the
+//!   endpoint opens, and again after 2^32 frames) above the frame's number
+//!   in the session. Each receiver keeps, per sender node and rail, one
+//!   [`ReplayWindow`] per session heard: the highest number seen and a
+//!   bitmap of the [`REPLAY_WINDOW`] below it. A frame seen before, or
+//!   older than its session's window, is dropped
+//!   ([`crate::DropReason::Replayed`]). Counters of different sessions are
+//!   never compared: a frame recorded in an earlier run (another session of
+//!   its sender) is new to a new endpoint once, and changes nothing about
+//!   the live session's frames, whatever the senders' clocks said. What
+//!   makes such a frame useless is above the endpoint (the README's
+//!   **Security**: the bootstrap's nonces, the barrier's instance).
 //!
 //! Authentication is on by default: an endpoint opened without a secret and
 //! without [`Auth::Off`] is an error ([`crate::Error::NoSecret`]) that says
@@ -28,9 +35,9 @@
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use siphasher::sip::SipHasher24;
+use siphasher::sip128::SipHasher24 as SipHasher128;
 
 use crate::wire::{offset, Frame, TrailerRepr, TRAILER_LEN};
 use crate::{Error, Result};
@@ -46,6 +53,8 @@ pub const AUTH_VAR: &str = "MCD_AUTH";
 /// one sender on one rail may be read this far out of order and still be
 /// delivered once.
 pub const REPLAY_WINDOW: u64 = 512;
+/// Bits of a counter below its session: the frame's number in the session.
+pub const SESSION_SHIFT: u32 = 32;
 /// The largest key file read (a key file is 16 bytes or 32 hex digits).
 const KEY_FILE_MAX: u64 = 256;
 
@@ -252,11 +261,41 @@ pub fn key_file_from_env() -> Option<PathBuf> {
     std::env::var_os(KEY_FILE_VAR).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
-/// The first counter of a sender that opens now: the wall clock in
-/// nanoseconds since 1970, so that a process restarted later counts on above
-/// the frames of its earlier life.
-pub fn initial_counter() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+/// A sender's frame counter: its session (random, in the high 32 bits)
+/// and the next frame's number in it (the low 32 bits, from 1). Numbers
+/// never repeat within a session; after 2^32 - 1 frames a new session is
+/// drawn. A receiver compares counters only within one session
+/// ([`SenderWindows`]), so no clock enters the replay check.
+#[derive(Clone, Debug)]
+pub struct Counter {
+    next: u64,
+}
+
+impl Counter {
+    /// A counter in a fresh session, from the OS's random source.
+    pub fn new() -> Result<Counter> {
+        Ok(Counter { next: (u64::from(new_session()?) << SESSION_SHIFT) | 1 })
+    }
+
+    /// The counter of the next frame (and moves on).
+    pub fn take(&mut self) -> u64 {
+        let counter = self.next;
+        self.next += 1;
+        if self.next as u32 == 0 {
+            // The session's numbers are used up: another session (a random
+            // one; if the source fails, the next session number on).
+            let session = new_session().unwrap_or((counter >> SESSION_SHIFT) as u32 ^ 0x9E37_79B9);
+            self.next = (u64::from(session) << SESSION_SHIFT) | 1;
+        }
+        counter
+    }
+}
+
+/// 32 random bits, never 0.
+fn new_session() -> Result<u32> {
+    let mut bytes = [0u8; 4];
+    getrandom::fill(&mut bytes).map_err(|e| Error::Config(format!("the OS random source failed: {e}")))?;
+    Ok(u32::from_ne_bytes(bytes).max(1))
 }
 
 /// A job secret made ready to sign and verify frames.
@@ -272,9 +311,23 @@ impl fmt::Debug for FrameKey {
 }
 
 impl FrameKey {
-    /// The key of `secret`.
+    /// The key of `secret` on rail 0 (also the bootstrap's hellos' key).
     pub fn new(secret: &JobSecret) -> FrameKey {
-        FrameKey { hasher: SipHasher24::new_with_key(&secret.0) }
+        FrameKey::for_rail(secret, 0)
+    }
+
+    /// The key of `secret` on rail `rail`: the secret itself on rail 0; on
+    /// another rail, the 128-bit SipHash-2-4 of "mcd rail key" and the
+    /// rail's number under the secret. A frame signed for one rail does not
+    /// verify on another.
+    pub fn for_rail(secret: &JobSecret, rail: usize) -> FrameKey {
+        if rail == 0 {
+            return FrameKey { hasher: SipHasher24::new_with_key(&secret.0) };
+        }
+        let mut label = *b"mcd rail key\0\0\0\0";
+        label[12..].copy_from_slice(&(rail as u32).to_be_bytes());
+        let derived = u128::from(SipHasher128::new_with_key(&secret.0).hash(&label)).to_le_bytes();
+        FrameKey { hasher: SipHasher24::new_with_key(&derived) }
     }
 
     /// The tag of `signed` (the bytes from the destination MAC through the counter).
@@ -313,7 +366,7 @@ const WINDOW_WORDS: usize = (REPLAY_WINDOW / 64) as usize;
 /// operations; nothing is allocated.
 #[derive(Clone, Debug, Default)]
 pub struct ReplayWindow {
-    /// The highest counter seen (0: none yet; counters start at the wall clock).
+    /// The highest counter seen (0: none yet; numbers in a session start at 1).
     top: u64,
     bits: [u64; WINDOW_WORDS],
 }
@@ -360,6 +413,74 @@ impl ReplayWindow {
     /// The highest counter seen (0 if none).
     pub fn highest(&self) -> u64 {
         self.top
+    }
+}
+
+/// One sender's replay windows on one rail: one [`ReplayWindow`] per
+/// session of its counter ([`Counter`]), the session heard last first.
+/// Counters of different sessions are never compared, so a frame of an
+/// earlier session (a run recorded and replayed, or the sender's earlier
+/// life) is taken once and leaves the live session's window as it was.
+/// The live session's check costs what one window's does; nothing is
+/// allocated until a third session is heard (one window per session an
+/// attacker can replay: sessions are signed, so it cannot make up more).
+#[derive(Clone, Debug)]
+pub struct SenderWindows {
+    windows: Vec<(u32, ReplayWindow)>,
+}
+
+impl Default for SenderWindows {
+    fn default() -> SenderWindows {
+        SenderWindows { windows: Vec::with_capacity(2) }
+    }
+}
+
+impl SenderWindows {
+    fn find(&self, session: u32) -> Option<usize> {
+        self.windows.iter().position(|(s, _)| *s == session)
+    }
+
+    /// Whether a frame with `counter` is new: of a session never heard, or
+    /// new to its session's window. Changes nothing.
+    pub fn check(&self, counter: u64) -> bool {
+        let session = (counter >> SESSION_SHIFT) as u32;
+        if counter as u32 == 0 {
+            return false; // numbers start at 1
+        }
+        match self.windows.first() {
+            Some((s, w)) if *s == session => w.check(counter),
+            _ => self.find(session).is_none_or(|i| self.windows[i].1.check(counter)),
+        }
+    }
+
+    /// Records `counter` as seen (after [`check`](Self::check) said it is new).
+    pub fn record(&mut self, counter: u64) {
+        let session = (counter >> SESSION_SHIFT) as u32;
+        let at = match self.windows.first() {
+            Some((s, _)) if *s == session => 0,
+            _ => match self.find(session) {
+                Some(i) => i,
+                None => {
+                    self.windows.push((session, ReplayWindow::default()));
+                    self.windows.len() - 1
+                }
+            },
+        };
+        self.windows[at].1.record(counter);
+        if at > 0 {
+            // The session heard last is looked at first.
+            self.windows[..=at].rotate_right(1);
+        }
+    }
+
+    /// The sessions heard, the last first.
+    pub fn sessions(&self) -> impl Iterator<Item = u32> + '_ {
+        self.windows.iter().map(|(s, _)| *s)
+    }
+
+    /// The highest counter seen in `session` (0 if none).
+    pub fn highest(&self, session: u32) -> u64 {
+        self.find(session).map_or(0, |i| self.windows[i].1.highest())
     }
 }
 
@@ -477,7 +598,7 @@ mod tests {
         assert!(!take(&mut w, base + 20), "exactly the window's width below");
         assert!(take(&mut w, base + 21), "just inside the window, never seen");
         assert!(!take(&mut w, base), "long ago");
-        // Counter 0 is never valid (counters start at the wall clock).
+        // Counter 0 is never valid (numbers in a session start at 1).
         assert!(!take(&mut ReplayWindow::default(), 0));
     }
 
@@ -502,16 +623,74 @@ mod tests {
     }
 
     #[test]
-    fn a_restart_with_a_higher_counter_is_accepted() {
-        let mut w = ReplayWindow::default();
-        let first_life = initial_counter();
-        for c in first_life..first_life + 50 {
+    fn a_restart_in_a_new_session_is_accepted_whatever_its_counters() {
+        let mut w = SenderWindows::default();
+        let mut first_life = Counter::new().unwrap();
+        let old: Vec<u64> = (0..50).map(|_| first_life.take()).collect();
+        for &c in &old {
+            assert!(w.check(c));
             w.record(c);
         }
-        let restart = first_life + 1_000_000_000; // a restart a second later: the clock moved on
-        assert!(w.check(restart));
-        w.record(restart);
-        assert!(!w.check(first_life + 49), "the old life's frames are now too old");
+        let mut restart = Counter::new().unwrap();
+        let new: Vec<u64> = (0..50).map(|_| restart.take()).collect();
+        assert_ne!(old[0] >> SESSION_SHIFT, new[0] >> SESSION_SHIFT, "another session (2^-32 to fail)");
+        for &c in &new {
+            assert!(w.check(c), "{c:#x} of the new life");
+            w.record(c);
+        }
+        for &c in old.iter().chain(&new) {
+            assert!(!w.check(c), "{c:#x} again");
+        }
+    }
+
+    #[test]
+    fn counters_of_different_sessions_are_never_compared() {
+        // Review rev27, finding 2: a frame of an earlier run whose sender's
+        // clock was ahead used to lift the window above the live sender's
+        // counters. Sessions are compared by identity, never by size.
+        let mut w = SenderWindows::default();
+        let (old, live) = (0xFFFF_FFF0u64 << SESSION_SHIFT, 0x0000_0010u64 << SESSION_SHIFT);
+        for c in [old + 1_000_000, old + 999_900] {
+            assert!(w.check(c));
+            w.record(c);
+        }
+        for i in 1..=2000 {
+            assert!(w.check(live + i), "live frame {i}");
+            w.record(live + i);
+        }
+        assert_eq!(w.sessions().collect::<Vec<_>>(), vec![0x10, 0xFFFF_FFF0], "the session heard last first");
+        assert!(!w.check(old + 1_000_000) && !w.check(old + 999_900), "the old run's frames, once only");
+        assert!(!w.check(live + 1500) && !w.check(live + 1), "the live ones too");
+        assert_eq!((w.highest(0x10), w.highest(0xFFFF_FFF0), w.highest(7)), (live + 2000, old + 1_000_000, 0));
+        assert!(!w.check(live), "number 0 is never sent");
+    }
+
+    #[test]
+    fn a_counter_moves_to_a_new_session_before_its_numbers_wrap() {
+        let mut c = Counter { next: (5u64 << SESSION_SHIFT) | u64::from(u32::MAX - 1) };
+        assert_eq!(c.take(), (5 << SESSION_SHIFT) | u64::from(u32::MAX - 1));
+        assert_eq!(c.take(), (5 << SESSION_SHIFT) | u64::from(u32::MAX));
+        let next = c.take();
+        assert_eq!(next as u32, 1, "number 1 of a new session");
+        assert_ne!(next >> SESSION_SHIFT, 0);
+        let mut w = SenderWindows::default();
+        for x in [(5 << SESSION_SHIFT) | u64::from(u32::MAX), next, next + 1] {
+            assert!(w.check(x));
+            w.record(x);
+        }
+    }
+
+    #[test]
+    fn each_rail_has_a_key_of_its_own() {
+        let secret = JobSecret::from_bytes([3; SECRET_LEN]);
+        let rail = |r: usize| FrameKey::for_rail(&secret, r);
+        let frame = signed_frame(&rail(1), b"payload!", 1);
+        assert_eq!(verify(&rail(1), &frame), Some(1));
+        assert_eq!(verify(&rail(0), &frame), None, "rail 1's frame on rail 0");
+        assert_eq!(verify(&rail(2), &frame), None, "rail 1's frame on rail 2");
+        let frame = signed_frame(&FrameKey::new(&secret), b"payload!", 1);
+        assert_eq!(verify(&rail(0), &frame), Some(1), "FrameKey::new is rail 0's key");
+        assert_eq!(verify(&rail(1), &frame), None);
     }
 
     #[test]

@@ -19,10 +19,12 @@
 //! +---------------------------------------+
 //! ```
 //!
-//! `ver` holds the version ([`VERSION`], 2) in its low 7 bits and the
+//! `ver` holds the version ([`VERSION`], 3) in its low 7 bits and the
 //! [`AUTH_FLAG`] in its top bit. The tag is a keyed MAC (SipHash-2-4 under
-//! the job's secret, [`crate::auth`]) of every byte before it: Ethernet
-//! header, MCD header, payload and counter. Ethernet padding after the
+//! the rail's key, derived from the job's secret, [`crate::auth`]) of every
+//! byte before it: Ethernet header, MCD header, payload and counter. The
+//! counter is the sender's session (32 random bits) above the frame's
+//! number in that session (32 bits, from 1). Ethernet padding after the
 //! trailer (or after the payload of an unauthenticated frame) is ignored.
 //!
 //! As in smoltcp, a wire format has two faces: [`Frame`] and [`Trailer`],
@@ -45,9 +47,10 @@ pub const MCD_HEADER_LEN: usize = 16;
 /// Ethernet header plus MCD header: the smallest valid MCD frame.
 pub const FRAME_HEADER_LEN: usize = ETHERNET_HEADER_LEN + MCD_HEADER_LEN;
 /// The MCD wire-format version this crate speaks (the low 7 bits of the
-/// version byte). Version 1 had no authentication; its frames are dropped as
-/// [`WireError::BadVersion`].
-pub const VERSION: u8 = 2;
+/// version byte). Version 1 had no authentication; version 2's counters
+/// were the sender's clock and every rail had the secret as its key. Their
+/// frames are dropped as [`WireError::BadVersion`].
+pub const VERSION: u8 = 3;
 /// The top bit of the version byte: a [`Trailer`] follows the payload.
 pub const AUTH_FLAG: u8 = 0x80;
 /// Length of the trailer of an authenticated frame: counter and tag.

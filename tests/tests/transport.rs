@@ -306,8 +306,8 @@ fn malformed_and_foreign_frames_are_counted_and_dropped_while_good_traffic_flows
                 f[mcd::wire::offset::PAYLOAD] ^= 1; // changed after signing
                 f
             },
-            // A good frame (counter 3, far below the sender's, which start at the
-            // wall clock): delivered once, then replayed twice.
+            // A good frame (counter 3: number 3 of session 0, not the
+            // sender's session): delivered once, then replayed twice.
             signed_bytes(&FrameRepr { seq: 100, ..good }, b"good", Some(&key), 3),
             {
                 let mut f = vec![0xa5u8; 64]; // garbage under our EtherType, to node 1

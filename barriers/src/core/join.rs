@@ -251,14 +251,17 @@ impl Core {
                     self.out.push(0, To::Node(from), refuse, &[]);
                     return;
                 }
-                // The newest incarnation wins: a delayed request of an
-                // earlier barrier of that process is older (and so is a
-                // replayed Join of an earlier run).
-                let newest = incarnations[from].map_or(msg.instance, |known| known.max(msg.instance));
+                // The request heard last stands for its node. Incarnations
+                // are never compared by size (they hold their hosts'
+                // clocks, and a Join recorded in an earlier run on a host
+                // whose clock was ahead would win for ever): a delayed
+                // request of an earlier barrier, or a replayed one, may
+                // stand for a moment, and the live process, which asks
+                // until it is admitted, is heard again (see `on_join`).
                 if incarnations[from].is_some_and(|known| known != msg.instance) {
                     self.stats.superseded += 1;
                 }
-                incarnations[from] = Some(newest);
+                incarnations[from] = Some(msg.instance);
                 self.join_progress(now);
                 self.join_say_whom(from);
             }
@@ -401,13 +404,16 @@ impl Core {
             // It lives, though it cannot answer probes until admitted.
             self.live.peers[from].joining();
             self.send_admission(from, MsgKind::Admit, echo)
-        } else if msg.instance > admitted && !self.live.peers[from].ever_heard() && self.stats.completed == 0 {
-            // A newer incarnation of a node never heard from in this
+        } else if !self.live.peers[from].ever_heard() && self.stats.completed == 0 {
+            // Another incarnation of a node never heard from in this
             // instance, before this node completed any barrier (which needs
-            // every node's entry): the one admitted was a delayed request
-            // of that process's earlier barrier, which takes no part here
-            // (its admission, echoing it, is ignored); or a Join recorded
-            // in an earlier run, replayed here before the real one.
+            // every node's entry): admissions are tentative until then. The
+            // one admitted may be a delayed request of that process's
+            // earlier barrier, or a Join recorded in an earlier run and
+            // replayed here (its admission, echoing it, is ignored), and so
+            // may this one; the live process asks until it is admitted, so
+            // it is the one admitted last. No incarnation is compared by
+            // size: they hold their hosts' clocks (rev27, finding 2).
             self.stats.superseded += 1;
             self.member.admitted[from] = msg.instance;
             self.send_admission(from, MsgKind::Admit, echo)

@@ -394,14 +394,16 @@ fn a_verdict_does_not_outlive_the_silent_peers_return() {
 }
 
 #[test]
-#[ignore = "finding 2 (rev27), the Join half: a Join replayed from an earlier run whose incarnation is numerically larger (drawn on a clock that was ahead; before the fix of finding 1 also any Join recorded before the 12.7-day wrap) wins over the live node's, which is refused: one replayed frame fails the join"]
 fn rev27_a_replayed_join_with_a_larger_incarnation_does_not_refuse_the_live_node() {
-    // Review of issue 27 (rev27). `new_incarnation` keeps the time in
-    // microseconds in the high 40 bits only: it wraps every 2^40 us (12.7
-    // days), so a Join recorded before the last wrap, with the same key
-    // file, has a LARGER incarnation than any live one. Node 0 keeps the
-    // largest ("the newest wins"): the live node 1 is sent an Admit that
-    // echoes the old incarnation (ignored), then refused on every request.
+    // Review of issue 27 (rev27), finding 2, the Join half. A Join of node
+    // 1 recorded in an earlier run whose incarnation is numerically larger
+    // than the live one's (drawn on a host whose clock was ahead; before
+    // finding 1's fix, also any Join recorded before the 12.7-day wrap) is
+    // replayed to node 0 before the live node 1 asks. Node 0 kept the
+    // largest ("the newest wins"): the live node 1 was sent an Admit that
+    // echoed the old incarnation (ignored), then refused on every request.
+    // Now the request heard last stands for its node until the node is
+    // heard in the instance, whatever the incarnations' sizes.
     let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(200));
     config.join_timeout = Duration::from_secs(1);
     let mut net = Net::new(3, config);
