@@ -326,6 +326,9 @@ impl Checker<'_> {
         let span = if run.spans[j].1 < run.spans[j].0 { (run.spans[j].0, u64::MAX) } else { run.spans[j] };
         let clean = !silence_during(run, span) && mismatch_at.is_none();
         let bound = run.config.liveness_ns;
+        // A restarted process that was admitted again, in place of one that
+        // had taken part, finds its peers barriers ahead: refused.
+        let restarted = |b: NodeId| run.joins.iter().any(|r| r.node == b && r.instance == j && r.life > 0);
         for (k, recs) in ops.iter().enumerate() {
             let sop = &script[k];
             // Safety.
@@ -360,7 +363,7 @@ impl Checker<'_> {
             // Verdicts.
             let allowed = mismatch_at.is_some_and(|m| k == m || k == m + 1) || self.crossed[j];
             for (b, r) in recs.iter().enumerate() {
-                self.verdict(j, format!("op {k}"), b, r, allowed, false);
+                self.verdict(j, format!("op {k}"), b, r, allowed, restarted(b));
             }
             // Liveness within the bound, per epoch the call takes (a
             // collective larger than a message runs in segments, one epoch each).
@@ -391,7 +394,7 @@ impl Checker<'_> {
             self.safety(j, None, fin);
         }
         for (b, r) in fin.iter().enumerate() {
-            self.verdict(j, "finish".into(), b, r, mismatch_at.is_some() || self.crossed[j], false);
+            self.verdict(j, "finish".into(), b, r, mismatch_at.is_some() || self.crossed[j], restarted(b));
         }
         // A finish waits for its peers' farewells: one lost for good costs
         // up to the failure timeout.

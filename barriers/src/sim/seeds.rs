@@ -327,3 +327,14 @@ fn regression_the_checker_takes_verdicts_on_crossed_instances_and_late_nodes_for
         campaign("mix", seed..seed + 1, Some(8));
     }
 }
+
+/// n = 8, shuffle: node 7 entered barrier 0 and crashed; its peers
+/// completed barriers 0 and 1 with what it had sent, while node 0,
+/// partitioned, had heard nothing of it and completed no barrier, so it
+/// admitted node 7's restarted process in its place. That process entered
+/// barrier 0 two behind its peers and named a live one silent (soak seed
+/// 35106). A peer's message two barriers ahead now refuses it.
+#[test]
+fn regression_a_restarted_process_admitted_after_its_earlier_one_took_part_is_refused() {
+    campaign("mix", 35106..35107, Some(8));
+}

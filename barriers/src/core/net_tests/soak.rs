@@ -104,3 +104,33 @@ fn a_join_names_a_peer_still_finishing_its_last_instance_not_node_0() {
     }
 }
 
+#[test]
+fn a_restarted_process_admitted_after_its_earlier_one_took_part_is_refused() {
+    // Soak seed 35106 (shuffle, n = 8): node 7 entered barrier 0 and
+    // crashed; its peers completed barriers 0 and 1 with what it had sent.
+    // Node 0, partitioned meanwhile, had heard nothing of it and completed
+    // no barrier, so it admitted node 7's restarted process in its place.
+    // That process entered barrier 0, two behind its peers, whose answers
+    // cover only the barrier before theirs: it named a live peer silent.
+    // A peer's message two barriers ahead now refuses it.
+    let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_millis(100));
+    let mut net = Net::new(3, config);
+    for _ in 0..2 {
+        net.all(&[0, 1, 2], |_| Call::Wait { deadline: None });
+        assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "{:?}", net.done);
+    }
+    // Node 2 restarts: a new process, admitted into the same instance.
+    let fresh = Net::new(3, config).cores.swap_remove(2);
+    net.cores[2] = fresh;
+    net.all(&[0, 1, 2], |_| Call::Wait { deadline: None });
+    match &net.done[2] {
+        Some(Err(BarrierError::Refused { node: 2 })) => {}
+        other => panic!("node 2, two barriers behind its peers: {other:?}"),
+    }
+    for p in [0, 1] {
+        match &net.done[p] {
+            Some(Err(e)) => assert!(names(e, 2), "node {p} names another node: {e}"),
+            other => panic!("node {p}: {other:?}"),
+        }
+    }
+}
