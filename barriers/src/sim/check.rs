@@ -403,12 +403,31 @@ impl Checker<'_> {
         }
     }
 
+    /// When node `b` entered operation `op` of instance `j` (`None`: the
+    /// finish) in the barrier instance `j` ran: its own record's entry, or,
+    /// if a process of `b` restarted in another instance held its place
+    /// there (see [`crossed`]), that process's entry of the same operation
+    /// of its own script (both run from the barrier's first epoch).
+    fn entered(&self, j: usize, op: Option<usize>, b: NodeId, own: &OpRecord) -> Option<u64> {
+        let run = self.run;
+        let record = |i: usize| match op {
+            Some(k) => run.ops.get(i).and_then(|o| o.get(k)).map(|r| &r[b]),
+            None => run.finishes.get(i).map(|r| &r[b]),
+        };
+        own.entered.or_else(|| {
+            let ours = |k: u64| run.joins.iter().any(|o| o.instance == j && o.barrier == Some(k));
+            let other = run.joins.iter().find(|o| o.node == b && o.instance != j && o.barrier.is_some_and(ours))?;
+            record(other.instance)?.entered
+        })
+    }
+
     fn safety(&mut self, j: usize, op: Option<usize>, recs: &[OpRecord]) {
         for (a, r) in recs.iter().enumerate() {
             let (Outcome::Ok(_), Some(at)) = (&r.outcome, r.left) else { continue };
             for (b, other) in recs.iter().enumerate() {
-                if other.entered.is_none_or(|e| e > at) {
-                    self.out.push(Violation::Safety { instance: j, op, left: a, at, not_entered: b, entered: other.entered });
+                let entered = self.entered(j, op, b, other);
+                if entered.is_none_or(|e| e > at) {
+                    self.out.push(Violation::Safety { instance: j, op, left: a, at, not_entered: b, entered });
                     return;
                 }
             }

@@ -338,3 +338,16 @@ fn regression_the_checker_takes_verdicts_on_crossed_instances_and_late_nodes_for
 fn regression_a_restarted_process_admitted_after_its_earlier_one_took_part_is_refused() {
     campaign("mix", 35106..35107, Some(8));
 }
+
+/// n = 8, checker: as in `regression_the_checker_takes_verdicts_on_crossed_instances_and_late_nodes_for_right`,
+/// a process restarted in instance 0 held its node's place in instance 1's
+/// barrier (its own next process was refused): its entries are recorded
+/// under instance 0, and the safety checker took its node for one that
+/// never entered instance 1's first barrier (soak seeds 33499, 44093,
+/// 44862). That process's entry of the same operation counts.
+#[test]
+fn regression_the_safety_checker_finds_a_crossing_process_entry() {
+    for seed in [33499, 44093, 44862] {
+        campaign("mix", seed..seed + 1, Some(8));
+    }
+}
