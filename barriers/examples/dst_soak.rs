@@ -28,7 +28,7 @@ fn main() {
             }
             failing.push(seed);
         }
-        if (seed + 1 - first) % 10_000 == 0 {
+        if (seed + 1 - first).is_multiple_of(10_000) {
             println!("progress: seeds {first}..{}: {} failing; {barriers} barriers", seed + 1, failing.len());
         }
     }
