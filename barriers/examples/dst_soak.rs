@@ -3,7 +3,8 @@
 //! `cargo run --release -p barriers --example dst_soak -- FAULTS FIRST COUNT [NODES]`
 //! (faults as `mcd-bench dst` takes them, e.g. `loss,burst,dup,mix`; NODES
 //! fixes the node count, as the soak's `DST_NODES=8` does). Prints each
-//! failing seed's kinds of violation and a summary; with `DST_TRACE=K`
+//! failing seed's kinds of violation, progress every 10,000 seeds, and a
+//! summary; with `DST_TRACE=K`
 //! (events kept per node), each failing seed's whole explanation.
 
 use barriers::sim::{explain, run_seed, FaultMix, Options};
@@ -26,6 +27,9 @@ fn main() {
                 println!("{}", explain(&run, &v, &o));
             }
             failing.push(seed);
+        }
+        if (seed + 1 - first).is_multiple_of(10_000) {
+            println!("progress: seeds {first}..{}: {} failing; {barriers} barriers", seed + 1, failing.len());
         }
     }
     println!("faults {faults}: seeds {first}..{}: {} failing {failing:?}; {barriers} barriers", first + count, failing.len());

@@ -312,7 +312,9 @@ pub enum BarrierError {
     },
     /// Creating the barrier: node 0 runs this barrier already with another
     /// process in this node's place (this process was restarted), and
-    /// refused it until the join timeout.
+    /// refused it until the join timeout. Also a barrier's call, once a
+    /// peer is two or more barriers ahead of this process: node 0 admitted
+    /// it in place of its earlier process, which had already taken part.
     #[error("creating the barrier: node 0 refused node {node}: the barrier is running already without this process (was it restarted?)")]
     Refused {
         /// This node.

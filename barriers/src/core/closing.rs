@@ -80,7 +80,7 @@ impl Core {
             p != e.me()
                 && peer.at.is_none_or(|at| at < f.last)
                 && peer.silent(now, silence, f.start).is_none()
-                && !peer.gave_up.is_some_and(|(epoch, _, _)| epoch + 1 >= f.last)
+                && peer.gave_up.is_none_or(|(epoch, _, _)| epoch + 1 < f.last)
         };
         if !(0..self.nodes()).any(|p| pending(self, p)) {
             // Say it twice more for peers whose earlier notices were lost.

@@ -40,6 +40,10 @@ pub const PROTOCOL: u32 = 7;
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.
 const JOIN_RESEND_LIMIT: Duration = Duration::from_millis(20);
+/// A joining node takes node 0 for silent once node 0 answered none of this
+/// many requests in a row, over the failure timeout at least: at 20% loss
+/// each way, a live node 0 leaves as many unanswered with odds of 4·10⁻⁵.
+const JOIN_QUIET: u32 = 10;
 /// In a Refuse's `tag`: the joining node's configuration differs from node 0's.
 pub(super) const REFUSE_CONFIG: u16 = 1;
 
@@ -97,14 +101,15 @@ enum Side {
     /// another configuration.
     Admitting { incarnations: Vec<Option<u64>>, mismatched: Vec<NodeId> },
     /// Another node: asking node 0, keeping what comes early, node 0's
-    /// last word on whom it still waits for (and when it came), and when
-    /// each peer was last heard running an instance (at most one entry a peer).
+    /// last word on whom it still waits for (when it came, and how many
+    /// requests went unanswered since), and when each peer was last heard
+    /// running an instance (at most one entry a peer).
     Asking {
         interval: Duration,
         next_request: Instant,
         early: Vec<(NodeId, Msg, Vec<u8>)>,
         refused: bool,
-        waits: Option<(Vec<NodeId>, Instant)>,
+        waits: Option<(Vec<NodeId>, Instant, u32)>,
         running: Vec<(NodeId, Instant)>,
     },
 }
@@ -203,10 +208,13 @@ impl Core {
                         // before it made this barrier, which has stragglers
                         // that end, and may finish late: soak seeds 11234,
                         // 18428.)
+                        // Node 0 is silent once it answered none of the last
+                        // JOIN_QUIET requests over the failure timeout (a
+                        // lost answer or two is not silence: soak seed 34667).
                         let lately = |t: &Instant| now.saturating_duration_since(*t) < self.config.failure_timeout;
                         let in_one = |p: &NodeId| running.iter().any(|(q, t)| q == p && lately(t));
                         let missing = match waits.take() {
-                            Some((nodes, t)) if lately(&t) && !nodes.is_empty() && !nodes.iter().any(in_one) => nodes,
+                            Some((nodes, t, asked)) if (lately(&t) || asked < JOIN_QUIET) && !nodes.is_empty() && !nodes.iter().any(in_one) => nodes,
                             _ => vec![0],
                         };
                         BarrierError::JoinTimeout { missing, nodes: n, waited, bad_tags: Vec::new(), auth_mismatch: Vec::new(), bad_version: 0 }
@@ -217,6 +225,9 @@ impl Core {
                 if now >= *next_request {
                     let request = Msg { kind: MsgKind::Join, instance: incarnation, epoch: 0, tag: 0, arg: fingerprint };
                     self.out.push(0, To::Node(0), request, &[]);
+                    if let Some((_, _, asked)) = waits {
+                        *asked += 1;
+                    }
                     *interval = (*interval * 2).min(JOIN_RESEND_LIMIT);
                     *next_request = now + *interval;
                 }
@@ -298,7 +309,7 @@ impl Core {
                             self.out.events.push_back(Event::JoinFailed(error));
                             return;
                         }
-                        *waits = Some((nodes, now));
+                        *waits = Some((nodes, now, 0));
                     }
                     // A peer's word that it is joining too says nothing here.
                     MsgKind::Status if joining => {}

@@ -107,6 +107,10 @@ pub(super) struct Liveness {
     pub(super) told: Option<NodeId>,
     /// A peer's "gave up" report arrived (when) since the last verdict.
     pub(super) report_pending: Option<Instant>,
+    /// A peer's message of this instance came from two or more barriers
+    /// ahead: the instance runs on without this process (see
+    /// [`Core::judge`]).
+    pub(super) left_behind: bool,
     /// Errors waits and tests returned for the current barrier: a report
     /// that a node is silent fails a repeated call only after it, too, has
     /// waited a failure timeout.
@@ -118,7 +122,7 @@ pub(super) struct Liveness {
 
 impl Liveness {
     pub(super) fn new(nodes: usize, now: Instant) -> Liveness {
-        Liveness { peers: PerPeer::new(nodes), gave_up: None, told: None, report_pending: None, errors: 0, call_started: now }
+        Liveness { peers: PerPeer::new(nodes), gave_up: None, told: None, report_pending: None, left_behind: false, errors: 0, call_started: now }
     }
 
     /// Barrier `done` completed: completing it proves every node entered
@@ -177,6 +181,15 @@ impl Core {
     /// still complete. On giving up, tells every node, so that all of them
     /// fail naming the silent node rather than the one that gave up.
     pub(super) fn judge(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
+        // No two processes the instance counts are more than one barrier
+        // apart: a peer two ahead counts another process in this node's
+        // place. This one was restarted and admitted again (node 0 had heard
+        // nothing of the earlier one, which took part through its peers),
+        // and can never catch up: its peers answer only the barrier before
+        // theirs (soak seed 35106).
+        if self.live.left_behind {
+            return Err(BarrierError::Refused { node: self.me() });
+        }
         for reporter in 0..self.live.peers.len() {
             if let Some((epoch, node, when)) = self.live.peers[reporter].gave_up {
                 let heard_since = self.live.peers.get(node).and_then(|p| p.last_heard).is_some_and(|t| t > when);

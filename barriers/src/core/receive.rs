@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::recovery::{lost_before, Laggard};
-use super::window::{parity, place};
+use super::window::{ahead, parity, place};
 use super::Core;
 use crate::collective::Contributions;
 use crate::plan;
@@ -33,6 +33,10 @@ impl Core {
         }
         let Some(epoch) = place(self.window.epoch, msg.epoch) else {
             self.stats.stale += 1;
+            if ahead(self.window.epoch, msg.epoch) && !self.live.left_behind {
+                self.live.left_behind = true;
+                self.live.report_pending = Some(now); // judged at once
+            }
             return;
         };
         if msg.kind == MsgKind::Status && msg.tag & status::JOINING != 0 {

@@ -326,6 +326,9 @@ impl Checker<'_> {
         let span = if run.spans[j].1 < run.spans[j].0 { (run.spans[j].0, u64::MAX) } else { run.spans[j] };
         let clean = !silence_during(run, span) && mismatch_at.is_none();
         let bound = run.config.liveness_ns;
+        // A restarted process that was admitted again, in place of one that
+        // had taken part, finds its peers barriers ahead: refused.
+        let restarted = |b: NodeId| run.joins.iter().any(|r| r.node == b && r.instance == j && r.life > 0);
         for (k, recs) in ops.iter().enumerate() {
             let sop = &script[k];
             // Safety.
@@ -360,7 +363,7 @@ impl Checker<'_> {
             // Verdicts.
             let allowed = mismatch_at.is_some_and(|m| k == m || k == m + 1) || self.crossed[j];
             for (b, r) in recs.iter().enumerate() {
-                self.verdict(j, format!("op {k}"), b, r, allowed, false);
+                self.verdict(j, format!("op {k}"), b, r, allowed, restarted(b));
             }
             // Liveness within the bound, per epoch the call takes (a
             // collective larger than a message runs in segments, one epoch each).
@@ -391,7 +394,7 @@ impl Checker<'_> {
             self.safety(j, None, fin);
         }
         for (b, r) in fin.iter().enumerate() {
-            self.verdict(j, "finish".into(), b, r, mismatch_at.is_some() || self.crossed[j], false);
+            self.verdict(j, "finish".into(), b, r, mismatch_at.is_some() || self.crossed[j], restarted(b));
         }
         // A finish waits for its peers' farewells: one lost for good costs
         // up to the failure timeout.
@@ -400,12 +403,31 @@ impl Checker<'_> {
         }
     }
 
+    /// When node `b` entered operation `op` of instance `j` (`None`: the
+    /// finish) in the barrier instance `j` ran: its own record's entry, or,
+    /// if a process of `b` restarted in another instance held its place
+    /// there (see [`crossed`]), that process's entry of the same operation
+    /// of its own script (both run from the barrier's first epoch).
+    fn entered(&self, j: usize, op: Option<usize>, b: NodeId, own: &OpRecord) -> Option<u64> {
+        let run = self.run;
+        let record = |i: usize| match op {
+            Some(k) => run.ops.get(i).and_then(|o| o.get(k)).map(|r| &r[b]),
+            None => run.finishes.get(i).map(|r| &r[b]),
+        };
+        own.entered.or_else(|| {
+            let ours = |k: u64| run.joins.iter().any(|o| o.instance == j && o.barrier == Some(k));
+            let other = run.joins.iter().find(|o| o.node == b && o.instance != j && o.barrier.is_some_and(ours))?;
+            record(other.instance)?.entered
+        })
+    }
+
     fn safety(&mut self, j: usize, op: Option<usize>, recs: &[OpRecord]) {
         for (a, r) in recs.iter().enumerate() {
             let (Outcome::Ok(_), Some(at)) = (&r.outcome, r.left) else { continue };
             for (b, other) in recs.iter().enumerate() {
-                if other.entered.is_none_or(|e| e > at) {
-                    self.out.push(Violation::Safety { instance: j, op, left: a, at, not_entered: b, entered: other.entered });
+                let entered = self.entered(j, op, b, other);
+                if entered.is_none_or(|e| e > at) {
+                    self.out.push(Violation::Safety { instance: j, op, left: a, at, not_entered: b, entered });
                     return;
                 }
             }

@@ -327,3 +327,37 @@ fn regression_the_checker_takes_verdicts_on_crossed_instances_and_late_nodes_for
         campaign("mix", seed..seed + 1, Some(8));
     }
 }
+
+/// n = 8, shuffle: node 7 entered barrier 0 and crashed; its peers
+/// completed barriers 0 and 1 with what it had sent, while node 0,
+/// partitioned, had heard nothing of it and completed no barrier, so it
+/// admitted node 7's restarted process in its place. That process entered
+/// barrier 0 two behind its peers and named a live one silent (soak seed
+/// 35106). A peer's message two barriers ahead now refuses it.
+#[test]
+fn regression_a_restarted_process_admitted_after_its_earlier_one_took_part_is_refused() {
+    campaign("mix", 35106..35107, Some(8));
+}
+
+/// n = 8, checker: as in `regression_the_checker_takes_verdicts_on_crossed_instances_and_late_nodes_for_right`,
+/// a process restarted in instance 0 held its node's place in instance 1's
+/// barrier (its own next process was refused): its entries are recorded
+/// under instance 0, and the safety checker took its node for one that
+/// never entered instance 1's first barrier (soak seeds 33499, 44093,
+/// 44862). That process's entry of the same operation counts.
+#[test]
+fn regression_the_safety_checker_finds_a_crossing_process_entry() {
+    for seed in [33499, 44093, 44862] {
+        campaign("mix", seed..seed + 1, Some(8));
+    }
+}
+
+/// n = 8, 20% loss: node 0's answers to node 3's last four join requests
+/// were lost; node 3's join timed out naming node 0, alive and waiting for
+/// another node, last heard more than a failure timeout before (soak seed
+/// 34667). Node 0 is taken for silent only once ten requests in a row went
+/// unanswered.
+#[test]
+fn regression_a_join_does_not_take_node_0_for_silent_for_a_few_lost_answers() {
+    campaign("mix", 34667..34668, Some(8));
+}

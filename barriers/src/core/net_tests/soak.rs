@@ -11,6 +11,8 @@ use crate::core::Call;
 use crate::engine::{BarrierConfig, BarrierError};
 use crate::plan::Algorithm;
 use crate::transport::{Msg, MsgKind};
+use std::cell::Cell;
+use std::rc::Rc;
 
 #[test]
 fn calls_of_different_lengths_cut_into_as_many_full_segments_disagree_at_the_last() {
@@ -104,3 +106,66 @@ fn a_join_names_a_peer_still_finishing_its_last_instance_not_node_0() {
     }
 }
 
+#[test]
+fn a_restarted_process_admitted_after_its_earlier_one_took_part_is_refused() {
+    // Soak seed 35106 (shuffle, n = 8): node 7 entered barrier 0 and
+    // crashed; its peers completed barriers 0 and 1 with what it had sent.
+    // Node 0, partitioned meanwhile, had heard nothing of it and completed
+    // no barrier, so it admitted node 7's restarted process in its place.
+    // That process entered barrier 0, two behind its peers, whose answers
+    // cover only the barrier before theirs: it named a live peer silent.
+    // A peer's message two barriers ahead now refuses it.
+    let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_millis(100));
+    let mut net = Net::new(3, config);
+    for _ in 0..2 {
+        net.all(&[0, 1, 2], |_| Call::Wait { deadline: None });
+        assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "{:?}", net.done);
+    }
+    // Node 2 restarts: a new process, admitted into the same instance.
+    let fresh = Net::new(3, config).cores.swap_remove(2);
+    net.cores[2] = fresh;
+    net.all(&[0, 1, 2], |_| Call::Wait { deadline: None });
+    match &net.done[2] {
+        Some(Err(BarrierError::Refused { node: 2 })) => {}
+        other => panic!("node 2, two barriers behind its peers: {other:?}"),
+    }
+    for p in [0, 1] {
+        match &net.done[p] {
+            Some(Err(e)) => assert!(names(e, 2), "node {p} names another node: {e}"),
+            other => panic!("node {p}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_join_does_not_take_node_0_for_silent_for_a_few_lost_answers() {
+    // Soak seed 34667 (20% loss): node 0's answers to node 3's last four
+    // requests were lost, and node 3's join timed out naming node 0, alive
+    // and waiting for another node, last heard more than a failure timeout
+    // before. Node 0 is silent only once it answered none of ten requests.
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(50));
+    config.join_timeout = Duration::from_millis(200);
+    let mut net = Net::new(3, config);
+    net.dead[2] = true;
+    let words = Rc::new(Cell::new(0));
+    let seen = words.clone();
+    net.rule = Some(Box::new(move |from, _, msg| {
+        if from == 0 && msg.kind == MsgKind::Status {
+            seen.set(seen.get() + 1);
+            if seen.get() > 2 {
+                return Fate::Drop;
+            }
+        }
+        Fate::Deliver
+    }));
+    let start = net.now;
+    net.create(1, 101);
+    net.run_until(start + Duration::from_millis(50));
+    net.create(0, 100);
+    net.run_until(start + config.join_timeout + Duration::from_millis(5));
+    assert!(words.get() > 2, "node 0's later words were dropped (the case under test)");
+    match &net.joined[1] {
+        Some(Err(e)) => assert!(e.contains("node(s) [2] did not join"), "node 1: {e}"),
+        other => panic!("node 1: {other:?}"),
+    }
+}
