@@ -7,10 +7,9 @@
 mod app;
 mod clock;
 mod network;
+mod queue;
 mod record;
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use super::faults::Faults;
@@ -23,6 +22,8 @@ use crate::transport::{Msg, NodeId};
 
 /// More events than this at one virtual time is a spin (a violation).
 const SPIN_LIMIT: u64 = 200_000;
+/// The most data buffers kept for reuse.
+const POOL: usize = 256;
 
 pub use clock::Clock;
 pub use record::{JoinRecord, OpRecord, Outcome, Run, RunStats, Stage, Verdict};
@@ -56,36 +57,12 @@ enum Ev {
     EpisodeEnd(usize),
 }
 
-struct Item {
-    t: u64,
-    seq: u64,
-    ev: Ev,
-}
-
-impl PartialEq for Item {
-    fn eq(&self, o: &Item) -> bool {
-        (self.t, self.seq) == (o.t, o.seq)
-    }
-}
-impl Eq for Item {}
-impl PartialOrd for Item {
-    fn partial_cmp(&self, o: &Item) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Item {
-    fn cmp(&self, o: &Item) -> std::cmp::Ordering {
-        (self.t, self.seq).cmp(&(o.t, o.seq))
-    }
-}
-
 /// Runs one seed's world to its end.
 pub struct World<F: NodeFactory> {
     factory: F,
     base: Instant,
     now: u64,
-    seq: u64,
-    queue: BinaryHeap<Reverse<Item>>,
+    queue: queue::Queue<Ev>,
     net: Rng,
     app: Rng,
     faults: Faults,
@@ -95,6 +72,8 @@ pub struct World<F: NodeFactory> {
     procs: Vec<Proc<F::Node>>,
     out: Vec<Transmit>,
     events: Vec<NodeEvent>,
+    /// Data buffers of delivered messages, for the next copies.
+    pool: Vec<Vec<u8>>,
     run: Run,
 }
 
@@ -155,8 +134,7 @@ impl<F: NodeFactory> World<F> {
             factory,
             base: Instant::now(),
             now: 0,
-            seq: 0,
-            queue: BinaryHeap::new(),
+            queue: queue::Queue::new(),
             net: Rng::fork(run.config.seed, 2),
             app: Rng::fork(run.config.seed, 3),
             faults: run.config.faults,
@@ -165,13 +143,13 @@ impl<F: NodeFactory> World<F> {
             procs,
             out: Vec::new(),
             events: Vec::new(),
+            pool: Vec::new(),
             run,
         }
     }
 
     fn push(&mut self, t: u64, ev: Ev) {
-        self.seq += 1;
-        self.queue.push(Reverse(Item { t, seq: self.seq, ev }));
+        self.queue.push(t, ev);
     }
 
     fn trace(&mut self, node: NodeId, ev: TraceEvent) {
@@ -197,16 +175,16 @@ impl<F: NodeFactory> World<F> {
         }
         let horizon = self.run.config.horizon_ns;
         let mut same = 0u64;
-        while let Some(Reverse(item)) = self.queue.pop() {
-            if item.t > horizon {
+        while let Some((t, ev)) = self.queue.pop() {
+            if t > horizon {
                 break;
             }
-            if item.t == self.now {
+            if t == self.now {
                 same += 1;
                 if same > SPIN_LIMIT {
                     // Time stands still: a node whose deadline never
                     // advances, or nodes answering each other at once for ever.
-                    let who = match item.ev {
+                    let who = match ev {
                         Ev::Timer { node, .. } => format!("node {node}'s deadline does not advance"),
                         Ev::Deliver { to, from, .. } => format!("messages from node {from} to node {to} at no delay"),
                         _ => "events".into(),
@@ -219,16 +197,16 @@ impl<F: NodeFactory> World<F> {
             } else {
                 same = 0;
             }
-            self.now = item.t;
+            self.now = t;
             self.run.stats.events += 1;
-            match item.ev {
+            match ev {
                 Ev::Deliver { to, from, rail, msg, data } => self.deliver(to, from, rail, msg, data),
                 Ev::Timer { node, gen } => {
                     let p = &mut self.procs[node];
                     if gen != p.timer_gen {
                         continue;
                     }
-                    if p.queued == Some(item.t) {
+                    if p.queued == Some(t) {
                         p.queued = None;
                     }
                     match p.timer {
@@ -286,6 +264,7 @@ impl<F: NodeFactory> World<F> {
         if p.down {
             self.run.stats.dropped += 1;
             self.trace(to, TraceEvent::Dropped { from, msg, cause: DropCause::Crashed });
+            self.recycle(data);
             return;
         }
         if p.paused {
@@ -295,6 +274,7 @@ impl<F: NodeFactory> World<F> {
         if p.core.is_none() {
             self.run.stats.dropped += 1;
             self.trace(to, TraceEvent::Dropped { from, msg, cause: DropCause::NoBarrier });
+            self.recycle(data);
             return;
         }
         self.trace(to, TraceEvent::Received { from, msg, len: data.len() });
@@ -302,7 +282,26 @@ impl<F: NodeFactory> World<F> {
         if let Some(core) = self.procs[to].core.as_mut() {
             core.handle_message(now, from, rail, &msg, &data);
         }
+        self.recycle(data);
         self.pump(to);
+    }
+
+    /// A copy of a message's data, in a buffer of the pool.
+    fn copy_of(&mut self, data: &[u8]) -> Vec<u8> {
+        if data.is_empty() {
+            return Vec::new();
+        }
+        let mut copy = self.pool.pop().unwrap_or_default();
+        copy.extend_from_slice(data);
+        copy
+    }
+
+    /// A delivered or dropped message's data buffer goes back to the pool.
+    fn recycle(&mut self, mut data: Vec<u8>) {
+        if data.capacity() > 0 && self.pool.len() < POOL {
+            data.clear();
+            self.pool.push(data);
+        }
     }
 
     /// After any input to `node`: its transmits, its events, its timer.

@@ -15,9 +15,12 @@ impl<F: NodeFactory> World<F> {
         match t.dest {
             Dest::Node(to) => self.send_one(from, to, t.rail, t.msg, t.data),
             Dest::All => {
-                for to in (0..self.run.config.nodes).filter(|&to| to != from) {
-                    self.send_one(from, to, t.rail, t.msg, t.data.clone());
+                let last = if from == self.run.config.nodes - 1 { from - 1 } else { self.run.config.nodes - 1 };
+                for to in (0..last).filter(|&to| to != from) {
+                    let data = self.copy_of(&t.data);
+                    self.send_one(from, to, t.rail, t.msg, data);
                 }
+                self.send_one(from, last, t.rail, t.msg, t.data);
             }
         }
     }
@@ -44,11 +47,13 @@ impl<F: NodeFactory> World<F> {
             self.run.stats.dropped += 1;
             let cause = if cut { DropCause::Partitioned } else { DropCause::Lost };
             self.run.traces[to].push(self.now, TraceEvent::Dropped { from, msg, cause });
+            self.recycle(data);
             return;
         }
         if self.net.chance(f.duplicate) {
             let delay = self.delay();
-            self.push(self.now + delay, Ev::Deliver { to, from, rail, msg, data: data.clone() });
+            let copy = self.copy_of(&data);
+            self.push(self.now + delay, Ev::Deliver { to, from, rail, msg, data: copy });
         }
         let delay = self.delay();
         self.push(self.now + delay, Ev::Deliver { to, from, rail, msg, data });
