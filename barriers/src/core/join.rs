@@ -92,6 +92,9 @@ pub(super) struct Joining {
     start: Instant,
     timeout: Duration,
     incarnation: u64,
+    /// What every node must agree on, hashed into a Join's `arg` (made
+    /// once: a join's every frame carries or checks it).
+    fingerprint: u32,
     side: Side,
 }
 
@@ -126,11 +129,6 @@ impl Joining {
 }
 
 impl Core {
-    /// What every node must agree on, hashed into a Join's `arg`.
-    fn fingerprint(&self) -> u32 {
-        fingerprint_of(&self.config, PROTOCOL)
-    }
-
     pub(super) fn start_join(&mut self, incarnation: u64, now: Instant) {
         let n = self.nodes();
         let side = if self.me() == 0 {
@@ -147,7 +145,8 @@ impl Core {
                 running: Vec::new(),
             }
         };
-        self.member.joining = Some(Box::new(Joining { start: now, timeout: self.config.join_timeout, incarnation, side }));
+        let fingerprint = fingerprint_of(&self.config, PROTOCOL);
+        self.member.joining = Some(Box::new(Joining { start: now, timeout: self.config.join_timeout, incarnation, fingerprint, side }));
         self.join_progress(now);
     }
 
@@ -156,8 +155,7 @@ impl Core {
         let Some(mut j) = self.member.joining.take() else { return };
         let n = self.nodes();
         let waited = now.saturating_duration_since(j.start);
-        let incarnation = j.incarnation;
-        let fingerprint = self.fingerprint();
+        let (incarnation, fingerprint) = (j.incarnation, j.fingerprint);
         match &mut j.side {
             Side::Admitting { incarnations, mismatched } => {
                 if incarnations.iter().all(Option::is_some) {
@@ -243,10 +241,9 @@ impl Core {
     /// A message while joining.
     pub(super) fn join_handle(&mut self, now: Instant, from: NodeId, msg: Msg, data: &[u8]) {
         let n = self.nodes();
-        let fingerprint = self.fingerprint();
         let first = self.config.first_epoch as u32;
         let Some(j) = self.member.joining.as_mut() else { return };
-        let incarnation = j.incarnation;
+        let (incarnation, fingerprint) = (j.incarnation, j.fingerprint);
         match &mut j.side {
             Side::Admitting { incarnations, mismatched } => {
                 if msg.kind != MsgKind::Join || from == 0 || from >= n {
