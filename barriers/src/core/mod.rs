@@ -250,7 +250,7 @@ impl Core {
             member: Membership::default(),
             phase: Phase::Idle,
             ends: Ends::Sent,
-            recovery: Recovery::new(&config, n, steps, now),
+            recovery: Recovery::new(&config, setup.me, n, steps, now),
             live: Liveness::new(n, now),
             closing: Closing::Open,
             coll: None,

@@ -56,7 +56,9 @@ impl Core {
             // re-send unasked: a straggler NACKs).
             MsgKind::Data | MsgKind::Answer if epoch < self.window.epoch => self.stats.stale += 1,
             MsgKind::Data | MsgKind::Answer => {
-                if !self.on_data(from, msg, epoch, data, now) {
+                // Node 0's release, relayed by this node's parent (asked for it).
+                let sender = if msg.kind == MsgKind::Answer && msg.tag == plan::tag::RELEASE && self.recovery.relay == Some(from) { 0 } else { from };
+                if !self.on_data(sender, msg, epoch, data, now) {
                     return;
                 }
             }

@@ -702,6 +702,27 @@ mod findings {
         }
     }
 
+    /// Lossless, 4,096 nodes, Fast Ethernet (the paper's LogP: o_r 9.5
+    /// µs), Auto's pick (tree4): the first barrier's gather takes longer
+    /// than the first retry timeout (250 µs, nothing learned yet), so every
+    /// node NACKed node 0's release: 4,095 NACKs at 9.5 µs each held node
+    /// 0 for 39 ms, every node retried meanwhile, and the first barriers
+    /// took up to 880 ms. Each node now asks its tree parent, the nearest
+    /// holder of the release (from 512 nodes on): each node takes in its own
+    /// few children's NACKs.
+    #[test]
+    fn the_first_barrier_at_4096_nodes_on_fast_ethernet_is_no_nack_implosion() {
+        let setup = Setup::on_link(&LogP::PAPER, Link::FAST_ETHERNET);
+        let n = 4096;
+        let a = crate::model::auto_with(n, 1, &setup, true).0;
+        let mut s = Scenario::new(a, n, setup, 8);
+        s.warmup = 0;
+        let out = run(&s).unwrap();
+        let plan = steady_state(a, n, 1, &setup, 8, 0.0).last_exit;
+        let worst = out.times_us.iter().copied().fold(0.0, f64::max);
+        assert!(worst <= 1.5 * plan, "{a} n={n}: the slowest barrier {worst:.1} µs against {plan:.1}; {:?}", out.stats);
+    }
+
     /// tree4, 64 nodes, 10 GbE, 20% loss (the sweep's seed): 136× lossless
     /// (2.7 ms a barrier, some of 100 ms). A delayed gather made every leaf
     /// NACK the release at once; node 0 answered each NACK with a
