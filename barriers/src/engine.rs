@@ -175,7 +175,7 @@ pub struct BarrierStats {
     pub foreign: u64,
     /// Join requests refused (from a process node 0 had not admitted).
     pub refused: u64,
-    /// Node 0: admissions replaced by a newer incarnation of the same node
+    /// Node 0: admissions replaced by another incarnation of the same node
     /// before that node was heard in the instance (a delayed request of an
     /// earlier barrier of that process, or a Join recorded in an earlier
     /// run and replayed: see the README's **Security**). Another node:

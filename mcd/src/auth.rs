@@ -6,14 +6,22 @@
 //!   from a key file ([`KEY_FILE_VAR`], mode 0600, owned by the user), from a
 //!   launcher that writes one (`mcd-vcluster run`), or from the MPI
 //!   interposer, whose rank 0 makes one and broadcasts it over MPI.
-//! - **The tag** ([`FrameKey`]): keyed SipHash-2-4 of every byte of the
-//!   frame from the destination MAC through the trailer's counter (see
-//!   [`crate::wire`]), 64 bits. A frame whose tag does not verify is dropped
+//! - **The tag** ([`FrameKey`]): keyed SipHash-2-4, 64 bits, of every byte
+//!   of the frame from its kind through the trailer's counter (see
+//!   [`crate::wire`]), under a key derived from the secret, the rail and
+//!   the frame's destination MAC ([`FrameKey::for_destination`]: a node's
+//!   address, or a group's). The bytes before the kind are covered as
+//!   well, each in its own way: the destination MAC by the key (a frame
+//!   re-addressed to another node or group fails its tag there); the
+//!   source MAC, the EtherType and the version byte have one acceptable
+//!   value each (the source node's listed MAC on that rail, the job's
+//!   EtherType, this version), and the receiver drops any other. Leaving
+//!   them out of the hash saves two of SipHash's thirteen compressions at
+//!   64 bytes of payload. A frame whose tag does not verify is dropped
 //!   before anything in it is acted on ([`crate::DropReason::BadTag`]).
-//! - **One key per rail** ([`FrameKey::for_rail`]): rail 0's is the secret,
-//!   every other rail's is derived from the secret and the rail's number, so
-//!   a frame sent on one rail and replayed on another fails its tag there,
-//!   even where a node's rails share one MAC.
+//!   The rail in the key means a frame sent on one rail and replayed on
+//!   another fails its tag there, even where a node's rails share one MAC
+//!   (review rev27, finding 4).
 //! - **Replay** ([`SenderWindows`]): each endpoint numbers its frames with a
 //!   64-bit counter ([`Counter`]): a *session* (32 random bits drawn when the
 //!   endpoint opens, and again after 2^32 frames) above the frame's number
@@ -39,7 +47,7 @@ use std::path::{Path, PathBuf};
 use siphasher::sip::SipHasher24;
 use siphasher::sip128::SipHasher24 as SipHasher128;
 
-use crate::wire::{offset, Frame, TrailerRepr, TRAILER_LEN};
+use crate::wire::{offset, Frame, MacAddr, TrailerRepr, TRAILER_LEN};
 use crate::{Error, Result};
 
 /// Bytes of a job secret (the SipHash-2-4 key).
@@ -311,44 +319,40 @@ impl fmt::Debug for FrameKey {
 }
 
 impl FrameKey {
-    /// The key of `secret` on rail 0 (also the bootstrap's hellos' key).
-    pub fn new(secret: &JobSecret) -> FrameKey {
-        FrameKey::for_rail(secret, 0)
-    }
-
-    /// The key of `secret` on rail `rail`: the secret itself on rail 0; on
-    /// another rail, the 128-bit SipHash-2-4 of "mcd rail key" and the
-    /// rail's number under the secret. A frame signed for one rail does not
-    /// verify on another.
-    pub fn for_rail(secret: &JobSecret, rail: usize) -> FrameKey {
-        if rail == 0 {
-            return FrameKey { hasher: SipHasher24::new_with_key(&secret.0) };
-        }
-        let mut label = *b"mcd rail key\0\0\0\0";
-        label[12..].copy_from_slice(&(rail as u32).to_be_bytes());
+    /// The key of frames sent on rail `rail` to `dst` (a node's MAC on that
+    /// rail, or a group's multicast MAC) under `secret`: the 128-bit
+    /// SipHash-2-4, under the secret, of "mcd frame key", the rail's number
+    /// and `dst`. Deriving one takes about as long as signing a frame:
+    /// endpoints derive theirs when they open.
+    pub fn for_destination(secret: &JobSecret, rail: usize, dst: MacAddr) -> FrameKey {
+        let mut label = [0u8; 24];
+        label[..13].copy_from_slice(b"mcd frame key");
+        label[14..18].copy_from_slice(&(rail as u32).to_be_bytes());
+        label[18..].copy_from_slice(&dst.0);
         let derived = u128::from(SipHasher128::new_with_key(&secret.0).hash(&label)).to_le_bytes();
         FrameKey { hasher: SipHasher24::new_with_key(&derived) }
     }
 
-    /// The tag of `signed` (the bytes from the destination MAC through the counter).
+    /// The tag of `signed` (the bytes from the kind through the counter).
     pub fn tag(&self, signed: &[u8]) -> u64 {
         self.hasher.hash(signed)
     }
 
-    /// Signs a frame in `frame`: its headers (with the
-    /// [`AUTH_FLAG`](crate::wire::AUTH_FLAG) set) and payload are written,
-    /// and `frame` ends with the [`TRAILER_LEN`] bytes of the trailer, which
-    /// this writes: `counter`, then the tag of every byte before the tag.
+    /// Signs a frame in `frame` (to this key's destination, on its rail):
+    /// its headers (with the [`AUTH_FLAG`](crate::wire::AUTH_FLAG) set) and
+    /// payload are written, and `frame` ends with the [`TRAILER_LEN`] bytes
+    /// of the trailer, which this writes: `counter`, then the tag of every
+    /// byte from the kind through the counter.
     pub fn sign(&self, frame: &mut [u8], counter: u64) {
         let at = frame.len() - TRAILER_LEN;
         frame[at + offset::TRAILER_COUNTER..at + offset::TRAILER_COUNTER + 8].copy_from_slice(&counter.to_be_bytes());
-        let tag = self.tag(&frame[..at + offset::TRAILER_TAG]);
+        let tag = self.tag(&frame[offset::KIND..at + offset::TRAILER_TAG]);
         TrailerRepr { counter, tag }.emit(&mut frame[at..]);
     }
 
-    /// The frame's counter if its tag verifies under this key; `None` for an
-    /// unauthenticated frame or a wrong tag. `frame` must be checked
-    /// ([`Frame::new_checked`]).
+    /// The frame's counter if its tag verifies under this key (the key of
+    /// its rail and destination); `None` for an unauthenticated frame or a
+    /// wrong tag. `frame` must be checked ([`Frame::new_checked`]).
     pub fn verify<T: AsRef<[u8]>>(&self, frame: &Frame<T>) -> Option<u64> {
         let signed = frame.signed_bytes()?;
         let trailer = TrailerRepr::parse(&frame.trailer()?);
@@ -417,27 +421,26 @@ impl ReplayWindow {
 }
 
 /// One sender's replay windows on one rail: one [`ReplayWindow`] per
-/// session of its counter ([`Counter`]), the session heard last first.
+/// session of its counter ([`Counter`]), the session heard last in place.
 /// Counters of different sessions are never compared, so a frame of an
 /// earlier session (a run recorded and replayed, or the sender's earlier
 /// life) is taken once and leaves the live session's window as it was.
 /// The live session's check costs what one window's does; nothing is
-/// allocated until a third session is heard (one window per session an
-/// attacker can replay: sessions are signed, so it cannot make up more).
-#[derive(Clone, Debug)]
+/// allocated until a second session of the sender is heard (then one
+/// window per session: sessions are signed, so an attacker can replay no
+/// more of them than it recorded).
+#[derive(Clone, Debug, Default)]
 pub struct SenderWindows {
-    windows: Vec<(u32, ReplayWindow)>,
-}
-
-impl Default for SenderWindows {
-    fn default() -> SenderWindows {
-        SenderWindows { windows: Vec::with_capacity(2) }
-    }
+    /// The session heard last, and its window (unused while its window is
+    /// empty: the first session heard takes it).
+    current: (u32, ReplayWindow),
+    /// Every other session heard.
+    others: Vec<(u32, ReplayWindow)>,
 }
 
 impl SenderWindows {
-    fn find(&self, session: u32) -> Option<usize> {
-        self.windows.iter().position(|(s, _)| *s == session)
+    fn other(&self, session: u32) -> Option<usize> {
+        self.others.iter().position(|(s, _)| *s == session)
     }
 
     /// Whether a frame with `counter` is new: of a session never heard, or
@@ -447,40 +450,40 @@ impl SenderWindows {
         if counter as u32 == 0 {
             return false; // numbers start at 1
         }
-        match self.windows.first() {
-            Some((s, w)) if *s == session => w.check(counter),
-            _ => self.find(session).is_none_or(|i| self.windows[i].1.check(counter)),
+        if self.current.0 == session {
+            return self.current.1.check(counter);
         }
+        self.other(session).is_none_or(|i| self.others[i].1.check(counter))
     }
 
     /// Records `counter` as seen (after [`check`](Self::check) said it is new).
     pub fn record(&mut self, counter: u64) {
         let session = (counter >> SESSION_SHIFT) as u32;
-        let at = match self.windows.first() {
-            Some((s, _)) if *s == session => 0,
-            _ => match self.find(session) {
-                Some(i) => i,
-                None => {
-                    self.windows.push((session, ReplayWindow::default()));
-                    self.windows.len() - 1
-                }
-            },
-        };
-        self.windows[at].1.record(counter);
-        if at > 0 {
-            // The session heard last is looked at first.
-            self.windows[..=at].rotate_right(1);
+        if self.current.0 != session {
+            let window = match self.other(session) {
+                Some(i) => self.others.swap_remove(i).1,
+                None => ReplayWindow::default(),
+            };
+            let previous = std::mem::replace(&mut self.current, (session, window));
+            if previous.1.highest() != 0 {
+                self.others.push(previous);
+            }
         }
+        self.current.1.record(counter);
     }
 
     /// The sessions heard, the last first.
     pub fn sessions(&self) -> impl Iterator<Item = u32> + '_ {
-        self.windows.iter().map(|(s, _)| *s)
+        let current = (self.current.1.highest() != 0).then_some(self.current.0);
+        current.into_iter().chain(self.others.iter().map(|(s, _)| *s))
     }
 
     /// The highest counter seen in `session` (0 if none).
     pub fn highest(&self, session: u32) -> u64 {
-        self.find(session).map_or(0, |i| self.windows[i].1.highest())
+        if self.current.0 == session {
+            return self.current.1.highest();
+        }
+        self.other(session).map_or(0, |i| self.others[i].1.highest())
     }
 }
 
@@ -511,8 +514,18 @@ mod tests {
         buf
     }
 
+    /// The destination of [`signed_frame`]'s frames.
+    const DST: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
+
     fn key(byte: u8) -> FrameKey {
-        FrameKey::new(&JobSecret::from_bytes([byte; SECRET_LEN]))
+        FrameKey::for_destination(&JobSecret::from_bytes([byte; SECRET_LEN]), 0, DST)
+    }
+
+    /// The frame's counter if it verifies under the key a receiver on rail
+    /// `rail` picks for it: the key of its destination MAC.
+    fn verify_received(secret: u8, rail: usize, bytes: &[u8]) -> Option<u64> {
+        let frame = Frame::new_checked(bytes).ok()?;
+        FrameKey::for_destination(&JobSecret::from_bytes([secret; SECRET_LEN]), rail, frame.dst_mac()).verify(&frame)
     }
 
     fn verify(key: &FrameKey, bytes: &[u8]) -> Option<u64> {
@@ -538,13 +551,34 @@ mod tests {
     fn every_single_flipped_bit_fails_verification() {
         let k = key(1);
         let frame = signed_frame(&k, b"payload!", 99);
+        assert_eq!(verify_received(1, 0, &frame), Some(99));
         for byte in 0..frame.len() {
             for bit in 0..8 {
                 let mut bad = frame.clone();
                 bad[byte] ^= 1 << bit;
-                assert_eq!(verify(&k, &bad), None, "bit {bit} of byte {byte} flipped still verifies");
+                let verdict = verify_received(1, 0, &bad);
+                if (offset::SRC_MAC..offset::KIND).contains(&byte) {
+                    // Not hashed: the source MAC, EtherType and version each
+                    // have one acceptable value, and the receiver drops any
+                    // other (`endpoint::tests::every_single_flipped_bit_is_dropped`).
+                    continue;
+                }
+                // The destination MAC picks the key; the rest is hashed.
+                assert_eq!(verdict, None, "bit {bit} of byte {byte} flipped still verifies");
             }
         }
+    }
+
+    #[test]
+    fn each_rail_and_destination_has_a_key_of_its_own() {
+        // Review rev27, finding 4: rails sharing one MAC still have keys of their own.
+        let frame = signed_frame(&key(1), b"payload!", 1);
+        assert_eq!(verify_received(1, 0, &frame), Some(1));
+        assert_eq!(verify_received(1, 1, &frame), None, "rail 0's frame on rail 1");
+        let secret = JobSecret::from_bytes([1; SECRET_LEN]);
+        let other = FrameKey::for_destination(&secret, 0, MacAddr([2, 0, 0, 0, 0, 3]));
+        assert_eq!(verify(&other, &frame), None, "under another destination's key");
+        assert_eq!(verify(&FrameKey::for_destination(&secret, 0, DST), &frame), Some(1));
     }
 
     #[test]
@@ -553,7 +587,7 @@ mod tests {
         assert_eq!(verify(&key(2), &frame), None);
         let mut other = [1u8; SECRET_LEN];
         other[15] = 0;
-        assert_eq!(verify(&FrameKey::new(&JobSecret::from_bytes(other)), &frame), None);
+        assert_eq!(verify(&FrameKey::for_destination(&JobSecret::from_bytes(other), 0, DST), &frame), None);
     }
 
     #[test]
@@ -678,19 +712,6 @@ mod tests {
             assert!(w.check(x));
             w.record(x);
         }
-    }
-
-    #[test]
-    fn each_rail_has_a_key_of_its_own() {
-        let secret = JobSecret::from_bytes([3; SECRET_LEN]);
-        let rail = |r: usize| FrameKey::for_rail(&secret, r);
-        let frame = signed_frame(&rail(1), b"payload!", 1);
-        assert_eq!(verify(&rail(1), &frame), Some(1));
-        assert_eq!(verify(&rail(0), &frame), None, "rail 1's frame on rail 0");
-        assert_eq!(verify(&rail(2), &frame), None, "rail 1's frame on rail 2");
-        let frame = signed_frame(&FrameKey::new(&secret), b"payload!", 1);
-        assert_eq!(verify(&rail(0), &frame), Some(1), "FrameKey::new is rail 0's key");
-        assert_eq!(verify(&rail(1), &frame), None);
     }
 
     #[test]

@@ -451,7 +451,8 @@ impl HelloSocket {
             round,
             frame: Vec::new(),
             buf: vec![0u8; 2048],
-            key: auth.secret().map(FrameKey::new),
+            // Hellos go to the bootstrap group only: its key on rail 0.
+            key: auth.secret().map(|secret| FrameKey::for_destination(secret, 0, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP))),
             counter: Counter::new()?,
             windows: vec![SenderWindows::default(); job.size],
             dropped: HelloDrops::default(),

@@ -91,13 +91,38 @@ impl Rail {
     }
 }
 
-/// The receiving half of authentication: the keys, and per sender node and
-/// rail its replay windows, and per sender its count of frames with bad tags.
+/// A job's frame keys on one rail ([`FrameKey::for_destination`]): one per
+/// node (its MAC on the rail) and one per group.
+struct RailKeys {
+    nodes: Vec<FrameKey>,
+    groups: Vec<FrameKey>,
+}
+
+impl RailKeys {
+    fn new(secret: &crate::JobSecret, rail: usize, nodes: &NodeList, job_key: u32) -> RailKeys {
+        RailKeys {
+            nodes: nodes.iter().map(|n| FrameKey::for_destination(secret, rail, n.macs[rail])).collect(),
+            groups: (0..=u8::MAX).map(|g| FrameKey::for_destination(secret, rail, MacAddr::mcd_group(job_key, GroupId(g)))).collect(),
+        }
+    }
+
+    fn to(&self, to: Destination) -> &FrameKey {
+        match to {
+            Destination::Node(n) => &self.nodes[n],
+            Destination::Group(g) => &self.groups[g.0 as usize],
+        }
+    }
+}
+
+/// Authentication: the keys (per rail and destination; sending signs with
+/// them too), and per sender node and rail its replay windows, and per
+/// sender its count of frames with bad tags.
 struct Verifier {
-    /// One key per rail ([`FrameKey::for_rail`]): a frame replayed on
-    /// another rail than its own fails its tag there, even where a node's
-    /// rails share one MAC (VLAN interfaces of one NIC).
-    keys: Vec<FrameKey>,
+    /// Per rail, the key of every destination: a frame replayed on another
+    /// rail than its own, or re-addressed to another node or group, fails
+    /// its tag there, even where a node's rails share one MAC (VLAN
+    /// interfaces of one NIC).
+    keys: Vec<RailKeys>,
     /// Indexed by `node * rails + rail`: one set of windows per sender and
     /// rail, so that a frame waiting in one rail's ring while the sender
     /// sends many on another is not taken for a replay (one sender's
@@ -112,9 +137,9 @@ struct Verifier {
 }
 
 impl Verifier {
-    fn new(keys: Vec<FrameKey>, nodes: usize) -> Verifier {
-        let rails = keys.len();
-        Verifier { keys, windows: vec![SenderWindows::default(); nodes * rails], bad_tags: vec![0; nodes + 1] }
+    fn new(secret: &crate::JobSecret, nodes: &NodeList, rails: usize, job_key: u32) -> Verifier {
+        let keys = (0..rails).map(|rail| RailKeys::new(secret, rail, nodes, job_key)).collect();
+        Verifier { keys, windows: vec![SenderWindows::default(); nodes.len() * rails], bad_tags: vec![0; nodes.len() + 1] }
     }
 
     fn window(&mut self, from: NodeId, rail: usize) -> &mut SenderWindows {
@@ -168,14 +193,28 @@ impl Demux {
         }
         let counter = match &mut self.verifier {
             None => None,
-            Some(v) => match v.keys[rail].verify(&view) {
-                Some(counter) => Some(counter),
-                None => {
-                    let claimed = (repr.src_node as usize).min(v.bad_tags.len() - 1);
-                    v.bad_tags[claimed] += 1;
-                    return Err(DropReason::BadTag);
+            Some(v) => {
+                // The key is the destination's (and the rail's): this
+                // node's address, or one of the job's groups; a frame to
+                // any other is not for this endpoint (the kernel filter
+                // drops it too), whatever it holds.
+                let keys = &v.keys[rail];
+                let key = if repr.dst_mac == my_mac {
+                    &keys.nodes[self.me]
+                } else if let Some(g) = repr.dst_mac.as_mcd_group(self.job_key) {
+                    &keys.groups[g.0 as usize]
+                } else {
+                    return Err(DropReason::NotForMe);
+                };
+                match key.verify(&view) {
+                    Some(counter) => Some(counter),
+                    None => {
+                        let claimed = (repr.src_node as usize).min(v.bad_tags.len() - 1);
+                        v.bad_tags[claimed] += 1;
+                        return Err(DropReason::BadTag);
+                    }
                 }
-            },
+            }
         };
         if repr.job_key != self.job_key {
             return Err(DropReason::WrongJob);
@@ -246,8 +285,6 @@ pub struct Endpoint {
     /// The rail `try_recv` looks at first (round robin, so no rail starves).
     rx_rail: usize,
     stats: Stats,
-    /// The keys frames are signed with, one per rail (`None`: authentication off).
-    keys: Option<Vec<FrameKey>>,
     /// The frames' counter (see [`crate::auth`]).
     counter: Counter,
     /// How long a waiting receive stays silent before announcing.
@@ -281,9 +318,9 @@ impl Endpoint {
     /// calling thread's network namespace.
     pub fn open(config: EndpointConfig) -> Result<Endpoint> {
         let EndpointConfig { interfaces, port, nodes, ethertype, job_key, wait, local_processes, auth, announce_every, .. } = config.clone();
-        let keys = match &auth {
+        let secret = match &auth {
             Auth::Unset => return Err(Error::NoSecret),
-            Auth::Key(secret) => Some((0..interfaces.len()).map(|rail| FrameKey::for_rail(secret, rail)).collect::<Vec<_>>()),
+            Auth::Key(secret) => Some(secret),
             Auth::Off => None,
         };
         if interfaces.is_empty() || interfaces.len() > MAX_RAILS {
@@ -298,7 +335,7 @@ impl Endpoint {
         }
         let infos = interfaces.iter().map(|name| lookup_interface(name)).collect::<Result<Vec<_>>>()?;
         let me = nodes.find(infos[0].mac, port).ok_or_else(|| Error::NotInNodeList { mac: infos[0].mac, port, interface: interfaces[0].clone() })?;
-        let verifier = keys.clone().map(|keys| Verifier::new(keys, nodes.len()));
+        let verifier = secret.map(|secret| Verifier::new(secret, &nodes, infos.len(), job_key));
         let auth_mismatch = vec![0; nodes.len() + 1];
         let demux = Demux { me, ethertype, job_key, port, nodes, groups: vec![GroupId::ALL.0], verifier, auth_mismatch };
         let mut rails = Vec::with_capacity(interfaces.len());
@@ -326,7 +363,6 @@ impl Endpoint {
             kernel_filter: config.kernel_filter,
             rx_rail: 0,
             stats: Stats::default(),
-            keys,
             counter: Counter::new()?,
             announce_every,
             announced: Announced { at: Instant::now(), sent: 0 },
@@ -397,7 +433,7 @@ impl Endpoint {
 
     /// Bytes of trailer each frame carries: [`TRAILER_LEN`] when authenticated, else 0.
     fn trailer_len(&self) -> usize {
-        if self.keys.is_some() {
+        if self.demux.verifier.is_some() {
             TRAILER_LEN
         } else {
             0
@@ -406,7 +442,7 @@ impl Endpoint {
 
     /// Whether this endpoint signs its frames and accepts only signed ones.
     pub fn authenticated(&self) -> bool {
-        self.keys.is_some()
+        self.demux.verifier.is_some()
     }
 
     /// Changes [`EndpointConfig::announce_every`].
@@ -511,8 +547,8 @@ impl Endpoint {
         let mut frame = Frame::new_unchecked(&mut *buffer);
         repr.emit(&mut frame);
         frame.payload_mut().copy_from_slice(payload);
-        if let Some(keys) = &self.keys {
-            keys[rail].sign(buffer, self.counter.take());
+        if let Some(v) = &self.demux.verifier {
+            v.keys[rail].to(to).sign(buffer, self.counter.take());
         }
         tx.submit(len);
         r.tx_generation[slot] = r.tx_generation[slot].wrapping_add(1);
@@ -535,8 +571,8 @@ impl Endpoint {
         let mut frame = Frame::new_unchecked(&mut r.tx_scratch[..len]);
         repr.emit(&mut frame);
         frame.payload_mut().copy_from_slice(payload);
-        if let Some(keys) = &self.keys {
-            keys[rail].sign(&mut r.tx_scratch[..len], self.counter.take());
+        if let Some(v) = &self.demux.verifier {
+            v.keys[rail].to(to).sign(&mut r.tx_scratch[..len], self.counter.take());
         }
         match r.sender.send(&r.tx_scratch[..len]) {
             Ok(_) => {}
@@ -573,7 +609,7 @@ impl Endpoint {
             job_key: self.demux.job_key,
             seq,
             payload_len: payload.len(),
-            authenticated: self.keys.is_some(),
+            authenticated: self.demux.verifier.is_some(),
         })
     }
 
@@ -742,8 +778,8 @@ impl Endpoint {
             let r = &mut self.rails[rail];
             let len = repr.frame_len();
             repr.emit(&mut Frame::new_unchecked(&mut r.tx_scratch[..len]));
-            if let Some(keys) = &self.keys {
-                keys[rail].sign(&mut r.tx_scratch[..len], self.counter.take());
+            if let Some(v) = &self.demux.verifier {
+                v.keys[rail].to(Destination::Node(self.me)).sign(&mut r.tx_scratch[..len], self.counter.take());
             }
             match r.sender.send(&r.tx_scratch[..len]) {
                 Ok(_) => {}
@@ -947,12 +983,14 @@ mod tests {
         signed_on(bytes, secret, 0, counter)
     }
 
-    /// `bytes` signed with the key of secret `[secret; 16]` on rail `rail`.
+    /// `bytes` signed with the key of secret `[secret; 16]` on rail `rail`
+    /// for its destination MAC.
     fn signed_on(bytes: &[u8], secret: u8, rail: usize, counter: u64) -> Vec<u8> {
         let mut f = bytes.to_vec();
         f[offset::VERSION] |= crate::wire::AUTH_FLAG;
         f.resize(f.len() + TRAILER_LEN, 0);
-        FrameKey::for_rail(&crate::JobSecret::from_bytes([secret; 16]), rail).sign(&mut f, counter);
+        let dst = MacAddr(f[offset::DST_MAC..offset::DST_MAC + 6].try_into().unwrap());
+        FrameKey::for_destination(&crate::JobSecret::from_bytes([secret; 16]), rail, dst).sign(&mut f, counter);
         f
     }
 
@@ -964,7 +1002,26 @@ mod tests {
     fn authenticated_demux_on(rails: usize) -> Demux {
         let mut d = demux();
         let secret = crate::JobSecret::from_bytes([1; 16]);
-        d.verifier = Some(Verifier::new((0..rails).map(|r| FrameKey::for_rail(&secret, r)).collect(), 2));
+        if rails > 1 {
+            d.nodes = NodeList::new(
+                (0..2)
+                    .map(|n| NodeAddr {
+                        macs: d.nodes.get(n).unwrap().macs.iter().cycle().take(rails).copied().collect(),
+                        port: d.nodes.get(n).unwrap().port,
+                    })
+                    .collect(),
+            )
+            .unwrap();
+        }
+        d.verifier = Some(Verifier::new(&secret, &d.nodes, rails, d.job_key));
+        d
+    }
+
+    /// `d` with node list `nodes`, and its keys for them.
+    fn with_nodes(mut d: Demux, nodes: NodeList) -> Demux {
+        let rails = nodes.rails();
+        d.nodes = nodes;
+        d.verifier = Some(Verifier::new(&crate::JobSecret::from_bytes([1; 16]), &d.nodes, rails, d.job_key));
         d
     }
 
@@ -994,6 +1051,27 @@ mod tests {
         assert_eq!(verdict(&mut d, &signed(&patched(offset::SRC_PORT, &[2]), 1, 1002)), Err(UnknownSource));
         // At an endpoint with authentication off, a signed frame is a mismatch.
         assert_eq!(demux().accept(&RxFrame { data: &good, wire_len: good.len(), packet_type: pkttype::HOST }, 0, ME).map(|_| ()), Err(AuthMismatch));
+    }
+
+    #[test]
+    fn every_single_flipped_bit_is_dropped() {
+        // The tag hashes the frame from its kind on; the destination MAC
+        // picks the key, and the source MAC, EtherType and version have one
+        // acceptable value each: no bit of a signed frame can change and the
+        // frame still be delivered.
+        let good = signed(&UNICAST_FRAME, 1, 4242);
+        let verdict = |data: &[u8]| {
+            let frame = RxFrame { data, wire_len: data.len(), packet_type: pkttype::HOST };
+            authenticated_demux().accept(&frame, 0, ME).map(|_| ())
+        };
+        assert_eq!(verdict(&good), Ok(()));
+        for byte in 0..good.len() {
+            for bit in 0..8 {
+                let mut bad = good.clone();
+                bad[byte] ^= 1 << bit;
+                assert!(verdict(&bad).is_err(), "bit {bit} of byte {byte} flipped is delivered");
+            }
+        }
     }
 
     #[test]
@@ -1060,20 +1138,21 @@ mod tests {
     fn a_frame_of_one_rail_replayed_on_another_is_dropped_and_changes_nothing() {
         // Review of issue 27: one counter per endpoint over all its rails,
         // one window per sender and rail. A frame of node 1's rail 0 sent
-        // again on rail 1 (the attacker on rail 1's segment) was signed with
-        // rail 0's key: its tag fails there, it is never recorded, so the
-        // original, read after it on rail 0, is delivered.
+        // again on rail 1 (the attacker on rail 1's segment): a unicast one
+        // is addressed to rail 0's MAC, not for this rail; a multicast one
+        // was signed with rail 0's key of its group, so its tag fails here.
+        // Neither is recorded, so the original, read after it on rail 0, is
+        // delivered.
         let nodes = NodeList::new(vec![
             NodeAddr { macs: vec![ME, MacAddr([2, 0, 0, 0, 1, 1])], port: 3 },
             NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, 9]), MacAddr([2, 0, 0, 0, 1, 9])], port: 1 },
         ])
         .unwrap();
-        let mut d = authenticated_demux_on(2);
-        d.nodes = nodes;
+        let mut d = with_nodes(authenticated_demux_on(2), nodes);
         let data = signed(&UNICAST_FRAME, 1, 9000);
         let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
         let rail1_mac = MacAddr([2, 0, 0, 0, 1, 1]);
-        assert_eq!(d.accept(&frame, 1, rail1_mac).map(|_| ()), Err(DropReason::BadTag), "rail 0's frame on rail 1");
+        assert_eq!(d.accept(&frame, 1, rail1_mac).map(|_| ()), Err(DropReason::NotForMe), "to rail 0's MAC, not this rail's");
         let mut multicast = UNICAST_FRAME.to_vec();
         multicast[..6].copy_from_slice(&[0x03, 0x12, 0x34, 0x56, 0x78, 0]);
         let group = signed(&multicast, 1, 9001);
@@ -1081,7 +1160,7 @@ mod tests {
         assert_eq!(d.accept(&group_frame, 1, rail1_mac).map(|_| ()), Err(DropReason::BadTag), "rail 0's multicast on rail 1");
         let v = d.verifier.as_mut().unwrap();
         assert_eq!((v.window(1, 0).highest(0), v.window(1, 1).highest(0)), (0, 0), "nothing recorded");
-        assert_eq!(v.bad_tags, vec![0, 2, 0], "counted, by the node they claim");
+        assert_eq!(v.bad_tags, vec![0, 1, 0], "counted, by the node it claims");
         let (msg, counter) = d.accept(&group_frame, 0, ME).expect("the original on rail 0");
         d.record(&msg, counter);
         assert_eq!((msg.rail, counter), (0, Some(9001)));
@@ -1103,8 +1182,7 @@ mod tests {
             NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, 9]), MacAddr([2, 0, 0, 0, 1, 9])], port: 1 },
         ])
         .unwrap();
-        let mut d = authenticated_demux_on(2);
-        d.nodes = nodes;
+        let mut d = with_nodes(authenticated_demux_on(2), nodes);
         let mut deliver = |rail: usize, counter: u64| {
             let mut bytes = UNICAST_FRAME.to_vec();
             if rail == 1 {
@@ -1179,8 +1257,7 @@ mod tests {
         // is sent again by an attacker on rail 1's segment.
         let shared = MacAddr([2, 0, 0, 0, 0, 9]);
         let nodes = NodeList::new(vec![NodeAddr { macs: vec![ME, ME], port: 3 }, NodeAddr { macs: vec![shared, shared], port: 1 }]).unwrap();
-        let mut d = authenticated_demux_on(2);
-        d.nodes = nodes;
+        let mut d = with_nodes(authenticated_demux_on(2), nodes);
         let mut multicast = UNICAST_FRAME.to_vec();
         multicast[..6].copy_from_slice(&[0x03, 0x12, 0x34, 0x56, 0x78, 0]);
         let group = signed(&multicast, 1, 9001);
