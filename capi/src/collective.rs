@@ -8,8 +8,9 @@ use barriers::{Barrier, Collective, Dtype, GroupTransport, Op};
 
 use crate::error::argument;
 use crate::CError;
+// The C functions and types the docs name.
 #[cfg(doc)]
-use crate::*; // what the docs name
+use crate::*;
 
 /// A job's or a group's collectives: their own barrier, made at the first
 /// collective call (which every rank makes), and a reused staging buffer.

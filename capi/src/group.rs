@@ -3,11 +3,12 @@
 
 use std::ffi::{CStr, CString};
 
-use barriers::{Barrier, Collective, GroupTransport, PreparedBarrier, SharedEndpoint, Transport};
+use barriers::policy::HostShape;
+use barriers::{Barrier, Collective, GroupTransport, JobPolicy, PreparedBarrier, SharedEndpoint, Transport};
 
 use crate::collective::Collectives;
 use crate::error::argument;
-use crate::job::{barrier_config, collective_config, Closing, HostShape};
+use crate::job::Closing;
 use crate::stats::{mcd_stats, stats_of};
 use crate::{CError, Communicator, Job};
 
@@ -26,7 +27,7 @@ pub struct Group {
     /// ranks, in group order), the group's key, and the job's settings.
     members: Vec<usize>,
     key: u64,
-    asked: String,
+    policy: JobPolicy,
     rails: usize,
     host: HostShape,
 }
@@ -114,7 +115,7 @@ impl Group {
     /// groups).
     fn make_collectives(&self) -> Result<Barrier<GroupTransport>, CError> {
         let transport = self.shared.group_with_key(&self.members, self.key ^ COLLECTIVES_KEY)?;
-        let config = collective_config(&self.asked, self.size, self.rails, self.host)?;
+        let config = self.policy.collective_config(self.size, self.rails, self.host);
         Ok(Barrier::new(transport, config)?)
     }
 
@@ -199,7 +200,7 @@ impl Job {
         .map_err(|e| argument(e.to_string()))?;
         let rank = transport.node();
         let group_key = transport.key();
-        let barrier_config = barrier_config(&self.asked, ranks.len(), self.rails, self.host)?;
+        let barrier_config = self.policy.barrier_config(ranks.len(), self.rails, self.host);
         let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");
         let prepared = PreparedBarrier::new(transport, barrier_config)?;
         Ok(Group {
@@ -212,7 +213,7 @@ impl Job {
             collectives: Collectives::default(),
             members: ranks.to_vec(),
             key: group_key,
-            asked: self.asked.clone(),
+            policy: self.policy.clone(),
             rails: self.rails,
             host: self.host,
         })

@@ -4,19 +4,17 @@
 use std::ffi::{CStr, CString};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use barriers::model::LogP;
-use barriers::{
-    Algorithm, Barrier, BarrierConfig, BarrierError, BarrierStats, Collective, Dtype, GroupTransport, HierarchicalBarrier, Op, SharedEndpoint,
-};
+use barriers::policy::HostShape;
+use barriers::{Barrier, BarrierError, BarrierStats, Collective, GroupTransport, HierarchicalBarrier, JobPolicy, SharedEndpoint};
 use mcd::bootstrap::JobSettings;
 use mcd::{Endpoint, EndpointConfig, NodeList};
 
 use crate::collective::Collectives;
-use crate::error::config_error;
 use crate::stats::{mcd_stats, stats_of};
+use crate::{CError, Communicator};
+// The C functions and types the docs name.
 #[cfg(doc)]
 use crate::*;
-use crate::{CError, Communicator}; // what the docs name
 
 /// What [`Job::open`] is told explicitly; `None`: from the environment.
 #[derive(Clone, Debug, Default)]
@@ -105,22 +103,14 @@ pub struct Job {
     collectives: Mutex<Collectives>,
     pub(crate) shared: SharedEndpoint,
     algorithm: CString,
-    /// The algorithm asked for (`auto` or a name), for groups.
-    pub(crate) asked: String,
+    /// How its barriers, and its groups', are made (read once, in [`Job::open`]).
+    pub(crate) policy: JobPolicy,
     rank: usize,
     size: usize,
     pub(crate) rails: usize,
     /// What `auto` is told of the hosts, for the job and its groups.
     pub(crate) host: HostShape,
     pub(crate) closing: Closing,
-}
-
-/// What `auto` is told of the hosts: processes on the busiest, cores of the
-/// smallest.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct HostShape {
-    local_processes: usize,
-    cores: usize,
 }
 
 /// Groups whose closing barrier has been entered ([`Group::close`]): each
@@ -191,66 +181,6 @@ impl Closing {
     }
 }
 
-/// The LogP parameters for `auto`: `MCD_LOGP`, or the reference machine's.
-fn logp_params() -> Result<LogP, CError> {
-    match mcd::config::env_var("MCD_LOGP") {
-        Some(list) => LogP::parse_list(&list).map_err(|e| config_error(format!("MCD_LOGP: {e}"))),
-        None => Ok(LogP::REFERENCE),
-    }
-}
-
-/// The barrier configuration for `size` nodes on `rails` rails: `name`, or
-/// `auto`'s pick for `host` (processes on the busiest host's cores, the
-/// smallest host's cores); timeouts from the environment.
-pub(crate) fn barrier_config(name: &str, size: usize, rails: usize, host: HostShape) -> Result<BarrierConfig, CError> {
-    let mut barrier_config = if name == "auto" {
-        let params = logp_params()?;
-        BarrierConfig::auto_on_host(size, rails, &params, true, host.local_processes, host.cores)
-    } else {
-        let algorithm: Algorithm = name.parse().map_err(|e: String| config_error(format!("algorithm: {e}")))?;
-        BarrierConfig::new(algorithm).rails(rails)
-    };
-    if let Some(failure) = mcd::config::env_seconds("MCD_BARRIER_TIMEOUT")? {
-        barrier_config = barrier_config.timeouts(barrier_config.retry_timeout, failure);
-    }
-    if let Some(deadline) = mcd::config::env_seconds("MCD_BARRIER_DEADLINE")? {
-        barrier_config = barrier_config.deadline(Some(deadline));
-    }
-    if let Some(join) = mcd::config::env_seconds("MCD_JOIN_TIMEOUT")? {
-        barrier_config.join_timeout = join;
-    }
-    Ok(barrier_config)
-}
-
-/// The configuration of a job's collectives barrier (see
-/// [`Job::collectives`]): the job's timeouts, and its algorithm.
-pub(crate) fn collective_config(asked: &str, size: usize, rails: usize, host: HostShape) -> Result<BarrierConfig, CError> {
-    let call = Collective::Allreduce { op: Op::Sum, dtype: Dtype::F64 };
-    let named = match mcd::config::env_var("MCD_COLLECTIVE_ALGORITHM") {
-        Some(name) if name != "auto" => {
-            let algorithm: Algorithm = name.parse().map_err(|e: String| config_error(format!("MCD_COLLECTIVE_ALGORITHM: {e}")))?;
-            if !call.runs_on(algorithm) {
-                return Err(config_error(format!(
-                    "MCD_COLLECTIVE_ALGORITHM: {algorithm} does not reduce (it would count contributions more than once)"
-                )));
-            }
-            Some(algorithm)
-        }
-        Some(_) => None,
-        None => asked.parse::<Algorithm>().ok().filter(|&a| call.runs_on(a)),
-    };
-    let algorithm = match named {
-        Some(algorithm) => algorithm,
-        None => {
-            let setup = barriers::model::Setup::logp(&logp_params()?);
-            barriers::model::auto_collective_on_host(size, rails, &setup, true, 8, host.local_processes, host.cores).0
-        }
-    };
-    // The job's timeouts, from the environment.
-    barrier_config(&algorithm.to_string(), size, rails, host)
-}
-
-/// A transport's error as C sees it: mcd's keeps its own code (a missing
 impl Job {
     /// Opens the endpoint (bootstrap) and sets up the barrier.
     pub fn open(settings: &Settings) -> Result<Job, CError> {
@@ -258,12 +188,15 @@ impl Job {
             Some(path) => Some(NodeList::from_file(path)?),
             None => None,
         };
+        // The policy first: a bad variable fails before the bootstrap.
+        let mut policy = JobPolicy::from_env()?;
+        if let Some(name) = &settings.algorithm {
+            policy = policy.with_algorithm_named(name)?;
+        }
         let config = EndpointConfig::bootstrap_with(&settings.job, nodes)?;
         let size = config.nodes.len();
         let rails = config.interfaces.len();
         let endpoint = Endpoint::open(config)?;
-        let var = mcd::config::env_var;
-        let asked = settings.algorithm.clone().or_else(|| var("MCD_ALGORITHM")).unwrap_or_else(|| "auto".into());
         let host = HostShape {
             local_processes: settings.local_processes.unwrap_or_else(mcd::wait::local_processes_from_env),
             cores: settings.cores.unwrap_or_else(mcd::host::online_cpus),
@@ -271,28 +204,18 @@ impl Job {
         let host_list = endpoint.nodes().hosts();
         let hosts = host_list.len();
         let per_host = host_list.iter().map(Vec::len).max().unwrap_or(1);
-        let hierarchical = match var("MCD_HIERARCHY").as_deref() {
-            // The model's choice when some host has several ranks.
-            None | Some("auto") => {
-                let shm = barriers::model::ShmCosts::REFERENCE;
-                let (layout, _) = barriers::model::auto_layout(hosts, per_host, host.cores, rails, &logp_params()?, true, &shm);
-                hosts < size && matches!(layout, barriers::model::Layout::Hierarchical(_))
-            }
-            Some("on") => true,
-            Some("off") => false,
-            Some(other) => return Err(config_error(format!("MCD_HIERARCHY={other}: auto, on or off"))),
-        };
+        let hierarchical = policy.hierarchical(size, hosts, per_host, host.cores, rails);
         let shared = SharedEndpoint::new(endpoint);
         let (barrier, algorithm) = if hierarchical {
             // On the wire, one leader per host; on the cores, every process
             // of the busiest host (the ranks that wait in shared memory too):
             // from the node list, the same on every rank.
             let leaders = HostShape { local_processes: per_host.max(settings.local_processes.unwrap_or(1)), ..host };
-            let barrier_config = barrier_config(&asked, hosts, rails, leaders)?;
+            let barrier_config = policy.barrier_config(hosts, rails, leaders);
             let name = format!("hierarchical:{}", barrier_config.algorithm);
-            (WorldBarrier::Hierarchical(Box::new(HierarchicalBarrier::on_endpoint(&shared, barrier_config)?)), name)
+            (WorldBarrier::Hierarchical(Box::new(HierarchicalBarrier::on_endpoint(&shared, barrier_config, policy.host)?)), name)
         } else {
-            let barrier_config = barrier_config(&asked, size, rails, host)?;
+            let barrier_config = policy.barrier_config(size, rails, host);
             let everyone: Vec<usize> = (0..size).collect();
             let transport = shared.group(&everyone)?;
             (WorldBarrier::Flat(Barrier::new(transport, barrier_config)?), barrier_config.algorithm.to_string())
@@ -304,7 +227,7 @@ impl Job {
             collectives: Mutex::default(),
             shared,
             algorithm,
-            asked,
+            policy,
             rank,
             size,
             rails,
@@ -348,7 +271,7 @@ impl Job {
     fn make_collectives(&self) -> Result<Barrier<GroupTransport>, CError> {
         let everyone: Vec<usize> = (0..self.size).collect();
         let transport = self.shared.group(&everyone)?;
-        let config = collective_config(&self.asked, self.size, self.rails, self.host)?;
+        let config = self.policy.collective_config(self.size, self.rails, self.host);
         Ok(Barrier::new(transport, config)?)
     }
 

@@ -14,8 +14,9 @@
 //!   Every error is a negative return code ([`MCD_ERR_CONFIG`] ...); the
 //!   text of the last error of the calling thread is [`mcd_last_error`].
 //!
-//! Environment read by `mcd_init_env` (and by `mcd_init` for what its
-//! parameters leave out): `MCD_KEY_FILE` (the job's secret: a file of 16
+//! Environment read once by `mcd_init_env` (and by `mcd_init` for what its
+//! parameters leave out), the barriers' part through
+//! [`barriers::JobPolicy::from_env`]: `MCD_KEY_FILE` (the job's secret: a file of 16
 //! random bytes, mode 0600, owned by the user; the same for every rank) or
 //! `MCD_AUTH=off` (unauthenticated frames, which anyone on the segment can
 //! forge; without either, `mcd_init` fails with [`MCD_ERR_CONFIG`] saying so),
@@ -37,7 +38,7 @@
 //! barrier releases a host, and how the ranks other than its leader wait:
 //! see [`barriers::HostRelease`] and [`barriers::HOST_WAIT_ENV`]),
 //! `MCD_COLLECTIVE_ALGORITHM` (the collectives' algorithm: see
-//! `Job::collectives`, private).
+//! [`barriers::policy::CollectiveAlgorithm`]).
 //!
 //! The modules: the error codes, a job ([`Job`]) and its groups
 //! ([`Group`]), their collectives, their counters ([`mcd_stats`]), and

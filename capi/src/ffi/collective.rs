@@ -10,9 +10,10 @@ use super::guarded;
 use super::job::handle;
 use crate::collective::{bytes_of, nonblocking_call, reduction, root_in};
 use crate::error::argument;
+use crate::{mcd_call, mcd_dtype, mcd_op, CError, Communicator, Group, Job, Request};
+// The C functions and types the docs name.
 #[cfg(doc)]
 use crate::*;
-use crate::{mcd_call, mcd_dtype, mcd_op, CError, Communicator, Group, Job, Request}; // what the docs name
 
 /// Runs `call` on `c` with the raw buffers `input` (NULL, or the same as
 /// `output`: in place, from `output`) and `output` (NULL where no result

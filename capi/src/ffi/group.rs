@@ -7,9 +7,10 @@ use std::ffi::{c_char, c_int};
 use super::job::handle;
 use super::{algorithm, end, get_stats, guarded, guarded_count, put, test};
 use crate::error::{argument, MCD_OK};
+use crate::{mcd_stats, CError, Communicator, Group, Job};
+// The C functions and types the docs name.
 #[cfg(doc)]
 use crate::*;
-use crate::{mcd_stats, CError, Communicator, Group, Job}; // what the docs name
 
 /// A group handle argument.
 ///

@@ -4,9 +4,10 @@ use std::ffi::{c_char, c_int};
 
 use super::{algorithm, c_str, end, get_stats, guarded, guarded_count, put, test};
 use crate::error::{argument, config_error};
+use crate::{mcd_stats, CError, Communicator, Job, Settings};
+// The C functions and types the docs name.
 #[cfg(doc)]
 use crate::*;
-use crate::{mcd_stats, CError, Communicator, Job, Settings}; // what the docs name
 
 /// A job handle argument.
 ///
