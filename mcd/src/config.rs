@@ -14,6 +14,8 @@ use crate::wait::{self, WaitPolicy};
 use crate::wire::{MacAddr, DEFAULT_ETHERTYPE};
 use crate::{Error, Result};
 
+pub use crate::port::{DEFAULT_PORT_DIR, ENV_PORT_DIR};
+
 /// The job key used when none is configured.
 pub const DEFAULT_JOB_KEY: u32 = 0x4d43_4400; // "MCD\0"
 /// The most rails one endpoint drives.
@@ -40,7 +42,8 @@ pub struct EndpointConfig {
     /// How many of the job's processes share this host (for
     /// [`WaitPolicy::Adaptive`]); a hint, the endpoint counts too.
     pub local_processes: usize,
-    /// Where the host's endpoints lock their ports (see [`crate::port`]).
+    /// Where the host's endpoints lock their ports: one lock file per
+    /// (network namespace, interface, port), held while the endpoint lives.
     pub port_dir: std::path::PathBuf,
     /// Receive-ring slots per rail.
     pub rx_slots: usize,
@@ -66,7 +69,7 @@ impl EndpointConfig {
     /// A configuration with defaults: EtherType 0x88B5, the default job key,
     /// adaptive waiting, one process on the host as far as it knows, 1024
     /// receive and 256 send slots per rail, port locks in
-    /// [`DEFAULT_PORT_DIR`](crate::port::DEFAULT_PORT_DIR). It reads no
+    /// [`DEFAULT_PORT_DIR`]. It reads no
     /// environment ([`from_env`](Self::from_env) does).
     pub fn new<S: Into<String>>(interfaces: impl IntoIterator<Item = S>, port: Port, nodes: NodeList) -> EndpointConfig {
         EndpointConfig {

@@ -56,7 +56,6 @@ pub fn endpoints_on_host(dir: &Path) -> usize {
 pub struct PortLock {
     _file: File,
     path: PathBuf,
-    port: Port,
 }
 
 impl PortLock {
@@ -95,12 +94,7 @@ impl PortLock {
         }
         registry.insert(path.clone());
         drop(registry);
-        Ok(PortLock { _file: file, path, port })
-    }
-
-    /// The port held.
-    pub fn port(&self) -> Port {
-        self.port
+        Ok(PortLock { _file: file, path })
     }
 }
 
@@ -124,7 +118,7 @@ mod tests {
         assert!(matches!(err, Error::PortHeld { port: 200, .. }), "{msg}");
         assert!(msg.contains(&format!("process {}", std::process::id())), "{msg}");
         let other = PortLock::acquire(&dir, "lo", 201).unwrap();
-        assert_eq!(other.port(), 201);
+        assert!(other.path.to_string_lossy().ends_with("-lo-201.lock"), "{}", other.path.display());
         drop(first);
         let again = PortLock::acquire(&dir, "lo", 200).unwrap();
         assert_eq!(endpoints_on_host(&dir), 2, "ports 200 and 201 of this namespace");
