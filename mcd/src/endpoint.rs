@@ -281,6 +281,8 @@ pub struct Endpoint {
     phases: WaitPhases,
     /// The job's processes on this host as the configuration says (a hint).
     local_hint: usize,
+    /// Where the host's endpoints lock their ports (counted for the load).
+    port_dir: std::path::PathBuf,
     kernel_filter: bool,
     /// The rail `try_recv` looks at first (round robin, so no rail starves).
     rx_rail: usize,
@@ -360,6 +362,7 @@ impl Endpoint {
             wait,
             phases: wait.phases(local_processes, crate::host::online_cpus()),
             local_hint: local_processes,
+            port_dir: config.port_dir.clone(),
             kernel_filter: config.kernel_filter,
             rx_rail: 0,
             stats: Stats::default(),
@@ -379,7 +382,7 @@ impl Endpoint {
     pub fn local_processes(&self) -> usize {
         let mac = self.demux.nodes.get(self.me).map(|n| n.macs[0]);
         let on_this_nic = self.demux.nodes.iter().filter(|n| Some(n.macs[0]) == mac).count();
-        self.local_hint.max(on_this_nic).max(crate::port::endpoints_on_host()).max(1)
+        self.local_hint.max(on_this_nic).max(crate::port::endpoints_on_host(&self.port_dir)).max(1)
     }
 
     /// Re-reads [`local_processes`](Self::local_processes) and adapts the
@@ -867,7 +870,7 @@ fn wait_for_send_slot(r: &mut Rail, rail: usize, slot: usize) -> Result<()> {
 fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: Interface, has_siblings: bool) -> Result<Rail> {
     // The socket first: without CAP_NET_RAW, that is the error to report.
     let socket = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
-    let lock = PortLock::acquire(&interface, config.port)?;
+    let lock = PortLock::acquire(&config.port_dir, &interface, config.port)?;
     let on = |what: &str| format!("{what} on {interface}");
     socket.set_tpacket_v2().map_err(|e| Error::os(on("selecting TPACKET_V2"), e))?;
     socket.set_skip_malformed_sends().map_err(|e| Error::os(on("setting PACKET_LOSS"), e))?;

@@ -59,7 +59,7 @@ pub const AUTH_FLAG: u8 = 0x80;
 pub const TRAILER_LEN: usize = 16;
 
 /// Byte offsets of the fields inside a frame, counted from the start of the
-/// Ethernet header. The kernel filter ([`crate::filter`]) reads the same offsets.
+/// Ethernet header. The kernel filter (the crate's `filter` module) reads the same offsets.
 pub mod offset {
     /// Destination MAC address (6 bytes).
     pub const DST_MAC: usize = 0;
