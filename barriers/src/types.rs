@@ -168,7 +168,7 @@ pub struct BarrierStats {
     pub foreign: u64,
     /// Join requests refused (from a process node 0 had not admitted).
     pub refused: u64,
-    /// Node 0: admissions replaced by a newer incarnation of the same node
+    /// Node 0: admissions replaced by another incarnation of the same node
     /// before that node was heard in the instance (a delayed request of an
     /// earlier barrier of that process, or a Join recorded in an earlier
     /// run and replayed: see the README's **Security**). Another node:
@@ -305,7 +305,9 @@ pub enum BarrierError {
     },
     /// Creating the barrier: node 0 runs this barrier already with another
     /// process in this node's place (this process was restarted), and
-    /// refused it until the join timeout.
+    /// refused it until the join timeout. Also a barrier's call, once a
+    /// peer is two or more barriers ahead of this process: node 0 admitted
+    /// it in place of its earlier process, which had already taken part.
     #[error("creating the barrier: node 0 refused node {node}: the barrier is running already without this process (was it restarted?)")]
     Refused {
         /// This node.
