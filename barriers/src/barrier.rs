@@ -23,8 +23,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::collective::{wire, Collective, Element, Op};
-use crate::engine::{BarrierConfig, BarrierError, BarrierStats, Engine};
+use crate::engine::Engine;
 use crate::transport::{NodeId, Transport, Waker};
+use crate::types::{BarrierConfig, BarrierError, BarrierStats};
 
 /// The agent takes over once the application has made no barrier call for
 /// this long (at first: see [`AGENT_GRACE_MAX`]).

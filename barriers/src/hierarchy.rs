@@ -38,12 +38,12 @@ use std::time::{Duration, Instant};
 use mcd::wait::WaitPhases;
 
 use crate::barrier::Barrier;
-use crate::engine::{BarrierConfig, BarrierError, BarrierStats, PeerState};
 use crate::host_barrier::{segment_path, HostBarrier, HostConfig};
 use crate::mcd_shared::{GroupListener, GroupTransport, SharedEndpoint};
 use crate::plan::{self, HostRelease};
 use crate::policy::HostSettings;
 use crate::transport::{MsgKind, NodeId, Transport};
+use crate::types::{BarrierConfig, BarrierError, BarrierStats, PeerState};
 
 /// A local rank's ear on the leaders' release multicast.
 struct ReleaseTap {

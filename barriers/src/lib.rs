@@ -86,10 +86,10 @@ pub mod summary;
 #[cfg(any(test, feature = "test-support"))]
 pub mod threads;
 pub mod transport;
+mod types;
 
 pub use barrier::{Barrier, PreparedBarrier, Request, AGENT_GRACE, AGENT_GRACE_MAX};
 pub use collective::{Collective, Dtype, Element, Op};
-pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARNED_RETRY};
 pub use hierarchy::{host_phases, HierarchicalBarrier, HOST_ADAPTIVE_YIELD};
 pub use host_barrier::{segment_path, HostBarrier, HostConfig, LIVENESS_CHECK, TAP_LOOK};
 pub use mcd_shared::{GroupListener, GroupTransport, RouteStats, SharedEndpoint, GROUP_PAYLOAD_LEN};
@@ -97,3 +97,4 @@ pub use mcd_transport::{wire as mcd_wire, McdTransport};
 pub use plan::{Algorithm, Fanout, HostRelease, Release};
 pub use policy::{HostSettings, JobPolicy, HOST_WAIT_ENV};
 pub use transport::{Incoming, Msg, MsgKind, NodeId, TickWaker, Transport, TransportError, Waker, MISMATCHED, RECOVERED};
+pub use types::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARNED_RETRY};

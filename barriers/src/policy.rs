@@ -11,9 +11,9 @@
 
 use std::time::Duration;
 
-use crate::engine::{BarrierConfig, BarrierError};
 use crate::model::{self, LogP};
 use crate::plan::{Algorithm, AutoOr, HostRelease};
+use crate::types::{BarrierConfig, BarrierError};
 use crate::{Collective, Dtype, Op};
 
 /// How a host of the hierarchical barrier is released, and how its ranks

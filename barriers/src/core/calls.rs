@@ -12,7 +12,7 @@ use super::ends::Ends;
 use super::progress::Phase;
 use super::{Call, Core, Event};
 use crate::collective::Collective;
-use crate::engine::BarrierError;
+use crate::types::BarrierError;
 
 /// An application call waiting for something.
 #[derive(Clone, Copy, Debug)]

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::receive::STATUS_TAG;
 use super::{Core, To};
+use crate::transport::STATUS_TAG;
 use crate::transport::{MsgKind, NodeId};
 
 /// During the farewell, a peer that answers none of its queries for this

@@ -7,10 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::receive::STATUS_TAG;
 use super::{Core, Event, To};
-use crate::engine::{mix, BarrierConfig, BarrierError};
+use crate::transport::STATUS_TAG;
 use crate::transport::{status, Msg, MsgKind, NodeId};
+use crate::types::{mix, BarrierConfig, BarrierError};
 
 /// The engine's wire protocol, part of every join's fingerprint, so that
 /// nodes of versions whose messages mean different things refuse each

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use super::peers::PerPeer;
 use super::{Core, To};
-use crate::engine::{BarrierError, PeerState, MIN_PROBES};
 use crate::transport::{status, Msg, MsgKind, NodeId};
+use crate::types::{BarrierError, PeerState, MIN_PROBES};
 
 /// What this node knows of a peer.
 #[derive(Clone, Copy, Debug, Default)]

@@ -38,10 +38,10 @@
 use std::time::Instant;
 
 use crate::collective::{Collective, Contributions};
-use crate::engine::{BarrierConfig, BarrierError, BarrierStats};
 use crate::expect::Expectations;
 use crate::plan;
 use crate::transport::{Msg, NodeId};
+use crate::types::{BarrierConfig, BarrierError, BarrierStats};
 
 #[doc = include_str!("../../PROTOCOL.md")]
 pub mod protocol {}

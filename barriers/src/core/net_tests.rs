@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use super::join::fingerprint_of;
 use super::{Call, Core, Event, Setup, To, PROTOCOL};
 use crate::collective::{Collective, Dtype, Op};
-use crate::engine::{BarrierConfig, BarrierError};
 use crate::plan::{Algorithm, Fanout, Release};
 use crate::transport::{Msg, MsgKind, NodeId};
+use crate::types::{BarrierConfig, BarrierError};
 
 mod bcast;
 mod soak;
@@ -321,7 +321,7 @@ fn a_live_peer_behind_a_deadline_is_reported_alive_and_waited_for_on_retry() {
     // computes for 7 failure timeouts before barrier 1, alive throughout;
     // the others' waits end at each 150 ms deadline naming it alive, and
     // the barrier completes when it comes.
-    use crate::engine::PeerState;
+    use crate::types::PeerState;
     let config = BarrierConfig::new(Algorithm::Dissemination)
         .timeouts(Duration::from_millis(1), Duration::from_millis(100))
         .deadline(Some(Duration::from_millis(150)));

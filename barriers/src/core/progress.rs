@@ -13,9 +13,9 @@ use super::recovery::{copy_arg, Laggard};
 use super::window::{bcast_variant, parity, BASE};
 use super::{Core, To};
 use crate::collective::{Collective, Contributions};
-use crate::engine::BarrierError;
 use crate::plan::{self, Dest, Out};
 use crate::transport::{MsgKind, MISMATCHED, RECOVERED};
+use crate::types::BarrierError;
 
 /// The plans an epoch can run: the algorithm's ([`BASE`]), then a
 /// release-first broadcast's from each root ([`bcast_variant`]; none where

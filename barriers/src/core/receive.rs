@@ -10,9 +10,6 @@ use crate::collective::Contributions;
 use crate::plan;
 use crate::transport::{status, Msg, MsgKind, NodeId, MISMATCHED, RECOVERED};
 
-/// The tag of a NACK that asks only "where are you?" (the farewell's query).
-pub(super) const STATUS_TAG: u16 = u16::MAX;
-
 impl Core {
     /// Takes in a message (after the join) with its `data`.
     pub(super) fn receive(&mut self, from: NodeId, msg: Msg, data: &[u8], now: Instant) {

@@ -44,13 +44,13 @@
 use std::time::{Duration, Instant};
 
 use super::peers::PerPeer;
-use super::receive::STATUS_TAG;
 use super::window::parity;
 use super::{Core, To};
-use crate::engine::BarrierConfig;
 use crate::plan::{self, Dest};
 use crate::rto::Rto;
+use crate::transport::STATUS_TAG;
 use crate::transport::{Msg, MsgKind, NodeId, COPY_MASK, COPY_SHIFT, MISMATCHED};
+use crate::types::BarrierConfig;
 
 /// Until a probe shows that the peer is late (a status: it has not sent
 /// yet), the retry interval backs off to at most this many learned retry

@@ -8,9 +8,9 @@ use super::progress::Phase;
 use super::window::BASE;
 use super::*;
 use crate::collective::Collective;
-use crate::engine::{BarrierConfig, BarrierError, MIN_PROBES};
 use crate::plan::{self, Algorithm};
 use crate::transport::{status, Incoming, MsgKind};
+use crate::types::{BarrierConfig, BarrierError, MIN_PROBES};
 
 /// A node's core driven by hand, in virtual time: what arrives is
 /// pushed by the test, what is sent is recorded (a multicast as one

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use super::{Fate, Net};
 use crate::collective::Collective;
 use crate::core::Call;
-use crate::engine::{BarrierConfig, BarrierError};
 use crate::plan::{tag, Algorithm, Fanout, Release};
 use crate::transport::{Msg, MsgKind, NodeId};
+use crate::types::{BarrierConfig, BarrierError};
 
 /// One step of a node's script.
 #[derive(Clone, Copy, Debug)]

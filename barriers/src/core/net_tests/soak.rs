@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use super::{names, Fate, Net};
 use crate::collective::{Collective, Dtype, Op};
-use crate::core::receive::STATUS_TAG;
 use crate::core::Call;
-use crate::engine::{BarrierConfig, BarrierError};
 use crate::plan::Algorithm;
+use crate::transport::STATUS_TAG;
 use crate::transport::{Msg, MsgKind};
+use crate::types::{BarrierConfig, BarrierError};
 use std::cell::Cell;
 use std::rc::Rc;
 
