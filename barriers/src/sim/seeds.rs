@@ -334,9 +334,13 @@ fn regression_the_checker_takes_verdicts_on_crossed_instances_and_late_nodes_for
 /// admitted node 7's restarted process in its place. That process entered
 /// barrier 0 two behind its peers and named a live one silent (soak seed
 /// 35106). A peer's message two barriers ahead now refuses it.
+/// (Seed 1021186: such a process, one barrier behind, caught up on answers
+/// and then met a peer two ahead; refused, it still answered, and its peers
+/// waited for it for ever. It now neither answers nor sends.)
 #[test]
 fn regression_a_restarted_process_admitted_after_its_earlier_one_took_part_is_refused() {
     campaign("mix", 35106..35107, Some(8));
+    campaign("mix", 1021186..1021187, Some(8));
 }
 
 /// n = 8, checker: as in `regression_the_checker_takes_verdicts_on_crossed_instances_and_late_nodes_for_right`,
