@@ -365,3 +365,16 @@ fn regression_the_safety_checker_finds_a_crossing_process_entry() {
 fn regression_a_join_does_not_take_node_0_for_silent_for_a_few_lost_answers() {
     campaign("mix", 34667..34668, Some(8));
 }
+
+/// n = 8, checker: node 0 admitted a delayed join of node 2's process of
+/// the instance before in its place (node 2 itself, still finishing that
+/// instance, made the barrier 200 ms later); node 4 named node 2 silent,
+/// and node 2's own process, admitted in place of the delayed join, was
+/// told so. Node 2 had no barrier of the instance for that long: it was
+/// silent (soak seeds 1030677, 1038260).
+#[test]
+fn regression_a_node_that_had_not_made_the_barrier_yet_is_silent() {
+    for seed in [1030677, 1038260] {
+        campaign("mix", seed..seed + 1, Some(8));
+    }
+}
