@@ -80,6 +80,10 @@ impl Core {
             return;
         }
         self.live.told = None; // the application calls again
+        if let Err(e) = self.left_behind() {
+            self.calls.done = Some(Err(e));
+            return;
+        }
         let mut p = Pending { deadline: None, block: Block::Ready, then: Then::WaitSettled, counts_errors: false, finishing: false };
         match call {
             Call::Wait { deadline } => {
@@ -143,7 +147,7 @@ impl Core {
                 Block::Farewell => self.farewell_step(now).is_none(),
             };
             if !met {
-                if p.block != Block::Farewell && (timers || self.run.mismatch.is_some()) {
+                if p.block != Block::Farewell && (timers || self.run.mismatch.is_some() || self.live.left_behind) {
                     self.blocked(now, p, timers);
                 }
                 return;
@@ -170,6 +174,11 @@ impl Core {
     /// may its timers.
     #[cold]
     fn blocked(&mut self, now: Instant, p: Pending, timers: bool) {
+        if let Err(error) = self.left_behind() {
+            self.calls.pending = None;
+            self.end_call(&p, Err(error));
+            return;
+        }
         if let Some(epoch) = self.run.mismatch {
             let error = BarrierError::peer_mismatch(epoch);
             self.calls.pending = None;
@@ -338,6 +347,7 @@ impl Core {
         }
         // A mismatch the agent found completing a broadcast in the background.
         self.settled_mismatch()?;
+        self.left_behind()?;
         self.live.call_started = now;
         self.live.told = None; // the application calls again
         if self.phase == Phase::Background {
@@ -350,6 +360,7 @@ impl Core {
     }
 
     pub(super) fn test_once(&mut self, now: Instant) -> Result<bool, BarrierError> {
+        self.left_behind()?;
         self.advance(now);
         if self.phase.running() {
             if let Some(epoch) = self.run.mismatch.filter(|_| self.entered()) {

@@ -109,7 +109,7 @@ pub(super) struct Liveness {
     pub(super) report_pending: Option<Instant>,
     /// A peer's message of this instance came from two or more barriers
     /// ahead: the instance runs on without this process (see
-    /// [`Core::judge`]).
+    /// [`Core::left_behind`]).
     pub(super) left_behind: bool,
     /// Errors waits and tests returned for the current barrier: a report
     /// that a node is silent fails a repeated call only after it, too, has
@@ -165,6 +165,7 @@ impl Core {
 
     /// Retries, then the verdict on silent peers and the deadline.
     pub(super) fn on_timers(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
+        self.left_behind()?;
         let retry_due = self.retry(now);
         let report = self.live.report_pending.take().is_some();
         // A verdict can change only at a retry (probes are counted then), on
@@ -175,21 +176,27 @@ impl Core {
         Ok(())
     }
 
+    /// No two processes the instance counts are more than one barrier apart:
+    /// a peer two ahead counts another process in this node's place. This
+    /// one was restarted and admitted again (node 0 had heard nothing of the
+    /// earlier one, which took part through its peers), and can never catch
+    /// up: its peers answer only the barrier before theirs (soak seed
+    /// 35106). It fails every call, and from then on neither answers nor
+    /// sends (`receive` drops all): its peers, waiting for the process they
+    /// count, find it silent (seed 1021186: its answers kept them waiting).
+    pub(super) fn left_behind(&self) -> Result<(), BarrierError> {
+        if self.live.left_behind {
+            return Err(BarrierError::Refused { node: self.me() });
+        }
+        Ok(())
+    }
+
     /// Fails the barrier if a peer it waits for is silent though probed, if
     /// any peer gave up on this barrier (naming a node not heard from since),
     /// or if the deadline passed. Changes nothing else: a later call can
     /// still complete. On giving up, tells every node, so that all of them
     /// fail naming the silent node rather than the one that gave up.
     pub(super) fn judge(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
-        // No two processes the instance counts are more than one barrier
-        // apart: a peer two ahead counts another process in this node's
-        // place. This one was restarted and admitted again (node 0 had heard
-        // nothing of the earlier one, which took part through its peers),
-        // and can never catch up: its peers answer only the barrier before
-        // theirs (soak seed 35106).
-        if self.live.left_behind {
-            return Err(BarrierError::Refused { node: self.me() });
-        }
         for reporter in 0..self.live.peers.len() {
             if let Some((epoch, node, when)) = self.live.peers[reporter].gave_up {
                 let heard_since = self.live.peers.get(node).and_then(|p| p.last_heard).is_some_and(|t| t > when);

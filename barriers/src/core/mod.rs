@@ -324,8 +324,9 @@ impl Core {
         }
         let mut next = None;
         let mut at = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
-        if self.phase.running() {
-            // (A peer's report is judged at once.)
+        if self.phase.running() && !self.live.left_behind {
+            // (A peer's report is judged at once. A process left behind
+            // retries nothing: see `Core::left_behind`.)
             at(self.live.report_pending.map_or(self.recovery.next_retry, |r| r.min(self.recovery.next_retry)));
         } else if let Closing::Farewell(f) = &self.closing {
             at(f.next_query);

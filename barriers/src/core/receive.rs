@@ -24,13 +24,13 @@ impl Core {
             }
             _ => {}
         }
-        if msg.instance != self.member.instance {
+        if msg.instance != self.member.instance || self.live.left_behind {
             self.stats.foreign += 1;
             return;
         }
         let Some(epoch) = place(self.window.epoch, msg.epoch) else {
             self.stats.stale += 1;
-            if ahead(self.window.epoch, msg.epoch) && !self.live.left_behind {
+            if ahead(self.window.epoch, msg.epoch) {
                 self.live.left_behind = true;
                 self.live.report_pending = Some(now); // judged at once
             }

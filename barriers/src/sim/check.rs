@@ -253,11 +253,23 @@ impl Checker<'_> {
         last.is_some_and(|r| matches!(r.record.outcome, Outcome::Err(_)) && r.record.left.is_some_and(|l| t - l >= need))
     }
 
+    /// Whether `x` had not made instance `j`'s barrier for `need` ns of the
+    /// instance by time `t` (still finishing the last instance): it answers
+    /// nothing of it meanwhile. (Node 0 may have admitted a delayed join of
+    /// its process of the instance before in its place: soak seeds 1030677,
+    /// 1038260.)
+    fn absent(&self, x: NodeId, j: usize, t: u64, need: u64) -> bool {
+        let made = |r: &&super::world::JoinRecord| r.instance == j && r.record.entered.is_some();
+        let Some(start) = self.run.joins.iter().filter(made).filter_map(|r| r.record.entered).min() else { return false };
+        let mine = self.run.joins.iter().filter(made).filter(|r| r.node == x).filter_map(|r| r.record.entered).min().unwrap_or(u64::MAX);
+        mine.min(t).saturating_sub(start) >= need
+    }
+
     /// Whether `x` was silent to `y` for `need` ns by time `t` in instance
-    /// `j`: crashed, paused, partitioned from it, or gone.
+    /// `j`: crashed, paused, partitioned from it, gone, or not there yet.
     fn silent(&self, x: NodeId, y: NodeId, j: usize, t: u64) -> bool {
         let need = self.need(y);
-        silent_to(self.run, x, y, t, need) || self.gone(x, j, t, need)
+        silent_to(self.run, x, y, t, need) || self.gone(x, j, t, need) || self.absent(x, j, t, need)
     }
 
     /// Whether `x` was silent to some other node by time `t` in instance
@@ -290,20 +302,24 @@ impl Checker<'_> {
                 // node 0, or the nodes node 0 said it still waited for.
                 // Silent as for any verdict: also gone, its own join failed
                 // (node 0 that gave up answers no more requests; its word
-                // that it did may be lost: soak seed 13186).
-                let silent = |x: NodeId| self.silent(x, node, instance, t) || (node != 0 && x != 0 && self.silent(x, 0, instance, t));
-                // Or late: its application had not made the barrier (not
-                // asked node 0) by then, as the join timeout means ("waits
-                // for every member"): still finishing the last instance, say,
-                // its farewell waiting out a peer that left (soak seed 15303).
-                let need = self.need(node);
-                let late = |x: NodeId| {
-                    !self.run.joins.iter().any(|r| r.node == x && r.instance == instance && r.record.entered.is_some_and(|e| e + need <= t))
+                // that it did may be lost: soak seed 13186), or late, its
+                // application had not made the barrier (not asked node 0)
+                // by then, as the join timeout means ("waits for every
+                // member"): still finishing the last instance, say, its
+                // farewell waiting out a peer that left (soak seed 15303).
+                // (Late here: not made by `t`, less the margin; a node that
+                // asked node 0 well before is not late, however late it came.)
+                let quiet = |x: NodeId, y: NodeId| {
+                    let need = self.need(y);
+                    let late =
+                        !self.run.joins.iter().any(|r| r.node == x && r.instance == instance && r.record.entered.is_some_and(|e| e + need <= t));
+                    silent_to(self.run, x, y, t, need) || self.gone(x, instance, t, need) || late
                 };
+                let silent = |x: NodeId| quiet(x, node) || (node != 0 && x != 0 && quiet(x, 0));
                 // Node 0 crashed and restarted: the nodes its earlier process
                 // admitted run that instance, and never join the new one.
                 let node0_restarted = self.run.episodes.iter().any(|e| matches!(e.kind, EpisodeKind::Crash { node: 0 }) && e.end <= t);
-                let wrong: Vec<NodeId> = missing.iter().copied().filter(|&x| !(silent(x) || late(x) || (x != 0 && node0_restarted))).collect();
+                let wrong: Vec<NodeId> = missing.iter().copied().filter(|&x| !(silent(x) || (x != 0 && node0_restarted))).collect();
                 (!restarted && !wrong.is_empty()).then(|| format!("node(s) {wrong:?} were reachable and not restarted"))
             }
             Verdict::Other => Some("the simulator causes no such error".to_string()),

@@ -334,9 +334,13 @@ fn regression_the_checker_takes_verdicts_on_crossed_instances_and_late_nodes_for
 /// admitted node 7's restarted process in its place. That process entered
 /// barrier 0 two behind its peers and named a live one silent (soak seed
 /// 35106). A peer's message two barriers ahead now refuses it.
+/// (Seed 1021186: such a process, one barrier behind, caught up on answers
+/// and then met a peer two ahead; refused, it still answered, and its peers
+/// waited for it for ever. It now neither answers nor sends.)
 #[test]
 fn regression_a_restarted_process_admitted_after_its_earlier_one_took_part_is_refused() {
     campaign("mix", 35106..35107, Some(8));
+    campaign("mix", 1021186..1021187, Some(8));
 }
 
 /// n = 8, checker: as in `regression_the_checker_takes_verdicts_on_crossed_instances_and_late_nodes_for_right`,
@@ -360,4 +364,17 @@ fn regression_the_safety_checker_finds_a_crossing_process_entry() {
 #[test]
 fn regression_a_join_does_not_take_node_0_for_silent_for_a_few_lost_answers() {
     campaign("mix", 34667..34668, Some(8));
+}
+
+/// n = 8, checker: node 0 admitted a delayed join of node 2's process of
+/// the instance before in its place (node 2 itself, still finishing that
+/// instance, made the barrier 200 ms later); node 4 named node 2 silent,
+/// and node 2's own process, admitted in place of the delayed join, was
+/// told so. Node 2 had no barrier of the instance for that long: it was
+/// silent (soak seeds 1030677, 1038260).
+#[test]
+fn regression_a_node_that_had_not_made_the_barrier_yet_is_silent() {
+    for seed in [1030677, 1038260] {
+        campaign("mix", seed..seed + 1, Some(8));
+    }
 }

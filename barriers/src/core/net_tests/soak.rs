@@ -135,6 +135,24 @@ fn a_restarted_process_admitted_after_its_earlier_one_took_part_is_refused() {
             other => panic!("node {p}: {other:?}"),
         }
     }
+    // From then on it neither answers nor sends (soak seed 1021186: once
+    // caught up to one barrier behind, its answers kept its peers waiting
+    // for the process they count), and every call fails at once.
+    let sent = Rc::new(Cell::new(0));
+    let counted = sent.clone();
+    net.rule = Some(Box::new(move |from, _, _| {
+        counted.set(counted.get() + usize::from(from == 2));
+        Fate::Deliver
+    }));
+    net.call(2, Call::Wait { deadline: None });
+    assert!(matches!(net.done[2], Some(Err(BarrierError::Refused { node: 2 }))), "{:?}", net.done[2]);
+    net.call(0, Call::Wait { deadline: None });
+    net.run_until(net.now + 3 * config.failure_timeout);
+    assert_eq!(sent.get(), 0, "node 2 still sends after it found itself left behind");
+    match &net.done[0] {
+        Some(Err(e)) => assert!(names(e, 2), "node 0 names another node: {e}"),
+        other => panic!("node 0, waiting again: {other:?}"),
+    }
 }
 
 #[test]
