@@ -841,6 +841,42 @@ mod tests {
         assert_eq!(dropped, 0, "live frames dropped as replays after one replayed frame of an earlier run");
     }
 
+    /// Finding 4 of rev28: the time one live frame's check and record take,
+    /// on average, when each is preceded by a frame of an earlier run
+    /// (another session of the same sender), after one frame of each of
+    /// `recorded` earlier sessions has been replayed.
+    fn rev28_live_frame_cost(recorded: u32) -> std::time::Duration {
+        let mut w = SenderWindows::default();
+        let take = |w: &mut SenderWindows, c: u64| {
+            if w.check(c) {
+                w.record(c);
+            }
+        };
+        let old = |s: u32, i: u64| (u64::from(s) << SESSION_SHIFT) + i;
+        for s in 1..=recorded {
+            take(&mut w, old(s, 1));
+        }
+        let live = u64::from(0xFFFF_0000u32) << SESSION_SHIFT;
+        const LIVE_FRAMES: u64 = 400;
+        let start = std::time::Instant::now();
+        for i in 1..=LIVE_FRAMES {
+            take(&mut w, old(1 + (i as u32 % recorded), 1 + i)); // one more frame of an earlier run
+            take(&mut w, live + i);
+        }
+        let spent = start.elapsed() / LIVE_FRAMES as u32;
+        assert_eq!(w.highest(0xFFFF_0000), live + LIVE_FRAMES, "every live frame was taken");
+        spent
+    }
+
+    #[test]
+    #[ignore = "finding 4 of rev28: the windows of a sender's earlier sessions are kept for ever in a list searched in turn: one frame of each of S recorded runs replayed, then one more between every two live frames, makes every live frame of that sender cost a search of S windows (about 1000x at S = 5000)"]
+    fn rev28_replayed_sessions_of_earlier_runs_do_not_slow_the_live_senders_frames() {
+        let one = rev28_live_frame_cost(1);
+        let many = rev28_live_frame_cost(5000);
+        eprintln!("a live frame's check and record: {one:?} with 1 earlier session replayed, {many:?} with 5000");
+        assert!(many < one * 20 + std::time::Duration::from_micros(2), "{many:?} against {one:?}: the earlier runs' sessions slow every live frame");
+    }
+
     mod rev27 {
         //! Review of issue 27 (rev27): the replay window against a model
         //! of what it promises, around the 512 boundary.
