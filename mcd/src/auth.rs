@@ -877,6 +877,37 @@ mod tests {
         assert!(many < one * 20 + std::time::Duration::from_micros(2), "{many:?} against {one:?}: the earlier runs' sessions slow every live frame");
     }
 
+    /// Finding 4 of rev28: the time a receiver spends on one frame of an
+    /// earlier run that it took already (sent again: dropped as a replay),
+    /// after one frame of each of `recorded` earlier sessions was taken.
+    fn rev28_replayed_again_cost(recorded: u32) -> std::time::Duration {
+        let mut w = SenderWindows::default();
+        let old = |s: u32| (u64::from(s) << SESSION_SHIFT) + 1;
+        for s in 1..=recorded {
+            if w.check(old(s)) {
+                w.record(old(s));
+            }
+        }
+        w.record((u64::from(0xFFFF_0000u32) << SESSION_SHIFT) + 1); // the live session, heard last
+        const FLOOD: u32 = 2000;
+        let start = std::time::Instant::now();
+        let mut new = 0;
+        for i in 0..FLOOD {
+            new += u32::from(std::hint::black_box(&w).check(old(1 + i % recorded)));
+        }
+        assert_eq!(new, 0, "each was taken before");
+        start.elapsed() / FLOOD
+    }
+
+    #[test]
+    #[ignore = "finding 4 of rev28: a frame of an earlier run sent again is dropped as a replay only after a search of every earlier session of its sender heard: with S recorded runs replayed once, a flood of them sent again costs the receiver S window lookups per frame, not a tag check's time"]
+    fn rev28_a_flood_of_earlier_runs_frames_sent_again_costs_a_tag_checks_time() {
+        let one = rev28_replayed_again_cost(1);
+        let many = rev28_replayed_again_cost(5000);
+        eprintln!("an earlier run's frame sent again: {one:?} with 1 earlier session, {many:?} with 5000");
+        assert!(many < one * 20 + std::time::Duration::from_micros(2), "{many:?} against {one:?} per replayed frame");
+    }
+
     mod rev27 {
         //! Review of issue 27 (rev27): the replay window against a model
         //! of what it promises, around the 512 boundary.
