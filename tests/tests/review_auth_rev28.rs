@@ -19,13 +19,13 @@ const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
 const EVENT: Duration = Duration::from_secs(20);
 
 /// Runs `mcd-test-peer discover 3` as rank `node` of a 2-rank job on node
-/// `node` of `c` (the cluster's key file).
-fn discovering(c: &mcd_vcluster::Cluster, node: usize) -> mcd_vcluster::Collected {
+/// `node` of `c` (the cluster's key file), giving up after `timeout_s` seconds.
+fn discovering(c: &mcd_vcluster::Cluster, node: usize, timeout_s: &str) -> mcd_vcluster::Collected {
     let mut cmd = c.command(node, PEER);
     cmd.args(["discover", "3"]).env_remove("MCD_NODE_FILE").envs([
         ("MCD_JOB", "r28hello"),
         ("MCD_SIZE", "2"),
-        ("MCD_BOOTSTRAP_TIMEOUT", "10"),
+        ("MCD_BOOTSTRAP_TIMEOUT", timeout_s),
         ("MCD_WAIT", "block"),
     ]);
     mcd_vcluster::Collected::spawn(cmd).expect("starting mcd-test-peer discover")
@@ -38,7 +38,8 @@ fn counter(line: &str, name: &str) -> Option<u64> {
 }
 
 /// Finding 1 of rev28 (what goes uncounted): forged hellos during a
-/// bootstrap that succeeds. Rank 0 of a 2-rank job bootstraps alone at
+/// bootstrap that succeeds. (The control first: rank 0 alone, given the
+/// same forgeries, times out quoting them.) Rank 0 of a 2-rank job bootstraps alone at
 /// first; the attacker sends it 40 hellos "from rank 1" made from rank 0's
 /// own (rank number rewritten, so the tag fails), then rank 1 starts and
 /// both run. The hello socket drops the 40 and counts them, but those
@@ -52,14 +53,30 @@ fn root_forged_hellos_during_a_bootstrap_that_succeeds_are_counted() {
     let c = cluster(ClusterSpec::new("r8hel", 2).topology(Topology::Hub));
     let mut attacker = Attacker::plug(&c);
     let hello = |f: &Captured| f.frame().kind() == mcd::kind::HELLO;
-    let started = Instant::now();
-    let rank0 = discovering(&c, 0);
-    let first = attacker.wait_for("rank 0's first hello", EVENT, |f| f.at > started && hello(f) && f.src() == 0);
     let mac1 = c.mac(1, 0);
+    // The control: rank 0 alone, the same forgeries; its timeout's error
+    // quotes them (they reached its hello socket and were dropped there).
+    let started = Instant::now();
+    let alone = discovering(&c, 0, "2");
+    let first = attacker.wait_for("rank 0's first hello", EVENT, |f| f.at > started && hello(f) && f.src() == 0);
     for _ in 0..FORGED {
         attacker.send(&first.forge().from(1, mac1));
     }
-    let rank1 = discovering(&c, 1);
+    let alone = alone.finish(0, Instant::now() + EVENT);
+    assert!(
+        alone.stdout.contains(&format!("dropped {FORGED} hello(s) whose tag failed")),
+        "the control: rank 0 alone times out quoting the {FORGED} forged hellos: {}{}",
+        alone.stdout,
+        alone.stderr
+    );
+    // The job: the same forgeries while rank 0 waits for rank 1, who then comes.
+    let started = Instant::now();
+    let rank0 = discovering(&c, 0, "10");
+    let first = attacker.wait_for("rank 0's first hello", EVENT, |f| f.at > started && hello(f) && f.src() == 0);
+    for _ in 0..FORGED {
+        attacker.send(&first.forge().from(1, mac1));
+    }
+    let rank1 = discovering(&c, 1, "10");
     let deadline = || Instant::now() + EVENT;
     let outcomes = [rank0.finish(0, deadline()), rank1.finish(1, deadline())];
     for o in &outcomes {
