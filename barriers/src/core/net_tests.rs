@@ -605,3 +605,34 @@ fn rev28_a_failed_join_word_recorded_in_an_earlier_run_does_not_fail_the_live_jo
     net.run_until(net.now + config.join_timeout + Duration::from_millis(10));
     joined_and_running(&mut net);
 }
+
+#[test]
+#[ignore = "finding 6 of rev28: a node waiting for its admission answers every NACK of any instance with a status, with no per-peer limit: 1000 NACKs of an earlier run, replayed (each new once to the endpoint), get 1000 answers"]
+fn rev28_a_joining_node_answers_replayed_nacks_of_an_earlier_run_at_a_bounded_rate() {
+    use crate::transport::status;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    config.join_timeout = Duration::from_secs(1);
+    let mut net = Net::new(3, config);
+    // Node 1 asks to join; node 0 is not there yet.
+    net.create(1, 101);
+    let answers = Arc::new(AtomicU64::new(0));
+    let counted = answers.clone();
+    net.rule = Some(Box::new(move |from, to, m: &Msg| {
+        if from == 1 && to == 2 && m.kind == MsgKind::Status && m.tag & status::JOINING != 0 {
+            counted.fetch_add(1, Ordering::Relaxed);
+        }
+        Fate::Deliver
+    }));
+    // 1000 NACKs "from" node 2 of an earlier run's instance, within 1 ms.
+    let start = net.now;
+    for i in 0..1000u32 {
+        let nack = Msg { kind: MsgKind::Nack, instance: 0x0bad_0000_0000_0001, epoch: i % 8, tag: 0, arg: 0 };
+        net.wire.push((start + LATENCY + Duration::from_micros(u64::from(i)), 2, 1, 0, nack, Vec::new()));
+    }
+    net.run_until(start + Duration::from_millis(2));
+    let answered = answers.load(Ordering::Relaxed);
+    // The admitted nodes' limit: one answer per peer per quarter retry timeout.
+    assert!(answered <= 10, "node 1 answered {answered} of 1000 NACKs of another instance within 1 ms");
+}
