@@ -810,6 +810,9 @@ impl Endpoint {
                 .map_err(|e| Error::Io { what: format!("reading PACKET_STATISTICS on {}", rail.interface), source: e })?;
             self.stats.ring_dropped += drops;
         }
+        if let Some(v) = &self.demux.verifier {
+            self.stats.sessions_forgotten = v.windows.iter().map(SenderWindows::forgotten).sum();
+        }
         Ok(self.stats)
     }
 }

@@ -108,4 +108,9 @@ pub struct Stats {
     pub ring_dropped: u64,
     /// Frames that reached user space and were dropped there, by reason.
     pub dropped: DropCounts,
+    /// Replay windows of senders' earlier sessions given to newer sessions
+    /// (at most [`crate::auth::EARLIER_SESSIONS`] are kept per sender and
+    /// rail besides its most heard: review rev28, finding 4). Many means
+    /// frames of many earlier runs were replayed here.
+    pub sessions_forgotten: u64,
 }
