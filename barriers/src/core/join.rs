@@ -322,7 +322,8 @@ impl Core {
                         if early.len() < JOIN_STASH {
                             early.push((from, msg, data.to_vec()));
                         }
-                        if msg.kind == MsgKind::Nack && msg.tag != STATUS_TAG && msg.instance != 0 && !*refused {
+                        let probe = msg.kind == MsgKind::Nack && msg.tag != STATUS_TAG && msg.instance != 0 && !*refused;
+                        if probe && self.may_answer_joining(from, msg.instance, msg.tag, now) {
                             // A peer probes this node: say it is alive, only
                             // not admitted yet (node 0 may be out of reach,
                             // and this node must not be named silent for it).

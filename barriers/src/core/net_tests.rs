@@ -608,7 +608,6 @@ fn rev28_a_failed_join_word_recorded_in_an_earlier_run_does_not_fail_the_live_jo
 }
 
 #[test]
-#[ignore = "finding 6 of rev28: a node waiting for its admission answers every NACK of any instance with a status, with no per-peer limit: 1000 NACKs of an earlier run, replayed (each new once to the endpoint), get 1000 answers"]
 fn rev28_a_joining_node_answers_replayed_nacks_of_an_earlier_run_at_a_bounded_rate() {
     use crate::transport::status;
     use std::sync::atomic::{AtomicU64, Ordering};
