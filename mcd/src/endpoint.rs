@@ -291,6 +291,8 @@ pub struct Endpoint {
     announce_every: Option<Duration>,
     /// When the last announcement check ran, and the sends counted then.
     announced: Announced,
+    /// The hellos the bootstrap dropped, included in [`stats`](Self::stats).
+    bootstrap_drops: Option<std::sync::Arc<crate::stats::BootstrapDrops>>,
 }
 
 /// The last announcement check of a waiting endpoint.
@@ -317,7 +319,8 @@ impl Endpoint {
     /// rings, and joins the all-nodes group. Interfaces are looked up in the
     /// calling thread's network namespace.
     pub fn open(config: EndpointConfig) -> Result<Endpoint> {
-        let EndpointConfig { interfaces, port, nodes, ethertype, job_key, wait, local_processes, auth, announce_every, .. } = config.clone();
+        let EndpointConfig { interfaces, port, nodes, ethertype, job_key, wait, local_processes, auth, announce_every, bootstrap_drops, .. } =
+            config.clone();
         let secret = match &auth {
             Auth::Unset => return Err(Error::NoSecret),
             Auth::Key(secret) => Some(secret),
@@ -366,6 +369,7 @@ impl Endpoint {
             counter: Counter::new()?,
             announce_every,
             announced: Announced { at: Instant::now(), sent: 0 },
+            bootstrap_drops,
         };
         endpoint.refresh_host_load();
         Ok(endpoint)
@@ -813,7 +817,11 @@ impl Endpoint {
         if let Some(v) = &self.demux.verifier {
             self.stats.sessions_forgotten = v.windows.iter().map(SenderWindows::forgotten).sum();
         }
-        Ok(self.stats)
+        let mut stats = self.stats;
+        if let Some(drops) = &self.bootstrap_drops {
+            drops.add_to(&mut stats.dropped);
+        }
+        Ok(stats)
     }
 }
 
