@@ -455,6 +455,16 @@ struct SessionWindow {
 /// same reason, since an earlier run's frame is useless above the endpoint
 /// (its barrier instance and bootstrap nonces are another run's: the
 /// engine drops it as another instance's, `RouteStats::foreign`).
+///
+/// What is left: an attacker who replays more frames of one recorded
+/// session than the live sender has sent this receiver on this rail moves
+/// the live session out of its slot, among the others; a flood of more
+/// than [`EARLIER_SESSIONS`] recorded sessions between two of its frames
+/// then has it forgotten, and its frames recorded in this run are new
+/// once more: the engine gets them as it gets the duplicate copies and
+/// answers it sends by design (an earlier barrier's is stale). The live
+/// session takes its slot back once more of its frames were taken than
+/// of the recorded one.
 #[derive(Clone, Debug, Default)]
 pub struct SenderWindows {
     /// The session of which the most frames were taken (unused while its
