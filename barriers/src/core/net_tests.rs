@@ -13,6 +13,7 @@ use crate::plan::{Algorithm, Fanout, Release};
 use crate::transport::{Msg, MsgKind, NodeId};
 
 mod bcast;
+mod copies;
 
 const INSTANCE: u64 = 0x5eed;
 const LATENCY: Duration = Duration::from_micros(20);
