@@ -1,19 +1,23 @@
 //! Which frames of each expected message the loss estimate holds for lost,
 //! counted only once they have had their chance to come.
 //!
-//! A message first heard as its copy k had copies 0..k sent before it; one
-//! first heard as an answer, its original too (and the answer's own copies
-//! 0..k). Those frames may be lost, or only late: every frame has its own
-//! delay, so copy j < k may come after copy k, and an original after the
-//! answer to a NACK that crossed it. A frame that comes late was not lost.
-//! So nothing is counted when a message is first heard: the frames before
-//! it are held, each cleared when it comes, and those still missing are
-//! counted lost when the barrier after the message's completes (its frames
-//! can no longer be placed: see [`super::window::place`]). Counting them
-//! at once, as copies arriving in order would allow, kept a lossless
+//! Every message carries its copy's index and how many copies its sender
+//! sent. When one is first heard, its other copies are expected, and for
+//! one first heard as an answer its original too. Those frames may be
+//! lost, or only late: every frame has its own delay, so copy j may come
+//! after copy k > j, and an original after the answer to a NACK that
+//! crossed it. So nothing is counted when a message is first heard: its
+//! other frames are held, each cleared (and counted come) when it comes,
+//! and those still missing are counted lost when the barrier after the
+//! message's completes (its frames can no longer be placed: see
+//! [`super::window::place`]). Counting copy k heard first as k frames
+//! lost at once, as copies arriving in order would allow, kept a lossless
 //! network with jitter above zero for ever: one reordered pair of copies
 //! raised the estimate, the copies it raised were reordered in turn, and
-//! every multicast went out as two to eight copies.
+//! every multicast went out as two to eight copies. (Counting only the
+//! copies before the first heard, and forgiving late ones, undercounted
+//! real loss by half when copies are reordered: the copies after the
+//! first heard went unseen.)
 //!
 //! Per message a word: bit j while copy j is held, [`ORIGINAL`] while the
 //! original of a message first heard as an answer is, and [`ANSWERED`] if
@@ -51,31 +55,33 @@ impl CopiesHeard {
         bits
     }
 
-    /// Message `i` of barrier `epoch` was first heard as its copy `k`, of
-    /// an answer if `answer`: the frames before it are held, and its
-    /// original if `original` (an answer's original may never have been
-    /// sent: a broadcast's end implied by the next data).
+    /// Message `i` of barrier `epoch` was first heard as its copy `k` of
+    /// `count`, of an answer if `answer`: its other copies are held, and
+    /// its original if `original` (an answer's original may never have
+    /// been sent: a broadcast's end implied by the next data).
     #[inline]
-    pub(super) fn first(&mut self, epoch: u64, i: usize, k: u32, answer: bool, original: bool) {
+    pub(super) fn first(&mut self, epoch: u64, i: usize, (k, count): (u32, u32), answer: bool, original: bool) {
         if let Some(b) = self.slot(epoch).get_mut(i) {
-            let copies = ((1u32 << k.min(8)) - 1) as u16;
+            let copies = (((1u32 << count.min(8)) - 1) & !(1u32 << k.min(8))) as u16 & 0xFF;
             *b = copies | if answer { ANSWERED } else { 0 } | if answer && original { ORIGINAL } else { 0 };
         }
     }
 
     /// Copy `k` of message `i` of barrier `epoch` (of an answer if
-    /// `answer`) came after another frame of it: if it was held, it is
-    /// cleared (a duplicated frame clears nothing more).
+    /// `answer`) came after another frame of it: whether it was held (it
+    /// is cleared: a duplicated frame clears nothing more).
     #[inline]
-    pub(super) fn late(&mut self, epoch: u64, i: usize, k: u32, answer: bool) {
-        let Some(b) = self.slot(epoch).get_mut(i) else { return };
+    pub(super) fn late(&mut self, epoch: u64, i: usize, k: u32, answer: bool) -> bool {
+        let Some(b) = self.slot(epoch).get_mut(i) else { return false };
         let bit = match (answer, *b & ANSWERED != 0) {
             // The original of a message first heard as an answer.
             (false, true) => ORIGINAL,
             (a, first_answered) if a == first_answered && k < 8 => 1 << k,
             _ => 0,
         };
+        let held = *b & bit != 0;
         *b &= !bit;
+        held
     }
 
     /// Barrier `epoch`'s frames can no longer come: how many are still
@@ -101,20 +107,20 @@ mod tests {
     #[test]
     fn late_frames_are_cleared_once_and_the_rest_count_when_settled() {
         let mut h = CopiesHeard::new(4);
-        h.first(7, 2, 3, false, false); // copies 0, 1, 2 held
-        h.late(7, 2, 1, false);
-        h.late(7, 2, 1, false); // a duplicate
-        h.late(7, 2, 4, false); // a copy after the first heard: never held
-        h.late(7, 1, 0, false); // another message
-        h.first(7, 3, 1, true, true); // an answer's copy 1: its copy 0 and the original held
-        h.late(7, 3, 0, false); // the original came
+        h.first(7, 2, (3, 4), false, false); // copies 0, 1, 2 held
+        assert!(h.late(7, 2, 1, false));
+        assert!(!h.late(7, 2, 1, false), "a duplicate");
+        assert!(!h.late(7, 2, 3, false), "the copy first heard was never held");
+        assert!(!h.late(7, 1, 0, false), "another message");
+        h.first(7, 3, (1, 2), true, true); // an answer's copy 1: its copy 0 and the original held
+        assert!(h.late(7, 3, 0, false), "the original came");
         assert_eq!(h.settle(8), 0, "nothing of barrier 8");
         assert_eq!(h.settle(7), 2 + 1, "copies 0 and 2 of message 2, the answer's copy 0 of message 3");
         assert_eq!(h.settle(7), 0, "settled once");
         // The slot of barrier 10 is barrier 7's: reused, cleared.
-        h.first(7, 0, 2, false, false);
-        h.first(10, 1, 1, false, false);
-        h.first(10, 2, 0, true, false); // an answer whose original may not exist
+        h.first(7, 0, (2, 3), false, false);
+        h.first(10, 1, (1, 2), false, false);
+        h.first(10, 2, (0, 1), true, false); // an answer whose original may not exist
         assert_eq!(h.settle(10), 1);
     }
 }

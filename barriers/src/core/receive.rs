@@ -55,7 +55,9 @@ impl Core {
                 // (A frame that the barrier's completion overtook is held
                 // for lost until the next completes.)
                 if let Some(i) = self.plans.expect.index(from, msg.tag) {
-                    self.window.copies.late(epoch, i, copy_of(msg.arg), msg.kind == MsgKind::Answer);
+                    if self.window.copies.late(epoch, i, copy_of(msg.arg).0, msg.kind == MsgKind::Answer) {
+                        self.recovery.loss.came();
+                    }
                 }
             }
             MsgKind::Data | MsgKind::Answer => {
@@ -129,8 +131,8 @@ impl Core {
             // answer is then its only frame.)
             self.window.copies.first(epoch, i, copy, answer, msg.tag != plan::tag::BCAST_DONE);
             self.recovery.loss.came();
-        } else {
-            self.window.copies.late(epoch, i, copy, answer);
+        } else if self.window.copies.late(epoch, i, copy.0, answer) {
+            self.recovery.loss.came();
         }
         if fresh {
             // The first arrival's data is the contribution; a duplicate's

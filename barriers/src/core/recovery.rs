@@ -13,12 +13,12 @@
 //!
 //! **Copies, from the loss seen.** Each node estimates the loss rate of its
 //! paths from what arrives ([`LossEstimate`]): every message carries its
-//! copy's index and how many copies its sender sends, so a message first
-//! heard as copy k may have lost the k frames before it, and one first
-//! heard as an answer its original. Those frames are held, not counted,
-//! until they can no longer come (a copy or original that comes late,
-//! reordered by the network, was not lost: see [`super::heard`]); those
-//! still missing then are counted lost. From that rate, a message (data,
+//! copy's index and how many copies its sender sends, so a receiver knows
+//! which frames of a message to expect (every copy, and for one first
+//! heard as an answer its original too). They are held, not counted, until
+//! they can no longer come (a copy or original that comes late, reordered
+//! by the network, was not lost: see [`super::heard`]); those still
+//! missing then are counted lost. From that rate, a message (data,
 //! answer or NACK) goes as many times as make the expected cost of
 //! recovering its receivers' losses (a retry timeout and a round trip each,
 //! [`RECOVERY_WORTH`] frames) no more than the cost of one more copy: on a
@@ -138,10 +138,10 @@ impl Answered {
 }
 
 /// The loss rate of this node's paths, learned from what arrives: frames
-/// lost and messages that came, each decayed over [`LOSS_WINDOW`]
-/// messages (every message counts, from the first: a first loss after
-/// many clean messages is a low rate, not one half). Frames are counted
-/// lost once proven missing ([`super::heard`]). Nothing is configured: a
+/// lost and frames that came, each decayed over [`LOSS_WINDOW`] frames
+/// (every frame counts, from the first: a first loss after many clean
+/// frames is a low rate, not one half). Frames are counted lost once
+/// proven missing ([`super::heard`]). Nothing is configured: a
 /// network that never lost a frame has a rate of exactly 0.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct LossEstimate {
@@ -150,7 +150,7 @@ pub(super) struct LossEstimate {
 }
 
 impl LossEstimate {
-    /// A message arrived (its first frame): the window moves on.
+    /// A frame arrived (of those expected): the window moves on.
     #[inline]
     pub(super) fn came(&mut self) {
         let keep = 1.0 - 1.0 / LOSS_WINDOW;
@@ -199,11 +199,11 @@ pub(super) fn copy_arg(k: u32, count: u32) -> u32 {
     (k.min(COPY_MASK) | count.min(COPY_MASK) << 4) << COPY_SHIFT
 }
 
-/// The index of the copy that `arg` carries (its sender sent copies 0..k
-/// before it).
+/// The index of the copy that `arg` carries, and how many copies its
+/// sender sent (at least one).
 #[inline]
-pub(super) fn copy_of(arg: u32) -> u32 {
-    (arg >> COPY_SHIFT) & COPY_MASK
+pub(super) fn copy_of(arg: u32) -> (u32, u32) {
+    ((arg >> COPY_SHIFT) & COPY_MASK, ((arg >> (COPY_SHIFT + 4)) & COPY_MASK).max(1))
 }
 
 /// The learned retry timeouts, one per plan step ([`Rto`] each): a step
