@@ -71,6 +71,7 @@ fn main() {
     let o = Options { faults: FaultMix::parse(faults).expect("faults"), nodes: Some(nodes), algorithm, trace: 0, ..Options::default() };
     let total = Rc::new(RefCell::new(BarrierStats::default()));
     let (mut barriers, mut messages, mut dropped, mut failing, mut end_ns) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut call_ns, mut calls) = (0u64, 0u64);
     for seed in first..first + count {
         let t = total.clone();
         let (run, v) = run_seed_with(seed, &o, move |spec: &NodeSpec, now| Counted { node: CoreNode::new(spec, now), total: t.clone() });
@@ -78,19 +79,35 @@ fn main() {
         messages += run.stats.messages;
         dropped += run.stats.dropped;
         end_ns += run.stats.end_ns;
+        for r in run.ops.iter().flatten().flatten() {
+            if let (Some(e), Some(l)) = (r.entered, r.left) {
+                call_ns += l - e;
+                calls += 1;
+            }
+        }
         failing += u64::from(!v.is_empty());
         if std::env::var_os("DST_STATS_SLOWEST").is_some() {
             // The slowest call of the seed (entered to left, any node), and its config.
             let slowest = run.ops.iter().flatten().flatten().filter_map(|r| Some(r.left? - r.entered?)).max().unwrap_or(0);
-            println!("{}: slowest call {} µs, loss {}", run.config.summary(), slowest / 1000, run.config.faults.loss);
+            let finish = run.finishes.iter().flatten().filter_map(|r| Some(r.left? - r.entered?)).max().unwrap_or(0);
+            let join = run.joins.iter().filter_map(|j| Some(j.record.left? - j.record.entered?)).max().unwrap_or(0);
+            println!(
+                "{}: slowest call {} µs, finish {} µs, join {} µs, loss {}",
+                run.config.summary(),
+                slowest / 1000,
+                finish / 1000,
+                join / 1000,
+                run.config.faults.loss
+            );
         }
     }
     let t = *total.borrow();
     let per = |x: u64| x as f64 / barriers.max(1) as f64;
     println!(
-        "faults {faults}, n = {nodes}, seeds {first}..{}: {barriers} barriers, {failing} failing, {:.1} virtual µs a barrier (the runs' time, calls' gaps included); per barrier (all nodes): \
+        "faults {faults}, n = {nodes}, seeds {first}..{}: {barriers} barriers, {failing} failing, {:.2} µs a call (mean, entered to left, every node), {:.1} virtual µs a barrier (the runs' time, calls' gaps, joins and finishes included); per barrier (all nodes): \
          frames {:.2} dropped {:.3} copies {:.3} lost-counted {:.3} nacks {:.3} (fast {:.3}) answers {:.3} statuses {:.3} duplicates {:.3}",
         first + count,
+        call_ns as f64 / calls.max(1) as f64 / 1000.0,
         per(end_ns) / 1000.0,
         per(messages),
         per(dropped),
