@@ -1025,6 +1025,43 @@ mod tests {
         assert!(!take(&mut w, live + 1010) && take(&mut w, live + 1011), "the live one kept, among the others");
     }
 
+    #[test]
+    #[ignore = "finding 1 of rev29: once a sender's counter moves to a new session (after 2^32 frames) its old session keeps the receiver's slot of the most heard, so frames of 4 recorded earlier runs push the live session's window out and its frames of this run are new once more"]
+    fn rev29_a_senders_next_session_is_never_forgotten_for_earlier_runs() {
+        // Review of issue 27 (rev29), finding 1, without a long recording:
+        // the live sender itself used up a session (2^32 - 1 frames: 71
+        // minutes at a million frames a second) and moved to a new one
+        // ([`Counter::take`]). The used-up session has taken the most
+        // frames, so it keeps its slot; the live session sits among the
+        // `EARLIER_SESSIONS` least-recently-used ones, and one frame of each
+        // of 4 recorded earlier runs forgets it.
+        let mut w = SenderWindows::default();
+        let take = |w: &mut SenderWindows, c: u64| {
+            let new = w.check(c);
+            if new {
+                w.record(c);
+            }
+            new
+        };
+        let used_up = 0x1111_0000u64 << SESSION_SHIFT;
+        for i in u64::from(u32::MAX) - 100..=u64::from(u32::MAX) {
+            assert!(take(&mut w, used_up + i));
+        }
+        w.most.taken = u64::from(u32::MAX); // as after the session's every frame
+        let next = 0x5555_0000u64 << SESSION_SHIFT;
+        for i in 1..=1000 {
+            assert!(take(&mut w, next + i), "the live sender's frame {i} in its next session");
+        }
+        let mut again = 0;
+        for round in 1..=10u64 {
+            for s in 1..=4u64 {
+                assert!(take(&mut w, ((0x3333_0000 + s) << SESSION_SHIFT) + round), "earlier run {s}'s frame {round}, new");
+            }
+            again += u32::from(take(&mut w, next + 1000));
+        }
+        assert_eq!(again, 0, "the live session's frame 1000, taken before, was taken {again} more times of 10 replays");
+    }
+
     mod rev27 {
         //! Review of issue 27 (rev27): the replay window against a model
         //! of what it promises, around the 512 boundary.

@@ -1340,4 +1340,56 @@ mod tests {
         let v = d.verifier.as_mut().unwrap();
         assert_eq!((v.window(0, 0).highest(0), v.window(1, 0).highest(0)), (0, 0));
     }
+
+    #[test]
+    #[ignore = "finding 1 of rev29: a frame delivered in this run is delivered again once frames of 5 recorded earlier runs of its sender (one of them longer than the live one) push the live session out of the sender's replay windows; replayed at will, a dead node's own frames keep it alive"]
+    fn rev29_a_frame_delivered_in_this_run_is_never_delivered_again_whatever_earlier_runs_come_between() {
+        // Review of issue 27 (rev29). Node 1's live endpoint (session L)
+        // sent this node 100 frames, then died. An attacker holds frames of
+        // earlier runs of node 1 under the same key file (a key file serves
+        // many runs): one run M that sent this node more frames than L did,
+        // and four short runs S1..S4. It replays M's frames (each new once):
+        // M has taken more frames than L, so M takes the slot of the most
+        // heard session, and L becomes one of the 4 "earlier" slots kept in
+        // least-recently-used order. One frame of each of S1..S4 then
+        // forgets L's window, and L's frames, delivered before in this
+        // run, are new once more: the engine counts any message of its
+        // instance within one barrier of its own as the sender being alive
+        // (`Peer::heard`), so replaying node 1's last frames of this run
+        // every 100 ms (after S1..S4 each time: five sessions cycling
+        // through four slots all miss) keeps a dead node 1 alive for ever.
+        // The README says such frames reach the engine "as it gets the
+        // duplicate copies and answers it sends by design (an earlier
+        // barrier's is stale)": a dead node's last barrier's are not.
+        let session = |s: u64| s << crate::auth::SESSION_SHIFT;
+        let (live, long_run) = (session(0x1111_0000), session(0x2222_0000));
+        let mut d = authenticated_demux();
+        let deliver = |d: &mut Demux, counter: u64| {
+            let data = signed(&UNICAST_FRAME, 1, counter);
+            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
+            let verdict = d.accept(&frame, 0, ME);
+            if let Ok((msg, counter)) = verdict {
+                d.record(&msg, counter);
+            }
+            verdict.map(|_| ())
+        };
+        for i in 1..=100 {
+            assert_eq!(deliver(&mut d, live + i), Ok(()), "node 1's live frame {i}");
+        }
+        // The earlier runs' frames: each new to this endpoint once (the
+        // engine drops them as another instance's).
+        for i in 1..=101 {
+            assert_eq!(deliver(&mut d, long_run + i), Ok(()), "the long earlier run's frame {i}");
+        }
+        let mut again = 0;
+        for round in 1..=10u64 {
+            for s in 1..=4u64 {
+                assert_eq!(deliver(&mut d, session(0x3333_0000 + s) + round), Ok(()), "short earlier run {s}'s frame {round}");
+            }
+            if deliver(&mut d, live + 100).is_ok() {
+                again += 1;
+            }
+        }
+        assert_eq!(again, 0, "node 1's last live frame, delivered before in this run, was delivered {again} more times of 10 replays");
+    }
 }
