@@ -1062,6 +1062,26 @@ mod tests {
         assert_eq!(again, 0, "the live session's frame 1000, taken before, was taken {again} more times of 10 replays");
     }
 
+    #[test]
+    #[ignore = "finding 5 of rev29: a key file of 16 printable characters (a password typed with `echo -n`, or 15 and a newline) is taken as a 16-byte secret, though its entropy is a password's and one recorded frame lets an attacker test guesses offline at SipHash's speed"]
+    fn rev29_a_key_file_of_text_is_refused() {
+        // Review of issue 27 (rev29), a careless user. The README says to
+        // make a key file with `head -c 16 /dev/urandom`; 16 random bytes
+        // are all printable ASCII with odds of (95/256)^16, about 1.3e-7,
+        // so a 16-byte file of text is a typed password, not a secret. Any
+        // frame on the segment (its tag over known bytes) is a test of a
+        // guess, offline: SipHash runs at tens of millions of guesses a
+        // second per core, so a dictionary password falls in seconds and
+        // the attacker then signs what it likes.
+        for text in [&b"sixteen byte key"[..], b"correcthorsebatt", b"mypassword12345\n"] {
+            assert_eq!(text.len(), SECRET_LEN);
+            let verdict = parse_key_file(text);
+            assert!(verdict.is_err(), "the key file {:?} is taken as a secret", String::from_utf8_lossy(text));
+        }
+        let random: [u8; SECRET_LEN] = [0x8f, 0x01, 0xd3, 0x7a, 0xe2, 0x55, 0x90, 0x3c, 0xff, 0x12, 0x6b, 0xa4, 0x07, 0xc8, 0x39, 0xee];
+        assert!(parse_key_file(&random).is_ok(), "16 random bytes stay a secret");
+    }
+
     mod rev27 {
         //! Review of issue 27 (rev27): the replay window against a model
         //! of what it promises, around the 512 boundary.
