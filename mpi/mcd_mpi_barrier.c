@@ -5,7 +5,9 @@
  * intra-communicator whose ranks are all in MPI_COMM_WORLD (duplicates, and
  * those of MPI_Comm_split, _create, _split_type, ... however made). It starts
  * mcd in MPI_Init / MPI_Init_thread (rank and size from MPI; interfaces, job
- * key, algorithm... from the environment, see mcd_barrier.h) and stops it in
+ * key, algorithm... from the environment, see mcd_barrier.h; the job key also
+ * from 64 random bits rank 0 draws and broadcasts, so that no two jobs share
+ * one, whatever MCD_JOB and MCD_KEY_FILE say) and stops it in
  * MPI_Finalize (a collective closing barrier; meanwhile mcd's own thread
  * answers peers while the program computes or calls other MPI functions).
  * When mcd cannot start on some rank (no CAP_NET_RAW, no interface...), every
@@ -450,6 +452,19 @@ static void start_mcd(void) {
     int seen = 1 << mode;
     if (disable && *disable && strcmp(disable, "0")) seen |= SEEN_DISABLED;
     PMPI_Allreduce(MPI_IN_PLACE, &seen, 1, MPI_INT, MPI_BOR, MPI_COMM_WORLD);
+    /* A name of this job's own (review rev29, finding 2): rank 0 draws 64
+     * random bits, and every rank adds them to the job's name (MCD_JOB or
+     * SLURM_JOB_ID), which mcd hashes into the job key: two jobs started
+     * with one key file and one MCD_JOB (or none) never hear each other's
+     * hellos, where they could bootstrap cross-wired. */
+    unsigned char drawn[MCD_SECRET_LEN] = {0};
+    if (rank == 0 && mcd_secret_generate(drawn) != MCD_OK) memset(drawn, 0, sizeof drawn);
+    PMPI_Bcast(drawn, 8, MPI_BYTE, 0, MPI_COMM_WORLD);
+    const char *base = getenv("MCD_JOB");
+    if (!base || !*base) base = getenv("SLURM_JOB_ID");
+    char job_name[320];
+    int at_name = snprintf(job_name, sizeof job_name, "%.256s%smpi-", base ? base : "", base && *base ? "/" : "");
+    for (int i = 0; i < 8; i++) at_name += snprintf(job_name + at_name, sizeof job_name - (size_t)at_name, "%02x", drawn[i]);
     int modes = seen & ((1 << MODES) - 1);
     int ok = 0;
     char reason[512] = "disabled by MCD_MPI_DISABLE";
@@ -472,6 +487,7 @@ static void start_mcd(void) {
         mcd_params_default(&params);
         params.rank = rank;
         params.size = size;
+        params.job = job_name;
         params.local_procs = shape[0];
         if (shape[1] < 0) params.cpus = -shape[1];
         params.auth = mode == MODE_OFF ? MCD_AUTH_OFF : mode == MODE_KEY_FILE ? MCD_AUTH_ENV : MCD_AUTH_KEY;

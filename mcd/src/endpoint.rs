@@ -593,6 +593,7 @@ impl Endpoint {
 
     /// Checks a send and builds its frame header.
     fn frame_for(&self, rail: usize, to: Destination, kind: u8, seq: u32, payload: &[u8]) -> Result<FrameRepr> {
+        self.bootstrap_conflict()?;
         let r = self.rail(rail)?;
         let max = r.max_payload(self.trailer_len());
         if payload.len() > max {
@@ -708,6 +709,7 @@ impl Endpoint {
     /// Waits for the next message under the endpoint's wait policy, for at most
     /// `timeout` (`None`: no limit). `Ok(None)` when the time ran out.
     pub fn recv(&mut self, buf: &mut [u8], timeout: Option<Duration>) -> Result<Option<Received>> {
+        self.bootstrap_conflict()?;
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);
         let yield_until = self.phases.spin.saturating_add(self.phases.yield_for);
@@ -742,6 +744,16 @@ impl Endpoint {
                 };
                 sys::poll_readable(&self.fds, remaining).map_err(|e| Error::Io { what: "waiting for frames".into(), source: e })?;
             }
+        }
+    }
+
+    /// [`Error::Bootstrap`] if the bootstrap found, after it ended, a second
+    /// live process claiming this node's rank (another job with this job
+    /// key and secret: review rev29, finding 2); one atomic load.
+    fn bootstrap_conflict(&self) -> Result<()> {
+        match self.bootstrap_drops.as_ref().and_then(|d| d.conflict()) {
+            Some(text) => Err(Error::Bootstrap(format!("after this rank's bootstrap ended: {text}"))),
+            None => Ok(()),
         }
     }
 

@@ -132,9 +132,18 @@ pub struct BootstrapDrops {
     pub(crate) bad_tag: AtomicU64,
     /// Signed hellos seen before, or older than their sender's window: replays.
     pub(crate) replayed: AtomicU64,
+    /// What the thread that lingers after the bootstrap found wrong (a
+    /// second live process claiming this rank: review rev29, finding 2);
+    /// the endpoint fails its next call with it.
+    pub(crate) conflict: std::sync::OnceLock<String>,
 }
 
 impl BootstrapDrops {
+    /// What the bootstrap found wrong after it ended, if anything.
+    pub fn conflict(&self) -> Option<&str> {
+        self.conflict.get().map(String::as_str)
+    }
+
     /// Adds these drops to `counts`, by reason.
     pub fn add_to(&self, counts: &mut DropCounts) {
         counts.bad_version += self.bad_version.load(Relaxed);
