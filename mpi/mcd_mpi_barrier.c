@@ -442,13 +442,12 @@ static void start_mcd(void) {
     /* How each rank authenticates (MCD_AUTH, MCD_KEY_FILE), agreed before
      * anything else: ranks that differ would never hear each other, so all
      * fall back at once, saying why, rather than time out in the join. */
-    const char *auth = getenv("MCD_AUTH");
-    const char *key_file = getenv("MCD_KEY_FILE");
     const char *disable = getenv("MCD_MPI_DISABLE");
-    int mode = MODE_EXCHANGE;
-    if (auth && *auth && (!strcmp(auth, "off") || !strcmp(auth, "OFF"))) mode = MODE_OFF;
-    else if ((key_file && *key_file) || (auth && *auth && strcmp(auth, "on") && strcmp(auth, "ON")))
-        mode = MODE_KEY_FILE; /* mcd_init reads the file, or says what is wrong with MCD_AUTH */
+    /* As mcd reads them (mcd_auth_from_env), never parsed here a second
+     * way (review rev29, finding 4: MCD_AUTH=Off was taken for "on"). */
+    int source = mcd_auth_from_env();
+    int mode = source == MCD_AUTH_OFF ? MODE_OFF : source == MCD_AUTH_KEY ? MODE_EXCHANGE
+                                                 : MODE_KEY_FILE; /* mcd_init reads the file, or says what is wrong */
     int seen = 1 << mode;
     if (disable && *disable && strcmp(disable, "0")) seen |= SEEN_DISABLED;
     PMPI_Allreduce(MPI_IN_PLACE, &seen, 1, MPI_INT, MPI_BOR, MPI_COMM_WORLD);
@@ -498,7 +497,9 @@ static void start_mcd(void) {
         wipe(params.secret, MCD_SECRET_LEN);
     }
     wipe(secret, sizeof secret);
-    auth_on = mode != MODE_OFF;
+    /* What mcd runs, not what this file makes of MCD_AUTH (mcd reads it
+     * trimmed and in any case: review rev29, finding 4). */
+    auth_on = job && mcd_authenticated(job) == 1;
     /* Every rank must agree: mcd on all, or PMPI on all. */
     int all_ok = 0, first_failure = ok ? size : rank;
     PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

@@ -233,31 +233,17 @@ impl Auth {
     /// ([`JobSecret::load`]); neither is [`Auth::Unset`]. `MCD_AUTH` other
     /// than `on`/`off`, both set at once, or a bad key file are errors.
     pub fn from_env() -> Result<Auth> {
-        let var = |name: &str| std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
-        Auth::from_values(var(AUTH_VAR).as_deref(), var(KEY_FILE_VAR).as_deref())
+        let (auth, key_file) = auth_env();
+        Auth::from_values(auth.as_deref(), key_file.as_deref())
     }
 
     /// [`from_env`](Self::from_env) for given values of `MCD_AUTH` and `MCD_KEY_FILE`.
     pub fn from_values(auth: Option<&str>, key_file: Option<&str>) -> Result<Auth> {
-        let on = match auth.map(|a| a.to_ascii_lowercase()) {
-            None => true,
-            Some(a) if a == "on" => true,
-            Some(a) if a == "off" => false,
-            Some(_) => {
-                return Err(Error::Config(format!(
-                    "{AUTH_VAR}={} is neither `on` nor `off` (off sends unauthenticated frames)",
-                    auth.unwrap_or_default()
-                )))
-            }
-        };
-        match (on, key_file) {
-            (false, None) => Ok(Auth::Off),
-            (false, Some(path)) => Err(Error::Config(format!(
-                "{AUTH_VAR}=off and {KEY_FILE_VAR}={path} are both set: unset one (authentication is either off or keyed)"
-            ))),
-            (true, Some(path)) => Ok(Auth::Key(JobSecret::load(Path::new(path))?)),
-            (true, None) => Ok(Auth::Unset),
-        }
+        Ok(match AuthSource::from_values(auth, key_file)? {
+            AuthSource::Off => Auth::Off,
+            AuthSource::KeyFile(path) => Auth::Key(JobSecret::load(Path::new(&path))?),
+            AuthSource::Unset => Auth::Unset,
+        })
     }
 
     /// The setting, with [`Auth::Unset`] an [`Error::NoSecret`].
@@ -273,6 +259,59 @@ impl Auth {
         match self {
             Auth::Key(secret) => Some(secret),
             _ => None,
+        }
+    }
+}
+
+/// `MCD_AUTH` and `MCD_KEY_FILE` as mcd reads them: trimmed, `None` if unset or empty.
+fn auth_env() -> (Option<String>, Option<String>) {
+    let var = |name: &str| std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+    (var(AUTH_VAR), var(KEY_FILE_VAR))
+}
+
+/// What `MCD_AUTH` and `MCD_KEY_FILE` ask for, the key file not yet read:
+/// for a caller that must decide where a secret comes from before
+/// [`Auth::from_env`] (the MPI interposer agrees it over MPI when neither
+/// is set), and must read the variables exactly as mcd does (review rev29,
+/// finding 4: it took `MCD_AUTH=Off` for "on").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuthSource {
+    /// `MCD_AUTH=off` (any case, white space around it).
+    Off,
+    /// `MCD_KEY_FILE` names this file.
+    KeyFile(String),
+    /// Neither: [`Auth::Unset`].
+    Unset,
+}
+
+impl AuthSource {
+    /// What the environment asks for; errors as [`Auth::from_env`]'s, but
+    /// for the key file's content.
+    pub fn from_env() -> Result<AuthSource> {
+        let (auth, key_file) = auth_env();
+        AuthSource::from_values(auth.as_deref(), key_file.as_deref())
+    }
+
+    /// [`from_env`](Self::from_env) for given values of `MCD_AUTH` and `MCD_KEY_FILE`.
+    pub fn from_values(auth: Option<&str>, key_file: Option<&str>) -> Result<AuthSource> {
+        let on = match auth.map(|a| a.to_ascii_lowercase()) {
+            None => true,
+            Some(a) if a == "on" => true,
+            Some(a) if a == "off" => false,
+            Some(_) => {
+                return Err(Error::Config(format!(
+                    "{AUTH_VAR}={} is neither `on` nor `off` (off sends unauthenticated frames)",
+                    auth.unwrap_or_default()
+                )))
+            }
+        };
+        match (on, key_file) {
+            (false, None) => Ok(AuthSource::Off),
+            (false, Some(path)) => Err(Error::Config(format!(
+                "{AUTH_VAR}=off and {KEY_FILE_VAR}={path} are both set: unset one (authentication is either off or keyed)"
+            ))),
+            (true, Some(path)) => Ok(AuthSource::KeyFile(path.to_string())),
+            (true, None) => Ok(AuthSource::Unset),
         }
     }
 }
