@@ -284,6 +284,13 @@ typedef struct mcd_stats {
      * were replayed here.
      */
     uint64_t sessions_forgotten;
+    /**
+     * Hellos the bootstrap took and then ignored, or whose bootstrap of
+     * their rank another replaced: an earlier run's, replayed (or another
+     * job's with this job key, or of a rank that bootstrapped again); 0 in
+     * a job nobody disturbed.
+     */
+    uint64_t hellos_stale;
 } mcd_stats;
 
 /**

@@ -648,6 +648,34 @@ struct Discovery {
     finished: Vec<u64>,
     /// Hellos dropped here, for a timeout's message.
     stale: StaleHellos,
+    /// Hellos taken into `heard`, per bootstrap (rank and nonce).
+    taken: Taken,
+}
+
+/// Hellos [`Discovery`] took into its view, per bootstrap of a rank, so
+/// that those of bootstraps no longer in the view are counted as stale
+/// however often the view changed.
+#[derive(Debug, Default)]
+struct Taken {
+    per: BTreeMap<(usize, u64), u64>,
+    /// All taken.
+    all: u64,
+    /// Taken with the nonces now in the view.
+    current: u64,
+}
+
+impl Taken {
+    /// A hello of `rank` with `nonce` taken, its rank's bootstrap in the view
+    /// having been `was` (0: none) before it.
+    fn take(&mut self, rank: usize, was: u64, nonce: u64) {
+        if was != nonce && was != 0 {
+            self.current -= self.per.get(&(rank, was)).copied().unwrap_or(0);
+        }
+        let n = self.per.entry((rank, nonce)).or_insert(0);
+        *n += 1;
+        self.all += 1;
+        self.current += if was == nonce { 1 } else { *n };
+    }
 }
 
 /// Hellos [`Discovery`] dropped, for the message of a bootstrap that times out.
@@ -657,6 +685,10 @@ struct StaleHellos {
     older: u64,
     /// Of another process claiming this rank, not (yet) shown live.
     rival: u64,
+    /// Taken for a bootstrap of their rank that another then replaced
+    /// (stood for it until the live one was heard, or proven and then
+    /// superseded), however often the view went back and forth.
+    replaced: u64,
     /// Claiming "heard all" about another set of bootstraps than this rank's.
     other_digest: u64,
     /// Saying the job has another size, and the last such (rank, size).
@@ -665,8 +697,23 @@ struct StaleHellos {
 }
 
 impl StaleHellos {
+    /// Hellos this rank took and then ignored, or whose bootstrap another
+    /// replaced: an earlier run's, replayed (or another job's, or ranks
+    /// restarted). (Claims about another set of bootstraps are not added:
+    /// each such hello is counted here under its nonce already, or came
+    /// from a live rank about a moment's view.)
+    fn total(&self) -> u64 {
+        self.older + self.rival + self.replaced + self.other_size
+    }
+
     fn explain(&self) -> String {
         let mut parts = Vec::new();
+        if self.replaced > 0 {
+            parts.push(format!(
+                "{} hello(s) of a bootstrap of their rank that another replaced (an earlier run's, replayed, heard before the live one)",
+                self.replaced
+            ));
+        }
         if self.older > 0 {
             parts.push(format!("{} hello(s) of an earlier bootstrap of their rank (replayed, or a rank restarted)", self.older));
         }
@@ -702,7 +749,7 @@ impl Discovery {
         let mut heard = BTreeMap::new();
         heard.insert(me.rank, Peer { addr: NodeAddr { macs: me.macs.clone(), port: me.port }, nonce: me.nonce, proven: true });
         let (heard_all, finished) = (vec![0; me.size], vec![0; me.size]);
-        let mut d = Discovery { me, heard, superseded: BTreeMap::new(), heard_all, finished, stale: StaleHellos::default() };
+        let mut d = Discovery { me, heard, superseded: BTreeMap::new(), heard_all, finished, stale: StaleHellos::default(), taken: Taken::default() };
         d.update_digest();
         d
     }
@@ -770,6 +817,7 @@ impl Discovery {
                     )));
                 }
                 known.proven |= hello.digest != 0 && hello.digest == self.me.digest;
+                self.taken.take(hello.rank, hello.nonce, hello.nonce);
             }
             Some(known) => {
                 let (known_nonce, known_proven) = (known.nonce, known.proven);
@@ -790,6 +838,7 @@ impl Discovery {
                 if known_proven {
                     self.superseded.insert(hello.rank, known_nonce);
                 }
+                self.taken.take(hello.rank, known_nonce, hello.nonce);
                 // Another bootstrap of that rank: the proven one, or (none
                 // proven yet) the one heard last. What its rank claimed
                 // was about the other; claims stay, with their digests.
@@ -797,9 +846,11 @@ impl Discovery {
             }
             None => {
                 let proves = hello.digest != 0 && hello.digest == self.digest_with(hello.rank, hello.nonce);
+                self.taken.take(hello.rank, 0, hello.nonce);
                 self.heard.insert(hello.rank, Peer { addr, nonce: hello.nonce, proven: proves });
             }
         }
+        self.stale.replaced = self.taken.all - self.taken.current;
         self.update_digest();
         if hello.heard_all {
             self.heard_all[hello.rank] = hello.digest;
@@ -883,7 +934,9 @@ pub fn discover_counted(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> 
             next_send = now + config.resend + jitter;
         }
         while let Some(hello) = socket.try_recv()? {
-            if let Err(e) = state.take(hello) {
+            let taken = state.take(hello);
+            socket.dropped.stale_hellos.store(state.stale.total(), Relaxed);
+            if let Err(e) = taken {
                 socket.part(&state.me);
                 return Err(e);
             }
@@ -956,7 +1009,9 @@ pub fn discover_counted(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> 
                     match socket.try_recv() {
                         Ok(Some(h)) => {
                             let answer = (lingering && !h.done) || (h.rank == state.me.rank && h.nonce != state.me.nonce);
-                            if let Err(e) = state.take(h) {
+                            let taken = state.take(h);
+                            socket.dropped.stale_hellos.store(state.stale.total(), Relaxed);
+                            if let Err(e) = taken {
                                 socket.part(&state.me);
                                 let _ = socket.dropped.conflict.set(error_text(e));
                                 return;
@@ -1098,6 +1153,9 @@ mod tests {
         d.take(claim(1, &old, true)).unwrap();
         d.take(hello(1, 2, old[1])).unwrap();
         assert_eq!((d.heard[&1].nonce, d.stale.older), (4, 2), "an earlier bootstrap of rank 1: ignored, counted");
+        // Review of issue 27 (rev29), finding 3: the three replayed hellos
+        // taken before the live rank 1 was heard are counted too.
+        assert_eq!((d.stale.replaced, d.stale.total()), (3, 5));
         assert!(d.done());
         assert!(d.stale.explain().contains("2 hello(s) of an earlier bootstrap"), "{}", d.stale.explain());
     }
@@ -1157,6 +1215,9 @@ mod tests {
         assert!(d.heard[&1].proven && d.done(), "rank 2's claim still counts");
         d.take(claim(1, &old, true)).unwrap(); // replayed again: ignored now
         assert!(d.done() && d.heard[&1].nonce == live[1]);
+        // The one replay that stood for rank 1 a moment, and the one ignored,
+        // are stale; the live rank 1's hellos, before and after, are not.
+        assert_eq!((d.stale.replaced, d.stale.older), (1, 1));
     }
 
     #[test]

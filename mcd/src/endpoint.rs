@@ -835,6 +835,7 @@ impl Endpoint {
         let mut stats = self.stats;
         if let Some(drops) = &self.bootstrap_drops {
             drops.add_to(&mut stats.dropped);
+            stats.stale_hellos = drops.stale_hellos.load(std::sync::atomic::Ordering::Relaxed);
         }
         Ok(stats)
     }

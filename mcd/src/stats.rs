@@ -115,6 +115,14 @@ pub struct Stats {
     /// rail besides its most heard: review rev28, finding 4). Many means
     /// frames of many earlier runs were replayed here.
     pub sessions_forgotten: u64,
+    /// Hellos the bootstrap took (they verified and were new to it) and
+    /// then ignored, or whose bootstrap of their rank another replaced: an
+    /// earlier run's hellos, replayed (they verify under the same key file,
+    /// and are new to a new bootstrap, once each), or another job's with
+    /// this job key, or of a rank that bootstrapped again. 0 in a job
+    /// nobody disturbed (review rev29, finding 3: counted nowhere the job
+    /// could read, unless the bootstrap timed out).
+    pub stale_hellos: u64,
 }
 
 /// Hellos the bootstrap dropped ([`crate::bootstrap`]), shared by its
@@ -132,6 +140,9 @@ pub struct BootstrapDrops {
     pub(crate) bad_tag: AtomicU64,
     /// Signed hellos seen before, or older than their sender's window: replays.
     pub(crate) replayed: AtomicU64,
+    /// Hellos that verified and were new, but that discovery ignored or
+    /// whose bootstrap another replaced ([`Stats::stale_hellos`]).
+    pub(crate) stale_hellos: AtomicU64,
     /// What the thread that lingers after the bootstrap found wrong (a
     /// second live process claiming this rank: review rev29, finding 2);
     /// the endpoint fails its next call with it.
