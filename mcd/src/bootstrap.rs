@@ -496,7 +496,8 @@ impl HelloSocket {
             if kind == pkttype::OTHERHOST as u8 {
                 continue;
             }
-            let Ok(view) = Frame::new_checked(&self.buf[..len]) else { continue };
+            // Parsing checks the lengths, after the EtherType and version.
+            let view = Frame::new_unchecked(&self.buf[..len]);
             let repr = match FrameRepr::parse(&view, self.ethertype) {
                 Ok(repr) => repr,
                 Err(crate::wire::WireError::BadVersion(_)) => {

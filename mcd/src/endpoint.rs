@@ -179,7 +179,9 @@ impl Demux {
         if frame.wire_len > frame.data.len() {
             return Err(DropReason::Truncated);
         }
-        let view = Frame::new_checked(frame.data).map_err(|_| DropReason::Truncated)?;
+        // Parsing checks the lengths, after the EtherType and version
+        // (which say how to read them).
+        let view = Frame::new_unchecked(frame.data);
         let repr = FrameRepr::parse(&view, self.ethertype).map_err(|e| match e {
             WireError::WrongEtherType { .. } => DropReason::ForeignEtherType,
             WireError::BadVersion(_) => DropReason::BadVersion,
@@ -967,6 +969,7 @@ mod tests {
             ("another EtherType", patched(offset::ETHERTYPE, &[0x08, 0x00]), pkttype::HOST, Err(ForeignEtherType)),
             ("the old version 1", patched(offset::VERSION, &[1]), pkttype::HOST, Err(BadVersion)),
             ("version 2 (clock counters, one key on every rail)", patched(offset::VERSION, &[2]), pkttype::HOST, Err(BadVersion)),
+            ("version 3 (32-bit sessions, the job key hashed)", patched(offset::VERSION, &[3]), pkttype::HOST, Err(BadVersion)),
             ("payload length past the frame", patched(offset::PAYLOAD_LEN, &[0, 5]), pkttype::HOST, Err(Truncated)),
         ];
         for (what, data, packet_type, verdict) in cases {

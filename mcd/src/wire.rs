@@ -468,16 +468,24 @@ pub struct FrameRepr {
 }
 
 impl FrameRepr {
-    /// Parses and validates a frame's headers: length, EtherType and version.
-    /// The job key and addressing are checked by the endpoint, which knows them.
+    /// Parses and validates a frame's headers: EtherType, version and
+    /// length ([`Frame::check_len`]), in that order, after the headers'
+    /// length: another version's header may hold its payload length
+    /// elsewhere (versions 1 to 3 did), so it is [`WireError::BadVersion`]
+    /// whatever this version would read there. The job key and addressing
+    /// are checked by the endpoint, which knows them.
     pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>, ethertype: u16) -> Result<FrameRepr, WireError> {
-        frame.check_len()?;
+        let len = frame.buffer.as_ref().len();
+        if len < FRAME_HEADER_LEN {
+            return Err(WireError::Truncated { len });
+        }
         if frame.ethertype() != ethertype {
             return Err(WireError::WrongEtherType { found: frame.ethertype(), expected: ethertype });
         }
         if frame.version() != VERSION {
             return Err(WireError::BadVersion(frame.version()));
         }
+        frame.check_len()?;
         Ok(FrameRepr {
             dst_mac: frame.dst_mac(),
             src_mac: frame.src_mac(),
@@ -607,6 +615,25 @@ mod tests {
         buf[offset::VERSION] = VERSION;
         let frame = Frame::new_checked(&buf[..]).unwrap();
         assert!(matches!(FrameRepr::parse(&frame, 0x0800), Err(WireError::WrongEtherType { .. })));
+    }
+
+    #[test]
+    fn a_frame_of_version_3_is_another_version_whatever_its_lengths() {
+        // Version 3's header held the payload length where version 4 holds
+        // the job key's low half, and its trailer was 16 bytes: read as
+        // version 4, its lengths are nonsense. It is another version.
+        let mut v3 = [0u8; FRAME_HEADER_LEN + 22 + 16];
+        v3[offset::ETHERTYPE..offset::ETHERTYPE + 2].copy_from_slice(&DEFAULT_ETHERTYPE.to_be_bytes());
+        v3[offset::VERSION] = 3 | AUTH_FLAG;
+        v3[15..22].copy_from_slice(&[7, 0, 0, 0, 1, 0, 22]); // kind, ports, node 1, 22 payload bytes
+        v3[22..26].copy_from_slice(&0x1234_5678u32.to_be_bytes()); // its job key
+        for len in [v3.len(), FRAME_HEADER_LEN] {
+            let frame = Frame::new_unchecked(&v3[..len]);
+            assert!(frame.check_len().is_err(), "read as version 4, it claims 0x5678 payload bytes");
+            assert_eq!(FrameRepr::parse(&frame, DEFAULT_ETHERTYPE), Err(WireError::BadVersion(3)));
+        }
+        let short = Frame::new_unchecked(&v3[..FRAME_HEADER_LEN - 1]);
+        assert_eq!(FrameRepr::parse(&short, DEFAULT_ETHERTYPE), Err(WireError::Truncated { len: FRAME_HEADER_LEN - 1 }));
     }
 
     #[test]
