@@ -5,7 +5,9 @@
 //!   a job and by nobody else. It never travels on the segment: it comes
 //!   from a key file ([`KEY_FILE_VAR`], mode 0600, owned by the user), from a
 //!   launcher that writes one (`mcd-vcluster run`), or from the MPI
-//!   interposer, whose rank 0 makes one and broadcasts it over MPI.
+//!   interposer, whose rank 0 makes one and gives it to every rank over
+//!   MPI, wrapped for each by an ephemeral X25519 exchange (never in clear:
+//!   the README's **Security**), unless every rank reads a key file.
 //! - **The tag** ([`FrameKey`]): keyed SipHash-2-4, 64 bits, of every byte
 //!   of the frame from its kind through the trailer's counter (see
 //!   [`crate::wire`]), under a key derived from the secret, the job key,

@@ -14,12 +14,12 @@
 //!   hellos), it is of that kind: the barrier frames to this port never
 //!   reach such a socket.
 //!
-//! A frame of an older wire version (1 to 3, whose header held the job key
-//! at [`OLDER_JOB_KEY`]) passes when it carries the job key there and was
-//! sent to this host or to a multicast group: user space drops it as
-//! [`crate::DropReason::BadVersion`] and counts it, so a node running an
-//! older mcd is named at the join ("another mcd wire version") rather than
-//! never heard.
+//! A frame of another wire version passes when it carries the job key
+//! where this version does or where versions 1 to 3 did
+//! ([`OLDER_JOB_KEY`]), and was sent to this host or to a multicast group:
+//! user space drops it as [`crate::DropReason::BadVersion`] and counts it,
+//! so a node running another mcd is named at the join ("another mcd wire
+//! version") rather than never heard.
 //!
 //! Everything else, including `PACKET_OTHERHOST` frames that a flooding bridge
 //! or hub delivers, is dropped in the kernel. The endpoint checks the same
@@ -98,6 +98,7 @@ enum Label {
     Outgoing,
     Current,
     Older,
+    OlderOfJob,
 }
 
 struct Asm {
@@ -140,11 +141,15 @@ pub fn build(spec: &FilterSpec<'_>) -> Vec<BpfInsn> {
     a.op(ld(BPF_B), offset::VERSION as u32);
     a.jump(jeq, (VERSION | AUTH_FLAG) as u32, Current, Next);
     a.jump(jeq, VERSION as u32, Current, Older);
-    // Another version: this job's (the job key where versions 1 to 3 held
-    // it), to this host or a group, goes up to be counted as such.
+    // Another version: this job's (the job key where this version holds
+    // it, or where versions 1 to 3 did), to this host or a group, goes up
+    // to be counted as such.
     a.mark(Older);
+    a.op(ld(BPF_W), offset::JOB_KEY as u32);
+    a.jump(jeq, spec.job_key, OlderOfJob, Next);
     a.op(ld(BPF_W), OLDER_JOB_KEY as u32);
     a.jump(jeq, spec.job_key, Next, Drop);
+    a.mark(OlderOfJob);
     a.op(ld(BPF_W), SKF_AD_PKTTYPE_ABS);
     a.jump(jeq, pkttype::HOST, Accept, Next);
     a.jump(jeq, pkttype::MULTICAST, Accept, Drop);
@@ -301,6 +306,18 @@ pub(crate) mod tests {
             ("version 3 of another job", &closed, older(3, KEY + 1), pkttype::HOST, false),
             ("version 3, flooded to another host", &open, older(3, KEY), pkttype::OTHERHOST, false),
             ("version 3 from a sibling", &open, older(3, KEY), pkttype::OUTGOING, false),
+            ("a version 5 laid out as version 4", &closed, patched(offset::VERSION, &[5]), pkttype::HOST, true),
+            (
+                "a version 5 of another job",
+                &closed,
+                {
+                    let mut f = patched(offset::JOB_KEY + 3, &[0x79]);
+                    f[offset::VERSION] = 5;
+                    f
+                },
+                pkttype::HOST,
+                false,
+            ),
             (
                 "version 4 of another job, this job's key where version 3 had it",
                 &closed,

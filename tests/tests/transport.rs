@@ -338,10 +338,12 @@ fn malformed_and_foreign_frames_are_counted_and_dropped_while_good_traffic_flows
         let d = stats.dropped;
         // Frames the kernel filter lets through (right EtherType, job and port)
         // are checked again and counted in user space.
-        assert_eq!(d.bad_version, 3, "{d:?}");
         assert_eq!(d.unknown_source, 3, "{d:?}");
-        // Garbage fails the length check before anything else: it counts as truncated.
-        assert_eq!(d.truncated, if kernel_filter { 6 } else { 9 }, "{d:?}");
+        // Garbage under mcd's EtherType has a version byte of 0xa5: another
+        // version's frame, whose lengths are not read (the kernel filter
+        // drops it: it carries the job key nowhere).
+        assert_eq!(d.bad_version, if kernel_filter { 3 } else { 6 }, "{d:?}");
+        assert_eq!(d.truncated, 6, "{d:?}");
         if kernel_filter {
             assert_eq!((d.wrong_job, d.not_for_me), (0, 0), "the kernel drops these: {d:?}");
         } else {
