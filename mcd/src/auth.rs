@@ -365,7 +365,8 @@ impl FrameKey {
 
     /// The frame's counter if its tag verifies under this key (the key of
     /// its job, rail and destination); `None` for an unauthenticated frame
-    /// or a wrong tag. `frame` must be checked ([`Frame::new_checked`]).
+    /// or a wrong tag. `frame` must be checked ([`Frame::new_checked`], or
+    /// [`FrameRepr::parse`](crate::wire::FrameRepr::parse) of it).
     pub fn verify<T: AsRef<[u8]>>(&self, frame: &Frame<T>) -> Option<FrameCounter> {
         let signed = frame.signed_bytes()?;
         let trailer = TrailerRepr::parse(&frame.trailer()?);
