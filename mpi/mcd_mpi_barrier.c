@@ -87,14 +87,18 @@
  *                       "mcd-mpi: rank R: N MPI_Barrier via mcd (ALG), M via PMPI; ...;
  *                        communicators: C via mcd, F via PMPI (I inter, U unreachable);
  *                        authentication on|off: T bad tag, P replayed, X mismatched;
- *                        other runs: F foreign, J superseded, H stale hellos"
+ *                        other runs: F foreign, J superseded, W sessions forgotten,
+ *                        H stale hellos; dropped: D frames, O messages overflowed"
  *                       (frames dropped: forged or of another secret; replays;
  *                       signed where this job does not sign, or the reverse;
  *                       messages of another barrier instance, as an earlier
  *                       run's frames replayed under the same secret are, and
  *                       join answers or requests of another incarnation;
+ *                       replay windows of earlier runs' sessions forgotten;
  *                       hellos the bootstrap took, then ignored or replaced:
- *                       an earlier run's, replayed)
+ *                       an earlier run's, replayed;
+ *                       every frame dropped, for any reason, the ring's
+ *                       included; messages dropped for want of room)
  *                       and rank 0 of a communicator left to PMPI says why;
  *                       then "mcd-mpi: rank R: collectives: A MPI_Allreduce via
  *                        mcd, a via PMPI; B MPI_Reduce via mcd, ...; C MPI_Bcast ..."
@@ -837,11 +841,14 @@ static void json_write(const char *pattern) {
     mcd_get_stats(job, &s);
     fprintf(f, "{\"rank\": %d, \"size\": %d, \"algorithm\": \"%s\", \"authentication\": %s,\n", rank, mcd_size(job), mcd_algorithm(job), auth_on ? "true" : "false");
     fprintf(f, " \"barrier\": {\"mcd\": %llu, \"pmpi\": %llu},\n", via_mcd, via_pmpi);
-    fprintf(f, " \"mcd\": {\"barriers\": %llu, \"sent\": %llu, \"received\": %llu, \"resends\": %llu, \"bad_tag\": %llu, \"replayed\": %llu, \"auth_mismatch\": %llu, \"foreign\": %llu, \"superseded\": %llu, \"stale_hellos\": %llu},\n",
+    fprintf(f, " \"mcd\": {\"barriers\": %llu, \"sent\": %llu, \"received\": %llu, \"resends\": %llu, \"answers\": %llu, \"answers_suppressed\": %llu, "
+               "\"dropped\": %llu, \"bad_tag\": %llu, \"replayed\": %llu, \"auth_mismatch\": %llu, \"foreign\": %llu, \"superseded\": %llu, "
+               "\"sessions_forgotten\": %llu, \"stale_hellos\": %llu, \"overflow\": %llu},\n",
             (unsigned long long)s.barriers, (unsigned long long)s.messages_sent, (unsigned long long)s.frames_received,
-            (unsigned long long)s.resends, (unsigned long long)s.frames_bad_tag, (unsigned long long)s.frames_replayed,
+            (unsigned long long)s.resends, (unsigned long long)s.answers, (unsigned long long)s.answers_suppressed,
+            (unsigned long long)s.frames_dropped, (unsigned long long)s.frames_bad_tag, (unsigned long long)s.frames_replayed,
             (unsigned long long)s.frames_auth_mismatch, (unsigned long long)s.messages_foreign, (unsigned long long)s.joins_superseded,
-            (unsigned long long)s.hellos_stale);
+            (unsigned long long)s.sessions_forgotten, (unsigned long long)s.hellos_stale, (unsigned long long)s.messages_overflow);
     fprintf(f, " \"communicators\": {\"mcd\": %llu, \"inter\": %llu, \"unreachable\": %llu, \"failed\": %llu},\n", comms_mcd, comms_inter,
             comms_unreachable, comms_failed);
     fprintf(f, " \"calls\": {");
@@ -1573,14 +1580,16 @@ int MPI_Finalize(void) {
             mcd_get_stats(job, &s);
             fprintf(stderr, "mcd-mpi: rank %d: %llu MPI_Barrier via mcd (%s), %llu via PMPI; mcd barriers %llu, sent %llu, received %llu, resends %llu, answers %llu (%llu suppressed); "
                     "communicators: %llu via mcd, %llu via PMPI (%llu inter, %llu unreachable, %llu failed); "
-                    "authentication %s: %llu bad tag, %llu replayed, %llu mismatched; other runs: %llu foreign, %llu superseded, %llu stale hellos\n",
+                    "authentication %s: %llu bad tag, %llu replayed, %llu mismatched; other runs: %llu foreign, %llu superseded, %llu sessions forgotten, "
+                    "%llu stale hellos; dropped: %llu frames, %llu messages overflowed\n",
                     mcd_rank(job), via_mcd, mcd_algorithm(job), via_pmpi, (unsigned long long)s.barriers,
                     (unsigned long long)s.messages_sent, (unsigned long long)s.frames_received, (unsigned long long)s.resends,
                     (unsigned long long)s.answers, (unsigned long long)s.answers_suppressed,
                     comms_mcd, comms_inter + comms_unreachable + comms_failed, comms_inter, comms_unreachable, comms_failed,
                     auth_on ? "on" : "off", (unsigned long long)s.frames_bad_tag, (unsigned long long)s.frames_replayed,
                     (unsigned long long)s.frames_auth_mismatch, (unsigned long long)s.messages_foreign,
-                    (unsigned long long)s.joins_superseded, (unsigned long long)s.hellos_stale);
+                    (unsigned long long)s.joins_superseded, (unsigned long long)s.sessions_forgotten, (unsigned long long)s.hellos_stale,
+                    (unsigned long long)s.frames_dropped, (unsigned long long)s.messages_overflow);
             fprintf(stderr, "mcd-mpi: rank %d: collectives: %llu MPI_Allreduce via mcd, %llu via PMPI; %llu MPI_Reduce via mcd, %llu via PMPI; "
                     "%llu MPI_Bcast via mcd, %llu via PMPI\n", mcd_rank(job), coll_mcd[ALLREDUCE], coll_pmpi[ALLREDUCE],
                     coll_mcd[REDUCE], coll_pmpi[REDUCE], coll_mcd[BCAST], coll_pmpi[BCAST]);

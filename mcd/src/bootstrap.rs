@@ -513,7 +513,7 @@ impl HelloSocket {
             frame: Vec::new(),
             buf: vec![0u8; 2048],
             // Hellos go to the bootstrap group only: its key on rail 0.
-            key: auth.secret().map(|secret| FrameKey::for_destination(secret, 0, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP))),
+            key: auth.secret().map(|secret| FrameKey::for_destination(secret, job_key, 0, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP))),
             counter: Counter::new()?,
             windows: vec![SenderWindows::default(); job.size],
             dropped: Arc::default(),
@@ -580,7 +580,8 @@ impl HelloSocket {
             if kind == pkttype::OTHERHOST as u8 {
                 continue;
             }
-            let Ok(view) = Frame::new_checked(&self.buf[..len]) else { continue };
+            // Parsing checks the lengths, after the EtherType and version.
+            let view = Frame::new_unchecked(&self.buf[..len]);
             let repr = match FrameRepr::parse(&view, self.ethertype) {
                 Ok(repr) => repr,
                 Err(crate::wire::WireError::BadVersion(_)) => {
@@ -1046,6 +1047,7 @@ const WATCH_WAKE: Duration = Duration::from_secs(1);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::FrameCounter;
 
     /// Rank `rank`'s hello of the bootstrap with nonce `nonce`, knowing nothing yet.
     fn hello(rank: usize, size: usize, nonce: u64) -> Hello {
@@ -1174,13 +1176,13 @@ mod tests {
         // by proof (its claim covers rank 0's fresh nonce). The replay's
         // session is numerically far above the live one's here.
         let (old, new) = ([1, 2], [3, 4]);
-        let replayed_counter = (0xFFFF_0000u64 << crate::auth::SESSION_SHIFT) | 4_000_000;
-        let live_counter = 0x0000_1234u64 << crate::auth::SESSION_SHIFT;
+        let replayed_counter = FrameCounter { session: 0xFFFF_0000_FFFF_0000, number: 4_000_000 };
+        let live_counter = |number| FrameCounter { session: 0x0000_1234_0000_1234, number };
         // The hello socket's windows (as in `HelloSocket::try_recv`): the
         // replay first, then the live rank's hellos.
         let mut windows = SenderWindows::default();
         let mut d = Discovery::new(hello(0, 2, 3));
-        let mut deliver = |d: &mut Discovery, h: Hello, c: u64| {
+        let mut deliver = |d: &mut Discovery, h: Hello, c: FrameCounter| {
             if windows.check(c) {
                 windows.record(c);
                 d.take(h).unwrap();
@@ -1188,8 +1190,8 @@ mod tests {
         };
         deliver(&mut d, claim(1, &old, true), replayed_counter);
         for i in 0..10 {
-            deliver(&mut d, hello(1, 2, new[1]), live_counter + 2 * i + 1);
-            deliver(&mut d, claim(1, &new, true), live_counter + 2 * i + 2);
+            deliver(&mut d, hello(1, 2, new[1]), live_counter(2 * i + 1));
+            deliver(&mut d, claim(1, &new, true), live_counter(2 * i + 2));
             // The replay again, and again: one window per session takes it once.
             deliver(&mut d, claim(1, &old, true), replayed_counter);
         }

@@ -4,8 +4,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Why a received frame was dropped in user space.
 ///
-/// The checks run in this order: the frame's length, EtherType and version
-/// (to find its trailer), its authentication state, its tag, then the job
+/// The checks run in this order: the headers' length, the EtherType, the
+/// version, the payload's and trailer's lengths (which the version says how
+/// to read: these find the trailer), its authentication state, its tag, then the job
 /// key, addressing and source, and last the replay window. So a frame
 /// counted under any reason after [`BadTag`](Self::BadTag) was signed with
 /// the job's secret (when authentication is on): a forged frame is always

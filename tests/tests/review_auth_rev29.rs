@@ -43,8 +43,8 @@ fn earlier_runs_frame(secret: &mcd::JobSecret, template: &Captured, session: u32
     let mut frame = Frame::new_unchecked(&mut bytes[..]);
     repr.emit(&mut frame);
     frame.payload_mut().copy_from_slice(&mcd_wire::emit(&msg));
-    mcd::auth::FrameKey::for_destination(secret, 0, f.dst_mac())
-        .sign(&mut bytes, (u64::from(session) << mcd::auth::SESSION_SHIFT) | u64::from(number));
+    mcd::auth::FrameKey::for_destination(secret, f.job_key(), 0, f.dst_mac())
+        .sign(&mut bytes, mcd::wire::FrameCounter { session: u64::from(session), number });
     bytes
 }
 
