@@ -520,17 +520,24 @@ struct SessionWindow {
 /// (its barrier instance and bootstrap nonces are another run's: the
 /// engine drops it as another instance's, `RouteStats::foreign`).
 ///
-/// What is left: an attacker who replays more frames of one recorded
-/// session than the live sender has sent this receiver on this rail moves
-/// the live session out of its slot, among the others; a flood of more
-/// than [`EARLIER_SESSIONS`] recorded sessions between two of its frames
-/// then has it forgotten, and its frames recorded in this run are new
-/// once more: the engine gets them as it gets the duplicate copies and
-/// answers it sends by design (an earlier barrier's is stale). The live
-/// session takes its slot back once more of its frames were taken than
-/// of the recorded one.
+/// The live sessions are never forgotten (review rev29, finding 1: an
+/// attacker who replayed more frames of one recorded session than the live
+/// sender had sent moved the live session among the others, and one frame
+/// of each of 4 more recorded sessions then had it forgotten, so that a
+/// dead node's frames of this run, replayed, were new once more and kept
+/// it alive): the receiver's barrier engine names the sender's session
+/// live when it takes one of its messages as this run's (its barrier
+/// instance is run-bound: [`pin_last`](Self::pin_last), [`pin`](Self::pin)),
+/// and the live session and the one live before it (a sender moves to a
+/// new session after 2^32 frames) each have a slot of their own, which no
+/// other session takes. Until the engine has named one (before the join's
+/// end), the most heard session's slot is all the live one has.
 #[derive(Clone, Debug, Default)]
 pub struct SenderWindows {
+    /// The sessions named live, the latest first (see above).
+    live: [SessionWindow; 2],
+    /// The session of the frame recorded last.
+    last: u64,
     /// The session of which the most frames were taken (unused while its
     /// window is empty: the first session heard takes it).
     most: SessionWindow,
@@ -554,6 +561,9 @@ impl SenderWindows {
         if number == 0 {
             return false; // numbers start at 1
         }
+        if let Some(live) = self.live(session) {
+            return self.live[live].window.check(number);
+        }
         if self.most.session == session {
             return self.most.window.check(number);
         }
@@ -564,6 +574,77 @@ impl SenderWindows {
     pub fn record(&mut self, counter: FrameCounter) {
         let (session, number) = (counter.session, u64::from(counter.number));
         self.clock += 1;
+        self.last = session;
+        if let Some(live) = self.live(session) {
+            let slot = &mut self.live[live];
+            slot.window.record(number);
+            slot.taken += 1;
+            slot.used = self.clock;
+            return;
+        }
+        self.pool(session, number);
+    }
+
+    /// The live slot holding `session`, if any.
+    fn live(&self, session: u64) -> Option<usize> {
+        self.live.iter().position(|w| w.session == session && w.window.highest() != 0)
+    }
+
+    /// Names the session of the frame recorded last live: the receiver's
+    /// engine took that frame's message as this run's. One comparison when
+    /// it already is the live one.
+    pub fn pin_last(&mut self) {
+        self.pin(self.last);
+    }
+
+    /// Names `session` live (as [`pin_last`](Self::pin_last)), if it is
+    /// kept: a session forgotten meanwhile stays so.
+    pub fn pin(&mut self, session: u64) {
+        if self.live[0].session == session && self.live[0].window.highest() != 0 {
+            return;
+        }
+        if self.live[1].session == session && self.live[1].window.highest() != 0 {
+            self.live.swap(0, 1);
+            return;
+        }
+        // Out of the pool (it was recorded last, so it is there).
+        let window = if self.most.session == session && self.most.window.highest() != 0 {
+            std::mem::take(&mut self.most)
+        } else if let Some(i) = self.earlier(session) {
+            std::mem::take(&mut self.earlier[i])
+        } else {
+            return;
+        };
+        // The one live before the previous goes back to the pool.
+        let previous = std::mem::replace(&mut self.live[0], window);
+        let older = std::mem::replace(&mut self.live[1], previous);
+        if older.window.highest() != 0 {
+            self.give_back(older);
+        }
+    }
+
+    /// Puts a session's window back among the others (a live one no longer live).
+    fn give_back(&mut self, w: SessionWindow) {
+        if self.most.window.highest() == 0 || w.taken > self.most.taken {
+            let was = std::mem::replace(&mut self.most, w);
+            if was.window.highest() == 0 {
+                return;
+            }
+            return self.give_back_earlier(was);
+        }
+        self.give_back_earlier(w);
+    }
+
+    fn give_back_earlier(&mut self, w: SessionWindow) {
+        let i = (0..EARLIER_SESSIONS).min_by_key(|&i| (self.earlier[i].window.highest() != 0, self.earlier[i].used)).unwrap_or(0);
+        if self.earlier[i].window.highest() != 0 {
+            self.forgotten += 1;
+        }
+        self.earlier[i] = w;
+    }
+
+    /// Records `number` of `session`, a session not named live.
+    fn pool(&mut self, session: u64, number: u64) {
         if self.most.session == session || self.most.window.highest() == 0 {
             self.most.session = session;
             self.most.window.record(number);
@@ -594,20 +675,24 @@ impl SenderWindows {
         }
     }
 
-    /// The sessions kept, the most heard first, then the others, the most
-    /// recently heard first.
+    /// The sessions kept: those named live (the latest first), the most
+    /// heard, then the others, the most recently heard first.
     pub fn sessions(&self) -> impl Iterator<Item = u64> + '_ {
+        let live = self.live.iter().filter(|w| w.window.highest() != 0).map(|w| w.session);
         let mut earlier: [Option<(u64, u64)>; EARLIER_SESSIONS] = [None; EARLIER_SESSIONS];
         for (slot, w) in earlier.iter_mut().zip(&self.earlier) {
             *slot = (w.window.highest() != 0).then_some((w.used, w.session));
         }
         earlier.sort_unstable_by(|a, b| b.cmp(a));
         let most = (self.most.window.highest() != 0).then_some(self.most.session);
-        most.into_iter().chain(earlier.into_iter().flatten().map(|(_, s)| s))
+        live.chain(most).chain(earlier.into_iter().flatten().map(|(_, s)| s))
     }
 
     /// The highest number seen in `session` (0 if none, or forgotten).
     pub fn highest(&self, session: u64) -> u64 {
+        if let Some(live) = self.live(session) {
+            return self.live[live].window.highest();
+        }
         if self.most.session == session {
             return self.most.window.highest();
         }
@@ -1125,7 +1210,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "finding 1 of rev29: once a sender's counter moves to a new session (after 2^32 frames) its old session keeps the receiver's slot of the most heard, so frames of 4 recorded earlier runs push the live session's window out and its frames of this run are new once more"]
     fn rev29_a_senders_next_session_is_never_forgotten_for_earlier_runs() {
         // Review of issue 27 (rev29), finding 1, without a long recording:
         // the live sender itself used up a session (2^32 - 1 frames: 71
@@ -1146,11 +1230,18 @@ mod tests {
         let used_up = 0x1111_0000u64;
         for i in u64::from(u32::MAX) - 100..=u64::from(u32::MAX) {
             assert!(take(&mut w, (used_up, i)));
+            w.pin_last(); // the engine took its message as this run's
         }
-        w.most.taken = u64::from(u32::MAX); // as after the session's every frame
+        // As after the session's every frame (in its live slot, or the most heard's).
+        for slot in [&mut w.live[0], &mut w.most] {
+            if slot.session == used_up {
+                slot.taken = u64::from(u32::MAX);
+            }
+        }
         let next = 0x5555_0000u64;
         for i in 1..=1000 {
             assert!(take(&mut w, (next, i)), "the live sender's frame {i} in its next session");
+            w.pin_last();
         }
         let mut again = 0;
         for round in 1..=10u64 {
