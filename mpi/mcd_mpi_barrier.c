@@ -5,7 +5,9 @@
  * intra-communicator whose ranks are all in MPI_COMM_WORLD (duplicates, and
  * those of MPI_Comm_split, _create, _split_type, ... however made). It starts
  * mcd in MPI_Init / MPI_Init_thread (rank and size from MPI; interfaces, job
- * key, algorithm... from the environment, see mcd_barrier.h) and stops it in
+ * key, algorithm... from the environment, see mcd_barrier.h; the job key also
+ * from 64 random bits rank 0 draws and broadcasts, so that no two jobs share
+ * one, whatever MCD_JOB and MCD_KEY_FILE say) and stops it in
  * MPI_Finalize (a collective closing barrier; meanwhile mcd's own thread
  * answers peers while the program computes or calls other MPI functions).
  * When mcd cannot start on some rank (no CAP_NET_RAW, no interface...), every
@@ -85,12 +87,18 @@
  *                       "mcd-mpi: rank R: N MPI_Barrier via mcd (ALG), M via PMPI; ...;
  *                        communicators: C via mcd, F via PMPI (I inter, U unreachable);
  *                        authentication on|off: T bad tag, P replayed, X mismatched;
- *                        other runs: F foreign, J superseded"
+ *                        other runs: F foreign, J superseded, W sessions forgotten,
+ *                        H stale hellos; dropped: D frames, O messages overflowed"
  *                       (frames dropped: forged or of another secret; replays;
  *                       signed where this job does not sign, or the reverse;
  *                       messages of another barrier instance, as an earlier
  *                       run's frames replayed under the same secret are, and
- *                       join answers or requests of another incarnation)
+ *                       join answers or requests of another incarnation;
+ *                       replay windows of earlier runs' sessions forgotten;
+ *                       hellos the bootstrap took, then ignored or replaced:
+ *                       an earlier run's, replayed;
+ *                       every frame dropped, for any reason, the ring's
+ *                       included; messages dropped for want of room)
  *                       and rank 0 of a communicator left to PMPI says why;
  *                       then "mcd-mpi: rank R: collectives: A MPI_Allreduce via
  *                        mcd, a via PMPI; B MPI_Reduce via mcd, ...; C MPI_Bcast ..."
@@ -440,16 +448,28 @@ static void start_mcd(void) {
     /* How each rank authenticates (MCD_AUTH, MCD_KEY_FILE), agreed before
      * anything else: ranks that differ would never hear each other, so all
      * fall back at once, saying why, rather than time out in the join. */
-    const char *auth = getenv("MCD_AUTH");
-    const char *key_file = getenv("MCD_KEY_FILE");
     const char *disable = getenv("MCD_MPI_DISABLE");
-    int mode = MODE_EXCHANGE;
-    if (auth && *auth && (!strcmp(auth, "off") || !strcmp(auth, "OFF"))) mode = MODE_OFF;
-    else if ((key_file && *key_file) || (auth && *auth && strcmp(auth, "on") && strcmp(auth, "ON")))
-        mode = MODE_KEY_FILE; /* mcd_init reads the file, or says what is wrong with MCD_AUTH */
+    /* As mcd reads them (mcd_auth_from_env), never parsed here a second
+     * way (review rev29, finding 4: MCD_AUTH=Off was taken for "on"). */
+    int source = mcd_auth_from_env();
+    int mode = source == MCD_AUTH_OFF ? MODE_OFF : source == MCD_AUTH_KEY ? MODE_EXCHANGE
+                                                 : MODE_KEY_FILE; /* mcd_init reads the file, or says what is wrong */
     int seen = 1 << mode;
     if (disable && *disable && strcmp(disable, "0")) seen |= SEEN_DISABLED;
     PMPI_Allreduce(MPI_IN_PLACE, &seen, 1, MPI_INT, MPI_BOR, MPI_COMM_WORLD);
+    /* A name of this job's own (review rev29, finding 2): rank 0 draws 64
+     * random bits, and every rank adds them to the job's name (MCD_JOB or
+     * SLURM_JOB_ID), which mcd hashes into the job key: two jobs started
+     * with one key file and one MCD_JOB (or none) never hear each other's
+     * hellos, where they could bootstrap cross-wired. */
+    unsigned char drawn[MCD_SECRET_LEN] = {0};
+    if (rank == 0 && mcd_secret_generate(drawn) != MCD_OK) memset(drawn, 0, sizeof drawn);
+    PMPI_Bcast(drawn, 8, MPI_BYTE, 0, MPI_COMM_WORLD);
+    const char *base = getenv("MCD_JOB");
+    if (!base || !*base) base = getenv("SLURM_JOB_ID");
+    char job_name[320];
+    int at_name = snprintf(job_name, sizeof job_name, "%.256s%smpi-", base ? base : "", base && *base ? "/" : "");
+    for (int i = 0; i < 8; i++) at_name += snprintf(job_name + at_name, sizeof job_name - (size_t)at_name, "%02x", drawn[i]);
     int modes = seen & ((1 << MODES) - 1);
     int ok = 0;
     char reason[512] = "disabled by MCD_MPI_DISABLE";
@@ -472,6 +492,7 @@ static void start_mcd(void) {
         mcd_params_default(&params);
         params.rank = rank;
         params.size = size;
+        params.job = job_name;
         params.local_procs = shape[0];
         if (shape[1] < 0) params.cpus = -shape[1];
         params.auth = mode == MODE_OFF ? MCD_AUTH_OFF : mode == MODE_KEY_FILE ? MCD_AUTH_ENV : MCD_AUTH_KEY;
@@ -482,7 +503,9 @@ static void start_mcd(void) {
         wipe(params.secret, MCD_SECRET_LEN);
     }
     wipe(secret, sizeof secret);
-    auth_on = mode != MODE_OFF;
+    /* What mcd runs, not what this file makes of MCD_AUTH (mcd reads it
+     * trimmed and in any case: review rev29, finding 4). */
+    auth_on = job && mcd_authenticated(job) == 1;
     /* Every rank must agree: mcd on all, or PMPI on all. */
     int all_ok = 0, first_failure = ok ? size : rank;
     PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -818,10 +841,14 @@ static void json_write(const char *pattern) {
     mcd_get_stats(job, &s);
     fprintf(f, "{\"rank\": %d, \"size\": %d, \"algorithm\": \"%s\", \"authentication\": %s,\n", rank, mcd_size(job), mcd_algorithm(job), auth_on ? "true" : "false");
     fprintf(f, " \"barrier\": {\"mcd\": %llu, \"pmpi\": %llu},\n", via_mcd, via_pmpi);
-    fprintf(f, " \"mcd\": {\"barriers\": %llu, \"sent\": %llu, \"received\": %llu, \"resends\": %llu, \"bad_tag\": %llu, \"replayed\": %llu, \"auth_mismatch\": %llu, \"foreign\": %llu, \"superseded\": %llu},\n",
+    fprintf(f, " \"mcd\": {\"barriers\": %llu, \"sent\": %llu, \"received\": %llu, \"resends\": %llu, \"answers\": %llu, \"answers_suppressed\": %llu, "
+               "\"dropped\": %llu, \"bad_tag\": %llu, \"replayed\": %llu, \"auth_mismatch\": %llu, \"foreign\": %llu, \"superseded\": %llu, "
+               "\"sessions_forgotten\": %llu, \"stale_hellos\": %llu, \"overflow\": %llu},\n",
             (unsigned long long)s.barriers, (unsigned long long)s.messages_sent, (unsigned long long)s.frames_received,
-            (unsigned long long)s.resends, (unsigned long long)s.frames_bad_tag, (unsigned long long)s.frames_replayed,
-            (unsigned long long)s.frames_auth_mismatch, (unsigned long long)s.messages_foreign, (unsigned long long)s.joins_superseded);
+            (unsigned long long)s.resends, (unsigned long long)s.answers, (unsigned long long)s.answers_suppressed,
+            (unsigned long long)s.frames_dropped, (unsigned long long)s.frames_bad_tag, (unsigned long long)s.frames_replayed,
+            (unsigned long long)s.frames_auth_mismatch, (unsigned long long)s.messages_foreign, (unsigned long long)s.joins_superseded,
+            (unsigned long long)s.sessions_forgotten, (unsigned long long)s.hellos_stale, (unsigned long long)s.messages_overflow);
     fprintf(f, " \"communicators\": {\"mcd\": %llu, \"inter\": %llu, \"unreachable\": %llu, \"failed\": %llu},\n", comms_mcd, comms_inter,
             comms_unreachable, comms_failed);
     fprintf(f, " \"calls\": {");
@@ -1553,14 +1580,16 @@ int MPI_Finalize(void) {
             mcd_get_stats(job, &s);
             fprintf(stderr, "mcd-mpi: rank %d: %llu MPI_Barrier via mcd (%s), %llu via PMPI; mcd barriers %llu, sent %llu, received %llu, resends %llu, answers %llu (%llu suppressed); "
                     "communicators: %llu via mcd, %llu via PMPI (%llu inter, %llu unreachable, %llu failed); "
-                    "authentication %s: %llu bad tag, %llu replayed, %llu mismatched; other runs: %llu foreign, %llu superseded\n",
+                    "authentication %s: %llu bad tag, %llu replayed, %llu mismatched; other runs: %llu foreign, %llu superseded, %llu sessions forgotten, "
+                    "%llu stale hellos; dropped: %llu frames, %llu messages overflowed\n",
                     mcd_rank(job), via_mcd, mcd_algorithm(job), via_pmpi, (unsigned long long)s.barriers,
                     (unsigned long long)s.messages_sent, (unsigned long long)s.frames_received, (unsigned long long)s.resends,
                     (unsigned long long)s.answers, (unsigned long long)s.answers_suppressed,
                     comms_mcd, comms_inter + comms_unreachable + comms_failed, comms_inter, comms_unreachable, comms_failed,
                     auth_on ? "on" : "off", (unsigned long long)s.frames_bad_tag, (unsigned long long)s.frames_replayed,
                     (unsigned long long)s.frames_auth_mismatch, (unsigned long long)s.messages_foreign,
-                    (unsigned long long)s.joins_superseded);
+                    (unsigned long long)s.joins_superseded, (unsigned long long)s.sessions_forgotten, (unsigned long long)s.hellos_stale,
+                    (unsigned long long)s.frames_dropped, (unsigned long long)s.messages_overflow);
             fprintf(stderr, "mcd-mpi: rank %d: collectives: %llu MPI_Allreduce via mcd, %llu via PMPI; %llu MPI_Reduce via mcd, %llu via PMPI; "
                     "%llu MPI_Bcast via mcd, %llu via PMPI\n", mcd_rank(job), coll_mcd[ALLREDUCE], coll_pmpi[ALLREDUCE],
                     coll_mcd[REDUCE], coll_pmpi[REDUCE], coll_mcd[BCAST], coll_pmpi[BCAST]);

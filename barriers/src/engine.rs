@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::collective::{wire, Collective};
 use crate::core::{Call, Core, Event, Setup, To};
 use crate::queue::{Queue, Stage};
-use crate::transport::{MsgKind, NodeId, Transport, TransportError};
+use crate::transport::{Incoming, MsgKind, NodeId, Transport, TransportError};
 use crate::types::{BarrierConfig, BarrierError, BarrierStats};
 
 /// A new incarnation ([`incarnation_at`] now): a later barrier of a process,
@@ -112,9 +112,21 @@ impl<T: Transport> Engine<T> {
     /// Feeds the core every message already there.
     fn drain(&mut self, now: Instant) -> Result<(), TransportError> {
         while let Some(m) = self.transport.recv(Duration::ZERO)? {
-            self.core.handle(now, m.from, m.rail, m.msg, self.transport.data());
+            self.feed(now, m);
         }
         Ok(())
+    }
+
+    /// Hands the core a message, and tells the transport when it is of this
+    /// run (the barrier's instance), so that its sender's session is kept
+    /// ([`Transport::confirm_live`]).
+    #[inline]
+    fn feed(&mut self, now: Instant, m: Incoming) {
+        self.core.handle(now, m.from, m.rail, m.msg, self.transport.data());
+        let instance = self.core.instance();
+        if instance != 0 && m.msg.instance == instance && !matches!(m.msg.kind, MsgKind::Join | MsgKind::Admit | MsgKind::Refuse) {
+            self.transport.confirm_live(m.from, m.rail);
+        }
     }
 
     /// Runs the core from `now` until an event that `take` accepts,
@@ -149,7 +161,7 @@ impl<T: Transport> Engine<T> {
             let incoming = self.transport.recv(wait)?;
             now = Instant::now();
             if let Some(m) = incoming {
-                self.core.handle(now, m.from, m.rail, m.msg, self.transport.data());
+                self.feed(now, m);
             }
         }
     }
@@ -402,7 +414,7 @@ impl<T: Transport> Engine<T> {
         let now = Instant::now();
         let wait = self.core.poll_timeout().map_or(Duration::from_millis(100), |t| t.saturating_duration_since(now));
         if let Some(m) = self.transport.recv(wait)? {
-            self.core.handle(Instant::now(), m.from, m.rail, m.msg, self.transport.data());
+            self.feed(Instant::now(), m);
         }
         Ok(())
     }

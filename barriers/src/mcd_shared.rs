@@ -69,7 +69,9 @@ pub struct RouteStats {
 
 /// A routed frame: sender, rail, message, and its data (a buffer from the
 /// hub's pool, empty for a plain barrier message).
-type Routed = (NodeId, usize, Msg, Vec<u8>);
+/// A message routed to a group: sender, rail, message, data, and the
+/// session its frame was signed under ([`mcd::Received::session`]).
+type Routed = (NodeId, usize, Msg, Vec<u8>, u64);
 
 struct Route {
     queue: VecDeque<Routed>,
@@ -183,7 +185,7 @@ impl Hub {
                 Some(route) => {
                     self.stats.routed += 1;
                     if route.queue.len() >= QUEUE_LIMIT {
-                        if let Some((_, _, _, old)) = route.queue.pop_front() {
+                        if let Some((_, _, _, old, _)) = route.queue.pop_front() {
                             self.spare.push(old);
                         }
                         self.stats.overflow += 1;
@@ -192,7 +194,7 @@ impl Hub {
                     let mut copy = if data.is_empty() { Vec::new() } else { self.spare.pop().unwrap_or_default() };
                     copy.clear();
                     copy.extend_from_slice(data);
-                    route.queue.push_back((m.from, m.rail, msg, copy));
+                    route.queue.push_back((m.from, m.rail, msg, copy, m.session));
                     if idle && key != reader {
                         // Failing to signal leaves the sleeper to its timeout.
                         let _ = route.app.wake();
@@ -328,7 +330,7 @@ impl SharedEndpoint {
         let pending = std::mem::take(&mut hub.pending);
         for (k, from, rail, msg) in pending {
             if k == key {
-                queue.push_back((from, rail, msg, Vec::new()));
+                queue.push_back((from, rail, msg, Vec::new(), 0));
             } else {
                 hub.pending.push_back((k, from, rail, msg));
             }
@@ -351,6 +353,8 @@ impl SharedEndpoint {
             dropped: 0,
             data: Vec::new(),
             frame: Vec::new(),
+            last: (0, 0, 0),
+            confirmed: vec![0; self.nodes * self.rails],
         })
     }
 
@@ -426,7 +430,7 @@ impl GroupListener {
                 hub.take(self.key)
             }
         };
-        Ok(got.map(|(from, _, msg, data)| {
+        Ok(got.map(|(from, _, msg, data, _)| {
             if data.capacity() > 0 {
                 hub.spare.push(data);
             }
@@ -472,6 +476,11 @@ pub struct GroupTransport {
     data: Vec<u8>,
     /// Where a frame with data is built (reused).
     frame: Vec<u8>,
+    /// The job node, rail and session of the message last received.
+    last: (NodeId, usize, u64),
+    /// Per job node and rail, the session last confirmed live (so the hub
+    /// is locked for it once per sender and session, not per message).
+    confirmed: Vec<u64>,
 }
 
 impl std::fmt::Debug for GroupTransport {
@@ -543,7 +552,8 @@ impl GroupTransport {
                     hub.take(self.key)
                 }
             };
-            let Some((from, rail, msg, data)) = got else { return Ok((None, hub.endpoint.wait_phases())) };
+            let Some((from, rail, msg, data, session)) = got else { return Ok((None, hub.endpoint.wait_phases())) };
+            self.last = (from, rail, session);
             let old = std::mem::replace(&mut self.data, data);
             if old.capacity() > 0 {
                 hub.spare.push(old);
@@ -679,6 +689,21 @@ impl Transport for GroupTransport {
 
     fn bad_tags_from(&self, node: NodeId) -> u64 {
         self.members.get(node).map_or(0, |&j| lock(&self.hub).endpoint.bad_tags_from(j))
+    }
+
+    fn confirm_live(&mut self, from: NodeId, rail: usize) {
+        let (node, r, session) = self.last;
+        if session == 0 || r != rail || self.members.get(from) != Some(&node) {
+            return;
+        }
+        let i = node * self.rails + rail;
+        if self.confirmed.get(i) == Some(&session) {
+            return;
+        }
+        lock(&self.hub).endpoint.confirm_live_session(node, rail, session);
+        if let Some(c) = self.confirmed.get_mut(i) {
+            *c = session;
+        }
     }
 
     fn auth_mismatch_from(&self, node: NodeId) -> u64 {

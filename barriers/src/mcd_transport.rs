@@ -293,6 +293,10 @@ impl Transport for McdTransport {
         self.endpoint.bad_tags_from(node)
     }
 
+    fn confirm_live(&mut self, from: NodeId, rail: usize) {
+        self.endpoint.confirm_live(from, rail);
+    }
+
     fn auth_mismatch_from(&self, node: NodeId) -> u64 {
         self.endpoint.auth_mismatch_from(node)
     }

@@ -283,6 +283,13 @@ pub trait Transport {
     fn keepalive_every(&self) -> Option<Duration> {
         None
     }
+    /// The engine took the message it received last from `from` on `rail`
+    /// as this run's (of its barrier instance): a transport that keeps
+    /// replay windows per session of its senders keeps that session's for
+    /// good (review rev29, finding 1). The default: nothing.
+    fn confirm_live(&mut self, from: NodeId, rail: usize) {
+        let _ = (from, rail);
+    }
     /// Called by a sleeping progress agent when it wakes: a transport on a
     /// learning switch announces its address if it has sent nothing for
     /// [`keepalive_every`](Self::keepalive_every), so that a switch port

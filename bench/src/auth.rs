@@ -2,7 +2,7 @@
 //!
 //! - **The tag, in isolation**: one frame signed and verified (the tag over
 //!   every byte from the kind through the counter, under the key of the
-//!   frame's rail and destination, then the check of a received copy), for
+//!   frame's job, rail and destination, then the check of a received copy), for
 //!   0 to 64-byte payloads, with keyed SipHash-2-4 (the `siphasher` crate,
 //!   what `mcd::auth` uses) and keyed BLAKE3 (the `blake3` crate, truncated
 //!   to 64 bits), in one process on one core. Each figure is the fastest of
@@ -135,14 +135,15 @@ fn cost(mac: &'static str, payload: usize, sign: (f64, f64), verify: (f64, f64))
 fn tag_costs() -> Vec<TagCost> {
     let secret = JobSecret::from_bytes(*b"0123456789abcdef");
     // The key of the sample frames' destination on rail 0.
-    let sip = FrameKey::for_destination(&secret, 0, MacAddr([2, 0, 0, 0, 0, 2]));
+    let sip = FrameKey::for_destination(&secret, 0x4d43_4400, 0, MacAddr([2, 0, 0, 0, 0, 2]));
     let mut blake_key = [0u8; 32];
     blake_key[..16].copy_from_slice(secret.as_bytes());
     let mut out = Vec::new();
     for payload in PAYLOADS {
         // SipHash-2-4, through mcd's own sign and verify.
         let mut buf = sample_frame(payload);
-        let sign = per_frame(|i| sip.sign(black_box(&mut buf), i));
+        let counter = |i: u64| mcd::auth::FrameCounter { session: 0x5e55_1011_5e55_1011, number: i as u32 };
+        let sign = per_frame(|i| sip.sign(black_box(&mut buf), counter(i)));
         let signed = buf.clone();
         let verify = per_frame(|_| {
             let frame = Frame::new_checked(black_box(&signed[..])).expect("a whole frame");
@@ -152,21 +153,22 @@ fn tag_costs() -> Vec<TagCost> {
         // Keyed BLAKE3 over the same bytes (from the kind through the
         // counter), 64 bits of it, in the same places.
         let end = buf.len() - TRAILER_LEN;
+        let tag_at = end + mcd::wire::offset::TRAILER_TAG;
         let blake = |b: &[u8]| -> u64 {
             let h = blake3::keyed_hash(&blake_key, b);
             u64::from_be_bytes(h.as_bytes()[..8].try_into().expect("8 bytes"))
         };
         let sign = per_frame(|i| {
             let b = black_box(&mut buf);
-            b[end..end + 8].copy_from_slice(&i.to_be_bytes());
-            let tag = blake(&b[mcd::wire::offset::KIND..end + 8]);
-            b[end + 8..].copy_from_slice(&tag.to_be_bytes());
+            mcd::wire::TrailerRepr::emit_counter(counter(i), &mut b[end..]);
+            let tag = blake(&b[mcd::wire::offset::KIND..tag_at]);
+            b[tag_at..].copy_from_slice(&tag.to_be_bytes());
         });
         let signed = buf.clone();
         let verify = per_frame(|_| {
             let frame = Frame::new_checked(black_box(&signed[..])).expect("a whole frame");
             let bytes = frame.signed_bytes().expect("authenticated");
-            let tag = u64::from_be_bytes(signed[end + 8..].try_into().expect("8 bytes"));
+            let tag = u64::from_be_bytes(signed[tag_at..].try_into().expect("8 bytes"));
             assert_eq!(black_box(blake(bytes)), tag);
         });
         out.push(cost("BLAKE3 (keyed)", payload, sign, verify));
@@ -279,27 +281,25 @@ fn ab(iterations: usize, rounds: usize) -> Result<Vec<AbRow>> {
     Ok(rows)
 }
 
-/// Runs both measurements and writes `auth.{md,json}` to `out`.
-pub fn run(out: &std::path::Path, iterations: usize, rounds: usize) -> Result<()> {
-    anyhow::ensure!(iterations >= 1 && rounds >= 1, "--iterations and --rounds must be at least 1");
+/// The tag in isolation, on a thread of its own pinned to core 0 (the
+/// main thread keeps every core for the A/B's threads).
+fn measure_tags() -> Result<Vec<TagCost>> {
     eprintln!("auth: the tag in isolation");
-    // On a thread of its own, pinned (the main thread keeps every core for the A/B's threads).
-    let tag = std::thread::spawn(|| {
+    std::thread::spawn(|| {
         let _ = mcd::host::pin_current_thread(0);
         tag_costs()
     })
     .join()
-    .map_err(|_| anyhow!("the tag measurement panicked"))?;
-    eprintln!("auth: A/B on the virtual cluster");
-    let ab = ab(iterations, rounds)?;
-    let mut md = String::new();
-    writeln!(md, "# What authentication costs\n")?;
-    writeln!(md, "Measured {} on {}, by `cargo run --release -p mcd-bench -- auth` (`./run bench auth`).\n", crate::today(), crate::machine())?;
+    .map_err(|_| anyhow!("the tag measurement panicked"))
+}
+
+/// The section of `auth.md` on the tag in isolation: the table and the goal.
+fn tag_section(md: &mut String, tag: &[TagCost]) -> Result<()> {
     writeln!(md, "## The tag, in isolation\n")?;
     writeln!(
         md,
-        "One frame signed (the tag over the MCD header from its kind, the payload and the 8-byte counter, \
-         under the key of the frame's rail and destination: 23 bytes and the payload), then a received copy \
+        "One frame signed (the tag over the MCD header from its kind, the payload and the 12-byte counter, \
+         under the key of the frame's job, rail and destination: 23 bytes and the payload), then a received copy \
          checked (`Frame::new_checked`, the tag recomputed and compared), in one thread pinned to one core; \
          {LOOPS} loops of {FRAMES} frames each, ns per frame in the fastest loop (the cost undisturbed: on \
          this shared 2-core machine most loops of about 0.1 ms run between two preemptions, and the \
@@ -309,7 +309,7 @@ pub fn run(out: &std::path::Path, iterations: usize, rounds: usize) -> Result<()
     )?;
     writeln!(md, "| MAC | payload B | sign ns | verify ns | sign + verify ns | median loop: sign + verify ns |")?;
     writeln!(md, "|---|---:|---:|---:|---:|---:|")?;
-    for t in &tag {
+    for t in tag {
         writeln!(
             md,
             "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} |",
@@ -325,6 +325,28 @@ pub fn run(out: &std::path::Path, iterations: usize, rounds: usize) -> Result<()
         if worst_sip <= 100.0 { "met" } else { "**not met**" },
         if worst_sip <= worst_blake { "the faster of the two at these sizes" } else { "**BLAKE3 was faster in this run**" }
     )?;
+    Ok(())
+}
+
+/// `mcd-bench auth --tag-only`: the tag in isolation, printed, nothing written.
+pub fn tag_only() -> Result<()> {
+    let tag = measure_tags()?;
+    let mut md = String::new();
+    tag_section(&mut md, &tag)?;
+    print!("{md}");
+    Ok(())
+}
+
+/// Runs both measurements and writes `auth.{md,json}` to `out`.
+pub fn run(out: &std::path::Path, iterations: usize, rounds: usize) -> Result<()> {
+    anyhow::ensure!(iterations >= 1 && rounds >= 1, "--iterations and --rounds must be at least 1");
+    let tag = measure_tags()?;
+    eprintln!("auth: A/B on the virtual cluster");
+    let ab = ab(iterations, rounds)?;
+    let mut md = String::new();
+    writeln!(md, "# What authentication costs\n")?;
+    writeln!(md, "Measured {} on {}, by `cargo run --release -p mcd-bench -- auth` (`./run bench auth`).\n", crate::today(), crate::machine())?;
+    tag_section(&mut md, &tag)?;
     writeln!(md, "\n## A/B on the wire: authentication on and off\n")?;
     writeln!(
         md,

@@ -124,6 +124,10 @@ enum Bench {
         /// Rounds (the settings alternate within each round).
         #[arg(long, default_value_t = 5, value_parser = mcd_bench::cli::at_least_one)]
         rounds: usize,
+        /// Only the tag in isolation, printed and not recorded (no virtual
+        /// cluster, no root): a quick check of the 100 ns goal.
+        #[arg(long)]
+        tag_only: bool,
     },
     /// Load: more processes than cores, no loss. mcd's dissemination barrier
     /// (processes, yield and adaptive waiting, no MCD_LOCAL_PROCS hint)
@@ -189,7 +193,7 @@ enum Bench {
         #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = mcd_bench::cli::node_count)]
         nodes: Vec<usize>,
         /// Message sizes, bytes (whole doubles).
-        #[arg(long, value_delimiter = ',', default_value = "8,64,512,1024,1432,4096")]
+        #[arg(long, value_delimiter = ',', default_value = "8,64,512,1024,1424,4096")]
         sizes: Vec<usize>,
         /// Scales the number of timed calls (1.0: 2000 at 2 ranks down to 300 at 16).
         #[arg(long, default_value_t = 1.0, value_parser = mcd_bench::cli::positive)]
@@ -308,7 +312,8 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Model { nodes, scale, .. } => model(&out, &nodes, scale),
         Bench::Validate { measure, nodes, scale, rounds, cluster } => validate::run(&out, measure.then_some((&nodes[..], scale, rounds)), &cluster),
         Bench::Hotpath { iterations, rounds } => hotpath::run(&out, iterations, rounds),
-        Bench::Auth { iterations, rounds } => auth::run(&out, iterations, rounds),
+        Bench::Auth { iterations, rounds, tag_only: false } => auth::run(&out, iterations, rounds),
+        Bench::Auth { tag_only: true, .. } => auth::tag_only(),
         Bench::Collectives { nodes, sizes, scale, rounds, cluster } => collectives::run(&out, &nodes, &sizes, scale, rounds, &cluster),
         Bench::Overlap { nodes, scale, rounds, cluster } => overlap::run(&out, &nodes, scale, rounds, &cluster),
         Bench::Load { nodes, rounds, iterations } => load::run(&out, &nodes, rounds, iterations),

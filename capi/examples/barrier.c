@@ -13,8 +13,10 @@
  * barrier, and rank k mod S another G ms before barrier k: gaps and
  * imbalance longer than MCD_BARRIER_TIMEOUT, which a live job must survive.
  * Prints "rank R of S: COUNT barriers (ALGORITHM), sent X, received Y; other
- * runs: F foreign, J superseded" (an earlier run's frames, replayed under the
- * same secret, are dropped as another instance's: mcd_stats). */
+ * runs: F foreign, J superseded, W sessions forgotten; dropped: D frames (T bad
+ * tag, P replayed, M mismatched), O messages overflowed; resends C, answers A
+ * (Q suppressed)": every counter of mcd_stats (an earlier run's frames,
+ * replayed under the same secret, are dropped as another instance's). */
 #include <mcd_barrier.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,10 +74,14 @@ int main(int argc, char **argv) {
         }
         mcd_stats stats;
         if ((rc = mcd_get_stats(job, &stats)) != MCD_OK) return fail("mcd_get_stats", rc);
-        printf("rank %d of %d: %llu barriers (%s), sent %llu, received %llu; other runs: %llu foreign, %llu superseded\n", rank, size,
-               (unsigned long long)stats.barriers, mcd_algorithm(job),
-               (unsigned long long)stats.messages_sent, (unsigned long long)stats.frames_received,
-               (unsigned long long)stats.messages_foreign, (unsigned long long)stats.joins_superseded);
+        printf("rank %d of %d: %llu barriers (%s), sent %llu, received %llu; other runs: %llu foreign, %llu superseded, %llu sessions forgotten, %llu stale hellos; "
+               "dropped: %llu frames (%llu bad tag, %llu replayed, %llu mismatched), %llu messages overflowed; resends %llu, answers %llu (%llu suppressed)\n",
+               rank, size, (unsigned long long)stats.barriers, mcd_algorithm(job), (unsigned long long)stats.messages_sent,
+               (unsigned long long)stats.frames_received, (unsigned long long)stats.messages_foreign, (unsigned long long)stats.joins_superseded,
+               (unsigned long long)stats.sessions_forgotten, (unsigned long long)stats.hellos_stale, (unsigned long long)stats.frames_dropped, (unsigned long long)stats.frames_bad_tag,
+               (unsigned long long)stats.frames_replayed, (unsigned long long)stats.frames_auth_mismatch,
+               (unsigned long long)stats.messages_overflow, (unsigned long long)stats.resends, (unsigned long long)stats.answers,
+               (unsigned long long)stats.answers_suppressed);
         fflush(stdout);
         /* Collective: returns once no peer can need this rank any more. */
         if ((rc = mcd_finalize(job)) != MCD_OK) return fail("mcd_finalize", rc);

@@ -12,7 +12,10 @@
  * namespace of one machine) to MCD_EXAMPLE_TIMES/rank<R> when that names a
  * directory. Then collectives on the groups (mcd_group_allreduce, _bcast
  * from every root, _reduce), each checked, and prints "rank R of S: N
- * group barriers on G groups". */
+ * group barriers on G groups; dropped: D frames (T bad tag, P replayed, M
+ * mismatched), O messages overflowed; other runs: F foreign, J superseded, W
+ * sessions forgotten" (the endpoint's drops, which every group shares, and
+ * the job's barrier's; mcd_stats). */
 #include <mcd_barrier.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -118,7 +121,14 @@ int main(int argc, char **argv) {
         group_barriers += s.barriers;
         if ((rc = mcd_group_free(group[g])) != MCD_OK) return fail("mcd_group_free", rc);
     }
-    printf("rank %d of %d: %llu group barriers on %llu groups\n", rank, size, group_barriers, created);
+    mcd_stats s;
+    if ((rc = mcd_get_stats(job, &s)) != MCD_OK) return fail("mcd_get_stats", rc);
+    printf("rank %d of %d: %llu group barriers on %llu groups; dropped: %llu frames (%llu bad tag, %llu replayed, %llu mismatched), "
+           "%llu messages overflowed; other runs: %llu foreign, %llu superseded, %llu sessions forgotten, %llu stale hellos\n",
+           rank, size, group_barriers, created, (unsigned long long)s.frames_dropped, (unsigned long long)s.frames_bad_tag,
+           (unsigned long long)s.frames_replayed, (unsigned long long)s.frames_auth_mismatch, (unsigned long long)s.messages_overflow,
+           (unsigned long long)s.messages_foreign, (unsigned long long)s.joins_superseded, (unsigned long long)s.sessions_forgotten,
+           (unsigned long long)s.hellos_stale);
     fflush(stdout);
     if (times) fclose(times);
     free(half);

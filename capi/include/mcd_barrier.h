@@ -284,6 +284,13 @@ typedef struct mcd_stats {
      * were replayed here.
      */
     uint64_t sessions_forgotten;
+    /**
+     * Hellos the bootstrap took and then ignored, or whose bootstrap of
+     * their rank another replaced: an earlier run's, replayed (or another
+     * job's with this job key, or of a rank that bootstrapped again); 0 in
+     * a job nobody disturbed.
+     */
+    uint64_t hellos_stale;
 } mcd_stats;
 
 /**
@@ -540,6 +547,29 @@ int mcd_size(struct mcd_job *job);
  * As [`mcd_barrier`].
  */
 const char *mcd_algorithm(struct mcd_job *job);
+
+/**
+ * 1 if the job's frames are signed and verified (a job secret), 0 if
+ * not (`MCD_AUTH=off`, in any case and spacing mcd accepts, or
+ * [`MCD_AUTH_OFF`]): what mcd runs, for a report to say; a negative
+ * `MCD_ERR_*` for a NULL handle.
+ *
+ * # Safety
+ * As [`mcd_barrier`].
+ */
+int mcd_authenticated(struct mcd_job *job);
+
+/**
+ * What `MCD_AUTH` and `MCD_KEY_FILE` ask for, read as [`mcd_init`] reads
+ * them (trimmed, `off` in any case), the key file not yet read:
+ * [`MCD_AUTH_OFF`] (authentication off), [`MCD_AUTH_ENV`] (a key file is
+ * named) or [`MCD_AUTH_KEY`] (neither: the caller must give a secret, as
+ * the MPI interposer agrees one over MPI); or [`MCD_ERR_CONFIG`] when the
+ * values are wrong ([`mcd_last_error`] says how). For a caller that
+ * decides where the secret comes from before `mcd_init` and must not read
+ * the variables differently from mcd (review rev29, finding 4).
+ */
+int mcd_auth_from_env(void);
 
 /**
  * Copies the job's counters into `*out`.

@@ -107,6 +107,9 @@ pub struct Job {
     pub(crate) policy: JobPolicy,
     rank: usize,
     size: usize,
+    /// Whether its frames are signed and verified (what mcd runs, however
+    /// the settings said it: review rev29, finding 4).
+    authenticated: bool,
     pub(crate) rails: usize,
     /// What `auto` is told of the hosts, for the job and its groups.
     pub(crate) host: HostShape,
@@ -197,6 +200,7 @@ impl Job {
         let size = config.nodes.len();
         let rails = config.interfaces.len();
         let endpoint = Endpoint::open(config)?;
+        let authenticated = endpoint.authenticated();
         let host = HostShape {
             local_processes: settings.local_processes.unwrap_or_else(mcd::wait::local_processes_from_env),
             cores: settings.cores.unwrap_or_else(mcd::host::online_cpus),
@@ -230,6 +234,7 @@ impl Job {
             policy,
             rank,
             size,
+            authenticated,
             rails,
             host,
             closing: Closing::default(),
@@ -249,6 +254,11 @@ impl Job {
     /// The algorithm's name.
     pub fn algorithm(&self) -> &CStr {
         &self.algorithm
+    }
+
+    /// Whether the job's frames are signed and verified.
+    pub fn authenticated(&self) -> bool {
+        self.authenticated
     }
 
     /// The job's barrier (held while in use: a second thread's barrier call

@@ -53,6 +53,11 @@ pub struct mcd_stats {
     /// (a few are kept per sender): many means frames of many earlier runs
     /// were replayed here.
     pub sessions_forgotten: u64,
+    /// Hellos the bootstrap took and then ignored, or whose bootstrap of
+    /// their rank another replaced: an earlier run's, replayed (or another
+    /// job's with this job key, or of a rank that bootstrapped again); 0 in
+    /// a job nobody disturbed.
+    pub hellos_stale: u64,
 }
 
 /// The counters `b` of a barrier, and those of the shared endpoint.
@@ -74,5 +79,6 @@ pub(crate) fn stats_of(b: BarrierStats, shared: &SharedEndpoint) -> Result<mcd_s
         joins_superseded: b.superseded,
         messages_overflow: route.overflow + route.pending_dropped,
         sessions_forgotten: e.sessions_forgotten,
+        hellos_stale: e.stale_hellos,
     })
 }

@@ -110,7 +110,7 @@ fn header_structs(header: &str) -> Vec<(String, BTreeSet<String>)> {
 fn header_struct_layouts_match_rust() {
     let rust = layouts! {
         mcd_params { rank, size, interfaces, node_file, job, algorithm, port, local_procs, cpus, auth, secret }
-        mcd_stats { barriers, messages_sent, frames_received, resends, answers, frames_dropped, frames_bad_tag, frames_replayed, frames_auth_mismatch, answers_suppressed, messages_foreign, joins_superseded, messages_overflow, sessions_forgotten }
+        mcd_stats { barriers, messages_sent, frames_received, resends, answers, frames_dropped, frames_bad_tag, frames_replayed, frames_auth_mismatch, answers_suppressed, messages_foreign, joins_superseded, messages_overflow, sessions_forgotten, hellos_stale }
     };
     // Every struct the header defines is checked, each field of it.
     let header = std::fs::read_to_string(header_path()).expect("capi/include/mcd_barrier.h");
@@ -156,4 +156,42 @@ fn header_struct_layouts_match_rust() {
         "the C compiler disagrees with Rust on the header's struct layouts (or rejects the header):\n{}\n--- layout.c:\n{c}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `text` from the first `from` to the first `to` after it.
+fn between<'a>(text: &'a str, from: &str, to: &str, what: &str) -> &'a str {
+    let start = text.find(from).unwrap_or_else(|| panic!("{what}: `{from}` not found"));
+    let len = text[start..].find(to).unwrap_or_else(|| panic!("{what}: `{to}` not found after `{from}`"));
+    &text[start..start + len]
+}
+
+#[test]
+fn every_stats_counter_is_printed_by_the_c_example_and_the_interposers_reports() {
+    // Issue 27: the drops are counted (`Stats`, the C ABI's stats,
+    // `MCD_MPI_REPORT`). A counter added to `mcd_stats` and printed nowhere
+    // is one no user sees: every field of the header's `mcd_stats` must be
+    // read by the C example's report, by the interposer's MCD_MPI_REPORT
+    // line and by its MCD_MPI_REPORT_JSON file; the groups example prints
+    // every drop.
+    let header = std::fs::read_to_string(header_path()).expect("capi/include/mcd_barrier.h");
+    let fields = header_structs(&header).into_iter().find(|(n, _)| n == "mcd_stats").expect("mcd_stats in the header").1;
+    assert!(fields.len() >= 14, "{fields:?}");
+    let read = |path: &str| std::fs::read_to_string(crate_dir().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let barrier = read("examples/barrier.c");
+    let groups = read("examples/groups.c");
+    let interposer = read("../mpi/mcd_mpi_barrier.c");
+    let places = [
+        ("examples/barrier.c, its report", between(&barrier, "mcd_get_stats(job, &stats)", "fflush(stdout)", "barrier.c"), "stats."),
+        ("MCD_MPI_REPORT", between(&interposer, "int MPI_Finalize(void) {", "mcd-mpi: rank %d: collectives:", "mcd_mpi_barrier.c"), "s."),
+        ("MCD_MPI_REPORT_JSON", between(&interposer, "static void json_write(", "\n}\n", "mcd_mpi_barrier.c"), "s."),
+    ];
+    for (place, code, var) in places {
+        let missing: Vec<&String> = fields.iter().filter(|f| !code.contains(&format!("{var}{f}"))).collect();
+        assert!(missing.is_empty(), "{place} does not print mcd_stats' {missing:?}");
+    }
+    let drops =
+        fields.iter().filter(|f| !["barriers", "messages_sent", "frames_received", "resends", "answers", "answers_suppressed"].contains(&f.as_str()));
+    let report = between(&groups, "mcd_get_stats(job, &s)", "if (times)", "groups.c");
+    let missing: Vec<&String> = drops.filter(|f| !report.contains(&format!("s.{f}"))).collect();
+    assert!(missing.is_empty(), "examples/groups.c does not print the drops {missing:?}");
 }

@@ -5,27 +5,35 @@
 //!   a job and by nobody else. It never travels on the segment: it comes
 //!   from a key file ([`KEY_FILE_VAR`], mode 0600, owned by the user), from a
 //!   launcher that writes one (`mcd-vcluster run`), or from the MPI
-//!   interposer, whose rank 0 makes one and broadcasts it over MPI.
+//!   interposer, whose rank 0 makes one and gives it to every rank over
+//!   MPI, wrapped for each by an ephemeral X25519 exchange (never in clear:
+//!   the README's **Security**), unless every rank reads a key file.
 //! - **The tag** ([`FrameKey`]): keyed SipHash-2-4, 64 bits, of every byte
 //!   of the frame from its kind through the trailer's counter (see
-//!   [`crate::wire`]), under a key derived from the secret, the rail and
-//!   the frame's destination MAC ([`FrameKey::for_destination`]: a node's
-//!   address, or a group's). The bytes before the kind are covered as
-//!   well, each in its own way: the destination MAC by the key (a frame
-//!   re-addressed to another node or group fails its tag there); the
-//!   source MAC, the EtherType and the version byte have one acceptable
-//!   value each (the source node's listed MAC on that rail, the job's
-//!   EtherType, this version), and the receiver drops any other. Leaving
-//!   them out of the hash saves two of SipHash's thirteen compressions at
-//!   64 bytes of payload. A frame whose tag does not verify is dropped
-//!   before anything in it is acted on ([`crate::DropReason::BadTag`]).
+//!   [`crate::wire`]), under a key derived from the secret, the job key,
+//!   the rail and the frame's destination MAC
+//!   ([`FrameKey::for_destination`]: a node's address, or a group's). The
+//!   bytes before the kind are covered as well, each in its own way: the
+//!   destination MAC and the job key by the key (a frame re-addressed to
+//!   another node or group, or signed for another job, fails its tag
+//!   there); the source MAC, the EtherType and the version byte have one
+//!   acceptable value each (the source node's listed MAC on that rail, the
+//!   job's EtherType, this version), and the receiver drops any other, as
+//!   it drops another job key. Leaving those 19 bytes out of the hash saves
+//!   SipHash three of fourteen compressions at 64 bytes of payload. A frame
+//!   whose tag does not verify is dropped before anything in it is acted
+//!   on ([`crate::DropReason::BadTag`]).
 //!   The rail in the key means a frame sent on one rail and replayed on
 //!   another fails its tag there, even where a node's rails share one MAC
 //!   (review rev27, finding 4).
 //! - **Replay** ([`SenderWindows`]): each endpoint numbers its frames with a
-//!   64-bit counter ([`Counter`]): a *session* (32 random bits drawn when the
-//!   endpoint opens, and again after 2^32 frames) above the frame's number
-//!   in the session. Each receiver keeps, per sender node and rail, one
+//!   counter ([`Counter`], [`FrameCounter`]): a *session* (64 random bits
+//!   drawn when the endpoint opens, and again after 2^32 - 1 frames) and
+//!   the frame's number in the session (32 bits, from 1). A session of 64
+//!   bits is never drawn twice (2^-64 per pair; with 32 bits, as in wire
+//!   version 3, a frame recorded in an earlier run whose sender drew the
+//!   live session's bits again lifted the live window and silenced that
+//!   sender: review rev28, finding 3). Each receiver keeps, per sender node and rail, one
 //!   [`ReplayWindow`] per session heard (its most heard and at most
 //!   [`EARLIER_SESSIONS`] others): the highest number seen and a
 //!   bitmap of the [`REPLAY_WINDOW`] below it. A frame seen before, or
@@ -48,6 +56,7 @@ use std::path::{Path, PathBuf};
 use siphasher::sip::SipHasher24;
 use siphasher::sip128::SipHasher24 as SipHasher128;
 
+pub use crate::wire::FrameCounter;
 use crate::wire::{offset, Frame, MacAddr, TrailerRepr, TRAILER_LEN};
 use crate::{Error, Result};
 
@@ -62,8 +71,6 @@ pub const AUTH_VAR: &str = "MCD_AUTH";
 /// one sender on one rail may be read this far out of order and still be
 /// delivered once.
 pub const REPLAY_WINDOW: u64 = 512;
-/// Bits of a counter below its session: the frame's number in the session.
-pub const SESSION_SHIFT: u32 = 32;
 /// The largest key file read (a key file is 16 bytes or 32 hex digits).
 const KEY_FILE_MAX: u64 = 256;
 
@@ -177,10 +184,22 @@ fn nofollow() -> i32 {
 }
 
 /// The secret in a key file's bytes: exactly 16 bytes, or 32 hex digits
-/// with optional white space around them.
+/// with optional white space around them. 16 bytes that are all text
+/// (printable ASCII, spaces, tabs and line ends) are refused: a typed
+/// password, not a secret (review rev29, finding 5: one recorded frame lets
+/// anyone test guesses of it offline). 16 random bytes are all text with
+/// odds of (98/256)^16, about 2e-7: such a file is refused too, and made
+/// again.
 fn parse_key_file(content: &[u8]) -> std::result::Result<JobSecret, String> {
     const FIX: &str = "write 16 random bytes into it: `head -c 16 /dev/urandom > FILE` (umask 077)";
     let zeros = || format!("it holds a secret of all zeros, which anyone can guess; {FIX}");
+    let text = |b: &u8| b.is_ascii_graphic() || matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    if content.len() == SECRET_LEN && content.iter().all(text) {
+        return Err(format!(
+            "it holds {SECRET_LEN} characters of text (a typed password?), not {SECRET_LEN} random bytes: a password can be \
+             guessed offline from one frame of the job; {FIX}"
+        ));
+    }
     if content.len() == SECRET_LEN {
         let secret = JobSecret(content.try_into().expect("16 bytes"));
         return if secret.is_all_zeros() { Err(zeros()) } else { Ok(secret) };
@@ -221,31 +240,17 @@ impl Auth {
     /// ([`JobSecret::load`]); neither is [`Auth::Unset`]. `MCD_AUTH` other
     /// than `on`/`off`, both set at once, or a bad key file are errors.
     pub fn from_env() -> Result<Auth> {
-        let var = |name: &str| std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
-        Auth::from_values(var(AUTH_VAR).as_deref(), var(KEY_FILE_VAR).as_deref())
+        let (auth, key_file) = auth_env();
+        Auth::from_values(auth.as_deref(), key_file.as_deref())
     }
 
     /// [`from_env`](Self::from_env) for given values of `MCD_AUTH` and `MCD_KEY_FILE`.
     pub fn from_values(auth: Option<&str>, key_file: Option<&str>) -> Result<Auth> {
-        let on = match auth.map(|a| a.to_ascii_lowercase()) {
-            None => true,
-            Some(a) if a == "on" => true,
-            Some(a) if a == "off" => false,
-            Some(_) => {
-                return Err(Error::Config(format!(
-                    "{AUTH_VAR}={} is neither `on` nor `off` (off sends unauthenticated frames)",
-                    auth.unwrap_or_default()
-                )))
-            }
-        };
-        match (on, key_file) {
-            (false, None) => Ok(Auth::Off),
-            (false, Some(path)) => Err(Error::Config(format!(
-                "{AUTH_VAR}=off and {KEY_FILE_VAR}={path} are both set: unset one (authentication is either off or keyed)"
-            ))),
-            (true, Some(path)) => Ok(Auth::Key(JobSecret::load(Path::new(path))?)),
-            (true, None) => Ok(Auth::Unset),
-        }
+        Ok(match AuthSource::from_values(auth, key_file)? {
+            AuthSource::Off => Auth::Off,
+            AuthSource::KeyFile(path) => Auth::Key(JobSecret::load(Path::new(&path))?),
+            AuthSource::Unset => Auth::Unset,
+        })
     }
 
     /// The setting, with [`Auth::Unset`] an [`Error::NoSecret`].
@@ -265,46 +270,101 @@ impl Auth {
     }
 }
 
+/// `MCD_AUTH` and `MCD_KEY_FILE` as mcd reads them: trimmed, `None` if unset or empty.
+fn auth_env() -> (Option<String>, Option<String>) {
+    let var = |name: &str| std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+    (var(AUTH_VAR), var(KEY_FILE_VAR))
+}
+
+/// What `MCD_AUTH` and `MCD_KEY_FILE` ask for, the key file not yet read:
+/// for a caller that must decide where a secret comes from before
+/// [`Auth::from_env`] (the MPI interposer agrees it over MPI when neither
+/// is set), and must read the variables exactly as mcd does (review rev29,
+/// finding 4: it took `MCD_AUTH=Off` for "on").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuthSource {
+    /// `MCD_AUTH=off` (any case, white space around it).
+    Off,
+    /// `MCD_KEY_FILE` names this file.
+    KeyFile(String),
+    /// Neither: [`Auth::Unset`].
+    Unset,
+}
+
+impl AuthSource {
+    /// What the environment asks for; errors as [`Auth::from_env`]'s, but
+    /// for the key file's content.
+    pub fn from_env() -> Result<AuthSource> {
+        let (auth, key_file) = auth_env();
+        AuthSource::from_values(auth.as_deref(), key_file.as_deref())
+    }
+
+    /// [`from_env`](Self::from_env) for given values of `MCD_AUTH` and `MCD_KEY_FILE`.
+    pub fn from_values(auth: Option<&str>, key_file: Option<&str>) -> Result<AuthSource> {
+        let on = match auth.map(|a| a.to_ascii_lowercase()) {
+            None => true,
+            Some(a) if a == "on" => true,
+            Some(a) if a == "off" => false,
+            Some(_) => {
+                return Err(Error::Config(format!(
+                    "{AUTH_VAR}={} is neither `on` nor `off` (off sends unauthenticated frames)",
+                    auth.unwrap_or_default()
+                )))
+            }
+        };
+        match (on, key_file) {
+            (false, None) => Ok(AuthSource::Off),
+            (false, Some(path)) => Err(Error::Config(format!(
+                "{AUTH_VAR}=off and {KEY_FILE_VAR}={path} are both set: unset one (authentication is either off or keyed)"
+            ))),
+            (true, Some(path)) => Ok(AuthSource::KeyFile(path.to_string())),
+            (true, None) => Ok(AuthSource::Unset),
+        }
+    }
+}
+
 /// A key file path from the environment, if `MCD_KEY_FILE` is set.
 pub fn key_file_from_env() -> Option<PathBuf> {
     std::env::var_os(KEY_FILE_VAR).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
-/// A sender's frame counter: its session (random, in the high 32 bits)
-/// and the next frame's number in it (the low 32 bits, from 1). Numbers
-/// never repeat within a session; after 2^32 - 1 frames a new session is
-/// drawn. A receiver compares counters only within one session
+/// A sender's frame counter: its session (64 random bits) and the next
+/// frame's number in it (from 1), as [`FrameCounter`]s. Numbers never
+/// repeat within a session; after 2^32 - 1 frames a new session is drawn.
+/// A receiver compares numbers only within one session
 /// ([`SenderWindows`]), so no clock enters the replay check.
 #[derive(Clone, Debug)]
 pub struct Counter {
-    next: u64,
+    next: FrameCounter,
 }
 
 impl Counter {
     /// A counter in a fresh session, from the OS's random source.
     pub fn new() -> Result<Counter> {
-        Ok(Counter { next: (u64::from(new_session()?) << SESSION_SHIFT) | 1 })
+        Ok(Counter { next: FrameCounter { session: new_session()?, number: 1 } })
     }
 
     /// The counter of the next frame (and moves on).
-    pub fn take(&mut self) -> u64 {
+    pub fn take(&mut self) -> FrameCounter {
         let counter = self.next;
-        self.next += 1;
-        if self.next as u32 == 0 {
+        match counter.number.checked_add(1) {
+            Some(number) => self.next.number = number,
             // The session's numbers are used up: another session (a random
-            // one; if the source fails, the next session number on).
-            let session = new_session().unwrap_or((counter >> SESSION_SHIFT) as u32 ^ 0x9E37_79B9);
-            self.next = (u64::from(session) << SESSION_SHIFT) | 1;
+            // one; if the source fails, one derived from this one).
+            None => {
+                let session = new_session().unwrap_or(counter.session.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15);
+                self.next = FrameCounter { session, number: 1 };
+            }
         }
         counter
     }
 }
 
-/// 32 random bits, never 0.
-fn new_session() -> Result<u32> {
-    let mut bytes = [0u8; 4];
+/// 64 random bits.
+fn new_session() -> Result<u64> {
+    let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).map_err(|e| Error::Config(format!("the OS random source failed: {e}")))?;
-    Ok(u32::from_ne_bytes(bytes).max(1))
+    Ok(u64::from_ne_bytes(bytes))
 }
 
 /// A job secret made ready to sign and verify frames.
@@ -320,16 +380,18 @@ impl fmt::Debug for FrameKey {
 }
 
 impl FrameKey {
-    /// The key of frames sent on rail `rail` to `dst` (a node's MAC on that
-    /// rail, or a group's multicast MAC) under `secret`: the 128-bit
-    /// SipHash-2-4, under the secret, of "mcd frame key", the rail's number
-    /// and `dst`. Deriving one takes about as long as signing a frame:
-    /// endpoints derive theirs when they open.
-    pub fn for_destination(secret: &JobSecret, rail: usize, dst: MacAddr) -> FrameKey {
-        let mut label = [0u8; 24];
+    /// The key of job `job_key`'s frames sent on rail `rail` to `dst` (a
+    /// node's MAC on that rail, or a group's multicast MAC) under
+    /// `secret`: the 128-bit SipHash-2-4, under the secret, of "mcd frame
+    /// key", the job key, the rail's number and `dst`. Deriving one takes
+    /// about as long as signing a frame: endpoints derive theirs when they
+    /// open.
+    pub fn for_destination(secret: &JobSecret, job_key: u32, rail: usize, dst: MacAddr) -> FrameKey {
+        let mut label = [0u8; 28];
         label[..13].copy_from_slice(b"mcd frame key");
-        label[14..18].copy_from_slice(&(rail as u32).to_be_bytes());
-        label[18..].copy_from_slice(&dst.0);
+        label[14..18].copy_from_slice(&job_key.to_be_bytes());
+        label[18..22].copy_from_slice(&(rail as u32).to_be_bytes());
+        label[22..].copy_from_slice(&dst.0);
         let derived = u128::from(SipHasher128::new_with_key(&secret.0).hash(&label)).to_le_bytes();
         FrameKey { hasher: SipHasher24::new_with_key(&derived) }
     }
@@ -339,22 +401,24 @@ impl FrameKey {
         self.hasher.hash(signed)
     }
 
-    /// Signs a frame in `frame` (to this key's destination, on its rail):
-    /// its headers (with the [`AUTH_FLAG`](crate::wire::AUTH_FLAG) set) and
-    /// payload are written, and `frame` ends with the [`TRAILER_LEN`] bytes
-    /// of the trailer, which this writes: `counter`, then the tag of every
-    /// byte from the kind through the counter.
-    pub fn sign(&self, frame: &mut [u8], counter: u64) {
+    /// Signs a frame in `frame` (of this key's job, to its destination, on
+    /// its rail): its headers (with the
+    /// [`AUTH_FLAG`](crate::wire::AUTH_FLAG) set) and payload are written,
+    /// and `frame` ends with the [`TRAILER_LEN`] bytes of the trailer,
+    /// which this writes: `counter`, then the tag of every byte from the
+    /// kind through the counter.
+    pub fn sign(&self, frame: &mut [u8], counter: FrameCounter) {
         let at = frame.len() - TRAILER_LEN;
-        frame[at + offset::TRAILER_COUNTER..at + offset::TRAILER_COUNTER + 8].copy_from_slice(&counter.to_be_bytes());
+        TrailerRepr::emit_counter(counter, &mut frame[at..]);
         let tag = self.tag(&frame[offset::KIND..at + offset::TRAILER_TAG]);
         TrailerRepr { counter, tag }.emit(&mut frame[at..]);
     }
 
     /// The frame's counter if its tag verifies under this key (the key of
-    /// its rail and destination); `None` for an unauthenticated frame or a
-    /// wrong tag. `frame` must be checked ([`Frame::new_checked`]).
-    pub fn verify<T: AsRef<[u8]>>(&self, frame: &Frame<T>) -> Option<u64> {
+    /// its job, rail and destination); `None` for an unauthenticated frame
+    /// or a wrong tag. `frame` must be checked ([`Frame::new_checked`], or
+    /// [`FrameRepr::parse`](crate::wire::FrameRepr::parse) of it).
+    pub fn verify<T: AsRef<[u8]>>(&self, frame: &Frame<T>) -> Option<FrameCounter> {
         let signed = frame.signed_bytes()?;
         let trailer = TrailerRepr::parse(&frame.trailer()?);
         // One 64-bit comparison: no early exit on a first differing byte.
@@ -428,7 +492,7 @@ pub const EARLIER_SESSIONS: usize = 4;
 /// One session's window in a [`SenderWindows`], with what picks which to keep.
 #[derive(Clone, Debug, Default)]
 struct SessionWindow {
-    session: u32,
+    session: u64,
     window: ReplayWindow,
     /// Frames of the session taken.
     taken: u64,
@@ -456,17 +520,24 @@ struct SessionWindow {
 /// (its barrier instance and bootstrap nonces are another run's: the
 /// engine drops it as another instance's, `RouteStats::foreign`).
 ///
-/// What is left: an attacker who replays more frames of one recorded
-/// session than the live sender has sent this receiver on this rail moves
-/// the live session out of its slot, among the others; a flood of more
-/// than [`EARLIER_SESSIONS`] recorded sessions between two of its frames
-/// then has it forgotten, and its frames recorded in this run are new
-/// once more: the engine gets them as it gets the duplicate copies and
-/// answers it sends by design (an earlier barrier's is stale). The live
-/// session takes its slot back once more of its frames were taken than
-/// of the recorded one.
+/// The live sessions are never forgotten (review rev29, finding 1: an
+/// attacker who replayed more frames of one recorded session than the live
+/// sender had sent moved the live session among the others, and one frame
+/// of each of 4 more recorded sessions then had it forgotten, so that a
+/// dead node's frames of this run, replayed, were new once more and kept
+/// it alive): the receiver's barrier engine names the sender's session
+/// live when it takes one of its messages as this run's (its barrier
+/// instance is run-bound: [`pin_last`](Self::pin_last), [`pin`](Self::pin)),
+/// and the live session and the one live before it (a sender moves to a
+/// new session after 2^32 frames) each have a slot of their own, which no
+/// other session takes. Until the engine has named one (before the join's
+/// end), the most heard session's slot is all the live one has.
 #[derive(Clone, Debug, Default)]
 pub struct SenderWindows {
+    /// The sessions named live, the latest first (see above).
+    live: [SessionWindow; 2],
+    /// The session of the frame recorded last.
+    last: u64,
     /// The session of which the most frames were taken (unused while its
     /// window is empty: the first session heard takes it).
     most: SessionWindow,
@@ -479,34 +550,104 @@ pub struct SenderWindows {
 }
 
 impl SenderWindows {
-    fn earlier(&self, session: u32) -> Option<usize> {
+    fn earlier(&self, session: u64) -> Option<usize> {
         self.earlier.iter().position(|w| w.session == session && w.window.highest() != 0)
-    }
-
-    fn session_of(counter: u64) -> u32 {
-        (counter >> SESSION_SHIFT) as u32
     }
 
     /// Whether a frame with `counter` is new: of a session not kept, or
     /// new to its session's window. Changes nothing.
-    pub fn check(&self, counter: u64) -> bool {
-        let session = Self::session_of(counter);
-        if counter as u32 == 0 {
+    pub fn check(&self, counter: FrameCounter) -> bool {
+        let (session, number) = (counter.session, u64::from(counter.number));
+        if number == 0 {
             return false; // numbers start at 1
         }
-        if self.most.session == session {
-            return self.most.window.check(counter);
+        if let Some(live) = self.live(session) {
+            return self.live[live].window.check(number);
         }
-        self.earlier(session).is_none_or(|i| self.earlier[i].window.check(counter))
+        if self.most.session == session {
+            return self.most.window.check(number);
+        }
+        self.earlier(session).is_none_or(|i| self.earlier[i].window.check(number))
     }
 
     /// Records `counter` as seen (after [`check`](Self::check) said it is new).
-    pub fn record(&mut self, counter: u64) {
-        let session = Self::session_of(counter);
+    pub fn record(&mut self, counter: FrameCounter) {
+        let (session, number) = (counter.session, u64::from(counter.number));
         self.clock += 1;
+        self.last = session;
+        if let Some(live) = self.live(session) {
+            let slot = &mut self.live[live];
+            slot.window.record(number);
+            slot.taken += 1;
+            slot.used = self.clock;
+            return;
+        }
+        self.pool(session, number);
+    }
+
+    /// The live slot holding `session`, if any.
+    fn live(&self, session: u64) -> Option<usize> {
+        self.live.iter().position(|w| w.session == session && w.window.highest() != 0)
+    }
+
+    /// Names the session of the frame recorded last live: the receiver's
+    /// engine took that frame's message as this run's. One comparison when
+    /// it already is the live one.
+    pub fn pin_last(&mut self) {
+        self.pin(self.last);
+    }
+
+    /// Names `session` live (as [`pin_last`](Self::pin_last)), if it is
+    /// kept: a session forgotten meanwhile stays so.
+    pub fn pin(&mut self, session: u64) {
+        if self.live[0].session == session && self.live[0].window.highest() != 0 {
+            return;
+        }
+        if self.live[1].session == session && self.live[1].window.highest() != 0 {
+            self.live.swap(0, 1);
+            return;
+        }
+        // Out of the pool (it was recorded last, so it is there).
+        let window = if self.most.session == session && self.most.window.highest() != 0 {
+            std::mem::take(&mut self.most)
+        } else if let Some(i) = self.earlier(session) {
+            std::mem::take(&mut self.earlier[i])
+        } else {
+            return;
+        };
+        // The one live before the previous goes back to the pool.
+        let previous = std::mem::replace(&mut self.live[0], window);
+        let older = std::mem::replace(&mut self.live[1], previous);
+        if older.window.highest() != 0 {
+            self.give_back(older);
+        }
+    }
+
+    /// Puts a session's window back among the others (a live one no longer live).
+    fn give_back(&mut self, w: SessionWindow) {
+        if self.most.window.highest() == 0 || w.taken > self.most.taken {
+            let was = std::mem::replace(&mut self.most, w);
+            if was.window.highest() == 0 {
+                return;
+            }
+            return self.give_back_earlier(was);
+        }
+        self.give_back_earlier(w);
+    }
+
+    fn give_back_earlier(&mut self, w: SessionWindow) {
+        let i = (0..EARLIER_SESSIONS).min_by_key(|&i| (self.earlier[i].window.highest() != 0, self.earlier[i].used)).unwrap_or(0);
+        if self.earlier[i].window.highest() != 0 {
+            self.forgotten += 1;
+        }
+        self.earlier[i] = w;
+    }
+
+    /// Records `number` of `session`, a session not named live.
+    fn pool(&mut self, session: u64, number: u64) {
         if self.most.session == session || self.most.window.highest() == 0 {
             self.most.session = session;
-            self.most.window.record(counter);
+            self.most.window.record(number);
             self.most.taken += 1;
             self.most.used = self.clock;
             return;
@@ -526,7 +667,7 @@ impl SenderWindows {
             }
         };
         let slot = &mut self.earlier[i];
-        slot.window.record(counter);
+        slot.window.record(number);
         slot.taken += 1;
         slot.used = self.clock;
         if slot.taken > self.most.taken {
@@ -534,20 +675,24 @@ impl SenderWindows {
         }
     }
 
-    /// The sessions kept, the most heard first, then the others, the most
-    /// recently heard first.
-    pub fn sessions(&self) -> impl Iterator<Item = u32> + '_ {
-        let mut earlier: [Option<(u64, u32)>; EARLIER_SESSIONS] = [None; EARLIER_SESSIONS];
+    /// The sessions kept: those named live (the latest first), the most
+    /// heard, then the others, the most recently heard first.
+    pub fn sessions(&self) -> impl Iterator<Item = u64> + '_ {
+        let live = self.live.iter().filter(|w| w.window.highest() != 0).map(|w| w.session);
+        let mut earlier: [Option<(u64, u64)>; EARLIER_SESSIONS] = [None; EARLIER_SESSIONS];
         for (slot, w) in earlier.iter_mut().zip(&self.earlier) {
             *slot = (w.window.highest() != 0).then_some((w.used, w.session));
         }
         earlier.sort_unstable_by(|a, b| b.cmp(a));
         let most = (self.most.window.highest() != 0).then_some(self.most.session);
-        most.into_iter().chain(earlier.into_iter().flatten().map(|(_, s)| s))
+        live.chain(most).chain(earlier.into_iter().flatten().map(|(_, s)| s))
     }
 
-    /// The highest counter seen in `session` (0 if none, or forgotten).
-    pub fn highest(&self, session: u32) -> u64 {
+    /// The highest number seen in `session` (0 if none, or forgotten).
+    pub fn highest(&self, session: u64) -> u64 {
+        if let Some(live) = self.live(session) {
+            return self.live[live].window.highest();
+        }
         if self.most.session == session {
             return self.most.window.highest();
         }
@@ -565,7 +710,15 @@ mod tests {
     use super::*;
     use crate::wire::{FrameRepr, MacAddr, DEFAULT_ETHERTYPE, FRAME_HEADER_LEN};
 
-    fn signed_frame(key: &FrameKey, payload: &[u8], counter: u64) -> Vec<u8> {
+    /// The job key of [`signed_frame`]'s frames.
+    const JOB: u32 = 0xdead_beef;
+
+    /// The counter of frame `number` of `session`.
+    fn at(session: u64, number: u32) -> FrameCounter {
+        FrameCounter { session, number }
+    }
+
+    fn signed_frame(key: &FrameKey, payload: &[u8], counter: FrameCounter) -> Vec<u8> {
         let repr = FrameRepr {
             dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
             src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
@@ -574,7 +727,7 @@ mod tests {
             dst_port: 3,
             src_port: 4,
             src_node: 1,
-            job_key: 0xdead_beef,
+            job_key: JOB,
             seq: 42,
             payload_len: payload.len(),
             authenticated: true,
@@ -591,17 +744,17 @@ mod tests {
     const DST: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
 
     fn key(byte: u8) -> FrameKey {
-        FrameKey::for_destination(&JobSecret::from_bytes([byte; SECRET_LEN]), 0, DST)
+        FrameKey::for_destination(&JobSecret::from_bytes([byte; SECRET_LEN]), JOB, 0, DST)
     }
 
     /// The frame's counter if it verifies under the key a receiver on rail
     /// `rail` picks for it: the key of its destination MAC.
-    fn verify_received(secret: u8, rail: usize, bytes: &[u8]) -> Option<u64> {
+    fn verify_received(secret: u8, rail: usize, bytes: &[u8]) -> Option<FrameCounter> {
         let frame = Frame::new_checked(bytes).ok()?;
-        FrameKey::for_destination(&JobSecret::from_bytes([secret; SECRET_LEN]), rail, frame.dst_mac()).verify(&frame)
+        FrameKey::for_destination(&JobSecret::from_bytes([secret; SECRET_LEN]), JOB, rail, frame.dst_mac()).verify(&frame)
     }
 
-    fn verify(key: &FrameKey, bytes: &[u8]) -> Option<u64> {
+    fn verify(key: &FrameKey, bytes: &[u8]) -> Option<FrameCounter> {
         Frame::new_checked(bytes).ok().and_then(|f| key.verify(&f))
     }
 
@@ -610,33 +763,37 @@ mod tests {
         let k = key(1);
         for len in [0, 1, 8, 14, 64, 1400] {
             let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
-            let frame = signed_frame(&k, &payload, 0x0102_0304_0506_0708);
+            let counter = at(0x0102_0304_0506_0708, 0x090a_0b0c);
+            let frame = signed_frame(&k, &payload, counter);
             assert_eq!(frame.len(), FRAME_HEADER_LEN + len + TRAILER_LEN);
-            assert_eq!(verify(&k, &frame), Some(0x0102_0304_0506_0708), "{len}-byte payload");
+            assert_eq!(verify(&k, &frame), Some(counter), "{len}-byte payload");
             // Padding after the trailer (a NIC pads short frames) changes nothing.
             let mut padded = frame.clone();
             padded.resize(frame.len().max(60) + 4, 0xaa);
-            assert_eq!(verify(&k, &padded), Some(0x0102_0304_0506_0708));
+            assert_eq!(verify(&k, &padded), Some(counter));
         }
     }
 
     #[test]
     fn every_single_flipped_bit_fails_verification() {
         let k = key(1);
-        let frame = signed_frame(&k, b"payload!", 99);
-        assert_eq!(verify_received(1, 0, &frame), Some(99));
+        let frame = signed_frame(&k, b"payload!", at(0x1234_5678_9abc_def0, 99));
+        assert_eq!(verify_received(1, 0, &frame), Some(at(0x1234_5678_9abc_def0, 99)));
         for byte in 0..frame.len() {
             for bit in 0..8 {
                 let mut bad = frame.clone();
                 bad[byte] ^= 1 << bit;
                 let verdict = verify_received(1, 0, &bad);
                 if (offset::SRC_MAC..offset::KIND).contains(&byte) {
-                    // Not hashed: the source MAC, EtherType and version each
-                    // have one acceptable value, and the receiver drops any
-                    // other (`endpoint::tests::every_single_flipped_bit_is_dropped`).
+                    // Not hashed: the source MAC, EtherType, version and
+                    // job key each have one acceptable value, and the
+                    // receiver drops any other
+                    // (`endpoint::tests::every_single_flipped_bit_is_dropped`);
+                    // the job key is in the key as well.
                     continue;
                 }
-                // The destination MAC picks the key; the rest is hashed.
+                // The destination MAC picks the key; the rest (every bit of
+                // the session and the number included) is hashed.
                 assert_eq!(verdict, None, "bit {bit} of byte {byte} flipped still verifies");
             }
         }
@@ -645,31 +802,34 @@ mod tests {
     #[test]
     fn each_rail_and_destination_has_a_key_of_its_own() {
         // Review rev27, finding 4: rails sharing one MAC still have keys of their own.
-        let frame = signed_frame(&key(1), b"payload!", 1);
-        assert_eq!(verify_received(1, 0, &frame), Some(1));
+        let frame = signed_frame(&key(1), b"payload!", at(7, 1));
+        assert_eq!(verify_received(1, 0, &frame), Some(at(7, 1)));
         assert_eq!(verify_received(1, 1, &frame), None, "rail 0's frame on rail 1");
         let secret = JobSecret::from_bytes([1; SECRET_LEN]);
-        let other = FrameKey::for_destination(&secret, 0, MacAddr([2, 0, 0, 0, 0, 3]));
+        let other = FrameKey::for_destination(&secret, JOB, 0, MacAddr([2, 0, 0, 0, 0, 3]));
         assert_eq!(verify(&other, &frame), None, "under another destination's key");
-        assert_eq!(verify(&FrameKey::for_destination(&secret, 0, DST), &frame), Some(1));
+        // The job key is in the key, not in the hash: a frame signed for
+        // one job fails its tag at another job's node under the same secret.
+        assert_eq!(verify(&FrameKey::for_destination(&secret, JOB ^ 1, 0, DST), &frame), None, "under another job's key");
+        assert_eq!(verify(&FrameKey::for_destination(&secret, JOB, 0, DST), &frame), Some(at(7, 1)));
     }
 
     #[test]
     fn another_key_fails_verification() {
-        let frame = signed_frame(&key(1), b"hello", 5);
+        let frame = signed_frame(&key(1), b"hello", at(7, 5));
         assert_eq!(verify(&key(2), &frame), None);
         let mut other = [1u8; SECRET_LEN];
         other[15] = 0;
-        assert_eq!(verify(&FrameKey::for_destination(&JobSecret::from_bytes(other), 0, DST), &frame), None);
+        assert_eq!(verify(&FrameKey::for_destination(&JobSecret::from_bytes(other), JOB, 0, DST), &frame), None);
     }
 
     #[test]
     fn unauthenticated_or_short_frames_do_not_verify() {
         let k = key(1);
-        let mut frame = signed_frame(&k, b"hello", 5);
+        let mut frame = signed_frame(&k, b"hello", at(7, 5));
         frame[offset::VERSION] &= !crate::wire::AUTH_FLAG;
         assert_eq!(verify(&k, &frame), None, "flag cleared");
-        let frame = signed_frame(&k, b"hello", 5);
+        let frame = signed_frame(&k, b"hello", at(7, 5));
         for cut in 1..=TRAILER_LEN {
             assert!(Frame::new_checked(&frame[..frame.len() - cut]).is_err(), "{cut} bytes of the trailer cut");
         }
@@ -733,20 +893,20 @@ mod tests {
     fn a_restart_in_a_new_session_is_accepted_whatever_its_counters() {
         let mut w = SenderWindows::default();
         let mut first_life = Counter::new().unwrap();
-        let old: Vec<u64> = (0..50).map(|_| first_life.take()).collect();
+        let old: Vec<FrameCounter> = (0..50).map(|_| first_life.take()).collect();
         for &c in &old {
             assert!(w.check(c));
             w.record(c);
         }
         let mut restart = Counter::new().unwrap();
-        let new: Vec<u64> = (0..50).map(|_| restart.take()).collect();
-        assert_ne!(old[0] >> SESSION_SHIFT, new[0] >> SESSION_SHIFT, "another session (2^-32 to fail)");
+        let new: Vec<FrameCounter> = (0..50).map(|_| restart.take()).collect();
+        assert_ne!(old[0].session, new[0].session, "another session (2^-64 to fail)");
         for &c in &new {
-            assert!(w.check(c), "{c:#x} of the new life");
+            assert!(w.check(c), "{c:x?} of the new life");
             w.record(c);
         }
         for &c in old.iter().chain(&new) {
-            assert!(!w.check(c), "{c:#x} again");
+            assert!(!w.check(c), "{c:x?} again");
         }
     }
 
@@ -756,32 +916,33 @@ mod tests {
         // clock was ahead used to lift the window above the live sender's
         // counters. Sessions are compared by identity, never by size.
         let mut w = SenderWindows::default();
-        let (old, live) = (0xFFFF_FFF0u64 << SESSION_SHIFT, 0x0000_0010u64 << SESSION_SHIFT);
-        for c in [old + 1_000_000, old + 999_900] {
+        let (old, live) = (0xFFFF_FFFF_FFFF_FFF0u64, 0x10u64);
+        for c in [at(old, 1_000_000), at(old, 999_900)] {
             assert!(w.check(c));
             w.record(c);
         }
         for i in 1..=2000 {
-            assert!(w.check(live + i), "live frame {i}");
-            w.record(live + i);
+            assert!(w.check(at(live, i)), "live frame {i}");
+            w.record(at(live, i));
         }
-        assert_eq!(w.sessions().collect::<Vec<_>>(), vec![0x10, 0xFFFF_FFF0], "the session heard most first");
-        assert!(!w.check(old + 1_000_000) && !w.check(old + 999_900), "the old run's frames, once only");
-        assert!(!w.check(live + 1500) && !w.check(live + 1), "the live ones too");
-        assert_eq!((w.highest(0x10), w.highest(0xFFFF_FFF0), w.highest(7)), (live + 2000, old + 1_000_000, 0));
-        assert!(!w.check(live), "number 0 is never sent");
+        assert_eq!(w.sessions().collect::<Vec<_>>(), vec![live, old], "the session heard most first");
+        assert!(!w.check(at(old, 1_000_000)) && !w.check(at(old, 999_900)), "the old run's frames, once only");
+        assert!(!w.check(at(live, 1500)) && !w.check(at(live, 1)), "the live ones too");
+        assert_eq!((w.highest(live), w.highest(old), w.highest(7)), (2000, 1_000_000, 0));
+        assert!(!w.check(at(live, 0)), "number 0 is never sent");
     }
 
     #[test]
     fn a_counter_moves_to_a_new_session_before_its_numbers_wrap() {
-        let mut c = Counter { next: (5u64 << SESSION_SHIFT) | u64::from(u32::MAX - 1) };
-        assert_eq!(c.take(), (5 << SESSION_SHIFT) | u64::from(u32::MAX - 1));
-        assert_eq!(c.take(), (5 << SESSION_SHIFT) | u64::from(u32::MAX));
+        let mut c = Counter { next: at(5, u32::MAX - 1) };
+        assert_eq!(c.take(), at(5, u32::MAX - 1));
+        assert_eq!(c.take(), at(5, u32::MAX));
         let next = c.take();
-        assert_eq!(next as u32, 1, "number 1 of a new session");
-        assert_ne!(next >> SESSION_SHIFT, 0);
+        assert_eq!(next.number, 1, "number 1 of a new session");
+        assert_ne!(next.session, 5);
+        assert_eq!(c.take(), at(next.session, 2));
         let mut w = SenderWindows::default();
-        for x in [(5 << SESSION_SHIFT) | u64::from(u32::MAX), next, next + 1] {
+        for x in [at(5, u32::MAX), next, at(next.session, 2)] {
             assert!(w.check(x));
             w.record(x);
         }
@@ -894,24 +1055,47 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "finding 3 of rev28: a session is 32 random bits, so a frame recorded in an earlier run whose sender drew the live sender's session (S in 2^32 with S sessions of that node recorded) lifts the live session's window far ahead, and every live frame of that sender is dropped as a replay until its numbers catch up"]
-    fn rev28_a_recorded_frame_of_a_session_the_live_sender_drew_again_does_not_silence_it() {
-        let mut w = SenderWindows::default();
-        let session = 0x1234_5678u64 << SESSION_SHIFT;
-        let take = |w: &mut SenderWindows, c: u64| {
-            let new = w.check(c);
+    fn rev28_a_recorded_frame_of_a_session_sharing_32_bits_with_the_live_one_does_not_silence_it() {
+        // Finding 3 of rev28: a session was 32 random bits, so a frame
+        // recorded in an earlier run whose sender drew the live sender's
+        // session again (S in 2^32 with S sessions of that node recorded)
+        // lifted the live session's window far ahead, and every live frame
+        // of that sender was dropped as a replay until its numbers caught
+        // up. A session is now 64 random bits, every one of them on the wire
+        // (under the tag) and in the receiver's windows: an earlier run's
+        // session that agrees with the live one in any 32 bits is another
+        // session, whose frame leaves the live window as it was.
+        let k = key(1);
+        /// Sends `counter`'s frame through the wire (signed, verified) to `w`: whether it is taken.
+        fn take(k: &FrameKey, w: &mut SenderWindows, counter: FrameCounter) -> bool {
+            let got = verify(k, &signed_frame(k, b"barrier", counter)).expect("a signed frame verifies");
+            assert_eq!(got, counter, "the trailer carries the whole counter");
+            let new = w.check(got);
             if new {
-                w.record(c);
+                w.record(got);
             }
             new
-        };
-        for i in 1..=100 {
-            assert!(take(&mut w, session + i), "live frame {i}");
         }
-        // An earlier run's frame, of the same 32-bit session, 3 million frames into it.
-        take(&mut w, session + 3_000_000);
-        let dropped = (101..=200).filter(|&i| !take(&mut w, session + i)).count();
-        assert_eq!(dropped, 0, "live frames dropped as replays after one replayed frame of an earlier run");
+        let first = Counter::new().unwrap().take();
+        let live_session = first.session;
+        for (recorded, same) in [(live_session ^ 0xFFFF_FFFF_0000_0000, "low"), (live_session ^ 0x0000_0000_FFFF_FFFF, "high")] {
+            let (mut w, mut live) = (SenderWindows::default(), Counter { next: first });
+            for i in 1..=100 {
+                assert!(take(&k, &mut w, live.take()), "live frame {i}");
+            }
+            // An earlier run's frame, of a session with the same 32 {same} bits, 3 million frames into it.
+            assert!(take(&k, &mut w, at(recorded, 3_000_000)), "new to this receiver, once");
+            let dropped = (101..=200).filter(|_| !take(&k, &mut w, live.take())).count();
+            assert_eq!(
+                dropped, 0,
+                "live frames dropped as replays after one frame of an earlier run whose session has the live one's {same} 32 bits"
+            );
+            assert_eq!(w.highest(live_session), 200);
+        }
+        // Every one of the 64 bits is drawn: neither half is the same from one session to the next.
+        let sessions: Vec<u64> = (0..16).map(|_| Counter::new().unwrap().take().session).collect();
+        assert!(sessions.iter().any(|s| s >> 32 != sessions[0] >> 32), "high halves all alike: {sessions:x?}");
+        assert!(sessions.iter().any(|s| s & 0xFFFF_FFFF != sessions[0] & 0xFFFF_FFFF), "low halves all alike: {sessions:x?}");
     }
 
     /// Finding 4 of rev28: the time one live frame's check and record take,
@@ -920,24 +1104,24 @@ mod tests {
     /// `recorded` earlier sessions has been replayed.
     fn rev28_live_frame_cost(recorded: u32) -> std::time::Duration {
         let mut w = SenderWindows::default();
-        let take = |w: &mut SenderWindows, c: u64| {
+        let take = |w: &mut SenderWindows, c: FrameCounter| {
             if w.check(c) {
                 w.record(c);
             }
         };
-        let old = |s: u32, i: u64| (u64::from(s) << SESSION_SHIFT) + i;
+        let old = |s: u32, i: u32| at(u64::from(s), i);
         for s in 1..=recorded {
             take(&mut w, old(s, 1));
         }
-        let live = u64::from(0xFFFF_0000u32) << SESSION_SHIFT;
-        const LIVE_FRAMES: u64 = 400;
+        let live = 0xFFFF_0000_FFFF_0000u64;
+        const LIVE_FRAMES: u32 = 400;
         let start = std::time::Instant::now();
         for i in 1..=LIVE_FRAMES {
-            take(&mut w, old(1 + (i as u32 % recorded), 1 + i)); // one more frame of an earlier run
-            take(&mut w, live + i);
+            take(&mut w, old(1 + (i % recorded), 1 + i)); // one more frame of an earlier run
+            take(&mut w, at(live, i));
         }
-        let spent = start.elapsed() / LIVE_FRAMES as u32;
-        assert_eq!(w.highest(0xFFFF_0000), live + LIVE_FRAMES, "every live frame was taken");
+        let spent = start.elapsed() / LIVE_FRAMES;
+        assert_eq!(w.highest(live), u64::from(LIVE_FRAMES), "every live frame was taken");
         spent
     }
 
@@ -954,13 +1138,13 @@ mod tests {
     /// after one frame of each of `recorded` earlier sessions was taken.
     fn rev28_replayed_again_cost(recorded: u32) -> std::time::Duration {
         let mut w = SenderWindows::default();
-        let old = |s: u32| (u64::from(s) << SESSION_SHIFT) + 1;
+        let old = |s: u32| at(u64::from(s), 1);
         for s in 1..=recorded {
             if w.check(old(s)) {
                 w.record(old(s));
             }
         }
-        w.record((u64::from(0xFFFF_0000u32) << SESSION_SHIFT) + 1); // the live session, heard last
+        w.record(at(0xFFFF_0000_FFFF_0000, 1)); // the live session, heard last
         const FLOOD: u32 = 2000;
         let start = std::time::Instant::now();
         let mut new = 0;
@@ -989,40 +1173,103 @@ mod tests {
         // Review rev28, finding 4: a flood of earlier runs' sessions, each
         // new once, between the live sender's frames.
         let mut w = SenderWindows::default();
-        let take = |w: &mut SenderWindows, c: u64| {
+        let take = |w: &mut SenderWindows, c: FrameCounter| {
             let new = w.check(c);
             if new {
                 w.record(c);
             }
             new
         };
-        let live = 0xABCD_0000u64 << SESSION_SHIFT;
-        let old = |s: u64, i: u64| (s << SESSION_SHIFT) + i;
+        let live = 0xABCD_0000_ABCD_0000u64;
+        let old = at;
         for i in 1..=10 {
-            assert!(take(&mut w, live + i));
+            assert!(take(&mut w, at(live, i)));
         }
         for s in 1..=1000u64 {
             // Six sessions of earlier runs between two live frames: more than are kept.
             for k in 0..6 {
                 assert!(take(&mut w, old(s * 6 + k, 1)), "session {}", s * 6 + k);
             }
-            assert!(take(&mut w, live + 10 + s), "live frame {s}");
-            assert!(!take(&mut w, live + 10 + s) && !take(&mut w, live + s), "live frames replayed");
+            assert!(take(&mut w, at(live, 10 + s as u32)), "live frame {s}");
+            assert!(!take(&mut w, at(live, 10 + s as u32)) && !take(&mut w, at(live, s as u32)), "live frames replayed");
         }
-        let kept: Vec<u32> = w.sessions().collect();
+        let kept: Vec<u64> = w.sessions().collect();
         assert_eq!(kept.len(), 1 + EARLIER_SESSIONS, "{kept:x?}");
-        assert_eq!(kept[0], 0xABCD_0000, "the live session first");
+        assert_eq!(kept[0], live, "the live session first");
         assert_eq!(kept[1..], [6005, 6004, 6003, 6002], "the most recently heard others");
         assert_eq!(w.forgotten(), 6000 - EARLIER_SESSIONS as u64, "every session but the kept ones forgotten, and counted");
         assert!(!take(&mut w, old(6005, 1)), "a kept one's frame again");
         assert!(take(&mut w, old(6, 1)), "a forgotten one's frame is new once more");
-        assert_eq!(w.highest(0xABCD_0000), live + 1010);
+        assert_eq!(w.highest(live), 1010);
         // A session taken more often than the most heard one takes its slot.
         for i in 2..=2000 {
             assert!(take(&mut w, old(6, i)));
         }
         assert_eq!(w.sessions().next(), Some(6));
-        assert!(!take(&mut w, live + 1010) && take(&mut w, live + 1011), "the live one kept, among the others");
+        assert!(!take(&mut w, at(live, 1010)) && take(&mut w, at(live, 1011)), "the live one kept, among the others");
+    }
+
+    #[test]
+    fn rev29_a_senders_next_session_is_never_forgotten_for_earlier_runs() {
+        // Review of issue 27 (rev29), finding 1, without a long recording:
+        // the live sender itself used up a session (2^32 - 1 frames: 71
+        // minutes at a million frames a second) and moved to a new one
+        // ([`Counter::take`]). The used-up session has taken the most
+        // frames, so it keeps its slot; the live session sits among the
+        // `EARLIER_SESSIONS` least-recently-used ones, and one frame of each
+        // of 4 recorded earlier runs forgets it.
+        let mut w = SenderWindows::default();
+        let take = |w: &mut SenderWindows, (session, number): (u64, u64)| {
+            let c = FrameCounter { session, number: number as u32 };
+            let new = w.check(c);
+            if new {
+                w.record(c);
+            }
+            new
+        };
+        let used_up = 0x1111_0000u64;
+        for i in u64::from(u32::MAX) - 100..=u64::from(u32::MAX) {
+            assert!(take(&mut w, (used_up, i)));
+            w.pin_last(); // the engine took its message as this run's
+        }
+        // As after the session's every frame (in its live slot, or the most heard's).
+        for slot in [&mut w.live[0], &mut w.most] {
+            if slot.session == used_up {
+                slot.taken = u64::from(u32::MAX);
+            }
+        }
+        let next = 0x5555_0000u64;
+        for i in 1..=1000 {
+            assert!(take(&mut w, (next, i)), "the live sender's frame {i} in its next session");
+            w.pin_last();
+        }
+        let mut again = 0;
+        for round in 1..=10u64 {
+            for s in 1..=4u64 {
+                assert!(take(&mut w, (0x3333_0000 + s, round)), "earlier run {s}'s frame {round}, new");
+            }
+            again += u32::from(take(&mut w, (next, 1000)));
+        }
+        assert_eq!(again, 0, "the live session's frame 1000, taken before, was taken {again} more times of 10 replays");
+    }
+
+    #[test]
+    fn rev29_a_key_file_of_text_is_refused() {
+        // Review of issue 27 (rev29), a careless user. The README says to
+        // make a key file with `head -c 16 /dev/urandom`; 16 random bytes
+        // are all printable ASCII with odds of (95/256)^16, about 1.3e-7,
+        // so a 16-byte file of text is a typed password, not a secret. Any
+        // frame on the segment (its tag over known bytes) is a test of a
+        // guess, offline: SipHash runs at tens of millions of guesses a
+        // second per core, so a dictionary password falls in seconds and
+        // the attacker then signs what it likes.
+        for text in [&b"sixteen byte key"[..], b"correcthorsebatt", b"mypassword12345\n"] {
+            assert_eq!(text.len(), SECRET_LEN);
+            let verdict = parse_key_file(text);
+            assert!(verdict.is_err(), "the key file {:?} is taken as a secret", String::from_utf8_lossy(text));
+        }
+        let random: [u8; SECRET_LEN] = [0x8f, 0x01, 0xd3, 0x7a, 0xe2, 0x55, 0x90, 0x3c, 0xff, 0x12, 0x6b, 0xa4, 0x07, 0xc8, 0x39, 0xee];
+        assert!(parse_key_file(&random).is_ok(), "16 random bytes stay a secret");
     }
 
     mod rev27 {

@@ -43,6 +43,26 @@
 //! makes this rank's view wrong for a moment costs no claim. A hello saying
 //! the job has another size is ignored and named at the timeout.
 //!
+//! **Two jobs with one key.** Two jobs of one size started at once with
+//! one job key (the same `MCD_JOB`, or none) and one secret (one key file
+//! for all of a user's jobs) hear each other's hellos, and every one
+//! verifies: a rank of one job could prove itself to a rank of the other
+//! and the two end discovery together (review rev29, finding 2). Launchers
+//! keep their jobs apart ([`LAUNCHER_JOB_VARS`] go into the job key; the
+//! MPI interposer names every job with a nonce its rank 0 draws); where
+//! nothing does, such jobs fail, naming the cause. Every hello carries its
+//! *rival*: the nonce of another process claiming its sender's rank, heard
+//! last. A rank whose own fresh nonce is named as the rival in a hello of
+//! another process with its rank knows that process is live (no earlier
+//! run's hello holds that nonce) and fails, sending its own hello, which
+//! names the other, a few times on its way out, so that the other fails
+//! too. A rank that has heard everyone goes on listening for
+//! [`DiscoveryConfig::settle`] before it says it is done, so that jobs
+//! started together fail in the bootstrap; after it, the thread that
+//! lingers keeps watching (asleep on a socket that takes the job's
+//! incoming hellos only), answers each process claiming its rank, and
+//! leaves any such error where the endpoint fails its next call with it.
+//!
 //! Hellos are ordinary MCD frames (kind [`kind::HELLO`]) sent to group
 //! [`BOOTSTRAP_GROUP`] of the job, so two jobs with different keys on one LAN
 //! never hear each other, and loss is handled by resending.
@@ -73,6 +93,14 @@ pub const RANK_VARS: [(&str, &str); 4] =
 pub const LOCAL_RANK_VARS: [&str; 4] = ["MCD_PORT", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"];
 /// Environment variables read for the job key, in order.
 pub const JOB_VARS: [&str; 2] = ["MCD_JOB", "SLURM_JOB_ID"];
+/// Per launcher (the variable the rank came from), the variables naming
+/// the launcher's own job (a Slurm job step; an Open MPI `mpirun`), added
+/// to the job name when set: two jobs of one launcher never share a job
+/// key, even with one `MCD_JOB` (or none) and one key file (review rev29,
+/// finding 2: two job steps of one Slurm job run at once shared
+/// `SLURM_JOB_ID`, and bootstrapped cross-wired).
+pub const LAUNCHER_JOB_VARS: [(&str, &[&str]); 2] =
+    [("SLURM_PROCID", &["SLURM_STEP_ID"]), ("OMPI_COMM_WORLD_RANK", &["PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"])];
 
 /// What a process knows about its job from the environment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,7 +113,8 @@ pub struct JobEnv {
     pub interfaces: Vec<String>,
     /// The port this rank holds (its rank on the host).
     pub port: Port,
-    /// The job key (from `MCD_JOB` / `SLURM_JOB_ID`, else the default key).
+    /// The job key (from `MCD_JOB` / `SLURM_JOB_ID`, else the default key,
+    /// with the launcher's job step or job added: [`LAUNCHER_JOB_VARS`]).
     pub job_key: u32,
     /// Where the values came from, for messages (`"MCD_RANK"`, `"SLURM_PROCID"`...).
     pub rank_source: &'static str,
@@ -110,7 +139,8 @@ pub struct JobSettings {
 impl JobEnv {
     /// Reads the environment: rank and size from [`RANK_VARS`] (first pair
     /// set wins), port from [`LOCAL_RANK_VARS`] (default 0), job key from
-    /// [`JOB_VARS`], interfaces from `MCD_IFACES` or the default route's.
+    /// [`JOB_VARS`] and [`LAUNCHER_JOB_VARS`], interfaces from `MCD_IFACES`
+    /// or the default route's.
     pub fn from_env() -> Result<JobEnv> {
         JobEnv::resolve(&JobSettings::default())
     }
@@ -130,8 +160,7 @@ impl JobEnv {
                 None => 0,
             },
         };
-        let job = settings.job.clone().or_else(|| JOB_VARS.iter().find_map(|v| env_var(v)));
-        let job_key = job.map(|j| job_key_from_str(&j)).unwrap_or(DEFAULT_JOB_KEY);
+        let job_key = job_name(settings.job.clone(), rank_source, env_var).map(|j| job_key_from_str(&j)).unwrap_or(DEFAULT_JOB_KEY);
         let interfaces = match (&settings.interfaces, env_var("MCD_IFACES")) {
             (Some(list), _) => list.clone(),
             (None, Some(list)) => list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
@@ -151,6 +180,18 @@ impl JobEnv {
             return Err(Error::Config(format!("MCD_IFACES names {} interfaces; give 1 to {MAX_RAILS}", self.interfaces.len())));
         }
         Ok(self)
+    }
+}
+
+/// The job's name: `given` (the caller's), else the first of [`JOB_VARS`]
+/// set, with the job of the launcher the rank came from (`rank_source`:
+/// [`LAUNCHER_JOB_VARS`]) added; `None`: the default job key.
+fn job_name(given: Option<String>, rank_source: &str, var: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let job = given.or_else(|| JOB_VARS.iter().find_map(|v| var(v)));
+    let launcher = LAUNCHER_JOB_VARS.iter().find(|(v, _)| *v == rank_source).and_then(|(_, ids)| ids.iter().find_map(|v| var(v)));
+    match (job, launcher) {
+        (Some(job), Some(launcher)) => Some(format!("{job}/{launcher}")),
+        (job, launcher) => job.or(launcher),
     }
 }
 
@@ -233,6 +274,11 @@ pub struct DiscoveryConfig {
     /// How long a finished rank keeps answering the others in the
     /// background at most (it stops as soon as every rank said it is done).
     pub linger: Duration,
+    /// How long a rank that has heard everyone, and been heard, goes on
+    /// listening before it says it is done: time for a second process
+    /// claiming its rank (another job with this job key) to be heard and
+    /// to prove it is live (see the module's *Two jobs with one key*).
+    pub settle: Duration,
     /// The job's EtherType.
     pub ethertype: u16,
 }
@@ -243,6 +289,7 @@ impl Default for DiscoveryConfig {
             timeout: Duration::from_secs(30),
             resend: Duration::from_millis(10),
             linger: Duration::from_secs(3),
+            settle: Duration::from_millis(100),
             ethertype: DEFAULT_ETHERTYPE,
         }
     }
@@ -275,6 +322,10 @@ struct Hello {
     /// ([`digest_of`]; 0 until it has heard every rank): what its
     /// `heard_all` and `done` are about.
     digest: u64,
+    /// The nonce of another process claiming the sender's rank, heard last
+    /// (0: none): if it is the receiver's own nonce, two live processes
+    /// claim that rank (see the module's *Two jobs with one key*).
+    rival: u64,
     /// The sender has heard every rank.
     heard_all: bool,
     /// The sender is done (heard all, and all said they heard all).
@@ -284,12 +335,12 @@ struct Hello {
 const HEARD_ALL: u8 = 1;
 const DONE: u8 = 2;
 /// Bytes of a hello's payload before its MACs.
-const HELLO_HEAD: usize = 24;
+const HELLO_HEAD: usize = 32;
 
 impl Hello {
     /// The hello's payload: flags (1 byte), rails (1), 2 zero bytes, the
-    /// job size (4), the nonce (8), the digest (8), all big-endian, then
-    /// each rail's MAC (6 each).
+    /// job size (4), the nonce (8), the digest (8), the rival (8), all
+    /// big-endian, then each rail's MAC (6 each).
     fn emit(&self) -> Vec<u8> {
         let mut p = Vec::with_capacity(HELLO_HEAD + 6 * self.macs.len());
         p.push((u8::from(self.heard_all) * HEARD_ALL) | (u8::from(self.done) * DONE));
@@ -298,6 +349,7 @@ impl Hello {
         p.extend_from_slice(&(self.size as u32).to_be_bytes());
         p.extend_from_slice(&self.nonce.to_be_bytes());
         p.extend_from_slice(&self.digest.to_be_bytes());
+        p.extend_from_slice(&self.rival.to_be_bytes());
         for m in &self.macs {
             p.extend_from_slice(&m.0);
         }
@@ -326,6 +378,7 @@ impl Hello {
             macs,
             nonce: u64_at(8),
             digest: u64_at(16),
+            rival: u64_at(24),
             heard_all: payload[0] & HEARD_ALL != 0,
             done: payload[0] & DONE != 0,
         })
@@ -364,9 +417,18 @@ fn next_round(job_key: u32) -> u32 {
     *round
 }
 
+/// What two processes claiming one rank mean, and the fix.
+const TWO_JOBS: &str = "two jobs with one job key and one secret (started with the same MCD_JOB, or none, and the same \
+                        MCD_KEY_FILE), or two processes with one rank; give each job its own MCD_JOB (Slurm's job step \
+                        and Open MPI's job are added to it; the MPI interposer names every job afresh)";
+
+/// Hellos a rank that fails for a live rival sends on its way out.
+const PARTING_HELLOS: usize = 3;
+
 /// The bootstrap socket on rail 0, for one round of the job's bootstrap.
 struct HelloSocket {
     socket: PacketSocket,
+    interface: String,
     mac: MacAddr,
     ethertype: u16,
     job_key: u32,
@@ -443,6 +505,7 @@ impl HelloSocket {
         socket.bind(info.index, sys::ALL_PROTOCOLS).map_err(|e| Error::os(on("binding"), e))?;
         Ok(HelloSocket {
             socket,
+            interface: interface.to_string(),
             mac: info.mac,
             ethertype,
             job_key,
@@ -450,7 +513,7 @@ impl HelloSocket {
             frame: Vec::new(),
             buf: vec![0u8; 2048],
             // Hellos go to the bootstrap group only: its key on rail 0.
-            key: auth.secret().map(|secret| FrameKey::for_destination(secret, 0, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP))),
+            key: auth.secret().map(|secret| FrameKey::for_destination(secret, job_key, 0, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP))),
             counter: Counter::new()?,
             windows: vec![SenderWindows::default(); job.size],
             dropped: Arc::default(),
@@ -482,13 +545,34 @@ impl HelloSocket {
         self.socket.send(&self.frame).map_err(|e| Error::os("sending a bootstrap hello", e)).map(drop)
     }
 
+    /// Sends `me` a few times, best effort, before this rank fails: if it
+    /// names a live rival (another process with its rank), the rival hears
+    /// it and fails too, rather than run on with this rank's peers.
+    fn part(&mut self, me: &Hello) {
+        if me.rival != 0 {
+            for _ in 0..PARTING_HELLOS {
+                let _ = self.send(me);
+            }
+        }
+    }
+
+    /// From now on takes incoming frames of the job's EtherType only (the
+    /// socket took every frame, sent ones too, so as to hear ranks on this
+    /// host): after discovery, a second process with this rank is heard on
+    /// the wire, and the host's own barrier frames are not copied here.
+    fn watch_incoming(&self) -> Result<()> {
+        let info = lookup_interface(&self.interface)?;
+        self.socket.bind(info.index, self.ethertype).map_err(|e| Error::os(format!("binding on {} (bootstrap watch)", self.interface), e))
+    }
+
     /// Sleeps until a frame waits or `timeout` has passed.
     fn wait(&self, timeout: Duration) -> Result<()> {
         sys::poll_readable(&[self.socket.raw_fd()], Some(timeout)).map_err(|e| Error::os("waiting for bootstrap hellos", e)).map(drop)
     }
 
-    /// The next hello from another rank, if one waits.
-    fn try_recv(&mut self, me: usize) -> Result<Option<Hello>> {
+    /// The next hello from another process, if one waits (this process's
+    /// own never reach its socket; another claiming its rank does).
+    fn try_recv(&mut self) -> Result<Option<Hello>> {
         loop {
             let Some((len, kind)) = self.socket.try_recv(&mut self.buf).map_err(|e| Error::os("receiving bootstrap hellos", e))? else {
                 return Ok(None);
@@ -496,7 +580,8 @@ impl HelloSocket {
             if kind == pkttype::OTHERHOST as u8 {
                 continue;
             }
-            let Ok(view) = Frame::new_checked(&self.buf[..len]) else { continue };
+            // Parsing checks the lengths, after the EtherType and version.
+            let view = Frame::new_unchecked(&self.buf[..len]);
             let repr = match FrameRepr::parse(&view, self.ethertype) {
                 Ok(repr) => repr,
                 Err(crate::wire::WireError::BadVersion(_)) => {
@@ -521,7 +606,7 @@ impl HelloSocket {
                 },
                 None => None,
             };
-            if repr.job_key != self.job_key || repr.src_node as usize == me || repr.seq != self.round {
+            if repr.job_key != self.job_key || repr.seq != self.round {
                 continue;
             }
             if let Some(c) = counter {
@@ -564,6 +649,34 @@ struct Discovery {
     finished: Vec<u64>,
     /// Hellos dropped here, for a timeout's message.
     stale: StaleHellos,
+    /// Hellos taken into `heard`, per bootstrap (rank and nonce).
+    taken: Taken,
+}
+
+/// Hellos [`Discovery`] took into its view, per bootstrap of a rank, so
+/// that those of bootstraps no longer in the view are counted as stale
+/// however often the view changed.
+#[derive(Debug, Default)]
+struct Taken {
+    per: BTreeMap<(usize, u64), u64>,
+    /// All taken.
+    all: u64,
+    /// Taken with the nonces now in the view.
+    current: u64,
+}
+
+impl Taken {
+    /// A hello of `rank` with `nonce` taken, its rank's bootstrap in the view
+    /// having been `was` (0: none) before it.
+    fn take(&mut self, rank: usize, was: u64, nonce: u64) {
+        if was != nonce && was != 0 {
+            self.current -= self.per.get(&(rank, was)).copied().unwrap_or(0);
+        }
+        let n = self.per.entry((rank, nonce)).or_insert(0);
+        *n += 1;
+        self.all += 1;
+        self.current += if was == nonce { 1 } else { *n };
+    }
 }
 
 /// Hellos [`Discovery`] dropped, for the message of a bootstrap that times out.
@@ -571,6 +684,12 @@ struct Discovery {
 struct StaleHellos {
     /// Of an older bootstrap of a rank than the one known.
     older: u64,
+    /// Of another process claiming this rank, not (yet) shown live.
+    rival: u64,
+    /// Taken for a bootstrap of their rank that another then replaced
+    /// (stood for it until the live one was heard, or proven and then
+    /// superseded), however often the view went back and forth.
+    replaced: u64,
     /// Claiming "heard all" about another set of bootstraps than this rank's.
     other_digest: u64,
     /// Saying the job has another size, and the last such (rank, size).
@@ -579,10 +698,31 @@ struct StaleHellos {
 }
 
 impl StaleHellos {
+    /// Hellos this rank took and then ignored, or whose bootstrap another
+    /// replaced: an earlier run's, replayed (or another job's, or ranks
+    /// restarted). (Claims about another set of bootstraps are not added:
+    /// each such hello is counted here under its nonce already, or came
+    /// from a live rank about a moment's view.)
+    fn total(&self) -> u64 {
+        self.older + self.rival + self.replaced + self.other_size
+    }
+
     fn explain(&self) -> String {
         let mut parts = Vec::new();
+        if self.replaced > 0 {
+            parts.push(format!(
+                "{} hello(s) of a bootstrap of their rank that another replaced (an earlier run's, replayed, heard before the live one)",
+                self.replaced
+            ));
+        }
         if self.older > 0 {
             parts.push(format!("{} hello(s) of an earlier bootstrap of their rank (replayed, or a rank restarted)", self.older));
+        }
+        if self.rival > 0 {
+            parts.push(format!(
+                "{} hello(s) of another process with this rank (an earlier run's, replayed; or another job with this job key)",
+                self.rival
+            ));
         }
         if self.other_digest > 0 {
             parts.push(format!(
@@ -610,7 +750,7 @@ impl Discovery {
         let mut heard = BTreeMap::new();
         heard.insert(me.rank, Peer { addr: NodeAddr { macs: me.macs.clone(), port: me.port }, nonce: me.nonce, proven: true });
         let (heard_all, finished) = (vec![0; me.size], vec![0; me.size]);
-        let mut d = Discovery { me, heard, superseded: BTreeMap::new(), heard_all, finished, stale: StaleHellos::default() };
+        let mut d = Discovery { me, heard, superseded: BTreeMap::new(), heard_all, finished, stale: StaleHellos::default(), taken: Taken::default() };
         d.update_digest();
         d
     }
@@ -649,8 +789,23 @@ impl Discovery {
             return Ok(());
         }
         if hello.rank == self.me.rank {
-            // This rank's own number with another nonce: not this process.
-            self.stale.older += 1;
+            if hello.nonce == self.me.nonce {
+                return Ok(()); // this process's own hello
+            }
+            // Another process claims this rank: an earlier run's hello,
+            // replayed, or a live process (another job with this job key
+            // and secret). This rank's hellos name it from now on; if it
+            // names this rank's fresh nonce, it heard this process: live.
+            self.me.rival = hello.nonce;
+            if hello.rival == self.me.nonce {
+                let mine = &self.heard[&self.me.rank].addr;
+                return Err(Error::Bootstrap(format!(
+                    "rank {} is claimed by two live processes at once, this one ({} port {}) and {} port {}, which heard this \
+                     one: {TWO_JOBS}",
+                    hello.rank, mine.macs[0], mine.port, hello.macs[0], hello.port
+                )));
+            }
+            self.stale.rival += 1;
             return Ok(());
         }
         let addr = NodeAddr { macs: hello.macs.clone(), port: hello.port };
@@ -658,18 +813,19 @@ impl Discovery {
             Some(known) if known.nonce == hello.nonce => {
                 if known.addr.macs[0] != addr.macs[0] || known.addr.port != addr.port {
                     return Err(Error::Config(format!(
-                        "rank {} is claimed by {} port {} and by {} port {}: two processes with one rank, or two jobs with one key",
+                        "rank {} is claimed by {} port {} and by {} port {}: {TWO_JOBS}",
                         hello.rank, known.addr.macs[0], known.addr.port, addr.macs[0], addr.port
                     )));
                 }
                 known.proven |= hello.digest != 0 && hello.digest == self.me.digest;
+                self.taken.take(hello.rank, hello.nonce, hello.nonce);
             }
             Some(known) => {
                 let (known_nonce, known_proven) = (known.nonce, known.proven);
                 let proves = hello.digest != 0 && hello.digest == self.digest_with(hello.rank, hello.nonce);
                 if proves && self.superseded.get(&hello.rank) == Some(&hello.nonce) {
                     return Err(Error::Config(format!(
-                        "rank {} is claimed by two processes at once ({} port {} and {} port {}): two processes with one rank, or two jobs with one key",
+                        "rank {} is claimed by two processes at once ({} port {} and {} port {}): {TWO_JOBS}",
                         hello.rank, self.heard[&hello.rank].addr.macs[0], self.heard[&hello.rank].addr.port, addr.macs[0], addr.port
                     )));
                 }
@@ -683,6 +839,7 @@ impl Discovery {
                 if known_proven {
                     self.superseded.insert(hello.rank, known_nonce);
                 }
+                self.taken.take(hello.rank, known_nonce, hello.nonce);
                 // Another bootstrap of that rank: the proven one, or (none
                 // proven yet) the one heard last. What its rank claimed
                 // was about the other; claims stay, with their digests.
@@ -690,9 +847,11 @@ impl Discovery {
             }
             None => {
                 let proves = hello.digest != 0 && hello.digest == self.digest_with(hello.rank, hello.nonce);
+                self.taken.take(hello.rank, 0, hello.nonce);
                 self.heard.insert(hello.rank, Peer { addr, nonce: hello.nonce, proven: proves });
             }
         }
+        self.stale.replaced = self.taken.all - self.taken.current;
         self.update_digest();
         if hello.heard_all {
             self.heard_all[hello.rank] = hello.digest;
@@ -757,7 +916,7 @@ pub fn discover_counted(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> 
     let round = next_round(job.job_key);
     let macs = job.interfaces.iter().map(|name| Ok(lookup_interface(name)?.mac)).collect::<Result<Vec<_>>>()?;
     let nonce = new_nonce()?;
-    let me = Hello { rank: job.rank, size: job.size, port: job.port, macs, nonce, digest: 0, heard_all: job.size == 1, done: false };
+    let me = Hello { rank: job.rank, size: job.size, port: job.port, macs, nonce, digest: 0, rival: 0, heard_all: job.size == 1, done: false };
     let mut state = Discovery::new(me);
     if job.size == 1 {
         return Ok((state.nodes()?, Arc::default()));
@@ -767,17 +926,29 @@ pub fn discover_counted(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> 
     let mut next_send = start;
     // Resends are spread a little so that ranks started together do not collide.
     let jitter = Duration::from_micros((job.rank as u64 * 7919) % 1000);
+    // Since when this rank has been done without a pause (see `settle`).
+    let mut done_since: Option<Instant> = None;
     loop {
         let now = Instant::now();
         if now >= next_send {
             socket.send(&state.me)?;
             next_send = now + config.resend + jitter;
         }
-        while let Some(hello) = socket.try_recv(job.rank)? {
-            state.take(hello)?;
+        while let Some(hello) = socket.try_recv()? {
+            let taken = state.take(hello);
+            socket.dropped.stale_hellos.store(state.stale.total(), Relaxed);
+            if let Err(e) = taken {
+                socket.part(&state.me);
+                return Err(e);
+            }
         }
         if state.done() {
-            break;
+            let since = *done_since.get_or_insert(now);
+            if now.duration_since(since) >= config.settle {
+                break;
+            }
+        } else {
+            done_since = None;
         }
         if now.duration_since(start) > config.timeout {
             let never = state.never_heard();
@@ -803,12 +974,12 @@ pub fn discover_counted(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> 
     socket.send(&state.me)?;
     let nodes = state.nodes()?;
     let drops = socket.dropped.clone();
-    if state.everyone_finished() {
-        return Ok((nodes, drops));
-    }
-    // Stay behind, answering ranks that are not done yet, without holding the
-    // caller up: asleep on the socket (which takes this round's hellos only),
-    // until every rank has said it is done or the linger is over.
+    // Stay behind: first answering ranks that are not done yet, without
+    // holding the caller up, asleep on the socket (which takes this round's
+    // hellos only), until every rank has said it is done or the linger is
+    // over; then, as long as the caller holds `drops` (the endpoint does),
+    // watching for a second process claiming this rank (see the module's
+    // *Two jobs with one key*).
     let linger = config.linger;
     let resend = config.resend;
     std::thread::Builder::new()
@@ -816,19 +987,37 @@ pub fn discover_counted(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> 
         .spawn(move || {
             let until = Instant::now() + linger;
             let mut last_answer = Instant::now() - resend;
-            while !state.everyone_finished() {
+            let mut lingering = true;
+            loop {
                 let now = Instant::now();
-                if now >= until || socket.wait(until - now).is_err() {
+                if lingering && (state.everyone_finished() || now >= until) {
+                    lingering = false;
+                    // Incoming frames of the job's EtherType only from now
+                    // on: this socket no longer takes a copy of every frame
+                    // the host sends.
+                    if socket.watch_incoming().is_err() {
+                        return;
+                    }
+                }
+                let timeout = if lingering { until - now } else { WATCH_WAKE };
+                if !lingering && Arc::strong_count(&socket.dropped) == 1 {
+                    return; // nobody reads what this thread would find
+                }
+                if socket.wait(timeout).is_err() {
                     return;
                 }
                 loop {
-                    match socket.try_recv(state.me.rank) {
+                    match socket.try_recv() {
                         Ok(Some(h)) => {
-                            let late = !h.done;
-                            if state.take(h).is_err() {
+                            let answer = (lingering && !h.done) || (h.rank == state.me.rank && h.nonce != state.me.nonce);
+                            let taken = state.take(h);
+                            socket.dropped.stale_hellos.store(state.stale.total(), Relaxed);
+                            if let Err(e) = taken {
+                                socket.part(&state.me);
+                                let _ = socket.dropped.conflict.set(error_text(e));
                                 return;
                             }
-                            if late && last_answer.elapsed() >= resend / 4 {
+                            if answer && last_answer.elapsed() >= resend / 4 {
                                 let _ = socket.send(&state.me);
                                 last_answer = Instant::now();
                             }
@@ -843,13 +1032,26 @@ pub fn discover_counted(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> 
     Ok((nodes, drops))
 }
 
+/// What an error of [`Discovery::take`] says, without the variant's prefix.
+fn error_text(e: Error) -> String {
+    match e {
+        Error::Bootstrap(text) | Error::Config(text) => text,
+        e => e.to_string(),
+    }
+}
+
+/// How often the thread watching for a second process with this rank
+/// wakes to see whether anyone still reads what it finds.
+const WATCH_WAKE: Duration = Duration::from_secs(1);
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::FrameCounter;
 
     /// Rank `rank`'s hello of the bootstrap with nonce `nonce`, knowing nothing yet.
     fn hello(rank: usize, size: usize, nonce: u64) -> Hello {
-        Hello { rank, size, port: 0, macs: vec![MacAddr([2, 0, 0, 0, 0, rank as u8])], nonce, digest: 0, heard_all: false, done: false }
+        Hello { rank, size, port: 0, macs: vec![MacAddr([2, 0, 0, 0, 0, rank as u8])], nonce, digest: 0, rival: 0, heard_all: false, done: false }
     }
 
     /// The same, having heard the bootstraps `nonces` (every rank's), done or not.
@@ -870,6 +1072,7 @@ mod tests {
             macs: vec![MacAddr([2, 1, 2, 3, 4, 5]), MacAddr([2, 1, 2, 3, 4, 6])],
             nonce: 0x0102_0304_0506_0708,
             digest: 0x1112_1314_1516_1718,
+            rival: 0x2122_2324_2526_2728,
             heard_all: true,
             done: false,
         };
@@ -892,10 +1095,11 @@ mod tests {
         assert_eq!(Hello::parse(&repr, &payload[..10]), None);
         assert_eq!(Hello::parse(&repr, &payload[..30]), None);
         assert_eq!(Hello::parse(&repr, &[payload.as_slice(), &[0]].concat()), None, "a byte too many");
-        assert_eq!(payload.len(), 24 + 6 * 2);
+        assert_eq!(payload.len(), 32 + 6 * 2);
         assert_eq!(&payload[4..8], &8u32.to_be_bytes(), "the size, big-endian");
         assert_eq!(&payload[8..16], &h.nonce.to_be_bytes(), "the nonce");
         assert_eq!(&payload[16..24], &h.digest.to_be_bytes(), "the digest");
+        assert_eq!(&payload[24..32], &h.rival.to_be_bytes(), "the rival");
         let liar = FrameRepr { src_mac: MacAddr([2, 9, 9, 9, 9, 9]), ..repr };
         assert_eq!(Hello::parse(&liar, &payload), None);
     }
@@ -951,6 +1155,9 @@ mod tests {
         d.take(claim(1, &old, true)).unwrap();
         d.take(hello(1, 2, old[1])).unwrap();
         assert_eq!((d.heard[&1].nonce, d.stale.older), (4, 2), "an earlier bootstrap of rank 1: ignored, counted");
+        // Review of issue 27 (rev29), finding 3: the three replayed hellos
+        // taken before the live rank 1 was heard are counted too.
+        assert_eq!((d.stale.replaced, d.stale.total()), (3, 5));
         assert!(d.done());
         assert!(d.stale.explain().contains("2 hello(s) of an earlier bootstrap"), "{}", d.stale.explain());
     }
@@ -969,13 +1176,13 @@ mod tests {
         // by proof (its claim covers rank 0's fresh nonce). The replay's
         // session is numerically far above the live one's here.
         let (old, new) = ([1, 2], [3, 4]);
-        let replayed_counter = (0xFFFF_0000u64 << crate::auth::SESSION_SHIFT) | 4_000_000;
-        let live_counter = 0x0000_1234u64 << crate::auth::SESSION_SHIFT;
+        let replayed_counter = FrameCounter { session: 0xFFFF_0000_FFFF_0000, number: 4_000_000 };
+        let live_counter = |number| FrameCounter { session: 0x0000_1234_0000_1234, number };
         // The hello socket's windows (as in `HelloSocket::try_recv`): the
         // replay first, then the live rank's hellos.
         let mut windows = SenderWindows::default();
         let mut d = Discovery::new(hello(0, 2, 3));
-        let mut deliver = |d: &mut Discovery, h: Hello, c: u64| {
+        let mut deliver = |d: &mut Discovery, h: Hello, c: FrameCounter| {
             if windows.check(c) {
                 windows.record(c);
                 d.take(h).unwrap();
@@ -983,8 +1190,8 @@ mod tests {
         };
         deliver(&mut d, claim(1, &old, true), replayed_counter);
         for i in 0..10 {
-            deliver(&mut d, hello(1, 2, new[1]), live_counter + 2 * i + 1);
-            deliver(&mut d, claim(1, &new, true), live_counter + 2 * i + 2);
+            deliver(&mut d, hello(1, 2, new[1]), live_counter(2 * i + 1));
+            deliver(&mut d, claim(1, &new, true), live_counter(2 * i + 2));
             // The replay again, and again: one window per session takes it once.
             deliver(&mut d, claim(1, &old, true), replayed_counter);
         }
@@ -1010,6 +1217,9 @@ mod tests {
         assert!(d.heard[&1].proven && d.done(), "rank 2's claim still counts");
         d.take(claim(1, &old, true)).unwrap(); // replayed again: ignored now
         assert!(d.done() && d.heard[&1].nonce == live[1]);
+        // The one replay that stood for rank 1 a moment, and the one ignored,
+        // are stale; the live rank 1's hellos, before and after, are not.
+        assert_eq!((d.stale.replaced, d.stale.older), (1, 1));
     }
 
     #[test]
@@ -1064,6 +1274,64 @@ mod tests {
         d.take(hello(7, 8, 3)).unwrap();
         assert_eq!(d.never_heard(), vec![2]);
         assert!(d.stale.explain().contains("2 hello(s) saying the job has another size (rank 7: 8 ranks)"), "{}", d.stale.explain());
+    }
+
+    #[test]
+    fn a_second_live_process_with_this_rank_fails_the_bootstrap_and_a_replayed_one_does_not() {
+        // Review of issue 27 (rev29), finding 2: jobs A (nonces 10, 11) and
+        // B (20, 21) with one job key and one secret. A's rank 0 hears B's
+        // rank 0: its hellos name it from then on (rival), and nothing fails
+        // yet (it may be an earlier run's hello, replayed).
+        let mut a0 = Discovery::new(hello(0, 2, 10));
+        a0.take(hello(0, 2, 20)).unwrap();
+        assert_eq!(a0.me.rival, 20, "A's rank 0 names B's in its hellos");
+        assert!(a0.stale.explain().contains("1 hello(s) of another process with this rank"), "{}", a0.stale.explain());
+        // Its own hello, if it ever came back: nothing.
+        let own = a0.me.clone();
+        a0.take(own).unwrap();
+        assert_eq!(a0.me.rival, 20);
+        // An earlier run's rank 0, replayed, naming an earlier nonce as its rival: nothing either.
+        let mut replayed = hello(0, 2, 7);
+        replayed.rival = 9;
+        a0.take(replayed).unwrap();
+        assert_eq!(a0.me.rival, 7);
+        // B's rank 0, having heard A's, names A's fresh nonce: live. An error,
+        // and A's hellos (sent on its way out) name B's, which fails too.
+        let mut b0 = Discovery::new(hello(0, 2, 20));
+        b0.take(a0.me.clone()).unwrap();
+        assert_eq!(b0.me.rival, 10);
+        let err = a0.take(b0.me.clone()).unwrap_err().to_string();
+        assert!(err.contains("rank 0 is claimed by two live processes at once") && err.contains("MCD_JOB"), "{err}");
+        assert_eq!(a0.me.rival, 20, "A's parting hellos name B's rank 0");
+        let err = b0.take(a0.me.clone()).unwrap_err().to_string();
+        assert!(err.contains("claimed by two live processes"), "{err}");
+    }
+
+    #[test]
+    fn launchers_jobs_go_into_the_job_key() {
+        // Review of issue 27 (rev29), finding 2: two Slurm job steps run at
+        // once share SLURM_JOB_ID; their SLURM_STEP_IDs keep them apart.
+        let env =
+            |pairs: &'static [(&'static str, &'static str)]| move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string());
+        let step = |id| {
+            if id == 0 {
+                env(&[("SLURM_JOB_ID", "77"), ("SLURM_STEP_ID", "0")])
+            } else {
+                env(&[("SLURM_JOB_ID", "77"), ("SLURM_STEP_ID", "1")])
+            }
+        };
+        let (a, b) = (job_name(None, "SLURM_PROCID", step(0)), job_name(None, "SLURM_PROCID", step(1)));
+        assert_eq!(a.as_deref(), Some("77/0"));
+        assert_ne!(job_key_from_str(&a.unwrap()), job_key_from_str(&b.unwrap()));
+        // One name for every rank of an mpirun (its PMIx namespace), with MCD_JOB or without.
+        let ompi = env(&[("MCD_JOB", "x"), ("PMIX_NAMESPACE", "prterun-h-123@1")]);
+        assert_eq!(job_name(None, "OMPI_COMM_WORLD_RANK", ompi).as_deref(), Some("x/prterun-h-123@1"));
+        // Ranks given by hand (MCD_RANK) or by the caller: the name alone, a
+        // launcher's variables ignored (the user composes the job).
+        assert_eq!(job_name(None, "MCD_RANK", ompi).as_deref(), Some("x"));
+        assert_eq!(job_name(Some("y".into()), "the caller", step(1)).as_deref(), Some("y"));
+        assert_eq!(job_name(None, "MCD_RANK", env(&[])), None);
+        assert!(LAUNCHER_JOB_VARS.iter().all(|(rank, _)| RANK_VARS.iter().any(|(r, _)| r == rank)));
     }
 
     #[test]

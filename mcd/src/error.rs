@@ -32,7 +32,7 @@ pub enum Error {
         available: String,
     },
     /// A payload does not fit in one frame.
-    #[error("payload of {len} bytes exceeds the {max}-byte maximum on rail {rail} (MTU minus the 16-byte MCD header and, if authenticated, the 16-byte trailer); split it")]
+    #[error("payload of {len} bytes exceeds the {max}-byte maximum on rail {rail} (MTU minus the 16-byte MCD header and, if authenticated, the 20-byte trailer); split it")]
     PayloadTooLarge {
         /// Payload length asked for.
         len: usize,

@@ -14,12 +14,19 @@
 //!   hellos), it is of that kind: the barrier frames to this port never
 //!   reach such a socket.
 //!
+//! A frame of another wire version passes when it carries the job key
+//! where this version does or where versions 1 to 3 did
+//! ([`OLDER_JOB_KEY`]), and was sent to this host or to a multicast group:
+//! user space drops it as [`crate::DropReason::BadVersion`] and counts it,
+//! so a node running another mcd is named at the join ("another mcd wire
+//! version") rather than never heard.
+//!
 //! Everything else, including `PACKET_OTHERHOST` frames that a flooding bridge
 //! or hub delivers, is dropped in the kernel. The endpoint checks the same
 //! rules again in user space (so the filter can be turned off for diagnosis,
 //! and a frame is never trusted only because the kernel let it in).
 
-use crate::wire::{offset, MacAddr};
+use crate::wire::{offset, MacAddr, AUTH_FLAG, VERSION};
 
 pub use crate::sys::BpfInsn;
 
@@ -58,6 +65,10 @@ pub const MAX_FILTERED_GROUPS: usize = 64;
 /// Snap length returned for an accepted frame (whole frame up to 64 KiB).
 const ACCEPT_LEN: u32 = 0xffff;
 
+/// Where wire versions 1 to 3 held the job key (version 4 moved it before
+/// the kind, out of the tag's hash and into its key: `crate::auth`).
+pub const OLDER_JOB_KEY: usize = 22;
+
 /// What the filter must let through.
 #[derive(Clone, Debug)]
 pub struct FilterSpec<'a> {
@@ -85,6 +96,9 @@ enum Label {
     Unicast,
     Group,
     Outgoing,
+    Current,
+    Older,
+    OlderOfJob,
 }
 
 struct Asm {
@@ -124,6 +138,22 @@ pub fn build(spec: &FilterSpec<'_>) -> Vec<BpfInsn> {
 
     a.op(ld(BPF_H), offset::ETHERTYPE as u32);
     a.jump(jeq, spec.ethertype as u32, Next, Drop);
+    a.op(ld(BPF_B), offset::VERSION as u32);
+    a.jump(jeq, (VERSION | AUTH_FLAG) as u32, Current, Next);
+    a.jump(jeq, VERSION as u32, Current, Older);
+    // Another version: this job's (the job key where this version holds
+    // it, or where versions 1 to 3 did), to this host or a group, goes up
+    // to be counted as such.
+    a.mark(Older);
+    a.op(ld(BPF_W), offset::JOB_KEY as u32);
+    a.jump(jeq, spec.job_key, OlderOfJob, Next);
+    a.op(ld(BPF_W), OLDER_JOB_KEY as u32);
+    a.jump(jeq, spec.job_key, Next, Drop);
+    a.mark(OlderOfJob);
+    a.op(ld(BPF_W), SKF_AD_PKTTYPE_ABS);
+    a.jump(jeq, pkttype::HOST, Accept, Next);
+    a.jump(jeq, pkttype::MULTICAST, Accept, Drop);
+    a.mark(Current);
     a.op(ld(BPF_W), offset::JOB_KEY as u32);
     a.jump(jeq, spec.job_key, Next, Drop);
     if let Some(kind) = spec.kind {
@@ -222,12 +252,24 @@ pub(crate) mod tests {
         0x02, 0x00, 0x00, 0x00, 0x00, 0x01,     // destination MAC
         0x02, 0x00, 0x00, 0x00, 0x00, 0x09,     // source MAC
         0x88, 0xb5,                             // EtherType
-        0x03, 0x05, 0x03, 0x01,                 // version, kind, dst port, src port
-        0x00, 0x01, 0x00, 0x04,                 // source node, payload length
+        0x04,                                   // version
         0x12, 0x34, 0x56, 0x78,                 // job key
+        0x05, 0x03, 0x01,                       // kind, dst port, src port
+        0x00, 0x01, 0x00, 0x04,                 // source node, payload length
         0x00, 0x00, 0x00, 0x09,                 // sequence
         0xde, 0xad, 0xbe, 0xef,                 // payload
     ];
+
+    /// [`UNICAST_FRAME`] as wire version `version` (1 to 3) laid it out:
+    /// the job key `key` at [`OLDER_JOB_KEY`], after the kind, ports,
+    /// source node and payload length.
+    fn older(version: u8, key: u32) -> Vec<u8> {
+        let mut f = UNICAST_FRAME.to_vec();
+        f[offset::VERSION] = version;
+        f[15..22].copy_from_slice(&UNICAST_FRAME[offset::KIND..offset::SEQ]);
+        f[OLDER_JOB_KEY..OLDER_JOB_KEY + 4].copy_from_slice(&key.to_be_bytes());
+        f
+    }
 
     /// [`UNICAST_FRAME`] with `bytes` written at `at`.
     pub(crate) fn patched(at: usize, bytes: &[u8]) -> Vec<u8> {
@@ -256,6 +298,37 @@ pub(crate) mod tests {
             ("sibling's frame to another MAC", &open, patched(offset::DST_MAC + 5, &[0x02]), pkttype::OUTGOING, false),
             // PACKET_HOST already means "to this host's MAC": the filter checks the port only.
             ("host frame, MAC left to the kernel", &closed, patched(offset::DST_MAC + 5, &[0x02]), pkttype::HOST, true),
+            ("authenticated", &closed, patched(offset::VERSION, &[VERSION | AUTH_FLAG]), pkttype::HOST, true),
+            // An older version's frame of this job goes up, to be counted
+            // (and named at the join); another job's does not.
+            ("version 3 of this job", &closed, older(3, KEY), pkttype::HOST, true),
+            ("version 1 of this job, to a group", &closed, older(1, KEY), pkttype::MULTICAST, true),
+            ("version 3 of another job", &closed, older(3, KEY + 1), pkttype::HOST, false),
+            ("version 3, flooded to another host", &open, older(3, KEY), pkttype::OTHERHOST, false),
+            ("version 3 from a sibling", &open, older(3, KEY), pkttype::OUTGOING, false),
+            ("a version 5 laid out as version 4", &closed, patched(offset::VERSION, &[5]), pkttype::HOST, true),
+            (
+                "a version 5 of another job",
+                &closed,
+                {
+                    let mut f = patched(offset::JOB_KEY + 3, &[0x79]);
+                    f[offset::VERSION] = 5;
+                    f
+                },
+                pkttype::HOST,
+                false,
+            ),
+            (
+                "version 4 of another job, this job's key where version 3 had it",
+                &closed,
+                {
+                    let mut f = patched(offset::JOB_KEY + 3, &[0x79]);
+                    f[OLDER_JOB_KEY..OLDER_JOB_KEY + 4].copy_from_slice(&KEY.to_be_bytes());
+                    f
+                },
+                pkttype::HOST,
+                false,
+            ),
         ];
         for (what, program, frame, packet_type, pass) in cases {
             assert_eq!(interpret(program, &frame, packet_type) != 0, pass, "{what}");

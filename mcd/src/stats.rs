@@ -4,8 +4,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Why a received frame was dropped in user space.
 ///
-/// The checks run in this order: the frame's length, EtherType and version
-/// (to find its trailer), its authentication state, its tag, then the job
+/// The checks run in this order: the headers' length, the EtherType, the
+/// version, the payload's and trailer's lengths (which the version says how
+/// to read: these find the trailer), its authentication state, its tag, then the job
 /// key, addressing and source, and last the replay window. So a frame
 /// counted under any reason after [`BadTag`](Self::BadTag) was signed with
 /// the job's secret (when authentication is on): a forged frame is always
@@ -115,6 +116,14 @@ pub struct Stats {
     /// rail besides its most heard: review rev28, finding 4). Many means
     /// frames of many earlier runs were replayed here.
     pub sessions_forgotten: u64,
+    /// Hellos the bootstrap took (they verified and were new to it) and
+    /// then ignored, or whose bootstrap of their rank another replaced: an
+    /// earlier run's hellos, replayed (they verify under the same key file,
+    /// and are new to a new bootstrap, once each), or another job's with
+    /// this job key, or of a rank that bootstrapped again. 0 in a job
+    /// nobody disturbed (review rev29, finding 3: counted nowhere the job
+    /// could read, unless the bootstrap timed out).
+    pub stale_hellos: u64,
 }
 
 /// Hellos the bootstrap dropped ([`crate::bootstrap`]), shared by its
@@ -132,9 +141,21 @@ pub struct BootstrapDrops {
     pub(crate) bad_tag: AtomicU64,
     /// Signed hellos seen before, or older than their sender's window: replays.
     pub(crate) replayed: AtomicU64,
+    /// Hellos that verified and were new, but that discovery ignored or
+    /// whose bootstrap another replaced ([`Stats::stale_hellos`]).
+    pub(crate) stale_hellos: AtomicU64,
+    /// What the thread that lingers after the bootstrap found wrong (a
+    /// second live process claiming this rank: review rev29, finding 2);
+    /// the endpoint fails its next call with it.
+    pub(crate) conflict: std::sync::OnceLock<String>,
 }
 
 impl BootstrapDrops {
+    /// What the bootstrap found wrong after it ended, if anything.
+    pub fn conflict(&self) -> Option<&str> {
+        self.conflict.get().map(String::as_str)
+    }
+
     /// Adds these drops to `counts`, by reason.
     pub fn add_to(&self, counts: &mut DropCounts) {
         counts.bad_version += self.bad_version.load(Relaxed);

@@ -1,33 +1,37 @@
 //! The MCD wire format: an Ethernet II frame under MCD's EtherType, then a
 //! 16-byte MCD header, then the payload, then (on authenticated frames) a
-//! 16-byte trailer: the sender's frame counter and the tag.
+//! 20-byte trailer: the sender's frame counter (its session and the
+//! frame's number in it) and the tag.
 //!
 //! ```text
 //!  0                   6                  12      14
 //! +-------------------+-------------------+-------+
 //! | destination MAC   | source MAC        | type  |   Ethernet II
-//! +----+----+----+----+---------+---------+-------+
-//! |ver |kind|dprt|sprt| src node| pay len |            MCD header (16 bytes,
-//! +----+----+----+----+---------+---------+            all fields big-endian)
-//! | job key           | sequence / epoch  |
-//! +-------------------+-------------------+
+//! +----+--------------+----+----+----+----+-------+
+//! |ver | job key           |kind|dprt|sprt|            MCD header (16 bytes,
+//! +----+---------+---------+----+----+----+            all fields big-endian)
+//! | src node| pay len | sequence / epoch  |
+//! +---------+---------+-------------------+
 //! | payload (pay len bytes) ...
 //! +---------------------------------------+
-//! | frame counter (8 bytes)               |            trailer (16 bytes), only
-//! +---------------------------------------+            when the AUTH bit of `ver`
-//! | tag (8 bytes)                         |            is set; big-endian
+//! | session (8 bytes)                     |            trailer (20 bytes), only
+//! +-------------------+-------------------+            when the AUTH bit of `ver`
+//! | number (4 bytes)  |                                is set; big-endian
+//! +-------------------+-------------------+
+//! | tag (8 bytes)                         |
 //! +---------------------------------------+
 //! ```
 //!
-//! `ver` holds the version ([`VERSION`], 3) in its low 7 bits and the
+//! `ver` holds the version ([`VERSION`], 4) in its low 7 bits and the
 //! [`AUTH_FLAG`] in its top bit. The tag is a keyed MAC (SipHash-2-4 under
-//! a key derived from the job's secret, the rail and the destination MAC,
-//! [`crate::auth`]) of every byte from the kind through the counter: the
-//! MCD header after its version byte, payload and counter (the bytes
-//! before have one acceptable value each, or are in the key). The counter
-//! is the sender's session (32 random bits) above the frame's number in
-//! that session (32 bits, from 1). Ethernet padding after the
-//! trailer (or after the payload of an unauthenticated frame) is ignored.
+//! a key derived from the job's secret, the job key, the rail and the
+//! destination MAC, [`crate::auth`]) of every byte from the kind through
+//! the number: the MCD header after the job key, payload, session and
+//! number (the bytes before the kind have one acceptable value each, or
+//! are in the key). The session is 64 random bits the sender draws when it
+//! opens; the number is the frame's in that session (32 bits, from 1).
+//! Ethernet padding after the trailer (or after the payload of an
+//! unauthenticated frame) is ignored.
 //!
 //! As in smoltcp, a wire format has two faces: [`Frame`] and [`Trailer`],
 //! checked views over a byte buffer with field accessors, and [`FrameRepr`]
@@ -50,13 +54,16 @@ pub const MCD_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = ETHERNET_HEADER_LEN + MCD_HEADER_LEN;
 /// The MCD wire-format version this crate speaks (the low 7 bits of the
 /// version byte). Version 1 had no authentication; version 2's counters
-/// were the sender's clock and every rail had the secret as its key. Their
-/// frames are dropped as [`WireError::BadVersion`].
-pub const VERSION: u8 = 3;
+/// were the sender's clock and every rail had the secret as its key;
+/// version 3's sessions were 32 random bits (a frame recorded in an
+/// earlier run whose sender drew the live session's bits again silenced
+/// that sender: review rev28, finding 3) and its job key was hashed, not
+/// in the key. Their frames are dropped as [`WireError::BadVersion`].
+pub const VERSION: u8 = 4;
 /// The top bit of the version byte: a [`Trailer`] follows the payload.
 pub const AUTH_FLAG: u8 = 0x80;
-/// Length of the trailer of an authenticated frame: counter and tag.
-pub const TRAILER_LEN: usize = 16;
+/// Length of the trailer of an authenticated frame: session, number and tag.
+pub const TRAILER_LEN: usize = 20;
 
 /// Byte offsets of the fields inside a frame, counted from the start of the
 /// Ethernet header. The kernel filter (the crate's `filter` module) reads the same offsets.
@@ -69,26 +76,28 @@ pub mod offset {
     pub const ETHERTYPE: usize = 12;
     /// MCD header version, and the [`AUTH_FLAG`](super::AUTH_FLAG) (1 byte).
     pub const VERSION: usize = 14;
-    /// Message kind (1 byte).
-    pub const KIND: usize = 15;
-    /// Destination port (1 byte).
-    pub const DST_PORT: usize = 16;
-    /// Source port (1 byte).
-    pub const SRC_PORT: usize = 17;
-    /// Source node number (2 bytes).
-    pub const SRC_NODE: usize = 18;
-    /// Payload length (2 bytes).
-    pub const PAYLOAD_LEN: usize = 20;
     /// Job key (4 bytes).
-    pub const JOB_KEY: usize = 22;
+    pub const JOB_KEY: usize = 15;
+    /// Message kind (1 byte): the first byte the tag covers.
+    pub const KIND: usize = 19;
+    /// Destination port (1 byte).
+    pub const DST_PORT: usize = 20;
+    /// Source port (1 byte).
+    pub const SRC_PORT: usize = 21;
+    /// Source node number (2 bytes).
+    pub const SRC_NODE: usize = 22;
+    /// Payload length (2 bytes).
+    pub const PAYLOAD_LEN: usize = 24;
     /// Sequence / epoch (4 bytes).
     pub const SEQ: usize = 26;
     /// First payload byte.
     pub const PAYLOAD: usize = 30;
-    /// The frame counter, counted from the end of the payload (8 bytes).
-    pub const TRAILER_COUNTER: usize = 0;
+    /// The sender's session, counted from the end of the payload (8 bytes).
+    pub const TRAILER_SESSION: usize = 0;
+    /// The frame's number in its session, counted from the end of the payload (4 bytes).
+    pub const TRAILER_NUMBER: usize = 8;
     /// The tag, counted from the end of the payload (8 bytes).
-    pub const TRAILER_TAG: usize = 8;
+    pub const TRAILER_TAG: usize = 12;
 }
 
 /// A 48-bit Ethernet (MAC) address.
@@ -215,12 +224,12 @@ pub enum WireError {
 #[derive(Clone, Copy, Pod, Zeroable, Debug)]
 struct RawHeader {
     version: u8,
+    job_key: [u8; 4],
     kind: u8,
     dst_port: u8,
     src_port: u8,
     src_node: [u8; 2],
     payload_len: [u8; 2],
-    job_key: [u8; 4],
     seq: [u8; 4],
 }
 
@@ -334,15 +343,15 @@ impl<T: AsRef<[u8]>> Frame<T> {
         self.authenticated().then(|| Trailer::new_checked(&self.buffer.as_ref()[at..])).and_then(Result::ok)
     }
     /// The bytes the tag covers: from the kind through the trailer's
-    /// counter. `None` unless the frame is authenticated.
+    /// session and number. `None` unless the frame is authenticated.
     pub fn signed_bytes(&self) -> Option<&[u8]> {
         let end = FRAME_HEADER_LEN + self.payload_len() + offset::TRAILER_TAG;
         (self.authenticated() && self.buffer.as_ref().len() >= end + 8).then(|| &self.buffer.as_ref()[offset::KIND..end])
     }
 }
 
-/// A checked view of an authenticated frame's trailer: the 16 bytes after
-/// the payload (see the module's diagram).
+/// A checked view of an authenticated frame's trailer: the
+/// [`TRAILER_LEN`] bytes after the payload (see the module's diagram).
 #[derive(Debug, Clone)]
 pub struct Trailer<T: AsRef<[u8]>> {
     buffer: T,
@@ -358,26 +367,41 @@ impl<T: AsRef<[u8]>> Trailer<T> {
         Ok(Trailer { buffer })
     }
 
-    fn word(&self, at: usize) -> u64 {
-        u64::from_be_bytes(self.buffer.as_ref()[at..at + 8].try_into().expect("a checked trailer holds both words"))
+    fn bytes<const N: usize>(&self, at: usize) -> [u8; N] {
+        self.buffer.as_ref()[at..at + N].try_into().expect("a checked trailer holds every field")
     }
 
-    /// The sender's frame counter.
-    pub fn counter(&self) -> u64 {
-        self.word(offset::TRAILER_COUNTER)
+    /// The sender's frame counter: its session and the frame's number in it.
+    pub fn counter(&self) -> FrameCounter {
+        FrameCounter {
+            session: u64::from_be_bytes(self.bytes(offset::TRAILER_SESSION)),
+            number: u32::from_be_bytes(self.bytes(offset::TRAILER_NUMBER)),
+        }
     }
 
     /// The tag.
     pub fn tag(&self) -> u64 {
-        self.word(offset::TRAILER_TAG)
+        u64::from_be_bytes(self.bytes(offset::TRAILER_TAG))
     }
+}
+
+/// A frame's counter, as its trailer carries it: the sender's session (64
+/// random bits, drawn when it opens, and again after 2^32 - 1 frames) and
+/// the frame's number in that session (from 1). A receiver compares
+/// numbers only within one session (`mcd::auth::SenderWindows`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct FrameCounter {
+    /// The sender's session.
+    pub session: u64,
+    /// The frame's number in the session (0 is never sent).
+    pub number: u32,
 }
 
 /// A parsed trailer: the sender's frame counter and the tag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TrailerRepr {
     /// The sender's frame counter (replay protection).
-    pub counter: u64,
+    pub counter: FrameCounter,
     /// The keyed MAC of every byte before it.
     pub tag: u64,
 }
@@ -388,9 +412,16 @@ impl TrailerRepr {
         TrailerRepr { counter: trailer.counter(), tag: trailer.tag() }
     }
 
+    /// Writes the counter (session and number) into the first bytes of a
+    /// trailer, `buffer`: what the tag covers of it.
+    pub fn emit_counter(counter: FrameCounter, buffer: &mut [u8]) {
+        buffer[offset::TRAILER_SESSION..offset::TRAILER_SESSION + 8].copy_from_slice(&counter.session.to_be_bytes());
+        buffer[offset::TRAILER_NUMBER..offset::TRAILER_NUMBER + 4].copy_from_slice(&counter.number.to_be_bytes());
+    }
+
     /// Writes the trailer into the first [`TRAILER_LEN`] bytes of `buffer`.
     pub fn emit(&self, buffer: &mut [u8]) {
-        buffer[offset::TRAILER_COUNTER..offset::TRAILER_COUNTER + 8].copy_from_slice(&self.counter.to_be_bytes());
+        Self::emit_counter(self.counter, buffer);
         buffer[offset::TRAILER_TAG..offset::TRAILER_TAG + 8].copy_from_slice(&self.tag.to_be_bytes());
     }
 }
@@ -437,16 +468,24 @@ pub struct FrameRepr {
 }
 
 impl FrameRepr {
-    /// Parses and validates a frame's headers: length, EtherType and version.
-    /// The job key and addressing are checked by the endpoint, which knows them.
+    /// Parses and validates a frame's headers: EtherType, version and
+    /// length ([`Frame::check_len`]), in that order, after the headers'
+    /// length: another version's header may hold its payload length
+    /// elsewhere (versions 1 to 3 did), so it is [`WireError::BadVersion`]
+    /// whatever this version would read there. The job key and addressing
+    /// are checked by the endpoint, which knows them.
     pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>, ethertype: u16) -> Result<FrameRepr, WireError> {
-        frame.check_len()?;
+        let len = frame.buffer.as_ref().len();
+        if len < FRAME_HEADER_LEN {
+            return Err(WireError::Truncated { len });
+        }
         if frame.ethertype() != ethertype {
             return Err(WireError::WrongEtherType { found: frame.ethertype(), expected: ethertype });
         }
         if frame.version() != VERSION {
             return Err(WireError::BadVersion(frame.version()));
         }
+        frame.check_len()?;
         Ok(FrameRepr {
             dst_mac: frame.dst_mac(),
             src_mac: frame.src_mac(),
@@ -477,12 +516,12 @@ impl FrameRepr {
         b[offset::ETHERTYPE..offset::ETHERTYPE + 2].copy_from_slice(&self.ethertype.to_be_bytes());
         *frame.header_mut() = RawHeader {
             version: VERSION | if self.authenticated { AUTH_FLAG } else { 0 },
+            job_key: self.job_key.to_be_bytes(),
             kind: self.kind,
             dst_port: self.dst_port,
             src_port: self.src_port,
             src_node: self.src_node.to_be_bytes(),
             payload_len: (self.payload_len as u16).to_be_bytes(),
-            job_key: self.job_key.to_be_bytes(),
             seq: self.seq.to_be_bytes(),
         };
     }
@@ -539,6 +578,11 @@ mod tests {
         assert_eq!(&buf[offset::JOB_KEY..offset::JOB_KEY + 4], &[0xde, 0xad, 0xbe, 0xef]);
         assert_eq!(&buf[offset::SEQ..offset::SEQ + 4], &[1, 2, 3, 4]);
         assert_eq!(&buf[offset::PAYLOAD..], b"hello");
+        // The module's diagram, version 4: the job key after the version,
+        // so that the tag covers one run of bytes from the kind.
+        assert_eq!([offset::JOB_KEY, offset::KIND, offset::DST_PORT, offset::SRC_PORT, offset::SRC_NODE], [15, 19, 20, 21, 22]);
+        assert_eq!([offset::PAYLOAD_LEN, offset::SEQ, offset::PAYLOAD], [24, 26, 30]);
+        assert_eq!([offset::TRAILER_SESSION, offset::TRAILER_NUMBER, offset::TRAILER_TAG, TRAILER_LEN], [0, 8, 12, 20]);
     }
 
     #[test]
@@ -574,22 +618,43 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_of_version_3_is_another_version_whatever_its_lengths() {
+        // Version 3's header held the payload length where version 4 holds
+        // the job key's low half, and its trailer was 16 bytes: read as
+        // version 4, its lengths are nonsense. It is another version.
+        let mut v3 = [0u8; FRAME_HEADER_LEN + 22 + 16];
+        v3[offset::ETHERTYPE..offset::ETHERTYPE + 2].copy_from_slice(&DEFAULT_ETHERTYPE.to_be_bytes());
+        v3[offset::VERSION] = 3 | AUTH_FLAG;
+        v3[15..22].copy_from_slice(&[7, 0, 0, 0, 1, 0, 22]); // kind, ports, node 1, 22 payload bytes
+        v3[22..26].copy_from_slice(&0x1234_5678u32.to_be_bytes()); // its job key
+        for len in [v3.len(), FRAME_HEADER_LEN] {
+            let frame = Frame::new_unchecked(&v3[..len]);
+            assert!(frame.check_len().is_err(), "read as version 4, it claims 0x5678 payload bytes");
+            assert_eq!(FrameRepr::parse(&frame, DEFAULT_ETHERTYPE), Err(WireError::BadVersion(3)));
+        }
+        let short = Frame::new_unchecked(&v3[..FRAME_HEADER_LEN - 1]);
+        assert_eq!(FrameRepr::parse(&short, DEFAULT_ETHERTYPE), Err(WireError::Truncated { len: FRAME_HEADER_LEN - 1 }));
+    }
+
+    #[test]
     fn the_trailer_follows_the_payload_when_the_auth_bit_is_set() {
         let repr = FrameRepr { authenticated: true, ..sample() };
         assert_eq!(repr.frame_len(), FRAME_HEADER_LEN + 5 + TRAILER_LEN);
         let mut buf = emitted(&repr, b"hello");
         assert_eq!(buf[offset::VERSION], VERSION | AUTH_FLAG);
         let end = offset::PAYLOAD + 5;
-        TrailerRepr { counter: 0x0102_0304_0506_0708, tag: 0x1112_1314_1516_1718 }.emit(&mut buf[end..]);
-        assert_eq!(&buf[end + offset::TRAILER_COUNTER..end + 8], &[1, 2, 3, 4, 5, 6, 7, 8]);
-        assert_eq!(&buf[end + offset::TRAILER_TAG..end + 16], &[0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18]);
+        let counter = FrameCounter { session: 0x0102_0304_0506_0708, number: 0x090a_0b0c };
+        TrailerRepr { counter, tag: 0x1112_1314_1516_1718 }.emit(&mut buf[end..]);
+        assert_eq!(&buf[end + offset::TRAILER_SESSION..end + 8], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&buf[end + offset::TRAILER_NUMBER..end + 12], &[9, 10, 11, 12]);
+        assert_eq!(&buf[end + offset::TRAILER_TAG..end + TRAILER_LEN], &[0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18]);
         let frame = Frame::new_checked(&buf[..]).unwrap();
         assert_eq!(FrameRepr::parse(&frame, DEFAULT_ETHERTYPE).unwrap(), repr);
         assert_eq!(frame.version(), VERSION);
         assert_eq!(frame.payload(), b"hello");
         let trailer = TrailerRepr::parse(&frame.trailer().unwrap());
-        assert_eq!(trailer, TrailerRepr { counter: 0x0102_0304_0506_0708, tag: 0x1112_1314_1516_1718 });
-        assert_eq!(frame.signed_bytes().unwrap().len(), end + 8 - offset::KIND, "every byte from the kind up to the tag");
+        assert_eq!(trailer, TrailerRepr { counter, tag: 0x1112_1314_1516_1718 });
+        assert_eq!(frame.signed_bytes().unwrap().len(), end + offset::TRAILER_TAG - offset::KIND, "every byte from the kind up to the tag");
         for cut in 1..=TRAILER_LEN {
             let err = Frame::new_checked(&buf[..buf.len() - cut]).unwrap_err();
             assert_eq!(err, WireError::NoTrailer { available: TRAILER_LEN - cut });

@@ -253,7 +253,7 @@ fn root_the_interposers_secret_cannot_be_read_off_the_segment() {
     let signed = Frame::new_checked(&signed[..]).unwrap();
     let cluster_secret = c.secret().expect("the cluster's key file");
     // A receiver's key: the frame's rail (rail 0: one rail here) and destination.
-    let key_of = |secret: &mcd::JobSecret| mcd::auth::FrameKey::for_destination(secret, 0, signed.dst_mac());
+    let key_of = |secret: &mcd::JobSecret| mcd::auth::FrameKey::for_destination(secret, signed.job_key(), 0, signed.dst_mac());
     assert!(
         key_of(&cluster_secret).verify(&signed).is_none(),
         "the job was signed with the cluster's key file: the secret was not exchanged over MPI"

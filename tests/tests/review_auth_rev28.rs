@@ -106,12 +106,12 @@ fn earlier_runs_of_node_0(c: &mcd_vcluster::Cluster, sessions: u32) -> Vec<Vec<u
     use mcd::wire::{Frame, FrameRepr, DEFAULT_ETHERTYPE};
     let secret = c.secret().expect("the cluster's secret");
     let (mac0, mac1) = (c.mac(0, 0), c.mac(1, 0));
-    let key = mcd::auth::FrameKey::for_destination(&secret, 0, mac1);
+    let key = mcd::auth::FrameKey::for_destination(&secret, mcd::DEFAULT_JOB_KEY, 0, mac1);
     let mut frames = Vec::new();
     for epoch in 0..FRAMES_PER_RUN {
         for run in 0..sessions {
-            // Distinct sessions (an odd multiplier is a bijection of u32).
-            let session = u64::from((run + 1).wrapping_mul(0x9E37_79B1));
+            // Distinct sessions (an odd multiplier is a bijection of u64).
+            let session = u64::from(run + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             let msg = barriers::Msg { kind: barriers::MsgKind::Data, instance: 0x0bad_0000_0000 | u64::from(run) << 1 | 1, epoch, tag: 0, arg: 0 };
             let repr = FrameRepr {
                 dst_mac: mac1,
@@ -130,7 +130,7 @@ fn earlier_runs_of_node_0(c: &mcd_vcluster::Cluster, sessions: u32) -> Vec<Vec<u
             let mut frame = Frame::new_unchecked(&mut bytes[..]);
             repr.emit(&mut frame);
             frame.payload_mut().copy_from_slice(&mcd_wire::emit(&msg));
-            key.sign(&mut bytes, (session << mcd::auth::SESSION_SHIFT) | u64::from(epoch + 1));
+            key.sign(&mut bytes, mcd::auth::FrameCounter { session, number: epoch + 1 });
             frames.push(bytes);
         }
     }
@@ -312,7 +312,7 @@ fn root_an_earlier_runs_frame_for_another_communicator_is_counted_in_the_c_abis_
         let list = [0u64, 1].iter().fold(mix(2 ^ 0x6772_6F75_7073), |h, &m| mix(h ^ m));
         mix(list ^ mix(1))
     };
-    let old: Vec<Vec<u8>> = [(world, 7u64), (0x5eed_0000_0000_0001, 8)]
+    let old: Vec<Vec<u8>> = [(world, 7u32), (0x5eed_0000_0000_0001, 8)]
         .into_iter()
         .map(|(group, number)| {
             let msg = barriers::Msg { kind: barriers::MsgKind::Data, instance: 0x0bad_0000_0000_0001, epoch: 0, tag: 0, arg: 0 };
@@ -334,7 +334,8 @@ fn root_an_earlier_runs_frame_for_another_communicator_is_counted_in_the_c_abis_
             let mut frame = Frame::new_unchecked(&mut bytes[..]);
             repr.emit(&mut frame);
             frame.payload_mut().copy_from_slice(&payload);
-            mcd::auth::FrameKey::for_destination(&secret, 0, c.mac(0, 0)).sign(&mut bytes, (0x0bad_5e55u64 << mcd::auth::SESSION_SHIFT) | number);
+            mcd::auth::FrameKey::for_destination(&secret, mcd::DEFAULT_JOB_KEY, 0, c.mac(0, 0))
+                .sign(&mut bytes, mcd::auth::FrameCounter { session: 0x0bad_5e55_0bad_5e55, number });
             bytes
         })
         .collect();

@@ -253,6 +253,38 @@ pub unsafe extern "C" fn mcd_algorithm(job: *mut Job) -> *const c_char {
     algorithm(unsafe { job.as_ref() })
 }
 
+/// 1 if the job's frames are signed and verified (a job secret), 0 if
+/// not (`MCD_AUTH=off`, in any case and spacing mcd accepts, or
+/// [`MCD_AUTH_OFF`]): what mcd runs, for a report to say; a negative
+/// `MCD_ERR_*` for a NULL handle.
+///
+/// # Safety
+/// As [`mcd_barrier`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_authenticated(job: *mut Job) -> c_int {
+    // SAFETY: forwarded contract.
+    guarded_count(|| Ok(usize::from(unsafe { handle(job) }?.authenticated())))
+}
+
+/// What `MCD_AUTH` and `MCD_KEY_FILE` ask for, read as [`mcd_init`] reads
+/// them (trimmed, `off` in any case), the key file not yet read:
+/// [`MCD_AUTH_OFF`] (authentication off), [`MCD_AUTH_ENV`] (a key file is
+/// named) or [`MCD_AUTH_KEY`] (neither: the caller must give a secret, as
+/// the MPI interposer agrees one over MPI); or [`MCD_ERR_CONFIG`] when the
+/// values are wrong ([`mcd_last_error`] says how). For a caller that
+/// decides where the secret comes from before `mcd_init` and must not read
+/// the variables differently from mcd (review rev29, finding 4).
+#[no_mangle]
+pub extern "C" fn mcd_auth_from_env() -> c_int {
+    guarded_count(|| {
+        Ok(match mcd::auth::AuthSource::from_env()? {
+            mcd::auth::AuthSource::Off => MCD_AUTH_OFF,
+            mcd::auth::AuthSource::KeyFile(_) => MCD_AUTH_ENV,
+            mcd::auth::AuthSource::Unset => MCD_AUTH_KEY,
+        } as usize)
+    })
+}
+
 /// Copies the job's counters into `*out`.
 ///
 /// # Safety

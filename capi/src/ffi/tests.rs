@@ -53,6 +53,7 @@ fn errors_are_codes_with_text_never_unwinding() {
     unsafe {
         assert_eq!(mcd_barrier(std::ptr::null_mut()), MCD_ERR_ARGUMENT);
         assert!(CStr::from_ptr(mcd_last_error()).to_str().unwrap().contains("NULL"));
+        assert_eq!(mcd_authenticated(std::ptr::null_mut()), MCD_ERR_ARGUMENT);
         assert_eq!(mcd_init(std::ptr::null(), std::ptr::null_mut()), MCD_ERR_ARGUMENT);
         let mut params = std::mem::zeroed::<mcd_params>();
         mcd_params_default(&mut params);
