@@ -798,7 +798,7 @@ pub fn measure_shm(iterations: usize) -> Result<barriers::model::ShmCosts> {
 /// context (each copy crosses a veth pair and runs the receiving
 /// namespace's socket filter before the send call returns), so a repeater
 /// hub's unicast and any multicast cost the sender per port.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct SendCost {
     /// Nodes, one bridge port each.
     pub ports: usize,
