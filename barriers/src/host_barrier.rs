@@ -778,12 +778,12 @@ mod tests {
         let a = config(name, 2, 0);
         let _ = std::fs::remove_file(&a.path);
         let (held, _) = create(&a.path, segment_len(2), a.job_key, 2, ProcessIdentity::current().unwrap()).unwrap();
-        let e = HostBarrier::join(config(name, 2, 0)).unwrap_err().to_string();
-        assert!(e.contains("in use by the live process"), "{e}");
+        let e = HostBarrier::join(config(name, 2, 0)).unwrap_err();
+        assert!(matches!(&e, BarrierError::Config(m) if m.contains("in use by the live process")), "{e}");
         let mut wrong = config(name, 3, 2);
         wrong.attach_timeout = Duration::from_millis(100);
-        let e = HostBarrier::join(wrong).unwrap_err().to_string();
-        assert!(e.contains("did not appear in time") || e.contains("made for 2 local ranks"), "{e}");
+        let e = HostBarrier::join(wrong).unwrap_err();
+        assert!(matches!(&e, BarrierError::Config(m) if m.contains("did not appear in time") || m.contains("made for 2 local ranks")), "{e}");
         drop(held);
         std::fs::remove_file(&a.path).unwrap();
     }

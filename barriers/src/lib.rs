@@ -38,13 +38,18 @@
 //!   receive gaps, links, a switch or a CSMA/CD hub, rails and hosts), and
 //!   [`model::auto`], which picks the algorithm with the lowest predicted cost.
 //! - [`summary`]: the one quantile and median of sorted samples.
+//! - [`policy`]: the job's policy from the environment (`MCD_HIERARCHY`,
+//!   the auto layout, the host's waiting), read once at the job's edge.
 //!
 //! With the feature `test-support` (for tests and benchmarks, not for
 //! programs that use barriers), the test harnesses: `mem` (an in-memory
 //! network of threads with fault injection), `check` (the safety checker the
-//! tests use: no node leaves barrier k before every node has entered it) and
+//! tests use: no node leaves barrier k before every node has entered it),
 //! `threads` (one thread per node in one process, with every node answering
-//! its peers until all are done).
+//! its peers until all are done) and `sim`, the deterministic simulator of
+//! the protocol (`mcd-bench dst`; without the feature only its generator,
+//! `sim::rng`). The retry timer the core learns (RFC 6298's estimator) is
+//! internal.
 //!
 //! ```
 //! use barriers::{mem, Algorithm, Barrier, BarrierConfig};
@@ -80,8 +85,16 @@ pub mod model;
 pub mod plan;
 pub mod policy;
 mod queue;
-pub mod rto;
+mod rto;
+#[cfg(any(test, feature = "test-support"))]
 pub mod sim;
+/// Without the feature `test-support`, of the deterministic simulator only
+/// its generator ([`sim::rng::Rng`]), which the model's simulator of the
+/// real protocol ([`model::protocol`]) draws its losses from.
+#[cfg(not(any(test, feature = "test-support")))]
+pub mod sim {
+    pub mod rng;
+}
 pub mod summary;
 #[cfg(any(test, feature = "test-support"))]
 pub mod threads;

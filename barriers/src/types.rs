@@ -66,26 +66,6 @@ impl BarrierConfig {
         }
     }
 
-    /// The algorithm with the lowest predicted cost ([`crate::model::auto`]) for
-    /// `nodes` nodes on `rails` rails under LogP parameters `params` (as
-    /// measured by `mcd-logp`), multicast algorithms only if `multicast`.
-    pub fn auto(nodes: usize, rails: usize, params: &crate::model::LogP, multicast: bool) -> BarrierConfig {
-        BarrierConfig::new(crate::model::auto(nodes, rails, params, multicast).0).rails(rails)
-    }
-
-    /// As [`auto`](Self::auto) for nodes sharing a host, `local_processes`
-    /// of them on `cores` cores ([`crate::model::auto_on_host`]).
-    pub fn auto_on_host(
-        nodes: usize,
-        rails: usize,
-        params: &crate::model::LogP,
-        multicast: bool,
-        local_processes: usize,
-        cores: usize,
-    ) -> BarrierConfig {
-        BarrierConfig::new(crate::model::auto_on_host(nodes, rails, params, multicast, local_processes, cores).0).rails(rails)
-    }
-
     /// With `rails` rails.
     pub fn rails(mut self, rails: usize) -> BarrierConfig {
         self.rails = rails;

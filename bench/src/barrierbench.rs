@@ -57,7 +57,7 @@ pub struct BarrierBench {
 }
 
 /// One algorithm at one size: per-node statistics averaged over the nodes.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct BarrierMeasurement {
     /// Algorithm name.
     pub algorithm: String,

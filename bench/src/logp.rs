@@ -121,15 +121,28 @@ struct UdpLink<'a> {
     blocking: bool,
 }
 
+/// The UDP measurement's message as it lies on the wire (a plain struct of
+/// bytes, the sequence number big-endian, as mcd's headers), sent in 8
+/// bytes (the rest zero).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct RawProbe {
+    kind: u8,
+    seq: [u8; 4],
+}
+
+const PROBE_LEN: usize = std::mem::size_of::<RawProbe>();
+
 fn encode(kind: u8, seq: u32) -> [u8; 8] {
     let mut b = [0u8; 8];
-    b[0] = kind;
-    b[1..5].copy_from_slice(&seq.to_be_bytes());
+    b[..PROBE_LEN].copy_from_slice(bytemuck::bytes_of(&RawProbe { kind, seq: seq.to_be_bytes() }));
     b
 }
 
+/// The kind and sequence number of a message; `None` if it is too short.
 fn decode(b: &[u8]) -> Option<(u8, u32)> {
-    (b.len() >= 5).then(|| (b[0], u32::from_be_bytes([b[1], b[2], b[3], b[4]])))
+    let p: &RawProbe = bytemuck::from_bytes(b.get(..PROBE_LEN)?);
+    Some((p.kind, u32::from_be_bytes(p.seq)))
 }
 
 fn would_block(e: &std::io::Error) -> bool {
@@ -798,7 +811,7 @@ pub fn measure_shm(iterations: usize) -> Result<barriers::model::ShmCosts> {
 /// context (each copy crosses a veth pair and runs the receiving
 /// namespace's socket filter before the send call returns), so a repeater
 /// hub's unicast and any multicast cost the sender per port.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct SendCost {
     /// Nodes, one bridge port each.
     pub ports: usize,
@@ -926,6 +939,15 @@ impl CopyCost {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_udp_probe_is_a_kind_and_a_big_endian_sequence_number() {
+        let b = encode(kind::PING, 0x0102_0304);
+        assert_eq!(b, [kind::PING, 1, 2, 3, 4, 0, 0, 0]);
+        assert_eq!(decode(&b), Some((kind::PING, 0x0102_0304)));
+        assert_eq!(decode(&b[..5]), Some((kind::PING, 0x0102_0304)));
+        assert_eq!(decode(&b[..4]), None);
+    }
 
     #[test]
     fn g_per_byte_is_the_slope_of_g_over_size() {

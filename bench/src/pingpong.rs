@@ -27,7 +27,7 @@ const UDP_TO_MCD: &[u8] = b"\0mcd-pingpong:to-mcd";
 const REPLY_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// Which transport a measurement used.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
     /// mcd over raw Ethernet.

@@ -35,8 +35,30 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// that meets one late ignores it).
 const HELLO: u8 = 0x48;
 const GO: u8 = 0x47;
-/// Bytes before the data: epoch (u32, little-endian), step, kind.
-pub(crate) const HEADER_LEN: usize = 6;
+/// A datagram's header as it lies on the wire, before its data (a plain
+/// struct of bytes, the epoch big-endian, as mcd's headers).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct RawHeader {
+    epoch: [u8; 4],
+    step: u8,
+    /// A [`CallKind`], or [`HELLO`] / [`GO`].
+    kind: u8,
+}
+
+impl RawHeader {
+    fn new(epoch: u32, step: usize, kind: u8) -> RawHeader {
+        RawHeader { epoch: epoch.to_be_bytes(), step: step as u8, kind }
+    }
+
+    /// The header of `datagram`; `None` if it is shorter than one.
+    fn of(datagram: &[u8]) -> Option<&RawHeader> {
+        datagram.get(..HEADER_LEN).map(bytemuck::from_bytes)
+    }
+}
+
+/// Bytes before the data: [`RawHeader`].
+pub(crate) const HEADER_LEN: usize = std::mem::size_of::<RawHeader>();
 /// Steps of one call at most: a barrier's ⌈log₂ n⌉ rounds, or an
 /// allreduce's log₂ rounds plus its fold and unfold, for up to 64 nodes.
 pub(crate) const MAX_STEPS: usize = 8;
@@ -160,15 +182,15 @@ impl UdpGroup {
         let mut heard = vec![false; n];
         heard[0] = true;
         let mut last_hello: Option<Instant> = None;
+        // A hello: the header, then this node's number (u16, big-endian).
         let mut hello = [0u8; HEADER_LEN + 2];
-        hello[5] = HELLO;
-        hello[HEADER_LEN..].copy_from_slice(&(self.me as u16).to_le_bytes());
+        hello[..HEADER_LEN].copy_from_slice(bytemuck::bytes_of(&RawHeader::new(0, 0, HELLO)));
+        hello[HEADER_LEN..].copy_from_slice(&(self.me as u16).to_be_bytes());
         loop {
             if self.me == 0 && heard.iter().all(|h| *h) {
-                let mut go = [0u8; HEADER_LEN];
-                go[5] = GO;
+                let go = RawHeader::new(0, 0, GO);
                 for peer in &self.peers[1..] {
-                    self.socket.send_to(&go, peer).context("UDP send")?;
+                    self.socket.send_to(bytemuck::bytes_of(&go), peer).context("UDP send")?;
                 }
                 return Ok(());
             }
@@ -176,10 +198,12 @@ impl UdpGroup {
                 self.socket.send_to(&hello, self.peers[0]).context("UDP send")?;
                 last_hello = Some(Instant::now());
             }
-            match self.socket.recv(&mut self.recv_buf) {
-                Ok(got) if got >= HEADER_LEN && self.recv_buf[5] == GO && self.me != 0 => return Ok(()),
-                Ok(got) if got == HEADER_LEN + 2 && self.recv_buf[5] == HELLO => {
-                    let from = u16::from_le_bytes([self.recv_buf[HEADER_LEN], self.recv_buf[HEADER_LEN + 1]]) as usize;
+            let got = self.socket.recv(&mut self.recv_buf);
+            let kind = got.as_ref().ok().and_then(|&got| RawHeader::of(&self.recv_buf[..got])).map(|h| h.kind);
+            match got {
+                Ok(_) if kind == Some(GO) && self.me != 0 => return Ok(()),
+                Ok(got) if got == HEADER_LEN + 2 && kind == Some(HELLO) => {
+                    let from = u16::from_be_bytes([self.recv_buf[HEADER_LEN], self.recv_buf[HEADER_LEN + 1]]) as usize;
                     if let Some(h) = heard.get_mut(from) {
                         *h = true;
                     }
@@ -224,9 +248,7 @@ impl UdpGroup {
     /// bytes written by `fill`.
     pub(crate) fn send(&mut self, to: usize, step: usize, kind: CallKind, fill: impl FnOnce(&mut [u8]), len: usize) -> Result<()> {
         debug_assert!(step < MAX_STEPS && len <= self.max_data);
-        self.send_buf[..4].copy_from_slice(&self.epoch.to_le_bytes());
-        self.send_buf[4] = step as u8;
-        self.send_buf[5] = kind as u8;
+        self.send_buf[..HEADER_LEN].copy_from_slice(bytemuck::bytes_of(&RawHeader::new(self.epoch, step, kind as u8)));
         fill(&mut self.send_buf[HEADER_LEN..HEADER_LEN + len]);
         self.socket.send_to(&self.send_buf[..HEADER_LEN + len], self.peers[to]).context("UDP send")?;
         Ok(())
@@ -276,12 +298,11 @@ impl UdpGroup {
 
     /// Files the `got`-byte datagram in the receive buffer into its slot.
     fn keep(&mut self, got: usize) -> Result<()> {
-        if got < HEADER_LEN {
+        let Some(head) = RawHeader::of(&self.recv_buf[..got]) else {
             return Ok(()); // not ours
-        }
-        let b = &self.recv_buf;
-        let epoch = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
-        let (step, kind) = (b[4] as usize, CallKind::from_byte(b[5]));
+        };
+        let epoch = u32::from_be_bytes(head.epoch);
+        let (step, kind) = (head.step as usize, CallKind::from_byte(head.kind));
         let Some(kind) = kind.filter(|_| step < MAX_STEPS) else {
             return Ok(()); // not ours
         };

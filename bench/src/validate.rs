@@ -8,7 +8,10 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use barriers::model::{self, Host, Link, LogP, Setup, Topology, Verdict, VirtualCluster};
 use barriers::{Algorithm, Fanout, Release};
+use mcd_bench::barrierbench::BarrierMeasurement;
+use mcd_bench::logp::SendCost;
 use mcd_bench::plot::{self, Panel, Series};
+use mcd_vcluster::Topology as VTopology;
 
 const T2: Algorithm = Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast };
 const T3: Algorithm = Algorithm::Tree { k: Fanout::THREE, release: Release::Multicast };
@@ -50,6 +53,21 @@ fn label(a: Option<Algorithm>) -> String {
 
 fn err(pred: f64, actual: f64) -> f64 {
     (pred - actual) / actual * 100.0
+}
+
+/// A row of section 1: one of the paper's figures against the model.
+#[derive(serde::Serialize)]
+struct PaperRow {
+    figure: &'static str,
+    algorithm: String,
+    nodes: usize,
+    rails: usize,
+    topology: String,
+    paper_us: f64,
+    predicted_us: f64,
+    error_percent: f64,
+    plain_logp_us: f64,
+    closed_form_us: Option<f64>,
 }
 
 /// The paper part: every figure predicted from the paper's parameters.
@@ -110,15 +128,22 @@ pub fn paper(out: &Path, md: &mut String, json: &mut serde_json::Map<String, ser
             plain,
             closed.map_or("–".into(), |c| format!("{c:.0}"))
         )?;
-        rows.push(serde_json::json!({
-            "figure": f.name, "algorithm": label(f.algorithm), "nodes": f.nodes, "rails": f.rails,
-            "topology": f.topology.to_string(), "paper_us": f.paper_us, "predicted_us": pr.mean_cost,
-            "error_percent": err(pr.mean_cost, f.paper_us), "plain_logp_us": plain, "closed_form_us": closed,
-        }));
+        rows.push(PaperRow {
+            figure: f.name,
+            algorithm: label(f.algorithm),
+            nodes: f.nodes,
+            rails: f.rails,
+            topology: f.topology.to_string(),
+            paper_us: f.paper_us,
+            predicted_us: pr.mean_cost,
+            error_percent: err(pr.mean_cost, f.paper_us),
+            plain_logp_us: plain,
+            closed_form_us: closed,
+        });
     }
-    let worst = rows.iter().map(|r| r["error_percent"].as_f64().unwrap_or(0.0).abs()).fold(0.0, f64::max);
+    let worst = rows.iter().map(|r| r.error_percent.abs()).fold(0.0, f64::max);
     writeln!(md, "\nWorst error **{worst:.1}%** (goal: 15%). Plain LogP (no wire, no interrupts, no hub) misses the hub by 4–25× and the 2-network pairs' direction.\n")?;
-    json.insert("paper".into(), serde_json::Value::Array(rows));
+    json.insert("paper".into(), serde_json::to_value(&rows)?);
 
     // Hub sensitivity to the one hub number not in the paper.
     writeln!(md, "Hub figures against the collision window (µs):\n")?;
@@ -363,7 +388,7 @@ pub struct Here {
     /// RTT/2 blocking minus busy, µs.
     pub wake: f64,
     /// The send call on hub and switch clusters of each measured size.
-    pub send_cost: serde_json::Value,
+    pub send_cost: Vec<SendCost>,
     /// What each copy beyond the first costs the sender (the slopes).
     pub copy_cost: mcd_bench::logp::CopyCost,
 }
@@ -400,17 +425,68 @@ impl RowParameters {
     }
 }
 
+/// What `--measure` writes ([`MEASURED_FILE`]) and section 4 reads.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct MeasuredRecord {
+    /// The day of the measurement.
+    measured: String,
+    /// The machine it ran on ([`crate::machine`]).
+    machine: String,
+    /// Rounds of the whole measurement.
+    rounds: usize,
+    /// The machine's 1-minute load average at the start and after each
+    /// round (`None` where it could not be read); absent from records made
+    /// before it was kept.
+    #[serde(default)]
+    load_average: Option<Vec<Option<f64>>>,
+    here: Here,
+    rows: Vec<MeasuredRow>,
+}
+
+/// One algorithm on one cluster in a `--measure` record.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct MeasuredRow {
+    topology: VTopology,
+    /// Each round's mean, µs (absent from records made before rounds).
+    #[serde(default)]
+    rounds_mean_us: Vec<f64>,
+    /// The parameters measured before the row in each round (absent from
+    /// records made before they were measured per row: the run's serve).
+    #[serde(default)]
+    parameters_per_round: Vec<RowParameters>,
+    /// The last round's measurement, its mean the median of the rounds'.
+    measurement: BarrierMeasurement,
+}
+
+/// A measured row against the model (sections 3 and 4).
+#[derive(Debug, serde::Serialize)]
+struct ComparedRow {
+    nodes: usize,
+    /// The virtual cluster's network (section 4; section 3's rows are all on the switch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    topology: Option<VTopology>,
+    algorithm: String,
+    rails: usize,
+    predicted_us: f64,
+    /// Where processes outnumber the cores: the bounds (lower, upper), µs.
+    bounds_us: Option<(f64, f64)>,
+    measured_us: f64,
+    #[serde(serialize_with = "as_text")]
+    verdict: Verdict,
+    /// Section 4: whether the row runs the engine's calibration again ([`repeats_calibration`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    repeats_calibration: Option<bool>,
+}
+
+/// Serializes `value` as its text (`Display`).
+fn as_text<T: std::fmt::Display, S: serde::Serializer>(value: &T, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.collect_str(value)
+}
+
 /// The parameters measured before the rows of a `--measure` record, once
 /// each: the switch rows' (a hub row carries a copy of its switch row's).
-fn recorded_parameters(record: &serde_json::Value) -> Vec<RowParameters> {
-    record["rows"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|r| r["topology"] == "switch")
-        .filter_map(|r| serde_json::from_value::<Vec<RowParameters>>(r["parameters_per_round"].clone()).ok())
-        .flatten()
-        .collect()
+fn recorded_parameters(record: &MeasuredRecord) -> Vec<RowParameters> {
+    record.rows.iter().filter(|r| r.topology == VTopology::Switch).flat_map(|r| r.parameters_per_round.iter().copied()).collect()
 }
 
 /// The engine's time per barrier for every row of a run: the median of all
@@ -476,12 +552,12 @@ fn repeats_calibration(a: Algorithm, n: usize) -> bool {
 /// the engines (`window`, per [`ENGINE_STEP_US`]) that keep them all within
 /// 20% against the run's calibrations; beyond the cores, which rows pass
 /// only within the bounds, and how far inside.
-fn checks_and_bounds(rows: &[serde_json::Value], window: &[bool], parameters: &[RowParameters]) -> String {
+fn checks_and_bounds(rows: &[ComparedRow], window: &[bool], parameters: &[RowParameters]) -> String {
     let mut text = String::new();
-    let fitting: Vec<&serde_json::Value> = rows.iter().filter(|r| r["bounds_us"].is_null()).collect();
+    let fitting: Vec<&ComparedRow> = rows.iter().filter(|r| r.bounds_us.is_none()).collect();
     if !fitting.is_empty() {
-        let within = |r: &&&serde_json::Value| r["verdict"] != "missed";
-        let (repeats, checks): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) = fitting.iter().partition(|r| r["repeats_calibration"] == true);
+        let within = |r: &&&ComparedRow| r.verdict != Verdict::Missed;
+        let (repeats, checks): (Vec<&ComparedRow>, Vec<&ComparedRow>) = fitting.iter().partition(|r| r.repeats_calibration == Some(true));
         let _ = write!(
             text,
             "Where processes ≤ cores: {} of {} independent checks within 20%, and {} of {} rows that repeat the engine's \
@@ -508,11 +584,8 @@ fn checks_and_bounds(rows: &[serde_json::Value], window: &[bool], parameters: &[
             }
         }
     }
-    let bounded: Vec<(f64, f64, f64)> = rows
-        .iter()
-        .filter(|r| r["verdict"] == "within the bounds")
-        .filter_map(|r| Some((r["measured_us"].as_f64()?, r["bounds_us"][0].as_f64()?, r["bounds_us"][1].as_f64()?)))
-        .collect();
+    let bounded: Vec<(f64, f64, f64)> =
+        rows.iter().filter(|r| r.verdict == Verdict::Bounded).filter_map(|r| r.bounds_us.map(|(lo, hi)| (r.measured_us, lo, hi))).collect();
     if !bounded.is_empty() {
         let range = |f: fn(&(f64, f64, f64)) -> f64| bounded.iter().map(f).fold((f64::INFINITY, 0.0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
         let (above_low, width) = (range(|b| b.0 / b.1), range(|b| b.2 / b.1));
@@ -522,7 +595,7 @@ fn checks_and_bounds(rows: &[serde_json::Value], window: &[bool], parameters: &[
              while the upper bound is {:.1} to {:.1}× the lower: these rows test the lower bound (the cores' sharing \
              alone), not the upper one.",
             bounded.len(),
-            rows.iter().filter(|r| !r["bounds_us"].is_null()).count(),
+            rows.iter().filter(|r| r.bounds_us.is_some()).count(),
             above_low.0,
             above_low.1,
             width.0,
@@ -557,7 +630,7 @@ fn median(values: &[f64]) -> f64 {
 /// [`MEASURED_FILE`]. Needs root.
 fn measure(out: &Path, sizes: &[usize], scale: f64, rounds: usize, stem: &str) -> Result<()> {
     use mcd_bench::barrierbench;
-    use mcd_vcluster::{Cluster, ClusterSpec, Topology as VTopology};
+    use mcd_vcluster::{Cluster, ClusterSpec};
     anyhow::ensure!(sizes.len() <= 10, "at most 10 node counts (each keeps a cluster of its own up), not {}", sizes.len());
     let costs = mcd_bench::logp::send_costs(stem, sizes, 2000)?;
     let copy_cost = mcd_bench::logp::CopyCost::fit(&costs).context("the send cost at two sizes at least")?;
@@ -607,20 +680,19 @@ fn measure(out: &Path, sizes: &[usize], scale: f64, rounds: usize, stem: &str) -
     drop(calibration);
     let all: Vec<RowParameters> = params.iter().flatten().flatten().copied().collect();
     let overall = RowParameters::median(&all).context("no parameters measured")?;
-    let here = Here { logp: overall.logp, wake: overall.wake_us, send_cost: serde_json::to_value(&costs)?, copy_cost };
+    let here = Here { logp: overall.logp, wake: overall.wake_us, send_cost: costs, copy_cost };
     let mut rows = Vec::new();
     for si in 0..sizes.len() {
-        for (ti, vtop) in topologies.into_iter().enumerate() {
+        for (ti, topology) in topologies.into_iter().enumerate() {
             for ci in 0..configs.len() {
-                let Some(mut m) = last[si][ci][ti].take() else { continue };
-                m.mean_us = median(&means[si][ci][ti]);
-                rows.push(serde_json::json!({ "topology": vtop.to_string(), "rounds_mean_us": means[si][ci][ti],
-                    "parameters_per_round": params[si][ci], "measurement": m }));
+                let Some(mut measurement) = last[si][ci][ti].take() else { continue };
+                measurement.mean_us = median(&means[si][ci][ti]);
+                let (rounds_mean_us, parameters_per_round) = (means[si][ci][ti].clone(), params[si][ci].clone());
+                rows.push(MeasuredRow { topology, rounds_mean_us, parameters_per_round, measurement });
             }
         }
     }
-    let record = serde_json::json!({ "measured": crate::today(), "machine": crate::machine(), "rounds": rounds,
-        "load_average": load, "here": here, "rows": rows });
+    let record = MeasuredRecord { measured: crate::today(), machine: crate::machine(), rounds, load_average: Some(load), here, rows };
     std::fs::write(out.join(MEASURED_FILE), serde_json::to_string_pretty(&record)?)?;
     Ok(())
 }
@@ -631,25 +703,30 @@ fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }
 
+/// The record in [`MEASURED_FILE`] under `results`.
+fn measured_record(results: &Path) -> Result<MeasuredRecord> {
+    let path = results.join(MEASURED_FILE);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not a `validate --measure` record", path.display()))
+}
+
 /// The copy costs recorded in [`MEASURED_FILE`], if any.
 fn recorded_copy_cost(results: &Path) -> Option<mcd_bench::logp::CopyCost> {
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(results.join(MEASURED_FILE)).ok()?).ok()?;
-    serde_json::from_value(v["here"]["copy_cost"].clone()).ok()
+    measured_record(results).ok().map(|r| r.here.copy_cost)
 }
 
 /// The model's topology for the virtual cluster's: its hub floods without collisions.
-fn model_topology(name: &str) -> Result<Topology> {
-    match name {
-        "switch" => Ok(Topology::Switch),
-        "hub" => Ok(Topology::FloodingBridge),
-        other => anyhow::bail!("unknown virtual topology `{other}`"),
+fn model_topology(topology: VTopology) -> Topology {
+    match topology {
+        VTopology::Switch => Topology::Switch,
+        VTopology::Hub => Topology::FloodingBridge,
     }
 }
 
 /// Section 4: the measurements of [`MEASURED_FILE`] against the model.
 fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serde_json::Value>) -> Result<()> {
-    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join(MEASURED_FILE))?)?;
-    let here: Here = serde_json::from_value(record["here"].clone()).context("the measured parameters")?;
+    let record = measured_record(out)?;
+    let here = &record.here;
     let cores = mcd::host::online_cpus();
     let vc = VirtualCluster {
         logp: here.logp,
@@ -685,19 +762,19 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
          only its repeatability. The other 2-node rows (an arrival and a release: two dependent hops) are the independent \
          check, of one claim: two hops cost two ping-pong hops plus the same engine; switch and hub get the same prediction \
          at 2 nodes, so each prediction is measured twice. Over all rows, the medians: {}; wake-up {:.1} µs; engine {}; {cores} cores.\n",
-        record["measured"].as_str().unwrap_or("?"),
-        record["machine"].as_str().unwrap_or("?"),
-        record["rounds"].as_u64().unwrap_or(1),
-        record["load_average"].as_array().map_or("not recorded".to_string(), |l| l
+        record.measured,
+        record.machine,
+        record.rounds,
+        record.load_average.as_ref().map_or("not recorded".to_string(), |l| l
             .iter()
-            .map(|x| x.as_f64().map_or("?".into(), |x| format!("{x:.1}")))
+            .map(|x| x.map_or("?".into(), |x| format!("{x:.1}")))
             .collect::<Vec<_>>()
             .join(", ")),
         crate::fmt_logp(&here.logp),
         here.wake,
         engine_measured.map_or(format!("not measured in this record ({ENGINE_US} µs as in section 3)"), |e| format!("{e:.2} µs"))
     )?;
-    let loads: Vec<f64> = record["load_average"].as_array().into_iter().flatten().filter_map(serde_json::Value::as_f64).collect();
+    let loads: Vec<f64> = record.load_average.iter().flatten().flatten().copied().collect();
     let busiest = loads.iter().copied().fold(0.0, f64::max);
     if busiest > 2.0 * cores as f64 {
         writeln!(
@@ -742,16 +819,9 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
     )?;
     writeln!(md, "| ports | bridge | unicast send | multicast send |")?;
     writeln!(md, "|---:|---|---:|---:|")?;
-    let stat = |s: &serde_json::Value| {
-        format!(
-            "{:.2} [{:.2}, {:.2}]",
-            s["median"].as_f64().unwrap_or(f64::NAN),
-            s["p10"].as_f64().unwrap_or(f64::NAN),
-            s["p90"].as_f64().unwrap_or(f64::NAN)
-        )
-    };
-    for c in here.send_cost.as_array().into_iter().flatten() {
-        writeln!(md, "| {} | {} | {} | {} |", c["ports"], c["topology"].as_str().unwrap_or("?"), stat(&c["unicast"]), stat(&c["multicast"]))?;
+    let stat = |s: &mcd_bench::logp::Stat| format!("{:.2} [{:.2}, {:.2}]", s.median, s.p10, s.p90);
+    for c in &here.send_cost {
+        writeln!(md, "| {} | {} | {} | {} |", c.ports, c.topology, stat(&c.unicast), stat(&c.multicast))?;
     }
     writeln!(
         md,
@@ -771,29 +841,23 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
     let mut rows = Vec::new();
     // Engines (0.01 µs steps) that keep every row within the cores within 20%.
     let mut engine_window = vec![true; ENGINE_STEPS + 1];
-    for r in record["rows"].as_array().into_iter().flatten() {
-        let m = &r["measurement"];
-        let (Some(n), Some(rails), Some(name), Some(mean), Some(top)) =
-            (m["nodes"].as_u64(), m["rails"].as_u64(), m["algorithm"].as_str(), m["mean_us"].as_f64(), r["topology"].as_str())
-        else {
-            continue;
-        };
-        let (n, rails) = (n as usize, rails as usize);
-        let a: Algorithm = name.parse().map_err(anyhow::Error::msg)?;
+    for r in &record.rows {
+        let m = &r.measurement;
+        let (n, rails, mean, top) = (m.nodes, m.rails, m.mean_us, r.topology);
+        let a: Algorithm = m.algorithm.parse().map_err(anyhow::Error::msg)?;
         // The row's own parameters (a record from before they were measured per row: the run's).
-        let per_round: Vec<RowParameters> = serde_json::from_value(r["parameters_per_round"].clone()).unwrap_or_default();
-        let p = RowParameters::median(&per_round).unwrap_or(RowParameters { logp: here.logp, wake_us: here.wake, engine_us: None });
+        let p = RowParameters::median(&r.parameters_per_round).unwrap_or(RowParameters { logp: here.logp, wake_us: here.wake, engine_us: None });
         let vc = VirtualCluster { logp: p.logp, wake: p.wake_us, engine: engine_us, ..vc };
-        let est = vc.estimate(a, n, rails, model_topology(top)?, 30.0);
+        let est = vc.estimate(a, n, rails, model_topology(top), 30.0);
         if est.bounds.is_none() {
             for (i, ok) in engine_window.iter_mut().enumerate() {
                 let with = VirtualCluster { engine: i as f64 * ENGINE_STEP_US, ..vc };
-                *ok &= err(with.estimate(a, n, rails, model_topology(top)?, 30.0).predicted.mean_cost, mean).abs() <= 20.0;
+                *ok &= err(with.estimate(a, n, rails, model_topology(top), 30.0).predicted.mean_cost, mean).abs() <= 20.0;
             }
         }
         let verdict = est.verdict(mean);
         let e = err(est.predicted.mean_cost, mean);
-        let rounds: Vec<f64> = r["rounds_mean_us"].as_array().into_iter().flatten().filter_map(serde_json::Value::as_f64).collect();
+        let rounds = &r.rounds_mean_us;
         let spread = rounds.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
         let spread = if rounds.is_empty() { "–".to_string() } else { format!("{:.1} – {:.1}", spread.0, spread.1) };
         writeln!(
@@ -805,24 +869,31 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
             est.predicted.mean_cost,
             bounds_cell(est.bounds)
         )?;
-        rows.push(serde_json::json!({ "nodes": n, "topology": top, "algorithm": a.to_string(), "rails": rails,
-            "predicted_us": est.predicted.mean_cost, "bounds_us": est.bounds.map(|(lo, hi)| [lo, hi]),
-            "measured_us": mean, "verdict": verdict.to_string(), "repeats_calibration": repeats_calibration(a, n) }));
+        rows.push(ComparedRow {
+            nodes: n,
+            topology: Some(top),
+            algorithm: a.to_string(),
+            rails,
+            predicted_us: est.predicted.mean_cost,
+            bounds_us: est.bounds,
+            measured_us: mean,
+            verdict,
+            repeats_calibration: Some(repeats_calibration(a, n)),
+        });
     }
-    let (ok, total) = (rows.iter().filter(|r| r["verdict"] != "missed").count(), rows.len());
-    let worst_spread = record["rows"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let (ok, total) = (rows.iter().filter(|r| r.verdict != Verdict::Missed).count(), rows.len());
+    let worst_spread = record
+        .rows
+        .iter()
         .filter_map(|r| {
-            let rounds: Vec<f64> = r["rounds_mean_us"].as_array()?.iter().filter_map(serde_json::Value::as_f64).collect();
+            let rounds = &r.rounds_mean_us;
             let lo = rounds.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = rounds.iter().copied().fold(0.0, f64::max);
             (lo > 0.0).then(|| hi / lo)
         })
         .fold(1.0, f64::max);
-    let of = |top: &str| -> Vec<serde_json::Value> { rows.iter().filter(|r| r["topology"] == top).cloned().collect() };
-    let (switch, hub) = (Summary::of(&of("switch")), Summary::of(&of("hub")));
+    let of = |top: VTopology| -> Vec<&ComparedRow> { rows.iter().filter(|r| r.topology == Some(top)).collect() };
+    let (switch, hub) = (Summary::of(&of(VTopology::Switch)), Summary::of(&of(VTopology::Hub)));
     writeln!(
         md,
         "\n**{ok} of {total}** within the goal (20% where processes ≤ cores, 35% beyond) or within the stated bounds. \
@@ -838,8 +909,8 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
         hub.misses("On the hub, the point prediction misses by more than 35%")
     )?;
     writeln!(md, "{}", checks_and_bounds(&rows, &engine_window, &recorded_parameters(&record)))?;
-    let fitting_misses: Vec<&serde_json::Value> = rows.iter().filter(|r| r["bounds_us"].is_null() && r["verdict"] == "missed").collect();
-    let too_slow = fitting_misses.iter().filter(|r| r["predicted_us"].as_f64() > r["measured_us"].as_f64()).count();
+    let fitting_misses: Vec<&ComparedRow> = rows.iter().filter(|r| r.bounds_us.is_none() && r.verdict == Verdict::Missed).collect();
+    let too_slow = fitting_misses.iter().filter(|r| r.predicted_us > r.measured_us).count();
     if !fitting_misses.is_empty() {
         writeln!(
             md,
@@ -847,7 +918,7 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
              is the row's dependent hops, each the ping-pong's hop measured just before it, plus the engine's time \
              measured beside it.\n",
             fitting_misses.len(),
-            rows.iter().filter(|r| r["bounds_us"].is_null()).count()
+            rows.iter().filter(|r| r.bounds_us.is_none()).count()
         )?;
     }
     writeln!(
@@ -859,26 +930,26 @@ fn measured(out: &Path, md: &mut String, json: &mut serde_json::Map<String, serd
          turns (a process runs until it waits, each change a wake-up) stand in for the kernel's choice among \
          yielding processes. Lost frames and their recovery are not modelled (none are injected here).\n"
     )?;
-    for r in rows.iter().filter(|r| r["verdict"] == "missed") {
+    for r in rows.iter().filter(|r| r.verdict == Verdict::Missed) {
         writeln!(
             md,
             "- missed: {} nodes, {}, {} on {} rail(s): predicted {:.1}, measured {:.1} µs",
-            r["nodes"],
-            r["topology"].as_str().unwrap_or(""),
-            r["algorithm"].as_str().unwrap_or(""),
-            r["rails"],
-            r["predicted_us"].as_f64().unwrap_or(0.0),
-            r["measured_us"].as_f64().unwrap_or(0.0)
+            r.nodes,
+            r.topology.map_or(String::new(), |t| t.to_string()),
+            r.algorithm,
+            r.rails,
+            r.predicted_us,
+            r.measured_us
         )?;
     }
-    let panels: Vec<Panel> = ["switch", "hub"]
+    let panels: Vec<Panel> = [VTopology::Switch, VTopology::Hub]
         .into_iter()
         .map(|top| Panel { title: format!("{top}, 1 rail, {cores} cores"), series: measured_series(&rows, top) })
         .collect();
     plot::nodes_vs_time(&out.join("validation-measured"), "mcd on the virtual cluster, switch and hub: measured (solid), model (dashed)", &panels)?;
     writeln!(md, "\nPlot: [validation-measured.svg](validation-measured.svg) / [.png](validation-measured.png).\n")?;
-    json.insert("measured".into(), serde_json::Value::Array(rows));
-    json.insert("measured_parameters".into(), serde_json::to_value(&here)?);
+    json.insert("measured".into(), serde_json::to_value(&rows)?);
+    json.insert("measured_parameters".into(), serde_json::to_value(here)?);
     Ok(())
 }
 
@@ -897,21 +968,18 @@ struct Summary {
 }
 
 impl Summary {
-    fn of(rows: &[serde_json::Value]) -> Summary {
-        let error = |r: &serde_json::Value| {
-            let (p, m) = (r["predicted_us"].as_f64().unwrap_or(f64::NAN), r["measured_us"].as_f64().unwrap_or(f64::NAN));
-            err(p, m)
-        };
-        let (fit, over): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) = rows.iter().partition(|r| r["bounds_us"].is_null());
-        let within = |of: &[&serde_json::Value], goal: f64| of.iter().filter(|r| error(r).abs() <= goal).count();
+    fn of(rows: &[&ComparedRow]) -> Summary {
+        let error = |r: &ComparedRow| err(r.predicted_us, r.measured_us);
+        let (fit, over): (Vec<&ComparedRow>, Vec<&ComparedRow>) = rows.iter().partition(|r| r.bounds_us.is_none());
+        let within = |of: &[&ComparedRow], goal: f64| of.iter().filter(|r| error(r).abs() <= goal).count();
         let errors: Vec<f64> = over.iter().map(|r| error(r)).collect();
         let (lo, hi) = errors.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &e| (lo.min(e), hi.max(e)));
         let mut outside: Vec<(String, f64)> = Vec::new();
         let mut bounded = 0;
         for r in over.iter().filter(|r| error(r).abs() > 35.0) {
-            let rails = if r["rails"].as_u64() == Some(1) { String::new() } else { format!(" on {} rails", r["rails"]) };
-            outside.push((format!("{} at {}{rails}", r["algorithm"].as_str().unwrap_or("?"), r["nodes"]), error(r)));
-            bounded += usize::from(r["verdict"] == "within the bounds");
+            let rails = if r.rails == 1 { String::new() } else { format!(" on {} rails", r.rails) };
+            outside.push((format!("{} at {}{rails}", r.algorithm, r.nodes), error(r)));
+            bounded += usize::from(r.verdict == Verdict::Bounded);
         }
         Summary {
             fitting: format!("{} of {}", within(&fit, 20.0), fit.len()),
@@ -954,21 +1022,21 @@ fn bounds_cell(bounds: Option<(f64, f64)>) -> String {
 
 /// Measured (solid) and predicted (dashed) per algorithm, 1 rail, of the
 /// rows on `topology` (all rows when `None`).
-fn measured_series(rows: &[serde_json::Value], topology: &str) -> Vec<Series> {
-    let mine: Vec<&serde_json::Value> = rows.iter().filter(|r| r["rails"] == 1 && (r["topology"].is_null() || r["topology"] == topology)).collect();
-    let mut names: Vec<String> = Vec::new();
-    for name in mine.iter().filter_map(|r| r["algorithm"].as_str()) {
-        if !names.iter().any(|n| n == name) {
-            names.push(name.to_string());
+fn measured_series(rows: &[ComparedRow], topology: VTopology) -> Vec<Series> {
+    let mine: Vec<&ComparedRow> = rows.iter().filter(|r| r.rails == 1 && r.topology.is_none_or(|t| t == topology)).collect();
+    let mut names: Vec<&str> = Vec::new();
+    for r in &mine {
+        if !names.contains(&r.algorithm.as_str()) {
+            names.push(&r.algorithm);
         }
     }
     let mut series = Vec::new();
     for name in names {
-        let pts = |key: &str| -> Vec<(f64, f64)> {
-            mine.iter().filter(|r| r["algorithm"] == name.as_str()).filter_map(|r| Some((r["nodes"].as_f64()?, r[key].as_f64()?))).collect()
+        let pts = |of: fn(&ComparedRow) -> f64| -> Vec<(f64, f64)> {
+            mine.iter().filter(|r| r.algorithm == name).map(|r| (r.nodes as f64, of(r))).collect()
         };
-        series.push(Series { label: format!("{name} measured"), points: pts("measured_us"), dashed: false, key: name.clone() });
-        series.push(Series { label: format!("{name} predicted"), points: pts("predicted_us"), dashed: true, key: name.clone() });
+        series.push(Series { label: format!("{name} measured"), points: pts(|r| r.measured_us), dashed: false, key: name.to_string() });
+        series.push(Series { label: format!("{name} predicted"), points: pts(|r| r.predicted_us), dashed: true, key: name.to_string() });
     }
     series
 }
@@ -979,14 +1047,22 @@ fn measured_series(rows: &[serde_json::Value], topology: &str) -> Vec<Series> {
 pub fn recorded(results: &Path, md: &mut String, json: &mut serde_json::Map<String, serde_json::Value>) -> Result<()> {
     let logp_path = results.join("logp.json");
     let p = mcd_bench::logp::load_or_measure(Some(&logp_path))?;
-    let all: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&logp_path)?)?;
-    let rtt = |w: &str| all.iter().find(|m| m["transport"] == "mcd" && m["wait"] == w).and_then(|m| m["rtt_half"]["median"].as_f64());
+    /// What this reads of a `logp.json` measurement.
+    #[derive(serde::Deserialize)]
+    struct Hop {
+        transport: mcd_bench::pingpong::Transport,
+        wait: String,
+        rtt_half: mcd_bench::logp::Stat,
+    }
+    let all: Vec<Hop> = serde_json::from_str(&std::fs::read_to_string(&logp_path)?).with_context(|| format!("{}", logp_path.display()))?;
+    let rtt = |w: &str| all.iter().find(|m| m.transport == mcd_bench::pingpong::Transport::Mcd && m.wait == w).map(|m| m.rtt_half.median);
     let wake = match (rtt("block"), rtt("busy")) {
         (Some(b), Some(a)) => (b - a).max(0.0),
         _ => 20.0,
     };
-    let rows: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(results.join("barriers.json")).context("results/barriers.json")?)?;
+    let rows: Vec<BarrierMeasurement> =
+        serde_json::from_str(&std::fs::read_to_string(results.join("barriers.json")).context("results/barriers.json")?)
+            .context("results/barriers.json")?;
     let measured_on = std::fs::read_to_string(results.join("barriers.md"))
         .ok()
         .and_then(|t| {
@@ -1021,13 +1097,9 @@ pub fn recorded(results: &Path, md: &mut String, json: &mut serde_json::Map<Stri
     let mut out = Vec::new();
     let (mut ok, mut total) = (0, 0);
     for r in &rows {
-        let (Some(n), Some(rails), Some(name), Some(measured)) =
-            (r["nodes"].as_u64(), r["rails"].as_u64(), r["algorithm"].as_str(), r["mean_us"].as_f64())
-        else {
-            continue;
-        };
-        let (n, rails) = (n as usize, rails as usize);
-        let Ok(a) = name.parse::<Algorithm>() else { continue };
+        let (n, rails, measured) = (r.nodes, r.rails, r.mean_us);
+        // Rows of other contenders than mcd's algorithms are not the model's.
+        let Ok(a) = r.algorithm.parse::<Algorithm>() else { continue };
         let est = vc.estimate(a, n, rails, Topology::Switch, 30.0);
         let verdict = est.verdict(measured);
         let (pr, bound) = (est.predicted, est.bounds);
@@ -1035,10 +1107,19 @@ pub fn recorded(results: &Path, md: &mut String, json: &mut serde_json::Map<Stri
         total += 1;
         ok += usize::from(verdict != Verdict::Missed);
         writeln!(md, "| {n} | {a} | {rails} | {:.1} | {} | {measured:.1} | {e:+.0}% | {verdict} |", pr.mean_cost, bounds_cell(bound))?;
-        out.push(serde_json::json!({ "nodes": n, "algorithm": a.to_string(), "rails": rails, "predicted_us": pr.mean_cost,
-            "bounds_us": bound.map(|(lo, hi)| [lo, hi]), "measured_us": measured, "verdict": verdict.to_string() }));
+        out.push(ComparedRow {
+            nodes: n,
+            topology: None,
+            algorithm: a.to_string(),
+            rails,
+            predicted_us: pr.mean_cost,
+            bounds_us: bound,
+            measured_us: measured,
+            verdict,
+            repeats_calibration: None,
+        });
     }
-    let summary = Summary::of(&out);
+    let summary = Summary::of(&out.iter().collect::<Vec<_>>());
     writeln!(
         md,
         "\n**{ok} of {total}** within the goal (20% where processes ≤ cores, 35% beyond) or within the stated bounds. \
@@ -1052,22 +1133,32 @@ pub fn recorded(results: &Path, md: &mut String, json: &mut serde_json::Map<Stri
         summary.misses("The point prediction misses by more than 35%")
     )?;
     protocol_rows(md, json, &rows, &p)?;
-    let series = measured_series(&out, "switch");
+    let series = measured_series(&out, VTopology::Switch);
     plot::nodes_vs_time(
         &results.join("validation-vcluster"),
         "mcd on the virtual cluster (recorded): measured (solid), model (dashed)",
         &[Panel { title: format!("switch, 1 rail, {cores} cores"), series }],
     )?;
     writeln!(md, "Plot: [validation-vcluster.svg](validation-vcluster.svg) / [.png](validation-vcluster.png).\n")?;
-    json.insert("recorded".into(), serde_json::Value::Array(out));
+    json.insert("recorded".into(), serde_json::to_value(&out)?);
     Ok(())
+}
+
+/// A row of section 3 predicted by the plan simulator and the real protocol.
+#[derive(serde::Serialize)]
+struct ProtocolRow {
+    nodes: usize,
+    algorithm: String,
+    plan_us: f64,
+    protocol_us: f64,
+    measured_us: f64,
 }
 
 /// Section 3's rows (1 rail) predicted by the simulator that runs the real
 /// protocol (`barriers::model::protocol`, lossless, the paper's loop: 30 µs
 /// of work) beside the plan simulator with the same parameters, and both
 /// against the measurement, each plus the engine's fitted time.
-fn protocol_rows(md: &mut String, json: &mut serde_json::Map<String, serde_json::Value>, rows: &[serde_json::Value], p: &LogP) -> Result<()> {
+fn protocol_rows(md: &mut String, json: &mut serde_json::Map<String, serde_json::Value>, rows: &[BarrierMeasurement], p: &LogP) -> Result<()> {
     use barriers::model::protocol::{self, Scenario};
     let setup = Setup::logp(p);
     writeln!(
@@ -1081,24 +1172,19 @@ fn protocol_rows(md: &mut String, json: &mut serde_json::Map<String, serde_json:
     writeln!(md, "| nodes | algorithm | plan simulator µs | real protocol µs | protocol / plan | measured µs | error (real protocol) |")?;
     writeln!(md, "|---:|---|---:|---:|---:|---:|---:|")?;
     let mut out = Vec::new();
-    for r in rows {
-        let (Some(n), Some(1), Some(name), Some(measured)) =
-            (r["nodes"].as_u64(), r["rails"].as_u64(), r["algorithm"].as_str(), r["mean_us"].as_f64())
-        else {
-            continue;
-        };
-        let Ok(a) = name.parse::<Algorithm>() else { continue };
-        let n = n as usize;
+    for r in rows.iter().filter(|r| r.rails == 1) {
+        let (n, measured) = (r.nodes, r.mean_us);
+        let Ok(a) = r.algorithm.parse::<Algorithm>() else { continue };
         let plan = model::steady_state(a, n, 1, &setup, 200, 30.0).mean_cost + ENGINE_US;
         let mut s = Scenario::new(a, n, setup, 200);
         s.work_us = 30.0;
         let real = protocol::run(&s).map_err(anyhow::Error::msg)?.mean_cost_us + ENGINE_US;
         let e = err(real, measured);
         writeln!(md, "| {n} | {a} | {plan:.1} | {real:.1} | {:+.1}% | {measured:.1} | {e:+.0}% |", (real / plan - 1.0) * 100.0)?;
-        out.push(serde_json::json!({ "nodes": n, "algorithm": a.to_string(), "plan_us": plan, "protocol_us": real, "measured_us": measured }));
+        out.push(ProtocolRow { nodes: n, algorithm: a.to_string(), plan_us: plan, protocol_us: real, measured_us: measured });
     }
     writeln!(md)?;
-    json.insert("recorded_protocol".into(), serde_json::Value::Array(out));
+    json.insert("recorded_protocol".into(), serde_json::to_value(&out)?);
     Ok(())
 }
 
@@ -1136,20 +1222,30 @@ pub fn run(out: &Path, measure: Option<(&[usize], f64, usize)>, stem: &str) -> R
 mod tests {
     use super::*;
 
-    fn row(nodes: u64, algorithm: &str, rails: u64, predicted: f64, measured: f64, bounds: Option<[f64; 2]>, verdict: &str) -> serde_json::Value {
-        serde_json::json!({ "nodes": nodes, "algorithm": algorithm, "rails": rails, "predicted_us": predicted,
-            "measured_us": measured, "bounds_us": bounds, "verdict": verdict })
+    fn row(nodes: usize, algorithm: &str, rails: usize, predicted: f64, measured: f64, bounds: Option<(f64, f64)>, verdict: Verdict) -> ComparedRow {
+        ComparedRow {
+            nodes,
+            topology: None,
+            algorithm: algorithm.to_string(),
+            rails,
+            predicted_us: predicted,
+            bounds_us: bounds,
+            measured_us: measured,
+            verdict,
+            repeats_calibration: None,
+        }
     }
 
     #[test]
     fn the_summary_counts_and_names_what_it_claims() {
         let rows = [
-            row(2, "shuffle", 1, 10.0, 11.0, None, "within 20%"),
-            row(2, "tree2", 1, 10.0, 15.0, None, "missed"),
-            row(8, "tree2", 1, 200.0, 100.0, Some([80.0, 300.0]), "within the bounds"),
-            row(8, "tree3", 2, 100.0, 400.0, Some([80.0, 300.0]), "missed"),
-            row(16, "concurrent", 1, 330.0, 300.0, Some([200.0, 600.0]), "within 35%"),
+            row(2, "shuffle", 1, 10.0, 11.0, None, Verdict::Within(20.0)),
+            row(2, "tree2", 1, 10.0, 15.0, None, Verdict::Missed),
+            row(8, "tree2", 1, 200.0, 100.0, Some((80.0, 300.0)), Verdict::Bounded),
+            row(8, "tree3", 2, 100.0, 400.0, Some((80.0, 300.0)), Verdict::Missed),
+            row(16, "concurrent", 1, 330.0, 300.0, Some((200.0, 600.0)), Verdict::Within(35.0)),
         ];
+        let rows: Vec<&ComparedRow> = rows.iter().collect();
         let s = Summary::of(&rows);
         assert_eq!((s.fitting.as_str(), s.beyond.as_str(), s.range.as_str()), ("1 of 2", "1 of 3", "-75% to +100%"));
         let text = s.misses("Misses");
@@ -1182,19 +1278,51 @@ mod tests {
                 .map(|&e| serde_json::json!({ "logp": { "o_s": 2.6, "o_r": 0.1, "g": 2.6, "L": 0.0 }, "wake_us": 20.0, "engine_us": e }))
                 .collect()
         };
-        let record = serde_json::json!({ "rows": [
+        // A record as `--measure` writes it, but for the rows' parameters.
+        let record = |rows: serde_json::Value| -> MeasuredRecord {
+            let measurement = serde_json::json!({ "algorithm": "shuffle", "method": "paper", "rails": 1, "nodes": 2, "iterations": 10,
+                "min_us": 1.0, "mean_us": 2.0, "max_us": 3.0, "p50_us": 2.0, "p99_us": 3.0, "p999_us": 3.0, "recoveries": 0 });
+            let rows: Vec<serde_json::Value> = rows
+                .as_array()
+                .expect("rows")
+                .iter()
+                .map(|r| {
+                    let mut r = r.clone();
+                    r["measurement"] = measurement.clone();
+                    r
+                })
+                .collect();
+            let here = serde_json::json!({ "logp": { "o_s": 2.6, "o_r": 0.1, "g": 2.6, "L": 0.0 }, "wake": 20.0, "send_cost": [],
+                "copy_cost": { "dropped": 0.1, "delivered": 0.2 } });
+            serde_json::from_value(serde_json::json!({ "measured": "today", "machine": "here", "rounds": 2, "here": here, "rows": rows }))
+                .expect("a record")
+        };
+        let runs = record(serde_json::json!([
             { "topology": "switch", "parameters_per_round": params(&[Some(1.0), Some(3.0)]) },
             // A hub row carries a copy of its switch row's: not counted again.
             { "topology": "hub", "parameters_per_round": params(&[Some(9.0), Some(9.0)]) },
             { "topology": "switch", "parameters_per_round": params(&[Some(0.8), None]) },
-        ]});
-        let recorded = recorded_parameters(&record);
+        ]));
+        let recorded = recorded_parameters(&runs);
         assert_eq!(recorded.len(), 4);
         assert_eq!(run_engine(&recorded), Some(1.0), "the median of 1.0, 3.0 and 0.8");
         // A record from before the engine was calibrated: none (section 3's figure then).
-        let old = serde_json::json!({ "rows": [{ "topology": "switch",
-            "parameters_per_round": [{ "logp": { "o_s": 2.6, "o_r": 0.1, "g": 2.6, "L": 0.0 }, "wake_us": 20.0 }] }] });
+        let old = record(serde_json::json!([{ "topology": "switch",
+            "parameters_per_round": [{ "logp": { "o_s": 2.6, "o_r": 0.1, "g": 2.6, "L": 0.0 }, "wake_us": 20.0 }] }]));
         assert_eq!(run_engine(&recorded_parameters(&old)), None);
+        // And from before the parameters were measured per row: none at all.
+        let older = record(serde_json::json!([{ "topology": "switch" }]));
+        assert!(recorded_parameters(&older).is_empty());
+        assert!(older.load_average.is_none());
+    }
+
+    #[test]
+    fn a_measured_record_missing_a_field_is_refused_not_read_as_zero() {
+        let measurement = serde_json::json!({ "algorithm": "shuffle", "method": "paper", "rails": 1, "nodes": 2, "iterations": 10,
+            "min_us": 1.0, "max_us": 3.0, "p50_us": 2.0, "p99_us": 3.0, "p999_us": 3.0, "recoveries": 0 });
+        let row = serde_json::json!({ "topology": "switch", "measurement": measurement });
+        let e = serde_json::from_value::<MeasuredRow>(row).expect_err("no mean_us");
+        assert!(e.to_string().contains("missing field `mean_us`"), "{e}");
     }
 
     #[test]
@@ -1207,16 +1335,16 @@ mod tests {
 
     #[test]
     fn the_account_separates_checks_from_repeats_and_bounds_from_points() {
-        let row = |a: &str, n: usize, verdict: &str, bounds: Option<[f64; 2]>, measured: f64| {
-            serde_json::json!({ "algorithm": a, "nodes": n, "verdict": verdict, "bounds_us": bounds, "measured_us": measured,
-                "repeats_calibration": repeats_calibration(a.parse().unwrap(), n) })
+        let row = |a: &str, n: usize, verdict: Verdict, bounds: Option<(f64, f64)>, measured: f64| ComparedRow {
+            repeats_calibration: Some(repeats_calibration(a.parse().unwrap(), n)),
+            ..row(n, a, 1, 0.0, measured, bounds, verdict)
         };
         let rows = [
-            row("shuffle", 2, "within 20%", None, 4.0),
-            row("tree2", 2, "within 20%", None, 8.0),
-            row("tree4", 2, "missed", None, 8.0),
-            row("tree2", 8, "within the bounds", Some([100.0, 500.0]), 150.0),
-            row("tree2", 8, "within 35%", Some([100.0, 400.0]), 120.0),
+            row("shuffle", 2, Verdict::Within(20.0), None, 4.0),
+            row("tree2", 2, Verdict::Within(20.0), None, 8.0),
+            row("tree4", 2, Verdict::Missed, None, 8.0),
+            row("tree2", 8, Verdict::Bounded, Some((100.0, 500.0)), 150.0),
+            row("tree2", 8, Verdict::Within(35.0), Some((100.0, 400.0)), 120.0),
         ];
         let mut window = vec![false; ENGINE_STEPS + 1];
         window[80..=150].iter_mut().for_each(|w| *w = true);
@@ -1232,8 +1360,7 @@ mod tests {
 
     #[test]
     fn the_virtual_hub_is_modelled_as_a_flooding_bridge() {
-        assert_eq!(model_topology("switch").unwrap(), Topology::Switch);
-        assert_eq!(model_topology("hub").unwrap(), Topology::FloodingBridge);
-        assert!(model_topology("ring").unwrap_err().to_string().contains("ring"));
+        assert_eq!(model_topology(VTopology::Switch), Topology::Switch);
+        assert_eq!(model_topology(VTopology::Hub), Topology::FloodingBridge);
     }
 }

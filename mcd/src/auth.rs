@@ -74,13 +74,9 @@ pub const REPLAY_WINDOW: u64 = 512;
 /// The largest key file read (a key file is 16 bytes or 32 hex digits).
 const KEY_FILE_MAX: u64 = 256;
 
-/// What to tell a user who has no secret.
-pub const NO_SECRET_HELP: &str = "mcd authenticates every frame with a per-job secret. \
-Give every process of the job the same key file: set MCD_KEY_FILE to a file of 16 random bytes, \
-mode 0600, owned by you (e.g. `(umask 077; head -c 16 /dev/urandom > $DIR/mcd.key)` in a directory \
-only you can read); launchers that start every process provision one (`mcd-vcluster run`, \
-the MPI interposer). Or set MCD_AUTH=off to send unauthenticated frames, which anyone on the \
-Ethernet segment can forge or replay";
+/// What to tell a user who has no secret (defined beside the error that
+/// carries it, so that the error module depends on no other).
+pub use crate::error::NO_SECRET_HELP;
 
 /// A job's secret: 16 bytes known to every process of the job and to
 /// nobody else. Its `Debug` form does not show it.

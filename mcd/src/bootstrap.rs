@@ -72,6 +72,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytemuck::{Pod, Zeroable};
+
 use crate::auth::{Auth, Counter, FrameKey, SenderWindows};
 use crate::config::{env_seconds, env_var, interface_names, job_key_from_str, lookup_interface, parse_ethertype};
 use crate::config::{EndpointConfig, DEFAULT_JOB_KEY, MAX_RAILS};
@@ -334,22 +336,44 @@ struct Hello {
 
 const HEARD_ALL: u8 = 1;
 const DONE: u8 = 2;
+
+/// A hello's payload before its MACs as it lies on the wire (as
+/// `wire::RawHeader`: a plain struct of bytes, every multi-byte field
+/// big-endian); each rail's MAC (6 bytes) follows.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct RawHelloHead {
+    /// [`HEARD_ALL`] | [`DONE`].
+    flags: u8,
+    /// How many MACs follow: the sender's rails.
+    rails: u8,
+    zero: [u8; 2],
+    /// The job's size.
+    size: [u8; 4],
+    nonce: [u8; 8],
+    digest: [u8; 8],
+    /// The rival the sender saw claiming its rank (0: none).
+    rival: [u8; 8],
+}
+
 /// Bytes of a hello's payload before its MACs.
-const HELLO_HEAD: usize = 32;
+const HELLO_HEAD: usize = std::mem::size_of::<RawHelloHead>();
+const _: () = assert!(HELLO_HEAD == 32);
 
 impl Hello {
-    /// The hello's payload: flags (1 byte), rails (1), 2 zero bytes, the
-    /// job size (4), the nonce (8), the digest (8), the rival (8), all
-    /// big-endian, then each rail's MAC (6 each).
+    /// The hello's payload: [`RawHelloHead`], then each rail's MAC.
     fn emit(&self) -> Vec<u8> {
+        let head = RawHelloHead {
+            flags: (u8::from(self.heard_all) * HEARD_ALL) | (u8::from(self.done) * DONE),
+            rails: self.macs.len() as u8,
+            zero: [0; 2],
+            size: (self.size as u32).to_be_bytes(),
+            nonce: self.nonce.to_be_bytes(),
+            digest: self.digest.to_be_bytes(),
+            rival: self.rival.to_be_bytes(),
+        };
         let mut p = Vec::with_capacity(HELLO_HEAD + 6 * self.macs.len());
-        p.push((u8::from(self.heard_all) * HEARD_ALL) | (u8::from(self.done) * DONE));
-        p.push(self.macs.len() as u8);
-        p.extend_from_slice(&[0, 0]);
-        p.extend_from_slice(&(self.size as u32).to_be_bytes());
-        p.extend_from_slice(&self.nonce.to_be_bytes());
-        p.extend_from_slice(&self.digest.to_be_bytes());
-        p.extend_from_slice(&self.rival.to_be_bytes());
+        p.extend_from_slice(bytemuck::bytes_of(&head));
         for m in &self.macs {
             p.extend_from_slice(&m.0);
         }
@@ -362,25 +386,26 @@ impl Hello {
         if repr.kind != kind::HELLO || payload.len() < HELLO_HEAD {
             return None;
         }
-        let rails = payload[1] as usize;
-        if rails == 0 || rails > MAX_RAILS || payload.len() != HELLO_HEAD + 6 * rails {
+        let (head, tail) = payload.split_at(HELLO_HEAD);
+        let head: &RawHelloHead = bytemuck::from_bytes(head);
+        let rails = head.rails as usize;
+        if rails == 0 || rails > MAX_RAILS || tail.len() != 6 * rails {
             return None;
         }
-        let macs = (0..rails).map(|r| MacAddr(payload[HELLO_HEAD + 6 * r..][..6].try_into().expect("6 bytes"))).collect::<Vec<_>>();
+        let macs = tail.chunks_exact(6).map(|m| MacAddr(m.try_into().expect("6 bytes"))).collect::<Vec<_>>();
         if macs[0] != repr.src_mac {
             return None;
         }
-        let u64_at = |at: usize| u64::from_be_bytes(payload[at..at + 8].try_into().expect("8 bytes"));
         Some(Hello {
             rank: repr.src_node as usize,
-            size: u32::from_be_bytes(payload[4..8].try_into().expect("4 bytes")) as usize,
+            size: u32::from_be_bytes(head.size) as usize,
             port: repr.src_port,
             macs,
-            nonce: u64_at(8),
-            digest: u64_at(16),
-            rival: u64_at(24),
-            heard_all: payload[0] & HEARD_ALL != 0,
-            done: payload[0] & DONE != 0,
+            nonce: u64::from_be_bytes(head.nonce),
+            digest: u64::from_be_bytes(head.digest),
+            rival: u64::from_be_bytes(head.rival),
+            heard_all: head.flags & HEARD_ALL != 0,
+            done: head.flags & DONE != 0,
         })
     }
 }
@@ -1243,8 +1268,8 @@ mod tests {
         d.take(claim(1, &second, false)).unwrap();
         assert!(d.done());
         // The earlier process proving itself again: two processes with one rank.
-        let err = d.take(claim(2, &first, false)).unwrap_err().to_string();
-        assert!(err.contains("claimed by two processes at once"), "{err}");
+        let err = d.take(claim(2, &first, false)).unwrap_err();
+        assert!(matches!(&err, Error::Config(m) if m.contains("claimed by two processes at once")), "{err}");
     }
 
     #[test]
@@ -1260,13 +1285,13 @@ mod tests {
         d.take(hello(1, 3, 2)).unwrap();
         let mut imposter = hello(1, 3, 2);
         imposter.macs[0] = MacAddr([2, 7, 7, 7, 7, 7]);
-        assert!(d.take(imposter).unwrap_err().to_string().contains("rank 1 is claimed by"));
+        assert!(matches!(d.take(imposter), Err(Error::Config(m)) if m.contains("rank 1 is claimed by")));
         // Two live processes with one rank: both prove themselves in turn.
         d.take(hello(2, 3, 3)).unwrap();
         d.take(claim(1, &[1, 2, 3], false)).unwrap();
         d.take(claim(1, &[1, 9, 3], false)).unwrap();
         assert_eq!(d.heard[&1].nonce, 9);
-        assert!(d.take(claim(1, &[1, 2, 3], false)).unwrap_err().to_string().contains("claimed by two processes at once"));
+        assert!(matches!(d.take(claim(1, &[1, 2, 3], false)), Err(Error::Config(m)) if m.contains("claimed by two processes at once")));
         let mut d = Discovery::new(hello(0, 3, 1));
         d.take(hello(1, 3, 2)).unwrap();
         // Another size: maybe a replay of another job's; named at the timeout.

@@ -1,7 +1,14 @@
 //! The error type: each variant says what went wrong and what to do about it.
 
-use crate::node::{NodeId, Port};
-use crate::wire::MacAddr;
+use crate::wire::{MacAddr, NodeId, Port};
+
+/// What to tell a user who has no secret (also `mcd::auth::NO_SECRET_HELP`).
+pub const NO_SECRET_HELP: &str = "mcd authenticates every frame with a per-job secret. \
+Give every process of the job the same key file: set MCD_KEY_FILE to a file of 16 random bytes, \
+mode 0600, owned by you (e.g. `(umask 077; head -c 16 /dev/urandom > $DIR/mcd.key)` in a directory \
+only you can read); launchers that start every process provision one (`mcd-vcluster run`, \
+the MPI interposer). Or set MCD_AUTH=off to send unauthenticated frames, which anyone on the \
+Ethernet segment can forge or replay";
 
 /// Everything that can go wrong in mcd. New variants may be added: match
 /// with a wildcard arm.
@@ -107,7 +114,7 @@ pub enum Error {
         listed: MacAddr,
     },
     /// No job secret was given and authentication was not turned off.
-    #[error("no job secret: {}", crate::auth::NO_SECRET_HELP)]
+    #[error("no job secret: {NO_SECRET_HELP}")]
     NoSecret,
     /// A key file was refused (its mode, owner, type or content).
     #[error("key file {}: {reason}", path.display())]

@@ -44,6 +44,13 @@ use std::str::FromStr;
 
 use bytemuck::{Pod, Zeroable};
 
+/// A node number: the index of the node in the node list (16 bits on the
+/// wire). Also [`crate::node::NodeId`].
+pub type NodeId = usize;
+/// A port number: 256 per device (a frame's 8-bit port fields). Also
+/// [`crate::node::Port`].
+pub type Port = u8;
+
 /// The EtherType MCD uses unless configured otherwise (IEEE 802 local experimental).
 pub const DEFAULT_ETHERTYPE: u16 = 0x88B5;
 /// Length of the Ethernet II header (no VLAN tag).

@@ -207,13 +207,13 @@ fn bad_destinations_and_configurations_are_clear_errors() {
 
     let mut cfg = c.endpoint_config();
     cfg.interfaces = vec!["eth7".into()];
-    let err = open_on(&c, 0, cfg).unwrap_err().to_string();
-    assert!(err.contains("no network interface `eth7`") && err.contains("eth0"), "{err}");
+    let err = open_on(&c, 0, cfg).unwrap_err();
+    assert!(matches!(&err, Error::NoSuchInterface { name, available } if name == "eth7" && available.contains("eth0")), "{err}");
 
     let mut cfg = c.endpoint_config();
     cfg.port = 9;
-    let err = open_on(&c, 0, cfg).unwrap_err().to_string();
-    assert!(err.contains("not in the node list") && err.contains("port 9"), "{err}");
+    let err = open_on(&c, 0, cfg).unwrap_err();
+    assert!(matches!(err, Error::NotInNodeList { port: 9, .. }), "{err}");
 }
 
 #[test]
@@ -534,8 +534,11 @@ fn nodes_with_different_secrets_never_deliver_to_each_other() {
 fn an_authenticated_endpoint_refuses_to_open_without_a_secret_and_says_how_to_get_one() {
     let c = cluster(ClusterSpec::new("nos", 2));
     let cfg = EndpointConfig::new(c.interfaces(), 0, c.node_list());
-    let err = open_on(&c, 0, cfg).unwrap_err().to_string();
-    assert!(err.contains("MCD_KEY_FILE") && err.contains("MCD_AUTH=off") && err.contains("forge"), "{err}");
+    let err = open_on(&c, 0, cfg).unwrap_err();
+    assert!(matches!(err, Error::NoSecret), "{err}");
+    // What it tells the user: where a secret comes from, and what going without one means.
+    let text = err.to_string();
+    assert!(text.contains("MCD_KEY_FILE") && text.contains("MCD_AUTH=off") && text.contains("forge"), "{text}");
     // The same from the environment, in a process of its own.
     let out = c.command(0, peer_binary()).arg("open").env_remove(mcd::auth::KEY_FILE_VAR).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

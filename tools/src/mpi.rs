@@ -185,10 +185,9 @@ exec ip netns exec "$host" unshare --uts sh -c 'hostname "$1" && exec sh -c "$2"
 fn prepare(cluster: &Cluster, per_node: usize) -> Result<LaunchFiles> {
     let bridge = cluster.bridge(0);
     // The address belongs to one cluster at a time: take it from any other.
-    let holders = Command::new("ip").args(["-o", "addr", "show", "to", HOST_ADDRESS]).output()?;
-    for dev in String::from_utf8_lossy(&holders.stdout).lines().filter_map(|l| l.split_whitespace().nth(1)) {
+    for dev in mcd_vcluster::links_holding(HOST_ADDRESS)? {
         if dev != bridge {
-            let _ = Command::new("ip").args(["addr", "del", HOST_ADDRESS, "dev", dev]).output();
+            let _ = Command::new("ip").args(["addr", "del", HOST_ADDRESS, "dev", &dev]).output();
         }
     }
     let out = Command::new("ip").args(["addr", "replace", HOST_ADDRESS, "dev", &bridge]).output()?;

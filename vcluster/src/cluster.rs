@@ -20,6 +20,8 @@ use anyhow::{bail, ensure, Context, Result};
 use mcd::{MacAddr, NodeAddr, NodeList};
 use serde::{Deserialize, Serialize};
 
+use crate::commands::{self, in_ns, sh, sh_input};
+
 /// Where cluster state (shape, node list) is kept.
 pub const STATE_DIR: &str = "/run/mcd-vcluster";
 /// The most nodes a cluster can have.
@@ -251,37 +253,6 @@ pub fn require_root() -> Result<()> {
         "the virtual cluster needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_NET_RAW): run it as root (sudo, or a root shell)"
     );
     Ok(())
-}
-
-fn sh(program: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new(program).args(args).stdin(Stdio::null()).output().with_context(|| format!("running {program}"))?;
-    if !out.status.success() {
-        bail!("`{program} {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn sh_input(program: &str, args: &[&str], input: &str) -> Result<String> {
-    use std::io::Write;
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("running {program}"))?;
-    child.stdin.take().expect("piped").write_all(input.as_bytes())?;
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        bail!("`{program} {}` failed: {}\ninput:\n{input}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn in_ns(ns: &str, args: &[&str]) -> Result<String> {
-    let mut full = vec!["netns", "exec", ns];
-    full.extend_from_slice(args);
-    sh("ip", &full)
 }
 
 impl Cluster {
@@ -602,11 +573,11 @@ impl Cluster {
             LossPoint::Node => self
                 .lossy_nodes(loss)
                 .into_iter()
-                .map(|n| in_ns(&self.namespace(n), &["nft", "list", "table", "netdev", "mcdloss"]))
+                .map(|n| in_ns(&self.namespace(n), &["nft", "-j", "list", "table", "netdev", "mcdloss"]))
                 .collect::<Result<Vec<_>>>()?,
-            LossPoint::Port => vec![sh("nft", &["list", "table", "bridge", &self.nft_table()])?],
+            LossPoint::Port => vec![sh("nft", &["-j", "list", "table", "bridge", &self.nft_table()])?],
         };
-        Ok(listings.iter().map(|l| sum_counter_packets(l)).sum())
+        listings.iter().map(|l| commands::nft_counter_packets(l)).sum()
     }
 
     /// Takes the cluster down: its Slurm daemons if any, links, bridges,
@@ -627,17 +598,12 @@ impl Cluster {
         }
         // Root-side veths first: `ip netns del` is asynchronous, and deleting a
         // veth end removes its peer inside the namespace at once.
-        for line in sh("ip", &["-o", "link", "show"])?.lines() {
-            let Some(dev) = line.split(": ").nth(1).map(|n| n.split('@').next().unwrap_or(n)) else { continue };
-            let ours = is_cluster_link(name, dev);
-            if ours {
-                let _ = sh("ip", &["link", "del", dev]);
-            }
+        for dev in commands::links()?.iter().filter(|d| is_cluster_link(name, d)) {
+            let _ = sh("ip", &["link", "del", dev]);
         }
-        for line in sh("ip", &["netns", "list"])?.lines() {
-            let Some(ns) = line.split_whitespace().next() else { continue };
+        for ns in commands::namespaces()? {
             if ns.strip_prefix(&ns_prefix).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
-                sh("ip", &["netns", "del", ns])?;
+                sh("ip", &["netns", "del", &ns])?;
             }
         }
         for ext in ["json", "nodes"] {
@@ -651,16 +617,8 @@ impl Cluster {
     /// after [`Cluster::down`].
     pub fn leftovers(name: &str) -> Result<Vec<String>> {
         let mut found = Vec::new();
-        for line in sh("ip", &["netns", "list"])?.lines() {
-            if let Some(ns) = line.split_whitespace().next().filter(|ns| ns.starts_with(&format!("mcd-{name}-"))) {
-                found.push(ns.to_string());
-            }
-        }
-        for line in sh("ip", &["-o", "link", "show"])?.lines() {
-            if let Some(dev) = line.split(": ").nth(1).map(|n| n.split('@').next().unwrap_or(n)).filter(|d| is_cluster_link(name, d)) {
-                found.push(dev.to_string());
-            }
-        }
+        found.extend(commands::namespaces()?.into_iter().filter(|ns| ns.starts_with(&format!("mcd-{name}-"))));
+        found.extend(commands::links()?.into_iter().filter(|d| is_cluster_link(name, d)));
         if Self::scratch_dir_of(name).exists() {
             found.push(Self::scratch_dir_of(name).display().to_string());
         }
@@ -739,13 +697,7 @@ impl Cluster {
 
 /// The network namespaces and links that exist.
 fn existing_pieces() -> Result<(BTreeSet<String>, BTreeSet<String>)> {
-    let namespaces = sh("ip", &["netns", "list"])?.lines().filter_map(|l| l.split_whitespace().next()).map(str::to_string).collect();
-    let links = sh("ip", &["-o", "link", "show"])?
-        .lines()
-        .filter_map(|l| l.split(": ").nth(1))
-        .map(|n| n.split('@').next().unwrap_or(n).to_string())
-        .collect();
-    Ok((namespaces, links))
+    Ok((commands::namespaces()?.into_iter().collect(), commands::links()?.into_iter().collect()))
 }
 
 /// Whether `dev` is a link of cluster `name`: `mcd{name}b{rail}` (bridge) or
@@ -807,11 +759,6 @@ fn read_all_in_thread<R: Read + Send + 'static>(mut reader: R) -> std::thread::J
         let _ = reader.read_to_end(&mut buf);
         String::from_utf8_lossy(&buf).into_owned()
     })
-}
-
-fn sum_counter_packets(listing: &str) -> u64 {
-    let words: Vec<&str> = listing.split_whitespace().collect();
-    words.windows(3).filter(|w| w[0] == "counter" && w[1] == "packets").filter_map(|w| w[2].parse::<u64>().ok()).sum()
 }
 
 /// A cluster that is taken down when the guard drops (also on panic).
@@ -877,11 +824,5 @@ mod tests {
         assert!(!is_cluster_link("ab", "mcdabcb0"));
         assert!(!is_cluster_link("ab", "mcdabc0n1"));
         assert!(!is_cluster_link("ab", "eth0"));
-    }
-
-    #[test]
-    fn nft_counters_are_summed() {
-        let listing = "table netdev mcdloss {\n chain in0 { ether type 0x88b5 numgen random mod 10000 < 500 counter packets 12 bytes 720 drop }\n chain in1 { counter packets 3 bytes 1 drop } }";
-        assert_eq!(sum_counter_packets(listing), 15);
     }
 }

@@ -12,7 +12,9 @@
 #![deny(unsafe_code)]
 
 mod cluster;
+mod commands;
 pub mod slurm;
 mod slurm_state;
 
 pub use cluster::*;
+pub use commands::links_holding;

@@ -45,6 +45,7 @@ pub use link::{Link, Topology};
 pub use virtual_cluster::{Estimate, Verdict, VirtualCluster};
 
 use crate::plan::{self, Algorithm, Fanout, Release};
+use crate::types::BarrierConfig;
 
 /// LogP parameters in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -479,6 +480,24 @@ pub fn auto_on_host(n: usize, rails: usize, p: &LogP, multicast: bool, local_pro
             _ => Some((a, pr)),
         })
         .expect("there are candidates")
+}
+
+/// The configurations the model picks (here, not beside [`BarrierConfig`]'s
+/// other constructors in `types`, which the model's simulators use: that
+/// would be an import cycle).
+impl BarrierConfig {
+    /// The algorithm with the lowest predicted cost ([`auto`]) for
+    /// `nodes` nodes on `rails` rails under LogP parameters `params` (as
+    /// measured by `mcd-logp`), multicast algorithms only if `multicast`.
+    pub fn auto(nodes: usize, rails: usize, params: &LogP, multicast: bool) -> BarrierConfig {
+        BarrierConfig::new(auto(nodes, rails, params, multicast).0).rails(rails)
+    }
+
+    /// As [`auto`](Self::auto) for nodes sharing a host, `local_processes`
+    /// of them on `cores` cores ([`auto_on_host`]).
+    pub fn auto_on_host(nodes: usize, rails: usize, params: &LogP, multicast: bool, local_processes: usize, cores: usize) -> BarrierConfig {
+        BarrierConfig::new(auto_on_host(nodes, rails, params, multicast, local_processes, cores).0).rails(rails)
+    }
 }
 
 #[cfg(test)]

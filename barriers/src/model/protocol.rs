@@ -30,7 +30,8 @@
 //! the largest over nodes of (leave − enter), as the plan simulator's
 //! [`super::steady_state`] counts it.
 //!
-//! Why not [`crate::sim::World`]: the deterministic simulator is built for
+//! Why not the deterministic simulator's `sim::World` (feature
+//! `test-support`): it is built for
 //! checking (drawn workloads, episodes, clocks, joins, an n × n link state),
 //! and delivers each message after an independent delay with no resource a
 //! message waits for (a node's CPU, a NIC's gap, a switch port). Its

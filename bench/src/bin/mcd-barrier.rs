@@ -195,6 +195,25 @@ struct Row {
     ranks_per_host: usize,
 }
 
+impl Row {
+    /// A barrier (one rank per node) measured on `topology` with `wait`,
+    /// against the model's estimate `est`; `auto_pick` when the model picks
+    /// its algorithm.
+    fn barrier(topology: String, wait: WaitPolicy, measured: BarrierMeasurement, est: &model::Estimate, auto_pick: bool) -> Row {
+        Row {
+            collective: "barrier".into(),
+            bytes: 0,
+            topology,
+            wait: wait.to_string(),
+            predicted_us: est.predicted.mean_cost,
+            bounds_us: est.bounds,
+            auto_pick,
+            measured,
+            ranks_per_host: 1,
+        }
+    }
+}
+
 /// `--host-release`: `auto` (`None`), `shm` or `multicast`.
 fn host_release(s: &str) -> Result<Option<HostRelease>, String> {
     match s {
@@ -334,13 +353,7 @@ fn run(cli: Cli) -> Result<()> {
                         rows.push(Row {
                             collective: call_name(&cli, bytes),
                             bytes,
-                            topology: topology.to_string(),
-                            wait: wait.to_string(),
-                            predicted_us: est.predicted.mean_cost,
-                            bounds_us: est.bounds,
-                            auto_pick: algorithm == auto_alg,
-                            measured,
-                            ranks_per_host: 1,
+                            ..Row::barrier(topology.to_string(), wait, measured, &est, algorithm == auto_alg)
                         });
                         bar.inc(1);
                     }
@@ -403,20 +416,11 @@ fn measure_shared_hosts(
             if is_auto_row {
                 measured.algorithm = format!("auto={}", measured.algorithm);
             }
-            rows.push(Row {
-                collective: "barrier".into(),
-                bytes: 0,
-                topology: cluster.spec().topology.to_string(),
-                wait: wait.to_string(),
-                // The leaders' (or every rank's) algorithm with the ranks
-                // taking turns on the cores; the shared-memory steps are not
-                // modelled.
-                predicted_us: est.predicted.mean_cost,
-                bounds_us: est.bounds,
-                auto_pick: algorithm == auto_alg,
-                measured,
-                ranks_per_host: per_host,
-            });
+            // Predicted: the leaders' (or every rank's) algorithm with the
+            // ranks taking turns on the cores; the shared-memory steps are
+            // not modelled.
+            let topology = cluster.spec().topology.to_string();
+            rows.push(Row { ranks_per_host: per_host, ..Row::barrier(topology, wait, measured, &est, algorithm == auto_alg) });
             bar.inc(1);
         }
     }
@@ -474,17 +478,7 @@ fn run_across_hosts(cli: &Cli, algs: &[Algorithm], with_auto: bool) -> Result<()
                     measured.algorithm = format!("auto={algorithm}");
                 }
                 let est = cli.model_here(p, Some(config.local_processes)).estimate(algorithm, n, rails, model::Topology::Switch, dummy_us(&bench));
-                rows.push(Row {
-                    collective: "barrier".into(),
-                    bytes: 0,
-                    topology: "hosts".into(),
-                    wait: wait.to_string(),
-                    predicted_us: est.predicted.mean_cost,
-                    bounds_us: est.bounds,
-                    auto_pick: algorithm == auto_alg,
-                    measured,
-                    ranks_per_host: 1,
-                });
+                rows.push(Row::barrier("hosts".into(), wait, measured, &est, algorithm == auto_alg));
             }
         }
     }

@@ -17,9 +17,13 @@ fn the_c_constants_are_the_wire_codes_and_others_are_refused() {
     for (c, o) in ops.into_iter().zip(Op::ALL) {
         assert_eq!(reduction(MCD_UINT64, c).unwrap(), (Dtype::U64, o));
     }
-    assert!(reduction(mcd_dtype(0), MCD_SUM).unwrap_err().message.contains("not an mcd_dtype"));
-    assert!(reduction(MCD_INT32, mcd_op(99)).unwrap_err().message.contains("not an mcd_op"));
-    assert!(reduction(MCD_DOUBLE, MCD_BAND).unwrap_err().message.contains("integers only"));
+    // The code is the kind (an argument error); the text says which argument.
+    for (dtype, op, why) in
+        [(mcd_dtype(0), MCD_SUM, "not an mcd_dtype"), (MCD_INT32, mcd_op(99), "not an mcd_op"), (MCD_DOUBLE, MCD_BAND, "integers only")]
+    {
+        let e = reduction(dtype, op).unwrap_err();
+        assert!(e.code == MCD_ERR_ARGUMENT && e.message.contains(why), "{e:?}");
+    }
     // SAFETY: NULL handles are caught.
     let code = unsafe { mcd_allreduce(std::ptr::null_mut(), std::ptr::null(), std::ptr::null_mut(), 1, MCD_INT32, MCD_SUM) };
     assert_eq!(code, MCD_ERR_ARGUMENT);

@@ -287,10 +287,9 @@ fn job(endpoint: mcd::Endpoint) {
             k += 1;
         }
         if phases > 1 {
-            let mut rest = took[1..].to_vec();
-            rest.sort();
-            let at = |q: f64| rest[((rest.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e6;
-            let mean = rest.iter().sum::<Duration>().as_secs_f64() * 1e6 / rest.len() as f64;
+            let mut rest: Vec<f64> = took[1..].iter().map(|d| d.as_secs_f64() * 1e6).collect();
+            let mean = rest.iter().sum::<f64>() / rest.len() as f64;
+            let mut at = |q: f64| barriers::summary::quantile(&mut rest, q);
             println!("phase {phase} median {:.2} p90 {:.2} p99 {:.2} mean {mean:.2} max {:.2}", at(0.5), at(0.9), at(0.99), at(1.0));
         }
     }
