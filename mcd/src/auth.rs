@@ -29,8 +29,8 @@
 //! - **Replay** ([`SenderWindows`]): each endpoint numbers its frames with a
 //!   counter ([`Counter`], [`FrameCounter`]): a *session* (64 random bits
 //!   drawn when the endpoint opens, and again after 2^32 - 1 frames) and
-//!   the frame's number in the session (32 bits, from 1). A session of 64
-//!   bits is never drawn twice (2^-64 per pair; with 32 bits, as in wire
+//!   the frame's number in the session (32 bits, from 1). Two sessions of
+//!   64 bits are alike with a chance of 2^-64 per pair (with 32 bits, as in wire
 //!   version 3, a frame recorded in an earlier run whose sender drew the
 //!   live session's bits again lifted the live window and silenced that
 //!   sender: review rev28, finding 3). Each receiver keeps, per sender node and rail, one

@@ -257,6 +257,9 @@ fn serves_every_barrier_under(mpi: Mpi, name: &str) {
         // The secret rank 0 wrapped for each rank unwrapped to the same one
         // everywhere: every frame verified.
         assert!(line.contains("authentication on: 0 bad tag, 0 replayed, 0 mismatched"), "{line}");
+        // Every drop counter of mcd_stats is in the report (no earlier run
+        // replayed, nothing overflowed).
+        assert!(line.contains("0 sessions forgotten; dropped: ") && line.contains(" frames, 0 messages overflowed"), "{line}");
     }
     assert!(!out.stderr.contains("falls back"), "{}", out.stderr);
 }

@@ -88,6 +88,14 @@ fn every_form(mpi: Mpi, name: &str) {
         assert_eq!(report["calls"]["MPI_Ibarrier"]["mcd"], 2 * per, "{mpi}: {text}");
         assert_eq!(report["calls"]["MPI_Iallreduce"]["mcd"], 3 * per, "{mpi}: {text}");
         assert_eq!(report["persistent"]["starts_mcd"], 4 * per, "{mpi}: {text}");
+        // Every counter of mcd_stats, drops included.
+        let counters = ["barriers", "sent", "received", "resends", "answers", "answers_suppressed", "dropped", "bad_tag", "replayed"]
+            .into_iter()
+            .chain(["auth_mismatch", "foreign", "superseded", "sessions_forgotten", "overflow"]);
+        for key in counters {
+            assert!(report["mcd"][key].is_u64(), "{mpi}: mcd.{key}: {text}");
+        }
+        assert_eq!(report["mcd"]["bad_tag"], 0, "{mpi}: {text}");
         let comms = report["per_communicator"].as_array().unwrap_or_else(|| panic!("{text}"));
         assert_eq!(comms.len(), 4, "{mpi}: the world, a duplicate and two splits: {text}");
         for c in comms {
