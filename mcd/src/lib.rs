@@ -87,6 +87,7 @@ pub mod host;
 pub mod kind;
 pub mod node;
 mod port;
+#[cfg(feature = "test-support")]
 pub mod raw;
 pub mod shm;
 pub mod stats;
@@ -100,6 +101,7 @@ pub use config::{job_key_from_str, EndpointConfig, DEFAULT_JOB_KEY, MAX_RAILS};
 pub use endpoint::{Destination, Endpoint, Readiness, Received, SendToken};
 pub use error::{Error, Result};
 pub use node::{NodeAddr, NodeId, NodeList, Port};
+#[cfg(feature = "test-support")]
 pub use raw::{RawFrame, RawReceiver, RawSender};
 pub use stats::{DropCounts, DropReason, Stats};
 pub use wait::WaitPolicy;

@@ -49,7 +49,9 @@ pub use netns::{current_netns_id, NetnsGuard};
 pub use process::{close_inherited_descriptors_on_exec, effective_uid, effective_uid_is_root, monotonic_clock, process_exists, signal_end};
 pub use ring::{RingGeometry, Rings, RxFrame, TxStatus};
 pub use shm::{futex_wait, futex_wake, SharedMapping};
-pub use socket::{BpfInsn, PacketSocket, ALL_PROTOCOLS, OUTGOING};
+#[cfg(feature = "test-support")]
+pub use socket::OUTGOING;
+pub use socket::{BpfInsn, PacketSocket, ALL_PROTOCOLS};
 
 /// `open` flag: fail on a symbolic link instead of following it.
 pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW;

@@ -11,7 +11,9 @@ const TPACKET_V2: libc::c_int = 1;
 /// The protocol that binds a packet socket to every EtherType (`ETH_P_ALL`).
 pub const ALL_PROTOCOLS: u16 = libc::ETH_P_ALL as u16;
 
-/// The packet type of a frame this host sent (`PACKET_OUTGOING`).
+/// The packet type of a frame this host sent (`PACKET_OUTGOING`; only
+/// `raw`'s receiver looks at it).
+#[cfg(feature = "test-support")]
 pub const OUTGOING: u8 = libc::PACKET_OUTGOING;
 
 /// One classic BPF instruction, laid out as the kernel's `struct sock_filter`.
