@@ -109,6 +109,10 @@ pub struct Scenario {
     /// and after its core leaves (the release); a barrier is timed from
     /// the host's ranks' entry to their release. (0, 0): flat.
     pub host_phases_us: (f64, f64),
+    /// Record every frame sent, delivered and lost, every timer and every
+    /// barrier's entry and exit ([`Outcome::trace`]): for finding where
+    /// the time goes (memory grows with the run: keep it short).
+    pub trace: bool,
 }
 
 impl Scenario {
@@ -126,6 +130,7 @@ impl Scenario {
             seed: 1,
             timeouts: None,
             host_phases_us: (0.0, 0.0),
+            trace: false,
         }
     }
 
@@ -156,6 +161,53 @@ pub struct Outcome {
     pub completed: bool,
     /// The first error a node reported, if any (the run stopped there).
     pub failed: Option<String>,
+    /// What happened, in time order per node (empty unless
+    /// [`Scenario::trace`]).
+    pub trace: Vec<Traced>,
+}
+
+/// One traced happening of a run ([`Scenario::trace`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Traced {
+    /// When, µs of virtual time (a send: when its sender's CPU finished
+    /// it; a delivery: when its receiver's CPU took it in).
+    pub t_us: f64,
+    /// The node it happened at.
+    pub node: u32,
+    /// What.
+    pub what: Happening,
+}
+
+/// What a [`Traced`] records.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Happening {
+    /// The node sent `msg` to `to` (`None`: every other node).
+    Sent {
+        /// The receiver.
+        to: Option<u32>,
+        /// The message.
+        msg: Msg,
+    },
+    /// `msg` from `from` reached the node's core.
+    Delivered {
+        /// The sender.
+        from: u32,
+        /// The message.
+        msg: Msg,
+    },
+    /// `msg` from `from` was lost at the node's ingress.
+    Lost {
+        /// The sender.
+        from: u32,
+        /// The message.
+        msg: Msg,
+    },
+    /// The node's timer fired.
+    Timer,
+    /// The node's application entered its barrier `k` (counted from 0).
+    Entered(u32),
+    /// The node left its barrier `k`.
+    Left(u32),
 }
 
 impl Outcome {
@@ -247,9 +299,16 @@ struct Net {
     finished: usize,
     /// The first error a node reported (the run stops).
     failed: Option<String>,
+    trace: Vec<Traced>,
 }
 
 impl Net {
+    fn note(&mut self, t: u64, node: usize, what: Happening) {
+        if self.s.trace {
+            self.trace.push(Traced { t_us: t as f64 / PS_PER_US, node: node as u32, what });
+        }
+    }
+
     fn instant(&self, t: u64) -> Instant {
         self.base + Duration::from_nanos(t / 1000)
     }
@@ -274,6 +333,7 @@ impl Net {
                 To::Node(n) => Some(n as u32),
                 To::All => None,
             };
+            self.note(done, v, Happening::Sent { to, msg });
             if self.s.setup.topology != Topology::Switch {
                 self.hub[rail].push_back(HubFrame { from: v as u32, to, rail: rail as u16, msg, ready: done });
                 let at = done.max(self.hub_busy[rail]);
@@ -301,6 +361,8 @@ impl Net {
                     node.cpu_free = now;
                     let k = node.done;
                     node.done += 1;
+                    self.note(now, v, Happening::Left(k));
+                    let node = &mut self.nodes[v];
                     if k >= self.s.warmup {
                         let c = now - node.entered;
                         let i = (k - self.s.warmup) as usize;
@@ -351,8 +413,10 @@ impl Net {
         self.deliveries += 1;
         if self.lost(to) {
             self.lost += 1;
+            self.note(t, to, Happening::Lost { from: from as u32, msg });
             return;
         }
+        self.note(t.max(self.nodes[to].cpu_free) + self.o_r, to, Happening::Delivered { from: from as u32, msg });
         let now = self.instant(t.max(self.nodes[to].cpu_free) + self.o_r);
         let node = &mut self.nodes[to];
         node.cpu_free = t.max(node.cpu_free) + self.o_r;
@@ -366,6 +430,7 @@ impl Net {
             let at = self.gather;
             self.nodes[v].cpu_free = at;
             let now = self.instant(at);
+            self.note(0, v, Happening::Entered(0));
             self.nodes[v].core.start(now, Call::Wait { deadline: None });
             self.pump(v);
         }
@@ -429,6 +494,7 @@ impl Net {
                     let at = t.max(self.nodes[v].cpu_free);
                     self.nodes[v].cpu_free = at;
                     let now = self.instant(at);
+                    self.note(at, v, Happening::Timer);
                     self.nodes[v].core.handle_timeout(now);
                     self.pump(v);
                 }
@@ -437,6 +503,8 @@ impl Net {
                     let entered = t.max(self.nodes[v].cpu_free);
                     let at = entered + self.gather;
                     let now = self.instant(at);
+                    let k = self.nodes[v].done;
+                    self.note(entered, v, Happening::Entered(k));
                     let nd = &mut self.nodes[v];
                     nd.cpu_free = at;
                     nd.entered = entered;
@@ -471,6 +539,7 @@ impl Net {
             end_us: end as f64 / PS_PER_US,
             completed: self.finished == n,
             failed: self.failed,
+            trace: self.trace,
         }
     }
 }
@@ -529,6 +598,7 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
         lost: 0,
         finished: 0,
         failed: None,
+        trace: Vec::new(),
     };
     let out = net.run();
     if let Some(e) = &out.failed {
