@@ -65,6 +65,7 @@ fn main() {
     let mut classes: HashMap<String, (u32, f64)> = HashMap::new();
     let mut enter: HashMap<(u32, u32), f64> = HashMap::new();
     let mut step_wait: Vec<f64> = Vec::new();
+    let mut early: Vec<f64> = Vec::new();
     for e in &o.trace {
         if let Happening::Entered(k) = e.what {
             enter.insert((e.node, k), e.t_us);
@@ -76,7 +77,10 @@ fn main() {
             let asked = if msg.tag == 1 { 0 } else { to };
             let class = match sent.get(&(asked, msg.epoch, msg.tag)) {
                 None => "not sent yet".to_string(),
-                Some(&(ts, _)) if ts > e.t_us => "not sent yet".to_string(),
+                Some(&(ts, _)) if ts > e.t_us => {
+                    early.push(ts - e.t_us);
+                    "not sent yet".to_string()
+                }
                 Some(&(ts, _)) => {
                     let got = first_in.get(&(e.node, asked, msg.epoch, msg.tag)).copied();
                     let lost = lost_at.get(&(e.node, asked, msg.epoch, msg.tag)).copied().unwrap_or(0);
@@ -97,6 +101,15 @@ fn main() {
     cl.sort_by(|a, b| a.0.cmp(&b.0));
     for (k, (c, _)) in cl {
         println!("NACK {k}: {c}");
+    }
+    early.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    if !early.is_empty() {
+        println!(
+            "NACKs of messages not sent yet, µs before the send: p10 {:.1} median {:.1} p90 {:.1}",
+            early[early.len() / 10],
+            early[early.len() / 2],
+            early[early.len() * 9 / 10]
+        );
     }
     step_wait.sort_by(|a, b| a.partial_cmp(b).unwrap());
     if !step_wait.is_empty() {
@@ -157,7 +170,7 @@ fn main() {
                 Happening::Left(kk) if kk == k => format!("{:>4} left", e.node),
                 _ => continue,
             };
-            if std::env::var("NODE").ok().and_then(|s| s.parse::<u32>().ok()).is_some_and(|w| w != e.node) {
+            if std::env::var("NODE").ok().is_some_and(|s| !s.split(',').any(|w| w.parse::<u32>().ok() == Some(e.node))) {
                 continue;
             }
             println!("{:9.2} {line}", e.t_us - from);
