@@ -398,11 +398,15 @@ impl Core {
     }
 
     /// This node leaves (its barrier is dropped): if it gave up on a
-    /// barrier, it says why once more (three times, against loss), so that
-    /// peers waiting for it name the silent node. Poll the transmits after.
+    /// barrier, it says why once more, so that peers waiting for it name
+    /// the silent node, not this one, which goes silent now. Its last word:
+    /// sent as many times as reach every peer with odds of 1 − 10⁻⁶ at 50%
+    /// loss (or at the loss seen, if higher: see
+    /// `LossEstimate::last_word` in `recovery`), since nothing it sends later
+    /// can make up for a lost one. Poll the transmits after.
     pub fn leave(&mut self) {
         if self.live.gave_up.is_some() {
-            for _ in 0..3 {
+            for _ in 0..self.recovery.loss.last_word(self.nodes() - 1) {
                 self.send_status(None);
             }
         }

@@ -110,6 +110,10 @@ pub struct Scenario {
     /// and after its core leaves (the release); a barrier is timed from
     /// the host's ranks' entry to their release. (0, 0): flat.
     pub host_phases_us: (f64, f64),
+    /// Record every frame sent, delivered and lost, every timer and every
+    /// barrier's entry and exit ([`Outcome::trace`]): for finding where
+    /// the time goes (memory grows with the run: keep it short).
+    pub trace: bool,
 }
 
 impl Scenario {
@@ -127,6 +131,7 @@ impl Scenario {
             seed: 1,
             timeouts: None,
             host_phases_us: (0.0, 0.0),
+            trace: false,
         }
     }
 
@@ -157,6 +162,53 @@ pub struct Outcome {
     pub completed: bool,
     /// The first error a node reported, if any (the run stopped there).
     pub failed: Option<String>,
+    /// What happened, in time order per node (empty unless
+    /// [`Scenario::trace`]).
+    pub trace: Vec<Traced>,
+}
+
+/// One traced happening of a run ([`Scenario::trace`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Traced {
+    /// When, µs of virtual time (a send: when its sender's CPU finished
+    /// it; a delivery: when its receiver's CPU took it in).
+    pub t_us: f64,
+    /// The node it happened at.
+    pub node: u32,
+    /// What.
+    pub what: Happening,
+}
+
+/// What a [`Traced`] records.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Happening {
+    /// The node sent `msg` to `to` (`None`: every other node).
+    Sent {
+        /// The receiver.
+        to: Option<u32>,
+        /// The message.
+        msg: Msg,
+    },
+    /// `msg` from `from` reached the node's core.
+    Delivered {
+        /// The sender.
+        from: u32,
+        /// The message.
+        msg: Msg,
+    },
+    /// `msg` from `from` was lost at the node's ingress.
+    Lost {
+        /// The sender.
+        from: u32,
+        /// The message.
+        msg: Msg,
+    },
+    /// The node's timer fired.
+    Timer,
+    /// The node's application entered its barrier `k` (counted from 0).
+    Entered(u32),
+    /// The node left its barrier `k`.
+    Left(u32),
 }
 
 impl Outcome {
@@ -248,9 +300,16 @@ struct Net {
     finished: usize,
     /// The first error a node reported (the run stops).
     failed: Option<String>,
+    trace: Vec<Traced>,
 }
 
 impl Net {
+    fn note(&mut self, t: u64, node: usize, what: Happening) {
+        if self.s.trace {
+            self.trace.push(Traced { t_us: t as f64 / PS_PER_US, node: node as u32, what });
+        }
+    }
+
     fn instant(&self, t: u64) -> Instant {
         self.base + Duration::from_nanos(t / 1000)
     }
@@ -275,6 +334,7 @@ impl Net {
                 To::Node(n) => Some(n as u32),
                 To::All => None,
             };
+            self.note(done, v, Happening::Sent { to, msg });
             if self.s.setup.topology != Topology::Switch {
                 self.hub[rail].push_back(HubFrame { from: v as u32, to, rail: rail as u16, msg, ready: done });
                 let at = done.max(self.hub_busy[rail]);
@@ -302,6 +362,8 @@ impl Net {
                     node.cpu_free = now;
                     let k = node.done;
                     node.done += 1;
+                    self.note(now, v, Happening::Left(k));
+                    let node = &mut self.nodes[v];
                     if k >= self.s.warmup {
                         let c = now - node.entered;
                         let i = (k - self.s.warmup) as usize;
@@ -352,8 +414,10 @@ impl Net {
         self.deliveries += 1;
         if self.lost(to) {
             self.lost += 1;
+            self.note(t, to, Happening::Lost { from: from as u32, msg });
             return;
         }
+        self.note(t.max(self.nodes[to].cpu_free) + self.o_r, to, Happening::Delivered { from: from as u32, msg });
         let now = self.instant(t.max(self.nodes[to].cpu_free) + self.o_r);
         let node = &mut self.nodes[to];
         node.cpu_free = t.max(node.cpu_free) + self.o_r;
@@ -367,6 +431,7 @@ impl Net {
             let at = self.gather;
             self.nodes[v].cpu_free = at;
             let now = self.instant(at);
+            self.note(0, v, Happening::Entered(0));
             self.nodes[v].core.start(now, Call::Wait { deadline: None });
             self.pump(v);
         }
@@ -430,6 +495,7 @@ impl Net {
                     let at = t.max(self.nodes[v].cpu_free);
                     self.nodes[v].cpu_free = at;
                     let now = self.instant(at);
+                    self.note(at, v, Happening::Timer);
                     self.nodes[v].core.handle_timeout(now);
                     self.pump(v);
                 }
@@ -438,6 +504,8 @@ impl Net {
                     let entered = t.max(self.nodes[v].cpu_free);
                     let at = entered + self.gather;
                     let now = self.instant(at);
+                    let k = self.nodes[v].done;
+                    self.note(entered, v, Happening::Entered(k));
                     let nd = &mut self.nodes[v];
                     nd.cpu_free = at;
                     nd.entered = entered;
@@ -472,6 +540,7 @@ impl Net {
             end_us: end as f64 / PS_PER_US,
             completed: self.finished == n,
             failed: self.failed,
+            trace: self.trace,
         }
     }
 }
@@ -530,6 +599,7 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
         lost: 0,
         finished: 0,
         failed: None,
+        trace: Vec::new(),
     };
     let out = net.run();
     if let Some(e) = &out.failed {
@@ -667,6 +737,23 @@ mod findings {
         s.seed = 64_001_192;
         let lossy = run(&s).unwrap();
         assert!(lossy.mean() <= 2.0 * clean.mean(), "0.1% loss: mean {:.1} µs against {:.1} lossless; {:?}", lossy.mean(), clean.mean(), lossy.stats);
+    }
+
+    /// tree4, 64 nodes, 10 GbE, 1% loss (the sweep's seed): 1.27× lossless,
+    /// p99.9 4.5× the lossless median, where a recovery-free barrier costs
+    /// one copy's gap at most. A leaf takes in about 3 frames a barrier (the
+    /// release and its copies), and over a 256-frame memory its loss
+    /// estimate swung across the copies' threshold: it sent its arrival
+    /// once about a quarter of the time, and a lost one cost a retry
+    /// timeout. The estimate remembers 4,096 frames now (1.15×, p99.9 2.4×).
+    #[test]
+    fn at_one_percent_loss_a_leaf_keeps_sending_copies() {
+        let clean = run(&Scenario::new(TREE4, 64, ten_gbe(), 600)).unwrap();
+        let mut s = Scenario::new(TREE4, 64, ten_gbe(), 600).loss(Loss::Independent(0.01));
+        s.seed = 64 * 1_000_003 + 10_000;
+        let lossy = run(&s).unwrap();
+        let (mean, tail) = (lossy.mean() / clean.mean(), lossy.quantile(0.999) / clean.quantile(0.5));
+        assert!(mean <= 1.2 && tail <= 3.0, "1% loss: mean {mean:.2}x, p99.9 {tail:.2}x the lossless median; {:?}", lossy.stats);
     }
 
     /// tree4, 2 nodes, 0.1% loss, seed 2001006: 11 losses in 2,000

@@ -1,5 +1,9 @@
 //! Loss v2 on a lossless network: copies and recoveries come only from
-//! loss, not from frames the network merely reordered.
+//! loss, not from frames the network merely reordered; and how many
+//! copies a NACK goes in.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
 use super::*;
 
@@ -76,4 +80,71 @@ fn a_lossless_network_that_reorders_frames_costs_no_copies_and_no_recoveries() {
             (copies, nacks, answers, lost)
         );
     }
+}
+
+#[test]
+fn a_first_nack_for_a_late_release_goes_once_and_later_ones_in_copies() {
+    // Issue 29: when a loss held up the gather, every node waiting for node
+    // 0's multicast release asked for it at its retry, each in as many
+    // copies as its loss estimate made worth it (4 at 20% loss): node 0
+    // took in every copy just as the recovered arrival reached it, where
+    // its one multicast status or answer serves every asker. A first NACK
+    // for the release now goes once; a node still missing it at its next
+    // retry asks in copies. Tree4, 8 nodes: lossy barriers teach every node
+    // a loss rate, then node 7 (a leaf under node 4) enters 5 ms late, so
+    // node 0 cannot release, and the others ask it.
+    use crate::transport::{COPY_MASK, COPY_SHIFT};
+    let config = BarrierConfig::new(Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast })
+        .timeouts(Duration::from_millis(1), Duration::from_millis(500));
+    let mut net = Net::new(8, config);
+    let everyone: Vec<NodeId> = (0..8).collect();
+    // (node, copies) of every NACK to node 0 for its release, in order.
+    let asked: Rc<RefCell<Vec<(NodeId, u32)>>> = Rc::default();
+    let lossy = Rc::new(Cell::new(true));
+    let (log, drop) = (asked.clone(), lossy.clone());
+    let mut x = 7u64;
+    net.rule = Some(Box::new(move |from, to, msg| {
+        if to == 0 && msg.kind == MsgKind::Nack && msg.tag == 1 {
+            log.borrow_mut().push((from, ((msg.arg >> (COPY_SHIFT + 4)) & COPY_MASK).max(1)));
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if drop.get() && x.is_multiple_of(5) {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    }));
+    for _ in 0..40 {
+        net.all(&everyone, |_| Call::Wait { deadline: None });
+        assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "{:?}", net.done);
+    }
+    lossy.set(false);
+    for _ in 0..3 {
+        net.all(&everyone, |_| Call::Wait { deadline: None });
+    }
+    asked.borrow_mut().clear();
+    let early: Vec<NodeId> = (0..7).collect();
+    for &p in &early {
+        net.call(p, Call::Wait { deadline: None });
+    }
+    net.run_until(net.now + Duration::from_millis(5));
+    net.all(&[7], |_| Call::Wait { deadline: None });
+    net.run_until(net.now + Duration::from_millis(2));
+    assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "{:?}", net.done);
+    let asked = asked.borrow();
+    let mut first_seen = Vec::new();
+    let (mut firsts, mut later_copies) = (0, 0);
+    for &(p, copies) in asked.iter() {
+        if !first_seen.contains(&p) {
+            first_seen.push(p);
+            firsts += 1;
+            assert_eq!(copies, 1, "node {p}'s first NACK for the late release went in {copies} copies: {asked:?}");
+        } else {
+            later_copies = later_copies.max(copies);
+        }
+    }
+    assert!(firsts >= 3, "too few nodes asked node 0 for the late release: the test no longer sets it off: {asked:?}");
+    assert!(later_copies >= 2, "a node asking again went once: the loss estimate taught nothing, or copies were dropped: {asked:?}");
 }
