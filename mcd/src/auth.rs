@@ -1250,6 +1250,20 @@ mod tests {
     }
 
     #[test]
+    fn rev29_the_auth_source_reads_mcd_auth_as_mcd_does() {
+        // Review of issue 27 (rev29), finding 4: the interposer matched
+        // `off`/`OFF` only; it now asks mcd (`mcd_auth_from_env`), which
+        // reads the values trimmed (`from_env`) and in any case.
+        for off in ["off", "OFF", "Off", "oFf"] {
+            assert_eq!(AuthSource::from_values(Some(off), None).unwrap(), AuthSource::Off, "{off}");
+        }
+        assert_eq!(AuthSource::from_values(Some("On"), Some("/k")).unwrap(), AuthSource::KeyFile("/k".into()));
+        assert_eq!(AuthSource::from_values(None, None).unwrap(), AuthSource::Unset);
+        assert!(AuthSource::from_values(Some("Off"), Some("/k")).is_err());
+        assert!(AuthSource::from_values(Some("maybe"), None).is_err());
+    }
+
+    #[test]
     fn rev29_a_key_file_of_text_is_refused() {
         // Review of issue 27 (rev29), a careless user. The README says to
         // make a key file with `head -c 16 /dev/urandom`; 16 random bytes
