@@ -19,8 +19,9 @@
 //!   and the barrier its peers made for the next, which admitted it);
 //!   node 0 refuses only a restarted process (or a node whose place such
 //!   a process holds); a join that times out names only
-//!   nodes silent to it or (named by node 0) to node 0, or that had not
-//!   made the barrier yet (the join timeout waits that long for every member).
+//!   nodes silent to it or (named by node 0) to node 0, that had not
+//!   made the barrier yet (the join timeout waits that long for every member),
+//!   or whose requests node 0's joining process never heard (lost).
 
 use std::fmt;
 
