@@ -372,7 +372,11 @@ impl Core {
 
     /// The application enters the next barrier without waiting (split phase).
     pub fn enter(&mut self, now: Instant) -> Result<(), BarrierError> {
-        self.enter_split(now)
+        let result = self.enter_split(now);
+        if let Err(e) = &result {
+            self.note_told(e);
+        }
+        result
     }
 
     /// One round of progress without blocking (feed every message first):
@@ -394,7 +398,11 @@ impl Core {
     /// After a collective epoch's [`Call::WaitResult`]: its result into
     /// `out` (native-endian); an error if peers called another collective.
     pub fn collective_result(&mut self, out: Option<&mut [u8]>) -> Result<(), BarrierError> {
-        self.result_into(out)
+        let result = self.result_into(out);
+        if let Err(e) = &result {
+            self.note_told(e);
+        }
+        result
     }
 
     /// This node leaves (its barrier is dropped): if it gave up on a

@@ -18,7 +18,7 @@ use super::rng::Rng;
 use super::trace::{DropCause, Ring, TraceEvent};
 use super::workload::{self, OpKind, ScriptOp};
 use super::SimConfig;
-use crate::transport::{Msg, NodeId};
+use crate::transport::{Msg, MsgKind, NodeId};
 
 /// More events than this at one virtual time is a spin (a violation).
 const SPIN_LIMIT: u64 = 200_000;
@@ -121,6 +121,7 @@ impl<F: NodeFactory> World<F> {
             ops,
             finishes,
             joins: Vec::new(),
+            joins_heard: Vec::new(),
             spans: vec![(u64::MAX, 0); config.instances],
             episodes: config.episodes.clone(),
             errors: Vec::new(),
@@ -278,6 +279,12 @@ impl<F: NodeFactory> World<F> {
             return;
         }
         self.trace(to, TraceEvent::Received { from, msg, len: data.len() });
+        if to == 0 && msg.kind == MsgKind::Join && self.procs[0].stage == Stage::Joining {
+            let j = self.procs[0].instance;
+            if !self.run.joins_heard.iter().any(|&(i, x, _)| i == j && x == from) {
+                self.run.joins_heard.push((j, from, self.now));
+            }
+        }
         let now = self.local_now(to);
         if let Some(core) = self.procs[to].core.as_mut() {
             core.handle_message(now, from, rail, &msg, &data);

@@ -155,6 +155,10 @@ pub struct Run {
     pub finishes: Vec<Vec<OpRecord>>,
     /// Every join.
     pub joins: Vec<JoinRecord>,
+    /// When node 0's joining process of each instance first heard a
+    /// node's join request: (instance, node, ns). (With loss, a live node
+    /// may go unheard: a join that times out names it, rightly.)
+    pub joins_heard: Vec<(usize, NodeId, u64)>,
     /// When each instance began (its first creation) and ended (the last node done), ns.
     pub spans: Vec<(u64, u64)>,
     /// The episodes.
