@@ -245,7 +245,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         }
         let per_segment = self.max_data.saturating_sub(wire::HEADER_LEN) / size * size;
         if per_segment == 0 {
-            return Err(BarrierError::Misuse(format!("{call}: this transport carries no data")));
+            return Err(BarrierError::NoData { call });
         }
         let deadline = self.config.deadline.map(|d| Instant::now() + d);
         let mut start = 0;

@@ -333,7 +333,7 @@ impl<T: Transport> Engine<T> {
                     let size = op.call.element_size();
                     let per_segment = core.setup().max_data.saturating_sub(wire::HEADER_LEN) / size * size;
                     if per_segment == 0 {
-                        op.outcome = Some(Err(BarrierError::Misuse(format!("{}: this transport carries no data", op.call))));
+                        op.outcome = Some(Err(BarrierError::NoData { call: op.call }));
                         continue;
                     }
                     let end = (op.next + per_segment).min(op.input.len());

@@ -10,7 +10,8 @@
 //! and start time, so a reused pid does not fool it) being dead, and is
 //! replaced, never joined.
 //!
-//! **Layout**, in 128-byte lines (two cache lines: no false sharing, even
+//! **Layout** (`#[repr(C)]` structs of atomics, [`mcd::shared_layout!`],
+//! seen through [`SharedMapping::view`]), in 128-byte lines (two cache lines: no false sharing, even
 //! with the adjacent-line prefetcher): the header; the release word (the
 //! number of the last barrier the leader released, a futex) with its
 //! sleeper count and failure flag; the gather word (bumped by every arrival,
@@ -33,6 +34,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
 use mcd::shm::{futex_wait, futex_wake, ProcessIdentity, SharedMapping};
@@ -53,36 +55,112 @@ pub const TAP_LOOK: Duration = Duration::from_millis(1);
 /// Bytes per line: two cache lines.
 const LINE: usize = 128;
 const MAGIC: u64 = u64::from_le_bytes(*b"mcdhost2");
-// Header (line 0).
-const H_MAGIC: usize = 0;
-const H_CREATOR_PID: usize = 8;
-const H_SIZE: usize = 12;
-const H_CREATOR_START: usize = 16;
-const H_JOB: usize = 24;
-const H_READY: usize = 28;
-const H_ATTACHED: usize = 32;
-// The release line.
-const RELEASE: usize = LINE;
-const RELEASE_SLEEPERS: usize = LINE + 4;
-const FAILED: usize = LINE + 8;
-// The gather line.
-const GATHER: usize = 2 * LINE;
-const GATHER_SLEEPERS: usize = 2 * LINE + 4;
-// The failure text: its length, then its bytes in 64-bit words.
-const REASON_LEN: usize = 3 * LINE;
-const REASON: usize = 3 * LINE + 8;
+/// The failure text's bytes (two lines less its length word).
 const REASON_BYTES: usize = 2 * LINE - 8;
-// The leaders' group, for a direct release: its key and instance, and
-// whether they are published.
-const TAP_KEY: usize = 5 * LINE;
-const TAP_INSTANCE: usize = 5 * LINE + 8;
-const TAP_PUBLISHED: usize = 5 * LINE + 16;
-// One line per local rank.
-const SLOTS: usize = 6 * LINE;
-const S_ARRIVED: usize = 0;
-const S_STATE: usize = 4;
-const S_PID: usize = 8;
-const S_START: usize = 16;
+
+mcd::shared_layout! {
+    /// Line 0: who made the segment, for whom, and how many attached.
+    #[repr(align(128))]
+    struct Header {
+        magic: AtomicU64,
+        creator_pid: AtomicU32,
+        size: AtomicU32,
+        creator_start: AtomicU64,
+        job: AtomicU32,
+        ready: AtomicU32,
+        attached: AtomicU32,
+    }
+}
+
+mcd::shared_layout! {
+    /// A futex word with the count of its sleepers.
+    #[repr(C)]
+    struct Futex {
+        word: AtomicU32,
+        sleepers: AtomicU32,
+    }
+}
+
+mcd::shared_layout! {
+    /// Line 1: the leader's release (the number of the last barrier it
+    /// released) and whether it gave up.
+    #[repr(align(128))]
+    struct ReleaseLine {
+        release: Futex,
+        failed: AtomicU32,
+    }
+}
+
+mcd::shared_layout! {
+    /// Line 2: the gather word, bumped by every arrival.
+    #[repr(align(128))]
+    struct GatherLine {
+        gather: Futex,
+    }
+}
+
+mcd::shared_layout! {
+    /// Lines 3 and 4: the failure text, its length then its bytes in
+    /// little-endian 64-bit words.
+    #[repr(align(128))]
+    struct ReasonLines {
+        len: AtomicU32,
+        words: [AtomicU64; REASON_BYTES / 8],
+    }
+}
+
+mcd::shared_layout! {
+    /// Line 5: the leaders' group, for a direct release: its key and
+    /// instance, and whether they are published.
+    #[repr(align(128))]
+    struct TapLine {
+        key: AtomicU64,
+        instance: AtomicU64,
+        published: AtomicU32,
+    }
+}
+
+mcd::shared_layout! {
+    /// The segment's fixed part; one [`Slot`] per local rank follows it.
+    #[repr(C)]
+    struct Lines {
+        header: Header,
+        release: ReleaseLine,
+        gather: GatherLine,
+        reason: ReasonLines,
+        tap: TapLine,
+    }
+}
+
+mcd::shared_layout! {
+    /// A local rank's line: the number of the last barrier it entered, and
+    /// its process identity.
+    #[repr(align(128))]
+    struct Slot {
+        arrived: AtomicU32,
+        state: AtomicU32,
+        pid: AtomicU32,
+        start: AtomicU64,
+    }
+}
+
+/// Where the slots start.
+const SLOTS: usize = size_of::<Lines>();
+
+// The byte layout of the raw-offset version ("mcdhost2"), unchanged: a
+// process of either build reads the other's segment alike.
+const _: () = {
+    use std::mem::offset_of;
+    assert!(size_of::<Header>() == LINE && size_of::<Slot>() == LINE && SLOTS == 6 * LINE);
+    assert!(offset_of!(Header, creator_pid) == 8 && offset_of!(Header, size) == 12 && offset_of!(Header, creator_start) == 16);
+    assert!(offset_of!(Header, job) == 24 && offset_of!(Header, ready) == 28 && offset_of!(Header, attached) == 32);
+    assert!(offset_of!(Lines, release) == LINE && offset_of!(ReleaseLine, failed) == 8 && offset_of!(Futex, sleepers) == 4);
+    assert!(offset_of!(Lines, gather) == 2 * LINE && offset_of!(Lines, reason) == 3 * LINE && offset_of!(ReasonLines, words) == 8);
+    assert!(size_of::<ReasonLines>() == 2 * LINE && offset_of!(Lines, tap) == 5 * LINE);
+    assert!(offset_of!(TapLine, instance) == 8 && offset_of!(TapLine, published) == 16);
+    assert!(offset_of!(Slot, state) == 4 && offset_of!(Slot, pid) == 8 && offset_of!(Slot, start) == 16);
+};
+
 const SLOT_FREE: u32 = 0;
 const SLOT_ATTACHED: u32 = 1;
 const SLOT_LEFT: u32 = 2;
@@ -92,7 +170,7 @@ const SLOT_LEFT: u32 = 2;
 const FAILED_FLIP: u32 = 1 << 31;
 
 fn segment_len(ranks: usize) -> usize {
-    SLOTS + ranks * LINE
+    SLOTS + ranks * size_of::<Slot>()
 }
 
 /// Whether barrier number `value` is `k` or later (serial arithmetic on 32 bits).
@@ -168,8 +246,8 @@ impl HostBarrier {
     }
 
     fn check_header(&self, job_key: u32, path: &Path) -> Result<(), BarrierError> {
-        let size = self.map.u32_at(H_SIZE).load(Acquire) as usize;
-        let job = self.map.u32_at(H_JOB).load(Acquire);
+        let size = self.lines().header.size.load(Acquire) as usize;
+        let job = self.lines().header.job.load(Acquire);
         if size != self.members.len() || job != job_key {
             return Err(BarrierError::Config(format!(
                 "{}: made for {size} local ranks of job {job:#010x}, not {} of job {job_key:#010x} (do the ranks agree on who shares this host?)",
@@ -182,31 +260,28 @@ impl HostBarrier {
 
     fn claim_slot(&self, identity: ProcessIdentity, path: &Path) -> Result<(), BarrierError> {
         let slot = self.slot(self.me);
-        if let Err(state) = self.map.u32_at(slot + S_STATE).compare_exchange(SLOT_FREE, SLOT_ATTACHED, SeqCst, SeqCst) {
-            let pid = self.map.u32_at(slot + S_PID).load(Acquire);
+        if let Err(state) = slot.state.compare_exchange(SLOT_FREE, SLOT_ATTACHED, SeqCst, SeqCst) {
+            let pid = slot.pid.load(Acquire);
             return Err(BarrierError::Config(format!(
                 "{}: local rank {} is taken already (state {state}, pid {pid}): two processes claim one rank",
                 path.display(),
                 self.me
             )));
         }
-        self.map.u32_at(slot + S_PID).store(identity.pid, Release);
-        self.map.u64_at(slot + S_START).store(identity.start, Release);
-        self.map.u32_at(H_ATTACHED).fetch_add(1, SeqCst);
+        slot.pid.store(identity.pid, Release);
+        slot.start.store(identity.start, Release);
+        self.lines().header.attached.fetch_add(1, SeqCst);
         Ok(())
     }
 
     fn wait_attached(&self, deadline: Instant) -> Result<(), BarrierError> {
         let start = Instant::now();
         loop {
-            if self.map.u32_at(H_ATTACHED).load(Acquire) as usize == self.members.len() {
+            if self.lines().header.attached.load(Acquire) as usize == self.members.len() {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                let missing = (0..self.members.len())
-                    .filter(|&i| self.map.u32_at(self.slot(i) + S_STATE).load(Acquire) == SLOT_FREE)
-                    .map(|i| self.members[i])
-                    .collect();
+                let missing = (0..self.members.len()).filter(|&i| self.slot(i).state.load(Acquire) == SLOT_FREE).map(|i| self.members[i]).collect();
                 return Err(BarrierError::JoinTimeout {
                     missing,
                     nodes: self.members.len(),
@@ -220,8 +295,13 @@ impl HostBarrier {
         }
     }
 
-    fn slot(&self, rank: usize) -> usize {
-        SLOTS + rank * LINE
+    fn lines(&self) -> &Lines {
+        lines(&self.map)
+    }
+
+    /// Local rank `rank`'s line.
+    fn slot(&self, rank: usize) -> &Slot {
+        slot(&self.map, rank)
     }
 
     /// This rank's place among the host's ranks (0: the leader).
@@ -252,7 +332,7 @@ impl HostBarrier {
     /// The process of local rank `rank`, as it attached.
     fn identity(&self, rank: usize) -> ProcessIdentity {
         let slot = self.slot(rank);
-        ProcessIdentity { pid: self.map.u32_at(slot + S_PID).load(Acquire), start: self.map.u64_at(slot + S_START).load(Acquire) }
+        ProcessIdentity { pid: slot.pid.load(Acquire), start: slot.start.load(Acquire) }
     }
 
     /// Enters the next barrier: writes this rank's arrival (and wakes the
@@ -260,15 +340,15 @@ impl HostBarrier {
     pub fn arrive(&mut self) -> u32 {
         self.epoch = self.epoch.wrapping_add(1);
         let k = self.epoch;
-        self.map.u32_at(self.slot(self.me) + S_ARRIVED).store(k, SeqCst);
+        self.slot(self.me).arrived.store(k, SeqCst);
         if self.me != 0 {
             // Each of the others bumps the gather word once per barrier, so
             // it reads k × (ranks − 1) after the last arrival of barrier k:
             // only that one wakes the leader (one wake-up, not one each).
-            let gather = self.map.u32_at(GATHER);
+            let gather = &self.lines().gather.gather.word;
             let arrivals = gather.fetch_add(1, SeqCst).wrapping_add(1);
             let last = arrivals == k.wrapping_mul(self.members.len() as u32 - 1);
-            if last && self.map.u32_at(GATHER_SLEEPERS).load(SeqCst) != 0 {
+            if last && self.lines().gather.gather.sleepers.load(SeqCst) != 0 {
                 // A failed wake leaves the leader to its liveness check.
                 let _ = futex_wake(gather, 1);
             }
@@ -282,7 +362,7 @@ impl HostBarrier {
     }
 
     fn first_missing(&self) -> Option<usize> {
-        (1..self.members.len()).find(|&i| !reached(self.map.u32_at(self.slot(i) + S_ARRIVED).load(SeqCst), self.epoch))
+        (1..self.members.len()).find(|&i| !reached(self.slot(i).arrived.load(SeqCst), self.epoch))
     }
 
     /// Leader: waits until every rank has entered the current barrier,
@@ -292,17 +372,17 @@ impl HostBarrier {
         let check = |b: &HostBarrier| -> Result<(), BarrierError> {
             for i in 1..b.members.len() {
                 let slot = b.slot(i);
-                if reached(b.map.u32_at(slot + S_ARRIVED).load(SeqCst), b.epoch) {
+                if reached(slot.arrived.load(SeqCst), b.epoch) {
                     continue;
                 }
                 let identity = b.identity(i);
-                if b.map.u32_at(slot + S_STATE).load(Acquire) == SLOT_LEFT || !identity.is_alive() {
+                if slot.state.load(Acquire) == SLOT_LEFT || !identity.is_alive() {
                     return Err(BarrierError::LocalRankDead { epoch, local_rank: i, node: b.members[i], pid: identity.pid });
                 }
             }
             Ok(())
         };
-        let done = self.wait_on(GATHER, GATHER_SLEEPERS, deadline, &mut |b| Ok(b.all_arrived()), check, None)?;
+        let done = self.wait_on(&self.lines().gather.gather, deadline, &mut |b| Ok(b.all_arrived()), check, None)?;
         if done {
             Ok(())
         } else {
@@ -312,9 +392,9 @@ impl HostBarrier {
 
     /// Leader: releases the current barrier (every rank has entered it).
     pub fn release(&mut self) {
-        let word = self.map.u32_at(RELEASE);
+        let word = &self.lines().release.release.word;
         word.store(self.epoch, SeqCst);
-        if self.map.u32_at(RELEASE_SLEEPERS).load(SeqCst) != 0 {
+        if self.lines().release.release.sleepers.load(SeqCst) != 0 {
             // A failed wake leaves the sleepers to their liveness check.
             let _ = futex_wake(word, u32::MAX);
         }
@@ -327,21 +407,21 @@ impl HostBarrier {
         for (i, chunk) in bytes[..len].chunks(8).enumerate() {
             let mut word = [0u8; 8];
             word[..chunk.len()].copy_from_slice(chunk);
-            self.map.u64_at(REASON + 8 * i).store(u64::from_le_bytes(word), Relaxed);
+            self.lines().reason.words[i].store(u64::from_le_bytes(word), Relaxed);
         }
-        self.map.u32_at(REASON_LEN).store(len as u32, Release);
-        self.map.u32_at(FAILED).store(1, SeqCst);
-        let word = self.map.u32_at(RELEASE);
+        self.lines().reason.len.store(len as u32, Release);
+        self.lines().release.failed.store(1, SeqCst);
+        let word = &self.lines().release.release.word;
         word.fetch_xor(FAILED_FLIP, SeqCst);
         let _ = futex_wake(word, u32::MAX);
     }
 
     fn failure(&self) -> Option<BarrierError> {
-        if self.map.u32_at(FAILED).load(SeqCst) == 0 {
+        if self.lines().release.failed.load(SeqCst) == 0 {
             return None;
         }
-        let len = (self.map.u32_at(REASON_LEN).load(Acquire) as usize).min(REASON_BYTES);
-        let mut bytes: Vec<u8> = (0..len.div_ceil(8)).flat_map(|i| self.map.u64_at(REASON + 8 * i).load(Relaxed).to_le_bytes()).collect();
+        let len = (self.lines().reason.len.load(Acquire) as usize).min(REASON_BYTES);
+        let mut bytes: Vec<u8> = (0..len.div_ceil(8)).flat_map(|i| self.lines().reason.words[i].load(Relaxed).to_le_bytes()).collect();
         bytes.truncate(len);
         let reason = String::from_utf8_lossy(&bytes).into_owned();
         Some(BarrierError::LeaderGaveUp { epoch: u64::from(self.epoch), leader: self.members[0], reason })
@@ -353,22 +433,21 @@ impl HostBarrier {
         if let Some(e) = self.failure() {
             return Err(e);
         }
-        Ok(reached(self.map.u32_at(RELEASE).load(SeqCst), self.epoch))
+        Ok(reached(self.lines().release.release.word.load(SeqCst), self.epoch))
     }
 
     /// Leader: tells the host's ranks the key and instance of the leaders'
     /// group, whose release multicast they may take directly
     /// ([`crate::HostRelease::Multicast`]).
     pub fn publish_tap(&mut self, key: u64, instance: u64) {
-        self.map.u64_at(TAP_KEY).store(key, Relaxed);
-        self.map.u64_at(TAP_INSTANCE).store(instance, Relaxed);
-        self.map.u32_at(TAP_PUBLISHED).store(1, Release);
+        self.lines().tap.key.store(key, Relaxed);
+        self.lines().tap.instance.store(instance, Relaxed);
+        self.lines().tap.published.store(1, Release);
     }
 
     /// The leaders' group's key and instance, once the leader published them.
     pub fn tap(&self) -> Option<(u64, u64)> {
-        (self.map.u32_at(TAP_PUBLISHED).load(Acquire) == 1)
-            .then(|| (self.map.u64_at(TAP_KEY).load(Relaxed), self.map.u64_at(TAP_INSTANCE).load(Relaxed)))
+        (self.lines().tap.published.load(Acquire) == 1).then(|| (self.lines().tap.key.load(Relaxed), self.lines().tap.instance.load(Relaxed)))
     }
 
     /// Not the leader: waits for the release of the current barrier,
@@ -403,7 +482,7 @@ impl HostBarrier {
         let epoch = u64::from(self.epoch);
         let check = |b: &HostBarrier| -> Result<(), BarrierError> {
             let leader = b.identity(0);
-            if b.map.u32_at(b.slot(0) + S_STATE).load(Acquire) == SLOT_LEFT || !leader.is_alive() {
+            if b.slot(0).state.load(Acquire) == SLOT_LEFT || !leader.is_alive() {
                 // It may have released and ended since the last look.
                 if !b.released()? {
                     return Err(BarrierError::LocalRankDead { epoch, local_rank: 0, node: b.members[0], pid: leader.pid });
@@ -413,7 +492,7 @@ impl HostBarrier {
         };
         // The multicast first: it is the faster way, and counted.
         let mut done = |b: &HostBarrier| -> Result<bool, BarrierError> { Ok(heard()? || b.released()?) };
-        if self.wait_on(RELEASE, RELEASE_SLEEPERS, deadline, &mut done, check, sleep)? {
+        if self.wait_on(&self.lines().release.release, deadline, &mut done, check, sleep)? {
             Ok(())
         } else {
             Err(self.deadline_error(deadline, vec![0]))
@@ -438,9 +517,9 @@ impl HostBarrier {
     fn deadline_error(&self, deadline: Option<Instant>, ranks: Vec<usize>) -> BarrierError {
         let waiting_for = ranks
             .into_iter()
-            .filter(|&i| i == 0 || !reached(self.map.u32_at(self.slot(i) + S_ARRIVED).load(SeqCst), self.epoch))
+            .filter(|&i| i == 0 || !reached(self.slot(i).arrived.load(SeqCst), self.epoch))
             .map(|i| {
-                let at = u64::from(self.map.u32_at(self.slot(i) + S_ARRIVED).load(SeqCst));
+                let at = u64::from(self.slot(i).arrived.load(SeqCst));
                 (self.members[i], PeerState::Alive { at, in_barrier: i == 0, heard: Duration::ZERO })
             })
             .collect();
@@ -448,15 +527,14 @@ impl HostBarrier {
         BarrierError::Deadline { epoch: u64::from(self.epoch), waited, waiting_for }
     }
 
-    /// Waits until `done`: spins, yields, then sleeps on the futex word at
-    /// `word` (announcing itself in the count at `sleepers`), or with
+    /// Waits until `done`: spins, yields, then sleeps on `futex`'s word
+    /// (announcing itself in its count of sleepers), or with
     /// `sleep` if given (for as long as it has waited, [`TAP_LOOK`] at
     /// least), running `alive` every [`LIVENESS_CHECK`]. False at the
     /// deadline.
     fn wait_on(
         &self,
-        word: usize,
-        sleepers: usize,
+        futex: &Futex,
         deadline: Option<Instant>,
         done: &mut dyn FnMut(&HostBarrier) -> Result<bool, BarrierError>,
         alive: impl Fn(&HostBarrier) -> Result<(), BarrierError>,
@@ -464,8 +542,7 @@ impl HostBarrier {
     ) -> Result<bool, BarrierError> {
         let start = Instant::now();
         let mut next_check = start + LIVENESS_CHECK;
-        let futex = self.map.u32_at(word);
-        let sleeping = self.map.u32_at(sleepers);
+        let Futex { word: futex, sleepers: sleeping } = futex;
         loop {
             if done(self)? {
                 return Ok(true);
@@ -513,10 +590,20 @@ impl HostBarrier {
 
 impl Drop for HostBarrier {
     fn drop(&mut self) {
-        self.map.u32_at(self.slot(self.me) + S_STATE).store(SLOT_LEFT, SeqCst);
+        self.slot(self.me).state.store(SLOT_LEFT, SeqCst);
         // Whoever waits for this rank sees it gone at its next look.
-        let _ = futex_wake(self.map.u32_at(GATHER), u32::MAX);
+        let _ = futex_wake(&self.lines().gather.gather.word, u32::MAX);
     }
+}
+
+/// The segment's fixed part.
+fn lines(map: &SharedMapping) -> &Lines {
+    map.view(0)
+}
+
+/// Local rank `rank`'s line.
+fn slot(map: &SharedMapping, rank: usize) -> &Slot {
+    map.view(SLOTS + rank * size_of::<Slot>())
 }
 
 /// Leader: creates the segment, replacing a stale one of a dead creator.
@@ -525,12 +612,13 @@ fn create(path: &Path, len: usize, job_key: u32, size: usize, me: ProcessIdentit
     loop {
         match SharedMapping::create_new(path, len) {
             Ok(map) => {
-                map.u32_at(H_SIZE).store(size as u32, Relaxed);
-                map.u32_at(H_JOB).store(job_key, Relaxed);
-                map.u32_at(H_CREATOR_PID).store(me.pid, Relaxed);
-                map.u64_at(H_CREATOR_START).store(me.start, Relaxed);
-                map.u64_at(H_MAGIC).store(MAGIC, Relaxed);
-                map.u32_at(H_READY).store(1, Release);
+                let header = &lines(&map).header;
+                header.size.store(size as u32, Relaxed);
+                header.job.store(job_key, Relaxed);
+                header.creator_pid.store(me.pid, Relaxed);
+                header.creator_start.store(me.start, Relaxed);
+                header.magic.store(MAGIC, Relaxed);
+                header.ready.store(1, Release);
                 return Ok((map, replaced));
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && replaced < 3 => {
@@ -556,8 +644,9 @@ fn create(path: &Path, len: usize, job_key: u32, size: usize, me: ProcessIdentit
 /// The creator of the segment at `path`, if it still runs.
 fn live_creator(path: &Path) -> Option<ProcessIdentity> {
     // A file too short to hold a header was left half made: stale.
-    let map = SharedMapping::open_existing(path, LINE).ok()?;
-    let creator = ProcessIdentity { pid: map.u32_at(H_CREATOR_PID).load(Acquire), start: map.u64_at(H_CREATOR_START).load(Acquire) };
+    let map = SharedMapping::open_existing(path, size_of::<Header>()).ok()?;
+    let header: &Header = map.view(0);
+    let creator = ProcessIdentity { pid: header.creator_pid.load(Acquire), start: header.creator_start.load(Acquire) };
     (creator.pid != 0 && creator.is_alive()).then_some(creator)
 }
 
@@ -567,8 +656,9 @@ fn attach(path: &Path, len: usize, deadline: Instant) -> Result<SharedMapping, B
     loop {
         let last = match SharedMapping::open_existing(path, len) {
             Ok(map) => {
-                let ready = map.u32_at(H_READY).load(Acquire) == 1 && map.u64_at(H_MAGIC).load(Acquire) == MAGIC;
-                let creator = ProcessIdentity { pid: map.u32_at(H_CREATOR_PID).load(Acquire), start: map.u64_at(H_CREATOR_START).load(Acquire) };
+                let header = &lines(&map).header;
+                let ready = header.ready.load(Acquire) == 1 && header.magic.load(Acquire) == MAGIC;
+                let creator = ProcessIdentity { pid: header.creator_pid.load(Acquire), start: header.creator_start.load(Acquire) };
                 if ready && creator.is_alive() {
                     return Ok(map);
                 }
@@ -721,13 +811,13 @@ mod tests {
         });
         let path = config(name, 3, 0).path;
         let map = attach(&path, segment_len(3), Instant::now() + Duration::from_secs(10)).unwrap();
-        let slot = SLOTS + 2 * LINE;
+        let slot = slot(&map, 2);
         let start = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
         let start: u64 = start.rsplit_once(')').unwrap().1.split_whitespace().nth(19).unwrap().parse().unwrap();
-        map.u32_at(slot + S_STATE).store(SLOT_ATTACHED, SeqCst);
-        map.u32_at(slot + S_PID).store(child.id(), SeqCst);
-        map.u64_at(slot + S_START).store(start, SeqCst);
-        map.u32_at(H_ATTACHED).fetch_add(1, SeqCst);
+        slot.state.store(SLOT_ATTACHED, SeqCst);
+        slot.pid.store(child.id(), SeqCst);
+        slot.start.store(start, SeqCst);
+        lines(&map).header.attached.fetch_add(1, SeqCst);
         let pid = child.id();
         child.kill().unwrap();
         child.wait().unwrap();
@@ -751,12 +841,12 @@ mod tests {
         {
             let _ = std::fs::remove_file(&path);
             let stale = SharedMapping::create_new(&path, segment_len(2)).unwrap();
-            stale.u32_at(H_SIZE).store(2, SeqCst);
-            stale.u32_at(H_JOB).store(0x1234, SeqCst);
-            stale.u32_at(H_CREATOR_PID).store(pid, SeqCst);
-            stale.u64_at(H_MAGIC).store(MAGIC, SeqCst);
-            stale.u32_at(H_READY).store(1, SeqCst);
-            stale.u32_at(H_ATTACHED).store(2, SeqCst);
+            lines(&stale).header.size.store(2, SeqCst);
+            lines(&stale).header.job.store(0x1234, SeqCst);
+            lines(&stale).header.creator_pid.store(pid, SeqCst);
+            lines(&stale).header.magic.store(MAGIC, SeqCst);
+            lines(&stale).header.ready.store(1, SeqCst);
+            lines(&stale).header.attached.store(2, SeqCst);
         }
         // The follower starts first and must not take the stale one.
         let follower = std::thread::spawn(move || {

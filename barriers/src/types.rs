@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::collective::Collective;
 use crate::plan::Algorithm;
 use crate::transport::{NodeId, TransportError};
 
@@ -335,8 +336,35 @@ pub enum BarrierError {
         /// What disagreed, as far as this node can tell.
         detail: String,
     },
-    /// The barrier's configuration is invalid, or not the other nodes'
-    /// (nodes, rails, timeouts, an algorithm that cannot run the call, an
+    /// The barrier cannot run collective `call` over its transport: the
+    /// transport carries no data (a barrier-only one, or messages too
+    /// small for one element). The caller may run the collective another
+    /// way (an MPI library's own).
+    #[error("{call}: this transport carries no data")]
+    NoData {
+        /// The collective.
+        call: Collective,
+    },
+    /// The barrier's algorithm cannot run collective `call`: it would count
+    /// contributions more than once (dissemination, for a reduction). The
+    /// caller may run it another way, or choose another algorithm.
+    #[error("{call} cannot run on {algorithm}: it would count contributions more than once")]
+    AlgorithmCannot {
+        /// The collective.
+        call: Collective,
+        /// The barrier's algorithm.
+        algorithm: Algorithm,
+    },
+    /// Creating the barrier: a node runs another configuration (algorithm,
+    /// rails, first barrier) or another mcd version than this one.
+    #[error("creating the barrier: {detail}: every node must use the same algorithm, rails and first barrier, and the same mcd version")]
+    ConfigMismatch {
+        /// The other node (node 0, for any other node).
+        node: NodeId,
+        /// Who runs what.
+        detail: String,
+    },
+    /// The barrier's configuration is invalid (nodes, rails, timeouts, an
     /// environment variable's value, the host's ranks and their shared
     /// memory).
     #[error("{0}")]

@@ -97,6 +97,14 @@
 #define MCD_ERR_MISMATCH -9
 
 /**
+ * The barrier cannot run this collective: its transport carries no data,
+ * or its algorithm would count contributions more than once. Run the
+ * collective another way (the MPI library's own), or choose another
+ * algorithm.
+ */
+#define MCD_ERR_UNSUPPORTED -10
+
+/**
  * Bytes of an X25519 key (private or public) of the secret exchange.
  */
 #define MCD_EXCHANGE_KEY_LEN 32

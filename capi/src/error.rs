@@ -28,6 +28,11 @@ pub const MCD_ERR_INTERNAL: c_int = -8;
 /// type or count, or a broadcast from another root): the call can never
 /// complete, and the group's later collectives fail too.
 pub const MCD_ERR_MISMATCH: c_int = -9;
+/// The barrier cannot run this collective: its transport carries no data,
+/// or its algorithm would count contributions more than once. Run the
+/// collective another way (the MPI library's own), or choose another
+/// algorithm.
+pub const MCD_ERR_UNSUPPORTED: c_int = -10;
 
 /// An error: its code and its text.
 #[derive(Clone, Debug)]
@@ -61,7 +66,8 @@ impl From<BarrierError> for CError {
     fn from(e: BarrierError) -> CError {
         let code = match &e {
             BarrierError::CollectiveMismatch { .. } => MCD_ERR_MISMATCH,
-            BarrierError::Config(_) => MCD_ERR_CONFIG,
+            BarrierError::NoData { .. } | BarrierError::AlgorithmCannot { .. } => MCD_ERR_UNSUPPORTED,
+            BarrierError::Config(_) | BarrierError::ConfigMismatch { .. } => MCD_ERR_CONFIG,
             BarrierError::Misuse(_) => MCD_ERR_ARGUMENT,
             BarrierError::System(_) => MCD_ERR_SYSTEM,
             BarrierError::Internal(_) => MCD_ERR_INTERNAL,

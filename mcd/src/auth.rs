@@ -966,6 +966,19 @@ mod tests {
         dir
     }
 
+    /// The refusal of key file `path`: an [`Error::KeyFile`] naming it
+    /// (anything else fails the test); its reason, whose text tells the
+    /// user what is wrong and how to fix it.
+    fn refusal<T: std::fmt::Debug>(result: Result<T>, path: &Path) -> String {
+        match result {
+            Err(Error::KeyFile { path: named, reason }) => {
+                assert_eq!(named, path, "the refusal names the file");
+                reason
+            }
+            other => panic!("not a key file refusal of {}: {other:?}", path.display()),
+        }
+    }
+
     #[test]
     fn key_file_checks_say_what_is_wrong_and_how_to_fix_it() {
         use std::os::unix::fs::PermissionsExt;
@@ -974,33 +987,39 @@ mod tests {
         let written = JobSecret::write_new(&path).unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(JobSecret::load(&path).unwrap(), written);
-        assert!(JobSecret::write_new(&path).unwrap_err().to_string().contains("never overwritten"));
+        let reason = refusal(JobSecret::write_new(&path), &path);
+        assert!(reason.contains("never overwritten"), "{reason}");
 
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let reason = refusal(JobSecret::load(&path), &path);
+        assert!(reason.contains("0644") && reason.contains("chmod 600"), "{reason}");
+        // The message names the file too.
         let err = JobSecret::load(&path).unwrap_err().to_string();
-        assert!(err.contains(&path.display().to_string()) && err.contains("0644") && err.contains("chmod 600"), "{err}");
+        assert!(err.contains(&path.display().to_string()), "{err}");
 
         let missing = dir.join("missing.key");
-        let err = JobSecret::load(&missing).unwrap_err().to_string();
-        assert!(err.contains("missing.key") && err.contains("cannot open"), "{err}");
+        let reason = refusal(JobSecret::load(&missing), &missing);
+        assert!(reason.contains("cannot open"), "{reason}");
 
         let short = dir.join("short.key");
         std::fs::write(&short, b"0123").unwrap();
         std::fs::set_permissions(&short, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let err = JobSecret::load(&short).unwrap_err().to_string();
-        assert!(err.contains("4 bytes") && err.contains("head -c 16 /dev/urandom"), "{err}");
+        let reason = refusal(JobSecret::load(&short), &short);
+        assert!(reason.contains("4 bytes") && reason.contains("head -c 16 /dev/urandom"), "{reason}");
 
         let empty = dir.join("empty.key");
         std::fs::write(&empty, b"").unwrap();
         std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert!(JobSecret::load(&empty).unwrap_err().to_string().contains("empty"));
+        let reason = refusal(JobSecret::load(&empty), &empty);
+        assert!(reason.contains("empty"), "{reason}");
 
-        let err = JobSecret::load(&dir).unwrap_err().to_string();
-        assert!(err.contains("not a regular file"), "{err}");
+        let reason = refusal(JobSecret::load(&dir), &dir);
+        assert!(reason.contains("not a regular file"), "{reason}");
 
         let link = dir.join("link.key");
         std::os::unix::fs::symlink(&path, &link).unwrap();
-        assert!(JobSecret::load(&link).unwrap_err().to_string().contains("symbolic link"));
+        let reason = refusal(JobSecret::load(&link), &link);
+        assert!(reason.contains("symbolic link"), "{reason}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1008,16 +1027,17 @@ mod tests {
     fn a_key_file_of_another_user_is_refused() {
         if crate::sys::effective_uid() != 0 {
             // Giving a file away needs root; as another user, a file of root's stands in.
-            let err = JobSecret::load(Path::new("/etc/hostname")).unwrap_err().to_string();
-            assert!(err.contains("owned by user id 0"), "{err}");
+            let path = Path::new("/etc/hostname");
+            let reason = refusal(JobSecret::load(path), path);
+            assert!(reason.contains("owned by user id 0"), "{reason}");
             return;
         }
         let dir = temp_dir("owner");
         let path = dir.join("job.key");
         JobSecret::write_new(&path).unwrap();
         std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
-        let err = JobSecret::load(&path).unwrap_err().to_string();
-        assert!(err.contains("owned by user id 65534") && err.contains("job.key"), "{err}");
+        let reason = refusal(JobSecret::load(&path), &path);
+        assert!(reason.contains("owned by user id 65534"), "{reason}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1027,14 +1047,21 @@ mod tests {
         assert_eq!(Auth::from_values(Some("on"), None).unwrap(), Auth::Unset);
         assert_eq!(Auth::from_values(Some("off"), None).unwrap(), Auth::Off);
         assert_eq!(Auth::from_values(Some("OFF"), None).unwrap(), Auth::Off);
-        let err = Auth::from_values(Some("no"), None).unwrap_err().to_string();
-        assert!(err.contains("MCD_AUTH=no") && err.contains("neither `on` nor `off`"), "{err}");
-        let err = Auth::from_values(Some("off"), Some("/k")).unwrap_err().to_string();
-        assert!(err.contains("both set"), "{err}");
-        let err = Auth::from_values(None, Some("/nonexistent/mcd.key")).unwrap_err().to_string();
-        assert!(err.contains("/nonexistent/mcd.key"), "{err}");
-        let err = Auth::Unset.required().unwrap_err().to_string();
-        assert!(err.contains("MCD_KEY_FILE") && err.contains("MCD_AUTH=off"), "{err}");
+        match Auth::from_values(Some("no"), None) {
+            Err(Error::Config(text)) => assert!(text.contains("MCD_AUTH=no") && text.contains("neither `on` nor `off`"), "{text}"),
+            other => panic!("{other:?}"),
+        }
+        match Auth::from_values(Some("off"), Some("/k")) {
+            Err(Error::Config(text)) => assert!(text.contains("both set"), "{text}"),
+            other => panic!("{other:?}"),
+        }
+        let missing = Path::new("/nonexistent/mcd.key");
+        refusal(Auth::from_values(None, missing.to_str()), missing);
+        let err = Auth::Unset.required().unwrap_err();
+        assert!(matches!(err, Error::NoSecret), "{err:?}");
+        // The message tells the user both ways out.
+        let text = err.to_string();
+        assert!(text.contains("MCD_KEY_FILE") && text.contains("MCD_AUTH=off"), "{text}");
         let dir = temp_dir("env");
         let path = dir.join("job.key");
         let secret = JobSecret::write_new(&path).unwrap();

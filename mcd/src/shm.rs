@@ -2,7 +2,8 @@
 //! identities: what a host-local barrier is built from.
 //!
 //! - [`SharedMapping`]: a file (in `/dev/shm`) mapped shared, created
-//!   exclusively (`O_EXCL`) or opened, seen as atomic words.
+//!   exclusively (`O_EXCL`) or opened, seen through typed layouts of
+//!   atomics ([`SharedLayout`], declared with [`crate::shared_layout!`]).
 //! - [`futex_wait`] / [`futex_wake`]: sleep on a word of it until another
 //!   process changes it and wakes the sleepers.
 //! - [`ProcessIdentity`]: a pid with its start time, so that a dead
@@ -10,7 +11,7 @@
 
 use std::io;
 
-pub use crate::sys::{futex_wait, futex_wake, SharedMapping};
+pub use crate::sys::{futex_wait, futex_wake, SharedLayout, SharedMapping};
 
 /// The directory of host-shared memory files.
 pub const SHM_DIR: &str = "/dev/shm";

@@ -212,11 +212,16 @@ impl Core {
                     }
                     let missing: Vec<NodeId> = (0..n).filter(|&p| incarnations[p].is_none()).collect();
                     let error = match missing.iter().find(|p| mismatched.contains(p)) {
-                        Some(p) => BarrierError::Config(format!(
-                            "creating the barrier: node {p} asked to join with another configuration than node 0's ({} on {} rail(s)): every node must use the same algorithm, rails and first barrier, and the same mcd version",
-                            self.config.algorithm, self.config.rails
-                        )),
-                        None => BarrierError::JoinTimeout { missing, nodes: n, waited, bad_tags: Vec::new(), auth_mismatch: Vec::new(), bad_version: 0 },
+                        Some(&p) => BarrierError::ConfigMismatch {
+                            node: p,
+                            detail: format!(
+                                "node {p} asked to join with another configuration than node 0's ({} on {} rail(s))",
+                                self.config.algorithm, self.config.rails
+                            ),
+                        },
+                        None => {
+                            BarrierError::JoinTimeout { missing, nodes: n, waited, bad_tags: Vec::new(), auth_mismatch: Vec::new(), bad_version: 0 }
+                        }
                     };
                     self.out.events.push_back(Event::JoinFailed(error));
                     return;
@@ -392,12 +397,15 @@ impl Core {
                     }
                     MsgKind::Refuse if ours && msg.tag == REFUSE_CONFIG => {
                         self.member.joining = None;
-                        self.out.events.push_back(Event::JoinFailed(BarrierError::Config(format!(
-                            "creating the barrier: node 0 runs another configuration than node {} ({} on {} rail(s) here): every node must use the same algorithm, rails and first barrier, and the same mcd version",
-                            self.me(),
-                            self.config.algorithm,
-                            self.config.rails
-                        ))));
+                        self.out.events.push_back(Event::JoinFailed(BarrierError::ConfigMismatch {
+                            node: 0,
+                            detail: format!(
+                                "node 0 runs another configuration than node {} ({} on {} rail(s) here)",
+                                self.me(),
+                                self.config.algorithm,
+                                self.config.rails
+                            ),
+                        }));
                     }
                     // Node 0 runs this barrier already with another process in
                     // this node's place, or runs an earlier barrier that it has

@@ -119,10 +119,10 @@ impl Core {
     /// The plan variant of `call` at this node.
     pub(super) fn variant_of(&self, call: Collective) -> Result<usize, BarrierError> {
         if !call.runs_on(self.config.algorithm) {
-            return Err(BarrierError::Config(format!("{call} cannot run on {}: it would count contributions more than once", self.config.algorithm)));
+            return Err(BarrierError::AlgorithmCannot { call, algorithm: self.config.algorithm });
         }
         match call {
-            Collective::Bcast { .. } if self.plans.list.len() == 1 => Err(BarrierError::Misuse(format!("{call}: this network carries no data"))),
+            Collective::Bcast { .. } if self.plans.list.len() == 1 => Err(BarrierError::NoData { call }),
             Collective::Bcast { root } if root < self.nodes() => Ok(bcast_variant(root)),
             Collective::Bcast { root } => Err(BarrierError::Misuse(format!("{call}: no node {root} among {}", self.nodes()))),
             _ => Ok(BASE),

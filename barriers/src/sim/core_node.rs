@@ -72,7 +72,7 @@ impl CoreNode {
         let size = call.element_size();
         let per = self.max_data.saturating_sub(wire::HEADER_LEN) / size * size;
         if per == 0 {
-            return self.fail(BarrierError::Misuse(format!("{call}: the network carries no data")));
+            return self.fail(BarrierError::NoData { call });
         }
         let end = (start + per).min(self.input.len());
         let count = u32::try_from((end - start) / size).expect("a segment's count");

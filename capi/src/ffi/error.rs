@@ -22,6 +22,7 @@ pub extern "C" fn mcd_strerror(code: c_int) -> *const c_char {
         MCD_ERR_SYSTEM => c"a system call failed",
         MCD_ERR_INTERNAL => c"internal error in mcd",
         MCD_ERR_MISMATCH => c"the ranks called different collectives",
+        MCD_ERR_UNSUPPORTED => c"the barrier cannot run this collective (no data on its transport, or an algorithm that cannot)",
         _ => c"unknown error code",
     };
     s.as_ptr()

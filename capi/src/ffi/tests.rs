@@ -1,6 +1,6 @@
 //! The C functions' own checks: codes, texts, never unwinding.
 
-use std::ffi::{CStr, CString};
+use std::ffi::{c_int, CStr, CString};
 
 use barriers::{Dtype, Op};
 
@@ -93,4 +93,28 @@ fn errors_are_codes_with_text_never_unwinding() {
         // SAFETY: mcd_strerror returns static C strings.
         assert!(!unsafe { CStr::from_ptr(mcd_strerror(code)) }.to_bytes().is_empty());
     }
+    let unknown = strerror_text(-99);
+    for code in MCD_ERR_MISMATCH..=MCD_ERR_ARGUMENT {
+        assert_ne!(strerror_text(code), unknown, "code {code} has its own text");
+    }
+    assert_ne!(strerror_text(MCD_ERR_UNSUPPORTED), unknown);
+}
+
+/// `mcd_strerror`'s text of `code`.
+fn strerror_text(code: c_int) -> String {
+    // SAFETY: mcd_strerror returns static C strings.
+    unsafe { CStr::from_ptr(mcd_strerror(code)) }.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_collective_the_barrier_cannot_run_is_unsupported_and_a_config_mismatch_is_a_config_error() {
+    use barriers::{Algorithm, BarrierError, Collective};
+    let no_data = CError::from(BarrierError::NoData { call: Collective::Bcast { root: 0 } });
+    assert_eq!(no_data.code, MCD_ERR_UNSUPPORTED);
+    assert!(no_data.message.contains("carries no data"), "{}", no_data.message);
+    let cannot = BarrierError::AlgorithmCannot { call: Collective::Barrier, algorithm: Algorithm::Dissemination };
+    assert_eq!(CError::from(cannot).code, MCD_ERR_UNSUPPORTED);
+    let mismatch = CError::from(BarrierError::ConfigMismatch { node: 3, detail: "node 3 runs another".into() });
+    assert_eq!(mismatch.code, MCD_ERR_CONFIG);
+    assert!(mismatch.message.contains("node 3") && mismatch.message.contains("same mcd version"), "{}", mismatch.message);
 }

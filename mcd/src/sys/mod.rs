@@ -48,7 +48,7 @@ pub use lock::{record_lock_holder, try_lock_record};
 pub use netns::{current_netns_id, NetnsGuard};
 pub use process::{close_inherited_descriptors_on_exec, effective_uid, effective_uid_is_root, monotonic_clock, process_exists, signal_end};
 pub use ring::{RingGeometry, Rings, RxFrame, TxStatus};
-pub use shm::{futex_wait, futex_wake, SharedMapping};
+pub use shm::{futex_wait, futex_wake, SharedLayout, SharedMapping};
 #[cfg(feature = "test-support")]
 pub use socket::OUTGOING;
 pub use socket::{BpfInsn, PacketSocket, ALL_PROTOCOLS};

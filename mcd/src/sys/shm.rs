@@ -1,5 +1,5 @@
 //! Shared memory between the processes of one host: a file (in `/dev/shm`)
-//! mapped `MAP_SHARED`, seen as 32- and 64-bit atomic words, and futex
+//! mapped `MAP_SHARED`, seen as typed layouts of atomics ([`SharedLayout`]), and futex
 //! wait/wake on those words (the process-shared futex operations, not the
 //! `_PRIVATE` ones, since the word lives in several address spaces).
 
@@ -75,21 +75,99 @@ impl SharedMapping {
         self.len == 0
     }
 
-    /// The 32-bit word at byte `offset` (4-aligned, inside the mapping:
-    /// panics otherwise, a layout bug).
-    pub fn u32_at(&self, offset: usize) -> &AtomicU32 {
-        assert!(offset.is_multiple_of(4) && offset + 4 <= self.len, "word offset {offset} outside the mapping");
-        // SAFETY: aligned (the mapping is page-aligned), inside the mapping,
-        // which lives as long as `self`; all access is atomic.
-        unsafe { AtomicU32::from_ptr(self.base.as_ptr().add(offset) as *mut u32) }
+    /// The `T` at byte `offset`: a typed view of part of the mapping, for
+    /// a [`SharedLayout`] (a `#[repr(C)]` layout made of atomics only,
+    /// declared with [`shared_layout!`](crate::shared_layout)). Panics if
+    /// `offset` is not aligned for `T` or `T` does not fit (a layout bug).
+    pub fn view<T: SharedLayout>(&self, offset: usize) -> &T {
+        self.slice::<T>(offset, 1).first().expect("one element")
     }
 
-    /// The 64-bit word at byte `offset` (8-aligned, inside the mapping).
-    pub fn u64_at(&self, offset: usize) -> &AtomicU64 {
-        assert!(offset.is_multiple_of(8) && offset + 8 <= self.len, "word offset {offset} outside the mapping");
-        // SAFETY: as in `u32_at`.
-        unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(offset) as *mut u64) }
+    /// The `count` consecutive `T`s from byte `offset` (as [`view`](Self::view)).
+    pub fn slice<T: SharedLayout>(&self, offset: usize, count: usize) -> &[T] {
+        let align = std::mem::align_of::<T>();
+        let bytes = std::mem::size_of::<T>().checked_mul(count).and_then(|b| b.checked_add(offset));
+        assert!(
+            offset.is_multiple_of(align) && align <= PAGE_ALIGN && bytes.is_some_and(|end| end <= self.len),
+            "{count} × {} at offset {offset} outside the mapping of {} bytes or misaligned",
+            std::any::type_name::<T>(),
+            self.len
+        );
+        // SAFETY: the range is inside the mapping, which lives as long as
+        // `self` (the borrow), and aligned for `T` (the mapping is
+        // page-aligned, `offset` a multiple of `T`'s alignment, which is at
+        // most a page). `T: SharedLayout` promises every bit pattern is a
+        // valid `T` (the memory may hold anything another process wrote)
+        // and that all its bytes are atomics, so the shared reference
+        // tolerates writes by other threads and processes: there is no
+        // non-atomic access to race with.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(offset) as *const T, count) }
     }
+}
+
+/// The alignment `mmap` guarantees (a page; 4 KiB is the smallest).
+const PAGE_ALIGN: usize = 4096;
+
+/// A layout that may be seen in shared memory through a shared reference
+/// ([`SharedMapping::view`]): every bit pattern is valid and every byte
+/// (padding aside) belongs to an atomic, so other processes' writes are
+/// never a data race. Implemented here for `AtomicU32`, `AtomicU64` and
+/// arrays of layouts; a struct gets it from [`shared_layout!`](crate::shared_layout),
+/// which makes it `#[repr(C)]` and checks that every field is a layout.
+///
+/// # Safety
+/// Implement it only for a type whose every bit pattern is valid, made
+/// only of atomics (and padding), with a fixed (`#[repr(C)]`) layout.
+pub unsafe trait SharedLayout: Sync {}
+
+// SAFETY: an atomic word: any bits are a valid value; all access is atomic.
+unsafe impl SharedLayout for AtomicU32 {}
+// SAFETY: as for `AtomicU32`.
+unsafe impl SharedLayout for AtomicU64 {}
+// SAFETY: an array of layouts has no bytes but theirs.
+unsafe impl<T: SharedLayout, const N: usize> SharedLayout for [T; N] {}
+
+/// Declares a `#[repr(C)]` struct whose fields are all
+/// [`SharedLayout`](crate::shm::SharedLayout)s (atomics, arrays of them,
+/// other such structs), and implements that trait for it, so that a
+/// [`SharedMapping`](crate::shm::SharedMapping) hands it out as `&T`.
+/// Extra attributes (docs, `#[repr(align(N))]`, derives) pass through; a
+/// field of another type is a compile error. The crate using it needs no
+/// `unsafe` of its own: the one `unsafe impl` is this macro's, and it holds
+/// because the macro fixes the representation and checks every field.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU32, AtomicU64};
+/// mcd::shared_layout! {
+///     /// A line of shared words.
+///     #[repr(align(128))]
+///     pub struct Line {
+///         /// A counter.
+///         pub count: AtomicU32,
+///         /// Its owner.
+///         pub owner: AtomicU64,
+///     }
+/// }
+/// assert_eq!(std::mem::size_of::<Line>(), 128);
+/// ```
+#[macro_export]
+macro_rules! shared_layout {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident { $($(#[$fmeta:meta])* $fvis:vis $field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$meta])*
+        #[repr(C)]
+        $vis struct $name { $($(#[$fmeta])* $fvis $field: $ty),* }
+
+        const _: fn() = || {
+            fn every_field_is_a_shared_layout<T: $crate::shm::SharedLayout>() {}
+            $(every_field_is_a_shared_layout::<$ty>();)*
+        };
+
+        // SAFETY: `#[repr(C)]` (the macro adds it), and every field is a
+        // `SharedLayout` (checked above), so every bit pattern is valid and
+        // every byte but padding is an atomic's.
+        #[allow(unsafe_code)]
+        unsafe impl $crate::shm::SharedLayout for $name {}
+    };
 }
 
 impl Drop for SharedMapping {
@@ -140,9 +218,32 @@ mod tests {
         assert_eq!(SharedMapping::create_new(&path, 4096).unwrap_err().kind(), io::ErrorKind::AlreadyExists);
         let b = SharedMapping::open_existing(&path, 4096).unwrap();
         std::fs::remove_file(&path).unwrap();
-        a.u64_at(8).store(0x1234_5678_9abc, Ordering::SeqCst);
-        assert_eq!(b.u64_at(8).load(Ordering::SeqCst), 0x1234_5678_9abc);
+        a.view::<AtomicU64>(8).store(0x1234_5678_9abc, Ordering::SeqCst);
+        assert_eq!(b.view::<AtomicU64>(8).load(Ordering::SeqCst), 0x1234_5678_9abc);
         assert!(SharedMapping::open_existing(&path, 4096).is_err(), "unlinked: no longer found");
+    }
+
+    crate::shared_layout! {
+        #[repr(align(64))]
+        struct Pair {
+            small: AtomicU32,
+            big: [AtomicU64; 2],
+        }
+    }
+
+    #[test]
+    fn a_typed_view_sees_its_fields_at_their_repr_c_offsets_and_checks_bounds_and_alignment() {
+        let path = scratch("view");
+        let _ = std::fs::remove_file(&path);
+        let map = SharedMapping::create_new(&path, 128).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let pairs = map.slice::<Pair>(0, 2);
+        pairs[1].big[1].store(7, Ordering::SeqCst);
+        assert_eq!(map.view::<AtomicU64>(64 + 8 + 8).load(Ordering::SeqCst), 7, "repr(C): small, padding, big[0], big[1]");
+        let misaligned = std::panic::catch_unwind(|| map.view::<AtomicU64>(4).load(Ordering::SeqCst));
+        assert!(misaligned.is_err(), "a misaligned view panics");
+        let outside = std::panic::catch_unwind(|| map.slice::<Pair>(64, 2).len());
+        assert!(outside.is_err(), "a view past the end panics");
     }
 
     #[test]
