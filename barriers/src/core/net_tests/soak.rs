@@ -227,7 +227,7 @@ fn a_join_that_times_out_names_whom_node_0_waits_for_lately_not_an_old_word() {
     lose.set(false);
     net.run_until(start + config.join_timeout + Duration::from_millis(5));
     match &net.joined[1] {
-        Some(Err(e)) => assert!(e.contains("node(s) [3] did not join"), "node 1: {e}"),
+        Some(Err(BarrierError::JoinTimeout { missing, .. })) => assert_eq!(missing, &[3], "node 1"),
         other => panic!("node 1: {other:?}"),
     }
 }
