@@ -830,6 +830,30 @@ int mcd_group_size(struct mcd_group *group);
 const char *mcd_group_algorithm(struct mcd_group *group);
 
 /**
+ * Why the job's barrier and collectives run the algorithms they do, as one
+ * line of text: each algorithm, and who named it or by what rule `auto`
+ * picked it, with the model's prediction beside the next best candidates
+ * (e.g. `barrier tree4 (auto: the lowest predicted time for 8 nodes: tree4
+ * 9.1 µs; then ...); collectives concurrent (auto: ...)`). Written to `buf`
+ * (at most `len` bytes with the final NUL, cut short if need be, as
+ * `snprintf`); returns the text's full length in bytes (without the NUL),
+ * or a negative error code. It simulates every candidate: call it for a
+ * report, not on a hot path.
+ *
+ * # Safety
+ * As [`mcd_barrier`]; `buf` is NULL (with `len` 0) or writable for `len` bytes.
+ */
+int mcd_why(struct mcd_job *job, char *buf, size_t len);
+
+/**
+ * [`mcd_why`] for a group.
+ *
+ * # Safety
+ * As [`mcd_group_barrier`]; `buf` is NULL (with `len` 0) or writable for `len` bytes.
+ */
+int mcd_group_why(struct mcd_group *group, char *buf, size_t len);
+
+/**
  * Copies the group's counters into `*out` (the frame counters are the
  * shared endpoint's).
  *

@@ -48,6 +48,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 mod exchange;
+mod why;
 
 use barriers::model::LogP;
 use barriers::{
@@ -1975,6 +1976,79 @@ pub unsafe extern "C" fn mcd_group_algorithm(group: *mut Group) -> *const c_char
         Some(g) => g.algorithm.as_ptr(),
         None => std::ptr::null(),
     }
+}
+
+/// Why the job's barrier and collectives run the algorithms they do, as one
+/// line of text: each algorithm, and who named it or by what rule `auto`
+/// picked it, with the model's prediction beside the next best candidates
+/// (e.g. `barrier tree4 (auto: the lowest predicted time for 8 nodes: tree4
+/// 9.1 µs; then ...); collectives concurrent (auto: ...)`). Written to `buf`
+/// (at most `len` bytes with the final NUL, cut short if need be, as
+/// `snprintf`); returns the text's full length in bytes (without the NUL),
+/// or a negative error code. It simulates every candidate: call it for a
+/// report, not on a hot path.
+///
+/// # Safety
+/// As [`mcd_barrier`]; `buf` is NULL (with `len` 0) or writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_why(job: *mut Job, buf: *mut c_char, len: usize) -> c_int {
+    // SAFETY: forwarded contract.
+    let Some(job) = (unsafe { job.as_ref() }) else { return MCD_ERR_ARGUMENT };
+    let text = match logp_params() {
+        Ok(params) => {
+            let name = job.algorithm.to_string_lossy();
+            let barrier = if name.starts_with("hierarchical:") {
+                format!("barrier {name} (hierarchical: the model predicts it faster, or MCD_HIERARCHY=on)")
+            } else {
+                why::barrier(&job.asked, job.size, job.rails, job.host, &params)
+            };
+            format!("{barrier}; {}", why::collectives(&job.asked, job.size, job.rails, job.host, &params))
+        }
+        Err(e) => {
+            remember(&e.message);
+            return e.code;
+        }
+    };
+    // SAFETY: forwarded contract.
+    unsafe { write_text(&text, buf, len) }
+}
+
+/// [`mcd_why`] for a group.
+///
+/// # Safety
+/// As [`mcd_group_barrier`]; `buf` is NULL (with `len` 0) or writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_why(group: *mut Group, buf: *mut c_char, len: usize) -> c_int {
+    // SAFETY: forwarded contract.
+    let Some(g) = (unsafe { group.as_ref() }) else { return MCD_ERR_ARGUMENT };
+    let text = match logp_params() {
+        Ok(params) => {
+            format!("{}; {}", why::barrier(&g.asked, g.size, g.rails, g.host, &params), why::collectives(&g.asked, g.size, g.rails, g.host, &params))
+        }
+        Err(e) => {
+            remember(&e.message);
+            return e.code;
+        }
+    };
+    // SAFETY: forwarded contract.
+    unsafe { write_text(&text, buf, len) }
+}
+
+/// Writes `text` into `buf` as `snprintf` would; its full length.
+///
+/// # Safety
+/// `buf` is NULL or writable for `len` bytes.
+unsafe fn write_text(text: &str, buf: *mut c_char, len: usize) -> c_int {
+    if !buf.is_null() && len > 0 {
+        let n = text.len().min(len - 1);
+        // SAFETY: `buf` is writable for `len` > `n` bytes (the caller's
+        // contract), and `text` readable for `n`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), buf, n);
+            *buf.add(n) = 0;
+        }
+    }
+    c_int::try_from(text.len()).unwrap_or(c_int::MAX)
 }
 
 /// Copies the group's counters into `*out` (the frame counters are the
