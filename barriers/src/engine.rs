@@ -376,17 +376,6 @@ pub enum BarrierError {
     Internal(String),
 }
 
-impl BarrierError {
-    /// The error of a node whose peers' plans disagree with its own in
-    /// barrier `epoch` (a peer said so, or its messages do).
-    pub(crate) fn peer_mismatch(epoch: u64) -> BarrierError {
-        BarrierError::CollectiveMismatch {
-            epoch,
-            detail: "a peer called another collective (a broadcast from another root, or a broadcast where this node called something else)".into(),
-        }
-    }
-}
-
 fn describe(peers: &[(NodeId, PeerState)]) -> String {
     peers.iter().map(|(n, s)| format!("node {n} {s}")).collect::<Vec<_>>().join("; ")
 }
@@ -617,6 +606,16 @@ impl<T: Transport> Engine<T> {
         self.core.collective_result(out)
     }
 
+    /// See [`Core::next_segment`].
+    pub(crate) fn next_segment(&mut self) {
+        self.core.next_segment();
+    }
+
+    /// See [`Core::deferred_mismatch`].
+    pub(crate) fn deferred_mismatch(&mut self) -> Result<(), BarrierError> {
+        self.core.deferred_mismatch()
+    }
+
     /// The application enters the next barrier (split phase).
     pub(crate) fn enter_split(&mut self) -> Result<(), BarrierError> {
         self.settle_queue()?;
@@ -706,6 +705,9 @@ impl<T: Transport> Engine<T> {
                     }
                     let end = (op.next + per_segment).min(op.input.len());
                     let count = u32::try_from((end - op.next) / size).expect("a segment's count fits one message");
+                    if op.next > 0 {
+                        core.next_segment();
+                    }
                     core.start(now, Call::EnterCollective { call: op.call, count, input: &op.input[op.next..end], deadline: op.deadline });
                     op.stage = Stage::Entering { end };
                 }
@@ -736,7 +738,7 @@ impl<T: Transport> Engine<T> {
                             op.next = end;
                             op.ran = true;
                             if op.next >= op.input.len() {
-                                op.outcome = Some(Ok(()));
+                                op.outcome = Some(core.deferred_mismatch());
                             }
                         }
                     }

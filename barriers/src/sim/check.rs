@@ -7,7 +7,8 @@
 //!   reference fold ([`super::workload::reference`]);
 //! - **mismatch**: a deliberately mismatched call is an error on every
 //!   node (at that call; a broadcast's, whose call returns with the data,
-//!   at the next);
+//!   at the next), and the instance goes on: each node's application
+//!   reports it and calls its next operation, which must work;
 //! - **liveness**: every node gets through every instance; in an instance
 //!   no node was silent in, every call completes within a bound after its
 //!   last entry (per epoch it takes: a large collective runs in segments);

@@ -661,6 +661,7 @@ impl<F: NodeFactory> World<F> {
             NodeEvent::Failed(e) => {
                 let text = format!("node {node}: {e}");
                 let verdict = Verdict::of(&e);
+                let verdict_is_mismatch = verdict == Verdict::Mismatch;
                 self.run.errors.push(text);
                 let index = self.run.errors.len() - 1;
                 self.trace(node, TraceEvent::Told { what: 2, error: index });
@@ -672,6 +673,15 @@ impl<F: NodeFactory> World<F> {
                     }
                     None => {
                         self.unexpected(node, "failed with no call pending");
+                        return;
+                    }
+                }
+                // A mismatch leaves the instance working (issue 28): the
+                // application reports it and goes on to its next operation,
+                // as every node does; any other error ends its script.
+                if verdict_is_mismatch {
+                    if let Stage::InOp(k) = self.procs[node].stage {
+                        self.think(node, k + 1);
                         return;
                     }
                 }
