@@ -11,13 +11,14 @@
  * across ranks, e.g. 2 x contiguous(3, MPI_INT) at one rank and 6 x MPI_INT
  * at another, which MPI allows) or "mismatch" (first two erroneous calls on
  * MPI_COMM_WORLD, allreduces whose count differs across ranks, with a right
- * one between them, each rank printing what the three returned; then as
- * "all") or "nonblocking" (as "all", every call in its nonblocking form,
+ * one between them, each rank printing what the three returned; then
+ * broadcasts whose root differs across ranks, each followed by a right
+ * allreduce, every rank failing exactly once per broadcast; then as "all") or "nonblocking" (as "all", every call in its nonblocking form,
  * MPI_Iallreduce, MPI_Ireduce or MPI_Ibcast, started after an MPI_Ibarrier
  * on the same communicator, the two completed together by MPI_Wait,
  * MPI_Waitall, MPI_Testall, MPI_Waitany, MPI_Waitsome or MPI_Test, drawn
- * per call; every communicator first gets one MPI_Barrier, which gives it
- * its mcd state). MAX_BYTES: the largest call in bytes
+ * per call; no blocking call first: each communicator's first nonblocking
+ * collective goes through mcd). MAX_BYTES: the largest call in bytes
  * (default 2048; set it beyond MCD_MPI_MAX_BYTES to cross the size limit).
  *
  * Each call draws (from SEED, the same on every rank): the collective, a
@@ -37,6 +38,8 @@
  * elements, bytes beyond the count) equal to PMPI's buffer, which starts
  * the same, send buffers unchanged, every rank's allreduce result the same
  * bits, and both calls return MPI_SUCCESS.
+ * Last, one MPI_Allgather and one MPI_Gather on MPI_COMM_WORLD (which mcd
+ * does not implement: the interposer's report lists them), checked.
  * Every rank prints "coll_diff: rank R: N calls, W wrong" (and the first
  * wrong ones), then exits 0, or 1 if anything was wrong. */
 #include <mpi.h>
@@ -432,8 +435,6 @@ int main(int argc, char **argv) {
     MPI_Comm_split(MPI_COMM_WORLD, rank < size / 2, -rank, &comms[C_HALVES]);
     comms[C_SELF] = MPI_COMM_SELF;
     for (int c = 0; c < NCOMMS; c++) MPI_Comm_set_errhandler(comms[c], MPI_ERRORS_RETURN);
-    if (nonblocking)
-        for (int c = 0; c < NCOMMS; c++) MPI_Barrier(comms[c]);
 
     if (!strcmp(mode, "mismatch")) {
         /* Erroneous calls first: allreduces whose count differs across
@@ -457,6 +458,30 @@ int main(int argc, char **argv) {
             MPI_Error_string(cls, text, &len);
             printf("coll_diff: rank %d: call %d failed: %s\n", rank, i + 1, text);
         }
+        /* Then broadcasts whose root differs across ranks (rank r takes
+         * root (r + k) % size: for k = 0 every rank is its own root), on
+         * the world and on the duplicate, each followed by a right
+         * allreduce on the same communicator. Each rank must get the
+         * mismatch exactly once: from the broadcast, or (a rank whose
+         * broadcast had returned before the mismatch showed: a root, or a
+         * rank that had its root's data) from the allreduce after it, which
+         * still runs and must be right. Then the random calls, compared
+         * with PMPI's as in "all". */
+        int bad_roots = 0;
+        for (int k = 0; k < 2 * size; k++) {
+            MPI_Comm comm = k % 2 ? comms[C_DUP] : MPI_COMM_WORLD;
+            int buf[4] = {rank, rank, rank, rank}, one = 1;
+            int rcb = MPI_Bcast(buf, 4, MPI_INT, (rank + k / 2) % size, comm);
+            int rca = MPI_Allreduce(MPI_IN_PLACE, &one, 1, MPI_INT, MPI_SUM, comm);
+            int cls = MPI_SUCCESS;
+            MPI_Error_class(rcb != MPI_SUCCESS ? rcb : rca, &cls);
+            if ((rcb == MPI_SUCCESS) == (rca == MPI_SUCCESS) || cls == MPI_ERR_OTHER || (rca == MPI_SUCCESS && one != size)) {
+                printf("coll_diff: rank %d: broadcast %d from differing roots: bcast returned %d, the allreduce after %d (sum %d)\n", rank, k, rcb, rca, one);
+                bad_roots++;
+            }
+        }
+        printf("coll_diff: rank %d: %d broadcasts from differing roots, %d not failed exactly once\n", rank, 2 * size, bad_roots);
+        wrong += bad_roots;
         fflush(stdout);
     }
     rng shared = {seed}, mine = {seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(rank + 1))}, forms = {seed ^ 0x1234567ULL};
@@ -584,6 +609,17 @@ int main(int argc, char **argv) {
         done++;
         by_coll[coll]++;
     }
+    /* Two collectives mcd does not implement (the interposer passes them
+     * to PMPI and its report lists them): checked all the same. */
+    int *all = malloc(sizeof(int) * (size_t)size), mine_v = 100 + rank;
+    MPI_Allgather(&mine_v, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
+    for (int r = 0; r < size; r++)
+        if (all[r] != 100 + r) report(calls, "MPI_Allgather", "1 x MPI_INT on MPI_COMM_WORLD", "");
+    memset(all, 0, sizeof(int) * (size_t)size);
+    MPI_Gather(&mine_v, 1, MPI_INT, all, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    for (int r = 0; rank == 0 && r < size; r++)
+        if (all[r] != 100 + r) report(calls, "MPI_Gather", "1 x MPI_INT to rank 0 on MPI_COMM_WORLD", "");
+    free(all);
     printf("coll_diff: rank %d: %ld calls (%ld allreduce, %ld reduce, %ld bcast), %ld wrong\n", rank, done, by_coll[0], by_coll[1], by_coll[2], wrong);
     fflush(stdout);
     for (int c = 1; c < C_SELF; c++) MPI_Comm_free(&comms[c]);

@@ -1,8 +1,9 @@
 """nb_check.py: nonblocking collectives from a third-party MPI client
 (mpi4py, which calls the installed MPI's C functions): comm.Ibarrier,
 comm.Iallreduce, comm.Ibcast and comm.Ireduce on MPI_COMM_WORLD, a
-duplicate and its parity halves (comm.Split), each made ready for mcd by
-one comm.Barrier, several in flight with an Irecv/Isend ring in one
+duplicate and its parity halves (comm.Split), each through mcd from its
+first call (the interposer makes a communicator's mcd state in its
+constructor), several in flight with an Irecv/Isend ring in one
 MPI.Request.Waitall, results checked; then computing with nothing called
 while an Ibarrier and an Iallreduce complete, found complete by one
 MPI.Request.Testall.
@@ -33,8 +34,6 @@ def expect(ok, what):
 
 
 comms = [world, world.Dup(), world.Split(rank % 2, rank)]
-for comm in comms:
-    comm.Barrier()
 for r in range(rounds):
     for c, comm in enumerate(comms):
         cs, cr = comm.Get_size(), comm.Get_rank()
