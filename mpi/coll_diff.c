@@ -38,8 +38,9 @@
  * elements, bytes beyond the count) equal to PMPI's buffer, which starts
  * the same, send buffers unchanged, every rank's allreduce result the same
  * bits, and both calls return MPI_SUCCESS.
- * Last, one MPI_Allgather and one MPI_Gather on MPI_COMM_WORLD (which mcd
- * does not implement: the interposer's report lists them), checked.
+ * Last, MPI_Allgather and MPI_Gather on every communicator (small ones
+ * through mcd, larger ones to PMPI), each compared byte for byte with
+ * PMPI's.
  * Every rank prints "coll_diff: rank R: N calls, W wrong" (and the first
  * wrong ones), then exits 0, or 1 if anything was wrong. */
 #include <mpi.h>
@@ -609,17 +610,61 @@ int main(int argc, char **argv) {
         done++;
         by_coll[coll]++;
     }
-    /* Two collectives mcd does not implement (the interposer passes them
-     * to PMPI and its report lists them): checked all the same. */
-    int *all = malloc(sizeof(int) * (size_t)size), mine_v = 100 + rank;
-    MPI_Allgather(&mine_v, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
-    for (int r = 0; r < size; r++)
-        if (all[r] != 100 + r) report(calls, "MPI_Allgather", "1 x MPI_INT on MPI_COMM_WORLD", "");
-    memset(all, 0, sizeof(int) * (size_t)size);
-    MPI_Gather(&mine_v, 1, MPI_INT, all, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    for (int r = 0; rank == 0 && r < size; r++)
-        if (all[r] != 100 + r) report(calls, "MPI_Gather", "1 x MPI_INT to rank 0 on MPI_COMM_WORLD", "");
-    free(all);
+    /* Gathers: MPI_Allgather and MPI_Gather (to a root that changes) on
+     * every communicator, of 1, 2 and 5 MPI_INTs, 2 MPI_DOUBLE_INTs (a type
+     * with gaps) and 300 MPI_BYTEs (beyond the interposer's gather limit on
+     * 4 ranks), in place and not: each compared byte for byte (the whole
+     * receive buffer, which starts the same) with PMPI's. The interposer
+     * serves the small ones as a bitwise-or reduction and passes the rest
+     * to PMPI; its report counts both. */
+    long gathers = 0;
+    for (int ci = 0; ci < NCOMMS; ci++) {
+        MPI_Comm comm = comms[ci];
+        int csize, crank;
+        MPI_Comm_size(comm, &csize);
+        MPI_Comm_rank(comm, &crank);
+        struct { MPI_Datatype t; int count; const char *name; } cases[] = {
+            {MPI_INT, 1, "MPI_INT"}, {MPI_INT, 2, "MPI_INT"}, {MPI_INT, 5, "MPI_INT"}, {MPI_DOUBLE_INT, 2, "MPI_DOUBLE_INT"}, {MPI_BYTE, 300, "MPI_BYTE"}};
+        for (int c = 0; c < 5; c++)
+            for (int in_place = 0; in_place < 2; in_place++)
+                for (int allg = 0; allg < 2; allg++) {
+                    MPI_Aint lb, extent;
+                    MPI_Type_get_extent(cases[c].t, &lb, &extent);
+                    size_t block = (size_t)cases[c].count * extent, cap = block * csize + 16;
+                    unsigned char *send = malloc(block + 1), *a = malloc(cap), *b = malloc(cap);
+                    for (size_t i = 0; i < block; i++) send[i] = (unsigned char)(next(&mine) | 1);
+                    /* A pair's gap (bytes 12-15 of a double and an int)
+                     * as the receive buffers' (an MPI may copy it or not). */
+                    if (cases[c].t == MPI_DOUBLE_INT)
+                        for (size_t i = 0; i < block; i++)
+                            if (i % (size_t)extent >= sizeof(double) + sizeof(int)) send[i] = 0x5a;
+                    memset(a, 0x5a, cap);
+                    memset(b, 0x5a, cap);
+                    int root = (ci + c) % csize, here = allg || crank == root;
+                    int ip = in_place && here;
+                    if (ip) {
+                        memcpy(a + (size_t)crank * block, send, block);
+                        memcpy(b + (size_t)crank * block, send, block);
+                    }
+                    const void *sa = ip ? MPI_IN_PLACE : send;
+                    int rca, rcb;
+                    if (allg) {
+                        rca = MPI_Allgather(sa, cases[c].count, cases[c].t, a, cases[c].count, cases[c].t, comm);
+                        rcb = PMPI_Allgather(sa, cases[c].count, cases[c].t, b, cases[c].count, cases[c].t, comm);
+                    } else {
+                        rca = MPI_Gather(sa, cases[c].count, cases[c].t, a, cases[c].count, cases[c].t, root, comm);
+                        rcb = PMPI_Gather(sa, cases[c].count, cases[c].t, b, cases[c].count, cases[c].t, root, comm);
+                    }
+                    char desc[160];
+                    snprintf(desc, sizeof desc, "%s %d x %s%s on %s", allg ? "allgather" : "gather to rank", cases[c].count, cases[c].name,
+                             ip ? " in place" : "", comm_name[ci]);
+                    if (rca != MPI_SUCCESS || rcb != MPI_SUCCESS) report(calls + gathers, "an error", desc, "");
+                    else if (memcmp(a, b, cap)) report(calls + gathers, "differs from PMPI's", desc, "");
+                    free(send), free(a), free(b);
+                    gathers++;
+                }
+    }
+    printf("coll_diff: gathers at rank %d: %ld compared with PMPI's\n", rank, gathers);
     printf("coll_diff: rank %d: %ld calls (%ld allreduce, %ld reduce, %ld bcast), %ld wrong\n", rank, done, by_coll[0], by_coll[1], by_coll[2], wrong);
     fflush(stdout);
     for (int c = 1; c < C_SELF; c++) MPI_Comm_free(&comms[c]);

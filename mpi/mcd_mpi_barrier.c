@@ -107,6 +107,12 @@
  *                       the rank, or PATH.R.json (totals per kind, the mcd
  *                       counters, and an object per communicator)
  *   MCD_MPI_MAX_BYTES=N the largest collective mcd serves (bytes; default 65536)
+ *   MCD_MPI_GATHER_BYTES=N the largest whole result of an MPI_Allgather or
+ *                       MPI_Gather mcd serves (bytes; default 1024; see
+ *                       gather_via_mcd)
+ *   MCD_MPI_LAZY_COMMS=1 (on any rank) a communicator's mcd state is made at
+ *                       its first blocking collective, not in its
+ *                       constructor (see "Communicator constructors")
  *
  * Built by `tools::mpi::build_interposer` (mpicc -shared, with the static
  * libmcd_barrier.a inside, so the one file is all a job needs). */
@@ -161,6 +167,11 @@ static const char *other_names[OTHERS] = {
     "MPI_Ialltoall", "MPI_Ireduce_scatter_block", "MPI_Iscan", "MPI_Iexscan"};
 #define NOT_IN_MCD "not implemented by mcd"
 static unsigned long long other_pmpi[OTHERS];
+/* MPI_Allgather and MPI_Gather of small blocks go through mcd (a bitwise-or
+ * reduction: see gather_via_mcd): those served, and the most bytes of the
+ * whole result (every rank's block) they take, MCD_MPI_GATHER_BYTES. */
+static unsigned long long gathers_mcd[2];
+static long long gather_bytes = 1024;
 
 /* A communicator's barrier, cached in an attribute. */
 /* Why a collective went to PMPI. */
@@ -541,6 +552,8 @@ static void start_mcd(void) {
     }
     const char *limit = getenv("MCD_MPI_MAX_BYTES");
     if (limit && *limit) max_bytes = atoll(limit);
+    const char *gather_limit = getenv("MCD_MPI_GATHER_BYTES");
+    if (gather_limit && *gather_limit) gather_bytes = atoll(gather_limit);
 }
 
 /* The mcd type of a predefined MPI type, or -1. (Open MPI's handles are not
@@ -971,6 +984,7 @@ static void json_write(const char *pattern) {
             comms_unreachable, comms_failed);
     fprintf(f, " \"calls\": {");
     for (int k = 0; k < KINDS; k++) fprintf(f, "%s\"%s\": {\"mcd\": %llu, \"pmpi\": %llu}", k ? ", " : "", kind_names[k], coll_mcd[k], coll_pmpi[k]);
+    fprintf(f, "},\n \"small_gathers_mcd\": {\"MPI_Allgather\": %llu, \"MPI_Gather\": %llu, \"gather_bytes\": %lld", gathers_mcd[0], gathers_mcd[1], gather_bytes);
     fprintf(f, "},\n \"not_in_mcd\": {\"why\": \"" NOT_IN_MCD "\"");
     for (int o = 0; o < OTHERS; o++)
         if (other_pmpi[o]) fprintf(f, ", \"%s\": %llu", other_names[o], other_pmpi[o]);
@@ -1408,7 +1422,71 @@ static void not_in_mcd(MPI_Comm comm, int which) {
     if (st) COUNT(st->other[which]);
 }
 #define GATHER_ARGS const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt
+/* Small gathers through mcd. An allgather of b bytes per rank over n
+ * ranks is a bitwise-or allreduce of n x b zeroed bytes, each rank's block
+ * at its offset (rank x b): exact, and the release is one multicast of the
+ * whole result; a gather is the same reduce to the root. Every message
+ * carries all n x b bytes, so only small ones go this way: n x b at most
+ * MCD_MPI_GATHER_BYTES (default 1024, within one frame) and at most
+ * MCD_MPI_MAX_BYTES. The choice is a function of the signature (b from each
+ * rank's own count and type, equal by MPI's rules; the root's receive
+ * count and type for a gather) and n, the same on every rank. Blocks of a
+ * type that is not plain are packed and unpacked, as for the others.
+ * `root` < 0: an allgather. Returns -1 if mcd does not take it, else the
+ * MPI return code. */
+static int gather_via_mcd(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt, int root, MPI_Comm comm) {
+    if (!active || comm == MPI_COMM_NULL) return -1;
+    int inter = 0, size = 0, rank = 0;
+    PMPI_Comm_test_inter(comm, &inter);
+    if (inter) return -1;
+    PMPI_Comm_size(comm, &size);
+    PMPI_Comm_rank(comm, &rank);
+    int result_here = root < 0 || rank == root;
+    /* This rank's block: its own send count and type, or (in place, or
+     * the root, whose receive side MPI makes significant) the receive's. */
+    int in_place = sb == MPI_IN_PLACE;
+    long long b = result_here ? bytes_of(rc, rt) : bytes_of(sc, st);
+    if (b <= 0 || b * size > gather_bytes || b * size > max_bytes) return -1;
+    if (!packs_plainly() && !(plain(result_here ? rt : st) && (in_place || plain(st)))) return -1;
+    target to;
+    if (!target_of(comm, &to)) return -1;
+    long long total = b * size, words = (total + 7) / 8;
+    unsigned char *buf = calloc((size_t)words, 8);
+    if (!buf) return -1;
+    const void *mine = sb;
+    int mine_count = sc;
+    MPI_Datatype mine_type = st;
+    if (in_place) {
+        MPI_Aint lb = 0, extent = 0;
+        PMPI_Type_get_extent(rt, &lb, &extent);
+        mine = (const char *)rb + (MPI_Aint)rank * rc * extent;
+        mine_count = rc;
+        mine_type = rt;
+    }
+    int ok = 1, position = 0;
+    if (plain(mine_type)) memcpy(buf + (size_t)rank * b, mine, (size_t)b);
+    else ok = PMPI_Pack(mine, mine_count, mine_type, buf + (size_t)rank * b, (int)b, &position, MPI_COMM_WORLD) == MPI_SUCCESS && position == b;
+    int rc_mcd = ok ? MCD_OK : MCD_ERR_ARGUMENT;
+    if (ok) {
+        rc_mcd = root < 0 ? t_allreduce(&to, NULL, buf, (size_t)words, MCD_UINT64, MCD_BOR)
+                          : t_reduce(&to, result_here ? NULL : buf, result_here ? buf : NULL, (size_t)words, MCD_UINT64, MCD_BOR, root);
+    }
+    if (rc_mcd == MCD_OK && result_here) {
+        if (plain(rt)) memcpy(rb, buf, (size_t)total);
+        else unpack_out((const char *)buf, total, rb, rc * size, rt);
+    }
+    free(buf);
+    if (rc_mcd != MCD_OK) {
+        fprintf(stderr, "mcd-mpi: %s on %s failed: %s\n", root < 0 ? "MPI_Allgather" : "MPI_Gather", comm_name(comm), mcd_last_error());
+        return mpi_error_of(rc_mcd);
+    }
+    COUNT(gathers_mcd[root < 0 ? 0 : 1]);
+    return MPI_SUCCESS;
+}
+
 int MPI_Gather(GATHER_ARGS, int root, MPI_Comm comm) {
+    int rc_mcd = gather_via_mcd(sb, sc, st, rb, rc, rt, root, comm);
+    if (rc_mcd >= 0) return rc_mcd;
     not_in_mcd(comm, O_GATHER);
     return PMPI_Gather(sb, sc, st, rb, rc, rt, root, comm);
 }
@@ -1417,6 +1495,8 @@ int MPI_Gatherv(const void *sb, int sc, MPI_Datatype st, void *rb, const int rcs
     return PMPI_Gatherv(sb, sc, st, rb, rcs, displs, rt, root, comm);
 }
 int MPI_Allgather(GATHER_ARGS, MPI_Comm comm) {
+    int rc_mcd = gather_via_mcd(sb, sc, st, rb, rc, rt, -1, comm);
+    if (rc_mcd >= 0) return rc_mcd;
     not_in_mcd(comm, O_ALLGATHER);
     return PMPI_Allgather(sb, sc, st, rb, rc, rt, comm);
 }
@@ -1865,6 +1945,8 @@ int MPI_Finalize(void) {
             for (int o = 0; o < OTHERS; o++)
                 if (other_pmpi[o]) n += snprintf(line + n, sizeof line - n, "%s %llu %s", n ? "," : "", other_pmpi[o], other_names[o]);
             if (n) fprintf(stderr, "mcd-mpi: rank %d: to PMPI, " NOT_IN_MCD ":%s\n", mcd_rank(job), line);
+            fprintf(stderr, "mcd-mpi: rank %d: small gathers through mcd (a bitwise-or reduction, up to MCD_MPI_GATHER_BYTES %lld): %llu MPI_Allgather, %llu MPI_Gather\n",
+                    mcd_rank(job), gather_bytes, gathers_mcd[0], gathers_mcd[1]);
         }
         /* Communicators never freed: their groups end here (without waiting,
          * so in any order); the states stay for MPI's own teardown. */
