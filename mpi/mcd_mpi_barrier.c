@@ -84,9 +84,13 @@
  *   MCD_MPI_REPORT=1    each rank prints its counters in MPI_Finalize:
  *                       "mcd-mpi: rank R: N MPI_Barrier via mcd (ALG), M via PMPI; ...;
  *                        communicators: C via mcd, F via PMPI (I inter, U unreachable);
- *                        authentication on|off: T bad tag, P replayed, X mismatched"
+ *                        authentication on|off: T bad tag, P replayed, X mismatched;
+ *                        other runs: F foreign, J superseded"
  *                       (frames dropped: forged or of another secret; replays;
- *                       signed where this job does not sign, or the reverse)
+ *                       signed where this job does not sign, or the reverse;
+ *                       messages of another barrier instance, as an earlier
+ *                       run's frames replayed under the same secret are, and
+ *                       join answers or requests of another incarnation)
  *                       and rank 0 of a communicator left to PMPI says why;
  *                       then "mcd-mpi: rank R: collectives: A MPI_Allreduce via
  *                        mcd, a via PMPI; B MPI_Reduce via mcd, ...; C MPI_Bcast ..."
@@ -976,10 +980,10 @@ static void json_write(const char *pattern) {
     mcd_get_stats(job, &s);
     fprintf(f, "{\"rank\": %d, \"size\": %d, \"algorithm\": \"%s\", \"authentication\": %s,\n", rank, mcd_size(job), mcd_algorithm(job), auth_on ? "true" : "false");
     fprintf(f, " \"barrier\": {\"mcd\": %llu, \"pmpi\": %llu},\n", via_mcd, via_pmpi);
-    fprintf(f, " \"mcd\": {\"barriers\": %llu, \"sent\": %llu, \"received\": %llu, \"resends\": %llu, \"bad_tag\": %llu, \"replayed\": %llu, \"auth_mismatch\": %llu},\n",
+    fprintf(f, " \"mcd\": {\"barriers\": %llu, \"sent\": %llu, \"received\": %llu, \"resends\": %llu, \"bad_tag\": %llu, \"replayed\": %llu, \"auth_mismatch\": %llu, \"foreign\": %llu, \"superseded\": %llu},\n",
             (unsigned long long)s.barriers, (unsigned long long)s.messages_sent, (unsigned long long)s.frames_received,
             (unsigned long long)s.resends, (unsigned long long)s.frames_bad_tag, (unsigned long long)s.frames_replayed,
-            (unsigned long long)s.frames_auth_mismatch);
+            (unsigned long long)s.frames_auth_mismatch, (unsigned long long)s.messages_foreign, (unsigned long long)s.joins_superseded);
     fprintf(f, " \"communicators\": {\"mcd\": %llu, \"inter\": %llu, \"unreachable\": %llu, \"failed\": %llu},\n", comms_mcd, comms_inter,
             comms_unreachable, comms_failed);
     fprintf(f, " \"calls\": {");
@@ -1928,13 +1932,14 @@ int MPI_Finalize(void) {
             mcd_get_stats(job, &s);
             fprintf(stderr, "mcd-mpi: rank %d: %llu MPI_Barrier via mcd (%s), %llu via PMPI; mcd barriers %llu, sent %llu, received %llu, resends %llu, answers %llu (%llu suppressed); "
                     "communicators: %llu via mcd, %llu via PMPI (%llu inter, %llu unreachable, %llu failed); "
-                    "authentication %s: %llu bad tag, %llu replayed, %llu mismatched\n",
+                    "authentication %s: %llu bad tag, %llu replayed, %llu mismatched; other runs: %llu foreign, %llu superseded\n",
                     mcd_rank(job), via_mcd, mcd_algorithm(job), via_pmpi, (unsigned long long)s.barriers,
                     (unsigned long long)s.messages_sent, (unsigned long long)s.frames_received, (unsigned long long)s.resends,
                     (unsigned long long)s.answers, (unsigned long long)s.answers_suppressed,
                     comms_mcd, comms_inter + comms_unreachable + comms_failed, comms_inter, comms_unreachable, comms_failed,
                     auth_on ? "on" : "off", (unsigned long long)s.frames_bad_tag, (unsigned long long)s.frames_replayed,
-                    (unsigned long long)s.frames_auth_mismatch);
+                    (unsigned long long)s.frames_auth_mismatch, (unsigned long long)s.messages_foreign,
+                    (unsigned long long)s.joins_superseded);
             fprintf(stderr, "mcd-mpi: rank %d: collectives: %llu MPI_Allreduce via mcd, %llu via PMPI; %llu MPI_Reduce via mcd, %llu via PMPI; "
                     "%llu MPI_Bcast via mcd, %llu via PMPI\n", mcd_rank(job), coll_mcd[ALLREDUCE], coll_pmpi[ALLREDUCE],
                     coll_mcd[REDUCE], coll_pmpi[REDUCE], coll_mcd[BCAST], coll_pmpi[BCAST]);

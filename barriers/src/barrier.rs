@@ -23,8 +23,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::collective::{wire, Collective, Element, Op};
-use crate::engine::{BarrierConfig, BarrierError, BarrierStats, Engine};
+use crate::engine::Engine;
 use crate::transport::{NodeId, Transport, Waker};
+use crate::types::{BarrierConfig, BarrierError, BarrierStats};
 
 /// The agent takes over once the application has made no barrier call for
 /// this long (at first: see [`AGENT_GRACE_MAX`]).
@@ -257,7 +258,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
                 if later {
                     e.next_segment();
                 }
-                e.enter_collective(call, count, &input[start..end], deadline)?;
+                e.enter_collective(call, count, end < input.len(), &input[start..end], deadline)?;
                 e.wait_result(deadline)?;
                 e.collective_result(out)
             })?;

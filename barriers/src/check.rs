@@ -107,7 +107,7 @@ where
     T: Transport + Send + 'static,
 {
     run_barriers_with(transports, config, count, |me, k| {
-        let r = crate::engine::mix((((me as u64) << 32) ^ k as u64).wrapping_add(0x9E37_79B9_7F4A_7C15));
+        let r = crate::types::mix((((me as u64) << 32) ^ k as u64).wrapping_add(0x9E37_79B9_7F4A_7C15));
         if r.is_multiple_of(8) {
             let until = Instant::now() + Duration::from_micros(r % 200);
             while Instant::now() < until {

@@ -286,7 +286,10 @@ impl Collective {
 /// result is void, a node upstream called another collective; bit 2 (a
 /// broadcast's data): the root completed the epoch before, a broadcast of
 /// its own, with every node's call agreeing, and sent no end for it (this
-/// message is the end). `count` is the
+/// message is the end); bit 3: more segments of the same call follow this
+/// one (a call longer than a message runs in segments, one epoch each: a
+/// node whose call ends with this segment must not take a peer's longer
+/// call for its own). `count` is the
 /// number of elements of the whole segment; elements are little-endian.
 pub mod wire {
     use super::{Collective, Dtype, Op};
@@ -301,6 +304,8 @@ pub mod wire {
     /// `flags`: this broadcast's data is also the end of the root's
     /// broadcast before, which completed with every call agreeing.
     pub const ENDS_PREVIOUS: u8 = 4;
+    /// `flags`: more segments of the same call follow this one.
+    pub const MORE: u8 = 8;
 
     mod field {
         use std::ops::Range;
@@ -363,6 +368,11 @@ pub mod wire {
         /// Whether this broadcast's data also ends the root's broadcast before.
         pub fn ends_previous(&self) -> bool {
             self.buffer.as_ref()[field::FLAGS] & ENDS_PREVIOUS != 0
+        }
+
+        /// Whether more segments of the same call follow this one.
+        pub fn more(&self) -> bool {
+            self.buffer.as_ref()[field::FLAGS] & MORE != 0
         }
 
         /// The elements (little-endian).
@@ -487,9 +497,11 @@ fn le_to_ne(size: usize, from: &[u8], out: &mut [u8]) {
 /// the first epochs of a size, nothing is allocated per message.
 #[derive(Debug)]
 pub(crate) struct Contributions {
-    /// The current call and its element count.
+    /// The current call, its element count, and whether more segments of
+    /// the call follow this epoch's.
     call: Collective,
     count: u32,
+    more: bool,
     /// The running partial result (a whole contribution, header included;
     /// empty for a barrier).
     acc: Vec<u8>,
@@ -512,6 +524,7 @@ impl Contributions {
         Contributions {
             call: Collective::Barrier,
             count: 0,
+            more: false,
             acc: Vec::new(),
             scratch: Vec::new(),
             sent: [per(steps), per(steps)],
@@ -522,18 +535,20 @@ impl Contributions {
     }
 
     /// Starts an epoch of `call` with this node's `input` (native-endian
-    /// elements; ignored for a barrier, and for a broadcast's non-roots).
-    pub(crate) fn begin(&mut self, call: Collective, count: u32, input: &[u8], me: NodeId) {
+    /// elements; ignored for a barrier, and for a broadcast's non-roots);
+    /// `more`: more segments of this call follow this epoch's.
+    pub(crate) fn begin(&mut self, call: Collective, count: u32, more: bool, input: &[u8], me: NodeId) {
         self.reported = false;
         self.call = call;
         self.count = count;
+        self.more = more;
         self.acc.clear();
         let has_data = match call {
             Collective::Barrier => return,
             Collective::Bcast { root } => root == me,
             _ => true,
         };
-        wire::emit_header(call, count, has_data, &mut self.acc);
+        Self::emit(call, count, more, has_data, &mut self.acc);
         if has_data {
             ne_to_le(call.element_size(), input, &mut self.acc);
         }
@@ -579,8 +594,15 @@ impl Contributions {
     /// next epoch: it agrees by construction).
     pub(crate) fn arrive_agreeing(&mut self, parity: usize, index: usize) {
         let slot = &mut self.arrived[parity][index];
-        slot.clear();
-        wire::emit_header(self.call, self.count, false, slot);
+        Self::emit(self.call, self.count, self.more, false, slot);
+    }
+
+    /// A header ([`wire::emit_header`]), marked [`wire::MORE`] if `more`.
+    fn emit(call: Collective, count: u32, more: bool, has_data: bool, out: &mut Vec<u8>) {
+        wire::emit_header(call, count, has_data, out);
+        if more {
+            out[3] |= wire::MORE;
+        }
     }
 
     /// Takes in what step `step` gathered (`indices`, in plan order): a
@@ -677,6 +699,13 @@ impl Contributions {
                 self.count
             ));
         }
+        if view.more() != self.more {
+            return Err(if view.more() {
+                format!("called a longer {} (more segments follow) where this node's call ends with this segment", self.call)
+            } else {
+                format!("called a shorter {} (it ends with this segment) where this node's call goes on", self.call)
+            });
+        }
         Ok(())
     }
 
@@ -710,7 +739,7 @@ impl Contributions {
     /// application was told stays.
     pub(crate) fn void_to_barrier(&mut self, me: NodeId) {
         let reported = self.reported;
-        self.begin(Collective::Barrier, 0, &[], me);
+        self.begin(Collective::Barrier, 0, false, &[], me);
         self.reported = reported;
     }
 

@@ -1,6 +1,7 @@
 //! The blocking driver: runs a [`crate::core::Core`] over a [`Transport`]
-//! (the protocol itself, and its notes, live in [`crate::core`]), and the
-//! types a barrier's user meets: its configuration, counters and errors.
+//! (the protocol itself, and its notes, live in [`crate::core`]). The types
+//! a barrier's user meets (its configuration, counters and errors) are in
+//! `crate::types`, below both the core and this driver.
 //!
 //! The driver's loop, for every call that waits: start the call in the
 //! core; send what it has to send; stop at its outcome; else sleep in the
@@ -12,379 +13,9 @@ use std::time::{Duration, Instant};
 
 use crate::collective::{wire, Collective};
 use crate::core::{Call, Core, Event, Setup, To};
-use crate::plan::Algorithm;
 use crate::queue::{Queue, Stage};
 use crate::transport::{MsgKind, NodeId, Transport, TransportError};
-
-/// The learned retry timeout never exceeds this (nor an eighth of the
-/// failure timeout).
-pub const MAX_LEARNED_RETRY: Duration = Duration::from_millis(200);
-/// A peer is declared silent only after this many unanswered probes (as
-/// well as the failure timeout): under heavy loss a live peer's answers get
-/// through some of the time, and eight probes alone are too few.
-pub const MIN_PROBES: u32 = 20;
-/// How a [`Barrier`](crate::Barrier) runs. [`BarrierConfig::new`] gives the defaults.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BarrierConfig {
-    /// The algorithm.
-    pub algorithm: Algorithm,
-    /// How many of the transport's rails to use (1 = single network).
-    pub rails: usize,
-    /// The first retry timeout, before any step time has been learned; then
-    /// the timeout follows the steps' times (RFC 6298: smoothed mean plus four
-    /// deviations), never below `min_retry_timeout`, and doubles with each
-    /// retry of one step.
-    pub retry_timeout: Duration,
-    /// The floor of the learned retry timeout.
-    pub min_retry_timeout: Duration,
-    /// A peer that answers nothing for this long, though probed, is dead:
-    /// the barrier fails naming it. A live peer is waited for as long as it
-    /// takes.
-    pub failure_timeout: Duration,
-    /// If set, a `wait` that has not completed after this long returns
-    /// [`BarrierError::Deadline`] (the barrier stays entered). Default: none.
-    pub deadline: Option<Duration>,
-    /// How long creating a barrier waits for every node to join.
-    pub join_timeout: Duration,
-    /// Whether a background thread answers peers while the application is
-    /// outside the barrier (computing, in other calls, after the last
-    /// barrier). Without it, peers are answered only inside barrier calls.
-    pub progress_agent: bool,
-    /// The number of the first barrier (0; other values test wrap-around).
-    /// Every node must use the same.
-    pub first_epoch: u64,
-}
-
-impl BarrierConfig {
-    /// Defaults: one rail, first retry after 250 µs (then learned, at least
-    /// 20 µs), a peer silent for 10 s is
-    /// dead, no deadline, 30 s to join, with a progress agent.
-    pub fn new(algorithm: Algorithm) -> BarrierConfig {
-        BarrierConfig {
-            algorithm,
-            rails: 1,
-            retry_timeout: Duration::from_micros(250),
-            min_retry_timeout: Duration::from_micros(20),
-            failure_timeout: Duration::from_secs(10),
-            deadline: None,
-            join_timeout: Duration::from_secs(30),
-            progress_agent: true,
-            first_epoch: 0,
-        }
-    }
-
-    /// The algorithm with the lowest predicted cost ([`crate::model::auto`]) for
-    /// `nodes` nodes on `rails` rails under LogP parameters `params` (as
-    /// measured by `mcd-logp`), multicast algorithms only if `multicast`.
-    pub fn auto(nodes: usize, rails: usize, params: &crate::model::LogP, multicast: bool) -> BarrierConfig {
-        BarrierConfig::new(crate::model::auto(nodes, rails, params, multicast).0).rails(rails)
-    }
-
-    /// As [`auto`](Self::auto) for nodes sharing a host, `local_processes`
-    /// of them on `cores` cores ([`crate::model::auto_on_host`]).
-    pub fn auto_on_host(
-        nodes: usize,
-        rails: usize,
-        params: &crate::model::LogP,
-        multicast: bool,
-        local_processes: usize,
-        cores: usize,
-    ) -> BarrierConfig {
-        BarrierConfig::new(crate::model::auto_on_host(nodes, rails, params, multicast, local_processes, cores).0).rails(rails)
-    }
-
-    /// With `rails` rails.
-    pub fn rails(mut self, rails: usize) -> BarrierConfig {
-        self.rails = rails;
-        self
-    }
-
-    /// With these timeouts: first retry, and silence before a peer is dead.
-    /// The learned retry timeout's floor is lowered to `retry` if above it.
-    pub fn timeouts(mut self, retry: Duration, failure: Duration) -> BarrierConfig {
-        self.retry_timeout = retry;
-        self.min_retry_timeout = self.min_retry_timeout.min(retry);
-        self.failure_timeout = failure;
-        self
-    }
-
-    /// With an overall deadline per `wait`.
-    pub fn deadline(mut self, deadline: Option<Duration>) -> BarrierConfig {
-        self.deadline = deadline;
-        self
-    }
-
-    /// With or without the progress agent.
-    pub fn progress_agent(mut self, on: bool) -> BarrierConfig {
-        self.progress_agent = on;
-        self
-    }
-
-    /// The longest retry interval of one step (probes of a live but late
-    /// peer back off to this): short enough that a silent peer is probed
-    /// [`MIN_PROBES`] times within the failure timeout.
-    pub(crate) fn max_retry_interval(&self) -> Duration {
-        (self.failure_timeout / (2 * MIN_PROBES)).max(self.retry_timeout)
-    }
-
-    /// The most the learned retry timeout can reach.
-    pub(crate) fn max_learned_retry(&self) -> Duration {
-        self.max_retry_interval().min(MAX_LEARNED_RETRY)
-    }
-}
-
-/// Counters of a [`Barrier`](crate::Barrier) since it was made.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BarrierStats {
-    /// Barriers completed.
-    pub completed: u64,
-    /// Messages sent by the plans (a multicast counts once).
-    pub sent: u64,
-    /// Messages sent a second time at once, unasked: multicasts for a while
-    /// after a loss, and messages a peer asked for before they were sent.
-    /// Insurance, not recovery.
-    pub copies: u64,
-    /// NACKs sent for missing messages (and status probes).
-    pub nacks_sent: u64,
-    /// Of those, NACKs sent at once because a peer's message proved the
-    /// missing one was sent.
-    pub fast_nacks: u64,
-    /// Messages re-sent to answer a NACK or a straggler.
-    pub answers: u64,
-    /// NACKs not answered: the same peer asked for the same message (epoch
-    /// and tag) less than a quarter of the learned retry timeout after its
-    /// last answer (a burst of NACKs, from a buggy or hostile member or
-    /// replayed, gets a bounded number of answers).
-    pub answers_suppressed: u64,
-    /// Status messages sent (answers to NACKs with nothing to re-send, and
-    /// "finished" notices).
-    pub statuses: u64,
-    /// Messages received twice (or more).
-    pub duplicates: u64,
-    /// Messages of barriers outside this node's window (c−1..c+1), or of a
-    /// finished barrier that need no answer.
-    pub stale: u64,
-    /// Messages of a barrier this node had not yet entered, kept for it.
-    pub early: u64,
-    /// Broadcast ends implied rather than sent: at a root that broadcasts
-    /// again at once (the end is not sent; its next data is flagged as the
-    /// end), and at a node that took its root's next data, so flagged, for
-    /// the end (see [`crate::collective`]).
-    pub ends_implied: u64,
-    /// Messages of another barrier instance, dropped.
-    pub foreign: u64,
-    /// Join requests refused (from a process node 0 had not admitted).
-    pub refused: u64,
-    /// Node 0: admissions replaced by a newer incarnation of the same node
-    /// before that node was heard in the instance (a delayed request of an
-    /// earlier barrier of that process, or a Join recorded in an earlier
-    /// run and replayed: see the README's **Security**). Another node:
-    /// admissions and refusals for another incarnation than its own,
-    /// ignored (delayed or replayed).
-    pub superseded: u64,
-    /// The retry timeout learned so far.
-    pub retry_timeout: Duration,
-}
-
-/// What a join timeout says of frames that were dropped on the way in: the
-/// missing nodes' frames that failed authentication or were of the other
-/// authentication mode, and frames of another wire version ("" if none).
-fn join_suspects(bad_tags: &[(NodeId, u64)], auth_mismatch: &[(NodeId, u64)], bad_version: u64) -> String {
-    let mut s = String::new();
-    for (node, count) in bad_tags {
-        s += &format!(
-            "; {count} frame(s) claiming to be node {node} failed authentication: node {node} runs with another job secret \
-             (every node must read the same MCD_KEY_FILE), or they were forged"
-        );
-    }
-    for (node, count) in auth_mismatch {
-        s += &format!(
-            "; {count} frame(s) claiming to be node {node} were of the other authentication mode (signed where this node \
-             does not sign, or unsigned where it does): MCD_AUTH=off on node {node} or on this node only? \
-             (authentication must be on everywhere or off everywhere)"
-        );
-    }
-    if bad_version > 0 {
-        s += &format!("; {bad_version} frame(s) of another mcd wire version arrived (run the same mcd everywhere)");
-    }
-    s
-}
-
-/// What a peer was last known to be doing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PeerState {
-    /// Answered recently; at barrier `at`, inside it or not.
-    Alive {
-        /// The latest barrier it was known to be at.
-        at: u64,
-        /// Whether it was inside that barrier.
-        in_barrier: bool,
-        /// How long ago it was last heard.
-        heard: Duration,
-    },
-    /// Never heard since this barrier began waiting for it, or not for
-    /// longer than the failure timeout.
-    Silent {
-        /// How long.
-        for_: Duration,
-    },
-}
-
-impl std::fmt::Display for PeerState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PeerState::Alive { at, in_barrier: true, heard } => {
-                write!(f, "alive, inside barrier {at} (heard {:.0} ms ago)", heard.as_secs_f64() * 1e3)
-            }
-            PeerState::Alive { at, in_barrier: false, heard } => {
-                write!(f, "alive, outside the barrier after {at} barrier(s) (heard {:.0} ms ago)", heard.as_secs_f64() * 1e3)
-            }
-            PeerState::Silent { for_ } => write!(f, "silent for {:.1} s", for_.as_secs_f64()),
-        }
-    }
-}
-
-/// Why a barrier failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BarrierError {
-    /// Peers this node waits for answered nothing for the failure timeout.
-    #[error(
-        "barrier {epoch}: node(s) {silent:?} silent for {:.1} s though probed: dead (crashed, killed or stopped)",
-        for_.as_secs_f64()
-    )]
-    PeerSilent {
-        /// The barrier's number.
-        epoch: u64,
-        /// The silent nodes.
-        silent: Vec<NodeId>,
-        /// How long they were silent.
-        for_: Duration,
-    },
-    /// A live peer this node waits for gave up on the barrier because some
-    /// node was silent.
-    #[error("barrier {epoch}: node {reporter} gave up because node {silent} is silent (dead)")]
-    PeerFailed {
-        /// The barrier's number.
-        epoch: u64,
-        /// The live peer that reported it.
-        reporter: NodeId,
-        /// The node it found silent.
-        silent: NodeId,
-    },
-    /// The optional deadline passed with live peers still behind.
-    #[error("barrier {epoch} not complete after {:.1} s (deadline); waiting for: {}", waited.as_secs_f64(), describe(waiting_for))]
-    Deadline {
-        /// The barrier's number.
-        epoch: u64,
-        /// How long this `wait` waited.
-        waited: Duration,
-        /// The peers whose messages are missing, and what each was last known doing.
-        waiting_for: Vec<(NodeId, PeerState)>,
-    },
-    /// Creating the barrier: nodes did not join in time.
-    #[error(
-        "creating the barrier: node(s) {missing:?} did not join within {:.1} s (are all {nodes} nodes creating it, with the same job secret and MCD_AUTH setting?){}",
-        waited.as_secs_f64(),
-        join_suspects(bad_tags, auth_mismatch, *bad_version)
-    )]
-    JoinTimeout {
-        /// The nodes not heard from (node 0, for any other node).
-        missing: Vec<NodeId>,
-        /// The number of nodes.
-        nodes: usize,
-        /// How long it waited.
-        waited: Duration,
-        /// Of the missing nodes, those that frames failing authentication
-        /// claimed to come from, with how many such frames arrived (a node
-        /// run with another job secret, or forgeries); as far as the
-        /// transport can tell ([`Transport::bad_tags_from`]).
-        bad_tags: Vec<(NodeId, u64)>,
-        /// Of the missing nodes, those that frames of the other
-        /// authentication mode claimed to come from (unsigned where this
-        /// node signs, or signed where it does not: `MCD_AUTH=off` on one
-        /// side only), with how many; as far as the transport can tell
-        /// ([`Transport::auth_mismatch_from`]).
-        auth_mismatch: Vec<(NodeId, u64)>,
-        /// Frames of another wire version that arrived (an mcd build of
-        /// another protocol), from anyone; 0 if the transport cannot tell.
-        bad_version: u64,
-    },
-    /// Creating the barrier: node 0 runs this barrier already with another
-    /// process in this node's place (this process was restarted), and
-    /// refused it until the join timeout.
-    #[error("creating the barrier: node 0 refused node {node}: the barrier is running already without this process (was it restarted?)")]
-    Refused {
-        /// This node.
-        node: NodeId,
-    },
-    /// A rank on this host that the barrier waited for died (its process
-    /// exited or was killed): the host-local step of a hierarchical barrier.
-    #[error("barrier {epoch}: local rank {local_rank} on this host (node {node}, pid {pid}) died: exited or killed")]
-    LocalRankDead {
-        /// The barrier's number.
-        epoch: u64,
-        /// Its rank among the host's ranks.
-        local_rank: usize,
-        /// Its node number in the job.
-        node: NodeId,
-        /// Its process id.
-        pid: u32,
-    },
-    /// This host's leader gave up on a barrier (a remote host or a local
-    /// rank failed) and said why.
-    #[error("barrier {epoch}: this host's leader (node {leader}) gave up: {reason}")]
-    LeaderGaveUp {
-        /// The barrier's number.
-        epoch: u64,
-        /// The leader's node number in the job.
-        leader: NodeId,
-        /// Its error.
-        reason: String,
-    },
-    /// The transport failed.
-    #[error("barrier transport: {0}")]
-    Transport(#[source] TransportError),
-    /// The nodes called different collectives in one barrier (another
-    /// operation, element type or count, or a broadcast from another
-    /// root): it can never complete. The collective's caller gets this
-    /// instead of a result; a barrier queued behind it is abandoned.
-    #[error("collective mismatch in barrier {epoch}: {detail}")]
-    CollectiveMismatch {
-        /// The barrier's number.
-        epoch: u64,
-        /// What disagreed, as far as this node can tell.
-        detail: String,
-    },
-    /// The barrier's configuration is invalid, or not the other nodes'
-    /// (nodes, rails, timeouts, an algorithm that cannot run the call, an
-    /// environment variable's value, the host's ranks and their shared
-    /// memory).
-    #[error("{0}")]
-    Config(String),
-    /// A call at the wrong time or with wrong arguments (a call while
-    /// another is in progress, after `finish`, buffers of the wrong size,
-    /// a broadcast root that is not a node).
-    #[error("{0}")]
-    Misuse(String),
-    /// The system refused something the barrier needs (a thread, shared
-    /// memory, this process's identity).
-    #[error("{0}")]
-    System(String),
-    /// A bug in mcd, or a thread of it that panicked.
-    #[error("{0}")]
-    Internal(String),
-}
-
-fn describe(peers: &[(NodeId, PeerState)]) -> String {
-    peers.iter().map(|(n, s)| format!("node {n} {s}")).collect::<Vec<_>>().join("; ")
-}
-
-impl From<TransportError> for BarrierError {
-    fn from(e: TransportError) -> Self {
-        BarrierError::Transport(e)
-    }
-}
+use crate::types::{BarrierConfig, BarrierError, BarrierStats};
 
 /// A new incarnation ([`incarnation_at`] now): a later barrier of a process,
 /// or a later process of a node, has a larger one as long as its clock did
@@ -405,13 +36,6 @@ fn new_incarnation() -> u64 {
 fn incarnation_at(since_epoch: std::time::Duration, random: u64) -> u64 {
     let millis = since_epoch.as_millis() as u64 & ((1 << 44) - 1);
     (millis << 20) | (random & 0xF_FFFF) | 1
-}
-
-/// splitmix64's finaliser.
-pub(crate) fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// One node's barrier: its protocol core driven over transport `T`.
@@ -590,9 +214,16 @@ impl<T: Transport> Engine<T> {
     /// Enters the next barrier as an epoch of `call` with `count` elements
     /// of this node's `input` (native-endian; see [`crate::collective`]).
     /// A broadcast still completing in the background is completed first
-    /// (up to `deadline`).
-    pub(crate) fn enter_collective(&mut self, call: Collective, count: u32, input: &[u8], deadline: Option<Instant>) -> Result<(), BarrierError> {
-        self.call(Call::EnterCollective { call, count, input, deadline })
+    /// (up to `deadline`). `more`: segments of the call follow this one.
+    pub(crate) fn enter_collective(
+        &mut self,
+        call: Collective,
+        count: u32,
+        more: bool,
+        input: &[u8],
+        deadline: Option<Instant>,
+    ) -> Result<(), BarrierError> {
+        self.call(Call::EnterCollective { call, count, more, input, deadline })
     }
 
     /// Completes the entered collective epoch as far as this node's result.
@@ -708,7 +339,8 @@ impl<T: Transport> Engine<T> {
                     if op.next > 0 {
                         core.next_segment();
                     }
-                    core.start(now, Call::EnterCollective { call: op.call, count, input: &op.input[op.next..end], deadline: op.deadline });
+                    let more = end < op.input.len();
+                    core.start(now, Call::EnterCollective { call: op.call, count, more, input: &op.input[op.next..end], deadline: op.deadline });
                     op.stage = Stage::Entering { end };
                 }
             }

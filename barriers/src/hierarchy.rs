@@ -38,23 +38,12 @@ use std::time::{Duration, Instant};
 use mcd::wait::WaitPhases;
 
 use crate::barrier::Barrier;
-use crate::engine::{BarrierConfig, BarrierError, BarrierStats, PeerState};
 use crate::host_barrier::{segment_path, HostBarrier, HostConfig};
 use crate::mcd_shared::{GroupListener, GroupTransport, SharedEndpoint};
-use crate::plan::{self, AutoOr, HostRelease};
+use crate::plan::{self, HostRelease};
+use crate::policy::HostSettings;
 use crate::transport::{MsgKind, NodeId, Transport};
-
-impl HostRelease {
-    /// The release `MCD_HIERARCHY_RELEASE` names (`None`: unset or `auto`),
-    /// or an error naming the bad value.
-    pub fn from_env() -> Result<Option<HostRelease>, BarrierError> {
-        match std::env::var(Self::ENV) {
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Ok(v) => v.parse::<AutoOr>().map(|a| a.0).map_err(BarrierError::Config),
-            Err(e) => Err(BarrierError::Config(format!("{}: {e}", Self::ENV))),
-        }
-    }
-}
+use crate::types::{BarrierConfig, BarrierError, BarrierStats, PeerState};
 
 /// A local rank's ear on the leaders' release multicast.
 struct ReleaseTap {
@@ -149,23 +138,30 @@ impl HierarchicalBarrier<GroupTransport> {
     /// they land in the leaders' rings, not in every rank's). Collective over all nodes; `config`'s algorithm is for as
     /// many nodes as there are hosts.
     ///
-    /// The host's release is `MCD_HIERARCHY_RELEASE`'s, or with `auto` or
-    /// none [`HostRelease::auto`]'s choice.
-    pub fn on_endpoint(shared: &SharedEndpoint, config: BarrierConfig) -> Result<Self, BarrierError> {
-        let release = match HostRelease::from_env()? {
+    /// The host's release is `host`'s, or without one [`HostRelease::auto`]'s
+    /// choice (through shared memory whatever `host` says when the leaders'
+    /// algorithm cannot multicast its release: [`HostRelease::can_multicast`]);
+    /// the host's ranks other than its leader wait as `host` says, or as the
+    /// endpoint does. [`HostSettings::from_env`] reads it from the
+    /// environment.
+    pub fn on_endpoint(shared: &SharedEndpoint, config: BarrierConfig, host: HostSettings) -> Result<Self, BarrierError> {
+        let release = match host.release {
             Some(r) => r,
             None => {
                 let (policy, local) = shared.with_endpoint(|e| (e.wait_policy(), e.local_processes()));
                 HostRelease::auto(policy, local, mcd::host::online_cpus())
             }
         };
-        Self::on_endpoint_releasing(shared, config, release)
+        Self::on_endpoint_releasing(shared, config, release, host.wait)
     }
 
-    /// As [`on_endpoint`](Self::on_endpoint), the hosts released as
-    /// `release` says (through shared memory when the leaders' algorithm
-    /// cannot multicast its release: [`HostRelease::can_multicast`]).
-    pub fn on_endpoint_releasing(shared: &SharedEndpoint, config: BarrierConfig, release: HostRelease) -> Result<Self, BarrierError> {
+    /// [`on_endpoint`](Self::on_endpoint) with the release chosen.
+    fn on_endpoint_releasing(
+        shared: &SharedEndpoint,
+        config: BarrierConfig,
+        release: HostRelease,
+        host_wait: Option<mcd::WaitPolicy>,
+    ) -> Result<Self, BarrierError> {
         let (nodes, job_key, policy, local_hint) = shared.with_endpoint(|e| (e.nodes().clone(), e.job_key(), e.wait_policy(), e.local_processes()));
         let me = shared.node();
         let hosts = nodes.hosts();
@@ -174,7 +170,7 @@ impl HierarchicalBarrier<GroupTransport> {
         let mac = leader.macs.first().copied().unwrap_or_default();
         // The leader waits as the endpoint does; the others as MCD_HOST_WAIT
         // says, if it does.
-        let policy = match host_wait_from_env()? {
+        let policy = match host_wait {
             Some(local) if members[0] != me => local,
             _ => policy,
         };
@@ -241,20 +237,6 @@ impl HostRelease {
         } else {
             HostRelease::SharedMemory
         }
-    }
-}
-
-/// The environment variable that sets how a host's ranks other than its
-/// leader wait (in shared memory, and on their rings for the direct
-/// release): a wait policy as `MCD_WAIT` takes it. Unset: as `MCD_WAIT`.
-pub const HOST_WAIT_ENV: &str = "MCD_HOST_WAIT";
-
-/// `MCD_HOST_WAIT`'s policy, if set.
-fn host_wait_from_env() -> Result<Option<mcd::WaitPolicy>, BarrierError> {
-    match std::env::var(HOST_WAIT_ENV) {
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Ok(v) => v.trim().parse().map(Some).map_err(|e| BarrierError::Config(format!("{HOST_WAIT_ENV}: {e}"))),
-        Err(e) => Err(BarrierError::Config(format!("{HOST_WAIT_ENV}: {e}"))),
     }
 }
 

@@ -39,8 +39,8 @@ use mcd::shm::{futex_wait, futex_wake, ProcessIdentity, SharedMapping};
 use mcd::wait::WaitPhases;
 use mcd::MacAddr;
 
-use crate::engine::{BarrierError, PeerState};
 use crate::transport::NodeId;
+use crate::types::{BarrierError, PeerState};
 
 /// How often a waiting rank checks that the ranks it waits for still run.
 pub const LIVENESS_CHECK: Duration = Duration::from_millis(20);

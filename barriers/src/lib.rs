@@ -8,7 +8,7 @@
 //!   ([`McdTransport`]), for groups of an mcd job's nodes sharing one
 //!   endpoint ([`SharedEndpoint`], [`GroupTransport`]: a barrier per MPI
 //!   communicator) and for threads of one process with fault injection
-//!   ([`mem`]).
+//!   (`mem`, a test harness).
 //! - [`plan`]: each [`Algorithm`] compiled into a per-node list of steps
 //!   (send these, then wait for those): shuffle exchange, dissemination,
 //!   k-nomial tree gather with multicast or tree release (the paper's binary,
@@ -37,11 +37,14 @@
 //!   discrete-event simulation of each algorithm's real message pattern with
 //!   receive gaps, links, a switch or a CSMA/CD hub, rails and hosts), and
 //!   [`model::auto`], which picks the algorithm with the lowest predicted cost.
-//! - [`check`]: the safety checker the tests use: no node leaves barrier k
-//!   before every node has entered it.
-//! - [`threads`]: one thread per node in one process, with every node
-//!   answering its peers until all are done.
 //! - [`summary`]: the one quantile and median of sorted samples.
+//!
+//! With the feature `test-support` (for tests and benchmarks, not for
+//! programs that use barriers), the test harnesses: `mem` (an in-memory
+//! network of threads with fault injection), `check` (the safety checker the
+//! tests use: no node leaves barrier k before every node has entered it) and
+//! `threads` (one thread per node in one process, with every node answering
+//! its peers until all are done).
 //!
 //! ```
 //! use barriers::{mem, Algorithm, Barrier, BarrierConfig};
@@ -61,6 +64,7 @@
 #![deny(unsafe_code)]
 
 mod barrier;
+#[cfg(any(test, feature = "test-support"))]
 pub mod check;
 pub mod collective;
 pub mod core;
@@ -70,22 +74,27 @@ mod hierarchy;
 mod host_barrier;
 mod mcd_shared;
 mod mcd_transport;
+#[cfg(any(test, feature = "test-support"))]
 pub mod mem;
 pub mod model;
 pub mod plan;
+pub mod policy;
 mod queue;
 pub mod rto;
 pub mod sim;
 pub mod summary;
+#[cfg(any(test, feature = "test-support"))]
 pub mod threads;
 pub mod transport;
+mod types;
 
 pub use barrier::{Barrier, PreparedBarrier, Request, AGENT_GRACE, AGENT_GRACE_MAX};
 pub use collective::{Collective, Dtype, Element, Op};
-pub use engine::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARNED_RETRY};
-pub use hierarchy::{host_phases, HierarchicalBarrier, HOST_ADAPTIVE_YIELD, HOST_WAIT_ENV};
+pub use hierarchy::{host_phases, HierarchicalBarrier, HOST_ADAPTIVE_YIELD};
 pub use host_barrier::{segment_path, HostBarrier, HostConfig, LIVENESS_CHECK, TAP_LOOK};
 pub use mcd_shared::{GroupListener, GroupTransport, RouteStats, SharedEndpoint, GROUP_PAYLOAD_LEN};
 pub use mcd_transport::{wire as mcd_wire, McdTransport};
 pub use plan::{Algorithm, Fanout, HostRelease, Release};
+pub use policy::{HostSettings, JobPolicy, HOST_WAIT_ENV};
 pub use transport::{Incoming, Msg, MsgKind, NodeId, TickWaker, Transport, TransportError, Waker, MISMATCHED, RECOVERED};
+pub use types::{BarrierConfig, BarrierError, BarrierStats, PeerState, MAX_LEARNED_RETRY};

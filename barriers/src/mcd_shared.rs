@@ -37,9 +37,9 @@ use std::time::{Duration, Instant};
 
 use mcd::{Destination, Endpoint, GroupId, Readiness};
 
-use crate::engine::mix;
 use crate::mcd_transport::wire;
 use crate::transport::{Incoming, Msg, MsgKind, NodeId, Transport, TransportError, Waker};
+use crate::types::mix;
 
 /// Payload length of a group frame ([`wire::emit_grouped`]).
 pub use wire::GROUP_PAYLOAD_LEN;

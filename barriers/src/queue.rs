@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::collective::Collective;
-use crate::engine::BarrierError;
+use crate::types::BarrierError;
 
 /// Where a queued collective is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -88,6 +88,10 @@ pub mod status {
     pub const JOINING: u16 = 16;
 }
 
+/// The tag of a [`MsgKind::Nack`] that asks only "where are you?" (the
+/// farewell's query), not for a step's message.
+pub(crate) const STATUS_TAG: u16 = u16::MAX;
+
 /// In a [`MsgKind::Data`]'s `arg`: the sender got here only through a
 /// recovered loss in this barrier (its own, or one upstream), so the time
 /// this message took says nothing about the network: a receiver does not

@@ -411,7 +411,8 @@ fn run_rank(job: &str) -> Result<NodeFigures> {
         Some(release) => {
             let release: barriers::HostRelease = release.parse().map_err(|e: String| anyhow!(e))?;
             let shared = barriers::SharedEndpoint::new(endpoint);
-            let mut b = barriers::HierarchicalBarrier::on_endpoint_releasing(&shared, config, release)?;
+            let host = barriers::HostSettings { release: Some(release), ..barriers::HostSettings::from_env()? };
+            let mut b = barriers::HierarchicalBarrier::on_endpoint(&shared, config, host)?;
             let before = b.stats();
             let mut times = bench.time_node(|| b.wait())?;
             times.recoveries = b.stats().answers - before.answers;

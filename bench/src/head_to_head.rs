@@ -178,11 +178,25 @@ fn comm_name(comm: Comm) -> &'static str {
     }
 }
 
+/// The report (RESULTS.md): the sections below, in order.
 fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &barriers::model::LogP, other_results: &str) -> Result<String> {
     let cores = mcd::host::online_cpus();
     let mut md = String::new();
     writeln!(md, "# Head-to-head: mcd against UDP and Open MPI\n")?;
     writeln!(md, "Measured {} on {}, by `./run bench` (`mcd-bench head-to-head`), in one run.\n", today(), machine())?;
+    summary(&mut md, sizes, rows, cores)?;
+    mpi_program(&mut md, sizes, rows)?;
+    mpich(&mut md, sizes, rows)?;
+    communicators(&mut md, sizes, rows)?;
+    latency_section(&mut md, latency)?;
+    every_contender(&mut md, sizes, rows)?;
+    write!(md, "{other_results}")?;
+    how_measured(&mut md, p, cores)?;
+    Ok(md)
+}
+
+/// The summary table (mcd's best against the others) and the goals.
+fn summary(md: &mut String, sizes: &[usize], rows: &[Row], cores: usize) -> Result<()> {
     writeln!(md, "## Summary (mean µs per barrier; ratios are the other's time / mcd's best)\n")?;
     writeln!(md, "| nodes | mcd best | Auto | Auto's algorithm, its own row | UDP dissemination | Open MPI yield | Open MPI default | Open MPI best / mcd | UDP / mcd | Auto / best |")?;
     writeln!(md, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")?;
@@ -237,7 +251,11 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
         writeln!(md, "{g}")?;
     }
     writeln!(md)?;
+    Ok(())
+}
 
+/// The same MPI program under Open MPI, with and without the interposer.
+fn mpi_program(md: &mut String, sizes: &[usize], rows: &[Row]) -> Result<()> {
     writeln!(md, "## The same MPI program: Open MPI's MPI_Barrier against mcd's through the interposer\n")?;
     writeln!(md, "`mpi/barrier_bench.c`, unmodified, under `mpirun` with one rank per namespace; once as is (Open MPI over TCP, `mpi_yield_when_idle 1`), once with `LD_PRELOAD=libmcd_mpi_barrier_openmpi.so`. Ranks are processes here, as in MPI jobs (the mcd rows above are threads of one process). Mean µs per barrier.\n")?;
     writeln!(md, "| nodes | Open MPI, paper | interposer, paper | ratio | Open MPI, OSU | interposer, OSU | ratio |")?;
@@ -253,7 +271,11 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
         "\nOSU's method: {} warm-up barriers, then the timed ones back to back; mean = loop time / iterations, averaged over ranks.\n",
         100
     )?;
+    Ok(())
+}
 
+/// The same MPI program under MPICH, with and without the interposer.
+fn mpich(md: &mut String, sizes: &[usize], rows: &[Row]) -> Result<()> {
     writeln!(md, "## MPICH: its MPI_Barrier against mcd's through the interposer built for it\n")?;
     writeln!(md, "The same `mpi/barrier_bench.c` built with `mpicc.mpich` and launched by Hydra (`mpiexec.hydra`, rsh launcher into the namespaces), over UCX's TCP transport on the cluster's links (`UCX_TLS=tcp,self`: UCX would otherwise use shared memory between the namespaces); once as is, once with `LD_PRELOAD=libmcd_mpi_barrier_mpich.so`. MPICH polls without yielding, so beyond 2 nodes it runs fewer timed barriers (as Open MPI's default mode does). Paper's method, mean µs per barrier.\n")?;
     writeln!(md, "| nodes | MPICH | interposer (MPICH) | ratio | Open MPI best | interposer (Open MPI) |")?;
@@ -265,7 +287,11 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
         writeln!(md, "| {n} | {m:.1} | {i:.1} | **{:.1}×** | {ompi:.1} | {:.1} |", m / i, get(Contender::Interposer))?;
     }
     writeln!(md)?;
+    Ok(())
+}
 
+/// The same MPI program on other communicators.
+fn communicators(md: &mut String, sizes: &[usize], rows: &[Row]) -> Result<()> {
     writeln!(md, "## The same MPI program on other communicators\n")?;
     writeln!(md, "`barrier_bench --comm dup` runs its barriers on `MPI_Comm_dup(MPI_COMM_WORLD)`, `--comm split` on `MPI_Comm_split(MPI_COMM_WORLD, rank % 2, ...)`: two halves running their barriers at the same time, statistics over all ranks. The interposer gives each communicator its own mcd barrier (a group on the shared endpoint). Paper's method, mean µs per barrier.\n")?;
     writeln!(md, "| nodes | communicator | Open MPI | interposer | ratio |")?;
@@ -278,7 +304,11 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
         }
     }
     writeln!(md)?;
+    Ok(())
+}
 
+/// The one-way latency, mcd against UDP.
+fn latency_section(md: &mut String, latency: &[pingpong::SizeResult]) -> Result<()> {
     let p50 = |t| latency.iter().find(|r| r.transport == t).map(|r| (r.p50_us, r.p99_us)).unwrap_or((f64::NAN, f64::NAN));
     let (m50, m99) = p50(Transport::Mcd);
     let (u50, u99) = p50(Transport::Udp);
@@ -286,7 +316,11 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
     writeln!(md, "| transport | p50 µs | p99 µs |\n|---|---:|---:|")?;
     writeln!(md, "| mcd | {m50:.2} | {m99:.2} |\n| UDP | {u50:.2} | {u99:.2} |")?;
     writeln!(md, "\nmcd / UDP at the median: **{:.2}×**. Two nodes, client and echo threads pinned to a core each; one-way = RTT/2; 3 rounds of 20,000 timed round trips, mcd and UDP alternating within each round (`bench/results/latency.md` has every size).\n", m50 / u50)?;
+    Ok(())
+}
 
+/// Every contender's row, per node count.
+fn every_contender(md: &mut String, sizes: &[usize], rows: &[Row]) -> Result<()> {
     writeln!(md, "## Every contender\n")?;
     for &n in sizes {
         writeln!(md, "### {n} nodes\n")?;
@@ -318,8 +352,11 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
         writeln!(md)?;
     }
     writeln!(md, "Plot: [results/head-to-head.svg](results/head-to-head.svg) ([PNG](results/head-to-head.png)); all numbers in [results/head-to-head.json](results/head-to-head.json).\n")?;
+    Ok(())
+}
 
-    write!(md, "{other_results}")?;
+/// How it was measured.
+fn how_measured(md: &mut String, p: &barriers::model::LogP, cores: usize) -> Result<()> {
     writeln!(md, "## How it was measured\n")?;
     writeln!(
         md,
@@ -332,7 +369,7 @@ fn render(sizes: &[usize], rows: &[Row], latency: &[pingpong::SizeResult], p: &b
         fmt_params(p),
         ompi_spin_iterations(16, iterations_for(16, 1.0)),
     )?;
-    Ok(md)
+    Ok(())
 }
 
 fn met(ok: bool) -> &'static str {

@@ -12,7 +12,9 @@
  * MCD_EXAMPLE_GAP_MS=G every rank "computes" (sleeps) G ms after each
  * barrier, and rank k mod S another G ms before barrier k: gaps and
  * imbalance longer than MCD_BARRIER_TIMEOUT, which a live job must survive.
- * Prints "rank R of S: COUNT barriers (ALGORITHM), sent X, received Y". */
+ * Prints "rank R of S: COUNT barriers (ALGORITHM), sent X, received Y; other
+ * runs: F foreign, J superseded" (an earlier run's frames, replayed under the
+ * same secret, are dropped as another instance's: mcd_stats). */
 #include <mcd_barrier.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,9 +72,10 @@ int main(int argc, char **argv) {
         }
         mcd_stats stats;
         if ((rc = mcd_get_stats(job, &stats)) != MCD_OK) return fail("mcd_get_stats", rc);
-        printf("rank %d of %d: %llu barriers (%s), sent %llu, received %llu\n", rank, size,
+        printf("rank %d of %d: %llu barriers (%s), sent %llu, received %llu; other runs: %llu foreign, %llu superseded\n", rank, size,
                (unsigned long long)stats.barriers, mcd_algorithm(job),
-               (unsigned long long)stats.messages_sent, (unsigned long long)stats.frames_received);
+               (unsigned long long)stats.messages_sent, (unsigned long long)stats.frames_received,
+               (unsigned long long)stats.messages_foreign, (unsigned long long)stats.joins_superseded);
         fflush(stdout);
         /* Collective: returns once no peer can need this rank any more. */
         if ((rc = mcd_finalize(job)) != MCD_OK) return fail("mcd_finalize", rc);

@@ -91,10 +91,22 @@
 
 /**
  * The ranks called different collectives at once (another operation,
- * type or count, or a broadcast from another root): the call can never
- * complete, and the group's later collectives fail too.
+ * type or count, or a broadcast from another root): the call fails on
+ * every rank (a rank whose call had returned, a broadcast's root say, at
+ * its next call on the job or group, which still runs), and later calls
+ * work.
  */
 #define MCD_ERR_MISMATCH -9
+
+/**
+ * Bytes of an X25519 key (private or public) of the secret exchange.
+ */
+#define MCD_EXCHANGE_KEY_LEN 32
+
+/**
+ * Bytes of a job secret wrapped for one rank by [`mcd_secret_wrap`].
+ */
+#define MCD_WRAPPED_SECRET_LEN 32
 
 /**
  * Bytes of a job secret.
@@ -117,27 +129,6 @@
 #define MCD_AUTH_OFF 2
 
 /**
- * Bytes of an X25519 key (private or public) of the secret exchange.
- */
-#define MCD_EXCHANGE_KEY_LEN 32
-
-/**
- * Bytes of a job secret wrapped for one rank by [`mcd_secret_wrap`].
- */
-#define MCD_WRAPPED_SECRET_LEN 32
-
-/**
- * Bytes of an X25519 private or public key.
- */
-#define KEY_LEN 32
-
-/**
- * Bytes of a wrapped secret: the padded secret, then its tag.
- */
-#define WRAPPED_LEN (SECRET_LEN + TAG_LEN)
-
-/**
- * A barrier over a group of the job's ranks (an MPI communicator, say),
  * on the job's endpoint (`mcd_group` in C): prepared (its local resources
  * in place), then joined (met its members).
  */
@@ -219,24 +210,6 @@ typedef struct mcd_params {
 } mcd_params;
 
 /**
- * An element type of [`mcd_allreduce`] and [`mcd_reduce`]: one of the
- * `MCD_INT32` ... `MCD_DOUBLE` constants (another value is an argument error).
- */
-typedef int mcd_dtype;
-
-/**
- * A reduction of [`mcd_allreduce`] and [`mcd_reduce`]: one of the
- * `MCD_SUM` ... `MCD_BXOR` constants (the bitwise ones on integers only).
- */
-typedef int mcd_op;
-
-/**
- * A collective of [`mcd_istart`] and [`mcd_group_istart`]: one of the
- * `MCD_CALL_BARRIER` ... `MCD_CALL_BCAST` constants.
- */
-typedef int mcd_call;
-
-/**
  * Counters of a job's barrier and endpoint.
  */
 typedef struct mcd_stats {
@@ -286,7 +259,38 @@ typedef struct mcd_stats {
      * or from a buggy member, gets a bounded number of answers).
      */
     uint64_t answers_suppressed;
+    /**
+     * Messages of another barrier instance, dropped by the barrier: frames
+     * of an earlier run under the same secret, replayed (they verify, and
+     * are new to this run's endpoint, once), or late frames of an earlier
+     * barrier of this job.
+     */
+    uint64_t messages_foreign;
+    /**
+     * Join answers for another incarnation than this node's, ignored (an
+     * earlier run's, replayed, or delayed); at node 0, join requests that
+     * replaced an admission not yet heard from (the same).
+     */
+    uint64_t joins_superseded;
 } mcd_stats;
+
+/**
+ * An element type of [`mcd_allreduce`] and [`mcd_reduce`]: one of the
+ * `MCD_INT32` ... `MCD_DOUBLE` constants (another value is an argument error).
+ */
+typedef int mcd_dtype;
+
+/**
+ * A reduction of [`mcd_allreduce`] and [`mcd_reduce`]: one of the
+ * `MCD_SUM` ... `MCD_BXOR` constants (the bitwise ones on integers only).
+ */
+typedef int mcd_op;
+
+/**
+ * A collective of [`mcd_istart`] and [`mcd_group_istart`]: one of the
+ * `MCD_CALL_BARRIER` ... `MCD_CALL_BCAST` constants.
+ */
+typedef int mcd_call;
 
 /**
  * `int32_t`.
@@ -501,6 +505,79 @@ int mcd_barrier_test(struct mcd_job *job, int *done);
 int mcd_barrier_wait(struct mcd_job *job);
 
 /**
+ * This process's rank, or a negative error code.
+ *
+ * # Safety
+ * As [`mcd_barrier`].
+ */
+int mcd_rank(struct mcd_job *job);
+
+/**
+ * The job's size, or a negative error code.
+ *
+ * # Safety
+ * As [`mcd_barrier`].
+ */
+int mcd_size(struct mcd_job *job);
+
+/**
+ * The barrier algorithm's name (e.g. `tree4`), valid until [`mcd_finalize`];
+ * NULL for a NULL handle.
+ *
+ * # Safety
+ * As [`mcd_barrier`].
+ */
+const char *mcd_algorithm(struct mcd_job *job);
+
+/**
+ * Why the job's barrier and collectives run the algorithms they do, as one
+ * line of text: each algorithm, and who named it or by what rule `auto`
+ * picked it, with the model's prediction beside the next best candidates
+ * (e.g. `barrier tree4 (auto: the lowest predicted time for 8 nodes: tree4
+ * 9.1 µs; then ...); collectives concurrent (auto: ...)`). Written to `buf`
+ * (at most `len` bytes with the final NUL, cut short if need be, as
+ * `snprintf`); returns the text's full length in bytes (without the NUL),
+ * or a negative error code. It simulates every candidate: call it for a
+ * report, not on a hot path.
+ *
+ * # Safety
+ * As [`mcd_barrier`]; `buf` is NULL (with `len` 0) or writable for `len` bytes.
+ */
+int mcd_why(struct mcd_job *job, char *buf, size_t len);
+
+/**
+ * Copies the job's counters into `*out`.
+ *
+ * # Safety
+ * As [`mcd_barrier`]; `out` is NULL or writable.
+ */
+int mcd_get_stats(struct mcd_job *job, struct mcd_stats *out);
+
+/**
+ * Ends the job and frees the handle (NULL is fine). Collective: first the
+ * groups freed with [`mcd_group_free`] complete their closing (in any
+ * order), then the job's own closing barrier, then answering peers until
+ * each is known to be done, so
+ * a rank whose last release was lost still completes; it returns as soon as
+ * no peer can need this one (no blind linger). The handle is freed even
+ * when that fails (a peer died).
+ *
+ * # Safety
+ * `job` is NULL or a live handle, never used again.
+ */
+int mcd_finalize(struct mcd_job *job);
+
+/**
+ * Frees the handle (NULL is fine) without the closing protocol of
+ * [`mcd_finalize`]: for a rank that leaves alone (its peers will find it
+ * silent), as when not every rank could start mcd.
+ *
+ * # Safety
+ * `job` is NULL or a live handle, never used again.
+ */
+int mcd_discard(struct mcd_job *job);
+
+/**
  * Allreduce across the job: `recvbuf` receives `count` elements of
  * `dtype` reduced with `op` over every rank's `sendbuf`, bitwise the same
  * on every rank and in every run (the algorithm fixes the combining order,
@@ -666,63 +743,6 @@ int mcd_request_wait(struct mcd_request *request, void *out);
 int mcd_request_free(struct mcd_request *request);
 
 /**
- * This process's rank, or a negative error code.
- *
- * # Safety
- * As [`mcd_barrier`].
- */
-int mcd_rank(struct mcd_job *job);
-
-/**
- * The job's size, or a negative error code.
- *
- * # Safety
- * As [`mcd_barrier`].
- */
-int mcd_size(struct mcd_job *job);
-
-/**
- * The barrier algorithm's name (e.g. `tree4`), valid until [`mcd_finalize`];
- * NULL for a NULL handle.
- *
- * # Safety
- * As [`mcd_barrier`].
- */
-const char *mcd_algorithm(struct mcd_job *job);
-
-/**
- * Copies the job's counters into `*out`.
- *
- * # Safety
- * As [`mcd_barrier`]; `out` is NULL or writable.
- */
-int mcd_get_stats(struct mcd_job *job, struct mcd_stats *out);
-
-/**
- * Ends the job and frees the handle (NULL is fine). Collective: first the
- * groups freed with [`mcd_group_free`] complete their closing (in any
- * order), then the job's own closing barrier, then answering peers until
- * each is known to be done, so
- * a rank whose last release was lost still completes; it returns as soon as
- * no peer can need this one (no blind linger). The handle is freed even
- * when that fails (a peer died).
- *
- * # Safety
- * `job` is NULL or a live handle, never used again.
- */
-int mcd_finalize(struct mcd_job *job);
-
-/**
- * Frees the handle (NULL is fine) without the closing protocol of
- * [`mcd_finalize`]: for a rank that leaves alone (its peers will find it
- * silent), as when not every rank could start mcd.
- *
- * # Safety
- * `job` is NULL or a live handle, never used again.
- */
-int mcd_discard(struct mcd_job *job);
-
-/**
  * Creates a barrier over the job's ranks `ranks[0..n]` (this rank among
  * them; group rank i is job rank `ranks[i]`) and stores its handle in
  * `*out` (NULL on failure). It shares the job's endpoint: no discovery.
@@ -828,22 +848,6 @@ int mcd_group_size(struct mcd_group *group);
  * As [`mcd_group_barrier`].
  */
 const char *mcd_group_algorithm(struct mcd_group *group);
-
-/**
- * Why the job's barrier and collectives run the algorithms they do, as one
- * line of text: each algorithm, and who named it or by what rule `auto`
- * picked it, with the model's prediction beside the next best candidates
- * (e.g. `barrier tree4 (auto: the lowest predicted time for 8 nodes: tree4
- * 9.1 µs; then ...); collectives concurrent (auto: ...)`). Written to `buf`
- * (at most `len` bytes with the final NUL, cut short if need be, as
- * `snprintf`); returns the text's full length in bytes (without the NUL),
- * or a negative error code. It simulates every candidate: call it for a
- * report, not on a hot path.
- *
- * # Safety
- * As [`mcd_barrier`]; `buf` is NULL (with `len` 0) or writable for `len` bytes.
- */
-int mcd_why(struct mcd_job *job, char *buf, size_t len);
 
 /**
  * [`mcd_why`] for a group.

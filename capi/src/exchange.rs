@@ -22,9 +22,9 @@ use zeroize::Zeroize;
 use mcd::auth::SECRET_LEN;
 
 /// Bytes of an X25519 private or public key.
-pub const KEY_LEN: usize = 32;
+pub(crate) const KEY_LEN: usize = 32;
 /// Bytes of a wrapped secret: the padded secret, then its tag.
-pub const WRAPPED_LEN: usize = SECRET_LEN + TAG_LEN;
+pub(crate) const WRAPPED_LEN: usize = SECRET_LEN + TAG_LEN;
 const TAG_LEN: usize = 16;
 /// BLAKE3 `derive_key` context: unique to this use.
 const CONTEXT: &str = "mcd 2026-11 interposer job secret wrap v1";

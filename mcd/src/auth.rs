@@ -6,20 +6,35 @@
 //!   from a key file ([`KEY_FILE_VAR`], mode 0600, owned by the user), from a
 //!   launcher that writes one (`mcd-vcluster run`), or from the MPI
 //!   interposer, whose rank 0 makes one and broadcasts it over MPI.
-//! - **The tag** ([`FrameKey`]): keyed SipHash-2-4 of every byte of the
-//!   frame from the destination MAC through the trailer's counter (see
-//!   [`crate::wire`]), 64 bits. A frame whose tag does not verify is dropped
+//! - **The tag** ([`FrameKey`]): keyed SipHash-2-4, 64 bits, of every byte
+//!   of the frame from its kind through the trailer's counter (see
+//!   [`crate::wire`]), under a key derived from the secret, the rail and
+//!   the frame's destination MAC ([`FrameKey::for_destination`]: a node's
+//!   address, or a group's). The bytes before the kind are covered as
+//!   well, each in its own way: the destination MAC by the key (a frame
+//!   re-addressed to another node or group fails its tag there); the
+//!   source MAC, the EtherType and the version byte have one acceptable
+//!   value each (the source node's listed MAC on that rail, the job's
+//!   EtherType, this version), and the receiver drops any other. Leaving
+//!   them out of the hash saves two of SipHash's thirteen compressions at
+//!   64 bytes of payload. A frame whose tag does not verify is dropped
 //!   before anything in it is acted on ([`crate::DropReason::BadTag`]).
-//! - **Replay** ([`ReplayWindow`]): each endpoint numbers its frames with a
-//!   64-bit counter that starts at the wall clock in nanoseconds when it
-//!   opens ([`initial_counter`]), so a restarted process counts on above its
-//!   earlier life; each receiver keeps, per sender node and rail, the
-//!   highest counter seen and a bitmap of the [`REPLAY_WINDOW`] below it. A
-//!   frame seen before, or older than the window, is dropped
-//!   ([`crate::DropReason::Replayed`]). Frames recorded in an earlier run
-//!   with the same secret are new to a new endpoint: what binds a run is
-//!   above the endpoint (the README's **Security**: the bootstrap's nonces,
-//!   the barrier's instance).
+//!   The rail in the key means a frame sent on one rail and replayed on
+//!   another fails its tag there, even where a node's rails share one MAC
+//!   (review rev27, finding 4).
+//! - **Replay** ([`SenderWindows`]): each endpoint numbers its frames with a
+//!   64-bit counter ([`Counter`]): a *session* (32 random bits drawn when the
+//!   endpoint opens, and again after 2^32 frames) above the frame's number
+//!   in the session. Each receiver keeps, per sender node and rail, one
+//!   [`ReplayWindow`] per session heard: the highest number seen and a
+//!   bitmap of the [`REPLAY_WINDOW`] below it. A frame seen before, or
+//!   older than its session's window, is dropped
+//!   ([`crate::DropReason::Replayed`]). Counters of different sessions are
+//!   never compared: a frame recorded in an earlier run (another session of
+//!   its sender) is new to a new endpoint once, and changes nothing about
+//!   the live session's frames, whatever the senders' clocks said. What
+//!   makes such a frame useless is above the endpoint (the README's
+//!   **Security**: the bootstrap's nonces, the barrier's instance).
 //!
 //! Authentication is on by default: an endpoint opened without a secret and
 //! without [`Auth::Off`] is an error ([`crate::Error::NoSecret`]) that says
@@ -28,11 +43,11 @@
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use siphasher::sip::SipHasher24;
+use siphasher::sip128::SipHasher24 as SipHasher128;
 
-use crate::wire::{offset, Frame, TrailerRepr, TRAILER_LEN};
+use crate::wire::{offset, Frame, MacAddr, TrailerRepr, TRAILER_LEN};
 use crate::{Error, Result};
 
 /// Bytes of a job secret (the SipHash-2-4 key).
@@ -46,6 +61,8 @@ pub const AUTH_VAR: &str = "MCD_AUTH";
 /// one sender on one rail may be read this far out of order and still be
 /// delivered once.
 pub const REPLAY_WINDOW: u64 = 512;
+/// Bits of a counter below its session: the frame's number in the session.
+pub const SESSION_SHIFT: u32 = 32;
 /// The largest key file read (a key file is 16 bytes or 32 hex digits).
 const KEY_FILE_MAX: u64 = 256;
 
@@ -252,11 +269,41 @@ pub fn key_file_from_env() -> Option<PathBuf> {
     std::env::var_os(KEY_FILE_VAR).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
-/// The first counter of a sender that opens now: the wall clock in
-/// nanoseconds since 1970, so that a process restarted later counts on above
-/// the frames of its earlier life.
-pub fn initial_counter() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+/// A sender's frame counter: its session (random, in the high 32 bits)
+/// and the next frame's number in it (the low 32 bits, from 1). Numbers
+/// never repeat within a session; after 2^32 - 1 frames a new session is
+/// drawn. A receiver compares counters only within one session
+/// ([`SenderWindows`]), so no clock enters the replay check.
+#[derive(Clone, Debug)]
+pub struct Counter {
+    next: u64,
+}
+
+impl Counter {
+    /// A counter in a fresh session, from the OS's random source.
+    pub fn new() -> Result<Counter> {
+        Ok(Counter { next: (u64::from(new_session()?) << SESSION_SHIFT) | 1 })
+    }
+
+    /// The counter of the next frame (and moves on).
+    pub fn take(&mut self) -> u64 {
+        let counter = self.next;
+        self.next += 1;
+        if self.next as u32 == 0 {
+            // The session's numbers are used up: another session (a random
+            // one; if the source fails, the next session number on).
+            let session = new_session().unwrap_or((counter >> SESSION_SHIFT) as u32 ^ 0x9E37_79B9);
+            self.next = (u64::from(session) << SESSION_SHIFT) | 1;
+        }
+        counter
+    }
+}
+
+/// 32 random bits, never 0.
+fn new_session() -> Result<u32> {
+    let mut bytes = [0u8; 4];
+    getrandom::fill(&mut bytes).map_err(|e| Error::Config(format!("the OS random source failed: {e}")))?;
+    Ok(u32::from_ne_bytes(bytes).max(1))
 }
 
 /// A job secret made ready to sign and verify frames.
@@ -272,30 +319,40 @@ impl fmt::Debug for FrameKey {
 }
 
 impl FrameKey {
-    /// The key of `secret`.
-    pub fn new(secret: &JobSecret) -> FrameKey {
-        FrameKey { hasher: SipHasher24::new_with_key(&secret.0) }
+    /// The key of frames sent on rail `rail` to `dst` (a node's MAC on that
+    /// rail, or a group's multicast MAC) under `secret`: the 128-bit
+    /// SipHash-2-4, under the secret, of "mcd frame key", the rail's number
+    /// and `dst`. Deriving one takes about as long as signing a frame:
+    /// endpoints derive theirs when they open.
+    pub fn for_destination(secret: &JobSecret, rail: usize, dst: MacAddr) -> FrameKey {
+        let mut label = [0u8; 24];
+        label[..13].copy_from_slice(b"mcd frame key");
+        label[14..18].copy_from_slice(&(rail as u32).to_be_bytes());
+        label[18..].copy_from_slice(&dst.0);
+        let derived = u128::from(SipHasher128::new_with_key(&secret.0).hash(&label)).to_le_bytes();
+        FrameKey { hasher: SipHasher24::new_with_key(&derived) }
     }
 
-    /// The tag of `signed` (the bytes from the destination MAC through the counter).
+    /// The tag of `signed` (the bytes from the kind through the counter).
     pub fn tag(&self, signed: &[u8]) -> u64 {
         self.hasher.hash(signed)
     }
 
-    /// Signs a frame in `frame`: its headers (with the
-    /// [`AUTH_FLAG`](crate::wire::AUTH_FLAG) set) and payload are written,
-    /// and `frame` ends with the [`TRAILER_LEN`] bytes of the trailer, which
-    /// this writes: `counter`, then the tag of every byte before the tag.
+    /// Signs a frame in `frame` (to this key's destination, on its rail):
+    /// its headers (with the [`AUTH_FLAG`](crate::wire::AUTH_FLAG) set) and
+    /// payload are written, and `frame` ends with the [`TRAILER_LEN`] bytes
+    /// of the trailer, which this writes: `counter`, then the tag of every
+    /// byte from the kind through the counter.
     pub fn sign(&self, frame: &mut [u8], counter: u64) {
         let at = frame.len() - TRAILER_LEN;
         frame[at + offset::TRAILER_COUNTER..at + offset::TRAILER_COUNTER + 8].copy_from_slice(&counter.to_be_bytes());
-        let tag = self.tag(&frame[..at + offset::TRAILER_TAG]);
+        let tag = self.tag(&frame[offset::KIND..at + offset::TRAILER_TAG]);
         TrailerRepr { counter, tag }.emit(&mut frame[at..]);
     }
 
-    /// The frame's counter if its tag verifies under this key; `None` for an
-    /// unauthenticated frame or a wrong tag. `frame` must be checked
-    /// ([`Frame::new_checked`]).
+    /// The frame's counter if its tag verifies under this key (the key of
+    /// its rail and destination); `None` for an unauthenticated frame or a
+    /// wrong tag. `frame` must be checked ([`Frame::new_checked`]).
     pub fn verify<T: AsRef<[u8]>>(&self, frame: &Frame<T>) -> Option<u64> {
         let signed = frame.signed_bytes()?;
         let trailer = TrailerRepr::parse(&frame.trailer()?);
@@ -313,7 +370,7 @@ const WINDOW_WORDS: usize = (REPLAY_WINDOW / 64) as usize;
 /// operations; nothing is allocated.
 #[derive(Clone, Debug, Default)]
 pub struct ReplayWindow {
-    /// The highest counter seen (0: none yet; counters start at the wall clock).
+    /// The highest counter seen (0: none yet; numbers in a session start at 1).
     top: u64,
     bits: [u64; WINDOW_WORDS],
 }
@@ -363,6 +420,73 @@ impl ReplayWindow {
     }
 }
 
+/// One sender's replay windows on one rail: one [`ReplayWindow`] per
+/// session of its counter ([`Counter`]), the session heard last in place.
+/// Counters of different sessions are never compared, so a frame of an
+/// earlier session (a run recorded and replayed, or the sender's earlier
+/// life) is taken once and leaves the live session's window as it was.
+/// The live session's check costs what one window's does; nothing is
+/// allocated until a second session of the sender is heard (then one
+/// window per session: sessions are signed, so an attacker can replay no
+/// more of them than it recorded).
+#[derive(Clone, Debug, Default)]
+pub struct SenderWindows {
+    /// The session heard last, and its window (unused while its window is
+    /// empty: the first session heard takes it).
+    current: (u32, ReplayWindow),
+    /// Every other session heard.
+    others: Vec<(u32, ReplayWindow)>,
+}
+
+impl SenderWindows {
+    fn other(&self, session: u32) -> Option<usize> {
+        self.others.iter().position(|(s, _)| *s == session)
+    }
+
+    /// Whether a frame with `counter` is new: of a session never heard, or
+    /// new to its session's window. Changes nothing.
+    pub fn check(&self, counter: u64) -> bool {
+        let session = (counter >> SESSION_SHIFT) as u32;
+        if counter as u32 == 0 {
+            return false; // numbers start at 1
+        }
+        if self.current.0 == session {
+            return self.current.1.check(counter);
+        }
+        self.other(session).is_none_or(|i| self.others[i].1.check(counter))
+    }
+
+    /// Records `counter` as seen (after [`check`](Self::check) said it is new).
+    pub fn record(&mut self, counter: u64) {
+        let session = (counter >> SESSION_SHIFT) as u32;
+        if self.current.0 != session {
+            let window = match self.other(session) {
+                Some(i) => self.others.swap_remove(i).1,
+                None => ReplayWindow::default(),
+            };
+            let previous = std::mem::replace(&mut self.current, (session, window));
+            if previous.1.highest() != 0 {
+                self.others.push(previous);
+            }
+        }
+        self.current.1.record(counter);
+    }
+
+    /// The sessions heard, the last first.
+    pub fn sessions(&self) -> impl Iterator<Item = u32> + '_ {
+        let current = (self.current.1.highest() != 0).then_some(self.current.0);
+        current.into_iter().chain(self.others.iter().map(|(s, _)| *s))
+    }
+
+    /// The highest counter seen in `session` (0 if none).
+    pub fn highest(&self, session: u32) -> u64 {
+        if self.current.0 == session {
+            return self.current.1.highest();
+        }
+        self.other(session).map_or(0, |i| self.others[i].1.highest())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,8 +514,18 @@ mod tests {
         buf
     }
 
+    /// The destination of [`signed_frame`]'s frames.
+    const DST: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
+
     fn key(byte: u8) -> FrameKey {
-        FrameKey::new(&JobSecret::from_bytes([byte; SECRET_LEN]))
+        FrameKey::for_destination(&JobSecret::from_bytes([byte; SECRET_LEN]), 0, DST)
+    }
+
+    /// The frame's counter if it verifies under the key a receiver on rail
+    /// `rail` picks for it: the key of its destination MAC.
+    fn verify_received(secret: u8, rail: usize, bytes: &[u8]) -> Option<u64> {
+        let frame = Frame::new_checked(bytes).ok()?;
+        FrameKey::for_destination(&JobSecret::from_bytes([secret; SECRET_LEN]), rail, frame.dst_mac()).verify(&frame)
     }
 
     fn verify(key: &FrameKey, bytes: &[u8]) -> Option<u64> {
@@ -417,13 +551,34 @@ mod tests {
     fn every_single_flipped_bit_fails_verification() {
         let k = key(1);
         let frame = signed_frame(&k, b"payload!", 99);
+        assert_eq!(verify_received(1, 0, &frame), Some(99));
         for byte in 0..frame.len() {
             for bit in 0..8 {
                 let mut bad = frame.clone();
                 bad[byte] ^= 1 << bit;
-                assert_eq!(verify(&k, &bad), None, "bit {bit} of byte {byte} flipped still verifies");
+                let verdict = verify_received(1, 0, &bad);
+                if (offset::SRC_MAC..offset::KIND).contains(&byte) {
+                    // Not hashed: the source MAC, EtherType and version each
+                    // have one acceptable value, and the receiver drops any
+                    // other (`endpoint::tests::every_single_flipped_bit_is_dropped`).
+                    continue;
+                }
+                // The destination MAC picks the key; the rest is hashed.
+                assert_eq!(verdict, None, "bit {bit} of byte {byte} flipped still verifies");
             }
         }
+    }
+
+    #[test]
+    fn each_rail_and_destination_has_a_key_of_its_own() {
+        // Review rev27, finding 4: rails sharing one MAC still have keys of their own.
+        let frame = signed_frame(&key(1), b"payload!", 1);
+        assert_eq!(verify_received(1, 0, &frame), Some(1));
+        assert_eq!(verify_received(1, 1, &frame), None, "rail 0's frame on rail 1");
+        let secret = JobSecret::from_bytes([1; SECRET_LEN]);
+        let other = FrameKey::for_destination(&secret, 0, MacAddr([2, 0, 0, 0, 0, 3]));
+        assert_eq!(verify(&other, &frame), None, "under another destination's key");
+        assert_eq!(verify(&FrameKey::for_destination(&secret, 0, DST), &frame), Some(1));
     }
 
     #[test]
@@ -432,7 +587,7 @@ mod tests {
         assert_eq!(verify(&key(2), &frame), None);
         let mut other = [1u8; SECRET_LEN];
         other[15] = 0;
-        assert_eq!(verify(&FrameKey::new(&JobSecret::from_bytes(other)), &frame), None);
+        assert_eq!(verify(&FrameKey::for_destination(&JobSecret::from_bytes(other), 0, DST), &frame), None);
     }
 
     #[test]
@@ -477,7 +632,7 @@ mod tests {
         assert!(!take(&mut w, base + 20), "exactly the window's width below");
         assert!(take(&mut w, base + 21), "just inside the window, never seen");
         assert!(!take(&mut w, base), "long ago");
-        // Counter 0 is never valid (counters start at the wall clock).
+        // Counter 0 is never valid (numbers in a session start at 1).
         assert!(!take(&mut ReplayWindow::default(), 0));
     }
 
@@ -502,16 +657,61 @@ mod tests {
     }
 
     #[test]
-    fn a_restart_with_a_higher_counter_is_accepted() {
-        let mut w = ReplayWindow::default();
-        let first_life = initial_counter();
-        for c in first_life..first_life + 50 {
+    fn a_restart_in_a_new_session_is_accepted_whatever_its_counters() {
+        let mut w = SenderWindows::default();
+        let mut first_life = Counter::new().unwrap();
+        let old: Vec<u64> = (0..50).map(|_| first_life.take()).collect();
+        for &c in &old {
+            assert!(w.check(c));
             w.record(c);
         }
-        let restart = first_life + 1_000_000_000; // a restart a second later: the clock moved on
-        assert!(w.check(restart));
-        w.record(restart);
-        assert!(!w.check(first_life + 49), "the old life's frames are now too old");
+        let mut restart = Counter::new().unwrap();
+        let new: Vec<u64> = (0..50).map(|_| restart.take()).collect();
+        assert_ne!(old[0] >> SESSION_SHIFT, new[0] >> SESSION_SHIFT, "another session (2^-32 to fail)");
+        for &c in &new {
+            assert!(w.check(c), "{c:#x} of the new life");
+            w.record(c);
+        }
+        for &c in old.iter().chain(&new) {
+            assert!(!w.check(c), "{c:#x} again");
+        }
+    }
+
+    #[test]
+    fn counters_of_different_sessions_are_never_compared() {
+        // Review rev27, finding 2: a frame of an earlier run whose sender's
+        // clock was ahead used to lift the window above the live sender's
+        // counters. Sessions are compared by identity, never by size.
+        let mut w = SenderWindows::default();
+        let (old, live) = (0xFFFF_FFF0u64 << SESSION_SHIFT, 0x0000_0010u64 << SESSION_SHIFT);
+        for c in [old + 1_000_000, old + 999_900] {
+            assert!(w.check(c));
+            w.record(c);
+        }
+        for i in 1..=2000 {
+            assert!(w.check(live + i), "live frame {i}");
+            w.record(live + i);
+        }
+        assert_eq!(w.sessions().collect::<Vec<_>>(), vec![0x10, 0xFFFF_FFF0], "the session heard last first");
+        assert!(!w.check(old + 1_000_000) && !w.check(old + 999_900), "the old run's frames, once only");
+        assert!(!w.check(live + 1500) && !w.check(live + 1), "the live ones too");
+        assert_eq!((w.highest(0x10), w.highest(0xFFFF_FFF0), w.highest(7)), (live + 2000, old + 1_000_000, 0));
+        assert!(!w.check(live), "number 0 is never sent");
+    }
+
+    #[test]
+    fn a_counter_moves_to_a_new_session_before_its_numbers_wrap() {
+        let mut c = Counter { next: (5u64 << SESSION_SHIFT) | u64::from(u32::MAX - 1) };
+        assert_eq!(c.take(), (5 << SESSION_SHIFT) | u64::from(u32::MAX - 1));
+        assert_eq!(c.take(), (5 << SESSION_SHIFT) | u64::from(u32::MAX));
+        let next = c.take();
+        assert_eq!(next as u32, 1, "number 1 of a new session");
+        assert_ne!(next >> SESSION_SHIFT, 0);
+        let mut w = SenderWindows::default();
+        for x in [(5 << SESSION_SHIFT) | u64::from(u32::MAX), next, next + 1] {
+            assert!(w.check(x));
+            w.record(x);
+        }
     }
 
     #[test]

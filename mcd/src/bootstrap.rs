@@ -24,17 +24,23 @@
 //!
 //! **Run binding.** A key file may serve many runs, and each bootstrap's
 //! hello socket starts with empty replay windows, so hellos recorded in an
-//! earlier run verify and are new to it. Every rank therefore draws a fresh
-//! 64-bit nonce for each bootstrap, and every hello carries its sender's
-//! nonce and the digest of all the nonces it has heard. A rank counts
-//! another's "heard all" and "done" only when that hello's digest is its
-//! own: the digest covers this rank's own fresh nonce, so no hello of an
-//! earlier run, replayed, can end discovery. A rank's hello with another
-//! nonce than the one known for it is another bootstrap of that rank: the
-//! newer (by its authenticated counter, which runs on the sender's clock)
-//! replaces the older, and every claim counted so far is forgotten; an
-//! older one is ignored and counted. So a replayed hello can at worst stand
-//! for its rank until the rank's own first hello arrives. A hello saying
+//! earlier run verify and are new to it (once each: the socket keeps a
+//! window per rank and session of its sender's counter). Every rank
+//! therefore draws a fresh 64-bit nonce for each bootstrap, and every hello
+//! carries its sender's nonce and the digest of all the nonces it has
+//! heard. A rank counts another's "heard all" and "done" only when that
+//! hello's digest is its own: the digest covers this rank's own fresh
+//! nonce, so no hello of an earlier run, replayed, can end discovery.
+//! Which of two nonces heard for one rank is the live one is never decided
+//! by clocks or counters: a nonce is *proven* once a hello carrying it also
+//! carries the digest this rank would have with that nonce in its rank's
+//! place (its sender heard this rank's fresh nonce, so it is live now). A
+//! proven nonce replaces any other and is never replaced by an unproven
+//! one; until one is proven, the nonce heard last stands for its rank (the
+//! live rank resends, so it is heard again). A second nonce proven for one
+//! rank is two live processes with one rank: an error. Claims ("heard all",
+//! "done") are kept with the digest they were about, so a replay that
+//! makes this rank's view wrong for a moment costs no claim. A hello saying
 //! the job has another size is ignored and named at the timeout.
 //!
 //! Hellos are ordinary MCD frames (kind [`kind::HELLO`]) sent to group
@@ -44,7 +50,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::auth::{initial_counter, Auth, FrameKey, ReplayWindow};
+use crate::auth::{Auth, Counter, FrameKey, SenderWindows};
 use crate::config::{env_seconds, env_var, interface_names, job_key_from_str, lookup_interface, parse_ethertype};
 use crate::config::{EndpointConfig, DEFAULT_JOB_KEY, MAX_RAILS};
 use crate::filter::{self, pkttype, FilterSpec};
@@ -361,10 +367,10 @@ struct HelloSocket {
     buf: Vec<u8>,
     /// Signs and verifies hellos (`None`: authentication off).
     key: Option<FrameKey>,
-    /// The next hello's counter.
-    counter: u64,
-    /// Per rank, the counters of its hellos seen.
-    windows: Vec<ReplayWindow>,
+    /// The hellos' counter.
+    counter: Counter,
+    /// Per rank, the counters of its hellos seen, per session.
+    windows: Vec<SenderWindows>,
     /// Frames dropped, for the message of a bootstrap that times out.
     dropped: HelloDrops,
 }
@@ -445,9 +451,10 @@ impl HelloSocket {
             round,
             frame: Vec::new(),
             buf: vec![0u8; 2048],
-            key: auth.secret().map(FrameKey::new),
-            counter: initial_counter(),
-            windows: vec![ReplayWindow::default(); job.size],
+            // Hellos go to the bootstrap group only: its key on rail 0.
+            key: auth.secret().map(|secret| FrameKey::for_destination(secret, 0, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP))),
+            counter: Counter::new()?,
+            windows: vec![SenderWindows::default(); job.size],
             dropped: HelloDrops::default(),
         })
     }
@@ -472,8 +479,7 @@ impl HelloSocket {
         repr.emit(&mut frame);
         frame.payload_mut().copy_from_slice(&payload);
         if let Some(key) = &self.key {
-            key.sign(&mut self.frame, self.counter);
-            self.counter += 1;
+            key.sign(&mut self.frame, self.counter.take());
         }
         self.socket.send(&self.frame).map_err(|e| Error::os("sending a bootstrap hello", e)).map(drop)
     }
@@ -483,9 +489,8 @@ impl HelloSocket {
         sys::poll_readable(&[self.socket.raw_fd()], Some(timeout)).map_err(|e| Error::os("waiting for bootstrap hellos", e)).map(drop)
     }
 
-    /// The next hello from another rank, if one waits, with its counter
-    /// (`None` with authentication off).
-    fn try_recv(&mut self, me: usize) -> Result<Option<(Hello, Option<u64>)>> {
+    /// The next hello from another rank, if one waits.
+    fn try_recv(&mut self, me: usize) -> Result<Option<Hello>> {
         loop {
             let Some((len, kind)) = self.socket.try_recv(&mut self.buf).map_err(|e| Error::os("receiving bootstrap hellos", e))? else {
                 return Ok(None);
@@ -530,7 +535,7 @@ impl HelloSocket {
                 window.record(c);
             }
             if let Some(hello) = Hello::parse(&repr, view.payload()) {
-                return Ok(Some((hello, counter)));
+                return Ok(Some(hello));
             }
         }
     }
@@ -542,20 +547,23 @@ impl HelloSocket {
 struct Peer {
     addr: NodeAddr,
     nonce: u64,
-    /// The highest counter of its hellos taken (`None`: authentication off).
-    counter: Option<u64>,
+    /// A hello with this nonce carried the digest this rank has with it:
+    /// its sender heard this rank's fresh nonce (see the module's *Run binding*).
+    proven: bool,
 }
 
 /// The state of one rank's discovery (see the module's *Run binding*).
 struct Discovery {
     me: Hello,
     heard: BTreeMap<usize, Peer>,
-    /// Per rank, a nonce a newer one replaced: if it speaks again, two
-    /// processes claim that rank.
+    /// Per rank, a proven nonce another proven one replaced: if it proves
+    /// itself again, two live processes claim that rank.
     superseded: BTreeMap<usize, u64>,
-    heard_all: Vec<bool>,
-    /// Ranks that said they are done (this one once it is).
-    finished: Vec<bool>,
+    /// Per rank, the digest its last "heard all" was about (0: none); this
+    /// rank's own is its digest once it heard everyone.
+    heard_all: Vec<u64>,
+    /// Per rank, the digest its "done" was about (0: none).
+    finished: Vec<u64>,
     /// Hellos dropped here, for a timeout's message.
     stale: StaleHellos,
 }
@@ -602,10 +610,8 @@ impl StaleHellos {
 impl Discovery {
     fn new(me: Hello) -> Discovery {
         let mut heard = BTreeMap::new();
-        heard.insert(me.rank, Peer { addr: NodeAddr { macs: me.macs.clone(), port: me.port }, nonce: me.nonce, counter: None });
-        let mut heard_all = vec![false; me.size];
-        heard_all[me.rank] = me.size == 1;
-        let finished = vec![false; me.size];
+        heard.insert(me.rank, Peer { addr: NodeAddr { macs: me.macs.clone(), port: me.port }, nonce: me.nonce, proven: true });
+        let (heard_all, finished) = (vec![0; me.size], vec![0; me.size]);
         let mut d = Discovery { me, heard, superseded: BTreeMap::new(), heard_all, finished, stale: StaleHellos::default() };
         d.update_digest();
         d
@@ -616,15 +622,37 @@ impl Discovery {
         let all = self.heard.len() == self.me.size;
         self.me.digest = if all { digest_of(self.heard.values().map(|p| p.nonce)) } else { 0 };
         self.me.heard_all = all;
-        self.heard_all[self.me.rank] = all;
+        self.heard_all[self.me.rank] = self.me.digest;
+        if self.me.done {
+            self.finished[self.me.rank] = self.me.digest;
+        }
     }
 
-    /// Takes a hello (with its counter, `None` with authentication off).
-    fn take(&mut self, hello: Hello, counter: Option<u64>) -> Result<()> {
+    /// The digest this rank would have with `nonce` in `rank`'s place (0
+    /// unless every other rank is heard).
+    fn digest_with(&self, rank: usize, nonce: u64) -> u64 {
+        let mut nonces = Vec::with_capacity(self.me.size);
+        for r in 0..self.me.size {
+            match self.heard.get(&r) {
+                _ if r == rank => nonces.push(nonce),
+                Some(p) => nonces.push(p.nonce),
+                None => return 0,
+            }
+        }
+        digest_of(nonces.into_iter())
+    }
+
+    /// Takes a hello.
+    fn take(&mut self, hello: Hello) -> Result<()> {
         if hello.size != self.me.size || hello.rank >= self.me.size {
             // Refused at the timeout, not now: it may be a replay of another run's.
             self.stale.other_size += 1;
             self.stale.last_other_size = Some((hello.rank, hello.size));
+            return Ok(());
+        }
+        if hello.rank == self.me.rank {
+            // This rank's own number with another nonce: not this process.
+            self.stale.older += 1;
             return Ok(());
         }
         let addr = NodeAddr { macs: hello.macs.clone(), port: hello.port };
@@ -636,56 +664,58 @@ impl Discovery {
                         hello.rank, known.addr.macs[0], known.addr.port, addr.macs[0], addr.port
                     )));
                 }
-                known.counter = known.counter.max(counter);
+                known.proven |= hello.digest != 0 && hello.digest == self.me.digest;
             }
             Some(known) => {
-                if self.superseded.get(&hello.rank) == Some(&hello.nonce) {
+                let (known_nonce, known_proven) = (known.nonce, known.proven);
+                let proves = hello.digest != 0 && hello.digest == self.digest_with(hello.rank, hello.nonce);
+                if proves && self.superseded.get(&hello.rank) == Some(&hello.nonce) {
                     return Err(Error::Config(format!(
                         "rank {} is claimed by two processes at once ({} port {} and {} port {}): two processes with one rank, or two jobs with one key",
-                        hello.rank, known.addr.macs[0], known.addr.port, addr.macs[0], addr.port
+                        hello.rank, self.heard[&hello.rank].addr.macs[0], self.heard[&hello.rank].addr.port, addr.macs[0], addr.port
                     )));
                 }
-                let newer = match (counter, known.counter) {
-                    (Some(c), Some(k)) => c > k,
-                    _ => true, // unauthenticated: the latest heard
-                };
-                if !newer || hello.rank == self.me.rank {
+                if known_proven && !proves {
+                    // The live bootstrap of that rank is known: this is an
+                    // earlier one (replayed, or the rank restarted and this
+                    // is its earlier life's).
                     self.stale.older += 1;
                     return Ok(());
                 }
-                // Another bootstrap of that rank, newer than the one known:
-                // what was counted was about the older one.
-                self.superseded.insert(hello.rank, known.nonce);
-                *known = Peer { addr, nonce: hello.nonce, counter };
-                self.heard_all.iter_mut().for_each(|h| *h = false);
-                self.finished.iter_mut().for_each(|f| *f = false);
+                if known_proven {
+                    self.superseded.insert(hello.rank, known_nonce);
+                }
+                // Another bootstrap of that rank: the proven one, or (none
+                // proven yet) the one heard last. What its rank claimed
+                // was about the other; claims stay, with their digests.
+                self.heard.insert(hello.rank, Peer { addr, nonce: hello.nonce, proven: proves });
             }
             None => {
-                self.heard.insert(hello.rank, Peer { addr, nonce: hello.nonce, counter });
+                let proves = hello.digest != 0 && hello.digest == self.digest_with(hello.rank, hello.nonce);
+                self.heard.insert(hello.rank, Peer { addr, nonce: hello.nonce, proven: proves });
             }
         }
         self.update_digest();
-        if self.me.done {
-            self.finished[self.me.rank] = true;
+        if hello.heard_all {
+            self.heard_all[hello.rank] = hello.digest;
         }
-        if hello.heard_all || hello.done {
-            if self.me.digest != 0 && hello.digest == self.me.digest {
-                self.heard_all[hello.rank] |= hello.heard_all;
-                self.finished[hello.rank] |= hello.done;
-            } else if self.me.digest != 0 {
-                self.stale.other_digest += 1;
-            }
+        if hello.done {
+            self.finished[hello.rank] = hello.digest;
+        }
+        if (hello.heard_all || hello.done) && self.me.digest != 0 && hello.digest != self.me.digest {
+            self.stale.other_digest += 1;
         }
         Ok(())
     }
 
+    /// Every rank heard every rank, about the same bootstraps as this one.
     fn done(&self) -> bool {
-        self.heard_all.iter().all(|&h| h)
+        self.me.digest != 0 && self.heard_all.iter().all(|&d| d == self.me.digest)
     }
 
     /// Every rank is done: none needs this one's hellos any more.
     fn everyone_finished(&self) -> bool {
-        self.finished.iter().all(|&f| f)
+        self.me.digest != 0 && self.finished.iter().all(|&d| d == self.me.digest)
     }
 
     fn never_heard(&self) -> Vec<usize> {
@@ -693,7 +723,7 @@ impl Discovery {
     }
 
     fn not_finished(&self) -> Vec<usize> {
-        (0..self.me.size).filter(|&r| !self.heard_all[r] && self.heard.contains_key(&r)).collect()
+        (0..self.me.size).filter(|&r| (self.me.digest == 0 || self.heard_all[r] != self.me.digest) && self.heard.contains_key(&r)).collect()
     }
 
     /// The node list, numbered by rank (every rank heard).
@@ -739,8 +769,8 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> Result<N
             socket.send(&state.me)?;
             next_send = now + config.resend + jitter;
         }
-        while let Some((hello, counter)) = socket.try_recv(job.rank)? {
-            state.take(hello, counter)?;
+        while let Some(hello) = socket.try_recv(job.rank)? {
+            state.take(hello)?;
         }
         if state.done() {
             break;
@@ -765,7 +795,7 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> Result<N
         std::thread::sleep(Duration::from_micros(200));
     }
     state.me.done = true;
-    state.finished[state.me.rank] = true;
+    state.finished[state.me.rank] = state.me.digest;
     socket.send(&state.me)?;
     let nodes = state.nodes()?;
     if state.everyone_finished() {
@@ -788,9 +818,9 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> Result<N
                 }
                 loop {
                     match socket.try_recv(state.me.rank) {
-                        Ok(Some((h, counter))) => {
+                        Ok(Some(h)) => {
                             let late = !h.done;
-                            if state.take(h, counter).is_err() {
+                            if state.take(h).is_err() {
                                 return;
                             }
                             if late && last_answer.elapsed() >= resend / 4 {
@@ -869,21 +899,21 @@ mod tests {
     fn done_needs_every_rank_heard_and_every_rank_having_heard_all() {
         let n = [10, 11, 12];
         let mut d = Discovery::new(hello(0, 3, n[0]));
-        d.take(hello(1, 3, n[1]), Some(1)).unwrap();
+        d.take(hello(1, 3, n[1])).unwrap();
         assert!(!d.done());
         assert_eq!(d.never_heard(), vec![2]);
-        d.take(claim(2, &n, false), Some(1)).unwrap();
+        d.take(claim(2, &n, false)).unwrap();
         assert!(d.me.heard_all, "heard everyone now");
         assert_eq!(d.me.digest, digest_of(n.iter().copied()));
         assert!(!d.done(), "rank 1 has not said it heard all");
         assert_eq!(d.not_finished(), vec![1]);
-        d.take(claim(1, &n, false), Some(2)).unwrap();
+        d.take(claim(1, &n, false)).unwrap();
         assert!(d.done());
         assert!(!d.everyone_finished());
         d.me.done = true;
-        d.finished[0] = true;
-        d.take(claim(1, &n, true), Some(3)).unwrap();
-        d.take(claim(2, &n, true), Some(3)).unwrap();
+        d.finished[0] = d.me.digest;
+        d.take(claim(1, &n, true)).unwrap();
+        d.take(claim(2, &n, true)).unwrap();
         assert!(d.everyone_finished());
         let list = d.nodes().unwrap();
         assert_eq!(list.get(2).unwrap().macs[0], MacAddr([2, 0, 0, 0, 0, 2]));
@@ -896,79 +926,110 @@ mod tests {
         // before rank 1 of run 2 speaks.
         let old = [1, 2];
         let mut d = Discovery::new(hello(0, 2, 3));
-        d.take(hello(1, 2, old[1]), Some(100)).unwrap();
-        d.take(claim(1, &old, false), Some(101)).unwrap();
-        d.take(claim(1, &old, true), Some(102)).unwrap();
+        d.take(hello(1, 2, old[1])).unwrap();
+        d.take(claim(1, &old, false)).unwrap();
+        d.take(claim(1, &old, true)).unwrap();
         assert!(d.me.heard_all, "rank 0 heard a rank 1 (the replayed one)");
-        assert!(!d.done() && !d.finished[1], "but its claims were about run 1's rank 0: not counted");
+        assert!(!d.done() && !d.everyone_finished(), "but its claims were about run 1's rank 0: not counted");
+        assert!(!d.heard[&1].proven);
         assert_eq!(d.stale.other_digest, 2);
-        // Rank 1 of run 2: a newer counter (its clock moved on) replaces it.
+        // Rank 1 of run 2: heard last, it stands for rank 1 (nothing proven yet).
         let new = [3, 4];
-        d.take(hello(1, 2, new[1]), Some(5000)).unwrap();
+        d.take(hello(1, 2, new[1])).unwrap();
         assert_eq!(d.heard[&1].nonce, 4);
-        assert_eq!(d.superseded.get(&1), Some(&2));
         assert!(!d.done());
-        d.take(claim(1, &new, true), Some(5001)).unwrap();
-        assert!(d.done() && d.finished[1]);
-        // A replay arriving after the real one (the hello socket's window
-        // drops most: older than its width) is dropped here too.
-        d.take(claim(1, &old, true), Some(4000)).unwrap_err();
-        let mut d = Discovery::new(hello(0, 2, 3));
-        d.take(hello(1, 2, new[1]), Some(5000)).unwrap();
-        d.take(claim(1, &old, true), Some(102)).unwrap();
-        assert_eq!((d.heard[&1].nonce, d.stale.older), (4, 1), "an older bootstrap of rank 1: ignored, counted");
-        assert!(d.stale.explain().contains("1 hello(s) of an earlier bootstrap"), "{}", d.stale.explain());
+        // Its claim carries rank 0's fresh nonce: proven, and counted.
+        d.take(claim(1, &new, true)).unwrap();
+        assert!(d.heard[&1].proven);
+        assert!(d.done() && d.finished[1] == d.me.digest);
+        // A replay arriving after the live rank proved itself is ignored and counted.
+        d.take(claim(1, &old, true)).unwrap();
+        d.take(hello(1, 2, old[1])).unwrap();
+        assert_eq!((d.heard[&1].nonce, d.stale.older), (4, 2), "an earlier bootstrap of rank 1: ignored, counted");
+        assert!(d.done());
+        assert!(d.stale.explain().contains("2 hello(s) of an earlier bootstrap"), "{}", d.stale.explain());
     }
 
     #[test]
-    #[ignore = "finding 2 (rev27): hello counters of different hosts are compared as if one clock: a hello replayed from a recent run whose rank ran on a host with a clock ahead displaces the live rank for good (its hellos are older), so one replayed frame fails the bootstrap"]
     fn rev27_a_replayed_hello_from_a_host_with_a_clock_ahead_never_displaces_the_live_rank() {
-        // Review of issue 27 (rev27). The README: "a replayed hello can at
-        // worst stand for its rank until that rank's own first hello
-        // arrives". Rank 1 of the earlier run (same key file) ran on host A,
-        // whose clock was 5 s ahead; it was recorded 1 s ago. Rank 1 of
-        // this run runs on host B, on time. Counters are each host's
-        // nanoseconds: the recorded hello's is 4 s above the live one's.
-        const SECOND: u64 = 1_000_000_000;
-        let now = 1_790_000_000 * SECOND;
+        // Review of issue 27 (rev27), finding 2. The README said: "a
+        // replayed hello can at worst stand for its rank until that rank's
+        // own first hello arrives". Not when rank 1 of the earlier run (same
+        // key file) ran on a host whose clock was ahead: hello counters were
+        // each host's nanoseconds, and "the newer bootstrap" was the one
+        // with the larger counter, so the replay displaced the live rank for
+        // good (and its window dropped the live hellos as too old). Now a
+        // counter is a session (random per hello socket) and a number in
+        // it, sessions are never compared, and the live bootstrap is told
+        // by proof (its claim covers rank 0's fresh nonce). The replay's
+        // session is numerically far above the live one's here.
         let (old, new) = ([1, 2], [3, 4]);
-        let replayed_counter = now - SECOND + 5 * SECOND;
-        let live_counter = now;
-        // The hello socket's window (as in `HelloSocket::try_recv`): the
+        let replayed_counter = (0xFFFF_0000u64 << crate::auth::SESSION_SHIFT) | 4_000_000;
+        let live_counter = 0x0000_1234u64 << crate::auth::SESSION_SHIFT;
+        // The hello socket's windows (as in `HelloSocket::try_recv`): the
         // replay first, then the live rank's hellos.
-        let mut window = ReplayWindow::default();
+        let mut windows = SenderWindows::default();
         let mut d = Discovery::new(hello(0, 2, 3));
         let mut deliver = |d: &mut Discovery, h: Hello, c: u64| {
-            if window.check(c) {
-                window.record(c);
-                d.take(h, Some(c)).unwrap();
+            if windows.check(c) {
+                windows.record(c);
+                d.take(h).unwrap();
             }
         };
         deliver(&mut d, claim(1, &old, true), replayed_counter);
         for i in 0..10 {
-            deliver(&mut d, hello(1, 2, new[1]), live_counter + 2 * i);
-            deliver(&mut d, claim(1, &new, true), live_counter + 2 * i + 1);
+            deliver(&mut d, hello(1, 2, new[1]), live_counter + 2 * i + 1);
+            deliver(&mut d, claim(1, &new, true), live_counter + 2 * i + 2);
+            // The replay again, and again: one window per session takes it once.
+            deliver(&mut d, claim(1, &old, true), replayed_counter);
         }
         assert_eq!(d.heard[&1].nonce, new[1], "rank 1 is the live one, not the replay ({})", d.stale.explain());
         assert!(d.done(), "the live rank 1 said it heard everyone");
     }
 
     #[test]
-    fn a_claim_counted_before_a_rank_restarted_is_forgotten() {
+    fn a_replay_between_the_live_hellos_costs_no_claim() {
+        // Before rank 1's live bootstrap is proven, a replay stands for it
+        // for a moment (heard last); claims are kept with their digests, so
+        // what ranks 1 and 2 said about the live bootstraps counts again as
+        // soon as the live rank 1 is heard again.
+        let (old, live) = ([9, 8, 7], [5, 6, 7]);
+        let mut d = Discovery::new(hello(0, 3, live[0]));
+        d.take(hello(1, 3, live[1])).unwrap();
+        d.take(claim(2, &live, false)).unwrap();
+        assert!(d.heard[&2].proven);
+        d.take(hello(1, 3, old[1])).unwrap(); // replayed: heard last
+        assert_eq!(d.heard[&1].nonce, old[1]);
+        assert!(!d.done());
+        d.take(claim(1, &live, false)).unwrap();
+        assert!(d.heard[&1].proven && d.done(), "rank 2's claim still counts");
+        d.take(claim(1, &old, true)).unwrap(); // replayed again: ignored now
+        assert!(d.done() && d.heard[&1].nonce == live[1]);
+    }
+
+    #[test]
+    fn a_rank_that_bootstraps_again_replaces_its_earlier_bootstrap_once_proven() {
         let first = [5, 6, 7];
         let mut d = Discovery::new(hello(0, 3, first[0]));
-        d.take(claim(1, &first, false), Some(10)).unwrap();
-        assert!(!d.heard_all[1], "a claim about rank 2 while rank 0 has not heard it: not counted yet");
-        d.take(claim(2, &first, false), Some(10)).unwrap();
-        d.take(claim(1, &first, false), Some(11)).unwrap();
-        assert!(d.done());
-        // Rank 2 bootstraps again (a newer counter): rank 1's claim was about the old rank 2.
+        d.take(claim(1, &first, false)).unwrap();
+        assert_eq!(d.heard_all[1], digest_of(first.iter().copied()), "kept, with its digest");
+        assert!(!d.done(), "a claim about rank 2 while rank 0 has not heard it: not counted yet");
+        d.take(claim(2, &first, false)).unwrap();
+        assert!(d.done(), "rank 1's claim counts once rank 0 heard rank 2");
+        // Rank 2 bootstraps again: its first hello proves nothing (it has
+        // not heard anyone yet), so the proven earlier one stays...
         let second = [5, 6, 8];
-        d.take(hello(2, 3, 8), Some(20)).unwrap();
-        assert!(!d.done() && !d.heard_all[1] && !d.heard_all[2]);
-        d.take(claim(1, &second, false), Some(12)).unwrap();
-        d.take(claim(2, &second, false), Some(21)).unwrap();
+        d.take(hello(2, 3, 8)).unwrap();
+        assert_eq!((d.heard[&2].nonce, d.stale.older), (7, 1));
+        // ...until a hello of it covers rank 0's nonce with its own.
+        d.take(claim(2, &second, false)).unwrap();
+        assert_eq!(d.heard[&2].nonce, 8);
+        assert!(!d.done(), "rank 1's claim was about the earlier rank 2");
+        d.take(claim(1, &second, false)).unwrap();
         assert!(d.done());
+        // The earlier process proving itself again: two processes with one rank.
+        let err = d.take(claim(2, &first, false)).unwrap_err().to_string();
+        assert!(err.contains("claimed by two processes at once"), "{err}");
     }
 
     #[test]
@@ -981,16 +1042,21 @@ mod tests {
     #[test]
     fn conflicting_claims_are_errors_and_other_sizes_wait_for_the_timeout() {
         let mut d = Discovery::new(hello(0, 3, 1));
-        d.take(hello(1, 3, 2), Some(10)).unwrap();
+        d.take(hello(1, 3, 2)).unwrap();
         let mut imposter = hello(1, 3, 2);
         imposter.macs[0] = MacAddr([2, 7, 7, 7, 7, 7]);
-        assert!(d.take(imposter, Some(11)).unwrap_err().to_string().contains("rank 1 is claimed by"));
-        // Two live processes with one rank: the older nonce speaks again after the newer.
-        d.take(hello(1, 3, 9), Some(20)).unwrap();
-        assert!(d.take(hello(1, 3, 2), Some(30)).unwrap_err().to_string().contains("claimed by two processes at once"));
+        assert!(d.take(imposter).unwrap_err().to_string().contains("rank 1 is claimed by"));
+        // Two live processes with one rank: both prove themselves in turn.
+        d.take(hello(2, 3, 3)).unwrap();
+        d.take(claim(1, &[1, 2, 3], false)).unwrap();
+        d.take(claim(1, &[1, 9, 3], false)).unwrap();
+        assert_eq!(d.heard[&1].nonce, 9);
+        assert!(d.take(claim(1, &[1, 2, 3], false)).unwrap_err().to_string().contains("claimed by two processes at once"));
+        let mut d = Discovery::new(hello(0, 3, 1));
+        d.take(hello(1, 3, 2)).unwrap();
         // Another size: maybe a replay of another job's; named at the timeout.
-        d.take(hello(2, 4, 3), Some(10)).unwrap();
-        d.take(hello(7, 8, 3), Some(10)).unwrap();
+        d.take(hello(2, 4, 3)).unwrap();
+        d.take(hello(7, 8, 3)).unwrap();
         assert_eq!(d.never_heard(), vec![2]);
         assert!(d.stale.explain().contains("2 hello(s) saying the job has another size (rank 7: 8 ranks)"), "{}", d.stale.explain());
     }

@@ -14,6 +14,8 @@ use crate::wait::{self, WaitPolicy};
 use crate::wire::{MacAddr, DEFAULT_ETHERTYPE};
 use crate::{Error, Result};
 
+pub use crate::port::{DEFAULT_PORT_DIR, ENV_PORT_DIR};
+
 /// The job key used when none is configured.
 pub const DEFAULT_JOB_KEY: u32 = 0x4d43_4400; // "MCD\0"
 /// The most rails one endpoint drives.
@@ -37,8 +39,12 @@ pub struct EndpointConfig {
     pub job_key: u32,
     /// How receives wait.
     pub wait: WaitPolicy,
-    /// How many of the job's processes share this host (for [`WaitPolicy::Adaptive`]).
+    /// How many of the job's processes share this host (for
+    /// [`WaitPolicy::Adaptive`]); a hint, the endpoint counts too.
     pub local_processes: usize,
+    /// Where the host's endpoints lock their ports: one lock file per
+    /// (network namespace, interface, port), held while the endpoint lives.
+    pub port_dir: std::path::PathBuf,
     /// Receive-ring slots per rail.
     pub rx_slots: usize,
     /// Send-ring slots per rail.
@@ -61,7 +67,10 @@ pub struct EndpointConfig {
 
 impl EndpointConfig {
     /// A configuration with defaults: EtherType 0x88B5, the default job key,
-    /// adaptive waiting, 1024 receive and 256 send slots per rail.
+    /// adaptive waiting, one process on the host as far as it knows, 1024
+    /// receive and 256 send slots per rail, port locks in
+    /// [`DEFAULT_PORT_DIR`]. It reads no
+    /// environment ([`from_env`](Self::from_env) does).
     pub fn new<S: Into<String>>(interfaces: impl IntoIterator<Item = S>, port: Port, nodes: NodeList) -> EndpointConfig {
         EndpointConfig {
             interfaces: interfaces.into_iter().map(Into::into).collect(),
@@ -70,7 +79,8 @@ impl EndpointConfig {
             ethertype: DEFAULT_ETHERTYPE,
             job_key: DEFAULT_JOB_KEY,
             wait: WaitPolicy::Adaptive,
-            local_processes: wait::local_processes_from_env(),
+            local_processes: 1,
+            port_dir: crate::port::DEFAULT_PORT_DIR.into(),
             rx_slots: 1024,
             tx_slots: 256,
             receive_buffer: 4 << 20,
@@ -88,7 +98,8 @@ impl EndpointConfig {
 
     /// A configuration from the environment: `MCD_IFACES` (comma-separated,
     /// default `eth0`), `MCD_PORT` (default 0), `MCD_NODES` / `MCD_NODE_FILE`,
-    /// `MCD_JOB`, `MCD_ETHERTYPE`, `MCD_WAIT`, and the authentication:
+    /// `MCD_JOB`, `MCD_ETHERTYPE`, `MCD_WAIT`, `MCD_PORT_DIR`, the processes on
+    /// the host ([`wait::local_processes_from_env`]), and the authentication:
     /// `MCD_KEY_FILE` or `MCD_AUTH=off` ([`Auth::from_env`]); with neither,
     /// [`Error::NoSecret`].
     pub fn from_env() -> Result<EndpointConfig> {
@@ -107,8 +118,13 @@ impl EndpointConfig {
         Ok(config)
     }
 
-    /// `MCD_ETHERTYPE` and `MCD_WAIT`, if set.
+    /// `MCD_ETHERTYPE`, `MCD_WAIT` and `MCD_PORT_DIR`, if set, and the
+    /// processes on the host.
     pub(crate) fn apply_env(&mut self) -> Result<()> {
+        self.local_processes = wait::local_processes_from_env();
+        if let Some(dir) = std::env::var_os(crate::port::ENV_PORT_DIR).filter(|d| !d.is_empty()) {
+            self.port_dir = dir.into();
+        }
         if let Some(t) = env_var("MCD_ETHERTYPE") {
             self.ethertype = parse_ethertype(&t)?;
         }

@@ -4,7 +4,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::auth::{initial_counter, Auth, FrameKey, ReplayWindow};
+use crate::auth::{Auth, Counter, FrameKey, SenderWindows};
 use crate::config::{lookup_interface, EndpointConfig, Interface, MAX_RAILS};
 use crate::filter::{self, pkttype, FilterSpec};
 use crate::node::{NodeId, NodeList, Port};
@@ -91,32 +91,59 @@ impl Rail {
     }
 }
 
-/// The receiving half of authentication: the key, and per sender node and
-/// rail its replay window, and per sender its count of frames with bad tags.
+/// A job's frame keys on one rail ([`FrameKey::for_destination`]): one per
+/// node (its MAC on the rail) and one per group.
+struct RailKeys {
+    nodes: Vec<FrameKey>,
+    groups: Vec<FrameKey>,
+}
+
+impl RailKeys {
+    fn new(secret: &crate::JobSecret, rail: usize, nodes: &NodeList, job_key: u32) -> RailKeys {
+        RailKeys {
+            nodes: nodes.iter().map(|n| FrameKey::for_destination(secret, rail, n.macs[rail])).collect(),
+            groups: (0..=u8::MAX).map(|g| FrameKey::for_destination(secret, rail, MacAddr::mcd_group(job_key, GroupId(g)))).collect(),
+        }
+    }
+
+    fn to(&self, to: Destination) -> &FrameKey {
+        match to {
+            Destination::Node(n) => &self.nodes[n],
+            Destination::Group(g) => &self.groups[g.0 as usize],
+        }
+    }
+}
+
+/// Authentication: the keys (per rail and destination; sending signs with
+/// them too), and per sender node and rail its replay windows, and per
+/// sender its count of frames with bad tags.
 struct Verifier {
-    key: FrameKey,
-    /// Rails of the endpoint: the stride of `windows`.
-    rails: usize,
-    /// Indexed by `node * rails + rail`: one window per sender and rail, so
-    /// that a frame waiting in one rail's ring while the sender sends many on
-    /// another is not taken for a replay (one sender's counter runs over all
-    /// its rails; per rail its frames arrive in order, but the rings are read
-    /// in turn). A frame replayed on another rail than the one it was sent
-    /// on carries that rail's MACs, which the tag covers: it is an unknown
-    /// source there, so per-rail windows let no replay through.
-    windows: Vec<ReplayWindow>,
+    /// Per rail, the key of every destination: a frame replayed on another
+    /// rail than its own, or re-addressed to another node or group, fails
+    /// its tag there, even where a node's rails share one MAC (VLAN
+    /// interfaces of one NIC).
+    keys: Vec<RailKeys>,
+    /// Indexed by `node * rails + rail`: one set of windows per sender and
+    /// rail, so that a frame waiting in one rail's ring while the sender
+    /// sends many on another is not taken for a replay (one sender's
+    /// counter runs over all its rails; per rail its frames arrive in
+    /// order, but the rings are read in turn). Within a set, one window per
+    /// session of the sender's counter: an earlier run's frame never
+    /// touches the live session's window.
+    windows: Vec<SenderWindows>,
     /// Frames whose tag failed, by the node number they claimed (the last
     /// entry: numbers beyond the node list).
     bad_tags: Vec<u64>,
 }
 
 impl Verifier {
-    fn new(key: FrameKey, nodes: usize, rails: usize) -> Verifier {
-        Verifier { key, rails, windows: vec![ReplayWindow::default(); nodes * rails], bad_tags: vec![0; nodes + 1] }
+    fn new(secret: &crate::JobSecret, nodes: &NodeList, rails: usize, job_key: u32) -> Verifier {
+        let keys = (0..rails).map(|rail| RailKeys::new(secret, rail, nodes, job_key)).collect();
+        Verifier { keys, windows: vec![SenderWindows::default(); nodes.len() * rails], bad_tags: vec![0; nodes.len() + 1] }
     }
 
-    fn window(&mut self, from: NodeId, rail: usize) -> &mut ReplayWindow {
-        &mut self.windows[from * self.rails + rail]
+    fn window(&mut self, from: NodeId, rail: usize) -> &mut SenderWindows {
+        &mut self.windows[from * self.keys.len() + rail]
     }
 }
 
@@ -166,14 +193,28 @@ impl Demux {
         }
         let counter = match &mut self.verifier {
             None => None,
-            Some(v) => match v.key.verify(&view) {
-                Some(counter) => Some(counter),
-                None => {
-                    let claimed = (repr.src_node as usize).min(v.bad_tags.len() - 1);
-                    v.bad_tags[claimed] += 1;
-                    return Err(DropReason::BadTag);
+            Some(v) => {
+                // The key is the destination's (and the rail's): this
+                // node's address, or one of the job's groups; a frame to
+                // any other is not for this endpoint (the kernel filter
+                // drops it too), whatever it holds.
+                let keys = &v.keys[rail];
+                let key = if repr.dst_mac == my_mac {
+                    &keys.nodes[self.me]
+                } else if let Some(g) = repr.dst_mac.as_mcd_group(self.job_key) {
+                    &keys.groups[g.0 as usize]
+                } else {
+                    return Err(DropReason::NotForMe);
+                };
+                match key.verify(&view) {
+                    Some(counter) => Some(counter),
+                    None => {
+                        let claimed = (repr.src_node as usize).min(v.bad_tags.len() - 1);
+                        v.bad_tags[claimed] += 1;
+                        return Err(DropReason::BadTag);
+                    }
                 }
-            },
+            }
         };
         if repr.job_key != self.job_key {
             return Err(DropReason::WrongJob);
@@ -240,14 +281,14 @@ pub struct Endpoint {
     phases: WaitPhases,
     /// The job's processes on this host as the configuration says (a hint).
     local_hint: usize,
+    /// Where the host's endpoints lock their ports (counted for the load).
+    port_dir: std::path::PathBuf,
     kernel_filter: bool,
     /// The rail `try_recv` looks at first (round robin, so no rail starves).
     rx_rail: usize,
     stats: Stats,
-    /// The key frames are signed with (`None`: authentication off).
-    key: Option<FrameKey>,
-    /// The next frame's counter (see [`crate::auth`]).
-    counter: u64,
+    /// The frames' counter (see [`crate::auth`]).
+    counter: Counter,
     /// How long a waiting receive stays silent before announcing.
     announce_every: Option<Duration>,
     /// When the last announcement check ran, and the sends counted then.
@@ -279,9 +320,9 @@ impl Endpoint {
     /// calling thread's network namespace.
     pub fn open(config: EndpointConfig) -> Result<Endpoint> {
         let EndpointConfig { interfaces, port, nodes, ethertype, job_key, wait, local_processes, auth, announce_every, .. } = config.clone();
-        let key = match &auth {
+        let secret = match &auth {
             Auth::Unset => return Err(Error::NoSecret),
-            Auth::Key(secret) => Some(FrameKey::new(secret)),
+            Auth::Key(secret) => Some(secret),
             Auth::Off => None,
         };
         if interfaces.is_empty() || interfaces.len() > MAX_RAILS {
@@ -296,7 +337,7 @@ impl Endpoint {
         }
         let infos = interfaces.iter().map(|name| lookup_interface(name)).collect::<Result<Vec<_>>>()?;
         let me = nodes.find(infos[0].mac, port).ok_or_else(|| Error::NotInNodeList { mac: infos[0].mac, port, interface: interfaces[0].clone() })?;
-        let verifier = key.clone().map(|key| Verifier::new(key, nodes.len(), infos.len()));
+        let verifier = secret.map(|secret| Verifier::new(secret, &nodes, infos.len(), job_key));
         let auth_mismatch = vec![0; nodes.len() + 1];
         let demux = Demux { me, ethertype, job_key, port, nodes, groups: vec![GroupId::ALL.0], verifier, auth_mismatch };
         let mut rails = Vec::with_capacity(interfaces.len());
@@ -321,11 +362,11 @@ impl Endpoint {
             wait,
             phases: wait.phases(local_processes, crate::host::online_cpus()),
             local_hint: local_processes,
+            port_dir: config.port_dir.clone(),
             kernel_filter: config.kernel_filter,
             rx_rail: 0,
             stats: Stats::default(),
-            key,
-            counter: initial_counter(),
+            counter: Counter::new()?,
             announce_every,
             announced: Announced { at: Instant::now(), sent: 0 },
         };
@@ -341,7 +382,7 @@ impl Endpoint {
     pub fn local_processes(&self) -> usize {
         let mac = self.demux.nodes.get(self.me).map(|n| n.macs[0]);
         let on_this_nic = self.demux.nodes.iter().filter(|n| Some(n.macs[0]) == mac).count();
-        self.local_hint.max(on_this_nic).max(crate::port::endpoints_on_host()).max(1)
+        self.local_hint.max(on_this_nic).max(crate::port::endpoints_on_host(&self.port_dir)).max(1)
     }
 
     /// Re-reads [`local_processes`](Self::local_processes) and adapts the
@@ -395,7 +436,7 @@ impl Endpoint {
 
     /// Bytes of trailer each frame carries: [`TRAILER_LEN`] when authenticated, else 0.
     fn trailer_len(&self) -> usize {
-        if self.key.is_some() {
+        if self.demux.verifier.is_some() {
             TRAILER_LEN
         } else {
             0
@@ -404,7 +445,7 @@ impl Endpoint {
 
     /// Whether this endpoint signs its frames and accepts only signed ones.
     pub fn authenticated(&self) -> bool {
-        self.key.is_some()
+        self.demux.verifier.is_some()
     }
 
     /// Changes [`EndpointConfig::announce_every`].
@@ -509,9 +550,8 @@ impl Endpoint {
         let mut frame = Frame::new_unchecked(&mut *buffer);
         repr.emit(&mut frame);
         frame.payload_mut().copy_from_slice(payload);
-        if let Some(key) = &self.key {
-            key.sign(buffer, self.counter);
-            self.counter += 1;
+        if let Some(v) = &self.demux.verifier {
+            v.keys[rail].to(to).sign(buffer, self.counter.take());
         }
         tx.submit(len);
         r.tx_generation[slot] = r.tx_generation[slot].wrapping_add(1);
@@ -534,9 +574,8 @@ impl Endpoint {
         let mut frame = Frame::new_unchecked(&mut r.tx_scratch[..len]);
         repr.emit(&mut frame);
         frame.payload_mut().copy_from_slice(payload);
-        if let Some(key) = &self.key {
-            key.sign(&mut r.tx_scratch[..len], self.counter);
-            self.counter += 1;
+        if let Some(v) = &self.demux.verifier {
+            v.keys[rail].to(to).sign(&mut r.tx_scratch[..len], self.counter.take());
         }
         match r.sender.send(&r.tx_scratch[..len]) {
             Ok(_) => {}
@@ -573,7 +612,7 @@ impl Endpoint {
             job_key: self.demux.job_key,
             seq,
             payload_len: payload.len(),
-            authenticated: self.key.is_some(),
+            authenticated: self.demux.verifier.is_some(),
         })
     }
 
@@ -742,9 +781,8 @@ impl Endpoint {
             let r = &mut self.rails[rail];
             let len = repr.frame_len();
             repr.emit(&mut Frame::new_unchecked(&mut r.tx_scratch[..len]));
-            if let Some(key) = &self.key {
-                key.sign(&mut r.tx_scratch[..len], self.counter);
-                self.counter += 1;
+            if let Some(v) = &self.demux.verifier {
+                v.keys[rail].to(Destination::Node(self.me)).sign(&mut r.tx_scratch[..len], self.counter.take());
             }
             match r.sender.send(&r.tx_scratch[..len]) {
                 Ok(_) => {}
@@ -832,7 +870,7 @@ fn wait_for_send_slot(r: &mut Rail, rail: usize, slot: usize) -> Result<()> {
 fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: Interface, has_siblings: bool) -> Result<Rail> {
     // The socket first: without CAP_NET_RAW, that is the error to report.
     let socket = PacketSocket::open().map_err(|e| Error::os("opening an AF_PACKET socket", e))?;
-    let lock = PortLock::acquire(&interface, config.port)?;
+    let lock = PortLock::acquire(&config.port_dir, &interface, config.port)?;
     let on = |what: &str| format!("{what} on {interface}");
     socket.set_tpacket_v2().map_err(|e| Error::os(on("selecting TPACKET_V2"), e))?;
     socket.set_skip_malformed_sends().map_err(|e| Error::os(on("setting PACKET_LOSS"), e))?;
@@ -917,6 +955,7 @@ mod tests {
             ("another job key", patched(offset::JOB_KEY, &[0x13]), pkttype::HOST, Err(WrongJob)),
             ("another EtherType", patched(offset::ETHERTYPE, &[0x08, 0x00]), pkttype::HOST, Err(ForeignEtherType)),
             ("the old version 1", patched(offset::VERSION, &[1]), pkttype::HOST, Err(BadVersion)),
+            ("version 2 (clock counters, one key on every rail)", patched(offset::VERSION, &[2]), pkttype::HOST, Err(BadVersion)),
             ("payload length past the frame", patched(offset::PAYLOAD_LEN, &[0, 5]), pkttype::HOST, Err(Truncated)),
         ];
         for (what, data, packet_type, verdict) in cases {
@@ -944,10 +983,17 @@ mod tests {
 
     /// `bytes` (an unauthenticated frame) signed with `secret` and `counter`.
     fn signed(bytes: &[u8], secret: u8, counter: u64) -> Vec<u8> {
+        signed_on(bytes, secret, 0, counter)
+    }
+
+    /// `bytes` signed with the key of secret `[secret; 16]` on rail `rail`
+    /// for its destination MAC.
+    fn signed_on(bytes: &[u8], secret: u8, rail: usize, counter: u64) -> Vec<u8> {
         let mut f = bytes.to_vec();
         f[offset::VERSION] |= crate::wire::AUTH_FLAG;
         f.resize(f.len() + TRAILER_LEN, 0);
-        FrameKey::new(&crate::JobSecret::from_bytes([secret; 16])).sign(&mut f, counter);
+        let dst = MacAddr(f[offset::DST_MAC..offset::DST_MAC + 6].try_into().unwrap());
+        FrameKey::for_destination(&crate::JobSecret::from_bytes([secret; 16]), rail, dst).sign(&mut f, counter);
         f
     }
 
@@ -958,7 +1004,27 @@ mod tests {
     /// An authenticating demux of 2 nodes on `rails` rails.
     fn authenticated_demux_on(rails: usize) -> Demux {
         let mut d = demux();
-        d.verifier = Some(Verifier::new(FrameKey::new(&crate::JobSecret::from_bytes([1; 16])), 2, rails));
+        let secret = crate::JobSecret::from_bytes([1; 16]);
+        if rails > 1 {
+            d.nodes = NodeList::new(
+                (0..2)
+                    .map(|n| NodeAddr {
+                        macs: d.nodes.get(n).unwrap().macs.iter().cycle().take(rails).copied().collect(),
+                        port: d.nodes.get(n).unwrap().port,
+                    })
+                    .collect(),
+            )
+            .unwrap();
+        }
+        d.verifier = Some(Verifier::new(&secret, &d.nodes, rails, d.job_key));
+        d
+    }
+
+    /// `d` with node list `nodes`, and its keys for them.
+    fn with_nodes(mut d: Demux, nodes: NodeList) -> Demux {
+        let rails = nodes.rails();
+        d.nodes = nodes;
+        d.verifier = Some(Verifier::new(&crate::JobSecret::from_bytes([1; 16]), &d.nodes, rails, d.job_key));
         d
     }
 
@@ -988,6 +1054,27 @@ mod tests {
         assert_eq!(verdict(&mut d, &signed(&patched(offset::SRC_PORT, &[2]), 1, 1002)), Err(UnknownSource));
         // At an endpoint with authentication off, a signed frame is a mismatch.
         assert_eq!(demux().accept(&RxFrame { data: &good, wire_len: good.len(), packet_type: pkttype::HOST }, 0, ME).map(|_| ()), Err(AuthMismatch));
+    }
+
+    #[test]
+    fn every_single_flipped_bit_is_dropped() {
+        // The tag hashes the frame from its kind on; the destination MAC
+        // picks the key, and the source MAC, EtherType and version have one
+        // acceptable value each: no bit of a signed frame can change and the
+        // frame still be delivered.
+        let good = signed(&UNICAST_FRAME, 1, 4242);
+        let verdict = |data: &[u8]| {
+            let frame = RxFrame { data, wire_len: data.len(), packet_type: pkttype::HOST };
+            authenticated_demux().accept(&frame, 0, ME).map(|_| ())
+        };
+        assert_eq!(verdict(&good), Ok(()));
+        for byte in 0..good.len() {
+            for bit in 0..8 {
+                let mut bad = good.clone();
+                bad[byte] ^= 1 << bit;
+                assert!(verdict(&bad).is_err(), "bit {bit} of byte {byte} flipped is delivered");
+            }
+        }
     }
 
     #[test]
@@ -1053,17 +1140,18 @@ mod tests {
     #[test]
     fn a_frame_of_one_rail_replayed_on_another_is_dropped_and_changes_nothing() {
         // Review of issue 27: one counter per endpoint over all its rails,
-        // one window per sender and rail. A frame of node 1's rail 0 sent again on
-        // rail 1 (the attacker on rail 1's segment) carries rail 0's MACs,
-        // which the tag covers: an unknown source there, never recorded, so
-        // the original, read after it on rail 0, is delivered.
+        // one window per sender and rail. A frame of node 1's rail 0 sent
+        // again on rail 1 (the attacker on rail 1's segment): a unicast one
+        // is addressed to rail 0's MAC, not for this rail; a multicast one
+        // was signed with rail 0's key of its group, so its tag fails here.
+        // Neither is recorded, so the original, read after it on rail 0, is
+        // delivered.
         let nodes = NodeList::new(vec![
             NodeAddr { macs: vec![ME, MacAddr([2, 0, 0, 0, 1, 1])], port: 3 },
             NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, 9]), MacAddr([2, 0, 0, 0, 1, 9])], port: 1 },
         ])
         .unwrap();
-        let mut d = authenticated_demux_on(2);
-        d.nodes = nodes;
+        let mut d = with_nodes(authenticated_demux_on(2), nodes);
         let data = signed(&UNICAST_FRAME, 1, 9000);
         let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
         let rail1_mac = MacAddr([2, 0, 0, 0, 1, 1]);
@@ -1072,9 +1160,10 @@ mod tests {
         multicast[..6].copy_from_slice(&[0x03, 0x12, 0x34, 0x56, 0x78, 0]);
         let group = signed(&multicast, 1, 9001);
         let group_frame = RxFrame { data: &group, wire_len: group.len(), packet_type: pkttype::MULTICAST };
-        assert_eq!(d.accept(&group_frame, 1, rail1_mac).map(|_| ()), Err(DropReason::UnknownSource), "rail 0's source MAC on rail 1");
+        assert_eq!(d.accept(&group_frame, 1, rail1_mac).map(|_| ()), Err(DropReason::BadTag), "rail 0's multicast on rail 1");
         let v = d.verifier.as_mut().unwrap();
-        assert_eq!((v.window(1, 0).highest(), v.window(1, 1).highest()), (0, 0), "nothing recorded");
+        assert_eq!((v.window(1, 0).highest(0), v.window(1, 1).highest(0)), (0, 0), "nothing recorded");
+        assert_eq!(v.bad_tags, vec![0, 1, 0], "counted, by the node it claims");
         let (msg, counter) = d.accept(&group_frame, 0, ME).expect("the original on rail 0");
         d.record(&msg, counter);
         assert_eq!((msg.rail, counter), (0, Some(9001)));
@@ -1096,15 +1185,14 @@ mod tests {
             NodeAddr { macs: vec![MacAddr([2, 0, 0, 0, 0, 9]), MacAddr([2, 0, 0, 0, 1, 9])], port: 1 },
         ])
         .unwrap();
-        let mut d = authenticated_demux_on(2);
-        d.nodes = nodes;
+        let mut d = with_nodes(authenticated_demux_on(2), nodes);
         let mut deliver = |rail: usize, counter: u64| {
             let mut bytes = UNICAST_FRAME.to_vec();
             if rail == 1 {
                 bytes[offset::DST_MAC + 4] = 1;
                 bytes[offset::SRC_MAC + 4] = 1;
             }
-            let data = signed(&bytes, 1, counter);
+            let data = signed_on(&bytes, 1, rail, counter);
             let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
             let my_mac = d.nodes.get(0).unwrap().macs[rail];
             let verdict = d.accept(&frame, rail, my_mac);
@@ -1163,7 +1251,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "finding 4 (rev27): a node whose rails share one MAC (VLAN interfaces of one NIC: the node list allows it) has a multicast frame of rail 0 delivered again on rail 1, a fresh counter in rail 1's window"]
     fn rev27_a_frame_replayed_on_another_rail_is_dropped_even_when_the_rails_share_a_mac() {
         // Review of issue 27 (rev27). The README: "a frame replayed on
         // another rail than its own carries its own rail's MACs, which the
@@ -1173,29 +1260,37 @@ mod tests {
         // is sent again by an attacker on rail 1's segment.
         let shared = MacAddr([2, 0, 0, 0, 0, 9]);
         let nodes = NodeList::new(vec![NodeAddr { macs: vec![ME, ME], port: 3 }, NodeAddr { macs: vec![shared, shared], port: 1 }]).unwrap();
-        let mut d = authenticated_demux_on(2);
-        d.nodes = nodes;
+        let mut d = with_nodes(authenticated_demux_on(2), nodes);
         let mut multicast = UNICAST_FRAME.to_vec();
         multicast[..6].copy_from_slice(&[0x03, 0x12, 0x34, 0x56, 0x78, 0]);
         let group = signed(&multicast, 1, 9001);
         let frame = RxFrame { data: &group, wire_len: group.len(), packet_type: pkttype::MULTICAST };
         let (msg, counter) = d.accept(&frame, 0, ME).expect("the original on rail 0");
         d.record(&msg, counter);
-        assert!(d.accept(&frame, 1, ME).is_err(), "the same frame again, on rail 1, is delivered a second time");
+        // Finding 4 (rev27): it used to be delivered a second time here.
+        // Each rail has its own key: rail 0's frame fails its tag on rail 1.
+        assert_eq!(d.accept(&frame, 1, ME).map(|_| ()), Err(DropReason::BadTag), "the same frame again, on rail 1");
+        assert_eq!(d.verifier.as_ref().unwrap().bad_tags[1], 1, "counted");
+        // Node 1's own frames of rail 1 are delivered there.
+        let rail1 = signed_on(&multicast, 1, 1, 9002);
+        let frame = RxFrame { data: &rail1, wire_len: rail1.len(), packet_type: pkttype::MULTICAST };
+        assert_eq!(d.accept(&frame, 1, ME).map(|(msg, c)| (msg.rail, c)), Ok((1, Some(9002))));
     }
 
     #[test]
-    #[ignore = "finding 2 (rev27): one frame of an earlier run whose sender's clock was ahead lifts the sender's replay window above the live sender's counters: every live frame of that node is then dropped as a replay"]
     fn rev27_a_frame_of_an_earlier_run_from_a_clock_ahead_does_not_silence_the_live_sender() {
-        // Review of issue 27 (rev27). A frame recorded in an earlier run with
-        // the same key verifies and is new to a new endpoint, "once": it is
-        // delivered (the engine drops it as another instance's) and its
-        // counter recorded. Node 1 of the earlier run ran on a host whose
-        // clock was 5 s ahead (or this host's clock was stepped back since);
-        // it was recorded 1 s ago.
-        const SECOND: u64 = 1_000_000_000;
-        let live = 1_790_000_000 * SECOND;
-        let recorded = live - SECOND + 5 * SECOND;
+        // Review of issue 27 (rev27), finding 2. A frame recorded in an
+        // earlier run with the same key verifies and is new to a new
+        // endpoint, once: it is delivered (the engine drops it as another
+        // instance's). Its counter was larger than any of the live sender's
+        // (counters were the sender's clock, and node 1 of the earlier run
+        // ran on a host whose clock was ahead): it lifted the one window of
+        // node 1 above the live counters, and every live frame was dropped
+        // as a replay. Counters are now a session (random per endpoint) and
+        // a number in it, and sessions are never compared: here the earlier
+        // session is numerically far above the live one.
+        let recorded = (0xFFFF_0000u64 << crate::auth::SESSION_SHIFT) | 5_000_000;
+        let live = 0x0000_1234u64 << crate::auth::SESSION_SHIFT;
         let mut d = authenticated_demux();
         let deliver = |d: &mut Demux, counter: u64| {
             let data = signed(&UNICAST_FRAME, 1, counter);
@@ -1207,9 +1302,12 @@ mod tests {
             verdict.map(|_| ())
         };
         assert_eq!(deliver(&mut d, recorded), Ok(()), "the replayed frame (the engine drops it above)");
-        for i in 0..10 {
+        for i in 1..=10 {
             assert_eq!(deliver(&mut d, live + i), Ok(()), "node 1's live frame {i}");
         }
+        assert_eq!(deliver(&mut d, recorded), Err(DropReason::Replayed), "the earlier run's frame, once only");
+        assert_eq!(deliver(&mut d, live + 3), Err(DropReason::Replayed), "the live ones too");
+        assert_eq!(deliver(&mut d, live + 11), Ok(()));
     }
 
     #[test]
@@ -1229,6 +1327,6 @@ mod tests {
             assert_eq!(d.accept(&frame, 0, ME).map(|_| ()), Err(DropReason::NotForMe));
         }
         let v = d.verifier.as_mut().unwrap();
-        assert_eq!((v.window(0, 0).highest(), v.window(1, 0).highest()), (0, 0));
+        assert_eq!((v.window(0, 0).highest(0), v.window(1, 0).highest(0)), (0, 0));
     }
 }

@@ -28,6 +28,7 @@ pub mod pkttype {
     /// To this host's address.
     pub const HOST: u32 = 0;
     /// To the broadcast address.
+    #[cfg(test)]
     pub const BROADCAST: u32 = 1;
     /// To a multicast address.
     pub const MULTICAST: u32 = 2;
@@ -175,6 +176,7 @@ pub fn build(spec: &FilterSpec<'_>) -> Vec<BpfInsn> {
 /// Runs a classic BPF program the way the kernel does, for the instructions
 /// [`build`] emits: returns the snap length (0 = drop). For tests and for
 /// checking a filter without a kernel.
+#[cfg(test)]
 pub fn interpret(program: &[BpfInsn], frame: &[u8], packet_type: u32) -> u32 {
     let mut acc: u32 = 0;
     let mut pc = 0usize;
@@ -220,7 +222,7 @@ pub(crate) mod tests {
         0x02, 0x00, 0x00, 0x00, 0x00, 0x01,     // destination MAC
         0x02, 0x00, 0x00, 0x00, 0x00, 0x09,     // source MAC
         0x88, 0xb5,                             // EtherType
-        0x02, 0x05, 0x03, 0x01,                 // version, kind, dst port, src port
+        0x03, 0x05, 0x03, 0x01,                 // version, kind, dst port, src port
         0x00, 0x01, 0x00, 0x04,                 // source node, payload length
         0x12, 0x34, 0x56, 0x78,                 // job key
         0x00, 0x00, 0x00, 0x09,                 // sequence

@@ -19,12 +19,14 @@
 //!   from a key file or a launcher), the tag every frame carries and the
 //!   replay window every receiver keeps per sender. On by default: an
 //!   endpoint without a secret must say [`Auth::Off`].
-//! - [`filter`]: the classic BPF program that demultiplexes in the kernel —
-//!   only this job's frames for this endpoint's port or joined groups wake
-//!   the process.
-//! - [`node`] and [`port`]: who is who. A node is a (MAC, port) pair; node
-//!   numbers come from a node list. Each device has 256 ports, each held by
-//!   one endpoint on the host.
+//! - the kernel filter (private): the classic BPF program that
+//!   demultiplexes in the kernel — only this job's frames for this
+//!   endpoint's port or joined groups wake the process; its tests run it in
+//!   a user-space interpreter.
+//! - [`node`] and the port locks (private): who is who. A node is a (MAC,
+//!   port) pair; node numbers come from a node list. Each device has 256
+//!   ports, each held by one endpoint on the host (a lock file in
+//!   [`config::DEFAULT_PORT_DIR`], or `MCD_PORT_DIR`).
 //! - [`config`]: what an endpoint is opened with ([`EndpointConfig`]), read
 //!   from the environment or given; interface lookup. Below both the
 //!   endpoint and bootstrap, which import it and not each other.
@@ -80,11 +82,11 @@ pub mod bootstrap;
 pub mod config;
 mod endpoint;
 mod error;
-pub mod filter;
+mod filter;
 pub mod host;
 pub mod kind;
 pub mod node;
-pub mod port;
+mod port;
 pub mod raw;
 pub mod shm;
 pub mod stats;

@@ -3,7 +3,8 @@
 //!
 //! Between processes, a port is held through an exclusive POSIX record lock on
 //! a lock file named after the network namespace, the interface and the port,
-//! in `MCD_PORT_DIR` (default `/tmp/mcd-ports`). The kernel releases it when
+//! in the endpoint's [`port_dir`](crate::EndpointConfig::port_dir)
+//! (`MCD_PORT_DIR` from the environment, default [`DEFAULT_PORT_DIR`]). The kernel releases it when
 //! the holder exits, even on a crash, so a port is never left held by a dead
 //! process; and unlike `flock`, a child that another thread forks does not
 //! share it. Within a process, a registry of held lock files keeps two
@@ -13,27 +14,26 @@
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::node::Port;
 use crate::{sys, Error, Result};
 
-/// Environment variable naming the lock directory.
+/// Environment variable naming the lock directory (read by
+/// [`EndpointConfig::from_env`](crate::EndpointConfig::from_env) and the bootstrap).
 pub const ENV_PORT_DIR: &str = "MCD_PORT_DIR";
+/// The lock directory when none is configured.
+pub const DEFAULT_PORT_DIR: &str = "/tmp/mcd-ports";
 /// The lock files this process holds.
 static HELD: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 
-/// The lock directory.
-fn lock_dir() -> PathBuf {
-    std::env::var_os(ENV_PORT_DIR).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp/mcd-ports"))
-}
-
 /// How many endpoints hold ports on this host now, in every process and
-/// network namespace (an endpoint with several rails counts once): the mcd
-/// processes that share this host's cores, seen without any hint.
-pub fn endpoints_on_host() -> usize {
-    let Ok(entries) = std::fs::read_dir(lock_dir()) else { return 0 };
+/// network namespace (an endpoint with several rails counts once), in the
+/// lock directory `dir`: the mcd processes that share this host's cores,
+/// seen without any hint.
+pub fn endpoints_on_host(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
     let ours = HELD.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut endpoints = BTreeSet::new();
     for entry in entries.flatten() {
@@ -56,19 +56,18 @@ pub fn endpoints_on_host() -> usize {
 pub struct PortLock {
     _file: File,
     path: PathBuf,
-    port: Port,
 }
 
 impl PortLock {
-    /// Takes `port` on `interface` (of the calling thread's network namespace),
-    /// or fails with [`Error::PortHeld`] naming the holder.
-    pub fn acquire(interface: &str, port: Port) -> Result<PortLock> {
+    /// Takes `port` on `interface` (of the calling thread's network namespace)
+    /// through a lock file in `dir`, or fails with [`Error::PortHeld`] naming
+    /// the holder.
+    pub fn acquire(dir: &Path, interface: &str, port: Port) -> Result<PortLock> {
         let io = |what: &str, source| Error::Io { what: format!("{what} for port {port} on {interface}"), source };
-        let dir = lock_dir();
         if !dir.is_dir() {
-            std::fs::create_dir_all(&dir).map_err(|e| io("creating the port lock directory", e))?;
+            std::fs::create_dir_all(dir).map_err(|e| io("creating the port lock directory", e))?;
             // Every user's endpoints lock here; the sticky bit keeps files apart.
-            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777));
+            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777));
         }
         let netns = sys::current_netns_id().map_err(|e| io("reading the network namespace", e))?;
         let path = dir.join(format!("{netns}-{interface}-{port}.lock"));
@@ -95,12 +94,7 @@ impl PortLock {
         }
         registry.insert(path.clone());
         drop(registry);
-        Ok(PortLock { _file: file, path, port })
-    }
-
-    /// The port held.
-    pub fn port(&self) -> Port {
-        self.port
+        Ok(PortLock { _file: file, path })
     }
 }
 
@@ -118,20 +112,19 @@ mod tests {
     #[test]
     fn a_held_port_is_refused_with_its_holder_until_released() {
         let dir = std::env::temp_dir().join(format!("mcd-port-test-{}", std::process::id()));
-        std::env::set_var(ENV_PORT_DIR, &dir);
-        let first = PortLock::acquire("lo", 200).unwrap();
-        let err = PortLock::acquire("lo", 200).unwrap_err();
+        let first = PortLock::acquire(&dir, "lo", 200).unwrap();
+        let err = PortLock::acquire(&dir, "lo", 200).unwrap_err();
         let msg = err.to_string();
         assert!(matches!(err, Error::PortHeld { port: 200, .. }), "{msg}");
         assert!(msg.contains(&format!("process {}", std::process::id())), "{msg}");
-        let other = PortLock::acquire("lo", 201).unwrap();
-        assert_eq!(other.port(), 201);
+        let other = PortLock::acquire(&dir, "lo", 201).unwrap();
+        assert!(other.path.to_string_lossy().ends_with("-lo-201.lock"), "{}", other.path.display());
         drop(first);
-        let again = PortLock::acquire("lo", 200).unwrap();
-        assert_eq!(endpoints_on_host(), 2, "ports 200 and 201 of this namespace");
+        let again = PortLock::acquire(&dir, "lo", 200).unwrap();
+        assert_eq!(endpoints_on_host(&dir), 2, "ports 200 and 201 of this namespace");
         drop(again);
         drop(other);
-        assert_eq!(endpoints_on_host(), 0);
+        assert_eq!(endpoints_on_host(&dir), 0);
         let _ = std::fs::remove_dir_all(dir);
     }
 }

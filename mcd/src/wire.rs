@@ -19,10 +19,14 @@
 //! +---------------------------------------+
 //! ```
 //!
-//! `ver` holds the version ([`VERSION`], 2) in its low 7 bits and the
+//! `ver` holds the version ([`VERSION`], 3) in its low 7 bits and the
 //! [`AUTH_FLAG`] in its top bit. The tag is a keyed MAC (SipHash-2-4 under
-//! the job's secret, [`crate::auth`]) of every byte before it: Ethernet
-//! header, MCD header, payload and counter. Ethernet padding after the
+//! a key derived from the job's secret, the rail and the destination MAC,
+//! [`crate::auth`]) of every byte from the kind through the counter: the
+//! MCD header after its version byte, payload and counter (the bytes
+//! before have one acceptable value each, or are in the key). The counter
+//! is the sender's session (32 random bits) above the frame's number in
+//! that session (32 bits, from 1). Ethernet padding after the
 //! trailer (or after the payload of an unauthenticated frame) is ignored.
 //!
 //! As in smoltcp, a wire format has two faces: [`Frame`] and [`Trailer`],
@@ -45,16 +49,17 @@ pub const MCD_HEADER_LEN: usize = 16;
 /// Ethernet header plus MCD header: the smallest valid MCD frame.
 pub const FRAME_HEADER_LEN: usize = ETHERNET_HEADER_LEN + MCD_HEADER_LEN;
 /// The MCD wire-format version this crate speaks (the low 7 bits of the
-/// version byte). Version 1 had no authentication; its frames are dropped as
-/// [`WireError::BadVersion`].
-pub const VERSION: u8 = 2;
+/// version byte). Version 1 had no authentication; version 2's counters
+/// were the sender's clock and every rail had the secret as its key. Their
+/// frames are dropped as [`WireError::BadVersion`].
+pub const VERSION: u8 = 3;
 /// The top bit of the version byte: a [`Trailer`] follows the payload.
 pub const AUTH_FLAG: u8 = 0x80;
 /// Length of the trailer of an authenticated frame: counter and tag.
 pub const TRAILER_LEN: usize = 16;
 
 /// Byte offsets of the fields inside a frame, counted from the start of the
-/// Ethernet header. The kernel filter ([`crate::filter`]) reads the same offsets.
+/// Ethernet header. The kernel filter (the crate's `filter` module) reads the same offsets.
 pub mod offset {
     /// Destination MAC address (6 bytes).
     pub const DST_MAC: usize = 0;
@@ -328,11 +333,11 @@ impl<T: AsRef<[u8]>> Frame<T> {
         let at = FRAME_HEADER_LEN + self.payload_len();
         self.authenticated().then(|| Trailer::new_checked(&self.buffer.as_ref()[at..])).and_then(Result::ok)
     }
-    /// The bytes the tag covers: from the destination MAC through the
-    /// trailer's counter. `None` unless the frame is authenticated.
+    /// The bytes the tag covers: from the kind through the trailer's
+    /// counter. `None` unless the frame is authenticated.
     pub fn signed_bytes(&self) -> Option<&[u8]> {
         let end = FRAME_HEADER_LEN + self.payload_len() + offset::TRAILER_TAG;
-        (self.authenticated() && self.buffer.as_ref().len() >= end + 8).then(|| &self.buffer.as_ref()[..end])
+        (self.authenticated() && self.buffer.as_ref().len() >= end + 8).then(|| &self.buffer.as_ref()[offset::KIND..end])
     }
 }
 
@@ -584,7 +589,7 @@ mod tests {
         assert_eq!(frame.payload(), b"hello");
         let trailer = TrailerRepr::parse(&frame.trailer().unwrap());
         assert_eq!(trailer, TrailerRepr { counter: 0x0102_0304_0506_0708, tag: 0x1112_1314_1516_1718 });
-        assert_eq!(frame.signed_bytes().unwrap().len(), end + 8, "every byte before the tag");
+        assert_eq!(frame.signed_bytes().unwrap().len(), end + 8 - offset::KIND, "every byte from the kind up to the tag");
         for cut in 1..=TRAILER_LEN {
             let err = Frame::new_checked(&buf[..buf.len() - cut]).unwrap_err();
             assert_eq!(err, WireError::NoTrailer { available: TRAILER_LEN - cut });

@@ -200,5 +200,6 @@ fn a_rank_of_the_old_wire_version_is_named_in_the_timeout_error() {
     let o = &outcomes[0];
     assert_eq!(o.code, Some(2), "{}{}", o.stdout, o.stderr);
     assert!(o.stdout.contains("never heard from rank(s) 1"), "{}", o.stdout);
-    assert!(o.stdout.contains("hello(s) of another mcd wire version (this build speaks 2"), "{}", o.stdout);
+    let speaks = format!("hello(s) of another mcd wire version (this build speaks {}", mcd::wire::VERSION);
+    assert!(o.stdout.contains(&speaks), "{}", o.stdout);
 }

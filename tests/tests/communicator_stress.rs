@@ -64,7 +64,10 @@ fn growth(stdout: &str, prefix: &str) -> Vec<(i64, i64, i64, i64)> {
 #[test]
 fn mpi_churn_hundreds_of_communicators_leak_nothing() {
     let _one = one();
-    let rounds = 150;
+    // 50 rounds make 151 communicators: a thread or descriptor kept by one
+    // communicator in 38 shows above the slack of 4. (150 rounds took 45 s
+    // of the suite's time at load 12, a third of this binary's.)
+    let rounds = 50;
     let (out, took) = comm_stress(ClusterSpec::new("csch", 4), &["churn", &rounds.to_string()], &[], Duration::from_secs(300));
     eprintln!("churn took {took:?}\n{}", out.stdout);
     assert!(out.success() && out.stdout.contains("comm_stress: OK churn 4 ranks"), "{}", show(&out));
@@ -83,7 +86,9 @@ fn mpi_churn_hundreds_of_communicators_leak_nothing() {
 fn mpi_churn_under_20_percent_loss_frees_without_waiting() {
     let _one = one();
     let spec = ClusterSpec::new("cscl", 4).loss(20.0, LossPoint::Node);
-    let (out, took) = comm_stress(spec, &["churn", "100"], &[("MCD_BARRIER_TIMEOUT", "1")], Duration::from_secs(300));
+    // 40 rounds: 121 communicators made and freed, with their closing
+    // barriers' frames lost at 20% (100 rounds took 47 s at load 12).
+    let (out, took) = comm_stress(spec, &["churn", "40"], &[("MCD_BARRIER_TIMEOUT", "1")], Duration::from_secs(300));
     eprintln!("churn under loss took {took:?}\n{}", out.stdout);
     assert!(out.success() && out.stdout.contains("comm_stress: OK churn 4 ranks"), "{}", show(&out));
     no_mcd_errors(&out);

@@ -252,8 +252,10 @@ fn root_the_interposers_secret_cannot_be_read_off_the_segment() {
         .expect("a signed mcd frame was seen");
     let signed = Frame::new_checked(&signed[..]).unwrap();
     let cluster_secret = c.secret().expect("the cluster's key file");
+    // A receiver's key: the frame's rail (rail 0: one rail here) and destination.
+    let key_of = |secret: &mcd::JobSecret| mcd::auth::FrameKey::for_destination(secret, 0, signed.dst_mac());
     assert!(
-        mcd::auth::FrameKey::new(&cluster_secret).verify(&signed).is_none(),
+        key_of(&cluster_secret).verify(&signed).is_none(),
         "the job was signed with the cluster's key file: the secret was not exchanged over MPI"
     );
     // TCP payloads over IPv4: Ethernet (14), IP (IHL), TCP (data offset).
@@ -268,10 +270,10 @@ fn root_the_interposers_secret_cannot_be_read_off_the_segment() {
         .collect();
     let bytes: usize = payloads.iter().map(|p| p.len()).sum();
     assert!(bytes > 0, "no TCP payload seen: MPI's traffic did not cross the segment");
-    let found = payloads.iter().flat_map(|p| p.windows(mcd::auth::SECRET_LEN)).find(|w| {
-        let key = mcd::auth::FrameKey::new(&mcd::JobSecret::from_slice(w).unwrap());
-        key.verify(&signed).is_some()
-    });
+    let found = payloads
+        .iter()
+        .flat_map(|p| p.windows(mcd::auth::SECRET_LEN))
+        .find(|w| key_of(&mcd::JobSecret::from_slice(w).unwrap()).verify(&signed).is_some());
     assert!(
         found.is_none(),
         "the job's secret {:02x?} was read off the segment, in {} TCP payloads ({bytes} bytes) of MPI's traffic",

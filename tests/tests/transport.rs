@@ -281,7 +281,8 @@ fn malformed_and_foreign_frames_are_counted_and_dropped_while_good_traffic_flows
         };
         let good = good_frame(&c, 0);
         // Signed with the job's secret, so each is dropped for its own reason.
-        let key = FrameKey::new(&c.secret().unwrap());
+        // The key of frames to node 1 on rail 0 (every frame here goes there).
+        let key = FrameKey::for_destination(&c.secret().unwrap(), 0, c.mac(1, 0));
         let frame_bytes = |repr: &FrameRepr, payload: &[u8]| signed_bytes(repr, payload, Some(&key), 1);
         let bad_frames: Vec<Vec<u8>> = vec![
             frame_bytes(&FrameRepr { ethertype: 0x88b6, ..good }, b"ethr"), // foreign EtherType
@@ -300,14 +301,14 @@ fn malformed_and_foreign_frames_are_counted_and_dropped_while_good_traffic_flows
             },
             frame_bytes(&good, b"trnc")[..FRAME_HEADER_LEN - 3].to_vec(),
             signed_bytes(&good, b"nosg", None, 0), // not signed
-            signed_bytes(&good, b"2key", Some(&FrameKey::new(&mcd::JobSecret::generate().unwrap())), 2), // another secret
+            signed_bytes(&good, b"2key", Some(&FrameKey::for_destination(&mcd::JobSecret::generate().unwrap(), 0, c.mac(1, 0))), 2), // another secret
             {
                 let mut f = frame_bytes(&good, b"flip");
                 f[mcd::wire::offset::PAYLOAD] ^= 1; // changed after signing
                 f
             },
-            // A good frame (counter 3, far below the sender's, which start at the
-            // wall clock): delivered once, then replayed twice.
+            // A good frame (counter 3: number 3 of session 0, not the
+            // sender's session): delivered once, then replayed twice.
             signed_bytes(&FrameRepr { seq: 100, ..good }, b"good", Some(&key), 3),
             {
                 let mut f = vec![0xa5u8; 64]; // garbage under our EtherType, to node 1
@@ -425,7 +426,7 @@ fn a_live_endpoint_survives_random_and_mutated_frames() {
         RawSender::open("eth0").unwrap()
     };
     let good = good_frame(&c, 0);
-    let key = FrameKey::new(&c.secret().unwrap());
+    let key = FrameKey::for_destination(&c.secret().unwrap(), 0, good.dst_mac);
     // Either random bytes addressed to node 1 under mcd's EtherType, or a good
     // (signed) frame with a few bytes overwritten (the destination MAC kept).
     let frame = prop_oneof![

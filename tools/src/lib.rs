@@ -14,13 +14,3 @@
 
 pub mod cbuild;
 pub mod mpi;
-
-/// For transition only (2026-11-26): the virtual cluster moved to the
-/// `mcd_vcluster` crate; `mcd_vcluster::X` is `mcd_vcluster::X`.
-/// New code imports `mcd_vcluster` directly; this goes once every branch
-/// has been merged and rewritten.
-pub use mcd_vcluster as vcluster;
-/// For transition only (2026-11-26): Slurm on the virtual cluster moved to
-/// `mcd_vcluster::slurm`. New code imports that; this goes with
-/// [`vcluster`].
-pub use mcd_vcluster::slurm;

@@ -12,7 +12,7 @@ use super::ends::Ends;
 use super::progress::Phase;
 use super::{Call, Core, Event};
 use crate::collective::Collective;
-use crate::engine::BarrierError;
+use crate::types::BarrierError;
 
 /// An application call waiting for something.
 #[derive(Clone, Copy, Debug)]
@@ -54,7 +54,7 @@ enum Then {
     /// A collective's wait for its result: done.
     ResultDone,
     /// A collective's entry, settled: enter it.
-    CollectiveSettled { call: Collective, count: u32 },
+    CollectiveSettled { call: Collective, count: u32, more: bool },
     /// Closing, settled: enter the closing barrier.
     CloseSettled { finish: bool },
     /// Finishing, the closing barrier entered.
@@ -87,6 +87,10 @@ impl Core {
             return;
         }
         self.live.told = None; // the application calls again
+        if let Err(e) = self.left_behind() {
+            self.calls.done = Some(Err(e));
+            return;
+        }
         let mut p = Pending { deadline: None, block: Block::Ready, then: Then::WaitSettled, counts_errors: false, finishing: false };
         match call {
             Call::Wait { deadline } => {
@@ -97,7 +101,7 @@ impl Core {
                 self.begin_wait(now);
                 p = Pending { deadline, block: Block::Result, then: Then::ResultDone, counts_errors: true, ..p };
             }
-            Call::EnterCollective { call, count, input, deadline } => {
+            Call::EnterCollective { call, count, more, input, deadline } => {
                 // The root of a broadcast completing in the background that
                 // broadcasts again: its next data, multicast at once, tells
                 // every node what the end would (every node entered), one
@@ -105,7 +109,7 @@ impl Core {
                 self.ends_begin(call);
                 self.calls.input.clear();
                 self.calls.input.extend_from_slice(input);
-                p = Pending { deadline, block: self.settle_block(), then: Then::CollectiveSettled { call, count }, ..p };
+                p = Pending { deadline, block: self.settle_block(), then: Then::CollectiveSettled { call, count, more }, ..p };
             }
             Call::Close | Call::Finish if self.closing.closing() => {
                 p.then = Then::FinishClosed;
@@ -150,8 +154,8 @@ impl Core {
                 Block::Farewell => self.farewell_step(now).is_none(),
             };
             if !met {
-                if p.block != Block::Farewell && timers {
-                    self.blocked(now, p);
+                if p.block != Block::Farewell && (timers || self.live.left_behind) {
+                    self.blocked(now, p, timers);
                 }
                 return;
             }
@@ -173,14 +177,22 @@ impl Core {
         }
     }
 
-    /// A pending call whose wait is not met: its timers may end it. (A
-    /// mismatch does not: the epoch completes as a void barrier, and the
-    /// call reports the mismatch then; see [`Core::note_mismatch`].)
+    /// A pending call whose wait is not met: being left behind ends it,
+    /// and so may its timers. (A mismatch does not: the epoch completes as
+    /// a void barrier, and the call reports the mismatch then; see
+    /// [`Core::note_mismatch`].)
     #[cold]
-    fn blocked(&mut self, now: Instant, p: Pending) {
-        if let Err(e) = self.on_timers(now, p.deadline) {
+    fn blocked(&mut self, now: Instant, p: Pending, timers: bool) {
+        if let Err(error) = self.left_behind() {
             self.calls.pending = None;
-            self.end_call(&p, Err(e));
+            self.end_call(&p, Err(error));
+            return;
+        }
+        if timers {
+            if let Err(e) = self.on_timers(now, p.deadline) {
+                self.calls.pending = None;
+                self.end_call(&p, Err(e));
+            }
         }
     }
 
@@ -223,7 +235,7 @@ impl Core {
                 self.phase = if self.phase.running() { Phase::Background } else { Phase::Idle };
                 Some(Ok(()))
             }
-            Then::CollectiveSettled { call, count } => Some(self.enter_collective_now(now, call, count)),
+            Then::CollectiveSettled { call, count, more } => Some(self.enter_collective_now(now, call, count, more)),
             Then::CloseSettled { finish } => {
                 self.defer_mismatch();
                 if self.phase.running() {
@@ -261,8 +273,9 @@ impl Core {
         }
     }
 
-    /// Enters the next epoch as `call` with `count` elements of the kept input.
-    fn enter_collective_now(&mut self, now: Instant, call: Collective, count: u32) -> Result<(), BarrierError> {
+    /// Enters the next epoch as `call` with `count` elements of the kept
+    /// input (`more`: segments of the call follow).
+    fn enter_collective_now(&mut self, now: Instant, call: Collective, count: u32, more: bool) -> Result<(), BarrierError> {
         if std::mem::take(&mut self.calls.next_segment) {
             // A later segment of a call whose earlier one ended in a
             // mismatch found in the background: every node's call ends at
@@ -286,7 +299,7 @@ impl Core {
         let ends_previous = self.ends_take();
         let input = std::mem::take(&mut self.calls.input);
         let coll = self.contributions();
-        coll.begin(call, count, &input, me);
+        coll.begin(call, count, more, &input, me);
         if ends_previous {
             coll.mark_ends_previous();
         }
@@ -354,6 +367,7 @@ impl Core {
         }
         // A mismatch the agent found completing a broadcast in the background.
         self.defer_mismatch();
+        self.left_behind()?;
         self.live.call_started = now;
         self.live.told = None; // the application calls again
         if self.phase == Phase::Background {
@@ -366,6 +380,7 @@ impl Core {
     }
 
     pub(super) fn test_once(&mut self, now: Instant) -> Result<bool, BarrierError> {
+        self.left_behind()?;
         self.advance(now);
         if self.phase.running() {
             self.on_timers(now, None)?;

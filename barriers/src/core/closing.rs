@@ -1,12 +1,13 @@
 //! Closing ([`crate::Barrier::finish`]): one closing barrier, then a
 //! farewell: this node answers, and asks the peers not yet known to be past
-//! the closing barrier where they are, until each is known to be past it or
-//! has gone silent (having left). No blind linger.
+//! the closing barrier where they are, until each is known to be past it,
+//! has gone silent (having left), or says it gave up on the closing barrier
+//! (its application was told a failure). No blind linger.
 
 use std::time::{Duration, Instant};
 
-use super::receive::STATUS_TAG;
 use super::{Core, To};
+use crate::transport::STATUS_TAG;
 use crate::transport::{MsgKind, NodeId};
 
 /// During the farewell, a peer that answers none of its queries for this
@@ -23,9 +24,9 @@ pub(super) enum Closing {
     /// The closing barrier is entered (by close or finish), not complete.
     Barrier,
     /// The closing barrier is complete: answering and asking until every
-    /// peer is known to be past it.
+    /// peer is known to be past it (or to have given up on it).
     Farewell(Farewell),
-    /// Every peer is past it, or silent.
+    /// Every peer is past it, gave up on it, or is silent.
     Done,
 }
 
@@ -59,7 +60,7 @@ impl Core {
             self.closing = Closing::Done;
             return;
         }
-        let interval = self.recovery.rto.get();
+        let interval = self.recovery.rto.most();
         self.closing = Closing::Farewell(Farewell { last: self.window.epoch, start: now, interval, next_query: now + interval });
         self.send_status(None);
     }
@@ -70,8 +71,16 @@ impl Core {
     pub(super) fn farewell_step(&mut self, now: Instant) -> Option<Instant> {
         let Closing::Farewell(mut f) = self.closing else { return None };
         let silence = FINISH_SILENCE.min(self.config.failure_timeout);
+        // A peer whose latest word is that it gave up on the closing
+        // barrier (its application was told a failure, and has not called
+        // again) may keep its barrier for ever without calling: waiting for
+        // it would hold this node's finish for as long (soak seed 12568).
         let pending = |e: &Self, p: NodeId| {
-            p != e.me() && e.live.peers[p].at.is_none_or(|at| at < f.last) && e.live.peers[p].silent(now, silence, f.start).is_none()
+            let peer = &e.live.peers[p];
+            p != e.me()
+                && peer.at.is_none_or(|at| at < f.last)
+                && peer.silent(now, silence, f.start).is_none()
+                && peer.gave_up.is_none_or(|(epoch, _, _)| epoch + 1 < f.last)
         };
         if !(0..self.nodes()).any(|p| pending(self, p)) {
             // Say it twice more for peers whose earlier notices were lost.

@@ -7,10 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::receive::STATUS_TAG;
 use super::{Core, Event, To};
-use crate::engine::{mix, BarrierConfig, BarrierError};
+use crate::transport::STATUS_TAG;
 use crate::transport::{status, Msg, MsgKind, NodeId};
+use crate::types::{mix, BarrierConfig, BarrierError};
 
 /// The engine's wire protocol, part of every join's fingerprint, so that
 /// nodes of versions whose messages mean different things refuse each
@@ -32,11 +32,23 @@ use crate::transport::{status, Msg, MsgKind, NodeId};
 /// NACKs carry their copy's index and count (`COPY_SHIFT`); a multicast
 /// message is answered by multicast, and a status saying it has not gone
 /// yet too; a NACK that crossed the original is not answered.
-pub const PROTOCOL: u32 = 6;
+/// 7 (2026-11-26): a collective's contribution says whether more segments
+/// of its call follow (`collective::wire::MORE`): calls of different
+/// lengths that cut into as many full segments disagree at the last one.
+/// 8 (2026-11-26, issue 28): a barrier whose nodes run different plans (a
+/// broadcast from another root) ends as a void barrier on every node, and
+/// every node runs the next call's epoch: a node of 7 stopped entering
+/// epochs after a mismatch, so with a node of 8 its peers would wait for
+/// an epoch it never enters.
+pub const PROTOCOL: u32 = 8;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.
 const JOIN_RESEND_LIMIT: Duration = Duration::from_millis(20);
+/// A joining node takes node 0 for silent once node 0 answered none of this
+/// many requests in a row, over the failure timeout at least: at 20% loss
+/// each way, a live node 0 leaves as many unanswered with odds of 4·10⁻⁵.
+const JOIN_QUIET: u32 = 10;
 /// In a Refuse's `tag`: the joining node's configuration differs from node 0's.
 pub(super) const REFUSE_CONFIG: u16 = 1;
 
@@ -85,6 +97,9 @@ pub(super) struct Joining {
     start: Instant,
     timeout: Duration,
     incarnation: u64,
+    /// What every node must agree on, hashed into a Join's `arg` (made
+    /// once: a join's every frame carries or checks it).
+    fingerprint: u32,
     side: Side,
 }
 
@@ -93,9 +108,18 @@ enum Side {
     /// Node 0: the incarnations heard so far, and the nodes that asked with
     /// another configuration.
     Admitting { incarnations: Vec<Option<u64>>, mismatched: Vec<NodeId> },
-    /// Another node: asking node 0, keeping what comes early, and node 0's
-    /// last word on whom it still waits for (and when it came).
-    Asking { interval: Duration, next_request: Instant, early: Vec<(NodeId, Msg, Vec<u8>)>, refused: bool, waits: Option<(Vec<NodeId>, Instant)> },
+    /// Another node: asking node 0, keeping what comes early, node 0's
+    /// last word on whom it still waits for (when it came, and how many
+    /// requests went unanswered since), and when each peer was last heard
+    /// running an instance (at most one entry a peer).
+    Asking {
+        interval: Duration,
+        next_request: Instant,
+        early: Vec<(NodeId, Msg, Vec<u8>)>,
+        refused: bool,
+        waits: Option<(Vec<NodeId>, Instant, u32)>,
+        running: Vec<(NodeId, Instant)>,
+    },
 }
 
 impl Joining {
@@ -110,11 +134,6 @@ impl Joining {
 }
 
 impl Core {
-    /// What every node must agree on, hashed into a Join's `arg`.
-    fn fingerprint(&self) -> u32 {
-        fingerprint_of(&self.config, PROTOCOL)
-    }
-
     pub(super) fn start_join(&mut self, incarnation: u64, now: Instant) {
         let n = self.nodes();
         let side = if self.me() == 0 {
@@ -122,9 +141,17 @@ impl Core {
             incarnations[0] = Some(incarnation);
             Side::Admitting { incarnations, mismatched: Vec::new() }
         } else {
-            Side::Asking { interval: self.config.retry_timeout, next_request: now, early: Vec::new(), refused: false, waits: None }
+            Side::Asking {
+                interval: self.config.retry_timeout,
+                next_request: now,
+                early: Vec::new(),
+                refused: false,
+                waits: None,
+                running: Vec::new(),
+            }
         };
-        self.member.joining = Some(Box::new(Joining { start: now, timeout: self.config.join_timeout, incarnation, side }));
+        let fingerprint = fingerprint_of(&self.config, PROTOCOL);
+        self.member.joining = Some(Box::new(Joining { start: now, timeout: self.config.join_timeout, incarnation, fingerprint, side }));
         self.join_progress(now);
     }
 
@@ -133,8 +160,7 @@ impl Core {
         let Some(mut j) = self.member.joining.take() else { return };
         let n = self.nodes();
         let waited = now.saturating_duration_since(j.start);
-        let incarnation = j.incarnation;
-        let fingerprint = self.fingerprint();
+        let (incarnation, fingerprint) = (j.incarnation, j.fingerprint);
         match &mut j.side {
             Side::Admitting { incarnations, mismatched } => {
                 if incarnations.iter().all(Option::is_some) {
@@ -170,20 +196,28 @@ impl Core {
                     return;
                 }
             }
-            Side::Asking { interval, next_request, refused, waits, early } => {
+            Side::Asking { interval, next_request, refused, waits, running, .. } => {
                 if waited >= j.timeout {
                     let error = if *refused {
                         BarrierError::Refused { node: self.me() }
                     } else {
                         // Node 0, heard lately, waits for others: they are
                         // the missing ones (node 0 is, if silent). But a
-                        // node heard running an instance was admitted, by an
-                        // earlier process of node 0 (it was restarted): that
-                        // one is the missing node.
+                        // node heard lately in the first barrier of an
+                        // instance was admitted, by an earlier process of
+                        // node 0 (it was restarted; no barrier completes
+                        // without this node): that one is the missing node.
+                        // (Not a node heard in the instance this node left
+                        // before it made this barrier, which has stragglers
+                        // that end, and may finish late: soak seeds 11234,
+                        // 18428.)
+                        // Node 0 is silent once it answered none of the last
+                        // JOIN_QUIET requests over the failure timeout (a
+                        // lost answer or two is not silence: soak seed 34667).
                         let lately = |t: &Instant| now.saturating_duration_since(*t) < self.config.failure_timeout;
-                        let running = |p: &NodeId| early.iter().any(|(from, m, _)| from == p && m.instance != 0);
+                        let in_one = |p: &NodeId| running.iter().any(|(q, t)| q == p && lately(t));
                         let missing = match waits.take() {
-                            Some((nodes, t)) if lately(&t) && !nodes.is_empty() && !nodes.iter().any(running) => nodes,
+                            Some((nodes, t, asked)) if (lately(&t) || asked < JOIN_QUIET) && !nodes.is_empty() && !nodes.iter().any(in_one) => nodes,
                             _ => vec![0],
                         };
                         BarrierError::JoinTimeout { missing, nodes: n, waited, bad_tags: Vec::new(), auth_mismatch: Vec::new(), bad_version: 0 }
@@ -194,6 +228,9 @@ impl Core {
                 if now >= *next_request {
                     let request = Msg { kind: MsgKind::Join, instance: incarnation, epoch: 0, tag: 0, arg: fingerprint };
                     self.out.push(0, To::Node(0), request, &[]);
+                    if let Some((_, _, asked)) = waits {
+                        *asked += 1;
+                    }
                     *interval = (*interval * 2).min(JOIN_RESEND_LIMIT);
                     *next_request = now + *interval;
                 }
@@ -209,9 +246,9 @@ impl Core {
     /// A message while joining.
     pub(super) fn join_handle(&mut self, now: Instant, from: NodeId, msg: Msg, data: &[u8]) {
         let n = self.nodes();
-        let fingerprint = self.fingerprint();
+        let first = self.config.first_epoch as u32;
         let Some(j) = self.member.joining.as_mut() else { return };
-        let incarnation = j.incarnation;
+        let (incarnation, fingerprint) = (j.incarnation, j.fingerprint);
         match &mut j.side {
             Side::Admitting { incarnations, mismatched } => {
                 if msg.kind != MsgKind::Join || from == 0 || from >= n {
@@ -227,18 +264,21 @@ impl Core {
                     self.out.push(0, To::Node(from), refuse, &[]);
                     return;
                 }
-                // The newest incarnation wins: a delayed request of an
-                // earlier barrier of that process is older (and so is a
-                // replayed Join of an earlier run).
-                let newest = incarnations[from].map_or(msg.instance, |known| known.max(msg.instance));
+                // The request heard last stands for its node. Incarnations
+                // are never compared by size (they hold their hosts'
+                // clocks, and a Join recorded in an earlier run on a host
+                // whose clock was ahead would win for ever): a delayed
+                // request of an earlier barrier, or a replayed one, may
+                // stand for a moment, and the live process, which asks
+                // until it is admitted, is heard again (see `on_join`).
                 if incarnations[from].is_some_and(|known| known != msg.instance) {
                     self.stats.superseded += 1;
                 }
-                incarnations[from] = Some(newest);
+                incarnations[from] = Some(msg.instance);
                 self.join_progress(now);
                 self.join_say_whom(from);
             }
-            Side::Asking { early, refused, waits, .. } => {
+            Side::Asking { early, refused, waits, running, .. } => {
                 let ours = from == 0 && msg.arg == incarnation as u32;
                 let joining = msg.kind == MsgKind::Status && msg.tag & status::JOINING != 0;
                 match msg.kind {
@@ -271,7 +311,7 @@ impl Core {
                             self.out.events.push_back(Event::JoinFailed(error));
                             return;
                         }
-                        *waits = Some((nodes, now));
+                        *waits = Some((nodes, now, 0));
                     }
                     // A peer's word that it is joining too says nothing here.
                     MsgKind::Status if joining => {}
@@ -287,6 +327,15 @@ impl Core {
                         self.out.events.push_back(Event::Joined { instance: self.member.instance });
                     }
                     MsgKind::Data | MsgKind::Nack | MsgKind::Status | MsgKind::Answer => {
+                        // A peer in the first barrier of an instance: one
+                        // that node 0 admitted it into, without this node
+                        // (not a peer still finishing its last instance).
+                        if msg.instance != 0 && msg.epoch == first && from < n {
+                            match running.iter_mut().find(|(q, _)| *q == from) {
+                                Some((_, t)) => *t = now,
+                                None => running.push((from, now)),
+                            }
+                        }
                         if early.len() < JOIN_STASH {
                             early.push((from, msg, data.to_vec()));
                         }
@@ -368,13 +417,16 @@ impl Core {
             // It lives, though it cannot answer probes until admitted.
             self.live.peers[from].joining();
             self.send_admission(from, MsgKind::Admit, echo)
-        } else if msg.instance > admitted && !self.live.peers[from].ever_heard() && self.stats.completed == 0 {
-            // A newer incarnation of a node never heard from in this
+        } else if !self.live.peers[from].ever_heard() && self.stats.completed == 0 {
+            // Another incarnation of a node never heard from in this
             // instance, before this node completed any barrier (which needs
-            // every node's entry): the one admitted was a delayed request
-            // of that process's earlier barrier, which takes no part here
-            // (its admission, echoing it, is ignored); or a Join recorded
-            // in an earlier run, replayed here before the real one.
+            // every node's entry): admissions are tentative until then. The
+            // one admitted may be a delayed request of that process's
+            // earlier barrier, or a Join recorded in an earlier run and
+            // replayed here (its admission, echoing it, is ignored), and so
+            // may this one; the live process asks until it is admitted, so
+            // it is the one admitted last. No incarnation is compared by
+            // size: they hold their hosts' clocks (rev27, finding 2).
             self.stats.superseded += 1;
             self.member.admitted[from] = msg.instance;
             self.send_admission(from, MsgKind::Admit, echo)

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use super::peers::PerPeer;
 use super::{Core, To};
-use crate::engine::{BarrierError, PeerState, MIN_PROBES};
 use crate::transport::{status, Msg, MsgKind, NodeId};
+use crate::types::{BarrierError, PeerState, MIN_PROBES};
 
 /// What this node knows of a peer.
 #[derive(Clone, Copy, Debug, Default)]
@@ -107,6 +107,10 @@ pub(super) struct Liveness {
     pub(super) told: Option<NodeId>,
     /// A peer's "gave up" report arrived (when) since the last verdict.
     pub(super) report_pending: Option<Instant>,
+    /// A peer's message of this instance came from two or more barriers
+    /// ahead: the instance runs on without this process (see
+    /// [`Core::left_behind`]).
+    pub(super) left_behind: bool,
     /// Errors waits and tests returned for the current barrier: a report
     /// that a node is silent fails a repeated call only after it, too, has
     /// waited a failure timeout.
@@ -118,7 +122,7 @@ pub(super) struct Liveness {
 
 impl Liveness {
     pub(super) fn new(nodes: usize, now: Instant) -> Liveness {
-        Liveness { peers: PerPeer::new(nodes), gave_up: None, told: None, report_pending: None, errors: 0, call_started: now }
+        Liveness { peers: PerPeer::new(nodes), gave_up: None, told: None, report_pending: None, left_behind: false, errors: 0, call_started: now }
     }
 
     /// Barrier `done` completed: completing it proves every node entered
@@ -161,12 +165,28 @@ impl Core {
 
     /// Retries, then the verdict on silent peers and the deadline.
     pub(super) fn on_timers(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
+        self.left_behind()?;
         let retry_due = self.retry(now);
         let report = self.live.report_pending.take().is_some();
         // A verdict can change only at a retry (probes are counted then), on
         // a peer's report, or at the deadline: the hot path skips it.
         if retry_due || report || deadline.is_some_and(|d| now >= d) {
             self.judge(now, deadline)?;
+        }
+        Ok(())
+    }
+
+    /// No two processes the instance counts are more than one barrier apart:
+    /// a peer two ahead counts another process in this node's place. This
+    /// one was restarted and admitted again (node 0 had heard nothing of the
+    /// earlier one, which took part through its peers), and can never catch
+    /// up: its peers answer only the barrier before theirs (soak seed
+    /// 35106). It fails every call, and from then on neither answers nor
+    /// sends (`receive` drops all): its peers, waiting for the process they
+    /// count, find it silent (seed 1021186: its answers kept them waiting).
+    pub(super) fn left_behind(&self) -> Result<(), BarrierError> {
+        if self.live.left_behind {
+            return Err(BarrierError::Refused { node: self.me() });
         }
         Ok(())
     }

@@ -38,10 +38,10 @@
 use std::time::Instant;
 
 use crate::collective::{Collective, Contributions};
-use crate::engine::{BarrierConfig, BarrierError, BarrierStats};
 use crate::expect::Expectations;
 use crate::plan;
 use crate::transport::{Msg, NodeId};
+use crate::types::{BarrierConfig, BarrierError, BarrierStats};
 
 #[doc = include_str!("../../PROTOCOL.md")]
 pub mod protocol {}
@@ -131,8 +131,13 @@ pub enum Call<'a> {
     EnterCollective {
         /// The collective.
         call: Collective,
-        /// Its element count.
+        /// Its element count (of this segment: a call longer than one
+        /// message runs in segments, one epoch each).
         count: u32,
+        /// Whether more segments of the same call follow this one (so that
+        /// a node whose call ends here meets a peer's longer call as a
+        /// mismatch, in this epoch).
+        more: bool,
         /// This node's elements, native-endian.
         input: &'a [u8],
         /// When to give up.
@@ -245,7 +250,7 @@ impl Core {
             member: Membership::default(),
             phase: Phase::Idle,
             ends: Ends::Sent,
-            recovery: Recovery::new(&config, n, steps, now),
+            recovery: Recovery::new(&config, setup.me, n, steps, now),
             live: Liveness::new(n, now),
             closing: Closing::Open,
             coll: None,
@@ -319,8 +324,9 @@ impl Core {
         }
         let mut next = None;
         let mut at = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
-        if self.phase.running() {
-            // (A peer's report is judged at once.)
+        if self.phase.running() && !self.live.left_behind {
+            // (A peer's report is judged at once. A process left behind
+            // retries nothing: see `Core::left_behind`.)
             at(self.live.report_pending.map_or(self.recovery.next_retry, |r| r.min(self.recovery.next_retry)));
         } else if let Closing::Farewell(f) = &self.closing {
             at(f.next_query);
@@ -472,7 +478,7 @@ impl Core {
 
     /// The counters.
     pub fn stats(&self) -> BarrierStats {
-        BarrierStats { retry_timeout: self.recovery.rto.get(), ..self.stats }
+        BarrierStats { retry_timeout: self.recovery.rto.most(), ..self.stats }
     }
 
     fn msg(&self, kind: crate::transport::MsgKind, epoch: u64, tag: u16) -> Msg {

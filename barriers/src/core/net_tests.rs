@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 use super::join::fingerprint_of;
 use super::{Call, Core, Event, Setup, To, PROTOCOL};
 use crate::collective::{Collective, Dtype, Op};
-use crate::engine::{BarrierConfig, BarrierError};
 use crate::plan::{Algorithm, Fanout, Release};
 use crate::transport::{Msg, MsgKind, NodeId};
+use crate::types::{BarrierConfig, BarrierError};
 
 mod bcast;
+mod soak;
 
 const INSTANCE: u64 = 0x5eed;
 const LATENCY: Duration = Duration::from_micros(20);
@@ -243,7 +244,7 @@ fn a_barrier_against_an_allreduce_is_an_error_on_every_node() {
             let mut net = Net::new(4, config);
             for p in 0..4 {
                 if p == odd {
-                    net.call(p, Call::EnterCollective { call: sum, count: 1, input: &input, deadline: None });
+                    net.call(p, Call::EnterCollective { call: sum, count: 1, more: false, input: &input, deadline: None });
                     assert!(matches!(net.done[p], Some(Ok(()))));
                     net.call(p, Call::WaitResult { deadline: None });
                 } else {
@@ -320,7 +321,7 @@ fn a_live_peer_behind_a_deadline_is_reported_alive_and_waited_for_on_retry() {
     // computes for 7 failure timeouts before barrier 1, alive throughout;
     // the others' waits end at each 150 ms deadline naming it alive, and
     // the barrier completes when it comes.
-    use crate::engine::PeerState;
+    use crate::types::PeerState;
     let config = BarrierConfig::new(Algorithm::Dissemination)
         .timeouts(Duration::from_millis(1), Duration::from_millis(100))
         .deadline(Some(Duration::from_millis(150)));
@@ -393,14 +394,16 @@ fn a_verdict_does_not_outlive_the_silent_peers_return() {
 }
 
 #[test]
-#[ignore = "finding 2 (rev27), the Join half: a Join replayed from an earlier run whose incarnation is numerically larger (drawn on a clock that was ahead; before the fix of finding 1 also any Join recorded before the 12.7-day wrap) wins over the live node's, which is refused: one replayed frame fails the join"]
 fn rev27_a_replayed_join_with_a_larger_incarnation_does_not_refuse_the_live_node() {
-    // Review of issue 27 (rev27). `new_incarnation` keeps the time in
-    // microseconds in the high 40 bits only: it wraps every 2^40 us (12.7
-    // days), so a Join recorded before the last wrap, with the same key
-    // file, has a LARGER incarnation than any live one. Node 0 keeps the
-    // largest ("the newest wins"): the live node 1 is sent an Admit that
-    // echoes the old incarnation (ignored), then refused on every request.
+    // Review of issue 27 (rev27), finding 2, the Join half. A Join of node
+    // 1 recorded in an earlier run whose incarnation is numerically larger
+    // than the live one's (drawn on a host whose clock was ahead; before
+    // finding 1's fix, also any Join recorded before the 12.7-day wrap) is
+    // replayed to node 0 before the live node 1 asks. Node 0 kept the
+    // largest ("the newest wins"): the live node 1 was sent an Admit that
+    // echoed the old incarnation (ignored), then refused on every request.
+    // Now the request heard last stands for its node until the node is
+    // heard in the instance, whatever the incarnations' sizes.
     let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(200));
     config.join_timeout = Duration::from_secs(1);
     let mut net = Net::new(3, config);

@@ -13,9 +13,9 @@ use super::recovery::{copy_arg, Laggard};
 use super::window::{bcast_variant, parity, BASE};
 use super::{Core, To};
 use crate::collective::{Collective, Contributions};
-use crate::engine::BarrierError;
 use crate::plan::{self, Dest, Out};
 use crate::transport::{MsgKind, MISMATCHED, RECOVERED};
+use crate::types::BarrierError;
 
 /// The plans an epoch can run: the algorithm's ([`BASE`]), then a
 /// release-first broadcast's from each root ([`bcast_variant`]; none where
@@ -133,7 +133,7 @@ impl Core {
     pub(super) fn enter_barrier(&mut self, now: Instant) -> Result<(), BarrierError> {
         let me = self.me();
         if let Some(coll) = &mut self.coll {
-            coll.begin(Collective::Barrier, 0, &[], me);
+            coll.begin(Collective::Barrier, 0, false, &[], me);
         }
         self.enter_variant(now, BASE)
     }
@@ -190,7 +190,7 @@ impl Core {
         self.live.gave_up = None; // progress: whatever was silent is not in the way
         self.recovery.laggard = Laggard::Unknown;
         self.recovery.step_since = now;
-        self.recovery.retry_interval = self.recovery.rto.get();
+        self.recovery.retry_interval = self.recovery.rto.get(self.run.step);
         self.recovery.next_retry = now + self.recovery.retry_interval;
         self.recovery.fast_nacked = false;
     }

@@ -4,14 +4,11 @@
 use std::time::Instant;
 
 use super::recovery::{lost_before, Laggard};
-use super::window::{parity, place};
+use super::window::{ahead, parity, place};
 use super::Core;
 use crate::collective::Contributions;
 use crate::plan;
 use crate::transport::{status, Msg, MsgKind, NodeId, MISMATCHED, RECOVERED};
-
-/// The tag of a NACK that asks only "where are you?" (the farewell's query).
-pub(super) const STATUS_TAG: u16 = u16::MAX;
 
 impl Core {
     /// Takes in a message (after the join) with its `data`.
@@ -27,12 +24,16 @@ impl Core {
             }
             _ => {}
         }
-        if msg.instance != self.member.instance {
+        if msg.instance != self.member.instance || self.live.left_behind {
             self.stats.foreign += 1;
             return;
         }
         let Some(epoch) = place(self.window.epoch, msg.epoch) else {
             self.stats.stale += 1;
+            if ahead(self.window.epoch, msg.epoch) {
+                self.live.left_behind = true;
+                self.live.report_pending = Some(now); // judged at once
+            }
             return;
         };
         if msg.kind == MsgKind::Status && msg.tag & status::JOINING != 0 {
@@ -52,7 +53,9 @@ impl Core {
             // re-send unasked: a straggler NACKs).
             MsgKind::Data | MsgKind::Answer if epoch < self.window.epoch => self.stats.stale += 1,
             MsgKind::Data | MsgKind::Answer => {
-                if !self.on_data(from, msg, epoch, data, now) {
+                // Node 0's release, relayed by this node's parent (asked for it).
+                let sender = if msg.kind == MsgKind::Answer && msg.tag == plan::tag::RELEASE && self.recovery.relay == Some(from) { 0 } else { from };
+                if !self.on_data(sender, msg, epoch, data, now) {
                     return;
                 }
             }
@@ -150,7 +153,7 @@ impl Core {
                 // completed the step: its time is a lesson (also when it
                 // came after a probe: then the retry was early, and the
                 // timeout must grow, or every step probes again).
-                self.recovery.rto.sample(now.saturating_duration_since(self.recovery.step_since));
+                self.recovery.rto.sample(step, now.saturating_duration_since(self.recovery.step_since));
             }
             if !clean {
                 // Recovered here or upstream: a loss happened (or the

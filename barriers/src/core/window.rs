@@ -49,6 +49,13 @@ pub(super) fn place(current: u64, wire: u32) -> Option<u64> {
     current.checked_add_signed(i64::from(distance))
 }
 
+/// Whether the barrier whose low 32 bits are `wire` lies two or more
+/// barriers ahead of barrier `current` (within half the 32-bit space): a
+/// process the instance counts is never there while this one is at `current`.
+pub(super) fn ahead(current: u64, wire: u32) -> bool {
+    wire.wrapping_sub(current as u32) as i32 >= 2
+}
+
 /// The parity slot of barrier `epoch` (the current and the next barrier's
 /// state live side by side).
 pub(super) const fn parity(epoch: u64) -> usize {
@@ -68,5 +75,6 @@ mod tests {
         assert_eq!(place(u64::from(u32::MAX), 0), Some(1 << 32));
         assert_eq!(place(1 << 32, u32::MAX), Some(u64::from(u32::MAX)));
         assert_eq!(place(0, u32::MAX), None, "no barrier before 0");
+        assert!(ahead(10, 12) && ahead(u64::from(u32::MAX), 1) && !ahead(10, 11) && !ahead(10, 8) && !ahead(10, 10));
     }
 }

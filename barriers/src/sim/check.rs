@@ -16,9 +16,12 @@
 //!   node concerned (crashed, paused, partitioned from it, or gone: its
 //!   join failed) for at least half its failure timeout (a report, which
 //!   nodes pass on: silent to some node), or a mismatch that
-//!   was really there; node 0
-//!   refuses only a restarted process; a join that times out names only
-//!   nodes silent to it or (named by node 0) to node 0.
+//!   was really there (also between a process restarted in one instance
+//!   and the barrier its peers made for the next, which admitted it);
+//!   node 0 refuses only a restarted process (or a node whose place such
+//!   a process holds); a join that times out names only
+//!   nodes silent to it or (named by node 0) to node 0, or that had not
+//!   made the barrier yet (the join timeout waits that long for every member).
 
 use std::fmt;
 
@@ -211,6 +214,29 @@ fn silence_during(run: &Run, span: (u64, u64)) -> bool {
 struct Checker<'a> {
     run: &'a Run,
     out: Vec<Violation>,
+    /// Per instance: a barrier its processes joined also held a process
+    /// running another instance's script (see [`crossed`]).
+    crossed: Vec<bool>,
+}
+
+/// Per instance of the run: whether a barrier its processes joined also
+/// held a process of another instance. A process restarted in instance `j`
+/// runs `j`'s script again; its peers, back to back, may have gone on to
+/// `j + 1`, whose barrier admits it (nothing in a join says which of the
+/// application's instances it is for). Its calls and theirs then really
+/// differ: a collective mismatch there is right, and so is node 0's refusal
+/// of the node's own next process, whose place it holds.
+fn crossed(run: &Run) -> Vec<bool> {
+    let mut out = vec![false; run.config.instances];
+    for a in &run.joins {
+        let Some(barrier) = a.barrier else { continue };
+        if run.joins.iter().any(|b| b.instance != a.instance && b.barrier == Some(barrier)) {
+            if let Some(c) = out.get_mut(a.instance) {
+                *c = true;
+            }
+        }
+    }
+    out
 }
 
 impl Checker<'_> {
@@ -228,11 +254,23 @@ impl Checker<'_> {
         last.is_some_and(|r| matches!(r.record.outcome, Outcome::Err(_)) && r.record.left.is_some_and(|l| t - l >= need))
     }
 
+    /// Whether `x` had not made instance `j`'s barrier for `need` ns of the
+    /// instance by time `t` (still finishing the last instance): it answers
+    /// nothing of it meanwhile. (Node 0 may have admitted a delayed join of
+    /// its process of the instance before in its place: soak seeds 1030677,
+    /// 1038260.)
+    fn absent(&self, x: NodeId, j: usize, t: u64, need: u64) -> bool {
+        let made = |r: &&super::world::JoinRecord| r.instance == j && r.record.entered.is_some();
+        let Some(start) = self.run.joins.iter().filter(made).filter_map(|r| r.record.entered).min() else { return false };
+        let mine = self.run.joins.iter().filter(made).filter(|r| r.node == x).filter_map(|r| r.record.entered).min().unwrap_or(u64::MAX);
+        mine.min(t).saturating_sub(start) >= need
+    }
+
     /// Whether `x` was silent to `y` for `need` ns by time `t` in instance
-    /// `j`: crashed, paused, partitioned from it, or gone.
+    /// `j`: crashed, paused, partitioned from it, gone, or not there yet.
     fn silent(&self, x: NodeId, y: NodeId, j: usize, t: u64) -> bool {
         let need = self.need(y);
-        silent_to(self.run, x, y, t, need) || self.gone(x, j, t, need)
+        silent_to(self.run, x, y, t, need) || self.gone(x, j, t, need) || self.absent(x, j, t, need)
     }
 
     /// Whether `x` was silent to some other node by time `t` in instance
@@ -263,9 +301,22 @@ impl Checker<'_> {
             Verdict::JoinTimeout(missing) => {
                 // Node 0 names the nodes it did not hear; another node names
                 // node 0, or the nodes node 0 said it still waited for.
-                let silent = |x: NodeId| {
-                    silent_to(self.run, x, node, t, self.need(node)) || (node != 0 && x != 0 && silent_to(self.run, x, 0, t, self.need(0)))
+                // Silent as for any verdict: also gone, its own join failed
+                // (node 0 that gave up answers no more requests; its word
+                // that it did may be lost: soak seed 13186), or late, its
+                // application had not made the barrier (not asked node 0)
+                // by then, as the join timeout means ("waits for every
+                // member"): still finishing the last instance, say, its
+                // farewell waiting out a peer that left (soak seed 15303).
+                // (Late here: not made by `t`, less the margin; a node that
+                // asked node 0 well before is not late, however late it came.)
+                let quiet = |x: NodeId, y: NodeId| {
+                    let need = self.need(y);
+                    let late =
+                        !self.run.joins.iter().any(|r| r.node == x && r.instance == instance && r.record.entered.is_some_and(|e| e + need <= t));
+                    silent_to(self.run, x, y, t, need) || self.gone(x, instance, t, need) || late
                 };
+                let silent = |x: NodeId| quiet(x, node) || (node != 0 && x != 0 && quiet(x, 0));
                 // Node 0 crashed and restarted: the nodes its earlier process
                 // admitted run that instance, and never join the new one.
                 let node0_restarted = self.run.episodes.iter().any(|e| matches!(e.kind, EpisodeKind::Crash { node: 0 }) && e.end <= t);
@@ -292,6 +343,9 @@ impl Checker<'_> {
         let span = if run.spans[j].1 < run.spans[j].0 { (run.spans[j].0, u64::MAX) } else { run.spans[j] };
         let clean = !silence_during(run, span) && mismatch_at.is_none();
         let bound = run.config.liveness_ns;
+        // A restarted process that was admitted again, in place of one that
+        // had taken part, finds its peers barriers ahead: refused.
+        let restarted = |b: NodeId| run.joins.iter().any(|r| r.node == b && r.instance == j && r.life > 0);
         for (k, recs) in ops.iter().enumerate() {
             let sop = &script[k];
             // Safety.
@@ -324,9 +378,9 @@ impl Checker<'_> {
                 }
             }
             // Verdicts.
-            let allowed = mismatch_at.is_some_and(|m| k == m || k == m + 1);
+            let allowed = mismatch_at.is_some_and(|m| k == m || k == m + 1) || self.crossed[j];
             for (b, r) in recs.iter().enumerate() {
-                self.verdict(j, format!("op {k}"), b, r, allowed, false);
+                self.verdict(j, format!("op {k}"), b, r, allowed, restarted(b));
             }
             // Liveness within the bound, per epoch the call takes (a
             // collective larger than a message runs in segments, one epoch each).
@@ -357,7 +411,7 @@ impl Checker<'_> {
             self.safety(j, None, fin);
         }
         for (b, r) in fin.iter().enumerate() {
-            self.verdict(j, "finish".into(), b, r, mismatch_at.is_some(), false);
+            self.verdict(j, "finish".into(), b, r, mismatch_at.is_some() || self.crossed[j], restarted(b));
         }
         // A finish waits for its peers' farewells: one lost for good costs
         // up to the failure timeout.
@@ -366,12 +420,31 @@ impl Checker<'_> {
         }
     }
 
+    /// When node `b` entered operation `op` of instance `j` (`None`: the
+    /// finish) in the barrier instance `j` ran: its own record's entry, or,
+    /// if a process of `b` restarted in another instance held its place
+    /// there (see [`crossed`]), that process's entry of the same operation
+    /// of its own script (both run from the barrier's first epoch).
+    fn entered(&self, j: usize, op: Option<usize>, b: NodeId, own: &OpRecord) -> Option<u64> {
+        let run = self.run;
+        let record = |i: usize| match op {
+            Some(k) => run.ops.get(i).and_then(|o| o.get(k)).map(|r| &r[b]),
+            None => run.finishes.get(i).map(|r| &r[b]),
+        };
+        own.entered.or_else(|| {
+            let ours = |k: u64| run.joins.iter().any(|o| o.instance == j && o.barrier == Some(k));
+            let other = run.joins.iter().find(|o| o.node == b && o.instance != j && o.barrier.is_some_and(ours))?;
+            record(other.instance)?.entered
+        })
+    }
+
     fn safety(&mut self, j: usize, op: Option<usize>, recs: &[OpRecord]) {
         for (a, r) in recs.iter().enumerate() {
             let (Outcome::Ok(_), Some(at)) = (&r.outcome, r.left) else { continue };
             for (b, other) in recs.iter().enumerate() {
-                if other.entered.is_none_or(|e| e > at) {
-                    self.out.push(Violation::Safety { instance: j, op, left: a, at, not_entered: b, entered: other.entered });
+                let entered = self.entered(j, op, b, other);
+                if entered.is_none_or(|e| e > at) {
+                    self.out.push(Violation::Safety { instance: j, op, left: a, at, not_entered: b, entered });
                     return;
                 }
             }
@@ -397,7 +470,7 @@ impl Checker<'_> {
 
 /// Runs every checker on `run`: the violations, none if the run is right.
 pub fn check(run: &Run) -> Vec<Violation> {
-    let mut c = Checker { run, out: Vec::new() };
+    let mut c = Checker { run, out: Vec::new(), crossed: crossed(run) };
     for text in run.errors.iter().filter(|e| e.contains("UNEXPECTED")) {
         c.out.push(Violation::Contract { text: text.clone() });
     }
@@ -405,7 +478,11 @@ pub fn check(run: &Run) -> Vec<Violation> {
         c.instance(j);
     }
     for join in &run.joins {
-        c.verdict(join.instance, "join".into(), join.node, &join.record, false, join.life > 0);
+        // A restarted process, or one whose place a process of the same
+        // node running another instance's script took (see `crossed`).
+        let shares = |k: u64| run.joins.iter().any(|o| o.instance == join.instance && o.barrier == Some(k));
+        let displaced = run.joins.iter().any(|o| o.node == join.node && o.instance != join.instance && o.barrier.is_some_and(shares));
+        c.verdict(join.instance, "join".into(), join.node, &join.record, false, join.life > 0 || displaced);
     }
     for (node, &(instance, stage)) in run.stages.iter().enumerate() {
         if instance < run.config.instances {

@@ -81,7 +81,8 @@ impl CoreNode {
         if start > 0 {
             self.core.next_segment();
         }
-        self.core.start(self.now, Call::EnterCollective { call, count, input, deadline: None });
+        let more = end < self.input.len();
+        self.core.start(self.now, Call::EnterCollective { call, count, more, input, deadline: None });
     }
 
     /// The core said its call is done.
@@ -116,7 +117,7 @@ impl CoreNode {
     fn collect(&mut self) {
         while let Some(e) = self.core.poll_event() {
             match e {
-                Event::Joined { .. } => self.events.push_back(NodeEvent::Joined),
+                Event::Joined { instance } => self.events.push_back(NodeEvent::Joined { instance }),
                 Event::JoinFailed(e) => self.events.push_back(NodeEvent::Failed(e)),
                 Event::Done(r) => self.done(r),
             }

@@ -63,7 +63,12 @@ impl AppCall {
 #[derive(Debug)]
 pub enum NodeEvent {
     /// Every node joined: the instance runs.
-    Joined,
+    Joined {
+        /// The agreed instance (which processes share a barrier: a
+        /// restarted process may join the one its peers made for their
+        /// next instance).
+        instance: u64,
+    },
     /// The current call completed (for a split-phase [`AppCall::Enter`]:
     /// the barrier completed), with the collective's result if it has one
     /// here.

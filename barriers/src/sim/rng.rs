@@ -11,7 +11,7 @@ pub struct Rng {
 /// splitmix64: the next state and its output.
 fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    crate::engine::mix(*state)
+    crate::types::mix(*state)
 }
 
 impl Rng {
@@ -26,7 +26,7 @@ impl Rng {
     /// (the workload's inputs, one node's link), so that drawing more in
     /// one stream never shifts another.
     pub fn fork(seed: u64, label: u64) -> Rng {
-        Rng::new(crate::engine::mix(seed ^ crate::engine::mix(label.wrapping_add(0x5EED))))
+        Rng::new(crate::types::mix(seed ^ crate::types::mix(label.wrapping_add(0x5EED))))
     }
 
     /// The next 64 random bits.

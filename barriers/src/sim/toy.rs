@@ -67,7 +67,7 @@ impl Toy {
             arrivals: BTreeMap::new(),
             calls_at: BTreeMap::new(),
             out: VecDeque::new(),
-            events: VecDeque::from([NodeEvent::Joined]),
+            events: VecDeque::from([NodeEvent::Joined { instance: spec.incarnation >> 40 }]),
             bug,
             now: Instant::now(),
             retry: None,

@@ -262,7 +262,8 @@ fn float(rng: &mut Rng, r: u64) -> f64 {
     match r % 16 {
         0 => 0.0,
         1 => -0.0,
-        _ => (rng.unit() - 0.5) * 2f64.powi((r >> 8) as i32 % 40 - 20),
+        // 2^k exactly, as `2f64.powi(k)` gives it (k in -59..=19: normal numbers).
+        _ => (rng.unit() - 0.5) * f64::from_bits(((1023 + (r >> 8) as i32 % 40 - 20) as u64) << 52),
     }
 }
 
@@ -443,6 +444,22 @@ mod tests {
         match s {
             Shape::Leaf(r) => out.push(*r),
             Shape::Fold(p) => p.iter().for_each(|c| leaves(c, out)),
+        }
+    }
+
+    #[test]
+    fn a_float_input_scales_by_a_power_of_two_as_powi_does() {
+        for r in [0u64, 1 << 8, 39 << 8, 40 << 8, u64::MAX, 0x8000_0000_0000_0000, 0xFFFF_FF00, 0x1234_5678_9ABC_DEF0] {
+            for bits in (0..3).map(|d| r.wrapping_add(d)) {
+                let (mut a, mut b) = (Rng::fork(9, bits), Rng::fork(9, bits));
+                let k = (bits >> 8) as i32 % 40 - 20;
+                let want = match bits % 16 {
+                    0 => 0.0,
+                    1 => -0.0,
+                    _ => (b.unit() - 0.5) * 2f64.powi(k),
+                };
+                assert_eq!(float(&mut a, bits).to_bits(), want.to_bits(), "r={bits:#x}");
+            }
         }
     }
 

@@ -158,7 +158,7 @@ fn hierarchical(endpoint: mcd::Endpoint) {
     let algorithm = barriers::Algorithm::Tree { k: barriers::Fanout::FOUR, release: barriers::Release::Multicast };
     let config = barriers::BarrierConfig::new(algorithm).timeouts(std::time::Duration::from_millis(1), failure);
     let shared = barriers::SharedEndpoint::new(endpoint);
-    let mut barrier = exit_on(barriers::HierarchicalBarrier::on_endpoint(&shared, config));
+    let mut barrier = exit_on(barriers::HierarchicalBarrier::on_endpoint(&shared, config, exit_on(barriers::HostSettings::from_env())));
     let me = barrier.node();
     println!("node {me}: host of {} ranks, leader {}, {} hosts", barrier.host_members().len(), barrier.host_members()[0], barrier.hosts());
     let mut times = std::env::var_os("MCD_TEST_TIMES")

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use super::{Fate, Net};
 use crate::collective::Collective;
 use crate::core::Call;
-use crate::engine::{BarrierConfig, BarrierError};
 use crate::plan::{tag, Algorithm, Fanout, Release};
 use crate::transport::{Msg, MsgKind, NodeId};
+use crate::types::{BarrierConfig, BarrierError};
 
 /// One step of a node's script.
 #[derive(Clone, Copy, Debug)]
@@ -96,7 +96,7 @@ fn run_scripts_on(
                             Step::Bcast { root, k, len } => {
                                 let input = if p == root { payload(root, k, len) } else { vec![0; len] };
                                 let call = Collective::Bcast { root };
-                                net.call(p, Call::EnterCollective { call, count: len as u32, input: &input, deadline });
+                                net.call(p, Call::EnterCollective { call, count: len as u32, more: false, input: &input, deadline });
                                 at[p] = At::Entering(now);
                             }
                             Step::Barrier => {

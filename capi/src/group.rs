@@ -1,0 +1,229 @@
+//! A group ([`Group`]): a barrier over some of the job's ranks on the
+//! job's endpoint, prepared, then joined, then closed.
+
+use std::ffi::{CStr, CString};
+
+use barriers::policy::HostShape;
+use barriers::{Barrier, Collective, GroupTransport, JobPolicy, PreparedBarrier, SharedEndpoint, Transport};
+
+use crate::collective::Collectives;
+use crate::error::argument;
+use crate::job::Closing;
+use crate::stats::{mcd_stats, stats_of};
+use crate::{CError, Communicator, Job};
+
+/// on the job's endpoint (`mcd_group` in C): prepared (its local resources
+/// in place), then joined (met its members).
+pub struct Group {
+    state: GroupState,
+    shared: SharedEndpoint,
+    closing: Closing,
+    algorithm: CString,
+    rank: usize,
+    size: usize,
+    /// The group's collectives (see [`Group::make_collectives`]).
+    collectives: Collectives,
+    /// What the group's collectives barrier is made of: the members (job
+    /// ranks, in group order), the group's key, and the job's settings.
+    members: Vec<usize>,
+    key: u64,
+    policy: JobPolicy,
+    rails: usize,
+    host: HostShape,
+}
+
+#[allow(clippy::large_enum_variant)] // one per group, never moved on a hot path
+enum GroupState {
+    Prepared(Box<PreparedBarrier<GroupTransport>>),
+    Joined(Barrier<GroupTransport>),
+    /// Between the two, or after a failed join.
+    Gone,
+}
+
+impl Group {
+    /// This process's rank in the group.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Ranks in the group.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Meets the group's other members (collective over them) and starts
+    /// its progress agent; a no-op once joined.
+    pub fn join(&mut self) -> Result<(), CError> {
+        match std::mem::replace(&mut self.state, GroupState::Gone) {
+            GroupState::Prepared(prepared) => {
+                self.state = GroupState::Joined(prepared.join()?);
+                Ok(())
+            }
+            joined @ GroupState::Joined(_) => {
+                self.state = joined;
+                Ok(())
+            }
+            GroupState::Gone => Err(argument("the group's join failed before: free it")),
+        }
+    }
+
+    /// The barrier, once joined.
+    pub fn barrier(&mut self) -> Result<&mut Barrier<GroupTransport>, CError> {
+        match &mut self.state {
+            GroupState::Joined(barrier) => Ok(barrier),
+            GroupState::Prepared(_) => Err(argument("the group is prepared but not joined: call mcd_group_join first")),
+            GroupState::Gone => Err(argument("the group's join failed: free it")),
+        }
+    }
+
+    /// The counters (the endpoint's are the job's).
+    pub fn stats(&mut self) -> Result<mcd_stats, CError> {
+        let shared = self.shared.clone();
+        stats_of(self.barrier()?.stats(), &shared)
+    }
+
+    /// Ends this node's use of the group without waiting: enters its closing
+    /// barrier and hands it to the job, which finishes it once it is complete
+    /// (its agent answers the members meanwhile), at the latest in
+    /// [`Job::finish`]. Collective over the group, but no member waits here
+    /// for another, so members may close their groups in any order. A group
+    /// never joined is just dropped.
+    pub fn close(mut self) -> Result<(), CError> {
+        let closing = self.closing.clone();
+        // The collectives' barrier closes beside the group's; a barrier that
+        // cannot close (one still in progress) is dropped, and the other
+        // still closes.
+        let mut barriers: Vec<Barrier<GroupTransport>> = self.collectives.barrier.take().into_iter().collect();
+        if let GroupState::Joined(barrier) = self.state {
+            barriers.push(barrier);
+        }
+        let mut result = Ok(());
+        for mut barrier in barriers {
+            match barrier.close() {
+                Ok(()) => closing.add(barrier),
+                Err(e) => result = result.and(Err(e.into())),
+            }
+        }
+        closing.reap();
+        result
+    }
+
+    /// The barrier that runs the group's collectives: one of its own over
+    /// the members, as the job's (`Job::make_collectives`), made at the first
+    /// collective call, which every member makes, on an instance keyed by
+    /// the group's key (so members may meet it in any order across their
+    /// groups).
+    fn make_collectives(&self) -> Result<Barrier<GroupTransport>, CError> {
+        let transport = self.shared.group_with_key(&self.members, self.key ^ COLLECTIVES_KEY)?;
+        let config = self.policy.collective_config(self.size, self.rails, self.host);
+        Ok(Barrier::new(transport, config)?)
+    }
+
+    /// The group's collectives, for `f`, once joined.
+    fn with_collectives<R>(&mut self, f: impl FnOnce(&mut Collectives, &Group) -> Result<R, CError>) -> Result<R, CError> {
+        if !matches!(self.state, GroupState::Joined(_)) {
+            return Err(argument("the group is not joined: call mcd_group_join first"));
+        }
+        let mut state = std::mem::take(&mut self.collectives);
+        let result = f(&mut state, self);
+        self.collectives = state;
+        result
+    }
+}
+
+impl Communicator for &mut Group {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn algorithm(&self) -> &CStr {
+        &self.algorithm
+    }
+
+    fn stats(&mut self) -> Result<mcd_stats, CError> {
+        Group::stats(self)
+    }
+
+    fn wait(&mut self) -> Result<(), CError> {
+        Ok(self.barrier()?.wait()?)
+    }
+
+    fn enter(&mut self) -> Result<(), CError> {
+        Ok(self.barrier()?.enter()?)
+    }
+
+    fn test(&mut self) -> Result<bool, CError> {
+        Ok(self.barrier()?.test()?)
+    }
+
+    fn collective(&mut self, call: Collective, input: Option<&[u8]>, output: Option<&mut [u8]>) -> Result<(), CError> {
+        self.with_collectives(|state, group| state.run(|| group.make_collectives(), call, input, output))
+    }
+
+    fn start(&mut self, call: Collective, input: &[u8]) -> Result<barriers::Request<GroupTransport>, CError> {
+        self.with_collectives(|state, group| Ok(state.barrier(|| group.make_collectives())?.start(call, input)?))
+    }
+
+    fn why(&self) -> String {
+        let (policy, size, rails, host) = (&self.policy, self.size, self.rails, self.host);
+        format!("{}; {}", crate::why::barrier(policy, size, rails, host), crate::why::collectives(policy, size, rails, host))
+    }
+}
+
+impl Job {
+    /// A barrier over the job's ranks `ranks` (this one among them), numbered
+    /// in that order, on the job's endpoint: no discovery. Collective over
+    /// those ranks only; ranks that share several groups must create them in
+    /// the same order. [`prepare`](Self::prepare) then [`Group::join`].
+    pub fn group(&self, ranks: &[usize]) -> Result<Group, CError> {
+        let mut group = self.prepare(ranks, None)?;
+        group.join()?;
+        Ok(group)
+    }
+
+    /// The local half of [`group`](Self::group): the group's resources
+    /// (routing, wake-ups, the barrier's state), no communication, so a
+    /// caller can learn that every member prepared before any waits in
+    /// [`Group::join`]. `key`: a number the members agreed on for this group
+    /// (unique among the live groups of these ranks), letting them create
+    /// their groups in any order, from several threads; `None`: keyed by
+    /// creation order, as `group`. Also finishes groups closed earlier whose
+    /// closing barrier is complete.
+    pub fn prepare(&self, ranks: &[usize], key: Option<u64>) -> Result<Group, CError> {
+        if ranks.is_empty() {
+            return Err(argument("a group needs at least one rank"));
+        }
+        self.closing.reap();
+        let transport = match key {
+            Some(key) => self.shared.group_with_key(ranks, key),
+            None => self.shared.group(ranks),
+        }
+        .map_err(|e| argument(e.to_string()))?;
+        let rank = transport.node();
+        let group_key = transport.key();
+        let barrier_config = self.policy.barrier_config(ranks.len(), self.rails, self.host);
+        let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");
+        let prepared = PreparedBarrier::new(transport, barrier_config)?;
+        Ok(Group {
+            state: GroupState::Prepared(Box::new(prepared)),
+            shared: self.shared.clone(),
+            closing: self.closing.clone(),
+            algorithm,
+            rank,
+            size: ranks.len(),
+            collectives: Collectives::default(),
+            members: ranks.to_vec(),
+            key: group_key,
+            policy: self.policy.clone(),
+            rails: self.rails,
+            host: self.host,
+        })
+    }
+}
+
+/// Mixed into a group's key for its collectives' instance.
+const COLLECTIVES_KEY: u64 = 0x636f_6c6c_6563_7469;

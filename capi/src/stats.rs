@@ -1,0 +1,65 @@
+//! The counters C reads ([`mcd_stats`]): a barrier's and its endpoint's.
+
+use barriers::{BarrierStats, SharedEndpoint};
+
+use crate::CError;
+
+/// Counters of a job's barrier and endpoint.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct mcd_stats {
+    /// Barriers completed.
+    pub barriers: u64,
+    /// Messages the barriers sent (a multicast counts once).
+    pub messages_sent: u64,
+    /// Frames delivered by the endpoint.
+    pub frames_received: u64,
+    /// Messages sent twice at once (after a loss, or asked for early).
+    pub resends: u64,
+    /// Messages re-sent to answer a peer.
+    pub answers: u64,
+    /// Frames dropped: malformed, foreign, forged, replayed, or lost to a
+    /// full receive ring (the three counters below included).
+    pub frames_dropped: u64,
+    /// Frames dropped because their tag did not verify under the job's
+    /// secret: forged, or from a process with another secret.
+    pub frames_bad_tag: u64,
+    /// Authenticated frames dropped as replays (seen before, or too old).
+    pub frames_replayed: u64,
+    /// Frames dropped because they were signed where this job is not, or
+    /// not signed where it is.
+    pub frames_auth_mismatch: u64,
+    /// NACKs not answered because the same peer had asked for the same
+    /// message less than a quarter of the retry timeout after its last
+    /// answer (the per-peer limit on answers: a burst of NACKs, replayed
+    /// or from a buggy member, gets a bounded number of answers).
+    pub answers_suppressed: u64,
+    /// Messages of another barrier instance, dropped by the barrier: frames
+    /// of an earlier run under the same secret, replayed (they verify, and
+    /// are new to this run's endpoint, once), or late frames of an earlier
+    /// barrier of this job.
+    pub messages_foreign: u64,
+    /// Join answers for another incarnation than this node's, ignored (an
+    /// earlier run's, replayed, or delayed); at node 0, join requests that
+    /// replaced an admission not yet heard from (the same).
+    pub joins_superseded: u64,
+}
+
+/// The counters `b` of a barrier, and those of the shared endpoint.
+pub(crate) fn stats_of(b: BarrierStats, shared: &SharedEndpoint) -> Result<mcd_stats, CError> {
+    let e = shared.with_endpoint(|e| e.stats())?;
+    Ok(mcd_stats {
+        barriers: b.completed,
+        messages_sent: b.sent,
+        frames_received: e.received,
+        resends: b.copies,
+        answers: b.answers,
+        frames_dropped: e.dropped.total() + e.ring_dropped,
+        frames_bad_tag: e.dropped.bad_tag,
+        frames_replayed: e.dropped.replayed,
+        frames_auth_mismatch: e.dropped.auth_mismatch,
+        answers_suppressed: b.answers_suppressed,
+        messages_foreign: b.foreign,
+        joins_superseded: b.superseded,
+    })
+}
