@@ -62,6 +62,9 @@ pub struct RouteStats {
     pub ignored: u64,
     /// Frames dropped because a group's queue was full.
     pub overflow: u64,
+    /// Join requests for groups not created here yet, dropped beyond the
+    /// limit kept for them (the oldest first).
+    pub pending_dropped: u64,
 }
 
 /// A routed frame: sender, rail, message, and its data (a buffer from the
@@ -201,6 +204,7 @@ impl Hub {
                 None if msg.kind == MsgKind::Join => {
                     if self.pending.len() >= PENDING_LIMIT {
                         self.pending.pop_front();
+                        self.stats.pending_dropped += 1;
                     }
                     self.pending.push_back((key, m.from, m.rail, msg));
                 }

@@ -60,7 +60,8 @@ pub enum MsgKind {
     /// its algorithm, rails and first barrier, which must match node 0's.
     Join,
     /// Node 0's answer to a [`Join`](MsgKind::Join): `instance` is the agreed
-    /// instance, `arg` the low 32 bits of the incarnation it admits.
+    /// instance, `arg` the low 32 bits of the incarnation it admits and
+    /// `epoch` the high 32 bits (the joining node takes only its own).
     Admit,
     /// Node 0's refusal of a [`Join`](MsgKind::Join) from an incarnation it
     /// does not know (a restarted process; `tag` 0), or with another

@@ -314,7 +314,13 @@ impl barriers::Transport for Mirror {
     fn send(&mut self, _rail: usize, _to: barriers::NodeId, msg: barriers::Msg) -> Result<(), barriers::TransportError> {
         use barriers::MsgKind;
         self.queue = match msg.kind {
-            MsgKind::Join => Some(barriers::Msg { kind: MsgKind::Admit, instance: MIRROR_INSTANCE, epoch: 0, tag: 0, arg: msg.instance as u32 }),
+            MsgKind::Join => Some(barriers::Msg {
+                kind: MsgKind::Admit,
+                instance: MIRROR_INSTANCE,
+                epoch: (msg.instance >> 32) as u32,
+                tag: 0,
+                arg: msg.instance as u32,
+            }),
             MsgKind::Data => Some(barriers::Msg { arg: 0, ..msg }),
             _ => None,
         };

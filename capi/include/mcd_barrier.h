@@ -260,10 +260,11 @@ typedef struct mcd_stats {
      */
     uint64_t answers_suppressed;
     /**
-     * Messages of another barrier instance, dropped by the barrier: frames
-     * of an earlier run under the same secret, replayed (they verify, and
-     * are new to this run's endpoint, once), or late frames of an earlier
-     * barrier of this job.
+     * Messages of another barrier instance, dropped by the barrier, or of
+     * a communicator this process does not have, dropped by the shared
+     * endpoint: frames of an earlier run under the same secret, replayed
+     * (they verify, and are new to this run's endpoint, once), or late
+     * frames of an earlier barrier or a freed communicator of this job.
      */
     uint64_t messages_foreign;
     /**
@@ -272,6 +273,19 @@ typedef struct mcd_stats {
      * replaced an admission not yet heard from (the same).
      */
     uint64_t joins_superseded;
+    /**
+     * Messages the shared endpoint dropped for want of room: a
+     * communicator's queue full (its application not calling), or join
+     * requests for communicators not created here yet beyond the number
+     * kept for them.
+     */
+    uint64_t messages_overflow;
+    /**
+     * Replay windows of senders' earlier sessions forgotten to make room
+     * (a few are kept per sender): many means frames of many earlier runs
+     * were replayed here.
+     */
+    uint64_t sessions_forgotten;
 } mcd_stats;
 
 /**

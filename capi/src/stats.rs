@@ -34,20 +34,31 @@ pub struct mcd_stats {
     /// answer (the per-peer limit on answers: a burst of NACKs, replayed
     /// or from a buggy member, gets a bounded number of answers).
     pub answers_suppressed: u64,
-    /// Messages of another barrier instance, dropped by the barrier: frames
-    /// of an earlier run under the same secret, replayed (they verify, and
-    /// are new to this run's endpoint, once), or late frames of an earlier
-    /// barrier of this job.
+    /// Messages of another barrier instance, dropped by the barrier, or of
+    /// a communicator this process does not have, dropped by the shared
+    /// endpoint: frames of an earlier run under the same secret, replayed
+    /// (they verify, and are new to this run's endpoint, once), or late
+    /// frames of an earlier barrier or a freed communicator of this job.
     pub messages_foreign: u64,
     /// Join answers for another incarnation than this node's, ignored (an
     /// earlier run's, replayed, or delayed); at node 0, join requests that
     /// replaced an admission not yet heard from (the same).
     pub joins_superseded: u64,
+    /// Messages the shared endpoint dropped for want of room: a
+    /// communicator's queue full (its application not calling), or join
+    /// requests for communicators not created here yet beyond the number
+    /// kept for them.
+    pub messages_overflow: u64,
+    /// Replay windows of senders' earlier sessions forgotten to make room
+    /// (a few are kept per sender): many means frames of many earlier runs
+    /// were replayed here.
+    pub sessions_forgotten: u64,
 }
 
 /// The counters `b` of a barrier, and those of the shared endpoint.
 pub(crate) fn stats_of(b: BarrierStats, shared: &SharedEndpoint) -> Result<mcd_stats, CError> {
     let e = shared.with_endpoint(|e| e.stats())?;
+    let route = shared.route_stats();
     Ok(mcd_stats {
         barriers: b.completed,
         messages_sent: b.sent,
@@ -59,7 +70,9 @@ pub(crate) fn stats_of(b: BarrierStats, shared: &SharedEndpoint) -> Result<mcd_s
         frames_replayed: e.dropped.replayed,
         frames_auth_mismatch: e.dropped.auth_mismatch,
         answers_suppressed: b.answers_suppressed,
-        messages_foreign: b.foreign,
+        messages_foreign: b.foreign + route.foreign,
         joins_superseded: b.superseded,
+        messages_overflow: route.overflow + route.pending_dropped,
+        sessions_forgotten: e.sessions_forgotten,
     })
 }

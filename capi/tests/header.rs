@@ -110,7 +110,7 @@ fn header_structs(header: &str) -> Vec<(String, BTreeSet<String>)> {
 fn header_struct_layouts_match_rust() {
     let rust = layouts! {
         mcd_params { rank, size, interfaces, node_file, job, algorithm, port, local_procs, cpus, auth, secret }
-        mcd_stats { barriers, messages_sent, frames_received, resends, answers, frames_dropped, frames_bad_tag, frames_replayed, frames_auth_mismatch, answers_suppressed, messages_foreign, joins_superseded }
+        mcd_stats { barriers, messages_sent, frames_received, resends, answers, frames_dropped, frames_bad_tag, frames_replayed, frames_auth_mismatch, answers_suppressed, messages_foreign, joins_superseded, messages_overflow, sessions_forgotten }
     };
     // Every struct the header defines is checked, each field of it.
     let header = std::fs::read_to_string(header_path()).expect("capi/include/mcd_barrier.h");

@@ -26,7 +26,8 @@
 //!   64-bit counter ([`Counter`]): a *session* (32 random bits drawn when the
 //!   endpoint opens, and again after 2^32 frames) above the frame's number
 //!   in the session. Each receiver keeps, per sender node and rail, one
-//!   [`ReplayWindow`] per session heard: the highest number seen and a
+//!   [`ReplayWindow`] per session heard (its most heard and at most
+//!   [`EARLIER_SESSIONS`] others): the highest number seen and a
 //!   bitmap of the [`REPLAY_WINDOW`] below it. A frame seen before, or
 //!   older than its session's window, is dropped
 //!   ([`crate::DropReason::Replayed`]). Counters of different sessions are
@@ -420,70 +421,142 @@ impl ReplayWindow {
     }
 }
 
+/// How many sessions of one sender, besides its most heard, a receiver
+/// keeps windows for ([`SenderWindows`]).
+pub const EARLIER_SESSIONS: usize = 4;
+
+/// One session's window in a [`SenderWindows`], with what picks which to keep.
+#[derive(Clone, Debug, Default)]
+struct SessionWindow {
+    session: u32,
+    window: ReplayWindow,
+    /// Frames of the session taken.
+    taken: u64,
+    /// The sender's frame (of any session) this one was last taken at:
+    /// the least recently used is forgotten first.
+    used: u64,
+}
+
 /// One sender's replay windows on one rail: one [`ReplayWindow`] per
-/// session of its counter ([`Counter`]), the session heard last in place.
-/// Counters of different sessions are never compared, so a frame of an
-/// earlier session (a run recorded and replayed, or the sender's earlier
-/// life) is taken once and leaves the live session's window as it was.
-/// The live session's check costs what one window's does; nothing is
-/// allocated until a second session of the sender is heard (then one
-/// window per session: sessions are signed, so an attacker can replay no
-/// more of them than it recorded).
+/// session of its counter ([`Counter`]). Counters of different sessions
+/// are never compared, so a frame of an earlier session (a run recorded
+/// and replayed, or the sender's earlier life) is taken once and leaves
+/// the live session's window as it was.
+///
+/// The windows are bounded (review rev28, finding 4): the session of which
+/// the most frames were taken (the live run's, unless an attacker replays
+/// more frames of one recorded session than the live sender sent) has a
+/// slot no other session takes; at most [`EARLIER_SESSIONS`] others are
+/// kept, and a new one takes the slot of the least recently used. A frame
+/// costs one comparison and at most [`EARLIER_SESSIONS`] more, however many
+/// sessions were heard, and nothing is ever allocated. A session forgotten
+/// is counted ([`forgotten`](Self::forgotten)); its frames, replayed, are
+/// new once more, as they were to a new endpoint: that is safe for the
+/// same reason, since an earlier run's frame is useless above the endpoint
+/// (its barrier instance and bootstrap nonces are another run's: the
+/// engine drops it as another instance's, `RouteStats::foreign`).
+///
+/// What is left: an attacker who replays more frames of one recorded
+/// session than the live sender has sent this receiver on this rail moves
+/// the live session out of its slot, among the others; a flood of more
+/// than [`EARLIER_SESSIONS`] recorded sessions between two of its frames
+/// then has it forgotten, and its frames recorded in this run are new
+/// once more: the engine gets them as it gets the duplicate copies and
+/// answers it sends by design (an earlier barrier's is stale). The live
+/// session takes its slot back once more of its frames were taken than
+/// of the recorded one.
 #[derive(Clone, Debug, Default)]
 pub struct SenderWindows {
-    /// The session heard last, and its window (unused while its window is
-    /// empty: the first session heard takes it).
-    current: (u32, ReplayWindow),
-    /// Every other session heard.
-    others: Vec<(u32, ReplayWindow)>,
+    /// The session of which the most frames were taken (unused while its
+    /// window is empty: the first session heard takes it).
+    most: SessionWindow,
+    /// Other sessions heard (`session` 0 with an empty window: a free slot).
+    earlier: [SessionWindow; EARLIER_SESSIONS],
+    /// Frames taken (what `used` counts in).
+    clock: u64,
+    /// Sessions whose windows were given to a newer one.
+    forgotten: u64,
 }
 
 impl SenderWindows {
-    fn other(&self, session: u32) -> Option<usize> {
-        self.others.iter().position(|(s, _)| *s == session)
+    fn earlier(&self, session: u32) -> Option<usize> {
+        self.earlier.iter().position(|w| w.session == session && w.window.highest() != 0)
     }
 
-    /// Whether a frame with `counter` is new: of a session never heard, or
+    fn session_of(counter: u64) -> u32 {
+        (counter >> SESSION_SHIFT) as u32
+    }
+
+    /// Whether a frame with `counter` is new: of a session not kept, or
     /// new to its session's window. Changes nothing.
     pub fn check(&self, counter: u64) -> bool {
-        let session = (counter >> SESSION_SHIFT) as u32;
+        let session = Self::session_of(counter);
         if counter as u32 == 0 {
             return false; // numbers start at 1
         }
-        if self.current.0 == session {
-            return self.current.1.check(counter);
+        if self.most.session == session {
+            return self.most.window.check(counter);
         }
-        self.other(session).is_none_or(|i| self.others[i].1.check(counter))
+        self.earlier(session).is_none_or(|i| self.earlier[i].window.check(counter))
     }
 
     /// Records `counter` as seen (after [`check`](Self::check) said it is new).
     pub fn record(&mut self, counter: u64) {
-        let session = (counter >> SESSION_SHIFT) as u32;
-        if self.current.0 != session {
-            let window = match self.other(session) {
-                Some(i) => self.others.swap_remove(i).1,
-                None => ReplayWindow::default(),
-            };
-            let previous = std::mem::replace(&mut self.current, (session, window));
-            if previous.1.highest() != 0 {
-                self.others.push(previous);
+        let session = Self::session_of(counter);
+        self.clock += 1;
+        if self.most.session == session || self.most.window.highest() == 0 {
+            self.most.session = session;
+            self.most.window.record(counter);
+            self.most.taken += 1;
+            self.most.used = self.clock;
+            return;
+        }
+        let i = match self.earlier(session) {
+            Some(i) => i,
+            None => {
+                // A free slot, or the least recently used one's.
+                let i = (0..EARLIER_SESSIONS).min_by_key(|&i| (self.earlier[i].window.highest() != 0, self.earlier[i].used)).unwrap_or(0);
+                if self.earlier[i].window.highest() != 0 {
+                    self.forgotten += 1;
+                }
+                self.earlier[i].session = session;
+                self.earlier[i].window = ReplayWindow::default();
+                self.earlier[i].taken = 0;
+                i
             }
+        };
+        let slot = &mut self.earlier[i];
+        slot.window.record(counter);
+        slot.taken += 1;
+        slot.used = self.clock;
+        if slot.taken > self.most.taken {
+            std::mem::swap(slot, &mut self.most);
         }
-        self.current.1.record(counter);
     }
 
-    /// The sessions heard, the last first.
+    /// The sessions kept, the most heard first, then the others, the most
+    /// recently heard first.
     pub fn sessions(&self) -> impl Iterator<Item = u32> + '_ {
-        let current = (self.current.1.highest() != 0).then_some(self.current.0);
-        current.into_iter().chain(self.others.iter().map(|(s, _)| *s))
+        let mut earlier: [Option<(u64, u32)>; EARLIER_SESSIONS] = [None; EARLIER_SESSIONS];
+        for (slot, w) in earlier.iter_mut().zip(&self.earlier) {
+            *slot = (w.window.highest() != 0).then_some((w.used, w.session));
+        }
+        earlier.sort_unstable_by(|a, b| b.cmp(a));
+        let most = (self.most.window.highest() != 0).then_some(self.most.session);
+        most.into_iter().chain(earlier.into_iter().flatten().map(|(_, s)| s))
     }
 
-    /// The highest counter seen in `session` (0 if none).
+    /// The highest counter seen in `session` (0 if none, or forgotten).
     pub fn highest(&self, session: u32) -> u64 {
-        if self.current.0 == session {
-            return self.current.1.highest();
+        if self.most.session == session {
+            return self.most.window.highest();
         }
-        self.other(session).map_or(0, |i| self.others[i].1.highest())
+        self.earlier(session).map_or(0, |i| self.earlier[i].window.highest())
+    }
+
+    /// Sessions whose windows were forgotten to make room for newer ones.
+    pub fn forgotten(&self) -> u64 {
+        self.forgotten
     }
 }
 
@@ -692,7 +765,7 @@ mod tests {
             assert!(w.check(live + i), "live frame {i}");
             w.record(live + i);
         }
-        assert_eq!(w.sessions().collect::<Vec<_>>(), vec![0x10, 0xFFFF_FFF0], "the session heard last first");
+        assert_eq!(w.sessions().collect::<Vec<_>>(), vec![0x10, 0xFFFF_FFF0], "the session heard most first");
         assert!(!w.check(old + 1_000_000) && !w.check(old + 999_900), "the old run's frames, once only");
         assert!(!w.check(live + 1500) && !w.check(live + 1), "the live ones too");
         assert_eq!((w.highest(0x10), w.highest(0xFFFF_FFF0), w.highest(7)), (live + 2000, old + 1_000_000, 0));
@@ -818,6 +891,138 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(format!("{a:?}"), "JobSecret(..)");
         assert!(JobSecret::from_slice(&[0; 15]).is_err());
+    }
+
+    #[test]
+    #[ignore = "finding 3 of rev28: a session is 32 random bits, so a frame recorded in an earlier run whose sender drew the live sender's session (S in 2^32 with S sessions of that node recorded) lifts the live session's window far ahead, and every live frame of that sender is dropped as a replay until its numbers catch up"]
+    fn rev28_a_recorded_frame_of_a_session_the_live_sender_drew_again_does_not_silence_it() {
+        let mut w = SenderWindows::default();
+        let session = 0x1234_5678u64 << SESSION_SHIFT;
+        let take = |w: &mut SenderWindows, c: u64| {
+            let new = w.check(c);
+            if new {
+                w.record(c);
+            }
+            new
+        };
+        for i in 1..=100 {
+            assert!(take(&mut w, session + i), "live frame {i}");
+        }
+        // An earlier run's frame, of the same 32-bit session, 3 million frames into it.
+        take(&mut w, session + 3_000_000);
+        let dropped = (101..=200).filter(|&i| !take(&mut w, session + i)).count();
+        assert_eq!(dropped, 0, "live frames dropped as replays after one replayed frame of an earlier run");
+    }
+
+    /// Finding 4 of rev28: the time one live frame's check and record take,
+    /// on average, when each is preceded by a frame of an earlier run
+    /// (another session of the same sender), after one frame of each of
+    /// `recorded` earlier sessions has been replayed.
+    fn rev28_live_frame_cost(recorded: u32) -> std::time::Duration {
+        let mut w = SenderWindows::default();
+        let take = |w: &mut SenderWindows, c: u64| {
+            if w.check(c) {
+                w.record(c);
+            }
+        };
+        let old = |s: u32, i: u64| (u64::from(s) << SESSION_SHIFT) + i;
+        for s in 1..=recorded {
+            take(&mut w, old(s, 1));
+        }
+        let live = u64::from(0xFFFF_0000u32) << SESSION_SHIFT;
+        const LIVE_FRAMES: u64 = 400;
+        let start = std::time::Instant::now();
+        for i in 1..=LIVE_FRAMES {
+            take(&mut w, old(1 + (i as u32 % recorded), 1 + i)); // one more frame of an earlier run
+            take(&mut w, live + i);
+        }
+        let spent = start.elapsed() / LIVE_FRAMES as u32;
+        assert_eq!(w.highest(0xFFFF_0000), live + LIVE_FRAMES, "every live frame was taken");
+        spent
+    }
+
+    #[test]
+    fn rev28_replayed_sessions_of_earlier_runs_do_not_slow_the_live_senders_frames() {
+        let one = rev28_live_frame_cost(1);
+        let many = rev28_live_frame_cost(5000);
+        eprintln!("a live frame's check and record: {one:?} with 1 earlier session replayed, {many:?} with 5000");
+        assert!(many < one * 20 + std::time::Duration::from_micros(2), "{many:?} against {one:?}: the earlier runs' sessions slow every live frame");
+    }
+
+    /// Finding 4 of rev28: the time a receiver spends on one frame of an
+    /// earlier run that it took already (sent again: dropped as a replay),
+    /// after one frame of each of `recorded` earlier sessions was taken.
+    fn rev28_replayed_again_cost(recorded: u32) -> std::time::Duration {
+        let mut w = SenderWindows::default();
+        let old = |s: u32| (u64::from(s) << SESSION_SHIFT) + 1;
+        for s in 1..=recorded {
+            if w.check(old(s)) {
+                w.record(old(s));
+            }
+        }
+        w.record((u64::from(0xFFFF_0000u32) << SESSION_SHIFT) + 1); // the live session, heard last
+        const FLOOD: u32 = 2000;
+        let start = std::time::Instant::now();
+        let mut new = 0;
+        for i in 0..FLOOD {
+            new += u32::from(std::hint::black_box(&w).check(old(1 + i % recorded)));
+        }
+        let spent = start.elapsed() / FLOOD;
+        // Only the last few sessions are kept (the others' frames are new
+        // once more: useless above the endpoint, as to a new endpoint).
+        if recorded as usize <= EARLIER_SESSIONS {
+            assert_eq!(new, 0, "each was taken before");
+        }
+        spent
+    }
+
+    #[test]
+    fn rev28_a_flood_of_earlier_runs_frames_sent_again_costs_a_tag_checks_time() {
+        let one = rev28_replayed_again_cost(1);
+        let many = rev28_replayed_again_cost(5000);
+        eprintln!("an earlier run's frame sent again: {one:?} with 1 earlier session, {many:?} with 5000");
+        assert!(many < one * 20 + std::time::Duration::from_micros(2), "{many:?} against {one:?} per replayed frame");
+    }
+
+    #[test]
+    fn a_senders_earlier_sessions_are_bounded_and_the_most_heard_is_never_forgotten() {
+        // Review rev28, finding 4: a flood of earlier runs' sessions, each
+        // new once, between the live sender's frames.
+        let mut w = SenderWindows::default();
+        let take = |w: &mut SenderWindows, c: u64| {
+            let new = w.check(c);
+            if new {
+                w.record(c);
+            }
+            new
+        };
+        let live = 0xABCD_0000u64 << SESSION_SHIFT;
+        let old = |s: u64, i: u64| (s << SESSION_SHIFT) + i;
+        for i in 1..=10 {
+            assert!(take(&mut w, live + i));
+        }
+        for s in 1..=1000u64 {
+            // Six sessions of earlier runs between two live frames: more than are kept.
+            for k in 0..6 {
+                assert!(take(&mut w, old(s * 6 + k, 1)), "session {}", s * 6 + k);
+            }
+            assert!(take(&mut w, live + 10 + s), "live frame {s}");
+            assert!(!take(&mut w, live + 10 + s) && !take(&mut w, live + s), "live frames replayed");
+        }
+        let kept: Vec<u32> = w.sessions().collect();
+        assert_eq!(kept.len(), 1 + EARLIER_SESSIONS, "{kept:x?}");
+        assert_eq!(kept[0], 0xABCD_0000, "the live session first");
+        assert_eq!(kept[1..], [6005, 6004, 6003, 6002], "the most recently heard others");
+        assert_eq!(w.forgotten(), 6000 - EARLIER_SESSIONS as u64, "every session but the kept ones forgotten, and counted");
+        assert!(!take(&mut w, old(6005, 1)), "a kept one's frame again");
+        assert!(take(&mut w, old(6, 1)), "a forgotten one's frame is new once more");
+        assert_eq!(w.highest(0xABCD_0000), live + 1010);
+        // A session taken more often than the most heard one takes its slot.
+        for i in 2..=2000 {
+            assert!(take(&mut w, old(6, i)));
+        }
+        assert_eq!(w.sessions().next(), Some(6));
+        assert!(!take(&mut w, live + 1010) && take(&mut w, live + 1011), "the live one kept, among the others");
     }
 
     mod rev27 {

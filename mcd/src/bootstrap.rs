@@ -48,6 +48,8 @@
 //! never hear each other, and loss is handled by resending.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::auth::{Auth, Counter, FrameKey, SenderWindows};
@@ -56,6 +58,7 @@ use crate::config::{EndpointConfig, DEFAULT_JOB_KEY, MAX_RAILS};
 use crate::filter::{self, pkttype, FilterSpec};
 use crate::kind;
 use crate::node::{NodeAddr, NodeList, Port};
+use crate::stats::BootstrapDrops;
 use crate::sys::{self, PacketSocket};
 use crate::wire::{Frame, FrameRepr, GroupId, MacAddr, DEFAULT_ETHERTYPE};
 use crate::{Error, Result};
@@ -200,14 +203,20 @@ impl EndpointConfig {
         }
         .required()?;
         let discovery = DiscoveryConfig::from_env()?;
+        let mut bootstrap_drops = None;
         let nodes = match nodes {
             Some(list) => list,
             None => match NodeList::from_env()? {
                 Some(list) => list,
-                None => discover(&job, &discovery, &auth)?,
+                None => {
+                    let (nodes, drops) = discover_counted(&job, &discovery, &auth)?;
+                    bootstrap_drops = Some(drops);
+                    nodes
+                }
             },
         };
         let mut config = EndpointConfig::new(job.interfaces, job.port, nodes).with_auth(auth);
+        config.bootstrap_drops = bootstrap_drops;
         config.job_key = job.job_key;
         config.apply_env()?;
         Ok(config)
@@ -371,51 +380,40 @@ struct HelloSocket {
     counter: Counter,
     /// Per rank, the counters of its hellos seen, per session.
     windows: Vec<SenderWindows>,
-    /// Frames dropped, for the message of a bootstrap that times out.
-    dropped: HelloDrops,
+    /// Frames dropped, for the message of a bootstrap that times out, and
+    /// for the endpoint's [`crate::Stats`] after one that succeeds (shared
+    /// with the lingering thread, which goes on counting: review rev28,
+    /// finding 1).
+    dropped: Arc<BootstrapDrops>,
 }
 
-/// Frames a hello socket dropped that a stuck bootstrap's error quotes.
-#[derive(Clone, Copy, Debug, Default)]
-struct HelloDrops {
-    /// Another wire version (an mcd build of another protocol).
-    bad_version: u64,
-    /// Signed where this rank does not sign, or the other way round.
-    auth_mismatch: u64,
-    /// Tags that do not verify: another secret, or forged.
-    bad_tag: u64,
-    /// Signed hellos seen before, or older than their sender's window: replays.
-    replayed: u64,
-}
-
-impl HelloDrops {
+impl BootstrapDrops {
     /// What a timed-out bootstrap should say about these drops ("" if none).
     fn explain(&self) -> String {
+        let [bad_version, auth_mismatch, bad_tag, replayed] =
+            [&self.bad_version, &self.auth_mismatch, &self.bad_tag, &self.replayed].map(|c| c.load(Relaxed));
         let mut parts = Vec::new();
-        if self.bad_version > 0 {
+        if bad_version > 0 {
             parts.push(format!(
                 "{} hello(s) of another mcd wire version (this build speaks {}; run the same mcd everywhere)",
-                self.bad_version,
+                bad_version,
                 crate::wire::VERSION
             ));
         }
-        if self.auth_mismatch > 0 {
-            parts.push(format!(
-                "{} hello(s) signed where this rank is not or the other way round (MCD_AUTH=off on some ranks only?)",
-                self.auth_mismatch
-            ));
+        if auth_mismatch > 0 {
+            parts.push(format!("{} hello(s) signed where this rank is not or the other way round (MCD_AUTH=off on some ranks only?)", auth_mismatch));
         }
-        if self.bad_tag > 0 {
+        if bad_tag > 0 {
             parts.push(format!(
                 "{} hello(s) whose tag failed: sent with another secret (every rank must read the same MCD_KEY_FILE) or forged",
-                self.bad_tag
+                bad_tag
             ));
         }
-        if self.replayed > 0 {
+        if replayed > 0 {
             parts.push(format!(
                 "{} hello(s) as replays (seen before, or older than their sender's newer hellos: recorded and sent again, or \
                  two processes with one rank)",
-                self.replayed
+                replayed
             ));
         }
         if parts.is_empty() {
@@ -455,7 +453,7 @@ impl HelloSocket {
             key: auth.secret().map(|secret| FrameKey::for_destination(secret, 0, MacAddr::mcd_group(job_key, BOOTSTRAP_GROUP))),
             counter: Counter::new()?,
             windows: vec![SenderWindows::default(); job.size],
-            dropped: HelloDrops::default(),
+            dropped: Arc::default(),
         })
     }
 
@@ -502,7 +500,7 @@ impl HelloSocket {
             let repr = match FrameRepr::parse(&view, self.ethertype) {
                 Ok(repr) => repr,
                 Err(crate::wire::WireError::BadVersion(_)) => {
-                    self.dropped.bad_version += 1;
+                    self.dropped.bad_version.fetch_add(1, Relaxed);
                     continue;
                 }
                 Err(_) => continue,
@@ -510,14 +508,14 @@ impl HelloSocket {
             // Authentication first, as in the endpoint: nothing else of an
             // unverified frame is looked at.
             if repr.authenticated != self.key.is_some() {
-                self.dropped.auth_mismatch += 1;
+                self.dropped.auth_mismatch.fetch_add(1, Relaxed);
                 continue;
             }
             let counter = match &self.key {
                 Some(key) => match key.verify(&view) {
                     Some(counter) => Some(counter),
                     None => {
-                        self.dropped.bad_tag += 1;
+                        self.dropped.bad_tag.fetch_add(1, Relaxed);
                         continue;
                     }
                 },
@@ -529,7 +527,7 @@ impl HelloSocket {
             if let Some(c) = counter {
                 let Some(window) = self.windows.get_mut(repr.src_node as usize) else { continue };
                 if !window.check(c) {
-                    self.dropped.replayed += 1;
+                    self.dropped.replayed.fetch_add(1, Relaxed);
                     continue;
                 }
                 window.record(c);
@@ -748,6 +746,12 @@ fn ranks_text(ranks: &[usize]) -> String {
 /// [`Auth::Unset`]); a rank with another secret is never heard, and the
 /// timeout's error counts the hellos dropped for their tag or version.
 pub fn discover(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> Result<NodeList> {
+    discover_counted(job, config, auth).map(|(nodes, _)| nodes)
+}
+
+/// As [`discover`], with the hellos it drops (counted on by the thread
+/// that lingers after it, answering late ranks).
+pub fn discover_counted(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> Result<(NodeList, Arc<BootstrapDrops>)> {
     let auth = auth.clone().required()?;
     // First, so that a bootstrap that fails still counts as one everywhere.
     let round = next_round(job.job_key);
@@ -756,7 +760,7 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> Result<N
     let me = Hello { rank: job.rank, size: job.size, port: job.port, macs, nonce, digest: 0, heard_all: job.size == 1, done: false };
     let mut state = Discovery::new(me);
     if job.size == 1 {
-        return state.nodes();
+        return Ok((state.nodes()?, Arc::default()));
     }
     let mut socket = HelloSocket::open(&job.interfaces[0], job, config.ethertype, round, &auth)?;
     let start = Instant::now();
@@ -798,8 +802,9 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> Result<N
     state.finished[state.me.rank] = state.me.digest;
     socket.send(&state.me)?;
     let nodes = state.nodes()?;
+    let drops = socket.dropped.clone();
     if state.everyone_finished() {
-        return Ok(nodes);
+        return Ok((nodes, drops));
     }
     // Stay behind, answering ranks that are not done yet, without holding the
     // caller up: asleep on the socket (which takes this round's hellos only),
@@ -835,7 +840,7 @@ pub fn discover(job: &JobEnv, config: &DiscoveryConfig, auth: &Auth) -> Result<N
             }
         })
         .map_err(|e| Error::Io { what: "starting the bootstrap linger thread".into(), source: e })?;
-    Ok(nodes)
+    Ok((nodes, drops))
 }
 
 #[cfg(test)]

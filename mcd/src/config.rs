@@ -63,6 +63,10 @@ pub struct EndpointConfig {
     /// announces its MAC to the switch (a frame to itself) so that a port
     /// stolen by a forged source MAC comes back; `None`: never.
     pub announce_every: Option<Duration>,
+    /// The hellos dropped by the bootstrap that made `nodes` (set by
+    /// [`EndpointConfig::bootstrap`]; `None`: none): the endpoint's
+    /// [`Stats::dropped`](crate::Stats::dropped) includes them.
+    pub bootstrap_drops: Option<std::sync::Arc<crate::stats::BootstrapDrops>>,
 }
 
 impl EndpointConfig {
@@ -87,6 +91,7 @@ impl EndpointConfig {
             kernel_filter: true,
             auth: Auth::Unset,
             announce_every: Some(DEFAULT_ANNOUNCE_EVERY),
+            bootstrap_drops: None,
         }
     }
 

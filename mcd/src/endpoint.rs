@@ -293,6 +293,8 @@ pub struct Endpoint {
     announce_every: Option<Duration>,
     /// When the last announcement check ran, and the sends counted then.
     announced: Announced,
+    /// The hellos the bootstrap dropped, included in [`stats`](Self::stats).
+    bootstrap_drops: Option<std::sync::Arc<crate::stats::BootstrapDrops>>,
 }
 
 /// The last announcement check of a waiting endpoint.
@@ -319,7 +321,8 @@ impl Endpoint {
     /// rings, and joins the all-nodes group. Interfaces are looked up in the
     /// calling thread's network namespace.
     pub fn open(config: EndpointConfig) -> Result<Endpoint> {
-        let EndpointConfig { interfaces, port, nodes, ethertype, job_key, wait, local_processes, auth, announce_every, .. } = config.clone();
+        let EndpointConfig { interfaces, port, nodes, ethertype, job_key, wait, local_processes, auth, announce_every, bootstrap_drops, .. } =
+            config.clone();
         let secret = match &auth {
             Auth::Unset => return Err(Error::NoSecret),
             Auth::Key(secret) => Some(secret),
@@ -369,6 +372,7 @@ impl Endpoint {
             counter: Counter::new()?,
             announce_every,
             announced: Announced { at: Instant::now(), sent: 0 },
+            bootstrap_drops,
         };
         endpoint.refresh_host_load();
         Ok(endpoint)
@@ -813,7 +817,14 @@ impl Endpoint {
                 .map_err(|e| Error::Io { what: format!("reading PACKET_STATISTICS on {}", rail.interface), source: e })?;
             self.stats.ring_dropped += drops;
         }
-        Ok(self.stats)
+        if let Some(v) = &self.demux.verifier {
+            self.stats.sessions_forgotten = v.windows.iter().map(SenderWindows::forgotten).sum();
+        }
+        let mut stats = self.stats;
+        if let Some(drops) = &self.bootstrap_drops {
+            drops.add_to(&mut stats.dropped);
+        }
+        Ok(stats)
     }
 }
 

@@ -35,12 +35,17 @@ use crate::types::{mix, BarrierConfig, BarrierError};
 /// 7 (2026-11-26): a collective's contribution says whether more segments
 /// of its call follow (`collective::wire::MORE`): calls of different
 /// lengths that cut into as many full segments disagree at the last one.
-/// 8 (2026-11-26, issue 28): a barrier whose nodes run different plans (a
+/// 8 (2026-11-26, rev28 finding 2): node 0's answers to a join carry the
+/// whole 64-bit incarnation (`Admit` and `Refuse` its high 32 bits in
+/// `epoch`, its `JOINING` word all of it first in its data), and a joining
+/// node takes only those of its own, not one of an earlier run whose
+/// incarnation agrees in the low 32 bits.
+/// 9 (2026-11-26, issue 28): a barrier whose nodes run different plans (a
 /// broadcast from another root) ends as a void barrier on every node, and
-/// every node runs the next call's epoch: a node of 7 stopped entering
-/// epochs after a mismatch, so with a node of 8 its peers would wait for
+/// every node runs the next call's epoch: a node of 8 stopped entering
+/// epochs after a mismatch, so with a node of 9 its peers would wait for
 /// an epoch it never enters.
-pub const PROTOCOL: u32 = 8;
+pub const PROTOCOL: u32 = 9;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.
@@ -52,6 +57,25 @@ const JOIN_QUIET: u32 = 10;
 /// In a Refuse's `tag`: the joining node's configuration differs from node 0's.
 pub(super) const REFUSE_CONFIG: u16 = 1;
 
+/// The length of the incarnation at the head of node 0's `JOINING` word's data.
+const INCARNATION_LEN: usize = 8;
+
+/// The data of node 0's `JOINING` word to the join of `incarnation`: the
+/// whole incarnation (little-endian), then `rest`.
+fn emit_incarnation(incarnation: u64, rest: &[u8]) -> Vec<u8> {
+    let mut data = Vec::with_capacity(INCARNATION_LEN + rest.len());
+    data.extend_from_slice(&incarnation.to_le_bytes());
+    data.extend_from_slice(rest);
+    data
+}
+
+/// The incarnation a `JOINING` word is for, and the rest of its data
+/// (`None`: too short to say).
+fn parse_incarnation(data: &[u8]) -> Option<(u64, &[u8])> {
+    let (head, rest) = data.split_first_chunk::<INCARNATION_LEN>()?;
+    Some((u64::from_le_bytes(*head), rest))
+}
+
 /// The join fingerprint of `config` under wire protocol `protocol`.
 pub(crate) fn fingerprint_of(config: &BarrierConfig, protocol: u32) -> u32 {
     let text = format!("{} {} {} {protocol}", config.algorithm, config.rails, config.first_epoch);
@@ -61,16 +85,17 @@ pub(crate) fn fingerprint_of(config: &BarrierConfig, protocol: u32) -> u32 {
 /// Node 0's word to a node of `incarnation` that asked to join: whom it
 /// still waits for (a [`status::JOINING`] status with `flags`; the first
 /// in `arg`, all in the data if they fit in `max_data`; the incarnation's
-/// low 32 bits in `epoch`, so that a word of an earlier join is not
-/// taken for this one's).
+/// low 32 bits in `epoch` and all of it first in the data, so that a word
+/// of an earlier join is not taken for this one's).
 fn whom_word(incarnations: &[Option<u64>], incarnation: u64, flags: u16, max_data: usize) -> (Msg, Vec<u8>) {
     let missing: Vec<NodeId> = (0..incarnations.len()).filter(|&p| incarnations[p].is_none()).collect();
-    let mut data = Vec::with_capacity(4 * missing.len());
-    if 4 * missing.len() <= max_data {
+    let mut nodes = Vec::with_capacity(4 * missing.len());
+    if INCARNATION_LEN + 4 * missing.len() <= max_data {
         for &p in &missing {
-            data.extend_from_slice(&(p as u32).to_le_bytes());
+            nodes.extend_from_slice(&(p as u32).to_le_bytes());
         }
     }
+    let data = emit_incarnation(incarnation, &nodes);
     let first = missing.first().map_or(0, |&p| p as u32 + 1);
     (Msg { kind: MsgKind::Status, instance: 0, epoch: incarnation as u32, tag: status::JOINING | flags, arg: first }, data)
 }
@@ -168,7 +193,7 @@ impl Core {
                     self.member.instance = instance_of(&incarnations);
                     self.member.admitted = incarnations.clone();
                     for to in 1..n {
-                        self.send_admission(to, MsgKind::Admit, self.member.admitted[to] as u32);
+                        self.send_admission(to, MsgKind::Admit, self.member.admitted[to]);
                     }
                     self.out.events.push_back(Event::Joined { instance: self.member.instance });
                     return;
@@ -177,7 +202,7 @@ impl Core {
                     // Every node that asked may wait still: tell it the
                     // join failed, and whom for (thrice, against loss).
                     for to in 1..n {
-                        if let Some(incarnation) = incarnations[to] {
+                        if let Some(incarnation) = incarnations[to].filter(|_| self.setup.max_data >= INCARNATION_LEN) {
                             let (msg, data) = whom_word(incarnations, incarnation, status::FAILED, self.setup.max_data);
                             for _ in 0..3 {
                                 self.out.push(0, To::Node(to), msg, &data);
@@ -259,7 +284,8 @@ impl Core {
                     // plans would never meet. Say so to both. (A stale
                     // request of an earlier barrier looks the same: keep
                     // collecting, and name it only if it never joins.)
-                    let refuse = Msg { kind: MsgKind::Refuse, instance: 0, epoch: 0, tag: REFUSE_CONFIG, arg: msg.instance as u32 };
+                    let refuse =
+                        Msg { kind: MsgKind::Refuse, instance: 0, epoch: (msg.instance >> 32) as u32, tag: REFUSE_CONFIG, arg: msg.instance as u32 };
                     mismatched.push(from);
                     self.out.push(0, To::Node(from), refuse, &[]);
                     return;
@@ -279,12 +305,15 @@ impl Core {
                 self.join_say_whom(from);
             }
             Side::Asking { early, refused, waits, running, .. } => {
-                let ours = from == 0 && msg.arg == incarnation as u32;
+                // Node 0's answers name the whole incarnation (rev28, finding 2).
+                let ours = from == 0 && msg.arg == incarnation as u32 && msg.epoch == (incarnation >> 32) as u32;
+                let answered = parse_incarnation(data).filter(|&(i, _)| i == incarnation);
                 let joining = msg.kind == MsgKind::Status && msg.tag & status::JOINING != 0;
                 match msg.kind {
                     // Node 0 waits for others to ask: it names them (and, if
                     // it gave up, the join has failed).
-                    MsgKind::Status if joining && from == 0 && msg.instance == 0 && msg.epoch == incarnation as u32 => {
+                    MsgKind::Status if joining && from == 0 && msg.instance == 0 && msg.epoch == incarnation as u32 && answered.is_some() => {
+                        let data = answered.map_or(&[][..], |(_, rest)| rest);
                         let mut nodes: Vec<NodeId> = data.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as NodeId).collect();
                         if nodes.is_empty() || !data.len().is_multiple_of(4) {
                             nodes = vec![(msg.arg as NodeId).wrapping_sub(1)];
@@ -339,7 +368,8 @@ impl Core {
                         if early.len() < JOIN_STASH {
                             early.push((from, msg, data.to_vec()));
                         }
-                        if msg.kind == MsgKind::Nack && msg.tag != STATUS_TAG && msg.instance != 0 && !*refused {
+                        let probe = msg.kind == MsgKind::Nack && msg.tag != STATUS_TAG && msg.instance != 0 && !*refused;
+                        if probe && self.may_answer_joining(from, msg.instance, msg.tag, now) {
                             // A peer probes this node: say it is alive, only
                             // not admitted yet (node 0 may be out of reach,
                             // and this node must not be named silent for it).
@@ -394,14 +424,17 @@ impl Core {
     /// (the first in `arg`, all of them in the data if they fit).
     fn join_say_whom(&mut self, to: NodeId) {
         let Some(Side::Admitting { incarnations, .. }) = self.member.joining.as_ref().map(|j| &j.side) else { return };
-        let Some(incarnation) = incarnations[to] else { return };
+        // A transport that carries no data cannot name the incarnation: no word.
+        let Some(incarnation) = incarnations[to].filter(|_| self.setup.max_data >= INCARNATION_LEN) else { return };
         let (msg, data) = whom_word(incarnations, incarnation, 0, self.setup.max_data);
         self.out.push(0, To::Node(to), msg, &data);
     }
 
-    fn send_admission(&mut self, to: NodeId, kind: MsgKind, echo: u32) {
+    /// Node 0's `Admit` or `Refuse` of the join of `incarnation`.
+    fn send_admission(&mut self, to: NodeId, kind: MsgKind, incarnation: u64) {
         let instance = if kind == MsgKind::Admit { self.member.instance } else { 0 };
-        self.out.push(0, To::Node(to), Msg { kind, instance, epoch: 0, tag: 0, arg: echo }, &[]);
+        let msg = Msg { kind, instance, epoch: (incarnation >> 32) as u32, tag: 0, arg: incarnation as u32 };
+        self.out.push(0, To::Node(to), msg, &[]);
     }
 
     /// Node 0: a join request after the instance was agreed. The same
@@ -411,9 +444,9 @@ impl Core {
         if self.me() != 0 || self.member.admitted.len() != self.nodes() {
             return;
         }
-        let echo = msg.instance as u32;
+        let echo = msg.instance;
         let admitted = self.member.admitted[from];
-        if admitted as u32 == echo {
+        if admitted == echo {
             // It lives, though it cannot answer probes until admitted.
             self.live.peers[from].joining();
             self.send_admission(from, MsgKind::Admit, echo)

@@ -553,3 +553,87 @@ fn a_joining_node_out_of_node_0s_reach_is_not_named_silent_by_a_peer_that_reache
         other => panic!("node 2 (node 1 answers it): {other:?}"),
     }
 }
+
+/// Review of issue 27 (rev28): two incarnations of node 1, the live one
+/// and one of an earlier run under the same secret, that agree in their
+/// low 32 bits (the 12 low bits of their milliseconds and their 20 random
+/// bits: one recorded frame in 2^31 does, whatever the clocks).
+fn rev28_incarnations() -> (u64, u64) {
+    let live = (1_790_000_000_000u64 << 20) | 0x5_4321;
+    let recorded = live - (4096 << 20); // drawn 4.096 s earlier, in another run
+    assert_eq!(live as u32, recorded as u32);
+    assert_ne!(live, recorded);
+    (live, recorded)
+}
+
+#[test]
+fn rev28_an_admit_recorded_in_an_earlier_run_does_not_admit_the_live_node() {
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    config.join_timeout = Duration::from_secs(1);
+    let (live, recorded) = rev28_incarnations();
+    let mut net = Net::new(3, config);
+    for p in [0, 2] {
+        net.create(p, 100 + p as u64);
+    }
+    net.create(1, live);
+    // Node 0's Admit of the earlier run, replayed to node 1 before node 0's live one comes.
+    let old_instance = 0x0bad_1257_0000_0001;
+    // (Since protocol 7 an Admit carries the incarnation's high 32 bits in `epoch`.)
+    let old_admit = Msg { kind: MsgKind::Admit, instance: old_instance, epoch: (recorded >> 32) as u32, tag: 0, arg: recorded as u32 };
+    net.wire.push((net.now + LATENCY / 2, 0, 1, 0, old_admit, Vec::new()));
+    net.run_until(net.now + config.join_timeout + Duration::from_millis(10));
+    assert_ne!(net.joined[1], Some(Ok(old_instance)), "node 1 joined the earlier run's instance on a replayed Admit");
+    joined_and_running(&mut net);
+}
+
+#[test]
+fn rev28_a_failed_join_word_recorded_in_an_earlier_run_does_not_fail_the_live_join() {
+    use crate::transport::status;
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    config.join_timeout = Duration::from_secs(1);
+    let (live, recorded) = rev28_incarnations();
+    let mut net = Net::new(3, config);
+    net.create(1, live);
+    // Node 0 of the earlier run gave up on node 2 and said so to node 1 (thrice).
+    let word = Msg { kind: MsgKind::Status, instance: 0, epoch: recorded as u32, tag: status::JOINING | status::FAILED, arg: 3 };
+    // (Since protocol 7 the word's data names the whole incarnation first.)
+    let data = [&recorded.to_le_bytes()[..], &2u32.to_le_bytes()].concat();
+    net.wire.push((net.now + LATENCY, 0, 1, 0, word, data));
+    net.run_until(net.now + Duration::from_millis(2));
+    assert!(net.joined[1].is_none(), "node 1's join failed on a word of an earlier run: {:?}", net.joined[1]);
+    for p in [0, 2] {
+        net.create(p, 100 + p as u64);
+    }
+    net.run_until(net.now + config.join_timeout + Duration::from_millis(10));
+    joined_and_running(&mut net);
+}
+
+#[test]
+fn rev28_a_joining_node_answers_replayed_nacks_of_an_earlier_run_at_a_bounded_rate() {
+    use crate::transport::status;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    config.join_timeout = Duration::from_secs(1);
+    let mut net = Net::new(3, config);
+    // Node 1 asks to join; node 0 is not there yet.
+    net.create(1, 101);
+    let answers = Arc::new(AtomicU64::new(0));
+    let counted = answers.clone();
+    net.rule = Some(Box::new(move |from, to, m: &Msg| {
+        if from == 1 && to == 2 && m.kind == MsgKind::Status && m.tag & status::JOINING != 0 {
+            counted.fetch_add(1, Ordering::Relaxed);
+        }
+        Fate::Deliver
+    }));
+    // 1000 NACKs "from" node 2 of an earlier run's instance, within 1 ms.
+    let start = net.now;
+    for i in 0..1000u32 {
+        let nack = Msg { kind: MsgKind::Nack, instance: 0x0bad_0000_0000_0001, epoch: i % 8, tag: 0, arg: 0 };
+        net.wire.push((start + LATENCY + Duration::from_micros(u64::from(i)), 2, 1, 0, nack, Vec::new()));
+    }
+    net.run_until(start + Duration::from_millis(2));
+    let answered = answers.load(Ordering::Relaxed);
+    // The admitted nodes' limit: one answer per peer per quarter retry timeout.
+    assert!(answered <= 10, "node 1 answered {answered} of 1000 NACKs of another instance within 1 ms");
+}

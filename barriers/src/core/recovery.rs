@@ -375,9 +375,29 @@ impl Recovery {
 }
 
 impl Core {
+    /// The least time between two answers to one peer's NACKs of one message.
+    fn answer_gap(&self) -> Duration {
+        (self.recovery.rto.least() / ANSWER_GAP_DIVISOR).max(self.recovery.reply.unwrap_or_default())
+    }
+
+    /// A node not yet admitted: whether it may answer `from`'s NACK of
+    /// `instance` (any) and `tag` with a `JOINING` status, under the same
+    /// per-peer limit as an admitted node's answers (keyed by the instance
+    /// in place of the epoch: it has none yet), so that NACKs replayed from
+    /// an earlier run get a bounded number of answers (rev28, finding 6).
+    /// Suppressed ones are counted in `answers_suppressed`.
+    pub(super) fn may_answer_joining(&mut self, from: NodeId, instance: u64, tag: u16, now: Instant) -> bool {
+        let gap = self.answer_gap();
+        let may = self.recovery.answered.get(from).is_some() && self.recovery.answered[from].admit(instance, tag, now, gap);
+        if !may {
+            self.stats.answers_suppressed += 1;
+        }
+        may
+    }
+
     pub(super) fn on_nack(&mut self, from: NodeId, msg: Msg, epoch: u64, now: Instant) {
         self.live.peers[from].at_least(epoch, true);
-        let gap = (self.recovery.rto.least() / ANSWER_GAP_DIVISOR).max(self.recovery.reply.unwrap_or_default());
+        let gap = self.answer_gap();
         let tag = (msg.tag != STATUS_TAG).then_some(msg.tag);
         // A multicast answer serves the NACKs that crossed it (sent within a
         // round trip of it).

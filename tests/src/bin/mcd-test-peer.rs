@@ -13,7 +13,7 @@
 //! - `discover COUNT`: open through the bootstrap (`EndpointConfig::bootstrap`:
 //!   rank and size from the environment, discovery without a node list), print
 //!   `node N nodes: MAC,MAC,...`, run COUNT dissemination barriers, print
-//!   `done`, then `bootstrap linger: W wake-ups in 300 ms` (how often the
+//!   `stats: S` (the endpoint's `Stats`) and `done`, then `bootstrap linger: W wake-ups in 300 ms` (how often the
 //!   bootstrap's linger thread woke while watched), or `bootstrap linger:
 //!   over` if it has ended.
 //! - `hierarchical COUNT`: open through the bootstrap, run COUNT barriers of
@@ -107,6 +107,10 @@ fn main() {
             if let Err(e) = barrier.finish() {
                 println!("error: {e}");
                 std::process::exit(3);
+            }
+            match barrier.with_transport(|t| t.endpoint().stats()) {
+                Ok(stats) => println!("stats: {stats:?}"),
+                Err(e) => println!("stats: unreadable: {e}"),
             }
             println!("done");
             match linger_wakeups(std::time::Duration::from_millis(300)) {
