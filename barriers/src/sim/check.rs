@@ -266,6 +266,22 @@ impl Checker<'_> {
         mine.min(t).saturating_sub(start) >= need
     }
 
+    /// The instances whose processes shared a barrier with a process of
+    /// `node` running instance `j`'s script: `j`, and any other whose
+    /// barrier admitted it (see [`crossed`]).
+    fn barrier_instances(&self, node: NodeId, j: usize) -> Vec<usize> {
+        let mut out = vec![j];
+        for a in self.run.joins.iter().filter(|a| a.node == node && a.instance == j) {
+            let Some(barrier) = a.barrier else { continue };
+            for b in self.run.joins.iter().filter(|b| b.barrier == Some(barrier)) {
+                if !out.contains(&b.instance) {
+                    out.push(b.instance);
+                }
+            }
+        }
+        out
+    }
+
     /// Whether `x` was silent to `y` for `need` ns by time `t` in instance
     /// `j`: crashed, paused, partitioned from it, gone, or not there yet.
     fn silent(&self, x: NodeId, y: NodeId, j: usize, t: u64) -> bool {
@@ -285,17 +301,23 @@ impl Checker<'_> {
     fn verdict(&mut self, instance: usize, call: String, node: NodeId, r: &OpRecord, allowed_mismatch: bool, restarted: bool) {
         let Outcome::Err(v) = &r.outcome else { return };
         let t = r.left.unwrap_or(0);
+        // A process in a barrier that also held processes of another
+        // instance (see `crossed`) names nodes of that barrier, whichever
+        // instance's script they run.
+        let instances = self.barrier_instances(node, instance);
         let why = match v {
             Verdict::Silent(nodes) => {
-                let wrong: Vec<NodeId> = nodes.iter().copied().filter(|&x| !self.silent(x, node, instance, t)).collect();
+                let wrong: Vec<NodeId> = nodes.iter().copied().filter(|&x| !instances.iter().any(|&i| self.silent(x, node, i, t))).collect();
                 (!wrong.is_empty()).then(|| format!("node(s) {wrong:?} were not silent to node {node}"))
             }
             // A node that reports itself: its peers gave up on it (it was
             // silent to one of them), and it says so to those waiting for it.
             // The reporter found it silent, or passes on a report (or was
             // named by one: its peers gave up on it).
-            Verdict::Failed { reporter, silent } => (!self.silent(*silent, *reporter, instance, t) && !self.silent_to_some(*silent, instance, t))
-                .then(|| format!("node {silent} was silent to no node (reported by node {reporter})")),
+            Verdict::Failed { reporter, silent } => {
+                let right = instances.iter().any(|&i| self.silent(*silent, *reporter, i, t) || self.silent_to_some(*silent, i, t));
+                (!right).then(|| format!("node {silent} was silent to no node (reported by node {reporter})"))
+            }
             Verdict::Mismatch => (!allowed_mismatch).then(|| "no call was mismatched".to_string()),
             Verdict::Refused => (!restarted).then(|| "the process was not restarted".to_string()),
             Verdict::JoinTimeout(missing) => {
