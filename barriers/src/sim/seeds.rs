@@ -328,6 +328,22 @@ fn regression_the_checker_takes_verdicts_on_crossed_instances_and_late_nodes_for
     }
 }
 
+/// A mismatch in a barrier that also held a process running another
+/// instance's script (crossed) ends every process's script there (the
+/// world's `crossed_barrier`); a peer whose broadcast had returned before
+/// the mismatch showed then waits in its next call for ever, which is the
+/// scripts' divergence, not a liveness failure (soak seeds 1002779 and
+/// 1005062 at n = 8, after issue 28's merge: every other node goes on after
+/// a mismatch). A crossed process's verdict names nodes of its barrier,
+/// judged in every instance that shared it (seed 2009418, n from the seed).
+#[test]
+fn regression_a_mismatch_in_a_crossed_barrier_ends_the_scripts_and_its_verdicts_are_the_barriers() {
+    for seed in [1002779, 1005062] {
+        campaign("mix", seed..seed + 1, Some(8));
+    }
+    campaign("mix", 2009418..2009419, None);
+}
+
 /// n = 8, shuffle: node 7 entered barrier 0 and crashed; its peers
 /// completed barriers 0 and 1 with what it had sent, while node 0,
 /// partitioned, had heard nothing of it and completed no barrier, so it
