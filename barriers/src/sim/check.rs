@@ -8,13 +8,18 @@
 //! - **mismatch**: a deliberately mismatched call is an error on every
 //!   node (at that call; a broadcast's, whose call returns with the data,
 //!   at the next), and the instance goes on: each node's application
-//!   reports it and calls its next operation, which must work;
+//!   reports it and calls its next operation, which must work (not in a
+//!   barrier that also holds a process restarted in another instance,
+//!   whose script differs for ever: there each application ends its
+//!   script, and a node whose call had returned may wait for ever, which
+//!   liveness does not count);
 //! - **liveness**: every node gets through every instance; in an instance
 //!   no node was silent in, every call completes within a bound after its
 //!   last entry (per epoch it takes: a large collective runs in segments);
 //! - **verdicts**: an error names only nodes that really were silent to the
 //!   node concerned (crashed, paused, partitioned from it, or gone: its
-//!   join failed) for at least half its failure timeout (a report, which
+//!   join failed; in any instance whose processes shared its barrier) for
+//!   at least half its failure timeout (a report, which
 //!   nodes pass on: silent to some node), or a mismatch that
 //!   was really there (also between a process restarted in one instance
 //!   and the barrier its peers made for the next, which admitted it);
