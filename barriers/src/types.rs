@@ -149,6 +149,10 @@ pub struct BarrierStats {
     /// last answer (a burst of NACKs, from a buggy or hostile member or
     /// replayed, gets a bounded number of answers).
     pub answers_suppressed: u64,
+    /// Frames the loss estimate counted lost (a message first heard as
+    /// its copy k counts k, as an answer one more; less those forgiven when
+    /// the original came after all): what raises the copies sent.
+    pub lost_counted: u64,
     /// Status messages sent (answers to NACKs with nothing to re-send, and
     /// "finished" notices).
     pub statuses: u64,

@@ -134,3 +134,14 @@ pub fn interposer_reports(out: &mcd_vcluster::NodeOutcome, ranks: usize) -> Vec<
         })
         .collect()
 }
+
+/// The count of an earlier run's messages (`messages_foreign`) in a line of
+/// the C example's report (`... other runs: F foreign, ...`); panics
+/// naming the line without one.
+pub fn other_runs_foreign(line: &str) -> u64 {
+    line.split("other runs: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no foreign count in {line:?}"))
+}

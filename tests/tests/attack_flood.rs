@@ -120,7 +120,12 @@ fn flooded(name: &str, auth: Auth) {
         bytes
     } else {
         let template = attacker.wait_for("a barrier message from node 0 to node 1", EVENT, |f| f.src() == 0 && f.is(MsgKind::Data));
-        template.forge().seq(template.seq().wrapping_add(1 << 20)).0
+        // Its sequence number (a barrier message's epoch) 2^20 barriers
+        // behind: a stale message to node 1's engine. (2^20 ahead, it would
+        // tell node 1 that its peers are two or more barriers past it, and
+        // node 1 would fail at once as left behind: with auth off that is
+        // one forged frame failing a live node, attack 2's kind, not a flood.)
+        template.forge().seq(template.seq().wrapping_sub(1 << 20)).0
     };
     attacker.stop_sniffing();
     let mut phases = Vec::new();

@@ -192,7 +192,7 @@ fn forged_join(name: &str, auth: Auth) {
         let join = attacker.wait_for(&format!("node {node}'s join"), EVENT, |f| f.src() == node && f.is(MsgKind::Join));
         let incarnation = join.msg().expect("a join").instance;
         let forged = join.forge().from(0, mac0).to(c.mac(node, 0), 0).msg(|m| {
-            *m = barriers::Msg { kind, instance, epoch: 0, tag: 0, arg: incarnation as u32 };
+            *m = barriers::Msg { kind, instance, epoch: (incarnation >> 32) as u32, tag: 0, arg: incarnation as u32 };
         });
         attacker.send(&forged);
     }

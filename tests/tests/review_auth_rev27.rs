@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use barriers::MsgKind;
 use mcd_integration_tests::attacker::{assert_all_done, Attacker, Auth, Ended, Job};
-use mcd_integration_tests::{cluster, compile_c, run_discovering};
+use mcd_integration_tests::{cluster, compile_c, other_runs_foreign, run_discovering};
 use mcd_vcluster::{ClusterSpec, Topology};
 
 const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
@@ -183,11 +183,6 @@ fn root_an_earlier_runs_frame_replayed_is_counted_in_the_c_abis_stats() {
         assert!(o.stdout.contains(&format!("rank {} of 2: 6 barriers", o.node)), "{}", o.stdout);
     }
     let line = second[0].stdout.lines().find(|l| l.starts_with("rank 0 of 2:")).expect("node 0's report");
-    let foreign: u64 = line
-        .split("other runs: ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no foreign count in {line:?}"));
+    let foreign = other_runs_foreign(line);
     assert!(foreign >= 1, "node 0 counted the replayed frame of run 1 in mcd_stats.messages_foreign: {line}");
 }

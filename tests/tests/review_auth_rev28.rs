@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcd_integration_tests::attacker::{Attacker, Captured};
-use mcd_integration_tests::cluster;
+use mcd_integration_tests::{cluster, other_runs_foreign};
 use mcd_vcluster::{ClusterSpec, Topology};
 
 const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
@@ -360,12 +360,7 @@ fn root_an_earlier_runs_frame_for_another_communicator_is_counted_in_the_c_abis_
     }
     let line = run[0].stdout.lines().find(|l| l.starts_with("rank 0 of 2:")).expect("node 0's report");
     eprintln!("{line}");
-    let foreign: u64 = line
-        .split("other runs: ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no foreign count in {line:?}"));
+    let foreign = other_runs_foreign(line);
     assert!(foreign >= 1, "the control: node 0 counted the earlier run's frame for the world group: {line}");
     assert!(foreign >= 2, "node 0 took two frames of an earlier run and counts {foreign}: {line}");
 }

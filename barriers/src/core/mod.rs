@@ -49,6 +49,7 @@ pub mod protocol {}
 mod calls;
 mod closing;
 mod ends;
+mod heard;
 mod join;
 mod liveness;
 #[cfg(test)]

@@ -13,6 +13,7 @@ use crate::transport::{Msg, MsgKind, NodeId};
 use crate::types::{BarrierConfig, BarrierError};
 
 mod bcast;
+mod copies;
 mod soak;
 
 const INSTANCE: u64 = 0x5eed;

@@ -265,6 +265,13 @@ impl Core {
         self.live.completed(self.window.epoch);
         // This barrier's bits become the one-after-next's.
         self.window.got[parity(self.window.epoch)].clear();
+        // The frames of the barrier before can no longer come: those
+        // still held for lost were.
+        if let Some(before) = self.window.epoch.checked_sub(1) {
+            let lost = self.window.copies.settle(before);
+            self.recovery.loss.lost(lost);
+            self.stats.lost_counted += u64::from(lost);
+        }
         self.window.epoch += 1;
         self.stats.completed += 1;
         self.phase = match self.phase {

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::recovery::{lost_before, Laggard};
+use super::recovery::{copy_of, Laggard};
 use super::window::{ahead, parity, place};
 use super::Core;
 use crate::collective::Contributions;
@@ -51,7 +51,16 @@ impl Core {
             MsgKind::Nack => self.on_nack(from, msg, epoch, now),
             // A late copy of a finished barrier's message (nodes never
             // re-send unasked: a straggler NACKs).
-            MsgKind::Data | MsgKind::Answer if epoch < self.window.epoch => self.stats.stale += 1,
+            MsgKind::Data | MsgKind::Answer if epoch < self.window.epoch => {
+                self.stats.stale += 1;
+                // (A frame that the barrier's completion overtook is held
+                // for lost until the next completes.)
+                if let Some(i) = self.plans.expect.index(from, msg.tag) {
+                    if self.window.copies.late(epoch, i, copy_of(msg.arg).0, msg.kind == MsgKind::Answer) {
+                        self.recovery.loss.came();
+                    }
+                }
+            }
             MsgKind::Data | MsgKind::Answer => {
                 // Node 0's release, relayed by this node's parent (asked for it).
                 let sender = if msg.kind == MsgKind::Answer && msg.tag == plan::tag::RELEASE && self.recovery.relay == Some(from) { 0 } else { from };
@@ -115,9 +124,18 @@ impl Core {
             return false;
         };
         let fresh = self.window.got[parity(epoch)].insert(i);
-        let lost = if fresh { lost_before(msg.arg, msg.kind == MsgKind::Answer) } else { 0 };
+        // (The frames sent before the first heard are held for lost, and
+        // counted when its barrier's frames can no longer come.)
+        let (copy, answer) = (copy_of(msg.arg), msg.kind == MsgKind::Answer);
         if fresh {
-            self.recovery.loss.sample(lost);
+            // (A broadcast's end may have been implied, not sent: an
+            // answer is then its only frame.)
+            self.window.copies.first(epoch, i, copy, answer, msg.tag != plan::tag::BCAST_DONE);
+            self.recovery.loss.came();
+        } else if self.window.copies.late(epoch, i, copy.0, answer) {
+            self.recovery.loss.came();
+        }
+        if fresh {
             // The first arrival's data is the contribution; a duplicate's
             // never counts.
             if !data.is_empty() && self.coll.is_none() {
@@ -130,11 +148,9 @@ impl Core {
         }
         if !fresh {
             self.stats.duplicates += 1;
-            if msg.kind == MsgKind::Data && self.recovery.last_answered.is_some_and(|(e, j, _)| (e, j) == (epoch, i)) {
+            if msg.kind == MsgKind::Data && self.recovery.last_answered == Some((epoch, i)) {
                 // The original came after all: it was late, not lost.
-                if let Some((_, _, counted)) = self.recovery.last_answered.take() {
-                    self.recovery.loss.forgive(counted);
-                }
+                self.recovery.last_answered = None;
                 if self.recovery.recovered_in == Some(epoch) {
                     self.recovery.recovered_in = None;
                 }
@@ -164,7 +180,7 @@ impl Core {
                     self.recovery.upstream_in = Some(self.window.epoch);
                 }
                 if msg.kind == MsgKind::Answer {
-                    self.recovery.last_answered = Some((epoch, i, lost));
+                    self.recovery.last_answered = Some((epoch, i));
                 }
             }
         }

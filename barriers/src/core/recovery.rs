@@ -13,9 +13,12 @@
 //!
 //! **Copies, from the loss seen.** Each node estimates the loss rate of its
 //! paths from what arrives ([`LossEstimate`]): every message carries its
-//! copy's index and how many copies its sender sends, so a message first
-//! heard as copy k shows k frames lost before it, and one first heard as an
-//! answer shows all its copies lost. From that rate, a message (data,
+//! copy's index and how many copies its sender sends, so a receiver knows
+//! which frames of a message to expect (every copy, and for one first
+//! heard as an answer its original too). They are held, not counted, until
+//! they can no longer come (a copy or original that comes late, reordered
+//! by the network, was not lost: see [`super::heard`]); those still
+//! missing then are counted lost. From that rate, a message (data,
 //! answer or NACK) goes as many times as make the expected cost of
 //! recovering its receivers' losses (a retry timeout and a round trip each,
 //! [`RECOVERY_WORTH`] frames) no more than the cost of one more copy: on a
@@ -135,11 +138,11 @@ impl Answered {
 }
 
 /// The loss rate of this node's paths, learned from what arrives: frames
-/// lost and frames that came, each decayed over [`LOSS_WINDOW`] messages.
-/// A message first heard as its copy k shows k frames lost and one come
-/// (copies are sent back to back, in order); one first heard as an answer
-/// shows every copy of it lost. Nothing is configured: a network that
-/// never lost a frame has a rate of exactly 0.
+/// lost and frames that came, each decayed over [`LOSS_WINDOW`] frames
+/// (every frame counts, from the first: a first loss after many clean
+/// frames is a low rate, not one half). Frames are counted lost once
+/// proven missing ([`super::heard`]). Nothing is configured: a
+/// network that never lost a frame has a rate of exactly 0.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct LossEstimate {
     lost: f64,
@@ -147,24 +150,18 @@ pub(super) struct LossEstimate {
 }
 
 impl LossEstimate {
-    /// A message arrived first after `lost` of its frames were lost.
+    /// A frame arrived (of those expected): the window moves on.
     #[inline]
-    pub(super) fn sample(&mut self, lost: u32) {
-        if lost == 0 && self.lost == 0.0 {
-            return; // clean so far: nothing to learn, nothing to decay
-        }
+    pub(super) fn came(&mut self) {
         let keep = 1.0 - 1.0 / LOSS_WINDOW;
-        self.lost = self.lost * keep + f64::from(lost);
+        self.lost *= keep;
         self.came = self.came * keep + 1.0;
     }
 
-    /// `lost` frames counted lost were late, not lost (the original
-    /// followed its answer).
-    pub(super) fn forgive(&mut self, lost: u32) {
-        self.lost -= f64::from(lost);
-        if self.lost < 1e-9 {
-            self.lost = 0.0;
-        }
+    /// `lost` frames were lost (proven: see [`super::heard`]).
+    #[inline]
+    pub(super) fn lost(&mut self, lost: u32) {
+        self.lost += f64::from(lost);
     }
 
     /// The estimated fraction of frames lost.
@@ -202,13 +199,11 @@ pub(super) fn copy_arg(k: u32, count: u32) -> u32 {
     (k.min(COPY_MASK) | count.min(COPY_MASK) << 4) << COPY_SHIFT
 }
 
-/// How many frames were lost before a message first heard with `arg`:
-/// its copy index; as an answer (`answer`), one more at least (the
-/// original's copies, however many its sender sent: counting this node's
-/// own number of copies would feed the estimate on itself).
+/// The index of the copy that `arg` carries, and how many copies its
+/// sender sent (at least one).
 #[inline]
-pub(super) fn lost_before(arg: u32, answer: bool) -> u32 {
-    ((arg >> COPY_SHIFT) & COPY_MASK) + u32::from(answer)
+pub(super) fn copy_of(arg: u32) -> (u32, u32) {
+    ((arg >> COPY_SHIFT) & COPY_MASK, ((arg >> (COPY_SHIFT + 4)) & COPY_MASK).max(1))
 }
 
 /// The learned retry timeouts, one per plan step ([`Rto`] each): a step
@@ -286,9 +281,8 @@ pub(super) struct Recovery {
     /// asks again).
     pub(super) multicast_answer: Option<(u64, u16, Instant, bool)>,
     /// The last expected message that an answer delivered first (barrier,
-    /// index, frames counted lost): if the original follows, nothing was
-    /// lost.
-    pub(super) last_answered: Option<(u64, usize, u32)>,
+    /// index): if the original follows, nothing was lost.
+    pub(super) last_answered: Option<(u64, usize)>,
     /// Whether a peer asked for a message of this barrier before this node
     /// had sent it: it waits already, so point-to-point messages go twice
     /// (a loss now would cost it a long-backed-off retry).

@@ -4,6 +4,7 @@
 //! hears only of barriers c−1, c and c+1 (no node can be further away), so
 //! wrap-around of the 32-bit field is harmless.
 
+use super::heard::CopiesHeard;
 use crate::expect::Bits;
 use crate::transport::NodeId;
 
@@ -22,12 +23,22 @@ pub(super) struct Window {
     /// Whether the barrier before `epoch` completed void: answers of its
     /// messages say so too (its `void` slot serves the barrier after next).
     pub(super) last_void: bool,
+    /// The frames of each message of c−1, c and c+1 held for lost until
+    /// they can no longer come.
+    pub(super) copies: CopiesHeard,
 }
 
 impl Window {
     /// At barrier `first`, with `expected` messages indexed.
     pub(super) fn new(first: u64, expected: usize) -> Window {
-        Window { epoch: first, got: [Bits::new(expected), Bits::new(expected)], variant: [BASE; 2], void: [false; 2], last_void: false }
+        Window {
+            epoch: first,
+            got: [Bits::new(expected), Bits::new(expected)],
+            variant: [BASE; 2],
+            void: [false; 2],
+            last_void: false,
+            copies: CopiesHeard::new(expected),
+        }
     }
 }
 

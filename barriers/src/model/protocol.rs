@@ -452,6 +452,7 @@ impl Net {
             stats.completed += s.completed;
             stats.sent += s.sent;
             stats.copies += s.copies;
+            stats.lost_counted += s.lost_counted;
             stats.nacks_sent += s.nacks_sent;
             stats.fast_nacks += s.fast_nacks;
             stats.answers += s.answers;
@@ -672,13 +673,18 @@ mod findings {
     /// (1,981 copies): a message marked RECOVERED set the receiver's
     /// marks, so its own messages of the next barrier carried the mark
     /// back, for ever. Fixed in loss v2 (the upstream mark lasts one
-    /// barrier).
+    /// barrier). (The bound: one loss raises the estimate to about one in
+    /// the ~200 messages until it decays below the copies' threshold, so
+    /// the node that saw it sends two copies for about 70 barriers here;
+    /// the mark's loop sent 180 copies a loss. 64 a loss held only while
+    /// the estimate forgot a real loss whenever a late original was
+    /// forgiven, which zeroed it.)
     #[test]
     fn the_recovered_mark_dies_out_after_a_loss() {
         let mut s = Scenario::new(TREE4, 2, ten_gbe(), 2000).loss(Loss::Independent(0.001));
         s.seed = 2_001_006;
         let out = run(&s).unwrap();
-        assert!(out.stats.copies <= 64 * out.lost.max(1), "{} lost, {} copies: {:?}", out.lost, out.stats.copies, out.stats);
+        assert!(out.stats.copies <= 100 * out.lost.max(1), "{} lost, {} copies: {:?}", out.lost, out.stats.copies, out.stats);
     }
 
     /// Lossless, Auto's pick, 10 GbE: every inner node of the tree NACKed
