@@ -34,7 +34,8 @@
  *
  * threads: MPI_Init_thread(MPI_THREAD_MULTIPLE); two threads, each on its
  * own duplicate of MPI_COMM_WORLD, ROUNDS times an MPI_Iallreduce and an
- * MPI_Ibarrier completed with MPI_Waitall, checked.
+ * MPI_Ibarrier completed with MPI_Waitall, then a blocking MPI_Allreduce
+ * (in place), MPI_Bcast and MPI_Reduce, each checked.
  *
  * bad: an MPI_Iallreduce on a duplicate freed (MPI_Comm_free) before the
  * MPI_Wait that completes it (MPI lets it complete normally), checked; then
@@ -266,7 +267,20 @@ static void *work(void *arg) {
         MPI_Iallreduce(&in, &out, 1, MPI_LONG, MPI_SUM, w->comm, &reqs[0]);
         MPI_Ibarrier(w->comm, &reqs[1]);
         MPI_Waitall(2, reqs, statuses);
-        expect(out == size * (1000L * w->id + r) + (long)size * (size - 1) / 2, "a thread's MPI_Iallreduce", r, w->id ? "thread 1's dup" : "thread 0's dup");
+        const char *where = w->id ? "thread 1's dup" : "thread 0's dup";
+        expect(out == size * (1000L * w->id + r) + (long)size * (size - 1) / 2, "a thread's MPI_Iallreduce", r, where);
+        /* The blocking forms, beside the other thread's: an allreduce in
+         * place, a broadcast and a reduction to roots that change. */
+        long high = rank + r;
+        MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_LONG, MPI_MAX, w->comm);
+        expect(high == size - 1 + r, "a thread's MPI_Allreduce in place", r, where);
+        int root = (r + w->id) % size, data[3] = {-1, -1, -1};
+        if (rank == root) data[0] = r, data[1] = w->id, data[2] = root;
+        MPI_Bcast(data, 3, MPI_INT, root, w->comm);
+        expect(data[0] == r && data[1] == w->id && data[2] == root, "a thread's MPI_Bcast", r, where);
+        long sum = -1, mine = rank + 1;
+        MPI_Reduce(&mine, &sum, 1, MPI_LONG, MPI_SUM, (root + 1) % size, w->comm);
+        expect(rank != (root + 1) % size || sum == (long)size * (size + 1) / 2, "a thread's MPI_Reduce", r, where);
     }
     return NULL;
 }

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use mcd_integration_tests::{cluster, compile_c, interposer_reports, run_discovering};
+use mcd_integration_tests::{cluster, collective_reports, compile_c, interposer_reports, run_discovering};
 use mcd_tools::cbuild::{self, Mpi};
 use mcd_tools::mpi::MpiRun;
 use mcd_vcluster::{ClusterSpec, NodeOutcome};
@@ -438,22 +438,6 @@ fn without_interposer(spec: ClusterSpec, program: &str, args: &[&str]) -> NodeOu
     let out = run.output(&c, program, &args, Duration::from_secs(120)).unwrap();
     assert!(out.success(), "mpirun failed:\n{}\n{}", out.stdout, out.stderr);
     out
-}
-
-/// Each rank's collectives report: (allreduce, reduce, bcast) × (via mcd, via PMPI).
-fn collective_reports(out: &NodeOutcome, ranks: usize) -> Vec<[u64; 6]> {
-    (0..ranks)
-        .map(|rank| {
-            let prefix = format!("mcd-mpi: rank {rank}: collectives: ");
-            let line = out
-                .stderr
-                .lines()
-                .find_map(|l| l.strip_prefix(&prefix))
-                .unwrap_or_else(|| panic!("no collectives report from rank {rank}:\n{}", out.stderr));
-            let numbers: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
-            numbers.try_into().unwrap_or_else(|_| panic!("rank {rank}: {line}"))
-        })
-        .collect()
 }
 
 /// The interposer's release-first MPI_Bcast attacked (adversarial review of
