@@ -11,7 +11,9 @@
  * across ranks, e.g. 2 x contiguous(3, MPI_INT) at one rank and 6 x MPI_INT
  * at another, which MPI allows) or "mismatch" (first two erroneous calls on
  * MPI_COMM_WORLD, allreduces whose count differs across ranks, with a right
- * one between them, each rank printing what the three returned; then
+ * one between them, then one whose operation and one whose type (of the
+ * same size) differ across ranks, each rank printing what the five
+ * returned; then
  * broadcasts whose root differs across ranks, each followed by a right
  * allreduce, every rank failing exactly once per broadcast; then as "all") or "nonblocking" (as "all", every call in its nonblocking form,
  * MPI_Iallreduce, MPI_Ireduce or MPI_Ibcast, started after an MPI_Ibarrier
@@ -23,7 +25,10 @@
  *
  * Each call draws (from SEED, the same on every rank): the collective, a
  * communicator (MPI_COMM_WORLD, a duplicate, a split by parity, a split
- * into halves with the ranks reversed, MPI_COMM_SELF), a type family (every predefined
+ * into halves with the ranks reversed, MPI_COMM_SELF, a create over the
+ * world's ranks reversed, an idup, an inter-communicator between the parity
+ * halves merged, a split by type; "all" only the first five; each rank
+ * prints "coll_diff: communicators at rank R: NAME SIZE:RANK ..."), a type family (every predefined
  * type, the pair types, and derived ones: contiguous, vector, resized,
  * struct with its fields in reverse order; both MPIs refuse predefined
  * operations on derived types, so these are broadcast only), an operation
@@ -372,8 +377,9 @@ static int complete2(int form, MPI_Request reqs[2]) {
 /* ---- one call ---- */
 enum { ALLREDUCE, REDUCE, BCAST };
 static const char *coll_name[] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast"};
-enum { C_WORLD, C_DUP, C_PARITY, C_HALVES, C_SELF, NCOMMS };
-static const char *comm_name[] = {"world", "dup", "parity-split", "reversed-halves-split", "self"};
+enum { C_WORLD, C_DUP, C_PARITY, C_HALVES, C_SELF, C_CREATE, C_IDUP, C_MERGED, C_SHARED, NCOMMS };
+static const char *comm_name[] = {"world",           "dup",  "parity-split",     "reversed-halves-split", "self",
+                                  "reversed-create", "idup", "merged-intercomm", "split-type-shared"};
 
 static long wrong, printed;
 static int rank;
@@ -435,7 +441,43 @@ int main(int argc, char **argv) {
     MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &comms[C_PARITY]);
     MPI_Comm_split(MPI_COMM_WORLD, rank < size / 2, -rank, &comms[C_HALVES]);
     comms[C_SELF] = MPI_COMM_SELF;
+    /* The other constructors: a create over the world's ranks in reverse
+     * order, an idup, the merge of an inter-communicator between the
+     * parity halves (the odd ranks first), a split by type (shared memory:
+     * as the MPI sees the virtual cluster's hosts). */
+    MPI_Group world_group, reversed;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    int *order = malloc(sizeof(int) * (size_t)size);
+    for (int i = 0; i < size; i++) order[i] = size - 1 - i;
+    MPI_Group_incl(world_group, size, order, &reversed);
+    MPI_Comm_create(MPI_COMM_WORLD, reversed, &comms[C_CREATE]);
+    MPI_Group_free(&reversed);
+    MPI_Group_free(&world_group);
+    free(order);
+    MPI_Request idup;
+    MPI_Comm_idup(MPI_COMM_WORLD, &comms[C_IDUP], &idup);
+    MPI_Wait(&idup, MPI_STATUS_IGNORE);
+    MPI_Comm inter;
+    MPI_Intercomm_create(comms[C_PARITY], 0, MPI_COMM_WORLD, rank % 2 ? 0 : 1, 99, &inter);
+    MPI_Intercomm_merge(inter, rank % 2 == 0, &comms[C_MERGED]);
+    MPI_Comm_free(&inter);
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &comms[C_SHARED]);
     for (int c = 0; c < NCOMMS; c++) MPI_Comm_set_errhandler(comms[c], MPI_ERRORS_RETURN);
+    /* The communicators the calls draw from: all but in "all", which keeps
+     * the first five (its test reads every communicator's report lines on
+     * stderr, and with nine, Open MPI's mpirun cut a line of rank 0's, whose
+     * report then passed 4 KiB, with another rank's output). */
+    int ncomms = strcmp(mode, "all") ? NCOMMS : C_SELF + 1;
+    /* Each communicator's size and this rank's rank in it. */
+    printf("coll_diff: communicators at rank %d:", rank);
+    for (int c = 0; c < ncomms; c++) {
+        int csize, crank;
+        MPI_Comm_size(comms[c], &csize);
+        MPI_Comm_rank(comms[c], &crank);
+        printf(" %s %d:%d", comm_name[c], csize, crank);
+    }
+    printf("\n");
+    fflush(stdout);
 
     if (!strcmp(mode, "mismatch")) {
         /* Erroneous calls first: allreduces whose count differs across
@@ -447,11 +489,18 @@ int main(int argc, char **argv) {
         int rc2 = MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         int rc3 = MPI_Allreduce(MPI_IN_PLACE, data, rank == size - 1 ? 8 : 3, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         if (sum != size * (size - 1) / 2) wrong++;
-        printf("coll_diff: rank %d: the calls returned %d %d %d\n", rank, rc1, rc2, rc3);
+        /* Then an operation and a type that differ across ranks, each
+         * served by mcd where it is called, with the same count and bytes:
+         * MPI_MAX at rank 0 where the others call MPI_SUM, and MPI_FLOAT at
+         * the last rank where the others call MPI_INT. */
+        int by_op[2] = {rank, 1}, by_type[2] = {rank, 1};
+        int rc4 = MPI_Allreduce(MPI_IN_PLACE, by_op, 2, MPI_INT, rank == 0 ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD);
+        int rc5 = MPI_Allreduce(MPI_IN_PLACE, by_type, 2, rank == size - 1 ? MPI_FLOAT : MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        printf("coll_diff: rank %d: the calls returned %d %d %d %d %d\n", rank, rc1, rc2, rc3, rc4, rc5);
         /* Each failure's class, as MPI_Error_string tells it: a mismatch
          * has its own (the interposer's), not MPI_ERR_OTHER's. */
-        int rcs[3] = {rc1, rc2, rc3};
-        for (int i = 0; i < 3; i++) {
+        int rcs[5] = {rc1, rc2, rc3, rc4, rc5};
+        for (int i = 0; i < 5; i++) {
             if (rcs[i] == MPI_SUCCESS) continue;
             int cls, len;
             char text[MPI_MAX_ERROR_STRING];
@@ -486,11 +535,11 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     rng shared = {seed}, mine = {seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(rank + 1))}, forms = {seed ^ 0x1234567ULL};
-    long done = 0, by_coll[3] = {0};
+    long done = 0, by_coll[3] = {0}, by_comm[NCOMMS] = {0};
     for (long call = 0; call < calls; call++) {
         /* Drawn alike on every rank. */
         int coll = pairs_only ? BCAST : below(&shared, 3);
-        int ci = below(&shared, NCOMMS);
+        int ci = below(&shared, ncomms);
         int fi;
         do fi = below(&shared, nfams);
         while (pairs_only && !fams[fi].pair);
@@ -609,6 +658,7 @@ int main(int argc, char **argv) {
         free(in), free(send_a), free(send_b), free(recv_a), free(recv_b);
         done++;
         by_coll[coll]++;
+        by_comm[ci]++;
     }
     /* Gathers: MPI_Allgather and MPI_Gather (to a root that changes) on
      * every communicator, of 1, 2 and 5 MPI_INTs, 2 MPI_DOUBLE_INTs (a type
@@ -618,7 +668,7 @@ int main(int argc, char **argv) {
      * serves the small ones as a bitwise-or reduction and passes the rest
      * to PMPI; its report counts both. */
     long gathers = 0;
-    for (int ci = 0; ci < NCOMMS; ci++) {
+    for (int ci = 0; ci < ncomms; ci++) {
         MPI_Comm comm = comms[ci];
         int csize, crank;
         MPI_Comm_size(comm, &csize);
@@ -665,9 +715,13 @@ int main(int argc, char **argv) {
                 }
     }
     printf("coll_diff: gathers at rank %d: %ld compared with PMPI's\n", rank, gathers);
+    printf("coll_diff: calls per communicator at rank %d:", rank);
+    for (int c = 0; c < ncomms; c++) printf(" %s %ld", comm_name[c], by_comm[c]);
+    printf("\n");
     printf("coll_diff: rank %d: %ld calls (%ld allreduce, %ld reduce, %ld bcast), %ld wrong\n", rank, done, by_coll[0], by_coll[1], by_coll[2], wrong);
     fflush(stdout);
-    for (int c = 1; c < C_SELF; c++) MPI_Comm_free(&comms[c]);
+    for (int c = 1; c < NCOMMS; c++)
+        if (c != C_SELF) MPI_Comm_free(&comms[c]);
     MPI_Finalize();
     return wrong != 0;
 }
