@@ -11,18 +11,24 @@
  * across ranks, e.g. 2 x contiguous(3, MPI_INT) at one rank and 6 x MPI_INT
  * at another, which MPI allows) or "mismatch" (first two erroneous calls on
  * MPI_COMM_WORLD, allreduces whose count differs across ranks, with a right
- * one between them, each rank printing what the three returned; then as
- * "all") or "nonblocking" (as "all", every call in its nonblocking form,
+ * one between them, then one whose operation and one whose type (of the
+ * same size) differ across ranks, each rank printing what the five
+ * returned; then
+ * broadcasts whose root differs across ranks, each followed by a right
+ * allreduce, every rank failing exactly once per broadcast; then as "all") or "nonblocking" (as "all", every call in its nonblocking form,
  * MPI_Iallreduce, MPI_Ireduce or MPI_Ibcast, started after an MPI_Ibarrier
  * on the same communicator, the two completed together by MPI_Wait,
  * MPI_Waitall, MPI_Testall, MPI_Waitany, MPI_Waitsome or MPI_Test, drawn
- * per call; every communicator first gets one MPI_Barrier, which gives it
- * its mcd state). MAX_BYTES: the largest call in bytes
+ * per call; no blocking call first: each communicator's first nonblocking
+ * collective goes through mcd). MAX_BYTES: the largest call in bytes
  * (default 2048; set it beyond MCD_MPI_MAX_BYTES to cross the size limit).
  *
  * Each call draws (from SEED, the same on every rank): the collective, a
  * communicator (MPI_COMM_WORLD, a duplicate, a split by parity, a split
- * into halves with the ranks reversed, MPI_COMM_SELF), a type family (every predefined
+ * into halves with the ranks reversed, MPI_COMM_SELF, a create over the
+ * world's ranks reversed, an idup, an inter-communicator between the parity
+ * halves merged, a split by type; "all" only the first five; each rank
+ * prints "coll_diff: communicators at rank R: NAME SIZE:RANK ..."), a type family (every predefined
  * type, the pair types, and derived ones: contiguous, vector, resized,
  * struct with its fields in reverse order; both MPIs refuse predefined
  * operations on derived types, so these are broadcast only), an operation
@@ -37,6 +43,9 @@
  * elements, bytes beyond the count) equal to PMPI's buffer, which starts
  * the same, send buffers unchanged, every rank's allreduce result the same
  * bits, and both calls return MPI_SUCCESS.
+ * Last, MPI_Allgather and MPI_Gather on every communicator (small ones
+ * through mcd, larger ones to PMPI), each compared byte for byte with
+ * PMPI's.
  * Every rank prints "coll_diff: rank R: N calls, W wrong" (and the first
  * wrong ones), then exits 0, or 1 if anything was wrong. */
 #include <mpi.h>
@@ -368,8 +377,9 @@ static int complete2(int form, MPI_Request reqs[2]) {
 /* ---- one call ---- */
 enum { ALLREDUCE, REDUCE, BCAST };
 static const char *coll_name[] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast"};
-enum { C_WORLD, C_DUP, C_PARITY, C_HALVES, C_SELF, NCOMMS };
-static const char *comm_name[] = {"world", "dup", "parity-split", "reversed-halves-split", "self"};
+enum { C_WORLD, C_DUP, C_PARITY, C_HALVES, C_SELF, C_CREATE, C_IDUP, C_MERGED, C_SHARED, NCOMMS };
+static const char *comm_name[] = {"world",           "dup",  "parity-split",     "reversed-halves-split", "self",
+                                  "reversed-create", "idup", "merged-intercomm", "split-type-shared"};
 
 static long wrong, printed;
 static int rank;
@@ -431,9 +441,43 @@ int main(int argc, char **argv) {
     MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &comms[C_PARITY]);
     MPI_Comm_split(MPI_COMM_WORLD, rank < size / 2, -rank, &comms[C_HALVES]);
     comms[C_SELF] = MPI_COMM_SELF;
+    /* The other constructors: a create over the world's ranks in reverse
+     * order, an idup, the merge of an inter-communicator between the
+     * parity halves (the odd ranks first), a split by type (shared memory:
+     * as the MPI sees the virtual cluster's hosts). */
+    MPI_Group world_group, reversed;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    int *order = malloc(sizeof(int) * (size_t)size);
+    for (int i = 0; i < size; i++) order[i] = size - 1 - i;
+    MPI_Group_incl(world_group, size, order, &reversed);
+    MPI_Comm_create(MPI_COMM_WORLD, reversed, &comms[C_CREATE]);
+    MPI_Group_free(&reversed);
+    MPI_Group_free(&world_group);
+    free(order);
+    MPI_Request idup;
+    MPI_Comm_idup(MPI_COMM_WORLD, &comms[C_IDUP], &idup);
+    MPI_Wait(&idup, MPI_STATUS_IGNORE);
+    MPI_Comm inter;
+    MPI_Intercomm_create(comms[C_PARITY], 0, MPI_COMM_WORLD, rank % 2 ? 0 : 1, 99, &inter);
+    MPI_Intercomm_merge(inter, rank % 2 == 0, &comms[C_MERGED]);
+    MPI_Comm_free(&inter);
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &comms[C_SHARED]);
     for (int c = 0; c < NCOMMS; c++) MPI_Comm_set_errhandler(comms[c], MPI_ERRORS_RETURN);
-    if (nonblocking)
-        for (int c = 0; c < NCOMMS; c++) MPI_Barrier(comms[c]);
+    /* The communicators the calls draw from: all but in "all", which keeps
+     * the first five (its test reads every communicator's report lines on
+     * stderr, and with nine, Open MPI's mpirun cut a line of rank 0's, whose
+     * report then passed 4 KiB, with another rank's output). */
+    int ncomms = strcmp(mode, "all") ? NCOMMS : C_SELF + 1;
+    /* Each communicator's size and this rank's rank in it. */
+    printf("coll_diff: communicators at rank %d:", rank);
+    for (int c = 0; c < ncomms; c++) {
+        int csize, crank;
+        MPI_Comm_size(comms[c], &csize);
+        MPI_Comm_rank(comms[c], &crank);
+        printf(" %s %d:%d", comm_name[c], csize, crank);
+    }
+    printf("\n");
+    fflush(stdout);
 
     if (!strcmp(mode, "mismatch")) {
         /* Erroneous calls first: allreduces whose count differs across
@@ -445,11 +489,18 @@ int main(int argc, char **argv) {
         int rc2 = MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         int rc3 = MPI_Allreduce(MPI_IN_PLACE, data, rank == size - 1 ? 8 : 3, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         if (sum != size * (size - 1) / 2) wrong++;
-        printf("coll_diff: rank %d: the calls returned %d %d %d\n", rank, rc1, rc2, rc3);
+        /* Then an operation and a type that differ across ranks, each
+         * served by mcd where it is called, with the same count and bytes:
+         * MPI_MAX at rank 0 where the others call MPI_SUM, and MPI_FLOAT at
+         * the last rank where the others call MPI_INT. */
+        int by_op[2] = {rank, 1}, by_type[2] = {rank, 1};
+        int rc4 = MPI_Allreduce(MPI_IN_PLACE, by_op, 2, MPI_INT, rank == 0 ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD);
+        int rc5 = MPI_Allreduce(MPI_IN_PLACE, by_type, 2, rank == size - 1 ? MPI_FLOAT : MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        printf("coll_diff: rank %d: the calls returned %d %d %d %d %d\n", rank, rc1, rc2, rc3, rc4, rc5);
         /* Each failure's class, as MPI_Error_string tells it: a mismatch
          * has its own (the interposer's), not MPI_ERR_OTHER's. */
-        int rcs[3] = {rc1, rc2, rc3};
-        for (int i = 0; i < 3; i++) {
+        int rcs[5] = {rc1, rc2, rc3, rc4, rc5};
+        for (int i = 0; i < 5; i++) {
             if (rcs[i] == MPI_SUCCESS) continue;
             int cls, len;
             char text[MPI_MAX_ERROR_STRING];
@@ -457,14 +508,38 @@ int main(int argc, char **argv) {
             MPI_Error_string(cls, text, &len);
             printf("coll_diff: rank %d: call %d failed: %s\n", rank, i + 1, text);
         }
+        /* Then broadcasts whose root differs across ranks (rank r takes
+         * root (r + k) % size: for k = 0 every rank is its own root), on
+         * the world and on the duplicate, each followed by a right
+         * allreduce on the same communicator. Each rank must get the
+         * mismatch exactly once: from the broadcast, or (a rank whose
+         * broadcast had returned before the mismatch showed: a root, or a
+         * rank that had its root's data) from the allreduce after it, which
+         * still runs and must be right. Then the random calls, compared
+         * with PMPI's as in "all". */
+        int bad_roots = 0;
+        for (int k = 0; k < 2 * size; k++) {
+            MPI_Comm comm = k % 2 ? comms[C_DUP] : MPI_COMM_WORLD;
+            int buf[4] = {rank, rank, rank, rank}, one = 1;
+            int rcb = MPI_Bcast(buf, 4, MPI_INT, (rank + k / 2) % size, comm);
+            int rca = MPI_Allreduce(MPI_IN_PLACE, &one, 1, MPI_INT, MPI_SUM, comm);
+            int cls = MPI_SUCCESS;
+            MPI_Error_class(rcb != MPI_SUCCESS ? rcb : rca, &cls);
+            if ((rcb == MPI_SUCCESS) == (rca == MPI_SUCCESS) || cls == MPI_ERR_OTHER || (rca == MPI_SUCCESS && one != size)) {
+                printf("coll_diff: rank %d: broadcast %d from differing roots: bcast returned %d, the allreduce after %d (sum %d)\n", rank, k, rcb, rca, one);
+                bad_roots++;
+            }
+        }
+        printf("coll_diff: rank %d: %d broadcasts from differing roots, %d not failed exactly once\n", rank, 2 * size, bad_roots);
+        wrong += bad_roots;
         fflush(stdout);
     }
     rng shared = {seed}, mine = {seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(rank + 1))}, forms = {seed ^ 0x1234567ULL};
-    long done = 0, by_coll[3] = {0};
+    long done = 0, by_coll[3] = {0}, by_comm[NCOMMS] = {0};
     for (long call = 0; call < calls; call++) {
         /* Drawn alike on every rank. */
         int coll = pairs_only ? BCAST : below(&shared, 3);
-        int ci = below(&shared, NCOMMS);
+        int ci = below(&shared, ncomms);
         int fi;
         do fi = below(&shared, nfams);
         while (pairs_only && !fams[fi].pair);
@@ -583,10 +658,70 @@ int main(int argc, char **argv) {
         free(in), free(send_a), free(send_b), free(recv_a), free(recv_b);
         done++;
         by_coll[coll]++;
+        by_comm[ci]++;
     }
+    /* Gathers: MPI_Allgather and MPI_Gather (to a root that changes) on
+     * every communicator, of 1, 2 and 5 MPI_INTs, 2 MPI_DOUBLE_INTs (a type
+     * with gaps) and 300 MPI_BYTEs (beyond the interposer's gather limit on
+     * 4 ranks), in place and not: each compared byte for byte (the whole
+     * receive buffer, which starts the same) with PMPI's. The interposer
+     * serves the small ones as a bitwise-or reduction and passes the rest
+     * to PMPI; its report counts both. */
+    long gathers = 0;
+    for (int ci = 0; ci < ncomms; ci++) {
+        MPI_Comm comm = comms[ci];
+        int csize, crank;
+        MPI_Comm_size(comm, &csize);
+        MPI_Comm_rank(comm, &crank);
+        struct { MPI_Datatype t; int count; const char *name; } cases[] = {
+            {MPI_INT, 1, "MPI_INT"}, {MPI_INT, 2, "MPI_INT"}, {MPI_INT, 5, "MPI_INT"}, {MPI_DOUBLE_INT, 2, "MPI_DOUBLE_INT"}, {MPI_BYTE, 300, "MPI_BYTE"}};
+        for (int c = 0; c < 5; c++)
+            for (int in_place = 0; in_place < 2; in_place++)
+                for (int allg = 0; allg < 2; allg++) {
+                    MPI_Aint lb, extent;
+                    MPI_Type_get_extent(cases[c].t, &lb, &extent);
+                    size_t block = (size_t)cases[c].count * extent, cap = block * csize + 16;
+                    unsigned char *send = malloc(block + 1), *a = malloc(cap), *b = malloc(cap);
+                    for (size_t i = 0; i < block; i++) send[i] = (unsigned char)(next(&mine) | 1);
+                    /* A pair's gap (bytes 12-15 of a double and an int)
+                     * as the receive buffers' (an MPI may copy it or not). */
+                    if (cases[c].t == MPI_DOUBLE_INT)
+                        for (size_t i = 0; i < block; i++)
+                            if (i % (size_t)extent >= sizeof(double) + sizeof(int)) send[i] = 0x5a;
+                    memset(a, 0x5a, cap);
+                    memset(b, 0x5a, cap);
+                    int root = (ci + c) % csize, here = allg || crank == root;
+                    int ip = in_place && here;
+                    if (ip) {
+                        memcpy(a + (size_t)crank * block, send, block);
+                        memcpy(b + (size_t)crank * block, send, block);
+                    }
+                    const void *sa = ip ? MPI_IN_PLACE : send;
+                    int rca, rcb;
+                    if (allg) {
+                        rca = MPI_Allgather(sa, cases[c].count, cases[c].t, a, cases[c].count, cases[c].t, comm);
+                        rcb = PMPI_Allgather(sa, cases[c].count, cases[c].t, b, cases[c].count, cases[c].t, comm);
+                    } else {
+                        rca = MPI_Gather(sa, cases[c].count, cases[c].t, a, cases[c].count, cases[c].t, root, comm);
+                        rcb = PMPI_Gather(sa, cases[c].count, cases[c].t, b, cases[c].count, cases[c].t, root, comm);
+                    }
+                    char desc[160];
+                    snprintf(desc, sizeof desc, "%s %d x %s%s on %s", allg ? "allgather" : "gather to rank", cases[c].count, cases[c].name,
+                             ip ? " in place" : "", comm_name[ci]);
+                    if (rca != MPI_SUCCESS || rcb != MPI_SUCCESS) report(calls + gathers, "an error", desc, "");
+                    else if (memcmp(a, b, cap)) report(calls + gathers, "differs from PMPI's", desc, "");
+                    free(send), free(a), free(b);
+                    gathers++;
+                }
+    }
+    printf("coll_diff: gathers at rank %d: %ld compared with PMPI's\n", rank, gathers);
+    printf("coll_diff: calls per communicator at rank %d:", rank);
+    for (int c = 0; c < ncomms; c++) printf(" %s %ld", comm_name[c], by_comm[c]);
+    printf("\n");
     printf("coll_diff: rank %d: %ld calls (%ld allreduce, %ld reduce, %ld bcast), %ld wrong\n", rank, done, by_coll[0], by_coll[1], by_coll[2], wrong);
     fflush(stdout);
-    for (int c = 1; c < C_SELF; c++) MPI_Comm_free(&comms[c]);
+    for (int c = 1; c < NCOMMS; c++)
+        if (c != C_SELF) MPI_Comm_free(&comms[c]);
     MPI_Finalize();
     return wrong != 0;
 }

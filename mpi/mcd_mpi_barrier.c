@@ -119,6 +119,11 @@
  *                       the rank, or PATH.R.json (totals per kind, the mcd
  *                       counters, and an object per communicator)
  *   MCD_MPI_MAX_BYTES=N the largest collective mcd serves (bytes; default 65536)
+ *   MCD_MPI_GATHER_BYTES=N the largest whole result of an MPI_Allgather
+ *                       mcd serves (bytes; default 1024; see gather_via_mcd)
+ *   MCD_MPI_LAZY_COMMS=1 (on any rank) a communicator's mcd state is made at
+ *                       its first blocking collective, not in its
+ *                       constructor (see "Communicator constructors")
  *
  * Built by `tools::mpi::build_interposer` (mpicc -shared, with the static
  * libmcd_barrier.a inside, so the one file is all a job needs). */
@@ -131,6 +136,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mcd_barrier.h"
@@ -159,10 +165,43 @@ static unsigned long long persistent_starts_mcd, persistent_inits_pmpi, finalize
 static unsigned long long coll_mcd[KINDS], coll_pmpi[KINDS];
 static long long max_bytes = 65536;
 
+/* Collectives mcd does not implement: interposed only to count them, and
+ * passed to PMPI (the report lists each with its reason). */
+enum {
+    O_GATHER, O_GATHERV, O_ALLGATHER, O_ALLGATHERV, O_SCATTER, O_SCATTERV, O_ALLTOALL, O_ALLTOALLV, O_REDUCE_SCATTER,
+    O_REDUCE_SCATTER_BLOCK, O_SCAN, O_EXSCAN, O_IGATHER, O_IALLGATHER, O_ISCATTER, O_IALLTOALL, O_IREDUCE_SCATTER_BLOCK, O_ISCAN,
+    O_IEXSCAN, OTHERS
+};
+static const char *other_names[OTHERS] = {
+    "MPI_Gather", "MPI_Gatherv", "MPI_Allgather", "MPI_Allgatherv", "MPI_Scatter", "MPI_Scatterv", "MPI_Alltoall", "MPI_Alltoallv",
+    "MPI_Reduce_scatter", "MPI_Reduce_scatter_block", "MPI_Scan", "MPI_Exscan", "MPI_Igather", "MPI_Iallgather", "MPI_Iscatter",
+    "MPI_Ialltoall", "MPI_Ireduce_scatter_block", "MPI_Iscan", "MPI_Iexscan"};
+#define NOT_IN_MCD "not served by mcd"
+static unsigned long long other_pmpi[OTHERS];
+/* MPI_Allgather of small blocks goes through mcd (a bitwise-or reduction:
+ * see gather_via_mcd): those served, and the most bytes of the whole result
+ * (every rank's block) they take, MCD_MPI_GATHER_BYTES. (MPI_Gather could
+ * go the same way, and measured slower: see MPI_Gather.) */
+static unsigned long long gathers_mcd[2];
+static long long gather_bytes = 1024;
+
 /* A communicator's barrier, cached in an attribute. */
 /* Why a collective went to PMPI. */
 enum { WHY_COMM, WHY_BYTES, WHY_TYPE, WHYS };
 static const char *why_names[WHYS] = {"the communicator has no mcd group", "beyond MCD_MPI_MAX_BYTES", "type or operation not served"};
+
+/* Latency of the blocking calls through mcd, as the program sees it (from
+ * entering the MPI call to returning, packing included): a histogram per
+ * kind, buckets a power of two split in 8 (at most 12.5% wide) from 64 ns
+ * up to 2^40 ns, bumped atomically; p50 and p99 are read from it. */
+enum { LAT_BARRIER, LAT_ALLREDUCE, LAT_REDUCE, LAT_BCAST, LATS };
+static const char *lat_names[LATS] = {"MPI_Barrier", "MPI_Allreduce", "MPI_Reduce", "MPI_Bcast"};
+#define LAT_SUB 8
+#define LAT_MIN_LOG 6
+#define LAT_BUCKETS ((40 - LAT_MIN_LOG) * LAT_SUB)
+typedef struct {
+    unsigned long long n[LAT_BUCKETS];
+} lat_hist;
 
 typedef struct comm_state {
     mcd_group *group; /* NULL: PMPI_Barrier */
@@ -171,6 +210,8 @@ typedef struct comm_state {
     const char *why;         /* why it has no mcd group */
     /* Its collectives, per kind: through mcd, and through PMPI per reason. */
     unsigned long long mcd[KINDS], pmpi[KINDS][WHYS];
+    lat_hist lat[LATS];
+    unsigned long long other[OTHERS]; /* collectives mcd does not implement */
     /* Nonblocking collectives in flight on it, and whether MPI freed the
      * communicator meanwhile (then the last one to complete frees the
      * state: MPI_Comm_free lets pending operations complete normally).
@@ -180,6 +221,9 @@ typedef struct comm_state {
 } comm_state;
 static void report_comm(const comm_state *st, int world);
 static int keyval = MPI_KEYVAL_INVALID;
+/* Whether the communicator constructors make a new communicator's state
+ * (agreed on every rank in MPI_Init; see make_state_now). */
+static int eager_comms = 1;
 static comm_state *first, *last;
 static unsigned long long comms_mcd, comms_inter, comms_unreachable, comms_failed;
 
@@ -344,6 +388,7 @@ static comm_state *new_state(MPI_Comm comm) {
 enum { MODE_OFF, MODE_KEY_FILE, MODE_EXCHANGE, MODES };
 static const char *mode_names[MODES] = {"off", "on with MCD_KEY_FILE", "on without MCD_KEY_FILE"};
 #define SEEN_DISABLED (1 << MODES)
+#define SEEN_LAZY (1 << (MODES + 1)) /* MCD_MPI_LAZY_COMMS on some rank */
 
 /* Clears key material (a volatile store the compiler keeps). */
 static void wipe(void *p, size_t n) {
@@ -456,7 +501,12 @@ static void start_mcd(void) {
                                                  : MODE_KEY_FILE; /* mcd_init reads the file, or says what is wrong */
     int seen = 1 << mode;
     if (disable && *disable && strcmp(disable, "0")) seen |= SEEN_DISABLED;
+    const char *lazy = getenv("MCD_MPI_LAZY_COMMS");
+    if (lazy && *lazy && strcmp(lazy, "0")) seen |= SEEN_LAZY;
     PMPI_Allreduce(MPI_IN_PLACE, &seen, 1, MPI_INT, MPI_BOR, MPI_COMM_WORLD);
+    /* Agreed: a rank making a communicator's state in the constructor
+     * while another does not would wait in a collective the other never calls. */
+    eager_comms = !(seen & SEEN_LAZY);
     /* A name of this job's own (review rev29, finding 2): rank 0 draws 64
      * random bits, and every rank adds them to the job's name (MCD_JOB or
      * SLURM_JOB_ID), which mcd hashes into the job key: two jobs started
@@ -529,6 +579,8 @@ static void start_mcd(void) {
     }
     const char *limit = getenv("MCD_MPI_MAX_BYTES");
     if (limit && *limit) max_bytes = atoll(limit);
+    const char *gather_limit = getenv("MCD_MPI_GATHER_BYTES");
+    if (gather_limit && *gather_limit) gather_bytes = atoll(gather_limit);
 }
 
 /* The mcd type of a predefined MPI type, or -1. (Open MPI's handles are not
@@ -731,6 +783,50 @@ static void served(MPI_Comm comm, int kind) {
     if (st) COUNT(st->mcd[kind]);
 }
 
+static unsigned long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec;
+}
+
+static int lat_bucket(unsigned long long ns) {
+    if (ns < (1ull << LAT_MIN_LOG)) return 0;
+    int log = 63 - __builtin_clzll(ns);
+    int b = (log - LAT_MIN_LOG) * LAT_SUB + (int)((ns >> (log - 3)) & (LAT_SUB - 1));
+    return b < LAT_BUCKETS ? b : LAT_BUCKETS - 1;
+}
+
+/* The middle of bucket `b`, ns. */
+static double lat_value(int b) {
+    int log = LAT_MIN_LOG + b / LAT_SUB;
+    double low = (double)(1ull << log) * (1.0 + (double)(b % LAT_SUB) / LAT_SUB);
+    return low + (double)(1ull << log) / LAT_SUB / 2;
+}
+
+/* A blocking call of kind `lat` on `comm` through mcd, begun at `t0` (now_ns), returns. */
+static void timed(MPI_Comm comm, int lat, unsigned long long t0) {
+    comm_state *st = counters_of(comm);
+    if (st) __atomic_fetch_add(&st->lat[lat].n[lat_bucket(now_ns() - t0)], 1, __ATOMIC_RELAXED);
+}
+
+/* The calls in `h`, and its quantile `q` (µs; 0 if none). */
+static unsigned long long lat_quantile(const lat_hist *h, double q, double *us) {
+    unsigned long long total = 0, seen = 0;
+    for (int b = 0; b < LAT_BUCKETS; b++) total += h->n[b];
+    *us = 0;
+    if (!total) return 0;
+    unsigned long long want = (unsigned long long)(q * (double)total);
+    if (want < 1) want = 1;
+    for (int b = 0; b < LAT_BUCKETS; b++) {
+        seen += h->n[b];
+        if (seen >= want) {
+            *us = lat_value(b) / 1000.0;
+            break;
+        }
+    }
+    return total;
+}
+
 /* A collective passed to PMPI: `reducible` (or the broadcast's test) said
  * yes (`ok`) but the communicator has no group, or it said no (beyond the
  * limit, or the type or operation). */
@@ -740,16 +836,54 @@ static void passed(MPI_Comm comm, int kind, int ok, long long bytes) {
     if (st) COUNT(st->pmpi[kind][ok ? WHY_COMM : bytes < 0 || bytes > max_bytes ? WHY_BYTES : WHY_TYPE]);
 }
 
+/* Why `st`'s barrier and collectives run the algorithms they do (mcd_why),
+ * into `text`; 0 if it has no mcd barrier. */
+static int why_of(const comm_state *st, int world, char *text, size_t len) {
+    if (world) return mcd_why(job, text, len) >= 0;
+    return st->group && mcd_group_why(st->group, text, len) >= 0;
+}
+
+/* Whether `st` had any call through mcd that was timed. */
+static int timed_any(const comm_state *st) {
+    for (int l = 0; l < LATS; l++)
+        for (int b = 0; b < LAT_BUCKETS; b++)
+            if (st->lat[l].n[b]) return 1;
+    return 0;
+}
+
+/* MCD_MPI_REPORT: the latency line and (at the communicator's rank 0) the
+ * algorithms line of a communicator: "latency through mcd on C: MPI_Barrier
+ * p50 X us, p99 Y us (N calls); ..." and "algorithms on C: barrier ALG (why);
+ * collectives ALG (why)". */
+static void report_latency(const comm_state *st, int world, const char *name) {
+    char line[2048];
+    int n = 0;
+    for (int l = 0; l < LATS; l++) {
+        double p50, p99;
+        unsigned long long calls = lat_quantile(&st->lat[l], 0.50, &p50);
+        lat_quantile(&st->lat[l], 0.99, &p99);
+        if (calls) n += snprintf(line + n, sizeof line - n, "%s %s p50 %.1f us, p99 %.1f us (%llu calls)", n ? ";" : "", lat_names[l], p50, p99, calls);
+    }
+    if (n) fprintf(stderr, "mcd-mpi: rank %d: latency through mcd on %s:%s\n", mcd_rank(job), name, line);
+    char why[2048];
+    int first = world ? mcd_rank(job) == 0 : st->group && mcd_group_rank(st->group) == 0;
+    if (first && why_of(st, world, why, sizeof why)) fprintf(stderr, "mcd-mpi: rank %d: algorithms on %s: %s\n", mcd_rank(job), name, why);
+}
+
 /* MCD_MPI_REPORT: one line for a communicator's collectives. */
 static void report_comm(const comm_state *st, int world) {
     const char *const *names = kind_names;
-    char line[2048];
+    char line[2048], name[64];
     int n = 0;
     unsigned long long calls = 0;
     for (int k = 0; k < KINDS; k++) {
         calls += st->mcd[k];
         for (int w = 0; w < WHYS; w++) calls += st->pmpi[k][w];
     }
+    for (int o = 0; o < OTHERS; o++) calls += st->other[o];
+    if (world) snprintf(name, sizeof name, "MPI_COMM_WORLD");
+    else snprintf(name, sizeof name, "communicator %#llx (%d ranks)", st->key, st->size);
+    if (calls || world || timed_any(st)) report_latency(st, world, name);
     if (!calls && !world) return; /* barriers only */
     if (world) n += snprintf(line + n, sizeof line - n, "MPI_COMM_WORLD:");
     else n += snprintf(line + n, sizeof line - n, "communicator %#llx (%d ranks):", st->key, st->size);
@@ -772,6 +906,12 @@ static void report_comm(const comm_state *st, int world) {
             any = 1;
         }
     if (!any) n += snprintf(line + n, sizeof line - n, " nothing");
+    any = 0;
+    for (int o = 0; o < OTHERS; o++)
+        if (st->other[o]) {
+            n += snprintf(line + n, sizeof line - n, "%s %llu %s", any ? "," : "; to PMPI, " NOT_IN_MCD ":", st->other[o], other_names[o]);
+            any = 1;
+        }
     fprintf(stderr, "mcd-mpi: rank %d: collectives on %s\n", mcd_rank(job), line);
 }
 
@@ -821,7 +961,29 @@ static void json_comm(const comm_state *st, int world) {
         json_add(", \"pmpi\": %llu, \"pmpi_because\": {\"no mcd group\": %llu, \"beyond MCD_MPI_MAX_BYTES\": %llu, \"type or operation\": %llu}}", p,
                  st->pmpi[k][WHY_COMM], st->pmpi[k][WHY_BYTES], st->pmpi[k][WHY_TYPE]);
     }
-    json_add("}}");
+    json_add("}, \"not_in_mcd\": {");
+    for (int o = 0, any = 0; o < OTHERS; o++)
+        if (st->other[o]) {
+            json_add("%s\"%s\": %llu", any ? ", " : "", other_names[o], st->other[o]);
+            any = 1;
+        }
+    json_add("}, \"latency_us\": {");
+    for (int l = 0, any = 0; l < LATS; l++) {
+        double p50, p99;
+        unsigned long long calls = lat_quantile(&st->lat[l], 0.50, &p50);
+        lat_quantile(&st->lat[l], 0.99, &p99);
+        if (!calls) continue;
+        json_add("%s\"%s\": {\"calls\": %llu, \"p50\": %.3f, \"p99\": %.3f}", any ? ", " : "", lat_names[l], calls, p50, p99);
+        any = 1;
+    }
+    char why[2048];
+    if (why_of(st, world, why, sizeof why)) {
+        for (char *c = why; *c; c++)
+            if (*c == '"' || *c == '\\') *c = '\'';
+        json_add("}, \"algorithms\": \"%s\"}", why);
+    } else {
+        json_add("}, \"algorithms\": null}");
+    }
     pthread_mutex_unlock(&json_lock);
 }
 
@@ -853,6 +1015,10 @@ static void json_write(const char *pattern) {
             comms_unreachable, comms_failed);
     fprintf(f, " \"calls\": {");
     for (int k = 0; k < KINDS; k++) fprintf(f, "%s\"%s\": {\"mcd\": %llu, \"pmpi\": %llu}", k ? ", " : "", kind_names[k], coll_mcd[k], coll_pmpi[k]);
+    fprintf(f, "},\n \"small_allgathers_mcd\": {\"MPI_Allgather\": %llu, \"gather_bytes\": %lld", gathers_mcd[0], gather_bytes);
+    fprintf(f, "},\n \"not_in_mcd\": {\"why\": \"" NOT_IN_MCD "\"");
+    for (int o = 0; o < OTHERS; o++)
+        if (other_pmpi[o]) fprintf(f, ", \"%s\": %llu", other_names[o], other_pmpi[o]);
     fprintf(f, "},\n \"persistent\": {\"starts_mcd\": %llu, \"inits_pmpi\": %llu}, \"completed_in_finalize\": %llu,\n", persistent_starts_mcd,
             persistent_inits_pmpi, finalize_pending);
     pthread_mutex_lock(&json_lock);
@@ -905,11 +1071,13 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
     int dtype, mop;
     long long bytes = -1;
     target to;
+    unsigned long long t0 = now_ns();
     int ok = reducible(comm, count, datatype, op, &bytes, &dtype, &mop);
     if (ok && target_of(comm, &to)) {
         int rc = reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, -1);
         if (rc == MCD_OK) {
             served(comm, ALLREDUCE);
+            timed(comm, LAT_ALLREDUCE, t0);
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Allreduce on %s failed: %s\n", comm_name(comm), mcd_last_error());
@@ -923,11 +1091,13 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
     int dtype, mop;
     long long bytes = -1;
     target to;
+    unsigned long long t0 = now_ns();
     int ok = reducible(comm, count, datatype, op, &bytes, &dtype, &mop);
     if (ok && target_of(comm, &to)) {
         int rc = reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, root);
         if (rc == MCD_OK) {
             served(comm, REDUCE);
+            timed(comm, LAT_REDUCE, t0);
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Reduce on %s failed: %s\n", comm_name(comm), mcd_last_error());
@@ -943,6 +1113,7 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
     long long bytes = -1;
     target to;
+    unsigned long long t0 = now_ns();
     if (active && comm != MPI_COMM_NULL) bytes = bytes_of(count, datatype);
     int ok = bytes >= 0 && bytes <= max_bytes && (plain(datatype) || packs_plainly());
     if (ok && target_of(comm, &to)) {
@@ -960,6 +1131,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
         }
         if (rc == MCD_OK) {
             served(comm, BCAST);
+            timed(comm, LAT_BCAST, t0);
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Bcast on %s failed: %s\n", comm_name(comm), mcd_last_error());
@@ -1259,12 +1431,216 @@ static int failed_start(nb_op *op, MPI_Comm comm) {
 }
 
 /* A communicator's mcd target for a nonblocking collective: only one whose
- * state exists already (see above); never made here. */
+ * state exists already (made by its constructor, or by a blocking
+ * collective: see above), or one of a single rank (MPI_COMM_SELF, say),
+ * whose state waits for no other rank. */
 static int nonblocking_target(MPI_Comm comm, target *t) {
     if (!active || comm == MPI_COMM_NULL) return 0;
-    if (comm != MPI_COMM_WORLD && !counters_of(comm)) return 0;
+    if (comm != MPI_COMM_WORLD && !counters_of(comm)) {
+        int size = 0, inter = 0;
+        PMPI_Comm_test_inter(comm, &inter);
+        PMPI_Comm_size(comm, &size);
+        if (inter || size != 1) return 0;
+    }
     return target_of(comm, t);
 }
+
+/* The collectives mcd does not implement: counted (per rank and per
+ * communicator, for the report), then PMPI's. */
+static void not_in_mcd(MPI_Comm comm, int which) {
+    COUNT(other_pmpi[which]);
+    comm_state *st = active ? counters_of(comm) : NULL;
+    if (st) COUNT(st->other[which]);
+}
+#define GATHER_ARGS const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt
+/* Small gathers through mcd. An allgather of b bytes per rank over n
+ * ranks is a bitwise-or allreduce of n x b zeroed bytes, each rank's block
+ * at its offset (rank x b): exact, and the release is one multicast of the
+ * whole result; a gather is the same reduce to the root. Every message
+ * carries all n x b bytes, so only small ones go this way: n x b at most
+ * MCD_MPI_GATHER_BYTES (default 1024, within one frame) and at most
+ * MCD_MPI_MAX_BYTES. The choice is a function of the signature (b from each
+ * rank's own count and type, equal by MPI's rules; the root's receive
+ * count and type for a gather) and n, the same on every rank. Blocks of a
+ * type that is not plain are packed and unpacked, as for the others.
+ * `root` < 0: an allgather. Returns -1 if mcd does not take it, else the
+ * MPI return code. */
+static int gather_via_mcd(const void *sb, int sc, MPI_Datatype st, void *rb, int rc, MPI_Datatype rt, int root, MPI_Comm comm) {
+    if (!active || comm == MPI_COMM_NULL) return -1;
+    int inter = 0, size = 0, rank = 0;
+    PMPI_Comm_test_inter(comm, &inter);
+    if (inter) return -1;
+    PMPI_Comm_size(comm, &size);
+    PMPI_Comm_rank(comm, &rank);
+    int result_here = root < 0 || rank == root;
+    /* This rank's block: its own send count and type, or (in place, or
+     * the root, whose receive side MPI makes significant) the receive's. */
+    int in_place = sb == MPI_IN_PLACE;
+    long long b = result_here ? bytes_of(rc, rt) : bytes_of(sc, st);
+    if (b <= 0 || b * size > gather_bytes || b * size > max_bytes) return -1;
+    if (!packs_plainly() && !(plain(result_here ? rt : st) && (in_place || plain(st)))) return -1;
+    target to;
+    if (!target_of(comm, &to)) return -1;
+    long long total = b * size, words = (total + 7) / 8;
+    unsigned char *buf = calloc((size_t)words, 8);
+    if (!buf) return -1;
+    const void *mine = sb;
+    int mine_count = sc;
+    MPI_Datatype mine_type = st;
+    if (in_place) {
+        MPI_Aint lb = 0, extent = 0;
+        PMPI_Type_get_extent(rt, &lb, &extent);
+        mine = (const char *)rb + (MPI_Aint)rank * rc * extent;
+        mine_count = rc;
+        mine_type = rt;
+    }
+    int ok = 1, position = 0;
+    if (plain(mine_type)) memcpy(buf + (size_t)rank * b, mine, (size_t)b);
+    else ok = PMPI_Pack(mine, mine_count, mine_type, buf + (size_t)rank * b, (int)b, &position, MPI_COMM_WORLD) == MPI_SUCCESS && position == b;
+    int rc_mcd = ok ? MCD_OK : MCD_ERR_ARGUMENT;
+    if (ok) {
+        rc_mcd = root < 0 ? t_allreduce(&to, NULL, buf, (size_t)words, MCD_UINT64, MCD_BOR)
+                          : t_reduce(&to, result_here ? NULL : buf, result_here ? buf : NULL, (size_t)words, MCD_UINT64, MCD_BOR, root);
+    }
+    if (rc_mcd == MCD_OK && result_here) {
+        if (plain(rt)) memcpy(rb, buf, (size_t)total);
+        else unpack_out((const char *)buf, total, rb, rc * size, rt);
+    }
+    free(buf);
+    if (rc_mcd != MCD_OK) {
+        fprintf(stderr, "mcd-mpi: %s on %s failed: %s\n", root < 0 ? "MPI_Allgather" : "MPI_Gather", comm_name(comm), mcd_last_error());
+        return mpi_error_of(rc_mcd);
+    }
+    COUNT(gathers_mcd[root < 0 ? 0 : 1]);
+    return MPI_SUCCESS;
+}
+
+/* MPI_Gather stays with PMPI: gather_via_mcd serves it correctly (a reduce
+ * to the root), but the MPI's own lets a non-root return once its block is
+ * sent, where mcd's reduce waits for its epoch, so back-to-back gathers ran
+ * about 10x slower through mcd (8 bytes a rank, 4 ranks, Open MPI 4.1:
+ * p50 7 us against 52-106 us, 2026-11-26, on a loaded machine). */
+int MPI_Gather(GATHER_ARGS, int root, MPI_Comm comm) {
+    not_in_mcd(comm, O_GATHER);
+    return PMPI_Gather(sb, sc, st, rb, rc, rt, root, comm);
+}
+int MPI_Gatherv(const void *sb, int sc, MPI_Datatype st, void *rb, const int rcs[], const int displs[], MPI_Datatype rt, int root, MPI_Comm comm) {
+    not_in_mcd(comm, O_GATHERV);
+    return PMPI_Gatherv(sb, sc, st, rb, rcs, displs, rt, root, comm);
+}
+int MPI_Allgather(GATHER_ARGS, MPI_Comm comm) {
+    int rc_mcd = gather_via_mcd(sb, sc, st, rb, rc, rt, -1, comm);
+    if (rc_mcd >= 0) return rc_mcd;
+    not_in_mcd(comm, O_ALLGATHER);
+    return PMPI_Allgather(sb, sc, st, rb, rc, rt, comm);
+}
+int MPI_Allgatherv(const void *sb, int sc, MPI_Datatype st, void *rb, const int rcs[], const int displs[], MPI_Datatype rt, MPI_Comm comm) {
+    not_in_mcd(comm, O_ALLGATHERV);
+    return PMPI_Allgatherv(sb, sc, st, rb, rcs, displs, rt, comm);
+}
+int MPI_Scatter(GATHER_ARGS, int root, MPI_Comm comm) {
+    not_in_mcd(comm, O_SCATTER);
+    return PMPI_Scatter(sb, sc, st, rb, rc, rt, root, comm);
+}
+int MPI_Scatterv(const void *sb, const int scs[], const int displs[], MPI_Datatype st, void *rb, int rc, MPI_Datatype rt, int root, MPI_Comm comm) {
+    not_in_mcd(comm, O_SCATTERV);
+    return PMPI_Scatterv(sb, scs, displs, st, rb, rc, rt, root, comm);
+}
+int MPI_Alltoall(GATHER_ARGS, MPI_Comm comm) {
+    not_in_mcd(comm, O_ALLTOALL);
+    return PMPI_Alltoall(sb, sc, st, rb, rc, rt, comm);
+}
+int MPI_Alltoallv(const void *sb, const int scs[], const int sd[], MPI_Datatype st, void *rb, const int rcs[], const int rd[], MPI_Datatype rt, MPI_Comm comm) {
+    not_in_mcd(comm, O_ALLTOALLV);
+    return PMPI_Alltoallv(sb, scs, sd, st, rb, rcs, rd, rt, comm);
+}
+int MPI_Reduce_scatter(const void *sb, void *rb, const int rcs[], MPI_Datatype t, MPI_Op op, MPI_Comm comm) {
+    not_in_mcd(comm, O_REDUCE_SCATTER);
+    return PMPI_Reduce_scatter(sb, rb, rcs, t, op, comm);
+}
+int MPI_Reduce_scatter_block(const void *sb, void *rb, int rc, MPI_Datatype t, MPI_Op op, MPI_Comm comm) {
+    not_in_mcd(comm, O_REDUCE_SCATTER_BLOCK);
+    return PMPI_Reduce_scatter_block(sb, rb, rc, t, op, comm);
+}
+int MPI_Scan(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, MPI_Comm comm) {
+    not_in_mcd(comm, O_SCAN);
+    return PMPI_Scan(sb, rb, count, t, op, comm);
+}
+int MPI_Exscan(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, MPI_Comm comm) {
+    not_in_mcd(comm, O_EXSCAN);
+    return PMPI_Exscan(sb, rb, count, t, op, comm);
+}
+int MPI_Igather(GATHER_ARGS, int root, MPI_Comm comm, MPI_Request *r) {
+    not_in_mcd(comm, O_IGATHER);
+    return PMPI_Igather(sb, sc, st, rb, rc, rt, root, comm, r);
+}
+int MPI_Iallgather(GATHER_ARGS, MPI_Comm comm, MPI_Request *r) {
+    not_in_mcd(comm, O_IALLGATHER);
+    return PMPI_Iallgather(sb, sc, st, rb, rc, rt, comm, r);
+}
+int MPI_Iscatter(GATHER_ARGS, int root, MPI_Comm comm, MPI_Request *r) {
+    not_in_mcd(comm, O_ISCATTER);
+    return PMPI_Iscatter(sb, sc, st, rb, rc, rt, root, comm, r);
+}
+int MPI_Ialltoall(GATHER_ARGS, MPI_Comm comm, MPI_Request *r) {
+    not_in_mcd(comm, O_IALLTOALL);
+    return PMPI_Ialltoall(sb, sc, st, rb, rc, rt, comm, r);
+}
+int MPI_Ireduce_scatter_block(const void *sb, void *rb, int rc, MPI_Datatype t, MPI_Op op, MPI_Comm comm, MPI_Request *r) {
+    not_in_mcd(comm, O_IREDUCE_SCATTER_BLOCK);
+    return PMPI_Ireduce_scatter_block(sb, rb, rc, t, op, comm, r);
+}
+int MPI_Iscan(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, MPI_Comm comm, MPI_Request *r) {
+    not_in_mcd(comm, O_ISCAN);
+    return PMPI_Iscan(sb, rb, count, t, op, comm, r);
+}
+int MPI_Iexscan(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, MPI_Comm comm, MPI_Request *r) {
+    not_in_mcd(comm, O_IEXSCAN);
+    return PMPI_Iexscan(sb, rb, count, t, op, comm, r);
+}
+#undef GATHER_ARGS
+
+/* Communicator constructors. Each makes the new communicator's state (its
+ * mcd group, or its reason for PMPI) before it returns, so that the
+ * communicator's first collective goes through mcd even when it is
+ * nonblocking. The constructors are collective over the new communicator's
+ * members, and every member is inside the same constructor call, so the
+ * state's own collectives on the new communicator (new_state) wait for
+ * nobody who is elsewhere: the same decision on every member, in the same
+ * order (MPI orders a communicator's constructors alike on every rank).
+ * Making it at a communicator's first nonblocking collective instead would
+ * be unsound: starting one must not wait for other ranks (a rank may start
+ * an MPI_Ibarrier and then send what another rank receives before it starts
+ * its own: both would wait for ever). MPI_Comm_idup is itself nonblocking:
+ * its communicator gets its state at its first blocking collective, as
+ * before. MCD_MPI_LAZY_COMMS=1 (on any rank: agreed in MPI_Init) leaves
+ * every communicator's state to its first blocking collective, for
+ * programs that make many communicators and use few. */
+static int made(int rc, MPI_Comm *newcomm) {
+    if (rc == MPI_SUCCESS && active && eager_comms && newcomm && *newcomm != MPI_COMM_NULL) {
+        state_of(*newcomm);
+    }
+    return rc;
+}
+
+int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm) { return made(PMPI_Comm_dup(comm, newcomm), newcomm); }
+int MPI_Comm_dup_with_info(MPI_Comm comm, MPI_Info info, MPI_Comm *newcomm) { return made(PMPI_Comm_dup_with_info(comm, info, newcomm), newcomm); }
+int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm) { return made(PMPI_Comm_split(comm, color, key, newcomm), newcomm); }
+int MPI_Comm_split_type(MPI_Comm comm, int split_type, int key, MPI_Info info, MPI_Comm *newcomm) {
+    return made(PMPI_Comm_split_type(comm, split_type, key, info, newcomm), newcomm);
+}
+int MPI_Comm_create(MPI_Comm comm, MPI_Group group, MPI_Comm *newcomm) { return made(PMPI_Comm_create(comm, group, newcomm), newcomm); }
+int MPI_Comm_create_group(MPI_Comm comm, MPI_Group group, int tag, MPI_Comm *newcomm) {
+    return made(PMPI_Comm_create_group(comm, group, tag, newcomm), newcomm);
+}
+int MPI_Cart_create(MPI_Comm comm, int ndims, const int dims[], const int periods[], int reorder, MPI_Comm *newcomm) {
+    return made(PMPI_Cart_create(comm, ndims, dims, periods, reorder, newcomm), newcomm);
+}
+int MPI_Cart_sub(MPI_Comm comm, const int remain_dims[], MPI_Comm *newcomm) { return made(PMPI_Cart_sub(comm, remain_dims, newcomm), newcomm); }
+int MPI_Graph_create(MPI_Comm comm, int nnodes, const int index[], const int edges[], int reorder, MPI_Comm *newcomm) {
+    return made(PMPI_Graph_create(comm, nnodes, index, edges, reorder, newcomm), newcomm);
+}
+int MPI_Intercomm_merge(MPI_Comm intercomm, int high, MPI_Comm *newcomm) { return made(PMPI_Intercomm_merge(intercomm, high, newcomm), newcomm); }
 
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request) {
     target to;
@@ -1544,10 +1920,12 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
 }
 
 int MPI_Barrier(MPI_Comm comm) {
+    unsigned long long t0 = now_ns();
     if (active && comm == MPI_COMM_WORLD) {
         int rc = mcd_barrier(job);
         if (rc == MCD_OK) {
             COUNT(via_mcd);
+            timed(comm, LAT_BARRIER, t0);
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Barrier on MPI_COMM_WORLD failed: %s\n", mcd_last_error());
@@ -1560,6 +1938,7 @@ int MPI_Barrier(MPI_Comm comm) {
                 int rc = mcd_group_barrier(st->group);
                 if (rc == MCD_OK) {
                     COUNT(via_mcd);
+                    timed(comm, LAT_BARRIER, t0);
                     return MPI_SUCCESS;
                 }
                 fprintf(stderr, "mcd-mpi: MPI_Barrier on a communicator failed: %s\n", mcd_last_error());
@@ -1598,6 +1977,13 @@ int MPI_Finalize(void) {
                     "%llu completed in MPI_Finalize\n", mcd_rank(job), coll_mcd[IBARRIER], coll_pmpi[IBARRIER], coll_mcd[IALLREDUCE],
                     coll_pmpi[IALLREDUCE], coll_mcd[IREDUCE], coll_pmpi[IREDUCE], coll_mcd[IBCAST], coll_pmpi[IBCAST], persistent_starts_mcd,
                     persistent_inits_pmpi, finalize_pending);
+            char line[2048];
+            int n = 0;
+            for (int o = 0; o < OTHERS; o++)
+                if (other_pmpi[o]) n += snprintf(line + n, sizeof line - n, "%s %llu %s", n ? "," : "", other_pmpi[o], other_names[o]);
+            if (n) fprintf(stderr, "mcd-mpi: rank %d: to PMPI, " NOT_IN_MCD ":%s\n", mcd_rank(job), line);
+            fprintf(stderr, "mcd-mpi: rank %d: small allgathers through mcd (a bitwise-or reduction, up to MCD_MPI_GATHER_BYTES %lld): %llu MPI_Allgather\n",
+                    mcd_rank(job), gather_bytes, gathers_mcd[0]);
         }
         /* Communicators never freed: their groups end here (without waiting,
          * so in any order); the states stay for MPI's own teardown. */

@@ -8,8 +8,8 @@
  *                                MPI_Finalize with collectives pending
  *
  * forms: on MPI_COMM_WORLD, a duplicate, a split by parity and a split into
- * halves with the ranks reversed (each made ready for mcd by one
- * MPI_Barrier), each round starts on each communicator an MPI_Ibarrier, an
+ * halves with the ranks reversed (no blocking collective first: each
+ * communicator's first nonblocking one goes through mcd), each round starts on each communicator an MPI_Ibarrier, an
  * MPI_Iallreduce, an MPI_Ibcast from a root that changes, an MPI_Ireduce to
  * another root and an MPI_Iallreduce in place, beside an MPI_Irecv and an
  * MPI_Isend of a ring (MPI's own requests), all in flight at once in one
@@ -34,7 +34,8 @@
  *
  * threads: MPI_Init_thread(MPI_THREAD_MULTIPLE); two threads, each on its
  * own duplicate of MPI_COMM_WORLD, ROUNDS times an MPI_Iallreduce and an
- * MPI_Ibarrier completed with MPI_Waitall, checked.
+ * MPI_Ibarrier completed with MPI_Waitall, then a blocking MPI_Allreduce
+ * (in place), MPI_Bcast and MPI_Reduce, each checked.
  *
  * bad: an MPI_Iallreduce on a duplicate freed (MPI_Comm_free) before the
  * MPI_Wait that completes it (MPI lets it complete normally), checked; then
@@ -78,9 +79,9 @@ static void make_comms(MPI_Comm comms[NCOMMS]) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comms[1]);
     MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &comms[2]);
     MPI_Comm_split(MPI_COMM_WORLD, rank < size / 2, -rank, &comms[3]);
-    /* A blocking collective makes a communicator's mcd state: from then on
-     * its nonblocking collectives go through mcd too. */
-    for (int c = 0; c < NCOMMS; c++) MPI_Barrier(comms[c]);
+    /* No blocking collective first: the interposer makes a communicator's
+     * mcd state in its constructor, so its first nonblocking collective
+     * goes through mcd (the reports say so). */
 }
 
 /* Completes `n` requests with completion form `form`. */
@@ -209,7 +210,6 @@ static void forms(int rounds) {
 static void overlap(int rounds, long compute_ms) {
     MPI_Comm dup;
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-    MPI_Barrier(dup);
     double *times = malloc(sizeof(double) * 2 * rounds);
     for (int r = 0; r < rounds; r++) {
         sleep_ms(20 * ((r + rank) % 4));
@@ -267,7 +267,20 @@ static void *work(void *arg) {
         MPI_Iallreduce(&in, &out, 1, MPI_LONG, MPI_SUM, w->comm, &reqs[0]);
         MPI_Ibarrier(w->comm, &reqs[1]);
         MPI_Waitall(2, reqs, statuses);
-        expect(out == size * (1000L * w->id + r) + (long)size * (size - 1) / 2, "a thread's MPI_Iallreduce", r, w->id ? "thread 1's dup" : "thread 0's dup");
+        const char *where = w->id ? "thread 1's dup" : "thread 0's dup";
+        expect(out == size * (1000L * w->id + r) + (long)size * (size - 1) / 2, "a thread's MPI_Iallreduce", r, where);
+        /* The blocking forms, beside the other thread's: an allreduce in
+         * place, a broadcast and a reduction to roots that change. */
+        long high = rank + r;
+        MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_LONG, MPI_MAX, w->comm);
+        expect(high == size - 1 + r, "a thread's MPI_Allreduce in place", r, where);
+        int root = (r + w->id) % size, data[3] = {-1, -1, -1};
+        if (rank == root) data[0] = r, data[1] = w->id, data[2] = root;
+        MPI_Bcast(data, 3, MPI_INT, root, w->comm);
+        expect(data[0] == r && data[1] == w->id && data[2] == root, "a thread's MPI_Bcast", r, where);
+        long sum = -1, mine = rank + 1;
+        MPI_Reduce(&mine, &sum, 1, MPI_LONG, MPI_SUM, (root + 1) % size, w->comm);
+        expect(rank != (root + 1) % size || sum == (long)size * (size + 1) / 2, "a thread's MPI_Reduce", r, where);
     }
     return NULL;
 }
@@ -277,7 +290,6 @@ static void threads(int rounds) {
     pthread_t t[2];
     for (int i = 0; i < 2; i++) {
         MPI_Comm_dup(MPI_COMM_WORLD, &w[i].comm);
-        MPI_Barrier(w[i].comm);
         w[i].id = i;
         w[i].rounds = rounds;
     }
@@ -289,7 +301,6 @@ static void threads(int rounds) {
 static void bad(void) {
     MPI_Comm dup;
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-    MPI_Barrier(dup);
     int one = 1, n = 0;
     MPI_Request req;
     MPI_Iallreduce(&one, &n, 1, MPI_INT, MPI_SUM, dup, &req);

@@ -253,14 +253,18 @@ impl<T: Transport + Send + 'static> Barrier<T> {
             let end = (start + per_segment).min(input.len());
             let count = u32::try_from((end - start) / size).expect("a segment's count fits one message");
             let out = output.as_deref_mut().map(|o| &mut o[start..end]);
+            let later = start > 0;
             self.call(|e| {
+                if later {
+                    e.next_segment();
+                }
                 e.enter_collective(call, count, end < input.len(), &input[start..end], deadline)?;
                 e.wait_result(deadline)?;
                 e.collective_result(out)
             })?;
             start = end;
             if start >= input.len() {
-                return Ok(());
+                return self.call(|e| e.deferred_mismatch());
             }
         }
     }

@@ -512,6 +512,9 @@ pub(crate) struct Contributions {
     arrived: [Vec<Vec<u8>>; 2],
     /// The first disagreement seen (peers calling another collective).
     error: Option<String>,
+    /// Whether the application was told of this epoch's disagreement
+    /// (then one found again, as the epoch completes void, is not new).
+    reported: bool,
 }
 
 impl Contributions {
@@ -527,6 +530,7 @@ impl Contributions {
             sent: [per(steps), per(steps)],
             arrived: [per(expected), per(expected)],
             error: None,
+            reported: false,
         }
     }
 
@@ -534,6 +538,7 @@ impl Contributions {
     /// elements; ignored for a barrier, and for a broadcast's non-roots);
     /// `more`: more segments of this call follow this epoch's.
     pub(crate) fn begin(&mut self, call: Collective, count: u32, more: bool, input: &[u8], me: NodeId) {
+        self.reported = false;
         self.call = call;
         self.count = count;
         self.more = more;
@@ -610,7 +615,9 @@ impl Contributions {
         // Every message of the step must be of this very call.
         for (w, i) in step.waits.iter().zip(indices.clone()) {
             if let Err(e) = self.agrees(&self.arrived[parity][i]) {
-                self.error.get_or_insert(format!("node {} {e}", w.from));
+                if !self.reported {
+                    self.error.get_or_insert(format!("node {} {e}", w.from));
+                }
                 // What this node passes on is void: say so downstream.
                 if let Some(flags) = self.acc.get_mut(3) {
                     *flags |= wire::MISMATCH;
@@ -705,12 +712,35 @@ impl Contributions {
     /// A peer says nodes called different collectives in this epoch
     /// ([`crate::transport::MISMATCHED`]): the error, unless one is known.
     pub(crate) fn note_reported(&mut self) {
+        if self.reported {
+            return;
+        }
         self.error.get_or_insert_with(|| format!("a peer reports that nodes called different collectives ({} here)", self.call));
+    }
+
+    /// A peer runs another plan in this epoch (another collective, or a
+    /// broadcast from another root): the error, unless one is known.
+    pub(crate) fn note_other_plan(&mut self) {
+        if self.reported {
+            return;
+        }
+        self.error.get_or_insert_with(|| format!("a peer called another collective, or a broadcast from another root ({} here)", self.call));
     }
 
     /// The first disagreement since the last call, if any.
     pub(crate) fn take_error(&mut self) -> Option<String> {
-        self.error.take()
+        let error = self.error.take();
+        self.reported |= error.is_some();
+        error
+    }
+
+    /// The epoch goes over to a void barrier (peers run another plan):
+    /// nothing of this node's call is sent any more; whether the
+    /// application was told stays.
+    pub(crate) fn void_to_barrier(&mut self, me: NodeId) {
+        let reported = self.reported;
+        self.begin(Collective::Barrier, 0, false, &[], me);
+        self.reported = reported;
     }
 
     /// Whether a disagreement waits to be reported.

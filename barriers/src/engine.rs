@@ -249,6 +249,16 @@ impl<T: Transport> Engine<T> {
         self.core.collective_result(out)
     }
 
+    /// See [`Core::next_segment`].
+    pub(crate) fn next_segment(&mut self) {
+        self.core.next_segment();
+    }
+
+    /// See [`Core::deferred_mismatch`].
+    pub(crate) fn deferred_mismatch(&mut self) -> Result<(), BarrierError> {
+        self.core.deferred_mismatch()
+    }
+
     /// The application enters the next barrier (split phase).
     pub(crate) fn enter_split(&mut self) -> Result<(), BarrierError> {
         self.settle_queue()?;
@@ -338,6 +348,9 @@ impl<T: Transport> Engine<T> {
                     }
                     let end = (op.next + per_segment).min(op.input.len());
                     let count = u32::try_from((end - op.next) / size).expect("a segment's count fits one message");
+                    if op.next > 0 {
+                        core.next_segment();
+                    }
                     let more = end < op.input.len();
                     core.start(now, Call::EnterCollective { call: op.call, count, more, input: &op.input[op.next..end], deadline: op.deadline });
                     op.stage = Stage::Entering { end };
@@ -369,7 +382,7 @@ impl<T: Transport> Engine<T> {
                             op.next = end;
                             op.ran = true;
                             if op.next >= op.input.len() {
-                                op.outcome = Some(Ok(()));
+                                op.outcome = Some(core.deferred_mismatch());
                             }
                         }
                     }

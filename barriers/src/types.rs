@@ -327,8 +327,10 @@ pub enum BarrierError {
     Transport(#[source] TransportError),
     /// The nodes called different collectives in one barrier (another
     /// operation, element type or count, or a broadcast from another
-    /// root): it can never complete. The collective's caller gets this
-    /// instead of a result; a barrier queued behind it is abandoned.
+    /// root): it can never complete as called, and ends as a void barrier
+    /// on every node. The collective's caller gets this instead of a
+    /// result (a caller whose call had returned, a broadcast's root say,
+    /// gets it from its next call, which still runs); later calls work.
     #[error("collective mismatch in barrier {epoch}: {detail}")]
     CollectiveMismatch {
         /// The barrier's number.
@@ -381,17 +383,6 @@ pub enum BarrierError {
     /// A bug in mcd, or a thread of it that panicked.
     #[error("{0}")]
     Internal(String),
-}
-
-impl BarrierError {
-    /// The error of a node whose peers' plans disagree with its own in
-    /// barrier `epoch` (a peer said so, or its messages do).
-    pub(crate) fn peer_mismatch(epoch: u64) -> BarrierError {
-        BarrierError::CollectiveMismatch {
-            epoch,
-            detail: "a peer called another collective (a broadcast from another root, or a broadcast where this node called something else)".into(),
-        }
-    }
 }
 
 fn describe(peers: &[(NodeId, PeerState)]) -> String {

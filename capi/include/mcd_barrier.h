@@ -91,8 +91,10 @@
 
 /**
  * The ranks called different collectives at once (another operation,
- * type or count, or a broadcast from another root): the call can never
- * complete, and the group's later collectives fail too.
+ * type or count, or a broadcast from another root): the call fails on
+ * every rank (a rank whose call had returned, a broadcast's root say, at
+ * its next call on the job or group, which still runs), and later calls
+ * work.
  */
 #define MCD_ERR_MISMATCH -9
 
@@ -580,6 +582,22 @@ int mcd_authenticated(struct mcd_job *job);
 int mcd_auth_from_env(void);
 
 /**
+ * Why the job's barrier and collectives run the algorithms they do, as one
+ * line of text: each algorithm, and who named it or by what rule `auto`
+ * picked it, with the model's prediction beside the next best candidates
+ * (e.g. `barrier tree4 (auto: the lowest predicted time for 8 nodes: tree4
+ * 9.1 µs; then ...); collectives concurrent (auto: ...)`). Written to `buf`
+ * (at most `len` bytes with the final NUL, cut short if need be, as
+ * `snprintf`); returns the text's full length in bytes (without the NUL),
+ * or a negative error code. It simulates every candidate: call it for a
+ * report, not on a hot path.
+ *
+ * # Safety
+ * As [`mcd_barrier`]; `buf` is NULL (with `len` 0) or writable for `len` bytes.
+ */
+int mcd_why(struct mcd_job *job, char *buf, size_t len);
+
+/**
  * Copies the job's counters into `*out`.
  *
  * # Safety
@@ -882,6 +900,14 @@ int mcd_group_size(struct mcd_group *group);
  * As [`mcd_group_barrier`].
  */
 const char *mcd_group_algorithm(struct mcd_group *group);
+
+/**
+ * [`mcd_why`] for a group.
+ *
+ * # Safety
+ * As [`mcd_group_barrier`]; `buf` is NULL (with `len` 0) or writable for `len` bytes.
+ */
+int mcd_group_why(struct mcd_group *group, char *buf, size_t len);
 
 /**
  * Copies the group's counters into `*out` (the frame counters are the

@@ -25,8 +25,10 @@ pub const MCD_ERR_SYSTEM: c_int = -7;
 /// A bug in mcd (a panic caught at the boundary).
 pub const MCD_ERR_INTERNAL: c_int = -8;
 /// The ranks called different collectives at once (another operation,
-/// type or count, or a broadcast from another root): the call can never
-/// complete, and the group's later collectives fail too.
+/// type or count, or a broadcast from another root): the call fails on
+/// every rank (a rank whose call had returned, a broadcast's root say, at
+/// its next call on the job or group, which still runs), and later calls
+/// work.
 pub const MCD_ERR_MISMATCH: c_int = -9;
 /// The barrier cannot run this collective: its transport carries no data,
 /// or its algorithm would count contributions more than once. Run the

@@ -167,6 +167,11 @@ impl Communicator for &mut Group {
     fn start(&mut self, call: Collective, input: &[u8]) -> Result<barriers::Request<GroupTransport>, CError> {
         self.with_collectives(|state, group| Ok(state.barrier(|| group.make_collectives())?.start(call, input)?))
     }
+
+    fn why(&self) -> String {
+        let (policy, size, rails, host) = (&self.policy, self.size, self.rails, self.host);
+        format!("{}; {}", crate::why::barrier(policy, size, rails, host), crate::why::collectives(policy, size, rails, host))
+    }
 }
 
 impl Job {

@@ -346,4 +346,14 @@ impl Communicator for &Job {
     fn start(&mut self, call: Collective, input: &[u8]) -> Result<barriers::Request<GroupTransport>, CError> {
         Ok(self.collectives().barrier(|| self.make_collectives())?.start(call, input)?)
     }
+
+    fn why(&self) -> String {
+        let name = self.algorithm.to_string_lossy();
+        let barrier = if name.starts_with("hierarchical:") {
+            format!("barrier {name} (hierarchical: the model predicts it faster, or MCD_HIERARCHY=on)")
+        } else {
+            crate::why::barrier(&self.policy, self.size, self.rails, self.host)
+        };
+        format!("{barrier}; {}", crate::why::collectives(&self.policy, self.size, self.rails, self.host))
+    }
 }

@@ -67,6 +67,7 @@ mod collective;
 mod ffi;
 
 mod exchange;
+mod why;
 
 pub use collective::*;
 pub use error::*;
@@ -102,4 +103,8 @@ pub trait Communicator {
     /// Starts `call` with `input` on the barrier of the collectives, without
     /// waiting.
     fn start(&mut self, call: Collective, input: &[u8]) -> Result<barriers::Request<GroupTransport>, CError>;
+    /// Why the barrier and the collectives run the algorithms they do, in
+    /// words (see [`mcd_why`]): it simulates every candidate, so it is for
+    /// a report, not a hot path.
+    fn why(&self) -> String;
 }

@@ -135,6 +135,25 @@ pub fn interposer_reports(out: &mcd_vcluster::NodeOutcome, ranks: usize) -> Vec<
         .collect()
 }
 
+/// Each rank's collectives line of the interposer's `MCD_MPI_REPORT`
+/// (`mcd-mpi: rank R: collectives: ...`) in `out`'s standard error, in rank
+/// order, as (MPI_Allreduce, MPI_Reduce, MPI_Bcast) × (via mcd, via PMPI);
+/// panics naming a rank without one.
+pub fn collective_reports(out: &mcd_vcluster::NodeOutcome, ranks: usize) -> Vec<[u64; 6]> {
+    (0..ranks)
+        .map(|rank| {
+            let prefix = format!("mcd-mpi: rank {rank}: collectives: ");
+            let line = out
+                .stderr
+                .lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .unwrap_or_else(|| panic!("no collectives report from rank {rank}:\n{}", out.stderr));
+            let numbers: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+            numbers.try_into().unwrap_or_else(|_| panic!("rank {rank}: {line}"))
+        })
+        .collect()
+}
+
 /// The count of an earlier run's messages (`messages_foreign`) in a line of
 /// the C example's report (`... other runs: F foreign, ...`); panics
 /// naming the line without one.

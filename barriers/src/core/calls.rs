@@ -71,6 +71,13 @@ pub(super) struct Calls {
     pub(super) input: Vec<u8>,
     /// The outcome of the last call, until polled (as an [`Event::Done`]).
     pub(super) done: Option<Result<(), BarrierError>>,
+    /// A mismatch found in an epoch after its call had returned (a
+    /// broadcast completing in the background): the next call runs its own
+    /// epoch, as every peer's does, and reports it as it ends.
+    pub(super) deferred: Option<BarrierError>,
+    /// The next collective entry is a later segment of the same call
+    /// ([`Core::next_segment`]).
+    pub(super) next_segment: bool,
 }
 
 impl Core {
@@ -148,7 +155,7 @@ impl Core {
                 Block::Farewell => self.farewell_step(now).is_none(),
             };
             if !met {
-                if p.block != Block::Farewell && (timers || self.run.mismatch.is_some() || self.live.left_behind) {
+                if p.block != Block::Farewell && (timers || self.live.left_behind) {
                     self.blocked(now, p, timers);
                 }
                 return;
@@ -171,17 +178,13 @@ impl Core {
         }
     }
 
-    /// A pending call whose wait is not met: a mismatch ends it, and so
-    /// may its timers.
+    /// A pending call whose wait is not met: being left behind ends it,
+    /// and so may its timers. (A mismatch does not: the epoch completes as
+    /// a void barrier, and the call reports the mismatch then; see
+    /// [`Core::note_mismatch`].)
     #[cold]
     fn blocked(&mut self, now: Instant, p: Pending, timers: bool) {
         if let Err(error) = self.left_behind() {
-            self.calls.pending = None;
-            self.end_call(&p, Err(error));
-            return;
-        }
-        if let Some(epoch) = self.run.mismatch {
-            let error = BarrierError::peer_mismatch(epoch);
             self.calls.pending = None;
             self.end_call(&p, Err(error));
             return;
@@ -210,9 +213,7 @@ impl Core {
     fn resume(&mut self, now: Instant, p: &mut Pending) -> Option<Result<(), BarrierError>> {
         match p.then {
             Then::WaitSettled => {
-                if let Err(e) = self.settled_mismatch() {
-                    return Some(Err(e));
-                }
+                self.defer_mismatch();
                 if self.phase == Phase::Idle {
                     if let Err(e) = self.enter_barrier(now) {
                         return Some(Err(e));
@@ -223,9 +224,6 @@ impl Core {
             }
             Then::WaitDone => {
                 self.phase = Phase::Idle; // (complete: the call reports it)
-                                          // A barrier queued behind a broadcast that ended in a
-                                          // mismatch is abandoned; a peer's data in this one says it
-                                          // called a collective.
                 let result = self.settled_mismatch();
                 if result.is_ok() && p.finishing {
                     self.begin_farewell(now);
@@ -240,9 +238,7 @@ impl Core {
             }
             Then::CollectiveSettled { call, count, more } => Some(self.enter_collective_now(now, call, count, more)),
             Then::CloseSettled { finish } => {
-                if let Err(e) = self.settled_mismatch() {
-                    return Some(Err(e));
-                }
+                self.defer_mismatch();
                 if self.phase.running() {
                     return Some(Err(BarrierError::Misuse(format!(
                         "finish() or close() while barrier {} is in progress: complete it first",
@@ -281,7 +277,17 @@ impl Core {
     /// Enters the next epoch as `call` with `count` elements of the kept
     /// input (`more`: segments of the call follow).
     fn enter_collective_now(&mut self, now: Instant, call: Collective, count: u32, more: bool) -> Result<(), BarrierError> {
-        self.settled_mismatch()?;
+        if std::mem::take(&mut self.calls.next_segment) {
+            // A later segment of a call whose earlier one ended in a
+            // mismatch found in the background: every node's call ends at
+            // that segment (the others had their error there), so this
+            // one ends here too, without entering.
+            if let Some(detail) = self.coll.as_mut().and_then(|c| c.take_error()) {
+                self.phase = Phase::Idle;
+                return Err(BarrierError::CollectiveMismatch { epoch: self.window.epoch.wrapping_sub(1), detail });
+            }
+        }
+        self.defer_mismatch();
         if self.phase != Phase::Idle {
             return Err(BarrierError::Misuse(format!(
                 "{call} while barrier {} is entered and not yet completed: complete it with wait() first",
@@ -302,23 +308,37 @@ impl Core {
         self.enter_variant(now, variant)
     }
 
-    /// Once no epoch is in progress: a disagreement the last one found (a
-    /// peer called another collective), as this call's error, if no call
-    /// reported it yet: in particular one found after the application had
-    /// its result (a broadcast completing in the background, whose end
-    /// said so). The peer that saw it first may never enter another epoch,
-    /// so going on would wait for it for ever: a barrier entered meanwhile
-    /// is not entered but abandoned.
+    /// A call begins (no epoch of the application's in progress): a
+    /// disagreement that the last epoch found after its call had returned
+    /// (a broadcast completing in the background, whose end said so) is
+    /// kept for this call to report as it ends. This call's epoch still
+    /// runs: every peer enters it (each ended the last one, as a void
+    /// barrier if need be), so the collectives after a mismatch work.
+    pub(super) fn defer_mismatch(&mut self) {
+        if self.phase != Phase::Idle {
+            return;
+        }
+        if let Some(detail) = self.coll.as_mut().and_then(|c| c.take_error()) {
+            let epoch = self.window.epoch.wrapping_sub(1);
+            self.calls.deferred.get_or_insert(BarrierError::CollectiveMismatch { epoch, detail });
+        }
+    }
+
+    /// A call ends, no epoch in progress: the disagreement its own epoch
+    /// found (a peer called another collective), else one of an earlier
+    /// epoch kept for it ([`Core::defer_mismatch`]), as its error.
     pub(super) fn settled_mismatch(&mut self) -> Result<(), BarrierError> {
         if self.phase.running() {
             return Ok(());
         }
-        match self.coll.as_mut().and_then(|c| c.take_error()) {
-            Some(e) => {
+        let own = self.coll.as_mut().and_then(|c| c.take_error());
+        let deferred = self.calls.deferred.take();
+        match own {
+            Some(detail) => {
                 self.phase = Phase::Idle; // the error reports the epoch
-                Err(BarrierError::CollectiveMismatch { epoch: self.window.epoch.wrapping_sub(1), detail: e })
+                Err(BarrierError::CollectiveMismatch { epoch: self.window.epoch.wrapping_sub(1), detail })
             }
-            None => Ok(()),
+            None => deferred.map_or(Ok(()), Err),
         }
     }
 
@@ -347,7 +367,7 @@ impl Core {
             )));
         }
         // A mismatch the agent found completing a broadcast in the background.
-        self.settled_mismatch()?;
+        self.defer_mismatch();
         self.left_behind()?;
         self.live.call_started = now;
         self.live.told = None; // the application calls again
@@ -365,10 +385,6 @@ impl Core {
         self.left_behind()?;
         self.advance(now);
         if self.phase.running() {
-            if let Some(epoch) = self.run.mismatch.filter(|_| self.entered()) {
-                // The barrier can never complete: say so, as a wait does.
-                return Err(BarrierError::peer_mismatch(epoch));
-            }
             self.on_timers(now, None)?;
             // A broadcast completing in the background is not the application's.
             return Ok(!self.entered());

@@ -40,7 +40,12 @@ use crate::types::{mix, BarrierConfig, BarrierError};
 /// `epoch`, its `JOINING` word all of it first in its data), and a joining
 /// node takes only those of its own, not one of an earlier run whose
 /// incarnation agrees in the low 32 bits.
-pub const PROTOCOL: u32 = 8;
+/// 9 (2026-11-26, issue 28): a barrier whose nodes run different plans (a
+/// broadcast from another root) ends as a void barrier on every node, and
+/// every node runs the next call's epoch: a node of 8 stopped entering
+/// epochs after a mismatch, so with a node of 9 its peers would wait for
+/// an epoch it never enters.
+pub const PROTOCOL: u32 = 9;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.

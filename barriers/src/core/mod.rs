@@ -405,6 +405,22 @@ impl Core {
         result
     }
 
+    /// Before the [`Call::EnterCollective`] of a collective's next segment
+    /// (not its first): a mismatch found in the background in the segment
+    /// before ends the call there, without entering, as it ends every
+    /// other node's.
+    pub fn next_segment(&mut self) {
+        self.calls.next_segment = true;
+    }
+
+    /// At the end of a collective call whose every segment ran: a mismatch
+    /// of an earlier epoch found after its call had returned, kept for this
+    /// call to report (its own result is right and delivered). A barrier's
+    /// wait reports it itself.
+    pub fn deferred_mismatch(&mut self) -> Result<(), BarrierError> {
+        self.calls.deferred.take().map_or(Ok(()), Err)
+    }
+
     /// This node leaves (its barrier is dropped): if it gave up on a
     /// barrier, it says why once more, so that peers waiting for it name
     /// the silent node, not this one, which goes silent now. Its last word:

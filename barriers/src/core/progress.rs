@@ -158,6 +158,18 @@ impl Core {
         self.window.variant[parity(self.window.epoch)] = variant;
         self.run.mismatch = None;
         // What arrived early for this barrier counts now.
+        if self.count_arrived(variant) {
+            self.note_mismatch(self.window.epoch, now);
+        }
+        self.progressed(now);
+        self.advance(now);
+        Ok(())
+    }
+
+    /// Sets what each step of plan `variant` still waits for in the
+    /// current epoch from what arrived of it; whether anything of another
+    /// plan arrived.
+    fn count_arrived(&mut self, variant: usize) -> bool {
         let steps = self.plans.list[variant].steps.len();
         for (s, r) in self.run.remaining.iter_mut().enumerate() {
             *r = if s < steps { self.plans.expect.of_step(variant, s).len() as u32 } else { 0 };
@@ -170,12 +182,7 @@ impl Core {
                 _ => foreign = true,
             }
         }
-        if foreign {
-            self.note_mismatch(self.window.epoch);
-        }
-        self.progressed(now);
-        self.advance(now);
-        Ok(())
+        foreign
     }
 
     /// The current step made progress at `now`: its timers start afresh.
@@ -270,28 +277,54 @@ impl Core {
         self.phase = match self.phase {
             Phase::Entered => Phase::Unreported,
             Phase::BackgroundQueued => {
-                // The application entered a barrier meanwhile; if this one
-                // ended in a mismatch, its wait or test reports it instead.
-                self.phase = Phase::Unreported;
-                if !self.coll.as_ref().is_some_and(|c| c.has_error()) {
-                    let _ = self.enter_barrier(now);
-                }
+                // The application entered a barrier meanwhile: it is
+                // entered now; if this broadcast ended in a mismatch, the
+                // barrier's wait or test reports it.
+                self.phase = Phase::Idle;
+                self.defer_mismatch();
+                let _ = self.enter_barrier(now);
                 return;
             }
             _ => Phase::Idle,
         };
     }
 
-    /// Barrier `epoch` (the current one) is of another collective at some
-    /// node: it can never complete. The first time, tell every node (a
-    /// node whose own messages all match would wait for ever); later
-    /// statuses say it too, so a peer that asks learns it even if this is lost.
-    pub(super) fn note_mismatch(&mut self, epoch: u64) {
-        if self.run.mismatch.is_none() {
-            self.run.mismatch = Some(epoch);
-            if self.phase.running() {
-                self.send_status(None);
-            }
+    /// Barrier `epoch` (the current one) runs another plan at some node
+    /// (another collective, or a broadcast from another root): it can
+    /// never complete as called. It completes as a void barrier instead:
+    /// this node goes over to the algorithm's own plan ([`BASE`]) from its
+    /// first step, its messages marked [`MISMATCHED`], and every call of
+    /// the epoch ends in a mismatch error once it is complete. Every node
+    /// goes over: the first time, this node tells every node (a node whose
+    /// own messages all match would wait for ever); later statuses say it
+    /// too, so a peer that asks learns it even if this is lost, and a base
+    /// message is itself of another plan to a node that has not gone over.
+    /// No node can complete the epoch under another plan: a broadcast's
+    /// plan completes only once every node entered that very plan. So the
+    /// epoch ends on every node, and the next one starts clean.
+    pub(super) fn note_mismatch(&mut self, epoch: u64, now: Instant) {
+        if self.run.mismatch.is_some() {
+            return;
         }
+        self.run.mismatch = Some(epoch);
+        if !self.phase.running() {
+            return;
+        }
+        let parity = parity(epoch);
+        self.window.void[parity] = true;
+        if self.run.cur != BASE {
+            let me = self.me();
+            let coll = self.contributions();
+            coll.note_other_plan();
+            coll.void_to_barrier(me);
+            self.ends = super::ends::Ends::Sent;
+            self.run.cur = BASE;
+            self.window.variant[parity] = BASE;
+            self.run.step = 0;
+            self.run.step_sent = false;
+            self.count_arrived(BASE);
+            self.progressed(now);
+        }
+        self.send_status(None);
     }
 }

@@ -106,7 +106,7 @@ impl Core {
         if msg.tag & status::MISMATCH != 0 && self.phase.running() && epoch == self.window.epoch {
             // A node that cannot complete this barrier, where the mismatch
             // does not show (it may be the only one that saw it).
-            self.note_mismatch(epoch);
+            self.note_mismatch(epoch, now);
         }
     }
 
@@ -159,7 +159,7 @@ impl Core {
             self.stats.early += 1;
         } else if self.plans.expect.step_of(i).0 != self.run.cur {
             // Of this epoch, but of another plan: the peer called another collective.
-            self.note_mismatch(epoch);
+            self.note_mismatch(epoch, now);
         } else {
             let (_, step) = self.plans.expect.step_of(i);
             self.run.remaining[step] -= 1;

@@ -458,7 +458,7 @@ impl Core {
                 // node's plan never sends it, but another plan does: it
                 // called another collective (else both wait forever).
                 if !self.plans.list[self.run.cur].sends_to(from, tag) && self.plans.list.iter().any(|p| p.sends_to(from, tag)) {
-                    self.note_mismatch(epoch);
+                    self.note_mismatch(epoch, now);
                 }
             }
             self.recovery.asked_early |= epoch == self.window.epoch && tag.is_some();

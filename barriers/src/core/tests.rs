@@ -426,12 +426,28 @@ fn a_root_that_broadcasts_again_sends_no_end_its_next_data_implies_it_and_answer
     assert_eq!((e.protocol_epoch(), e.stats.ends_implied), (2, 1));
 }
 
+/// A release from node 0 (the concurrent algorithm's root) of a barrier
+/// of `epoch` that a mismatch made void.
+fn void_release(e: &mut Node, epoch: u64) {
+    release(e, epoch, crate::transport::MISMATCHED);
+}
+
+/// A release from node 0 of a plain barrier of `epoch`, with `arg`.
+fn release(e: &mut Node, epoch: u64, arg: u32) {
+    let msg = Msg { kind: MsgKind::Data, instance: INSTANCE, epoch: epoch as u32, tag: plan::tag::RELEASE, arg };
+    e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg });
+    e.transport.inbox_data.push_back(Vec::new());
+}
+
 #[test]
-fn a_mismatch_found_after_the_result_fails_the_next_call_instead_of_entering_an_epoch_the_peer_never_enters() {
-    use plan::tag::{BCAST_DATA, BCAST_DONE};
-    // The root's end says a peer called the broadcast with 3 elements
-    // (the root saw the mismatch; it returned its error and enters no
-    // more epochs): whatever this node calls next fails at once.
+fn a_mismatch_found_after_the_result_is_reported_by_the_next_call_which_still_runs_its_epoch() {
+    use plan::tag::{ARRIVE, BCAST_DATA, BCAST_DONE};
+    // The root's end says a peer called the broadcast with 3 elements:
+    // this node had its result and returned; the epoch is void. Its next
+    // call reports the mismatch, and still runs its own epoch, as every
+    // peer does (issue 28: one failed collective never disables later
+    // ones; a call that returned at once would leave the node an epoch
+    // behind its peers).
     let end_of_3 = || {
         let mut d = Vec::new();
         crate::collective::wire::emit_header(Collective::Bcast { root: 0 }, 3, false, &mut d);
@@ -439,18 +455,23 @@ fn a_mismatch_found_after_the_result_fails_the_next_call_instead_of_entering_an_
     };
     let ours = Collective::Bcast { root: 0 };
     // A barrier entered while the broadcast completes in the background:
-    // abandoned, its wait fails, and no arrival of epoch 1 goes out.
+    // entered once it completes; its wait reports the mismatch.
     let mut e = node_of_3(1);
     e.enter_collective(ours, 2, &[0, 0], None).unwrap();
     push(&mut e, 0, MsgKind::Data, 0, BCAST_DATA, bcast_data(0, Some([7, 9])));
     e.wait_result(None).unwrap();
     e.enter_split().unwrap();
     push(&mut e, 0, MsgKind::Data, 0, BCAST_DONE, end_of_3());
+    release(&mut e, 1, 0);
     let err = e.wait(None).unwrap_err();
     assert!(matches!(err, BarrierError::CollectiveMismatch { epoch: 0, .. }), "{err}");
-    assert_eq!((e.protocol_epoch(), e.in_progress()), (1, false));
-    assert!(e.transport.sent.iter().all(|(_, m)| m.epoch == 0), "entered epoch 1: {:?}", e.transport.sent);
-    // The next collective, or a plain wait, or finish: each fails once.
+    assert_eq!((e.protocol_epoch(), e.in_progress()), (2, false));
+    assert_eq!(sent_count(&e, 0, MsgKind::Data, 1, ARRIVE), 1, "epoch 1 was not entered: {:?}", e.transport.sent);
+    // Then the next call is clean.
+    release(&mut e, 2, 0);
+    e.wait(None).unwrap();
+    // The next collective, or a plain wait, or close: each runs, and the
+    // mismatch is reported once.
     for next in 0..3 {
         let mut e = node_of_3(1);
         e.enter_collective(ours, 2, &[0, 0], None).unwrap();
@@ -458,39 +479,80 @@ fn a_mismatch_found_after_the_result_fails_the_next_call_instead_of_entering_an_
         e.wait_result(None).unwrap();
         push(&mut e, 0, MsgKind::Data, 0, BCAST_DONE, end_of_3());
         let err = match next {
-            0 => e.enter_collective(ours, 2, &[0, 0], None),
-            1 => e.wait(None),
-            _ => e.enter_closing(),
-        }
-        .unwrap_err();
+            0 => {
+                e.enter_collective(ours, 2, &[0, 0], None).unwrap();
+                push(&mut e, 0, MsgKind::Data, 1, BCAST_DATA, bcast_data(0, Some([1, 2])));
+                e.wait_result(None).unwrap();
+                let mut out = [0u8; 2];
+                e.collective_result(Some(&mut out)).unwrap();
+                assert_eq!(out, [1, 2], "the call's own result");
+                let err = e.deferred_mismatch().unwrap_err();
+                e.deferred_mismatch().expect("reported twice");
+                err
+            }
+            1 => {
+                release(&mut e, 1, 0);
+                e.wait(None).unwrap_err()
+            }
+            _ => {
+                e.enter_closing().unwrap();
+                assert_eq!(sent_count(&e, 0, MsgKind::Data, 1, ARRIVE), 1, "close entered no closing barrier");
+                release(&mut e, 1, 0);
+                e.wait(None).unwrap_err()
+            }
+        };
         assert!(matches!(err, BarrierError::CollectiveMismatch { epoch: 0, .. }), "call {next}: {err}");
-        assert!(e.transport.sent.iter().all(|(_, m)| m.epoch == 0), "call {next} entered epoch 1");
+        assert!(e.transport.sent.iter().any(|(_, m)| m.epoch == 1), "call {next} did not enter epoch 1");
     }
 }
 
 #[test]
-fn a_peer_running_another_broadcast_in_this_epoch_is_a_clear_error() {
+fn a_peer_running_another_broadcast_in_this_epoch_is_a_clear_error_and_the_epoch_ends_as_a_void_barrier() {
+    use plan::tag::{ARRIVE, BCAST_DATA};
     let mut e = node_of_3(1);
     e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
-    // Node 2 thinks it is the root of this epoch.
-    push(&mut e, 2, MsgKind::Data, 0, plan::tag::BCAST_DATA, bcast_data(2, Some([1, 1])));
-    let err = e.wait_result(None).unwrap_err();
+    // Node 2 thinks it is the root of this epoch: the plans differ, so
+    // neither can complete; this node goes over to the algorithm's own
+    // plan, its arrival marked void, and tells every node.
+    push(&mut e, 2, MsgKind::Data, 0, BCAST_DATA, bcast_data(2, Some([1, 1])));
+    assert!(!e.test().unwrap());
+    let arrive = e.transport.sent.iter().find(|(to, m)| *to == 0 && m.tag == ARRIVE && m.epoch == 0).expect("no void arrival");
+    assert!(arrive.1.arg & crate::transport::MISMATCHED != 0, "{arrive:?}");
+    let told = |e: &Node, to| e.transport.sent.iter().any(|(t, m)| *t == to && m.kind == MsgKind::Status && m.tag & status::MISMATCH != 0);
+    assert!(told(&e, 0) && told(&e, 2));
+    // Node 0's release ends it: the call's error, and the next epoch is clean.
+    void_release(&mut e, 0);
+    e.wait_result(None).unwrap();
+    let err = e.collective_result(Some(&mut [0u8; 2])).unwrap_err();
     assert!(matches!(err, BarrierError::CollectiveMismatch { epoch: 0, .. }), "{err}");
+    e.enter_collective(Collective::Bcast { root: 0 }, 2, &[0, 0], None).unwrap();
+    push(&mut e, 0, MsgKind::Data, 1, BCAST_DATA, bcast_data(0, Some([4, 5])));
+    e.wait_result(None).unwrap();
+    let mut out = [0u8; 2];
+    e.collective_result(Some(&mut out)).unwrap();
+    assert_eq!(out, [4, 5]);
 }
 
 #[test]
 fn a_nack_for_what_only_another_collective_sends_is_a_clear_error() {
+    use plan::tag::ARRIVE;
     // Node 0 runs a barrier; node 1 calls a broadcast from node 0 and
     // asks for its data, which node 0's barrier never sends: without
     // this, each waits for the other for ever.
     let mut e = node_of_3(0);
     e.enter_split().unwrap();
     push(&mut e, 1, MsgKind::Nack, 0, plan::tag::BCAST_DATA, Vec::new());
-    let err = e.wait(None).unwrap_err();
-    assert!(matches!(err, BarrierError::CollectiveMismatch { epoch: 0, .. }), "{err}");
+    assert!(!e.test().unwrap());
     // Every node hears of it (one may see nothing wrong in its own messages).
     let told = |e: &Node, to| e.transport.sent.iter().any(|(t, m)| *t == to && m.kind == MsgKind::Status && m.tag & status::MISMATCH != 0);
     assert!(told(&e, 1) && told(&e, 2));
+    // The barrier completes (void) once both arrivals are in: the error.
+    push(&mut e, 1, MsgKind::Data, 0, ARRIVE, Vec::new());
+    push(&mut e, 2, MsgKind::Data, 0, ARRIVE, Vec::new());
+    let err = e.wait(None).unwrap_err();
+    assert!(matches!(err, BarrierError::CollectiveMismatch { epoch: 0, .. }), "{err}");
+    let release = e.transport.sent.iter().find(|(_, m)| m.tag == plan::tag::RELEASE).expect("released");
+    assert!(release.1.arg & crate::transport::MISMATCHED != 0, "the release says it is void: {release:?}");
     let mut other = node_of_3(2);
     other.enter_split().unwrap();
     other.transport.inbox.push_back(Incoming {
@@ -499,6 +561,8 @@ fn a_nack_for_what_only_another_collective_sends_is_a_clear_error() {
         msg: Msg { kind: MsgKind::Status, instance: INSTANCE, epoch: 0, tag: status::IN_PROGRESS | status::MISMATCH, arg: 0 },
     });
     other.transport.inbox_data.push_back(Vec::new());
+    assert!(!other.test().unwrap());
+    void_release(&mut other, 0);
     let err = other.test().unwrap_err();
     assert!(matches!(err, BarrierError::CollectiveMismatch { epoch: 0, .. }), "{err}");
     // A NACK for what this node's own plan sends later is no mismatch

@@ -7,13 +7,23 @@
 //!   reference fold ([`super::workload::reference`]);
 //! - **mismatch**: a deliberately mismatched call is an error on every
 //!   node (at that call; a broadcast's, whose call returns with the data,
-//!   at the next);
-//! - **liveness**: every node gets through every instance; in an instance
+//!   at the next), and the instance goes on: each node's application
+//!   reports it and calls its next operation, which must work (not in a
+//!   barrier that also holds a process restarted in another instance,
+//!   whose script differs for ever: there each application ends its
+//!   script, and a node whose broadcast had returned before the mismatch
+//!   showed waits in its next call for peers that never call again);
+//! - **liveness**: every node gets through every instance (but for the
+//!   call just named, and only it: PROTOCOL.md's liveness is for calls
+//!   every node makes; see `Checker::waits_for_ended_scripts`); in an instance
 //!   no node was silent in, every call completes within a bound after its
 //!   last entry (per epoch it takes: a large collective runs in segments);
 //! - **verdicts**: an error names only nodes that really were silent to the
 //!   node concerned (crashed, paused, partitioned from it, or gone: its
-//!   join failed) for at least half its failure timeout (a report, which
+//!   join failed; in a barrier that held processes of another instance,
+//!   in the instance the named node's process there runs, or in the
+//!   barrier's instances if it had none there) for
+//!   at least half its failure timeout (a report, which
 //!   nodes pass on: silent to some node), or a mismatch that
 //!   was really there (also between a process restarted in one instance
 //!   and the barrier its peers made for the next, which admitted it);
@@ -266,6 +276,76 @@ impl Checker<'_> {
         mine.min(t).saturating_sub(start) >= need
     }
 
+    /// The instances in which a node `x` named at time `t` by the process
+    /// of `node` running instance `j`'s script is judged: those of `x`'s
+    /// processes in that process's barrier (the last one it joined by `t`;
+    /// in a crossed barrier, see [`crossed`], they may run another
+    /// instance's script than `node`'s), or, if `x` had none there (its
+    /// join failed, or it had not made it), every instance whose processes
+    /// were in it (`j` among them). A process that had joined no barrier
+    /// by then: `j`.
+    fn judged_in(&self, node: NodeId, j: usize, t: u64, x: NodeId) -> Vec<usize> {
+        let joins = &self.run.joins;
+        let mine = |a: &&super::world::JoinRecord| a.node == node && a.instance == j && a.barrier.is_some() && a.record.left.is_some_and(|l| l <= t);
+        let Some(barrier) = joins.iter().rev().find(mine).and_then(|a| a.barrier) else { return vec![j] };
+        let instances = |named: Option<NodeId>| {
+            let mut out: Vec<usize> = Vec::new();
+            for b in joins.iter().filter(|b| b.barrier == Some(barrier) && named.is_none_or(|x| b.node == x)) {
+                if !out.contains(&b.instance) {
+                    out.push(b.instance);
+                }
+            }
+            out
+        };
+        let out = instances(Some(x));
+        if out.is_empty() {
+            return instances(None);
+        }
+        out
+    }
+
+    /// The barrier `node`'s last process in instance `j` joined, if it
+    /// joined one.
+    fn barrier_of(&self, node: NodeId, j: usize) -> Option<u64> {
+        self.run.joins.iter().rev().find(|a| a.node == node && a.instance == j && a.barrier.is_some()).and_then(|a| a.barrier)
+    }
+
+    /// Whether `node`, at the run's end in instance `j`'s call at `stage`,
+    /// waits for peers that ended their scripts, which PROTOCOL.md does not
+    /// promise to complete (its liveness holds for calls every node
+    /// makes). All of it must hold:
+    /// - its barrier held a process running another instance's script
+    ///   (crossed: the scripts differ for ever, so after a mismatch there
+    ///   each process ends its script, the world's `crossed_barrier`);
+    /// - its call before this one returned with no error and was a
+    ///   broadcast (which returns with the data before its epoch is
+    ///   complete): a mismatch in that epoch is reported at the end of
+    ///   this call, "which still runs" (PROTOCOL.md, plan mismatch), and
+    ///   needs every peer to enter it;
+    /// - a peer in its barrier was told a mismatch at an operation before
+    ///   this one (by index: both scripts run from the barrier's first
+    ///   epoch) and so ended its script.
+    ///
+    /// A node stuck in the mismatched call itself, or with no peer that
+    /// ended its script, is not excused.
+    fn waits_for_ended_scripts(&self, node: NodeId, j: usize, stage: Stage) -> bool {
+        let run = self.run;
+        let k = match stage {
+            Stage::InOp(k) | Stage::Entered(k) => k,
+            Stage::Finishing => run.scripts[j].len(),
+            _ => return false,
+        };
+        let Some(barrier) = self.barrier_of(node, j) else { return false };
+        let crossed = run.joins.iter().any(|b| b.barrier == Some(barrier) && b.instance != j);
+        let Some(before) = k.checked_sub(1) else { return false };
+        let returned_early = !run.scripts[j][before].kind_at(node).is_synchronising() && matches!(run.ops[j][before][node].outcome, Outcome::Ok(_));
+        let peer_ended = run.joins.iter().filter(|b| b.barrier == Some(barrier) && b.node != node).any(|b| {
+            let ops = &run.ops[b.instance];
+            ops.iter().take(k).any(|recs| matches!(recs[b.node].outcome, Outcome::Err(Verdict::Mismatch)))
+        });
+        crossed && returned_early && peer_ended
+    }
+
     /// Whether `x` was silent to `y` for `need` ns by time `t` in instance
     /// `j`: crashed, paused, partitioned from it, gone, or not there yet.
     fn silent(&self, x: NodeId, y: NodeId, j: usize, t: u64) -> bool {
@@ -285,17 +365,29 @@ impl Checker<'_> {
     fn verdict(&mut self, instance: usize, call: String, node: NodeId, r: &OpRecord, allowed_mismatch: bool, restarted: bool) {
         let Outcome::Err(v) = &r.outcome else { return };
         let t = r.left.unwrap_or(0);
+        // A process in a barrier that also held processes of another
+        // instance (see `crossed`) names nodes of that barrier, each judged
+        // in the instance whose script its process there runs.
         let why = match v {
             Verdict::Silent(nodes) => {
-                let wrong: Vec<NodeId> = nodes.iter().copied().filter(|&x| !self.silent(x, node, instance, t)).collect();
+                let wrong: Vec<NodeId> = nodes
+                    .iter()
+                    .copied()
+                    .filter(|&x| !self.judged_in(node, instance, t, x).into_iter().any(|i| self.silent(x, node, i, t)))
+                    .collect();
                 (!wrong.is_empty()).then(|| format!("node(s) {wrong:?} were not silent to node {node}"))
             }
             // A node that reports itself: its peers gave up on it (it was
             // silent to one of them), and it says so to those waiting for it.
             // The reporter found it silent, or passes on a report (or was
             // named by one: its peers gave up on it).
-            Verdict::Failed { reporter, silent } => (!self.silent(*silent, *reporter, instance, t) && !self.silent_to_some(*silent, instance, t))
-                .then(|| format!("node {silent} was silent to no node (reported by node {reporter})")),
+            Verdict::Failed { reporter, silent } => {
+                let right = self
+                    .judged_in(node, instance, t, *silent)
+                    .into_iter()
+                    .any(|i| self.silent(*silent, *reporter, i, t) || self.silent_to_some(*silent, i, t));
+                (!right).then(|| format!("node {silent} was silent to no node (reported by node {reporter})"))
+            }
             Verdict::Mismatch => (!allowed_mismatch).then(|| "no call was mismatched".to_string()),
             Verdict::Refused => (!restarted).then(|| "the process was not restarted".to_string()),
             Verdict::JoinTimeout(missing) => {
@@ -490,8 +582,20 @@ pub fn check(run: &Run) -> Vec<Violation> {
         let displaced = run.joins.iter().any(|o| o.node == join.node && o.instance != join.instance && o.barrier.is_some_and(shares));
         c.verdict(join.instance, "join".into(), join.node, &join.record, false, join.life > 0 || displaced);
     }
-    for (node, &(instance, stage)) in run.stages.iter().enumerate() {
-        if instance < run.config.instances {
+    // Liveness: every node got through every instance, except where a
+    // call waits for peers that ended their scripts on a mismatch in a
+    // crossed barrier (see `Checker::waits_for_ended_scripts`): if every
+    // node still in a call (or joining, or idle) is such a node, the nodes
+    // done with their instance wait only for them (the next instance
+    // begins once every node is done with the last), and none is stuck by
+    // the protocol. Otherwise every node not through counts.
+    let waiting = |s: Stage| !matches!(s, Stage::Lingering | Stage::Done | Stage::Crashed);
+    let not_through: Vec<(NodeId, usize, Stage)> =
+        run.stages.iter().enumerate().filter(|(_, &(i, _))| i < run.config.instances).map(|(node, &(i, s))| (node, i, s)).collect();
+    let excused = not_through.iter().any(|&(_, _, s)| waiting(s))
+        && not_through.iter().filter(|&&(_, _, s)| waiting(s)).all(|&(node, i, s)| c.waits_for_ended_scripts(node, i, s));
+    if !excused {
+        for (node, instance, stage) in not_through {
             c.out.push(Violation::Stuck { node, instance, stage });
         }
     }

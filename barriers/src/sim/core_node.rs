@@ -78,6 +78,9 @@ impl CoreNode {
         let count = u32::try_from((end - start) / size).expect("a segment's count");
         self.pending = Pending::Segment { call, start, end, entered: false };
         let input = &self.input[start..end];
+        if start > 0 {
+            self.core.next_segment();
+        }
         let more = end < self.input.len();
         self.core.start(self.now, Call::EnterCollective { call, count, more, input, deadline: None });
     }
@@ -101,6 +104,9 @@ impl CoreNode {
                 }
                 if end < self.input.len() {
                     return self.segment(call, end);
+                }
+                if let Err(e) = self.core.deferred_mismatch() {
+                    return self.fail(e);
                 }
                 let result = self.result_here.then(|| std::mem::take(&mut self.output));
                 self.events.push_back(NodeEvent::Completed { result });

@@ -5,7 +5,7 @@
 use std::ffi::{c_char, c_int};
 
 use super::job::handle;
-use super::{algorithm, end, get_stats, guarded, guarded_count, put, test};
+use super::{algorithm, end, get_stats, guarded, guarded_count, put, test, why};
 use crate::error::{argument, MCD_OK};
 use crate::{mcd_stats, CError, Communicator, Group, Job};
 // The C functions and types the docs name.
@@ -180,6 +180,16 @@ pub unsafe extern "C" fn mcd_group_size(group: *mut Group) -> c_int {
 pub unsafe extern "C" fn mcd_group_algorithm(group: *mut Group) -> *const c_char {
     // SAFETY: forwarded contract.
     algorithm(unsafe { group.as_mut() })
+}
+
+/// [`mcd_why`] for a group.
+///
+/// # Safety
+/// As [`mcd_group_barrier`]; `buf` is NULL (with `len` 0) or writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_group_why(group: *mut Group, buf: *mut c_char, len: usize) -> c_int {
+    // SAFETY: forwarded contract.
+    guarded_count(|| unsafe { why(group_handle(group)?, buf, len) })
 }
 
 /// Copies the group's counters into `*out` (the frame counters are the

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int};
 
-use super::{algorithm, c_str, end, get_stats, guarded, guarded_count, put, test};
+use super::{algorithm, c_str, end, get_stats, guarded, guarded_count, put, test, why};
 use crate::error::{argument, config_error};
 use crate::{mcd_stats, CError, Communicator, Job, Settings};
 // The C functions and types the docs name.
@@ -283,6 +283,24 @@ pub extern "C" fn mcd_auth_from_env() -> c_int {
             mcd::auth::AuthSource::Unset => MCD_AUTH_KEY,
         } as usize)
     })
+}
+
+/// Why the job's barrier and collectives run the algorithms they do, as one
+/// line of text: each algorithm, and who named it or by what rule `auto`
+/// picked it, with the model's prediction beside the next best candidates
+/// (e.g. `barrier tree4 (auto: the lowest predicted time for 8 nodes: tree4
+/// 9.1 µs; then ...); collectives concurrent (auto: ...)`). Written to `buf`
+/// (at most `len` bytes with the final NUL, cut short if need be, as
+/// `snprintf`); returns the text's full length in bytes (without the NUL),
+/// or a negative error code. It simulates every candidate: call it for a
+/// report, not on a hot path.
+///
+/// # Safety
+/// As [`mcd_barrier`]; `buf` is NULL (with `len` 0) or writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn mcd_why(job: *mut Job, buf: *mut c_char, len: usize) -> c_int {
+    // SAFETY: forwarded contract.
+    guarded_count(|| unsafe { why(handle(job)?, buf, len) })
 }
 
 /// Copies the job's counters into `*out`.

@@ -117,3 +117,23 @@ unsafe fn get_stats(mut c: impl Communicator, out: *mut mcd_stats, name: &str) -
 fn algorithm(c: Option<impl Communicator>) -> *const c_char {
     c.map_or(std::ptr::null(), |c| c.algorithm().as_ptr())
 }
+
+/// Why a job or a group runs its algorithms ([`Communicator::why`]),
+/// written to `buf` as `snprintf` would: its full length in bytes (without
+/// the NUL).
+///
+/// # Safety
+/// `buf` is NULL (with `len` 0) or writable for `len` bytes.
+unsafe fn why(c: impl Communicator, buf: *mut c_char, len: usize) -> Result<usize, CError> {
+    let text = c.why();
+    if !buf.is_null() && len > 0 {
+        let n = text.len().min(len - 1);
+        // SAFETY: `buf` is writable for `len` > `n` bytes (the caller's
+        // contract), and `text` readable for `n`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), buf, n);
+            *buf.add(n) = 0;
+        }
+    }
+    Ok(text.len().min(c_int::MAX as usize))
+}

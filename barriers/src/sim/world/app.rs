@@ -89,6 +89,7 @@ impl<F: NodeFactory> World<F> {
             NodeEvent::Failed(e) => {
                 let text = format!("node {node}: {e}");
                 let verdict = Verdict::of(&e);
+                let verdict_is_mismatch = verdict == Verdict::Mismatch;
                 self.run.errors.push(text);
                 let index = self.run.errors.len() - 1;
                 self.trace(node, TraceEvent::Told { what: 2, error: index });
@@ -103,6 +104,18 @@ impl<F: NodeFactory> World<F> {
                         return;
                     }
                 }
+                // A mismatch leaves the instance working (issue 28): the
+                // application reports it and goes on to its next operation,
+                // as every node does; any other error ends its script. So
+                // does a mismatch in a barrier that holds a process running
+                // another instance's script (see `crossed_barrier`): its
+                // calls and its peers' differ for ever.
+                if verdict_is_mismatch && !self.crossed_barrier(node) {
+                    if let Stage::InOp(k) = self.procs[node].stage {
+                        self.think(node, k + 1);
+                        return;
+                    }
+                }
                 let p = &mut self.procs[node];
                 p.errored = true;
                 p.stage = Stage::Lingering;
@@ -110,6 +123,20 @@ impl<F: NodeFactory> World<F> {
                 self.check_sync();
             }
         }
+    }
+
+    /// Whether the barrier `node`'s process joined also holds a process of
+    /// another of the application's instances: one restarted in instance
+    /// `j` runs `j`'s script again, and may be admitted into the barrier
+    /// its peers made for `j + 1` (the checker's `crossed`).
+    fn crossed_barrier(&self, node: NodeId) -> bool {
+        let p = &self.procs[node];
+        let (inst, life) = (p.instance, p.lives.wrapping_sub(1));
+        let joins = &self.run.joins;
+        let Some(barrier) = joins.iter().rev().find(|j| j.node == node && j.instance == inst && j.life == life).and_then(|j| j.barrier) else {
+            return false;
+        };
+        joins.iter().any(|j| j.barrier == Some(barrier) && j.instance != inst)
     }
 
     /// An event the node's contract does not allow: recorded as an error of a
