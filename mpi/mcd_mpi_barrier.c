@@ -473,6 +473,7 @@ static int mpi_error_of(int rc) {
     case MCD_ERR_MISMATCH: return mismatch_class;
     case MCD_ERR_ARGUMENT: return MPI_ERR_ARG;
     case MCD_ERR_INTERNAL: return MPI_ERR_INTERN;
+    case MCD_ERR_UNSUPPORTED: return MPI_ERR_UNSUPPORTED_OPERATION;
     default: return MPI_ERR_OTHER;
     }
 }
