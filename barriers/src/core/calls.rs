@@ -87,7 +87,6 @@ impl Core {
             return;
         }
         self.live.told = None; // the application calls again
-        self.live.told_mismatch = false;
         if let Err(e) = self.left_behind() {
             self.calls.done = Some(Err(e));
             return;
@@ -371,7 +370,6 @@ impl Core {
         self.left_behind()?;
         self.live.call_started = now;
         self.live.told = None; // the application calls again
-        self.live.told_mismatch = false;
         if self.phase == Phase::Background {
             // A broadcast completes in the background: the barrier follows
             // as soon as it is complete.

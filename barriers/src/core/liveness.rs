@@ -105,12 +105,6 @@ pub(super) struct Liveness {
     /// waiting for it waits for a call that may never come), even once the
     /// barrier completed here in the background or the silent node is back.
     pub(super) told: Option<NodeId>,
-    /// The application was last told a collective mismatch, and has not
-    /// called since: its statuses say `MISMATCH` (a peer that completed
-    /// that barrier without meeting it, a restarted process admitted in
-    /// the place of one that did, waits in the next for a call that may
-    /// never come: soak seed 1038580).
-    pub(super) told_mismatch: bool,
     /// A peer's "gave up" report arrived (when) since the last verdict.
     pub(super) report_pending: Option<Instant>,
     /// A peer's message of this instance came from two or more barriers
@@ -128,16 +122,7 @@ pub(super) struct Liveness {
 
 impl Liveness {
     pub(super) fn new(nodes: usize, now: Instant) -> Liveness {
-        Liveness {
-            peers: PerPeer::new(nodes),
-            gave_up: None,
-            told: None,
-            told_mismatch: false,
-            report_pending: None,
-            left_behind: false,
-            errors: 0,
-            call_started: now,
-        }
+        Liveness { peers: PerPeer::new(nodes), gave_up: None, told: None, report_pending: None, left_behind: false, errors: 0, call_started: now }
     }
 
     /// Barrier `done` completed: completing it proves every node entered
@@ -165,7 +150,7 @@ impl Core {
         if self.closing.finished() {
             flags |= status::FINISHED;
         }
-        if (self.run.mismatch.is_some() && self.phase.running()) || self.live.told_mismatch {
+        if self.run.mismatch.is_some() && self.phase.running() {
             flags |= status::MISMATCH;
         }
         Msg { arg: failed.map_or(0, |n| n as u32 + 1), ..self.msg(MsgKind::Status, self.window.epoch, flags) }
@@ -273,7 +258,6 @@ impl Core {
             // it", rather than waiting for a call that may never come.)
             BarrierError::PeerFailed { silent, .. } => self.live.told = Some(*silent),
             BarrierError::PeerSilent { silent, .. } => self.live.told = silent.first().copied(),
-            BarrierError::CollectiveMismatch { .. } => self.live.told_mismatch = true,
             _ => {}
         }
     }

@@ -372,11 +372,7 @@ impl Core {
 
     /// The application enters the next barrier without waiting (split phase).
     pub fn enter(&mut self, now: Instant) -> Result<(), BarrierError> {
-        let result = self.enter_split(now);
-        if let Err(e) = &result {
-            self.note_told(e);
-        }
-        result
+        self.enter_split(now)
     }
 
     /// One round of progress without blocking (feed every message first):
@@ -398,11 +394,7 @@ impl Core {
     /// After a collective epoch's [`Call::WaitResult`]: its result into
     /// `out` (native-endian); an error if peers called another collective.
     pub fn collective_result(&mut self, out: Option<&mut [u8]>) -> Result<(), BarrierError> {
-        let result = self.result_into(out);
-        if let Err(e) = &result {
-            self.note_told(e);
-        }
-        result
+        self.result_into(out)
     }
 
     /// Before the [`Call::EnterCollective`] of a collective's next segment
