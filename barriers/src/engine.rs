@@ -300,6 +300,14 @@ impl<T: Transport> Engine<T> {
     /// (copied; the result wanted here or not) and starts it on the wire if
     /// no earlier one is still running. Its number, for
     /// [`poll_op`](Self::poll_op).
+    /// Whether nothing is in progress: no queued collective without an
+    /// outcome, no barrier in the protocol (a broadcast completing in the
+    /// background is one). Then a started collective enters its epoch at
+    /// once ([`start_op`](Self::start_op)).
+    pub(crate) fn idle(&self) -> bool {
+        !self.queue.busy() && !self.core.in_progress()
+    }
+
     pub(crate) fn start_op(&mut self, call: Collective, input: &[u8], result_here: bool) -> Result<u64, BarrierError> {
         let id = self.queue.push(call, input, result_here);
         let now = Instant::now();

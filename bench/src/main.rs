@@ -221,6 +221,28 @@ enum Bench {
         #[arg(long, default_value = "bov", value_parser = mcd_bench::cli::cluster_stem)]
         cluster: String,
     },
+    /// Collectives on the benchmark's own communicators (issue 28): a job
+    /// of RANKS ranks splits the world into communicators of 2, 4 and 8
+    /// ranks (then dup) and times Barrier, Allreduce, Reduce, Bcast and
+    /// their nonblocking forms on them, up to one frame and one size
+    /// beyond, each checked against PMPI; each MPI's own against mcd's
+    /// through the interposer, whose JSON report counts the calls through
+    /// mcd. Writes results/comms.{md,json}.
+    Comms {
+        /// Ranks of the job (the communicators: 2, 4 and 8 of them).
+        #[arg(long, default_value_t = 8, value_parser = mcd_bench::cli::node_count)]
+        ranks: usize,
+        /// Scales the number of timed calls (1.0: 300 per row, 100 for MPICH's own).
+        #[arg(long, default_value_t = 1.0, value_parser = mcd_bench::cli::positive)]
+        scale: f64,
+        /// Rounds: in each, every contender runs once; a row reports the
+        /// round with the median median.
+        #[arg(long, default_value_t = 3, value_parser = mcd_bench::cli::at_least_one)]
+        rounds: usize,
+        /// Stem of the virtual clusters' names (1 to 4 lowercase letters or digits).
+        #[arg(long, default_value = "bcm", value_parser = mcd_bench::cli::cluster_stem)]
+        cluster: String,
+    },
     /// One rank of the collectives' UDP baseline, started by `collectives`
     /// in a node's namespace (MCD_RANK set): prints its figures as JSON.
     #[command(hide = true)]
@@ -311,6 +333,7 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Auth { iterations, rounds } => auth::run(&out, iterations, rounds),
         Bench::Collectives { nodes, sizes, scale, rounds, cluster } => collectives::run(&out, &nodes, &sizes, scale, rounds, &cluster),
         Bench::Overlap { nodes, scale, rounds, cluster } => overlap::run(&out, &nodes, scale, rounds, &cluster),
+        Bench::Comms { ranks, scale, rounds, cluster } => comms::run(&out, ranks, scale, rounds, &cluster),
         Bench::Load { nodes, rounds, iterations } => load::run(&out, &nodes, rounds, iterations),
         Bench::Hierarchy { shapes, iterations } => hierarchy::run(&out, &shapes, iterations),
         Bench::HeadToHead { nodes, scale, logp, report } => {
@@ -326,6 +349,7 @@ fn run(cli: Cli) -> Result<()> {
 
 mod auth;
 mod collectives;
+mod comms;
 mod dst;
 mod head_to_head;
 mod hierarchy;
