@@ -236,8 +236,11 @@ pub fn run(out: &Path, ranks: usize, scale: f64, rounds: usize, stem: &str) -> R
 
 /// One row per MPI, contender, collective, communicator size and bytes:
 /// the round with the median median, every round's median beside it.
+/// A row's identity: MPI, contender, collective, communicator ranks, bytes.
+type RowKey = (&'static str, &'static str, String, usize, usize);
+
 fn median_rounds(lines: Vec<(&'static str, &'static str, Line)>) -> Vec<Row> {
-    let mut groups: Vec<((&'static str, &'static str, String, usize, usize), Vec<Line>)> = Vec::new();
+    let mut groups: Vec<(RowKey, Vec<Line>)> = Vec::new();
     for (mpi, contender, line) in lines {
         let key = (mpi, contender, line.collective.clone(), line.ranks, line.bytes);
         match groups.iter_mut().find(|(k, _)| *k == key) {
