@@ -194,10 +194,13 @@ fn render(nodes: &[usize], rows: &[Row], rounds: usize, elapsed: Duration) -> St
         md.push_str(&format!("- {} ranks, {}, {}: {:.0}% ({met})\n", r.line.ranks, r.mpi, r.contender, r.line.overlap_pct));
     }
     md.push_str(&format!(
-        "\nThis machine has 2 cores. With {} ranks, each rank's computing thread and mcd's progress agent (which carries the barrier \
-         while the rank computes) share them with the other ranks: the agent must win a core from a computing thread to answer, so \
-         beyond 2 ranks the run is CPU-bound and the overlap measures the scheduler as much as the barrier. Neither MPI runs a progress \
-         thread here (Open MPI with `mpi_yield_when_idle 1`, MPICH as it comes, over TCP), so their barriers progress only in MPI_Wait.\n",
+        "\nThis machine has 2 cores. mcd's start sends this rank's arrival in the calling thread; where that is all the rank \
+         sends (mcd's pick at 2 ranks, the shuffle exchange: one exchange; and the one-phase rows), the barrier is complete once \
+         every rank has started, MPI_Wait only reads it from the rings, and no progress agent is woken; otherwise (the shuffle \
+         exchange beyond 2 ranks: a second stage) the agent or the wait carries the later steps. With {} ranks the computing \
+         ranks share the cores with each other and with whatever else runs, so beyond 2 ranks the run is CPU-bound and the \
+         overlap measures the scheduler as much as the barrier. Neither MPI runs a progress thread here (Open MPI with \
+         `mpi_yield_when_idle 1`, MPICH as it comes, over TCP), so their barriers progress only in MPI_Wait.\n",
         nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" and ")
     ));
     md
