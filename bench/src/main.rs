@@ -232,13 +232,16 @@ enum Bench {
         /// Ranks of the job (the communicators: 2, 4 and 8 of them).
         #[arg(long, default_value_t = 8, value_parser = mcd_bench::cli::node_count)]
         ranks: usize,
-        /// Scales the number of timed calls (1.0: 300 per row, 100 for MPICH's own).
+        /// Scales the number of timed calls (1.0: 300 per row, 30 for MPICH's own).
         #[arg(long, default_value_t = 1.0, value_parser = mcd_bench::cli::positive)]
         scale: f64,
         /// Rounds: in each, every contender runs once; a row reports the
         /// round with the median median.
         #[arg(long, default_value_t = 3, value_parser = mcd_bench::cli::at_least_one)]
         rounds: usize,
+        /// The MPIs (openmpi, mpich; comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "openmpi,mpich", value_parser = mpi_named)]
+        mpis: Vec<mcd_tools::cbuild::Mpi>,
         /// Stem of the virtual clusters' names (1 to 4 lowercase letters or digits).
         #[arg(long, default_value = "bcm", value_parser = mcd_bench::cli::cluster_stem)]
         cluster: String,
@@ -282,6 +285,11 @@ enum Bench {
 }
 
 /// A shape `HOSTSxRANKS`: hosts, ranks per host.
+/// An MPI by its name (`openmpi`, `mpich`).
+fn mpi_named(s: &str) -> Result<mcd_tools::cbuild::Mpi, String> {
+    mcd_tools::cbuild::Mpi::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| format!("`{s}`: openmpi or mpich"))
+}
+
 fn shape(s: &str) -> Result<(usize, usize), String> {
     let bad = || format!("`{s}` is not HOSTSxRANKS (e.g. 4x4)");
     let (h, r) = s.split_once('x').ok_or_else(bad)?;
@@ -333,7 +341,7 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Auth { iterations, rounds } => auth::run(&out, iterations, rounds),
         Bench::Collectives { nodes, sizes, scale, rounds, cluster } => collectives::run(&out, &nodes, &sizes, scale, rounds, &cluster),
         Bench::Overlap { nodes, scale, rounds, cluster } => overlap::run(&out, &nodes, scale, rounds, &cluster),
-        Bench::Comms { ranks, scale, rounds, cluster } => comms::run(&out, ranks, scale, rounds, &cluster),
+        Bench::Comms { ranks, scale, rounds, mpis, cluster } => comms::run(&out, ranks, scale, rounds, &mpis, &cluster),
         Bench::Load { nodes, rounds, iterations } => load::run(&out, &nodes, rounds, iterations),
         Bench::Hierarchy { shapes, iterations } => hierarchy::run(&out, &shapes, iterations),
         Bench::HeadToHead { nodes, scale, logp, report } => {
