@@ -293,7 +293,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     /// came already is read, and this node's arrival (with its data) is on
     /// the wire when `start` returns. When that was all this node sends
     /// for the call ([`eager_only`](Self::eager_only): a one-round plan, one
-    /// segment, nothing queued before it), the agent is not woken: the
+    /// segment, nothing in progress before it), the agent is not woken: the
     /// call completes by what arrives, which the next test or wait reads
     /// from the rings, so it completes while the program computes even
     /// when no core is free for the agent (2 ranks computing on 2 cores).

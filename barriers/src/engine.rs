@@ -296,10 +296,6 @@ impl<T: Transport> Engine<T> {
         }
     }
 
-    /// Queues the nonblocking collective `call` with this node's `input`
-    /// (copied; the result wanted here or not) and starts it on the wire if
-    /// no earlier one is still running. Its number, for
-    /// [`poll_op`](Self::poll_op).
     /// Whether nothing is in progress: no queued collective without an
     /// outcome, no barrier in the protocol (a broadcast completing in the
     /// background is one). Then a started collective enters its epoch at
@@ -308,6 +304,10 @@ impl<T: Transport> Engine<T> {
         !self.queue.busy() && !self.core.in_progress()
     }
 
+    /// Queues the nonblocking collective `call` with this node's `input`
+    /// (copied; the result wanted here or not) and starts it on the wire if
+    /// no earlier one is still running. Its number, for
+    /// [`poll_op`](Self::poll_op).
     pub(crate) fn start_op(&mut self, call: Collective, input: &[u8], result_here: bool) -> Result<u64, BarrierError> {
         let id = self.queue.push(call, input, result_here);
         let now = Instant::now();
