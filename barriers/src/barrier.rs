@@ -72,6 +72,12 @@ pub struct Barrier<T: Transport + Send + 'static> {
     bytes_out: Vec<u8>,
     /// The most data one message carries (the transport's, read once).
     max_data: usize,
+    /// Whether this node's plan sends only in its first step (one-phase;
+    /// shuffle exchange and dissemination at 2 nodes): then a started
+    /// barrier or one-segment reduction has sent all this node will send
+    /// by the time [`start`](Self::start) returns, and completes here by
+    /// what arrives, with no step of this node's left to drive.
+    sends_at_entry_only: bool,
 }
 
 impl<T: Transport + Send + 'static> std::fmt::Debug for Barrier<T> {
@@ -92,6 +98,8 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         engine.join()?;
         engine.transport.all_joined();
         let (me, nodes, max_data) = (engine.me(), engine.nodes(), engine.max_data());
+        let sends_at_entry_only = crate::plan::build(config.algorithm, nodes, me, config.rails)
+            .is_ok_and(|plan| plan.steps.iter().skip(1).all(|step| step.sends.is_empty()));
         let shared = Arc::new(Shared {
             engine: Mutex::new(engine),
             calls: AtomicU64::new(0),
@@ -109,7 +117,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         } else {
             None
         };
-        Ok(Barrier { shared, agent, me, nodes, config, bytes_in: Vec::new(), bytes_out: Vec::new(), max_data })
+        Ok(Barrier { shared, agent, me, nodes, config, bytes_in: Vec::new(), bytes_out: Vec::new(), max_data, sends_at_entry_only })
     }
 
     /// Runs `f` on the engine as the application (the agent stands aside).
@@ -280,6 +288,18 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     /// them: the calls of the application ([`Request::test`], ...), and
     /// meanwhile the progress agent, woken at once for it. Complete it with
     /// [`Request::test`] or [`Request::wait`].
+    ///
+    /// The start itself takes the first step in the caller's thread: what
+    /// came already is read, and this node's arrival (with its data) is on
+    /// the wire when `start` returns. When that was all this node sends
+    /// for the call ([`eager_only`](Self::eager_only): a one-round plan, one
+    /// segment, nothing in progress before it), the agent is not woken: the
+    /// call completes by what arrives, which the next test or wait reads
+    /// from the rings, so it completes while the program computes even
+    /// when no core is free for the agent (2 ranks computing on 2 cores).
+    /// The agent still takes over after its grace period if the program
+    /// stays out that long: retries after a loss, answers to peers' NACKs
+    /// and probes, and the failure timeout are its as ever.
     pub fn start(&mut self, call: Collective, input: &[u8]) -> Result<Request<T>, BarrierError> {
         call.check(self.nodes).map_err(BarrierError::Misuse)?;
         let size = call.element_size();
@@ -292,12 +312,34 @@ impl<T: Transport + Send + 'static> Barrier<T> {
             Collective::Reduce { root, .. } => root == self.me,
             Collective::Bcast { root } => root != self.me,
         };
-        let id = self.call(|e| e.start_op(call, input, result_here))?;
-        self.shared.hurry.store(true, Ordering::Release);
-        if let Some(agent) = &self.agent {
-            agent.thread().unpark();
+        let eager_only = self.eager_only(call, input.len());
+        let (id, hurry) = self.call(|e| {
+            let alone = e.idle();
+            let id = e.start_op(call, input, result_here)?;
+            Ok::<_, BarrierError>((id, !(eager_only && alone)))
+        })?;
+        if hurry {
+            self.shared.hurry.store(true, Ordering::Release);
+            if let Some(agent) = &self.agent {
+                agent.thread().unpark();
+            }
         }
         Ok(Request { shared: self.shared.clone(), id, claimed: false })
+    }
+
+    /// Whether a nonblocking `call` of `bytes` bytes started alone sends
+    /// everything this node sends for it at its start: a barrier, or an
+    /// allreduce or reduce of one segment, on a plan that sends only in its
+    /// first step (a broadcast runs its own plan, whose root sends later).
+    pub fn eager_only(&self, call: Collective, bytes: usize) -> bool {
+        let one_segment = match call {
+            Collective::Barrier => true,
+            Collective::Allreduce { .. } | Collective::Reduce { .. } => {
+                bytes <= self.max_data.saturating_sub(wire::HEADER_LEN) / call.element_size() * call.element_size()
+            }
+            Collective::Bcast { .. } => false,
+        };
+        self.sends_at_entry_only && one_segment
     }
 
     /// Ends this node's use of the barrier: one closing barrier (so every

@@ -308,6 +308,14 @@ impl<T: Transport> Engine<T> {
         }
     }
 
+    /// Whether nothing is in progress: no queued collective without an
+    /// outcome, no barrier in the protocol (a broadcast completing in the
+    /// background is one). Then a started collective enters its epoch at
+    /// once ([`start_op`](Self::start_op)).
+    pub(crate) fn idle(&self) -> bool {
+        !self.queue.busy() && !self.core.in_progress()
+    }
+
     /// Queues the nonblocking collective `call` with this node's `input`
     /// (copied; the result wanted here or not) and starts it on the wire if
     /// no earlier one is still running. Its number, for

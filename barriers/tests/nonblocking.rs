@@ -137,3 +137,90 @@ fn a_dropped_request_still_runs_and_later_ones_complete() {
         r.unwrap();
     }
 }
+
+/// A nonblocking barrier or one-segment allreduce on a plan that sends only
+/// in its first step is complete once every node's start has returned: each
+/// start put this node's arrival on the wire in the caller's thread, and one
+/// nonblocking test reads the peers' from the rings. No progress agent runs
+/// (there is none here), so nothing but the starts moved it: this is what
+/// lets an `MPI_Ibarrier` complete while every rank computes on a core of its
+/// own and no core is left for an agent. The control: a tree, whose parent
+/// releases its child in a later step, is not complete at the child then
+/// (the parent started first, before the child's arrival came).
+#[test]
+fn a_one_round_start_sends_everything_and_completes_by_what_arrives() {
+    use std::sync::{Arc, Barrier as Rendezvous};
+    // (algorithm, nodes, which nodes send only at their start)
+    let cases: [(Algorithm, usize, &[bool]); 4] = [
+        (Algorithm::OnePhase, 4, &[true; 4]),
+        (Algorithm::ShuffleExchange, 2, &[true; 2]),
+        // The child sends its arrival and waits; the parent releases it later.
+        (Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast }, 2, &[false, true]),
+        (Algorithm::ShuffleExchange, 4, &[false; 4]),
+    ];
+    for (algorithm, n, eager) in cases {
+        let one_round = eager.iter().all(|&e| e);
+        let rendezvous = Arc::new(Rendezvous::new(n));
+        let mut config = config(algorithm, Duration::from_secs(10));
+        config.progress_agent = false;
+        let results = run_per_node(mem::network(n, 1, Faults::none()), config, move |b| {
+            let me = b.node();
+            let sum = Collective::Allreduce { op: Op::Sum, dtype: Dtype::U32 };
+            assert_eq!(b.eager_only(Collective::Barrier, 0), eager[me], "{algorithm} at {n}, node {me}: a barrier");
+            assert_eq!(b.eager_only(sum, 4), eager[me], "{algorithm} at {n}, node {me}: one element");
+            assert!(!b.eager_only(sum, 3000 * 4), "{algorithm}: several segments need more steps");
+            assert!(!b.eager_only(Collective::Bcast { root: 0 }, 4), "{algorithm}: a broadcast runs its own plan");
+            let mut at_once = Vec::new();
+            for round in 0..3u32 {
+                // The nodes start one after another, in order.
+                let mut r = None;
+                for k in 0..n {
+                    if k == me {
+                        r = Some(b.start(Collective::Barrier, &[])?);
+                    }
+                    rendezvous.wait();
+                }
+                let mut r = r.expect("started");
+                // The last node tests first, before any other node's call.
+                let mut done = false;
+                if me == n - 1 {
+                    done = r.test(None)?;
+                    at_once.push(done);
+                }
+                rendezvous.wait();
+                if !done {
+                    r.wait(None)?;
+                }
+                let mut s = None;
+                for k in 0..n {
+                    if k == me {
+                        s = Some(b.start(sum, &u32s(&[me as u32 + round]))?);
+                    }
+                    rendezvous.wait();
+                }
+                let mut s = s.expect("started");
+                let mut out = vec![0u8; 4];
+                let mut done = false;
+                if me == n - 1 {
+                    done = s.test(Some(&mut out))?;
+                    at_once.push(done);
+                }
+                rendezvous.wait();
+                if !done {
+                    s.wait(Some(&mut out))?;
+                }
+                assert_eq!(from_u32s(&out), vec![(0..n as u32).map(|k| k + round).sum::<u32>()], "{algorithm} at {me}");
+            }
+            Ok(at_once)
+        });
+        for (node, r) in results.into_iter().enumerate() {
+            let at_once = r.unwrap_or_else(|e| panic!("{algorithm} at {n}: node {node}: {e}"));
+            // (The shuffle exchange at 4 nodes completes at the last one
+            // started: its partners' second stages were sent at their
+            // starts. Only its count of eager nodes is asserted above.)
+            if node == n - 1 && (one_round || n == 2) {
+                assert_eq!(at_once, vec![one_round; 6], "{algorithm} at {n}: complete at the first test after the starts");
+            }
+        }
+    }
+}

@@ -84,7 +84,7 @@ fn run_bench(
     let lines: Vec<CollectiveLine> = out
         .stdout
         .lines()
-        .filter(|l| l.starts_with('{'))
+        .filter(|l| l.starts_with("{\"collective\""))
         .map(|l| serde_json::from_str(l).with_context(|| format!("parsing `{l}`")))
         .collect::<Result<_>>()?;
     checked(label, lines)

@@ -225,6 +225,31 @@ enum Bench {
         #[arg(long, default_value = "bov", value_parser = mcd_bench::cli::cluster_stem)]
         cluster: String,
     },
+    /// Collectives on the benchmark's own communicators (issue 28): a job
+    /// of RANKS ranks splits the world into communicators of 2, 4 and 8
+    /// ranks (then dup) and times Barrier, Allreduce, Reduce, Bcast and
+    /// their nonblocking forms on them, up to one frame and one size
+    /// beyond, each checked against PMPI; each MPI's own against mcd's
+    /// through the interposer, whose JSON report counts the calls through
+    /// mcd. Writes results/comms.{md,json}.
+    Comms {
+        /// Ranks of the job (the communicators: 2, 4 and 8 of them).
+        #[arg(long, default_value_t = 8, value_parser = mcd_bench::cli::node_count)]
+        ranks: usize,
+        /// Scales the number of timed calls (1.0: 300 per row, 30 for MPICH's own).
+        #[arg(long, default_value_t = 1.0, value_parser = mcd_bench::cli::positive)]
+        scale: f64,
+        /// Rounds: in each, every contender runs once; a row reports the
+        /// round with the median median.
+        #[arg(long, default_value_t = 3, value_parser = mcd_bench::cli::at_least_one)]
+        rounds: usize,
+        /// The MPIs (openmpi, mpich; comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "openmpi,mpich", value_parser = mpi_named)]
+        mpis: Vec<mcd_tools::cbuild::Mpi>,
+        /// Stem of the virtual clusters' names (1 to 4 lowercase letters or digits).
+        #[arg(long, default_value = "bcm", value_parser = mcd_bench::cli::cluster_stem)]
+        cluster: String,
+    },
     /// One rank of the collectives' UDP baseline, started by `collectives`
     /// in a node's namespace (MCD_RANK set): prints its figures as JSON.
     #[command(hide = true)]
@@ -264,6 +289,11 @@ enum Bench {
 }
 
 /// A shape `HOSTSxRANKS`: hosts, ranks per host.
+/// An MPI by its name (`openmpi`, `mpich`).
+fn mpi_named(s: &str) -> Result<mcd_tools::cbuild::Mpi, String> {
+    mcd_tools::cbuild::Mpi::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| format!("`{s}`: openmpi or mpich"))
+}
+
 fn shape(s: &str) -> Result<(usize, usize), String> {
     let bad = || format!("`{s}` is not HOSTSxRANKS (e.g. 4x4)");
     let (h, r) = s.split_once('x').ok_or_else(bad)?;
@@ -316,6 +346,7 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Auth { tag_only: true, .. } => auth::tag_only(),
         Bench::Collectives { nodes, sizes, scale, rounds, cluster } => collectives::run(&out, &nodes, &sizes, scale, rounds, &cluster),
         Bench::Overlap { nodes, scale, rounds, cluster } => overlap::run(&out, &nodes, scale, rounds, &cluster),
+        Bench::Comms { ranks, scale, rounds, mpis, cluster } => comms::run(&out, ranks, scale, rounds, &mpis, &cluster),
         Bench::Load { nodes, rounds, iterations } => load::run(&out, &nodes, rounds, iterations),
         Bench::Hierarchy { shapes, iterations } => hierarchy::run(&out, &shapes, iterations),
         Bench::HeadToHead { nodes, scale, logp, report } => {
@@ -331,6 +362,7 @@ fn run(cli: Cli) -> Result<()> {
 
 mod auth;
 mod collectives;
+mod comms;
 mod dst;
 mod head_to_head;
 mod hierarchy;

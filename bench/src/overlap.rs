@@ -37,6 +37,22 @@ struct Row {
     line: Line,
     /// Every round's overlap, in order.
     rounds: Vec<f64>,
+    /// mcd's algorithms on the world and why (the report's), for mcd's rows.
+    algorithms: Option<String>,
+}
+
+/// The contenders at `n` ranks: the MPI's own, mcd as it comes (`auto`),
+/// and beyond 2 ranks mcd with the one-phase algorithm for its collectives
+/// (`MCD_COLLECTIVE_ALGORITHM=onephase`): every rank's arrival goes out in
+/// its own MPI_Ibarrier call, so the barrier completes by what arrives with
+/// no step left for the progress agent (at 2 ranks `auto` picks the shuffle
+/// exchange, one exchange: the same).
+fn contenders(n: usize) -> Vec<(&'static str, Option<&'static str>)> {
+    let mut all = vec![("mcd (interposer)", None)];
+    if n > 2 {
+        all.push(("mcd, onephase", Some("onephase")));
+    }
+    all
 }
 
 /// Timed iterations at `n` ranks: fewer where the MPI's own barrier takes
@@ -47,7 +63,13 @@ fn iterations(mpi: Mpi, interposed: bool, n: usize, scale: f64) -> usize {
     ((base * scale) as usize).max(10)
 }
 
-fn run_one(cluster: &Cluster, run: &MpiRun, iterations: usize) -> Result<Line> {
+/// mcd's collectives algorithm on the world and why (rank 0's
+/// `MCD_MPI_REPORT` line), if the run printed it.
+fn algorithms_line(stderr: &str) -> Option<String> {
+    stderr.lines().find_map(|l| l.split_once("algorithms on MPI_COMM_WORLD: ").map(|(_, why)| why.trim().to_string()))
+}
+
+fn run_one(cluster: &Cluster, run: &MpiRun, iterations: usize) -> Result<(Line, Option<String>)> {
     let program = cbuild::build_program(run.mpi, "ibarrier_overlap")?;
     let args = vec![iterations.to_string(), (iterations / 10).max(5).to_string()];
     let out = run.output(cluster, &program.display().to_string(), &args, mpi::MPIRUN_TIMEOUT)?;
@@ -62,7 +84,7 @@ fn run_one(cluster: &Cluster, run: &MpiRun, iterations: usize) -> Result<Line> {
     if run.env.iter().any(|(k, _)| k == "LD_PRELOAD") && !out.stderr.contains("MPI_Ibarrier via mcd, 0 via PMPI") {
         bail!("the interposer did not serve every MPI_Ibarrier:\n{}", out.stderr);
     }
-    Ok(serde_json::from_str(json)?)
+    Ok((serde_json::from_str(json)?, algorithms_line(&out.stderr)))
 }
 
 /// The machine's load averages (`/proc/loadavg`'s first three fields).
@@ -84,32 +106,40 @@ pub fn run(out: &Path, nodes: &[usize], scale: f64, rounds: usize, stem: &str) -
                 env.extend(mpi::MPICH_OVER_TCP.iter().map(|(k, v)| (k.to_string(), v.to_string())));
             }
             let own = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: env.clone(), ..MpiRun::default() };
-            let mut preload = env.clone();
+            let mut preload = env;
             preload.push(("LD_PRELOAD".into(), interposer.display().to_string()));
             preload.push(("MCD_MPI_REPORT".into(), "1".into()));
-            let mcd = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: preload, ..MpiRun::default() };
-            let mut lines: [Vec<Line>; 2] = [Vec::new(), Vec::new()];
+            let mut runs = vec![(mpi.label(), own, false)];
+            for (label, algorithm) in contenders(n) {
+                let mut env = preload.clone();
+                if let Some(a) = algorithm {
+                    env.push(("MCD_COLLECTIVE_ALGORITHM".into(), a.into()));
+                }
+                runs.push((label, MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env, ..MpiRun::default() }, true));
+            }
+            let mut lines: Vec<Vec<(Line, Option<String>)>> = vec![Vec::new(); runs.len()];
             for round in 1..=rounds {
-                for (k, (run, interposed)) in [(&own, false), (&mcd, true)].into_iter().enumerate() {
-                    let line = run_one(&cluster, run, iterations(mpi, interposed, n, scale))?;
+                for (k, (label, run, interposed)) in runs.iter().enumerate() {
+                    let (line, why) = run_one(&cluster, run, iterations(mpi, *interposed, n, scale))?;
                     eprintln!(
-                        "{n} ranks, {mpi}, round {round}: {:<12} pure {:>9.1} µs, overall {:>9.1}, compute {:>9.1}, wait {:>8.1}: overlap {:>5.1}%",
-                        if interposed { "mcd" } else { mpi.label() },
+                        "{n} ranks, {mpi}, round {round}: {label:<18} pure {:>9.1} µs, overall {:>9.1}, compute {:>9.1}, init {:>7.1}, wait {:>8.1}: overlap {:>5.1}% (load {})",
                         line.pure_us,
                         line.overall_us,
                         line.compute_us,
+                        line.init_us,
                         line.wait_us,
-                        line.overlap_pct
+                        line.overlap_pct,
+                        load_average()
                     );
-                    lines[k].push(line);
+                    lines[k].push((line, why));
                 }
             }
-            for (k, contender) in [(0, mpi.label()), (1, "mcd (interposer)")] {
-                let rounds: Vec<f64> = lines[k].iter().map(|l| l.overlap_pct).collect();
+            for (k, (label, _, _)) in runs.iter().enumerate() {
+                let rounds: Vec<f64> = lines[k].iter().map(|(l, _)| l.overlap_pct).collect();
                 let mut order: Vec<usize> = (0..lines[k].len()).collect();
-                order.sort_by(|&a, &b| lines[k][a].overlap_pct.total_cmp(&lines[k][b].overlap_pct));
-                let median = lines[k][order[order.len() / 2]].clone();
-                rows.push(Row { mpi: mpi.label(), contender, line: median, rounds });
+                order.sort_by(|&a, &b| lines[k][a].0.overlap_pct.total_cmp(&lines[k][b].0.overlap_pct));
+                let (median, why) = lines[k][order[order.len() / 2]].clone();
+                rows.push(Row { mpi: mpi.label(), contender: label, line: median, rounds, algorithms: why });
             }
         }
     }
@@ -132,7 +162,7 @@ fn render(nodes: &[usize], rows: &[Row], rounds: usize, elapsed: Duration) -> St
          Overlap by the OSU micro-benchmarks' definition (`osu_ibarrier`): t_pure is the mean time of MPI_Ibarrier then MPI_Wait at once; \
          then each iteration starts an MPI_Ibarrier, computes for t_pure with no MPI call, and waits; \
          overlap = max(0, 100 − 100 (t_overall − t_compute) / t_pure), the times averaged over the ranks.\n\n\
-         | ranks | MPI | contender | t_pure µs | t_overall µs | t_compute µs | wait µs | overlap | every round |\n|---:|---|---|---:|---:|---:|---:|---:|---|\n",
+         | ranks | MPI | contender | t_pure µs | t_overall µs | t_compute µs | init µs | wait µs | overlap | every round |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---|\n",
         today(),
         machine(),
         elapsed.as_secs_f64()
@@ -140,28 +170,37 @@ fn render(nodes: &[usize], rows: &[Row], rounds: usize, elapsed: Duration) -> St
     for r in rows {
         let every: Vec<String> = r.rounds.iter().map(|o| format!("{o:.0}%")).collect();
         md.push_str(&format!(
-            "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | **{:.0}%** | {} |\n",
+            "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | **{:.0}%** | {} |\n",
             r.line.ranks,
             r.mpi,
             r.contender,
             r.line.pure_us,
             r.line.overall_us,
             r.line.compute_us,
+            r.line.init_us,
             r.line.wait_us,
             r.line.overlap_pct,
             every.join(", ")
         ));
     }
+    md.push_str("\nmcd's algorithms on the world (rank 0's `MCD_MPI_REPORT`, median round):\n\n");
+    for r in rows.iter().filter(|r| r.contender.starts_with("mcd")) {
+        let why = r.algorithms.as_deref().unwrap_or("(not reported)");
+        md.push_str(&format!("- {} ranks, {}, {}: {why}\n", r.line.ranks, r.mpi, r.contender));
+    }
     md.push_str("\n## Goal (issue 28: at least 90% for mcd)\n\n");
     for r in rows.iter().filter(|r| r.contender.starts_with("mcd")) {
         let met = if r.line.overlap_pct >= 90.0 { "met" } else { "**not met**" };
-        md.push_str(&format!("- {} ranks, {}: {:.0}% ({met})\n", r.line.ranks, r.mpi, r.line.overlap_pct));
+        md.push_str(&format!("- {} ranks, {}, {}: {:.0}% ({met})\n", r.line.ranks, r.mpi, r.contender, r.line.overlap_pct));
     }
     md.push_str(&format!(
-        "\nThis machine has 2 cores. With {} ranks, each rank's computing thread and mcd's progress agent (which carries the barrier \
-         while the rank computes) share them with the other ranks: the agent must win a core from a computing thread to answer, so \
-         beyond 2 ranks the run is CPU-bound and the overlap measures the scheduler as much as the barrier. Neither MPI runs a progress \
-         thread here (Open MPI with `mpi_yield_when_idle 1`, MPICH as it comes, over TCP), so their barriers progress only in MPI_Wait.\n",
+        "\nThis machine has 2 cores. mcd's start sends this rank's arrival in the calling thread; where that is all the rank \
+         sends (mcd's pick at 2 ranks, the shuffle exchange: one exchange; and the one-phase rows), the barrier is complete once \
+         every rank has started, MPI_Wait only reads it from the rings, and no progress agent is woken; otherwise (the shuffle \
+         exchange beyond 2 ranks: a second stage) the agent or the wait carries the later steps. With {} ranks the computing \
+         ranks share the cores with each other and with whatever else runs, so beyond 2 ranks the run is CPU-bound and the \
+         overlap measures the scheduler as much as the barrier. Neither MPI runs a progress thread here (Open MPI with \
+         `mpi_yield_when_idle 1`, MPICH as it comes, over TCP), so their barriers progress only in MPI_Wait.\n",
         nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" and ")
     ));
     md
