@@ -385,8 +385,9 @@ static comm_state *new_state(MPI_Comm comm) {
 }
 
 /* How a rank authenticates its mcd frames, agreed in MPI_Init. */
-enum { MODE_OFF, MODE_KEY_FILE, MODE_EXCHANGE, MODES };
-static const char *mode_names[MODES] = {"off", "on with MCD_KEY_FILE", "on without MCD_KEY_FILE"};
+enum { MODE_OFF, MODE_KEY_FILE, MODE_EXCHANGE, MODE_INVALID, MODES };
+static const char *mode_names[MODES] = {"off", "on with MCD_KEY_FILE", "on without MCD_KEY_FILE",
+                                        "invalid (MCD_AUTH neither on nor off, or off with MCD_KEY_FILE)"};
 #define SEEN_DISABLED (1 << MODES)
 #define SEEN_LAZY (1 << (MODES + 1)) /* MCD_MPI_LAZY_COMMS on some rank */
 
@@ -498,8 +499,9 @@ static void start_mcd(void) {
     /* As mcd reads them (mcd_auth_from_env), never parsed here a second
      * way (review rev29, finding 4: MCD_AUTH=Off was taken for "on"). */
     int source = mcd_auth_from_env();
-    int mode = source == MCD_AUTH_OFF ? MODE_OFF : source == MCD_AUTH_KEY ? MODE_EXCHANGE
-                                                 : MODE_KEY_FILE; /* mcd_init reads the file, or says what is wrong */
+    char invalid[400] = "";
+    if (source < 0) snprintf(invalid, sizeof invalid, "%s", mcd_last_error());
+    int mode = source < 0 ? MODE_INVALID : source == MCD_AUTH_OFF ? MODE_OFF : source == MCD_AUTH_KEY ? MODE_EXCHANGE : MODE_KEY_FILE;
     int seen = 1 << mode;
     if (disable && *disable && strcmp(disable, "0")) seen |= SEEN_DISABLED;
     const char *lazy = getenv("MCD_MPI_LAZY_COMMS");
@@ -536,6 +538,8 @@ static void start_mcd(void) {
                 first = 0;
             }
         snprintf(at, sizeof reason - (size_t)(at - reason), "): set MCD_AUTH and MCD_KEY_FILE alike on every rank");
+    } else if (mode == MODE_INVALID) {
+        snprintf(reason, sizeof reason, "%s", invalid);
     } else if (mode == MODE_EXCHANGE && exchange_secret(rank, size, secret, reason, sizeof reason) != MCD_OK) {
         /* reason says why */
     } else {

@@ -266,7 +266,10 @@ fn serves_every_barrier_under(mpi: Mpi, name: &str) {
 
 #[test]
 fn the_interposer_with_auth_off_says_so_and_still_serves_mpi_barrier() {
-    let out = barrier_check_under(Mpi::OpenMpi, ClusterSpec::new("mpiof", 3), &["50"], &[("MCD_AUTH", "off")]);
+    // `MCD_KEY_FILE` empty: `MpiRun` exports the cluster's, and off with a
+    // key file is an error to mcd, which the interposer now reads the
+    // variables through (review rev29, finding 4; it used to let off win).
+    let out = barrier_check_under(Mpi::OpenMpi, ClusterSpec::new("mpiof", 3), &["50"], &[("MCD_AUTH", "off"), ("MCD_KEY_FILE", "")]);
     assert!(out.stdout.contains("barrier_check: OK 3 ranks, 50 barriers"), "{}\n{}", out.stdout, out.stderr);
     for line in interposer_reports(&out, 3) {
         assert!(line.contains("60 MPI_Barrier via mcd") && line.contains("authentication off"), "{line}");
