@@ -469,14 +469,17 @@ int main(int argc, char **argv) {
      * report then passed 4 KiB, with another rank's output). */
     int ncomms = strcmp(mode, "all") ? NCOMMS : C_SELF + 1;
     /* Each communicator's size and this rank's rank in it. */
-    printf("coll_diff: communicators at rank %d:", rank);
-    for (int c = 0; c < ncomms; c++) {
+    /* One write per line: an MPI may leave stdout unbuffered, and the
+     * ranks' lines must not interleave within a line. */
+    char line[1024];
+    int at = snprintf(line, sizeof line, "coll_diff: communicators at rank %d:", rank);
+    for (int c = 0; c < ncomms && at < (int)sizeof line; c++) {
         int csize, crank;
         MPI_Comm_size(comms[c], &csize);
         MPI_Comm_rank(comms[c], &crank);
-        printf(" %s %d:%d", comm_name[c], csize, crank);
+        at += snprintf(line + at, sizeof line - (size_t)at, " %s %d:%d", comm_name[c], csize, crank);
     }
-    printf("\n");
+    printf("%s\n", line);
     fflush(stdout);
 
     if (!strcmp(mode, "mismatch")) {

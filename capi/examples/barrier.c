@@ -13,7 +13,7 @@
  * barrier, and rank k mod S another G ms before barrier k: gaps and
  * imbalance longer than MCD_BARRIER_TIMEOUT, which a live job must survive.
  * Prints "rank R of S: COUNT barriers (ALGORITHM), sent X, received Y; other
- * runs: F foreign, J superseded, W sessions forgotten; dropped: D frames (T bad
+ * runs: F foreign, J superseded, W sessions forgotten, H stale hellos; dropped: D frames (T bad
  * tag, P replayed, M mismatched), O messages overflowed; resends C, answers A
  * (Q suppressed)": every counter of mcd_stats (an earlier run's frames,
  * replayed under the same secret, are dropped as another instance's). */

@@ -259,7 +259,7 @@ fn serves_every_barrier_under(mpi: Mpi, name: &str) {
         assert!(line.contains("authentication on: 0 bad tag, 0 replayed, 0 mismatched"), "{line}");
         // Every drop counter of mcd_stats is in the report (no earlier run
         // replayed, nothing overflowed).
-        assert!(line.contains("0 sessions forgotten; dropped: ") && line.contains(" frames, 0 messages overflowed"), "{line}");
+        assert!(line.contains("0 sessions forgotten, 0 stale hellos; dropped: ") && line.contains(" frames, 0 messages overflowed"), "{line}");
     }
     assert!(!out.stderr.contains("falls back"), "{}", out.stderr);
 }
