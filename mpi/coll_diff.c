@@ -469,8 +469,9 @@ int main(int argc, char **argv) {
      * report then passed 4 KiB, with another rank's output). */
     int ncomms = strcmp(mode, "all") ? NCOMMS : C_SELF + 1;
     /* Each communicator's size and this rank's rank in it. */
-    /* One write per line: an MPI may leave stdout unbuffered, and the
-     * ranks' lines must not interleave within a line. */
+    /* One write, newline included: under MPICH's Hydra stdout is
+     * unbuffered, and a line written in pieces came out with another
+     * rank's line inside it. */
     char line[1024];
     int at = snprintf(line, sizeof line, "coll_diff: communicators at rank %d:", rank);
     for (int c = 0; c < ncomms && at < (int)sizeof line; c++) {
@@ -479,7 +480,10 @@ int main(int argc, char **argv) {
         MPI_Comm_rank(comms[c], &crank);
         at += snprintf(line + at, sizeof line - (size_t)at, " %s %d:%d", comm_name[c], csize, crank);
     }
-    printf("%s\n", line);
+    if (at > (int)sizeof line - 2) at = (int)sizeof line - 2;
+    line[at++] = '\n';
+    fflush(stdout);
+    fwrite(line, 1, (size_t)at, stdout);
     fflush(stdout);
 
     if (!strcmp(mode, "mismatch")) {

@@ -734,7 +734,14 @@ fn differential_under_loss(mpi: Mpi, name: &str, calls: usize) {
 /// (name, size, the rank's rank in it).
 fn coll_diff_communicators(out: &NodeOutcome, rank: usize) -> Vec<(String, usize, usize)> {
     let prefix = format!("coll_diff: communicators at rank {rank}: ");
-    let line = out.stdout.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("rank {rank}: no communicators:\n{}", out.stdout));
+    // Where the line starts (the launcher may have put another rank's
+    // output before it on the same line), up to the next rank's output.
+    let line = out
+        .stdout
+        .lines()
+        .find_map(|l| l.find(&prefix).map(|at| &l[at + prefix.len()..]))
+        .map(|rest| rest.split("coll_diff:").next().unwrap_or(rest).trim_end())
+        .unwrap_or_else(|| panic!("rank {rank}: no communicators:\n{}", out.stdout));
     let words: Vec<&str> = line.split(' ').collect();
     words
         .chunks(2)
