@@ -420,6 +420,9 @@ static void compare(long call, const char *desc, const member *m, int count, con
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
+    /* Whole lines per write: under MPICH's Hydra stdout came unbuffered,
+     * and a line printed in pieces came out with another rank's inside. */
+    setvbuf(stdout, NULL, _IOLBF, 1 << 14);
     int size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);

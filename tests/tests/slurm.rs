@@ -152,7 +152,7 @@ fn the_mpi_interposer_serves_mpi_barrier_under_srun_with_pmix() {
         let line = out
             .stderr
             .lines()
-            .find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}:")))
+            .find(|l| l.starts_with(&format!("mcd-mpi: rank {rank}: ")) && l.contains("MPI_Barrier via"))
             .unwrap_or_else(|| panic!("no report from rank {rank}:\n{}", out.stderr));
         // The 100 on the world and the 10 barrier_check runs on a duplicate.
         assert!(line.contains("110 MPI_Barrier via mcd") && line.contains(", 0 via PMPI") && line.contains("mcd barriers 100"), "{line}");
