@@ -191,14 +191,7 @@ pub fn run(out: &Path, ranks: usize, scale: f64, rounds: usize, mpis: &[Mpi], st
     for &mpi in mpis {
         mpi::check_launcher(mpi)?;
         let interposer = cbuild::build_interposer(mpi, true)?;
-        let mut env: Vec<(String, String)> = Vec::new();
-        if mpi == Mpi::Mpich {
-            env.extend(mpi::MPICH_OVER_TCP.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        }
-        let own = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: env.clone(), ..MpiRun::default() };
-        let mut preload = env;
-        preload.push(("LD_PRELOAD".into(), interposer.display().to_string()));
-        let mcd = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: preload, ..MpiRun::default() };
+        let (own, mcd) = MpiRun::own_and_interposed(mpi, &interposer);
         for round in 1..=rounds {
             for (label, run, interposed) in [(mpi.label(), &own, false), (MCD, &mcd, true)] {
                 let n = iterations(mpi, interposed, scale);

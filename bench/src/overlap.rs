@@ -101,13 +101,8 @@ pub fn run(out: &Path, nodes: &[usize], scale: f64, rounds: usize, stem: &str) -
         for mpi in Mpi::ALL {
             mpi::check_launcher(mpi)?;
             let interposer = cbuild::build_interposer(mpi, true)?;
-            let mut env: Vec<(String, String)> = Vec::new();
-            if mpi == Mpi::Mpich {
-                env.extend(mpi::MPICH_OVER_TCP.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-            }
-            let own = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: env.clone(), ..MpiRun::default() };
-            let mut preload = env;
-            preload.push(("LD_PRELOAD".into(), interposer.display().to_string()));
+            let (own, interposed) = MpiRun::own_and_interposed(mpi, &interposer);
+            let mut preload = interposed.env;
             preload.push(("MCD_MPI_REPORT".into(), "1".into()));
             let mut runs = vec![(mpi.label(), own, false)];
             for (label, algorithm) in contenders(n) {

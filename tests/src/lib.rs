@@ -95,6 +95,21 @@ pub fn run_discovering(
     children.into_iter().map(|(node, child)| child.finish(node, deadline)).collect()
 }
 
+/// Starts `peer discover 3` (the test peer's bootstrap alone) as rank
+/// `node` of a 2-rank job named `job` on node `node` of `cluster`, with the
+/// cluster's key file and no node file, giving up after `timeout_s`
+/// seconds: the process the attacks on the bootstrap watch and replay to.
+pub fn discover_one(cluster: &Cluster, peer: &str, node: usize, job: &str, timeout_s: &str) -> mcd_vcluster::Collected {
+    let mut cmd = cluster.command(node, peer);
+    cmd.args(["discover", "3"]).env_remove("MCD_NODE_FILE").envs([
+        ("MCD_JOB", job),
+        ("MCD_SIZE", "2"),
+        ("MCD_BOOTSTRAP_TIMEOUT", timeout_s),
+        ("MCD_WAIT", "block"),
+    ]);
+    mcd_vcluster::Collected::spawn(cmd).expect("starting mcd-test-peer discover")
+}
+
 /// Compiles the C program `source` against the C ABI's library in
 /// `lib_dir` (from [`mcd_tools::cbuild::build_capi`]) into `out`; panics,
 /// saying what is missing, when it cannot.

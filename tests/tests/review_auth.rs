@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use barriers::MsgKind;
 use mcd_integration_tests::attacker::{assert_all_done, Attacker, Auth, Ended, Job};
-use mcd_integration_tests::cluster;
+use mcd_integration_tests::{cluster, discover_one};
 use mcd_vcluster::{ClusterSpec, Topology};
 
 const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
@@ -77,19 +77,6 @@ fn root_a_join_replayed_from_an_earlier_run_with_the_same_key_is_refused() {
     assert!(superseded >= 1, "node 0 counted the replayed join it replaced: {stats}");
 }
 
-/// Runs `mcd-test-peer discover 3` as rank `node` of a 2-rank job on node
-/// `node` of `c` (the cluster's key file, the same for every run).
-fn discovering(c: &mcd_vcluster::Cluster, node: usize) -> mcd_vcluster::Collected {
-    let mut cmd = c.command(node, PEER);
-    cmd.args(["discover", "3"]).env_remove("MCD_NODE_FILE").envs([
-        ("MCD_JOB", "rhello"),
-        ("MCD_SIZE", "2"),
-        ("MCD_BOOTSTRAP_TIMEOUT", "4"),
-        ("MCD_WAIT", "block"),
-    ]);
-    mcd_vcluster::Collected::spawn(cmd).expect("starting mcd-test-peer discover")
-}
-
 /// Finding 2 on the wire: hellos of an earlier run with the same secret.
 /// Run 1 of a 2-rank job bootstraps and completes; the attacker records
 /// rank 1's hellos (the last ones say "heard all" and "done"). In run 2
@@ -107,7 +94,7 @@ fn root_hellos_replayed_from_an_earlier_run_do_not_end_discovery() {
     let mut attacker = Attacker::plug(&c);
     let deadline = || std::time::Instant::now() + EVENT;
     // Run 1: recorded.
-    let run1: Vec<_> = (0..2).map(|n| discovering(&c, n)).collect();
+    let run1: Vec<_> = (0..2).map(|n| discover_one(&c, PEER, n, "rhello", "4")).collect();
     let outcomes: Vec<_> = run1.into_iter().enumerate().map(|(n, p)| p.finish(n, deadline())).collect();
     for o in &outcomes {
         assert!(o.success() && o.stdout.contains("done"), "run 1, node {}: {}{}", o.node, o.stdout, o.stderr);
@@ -117,12 +104,12 @@ fn root_hellos_replayed_from_an_earlier_run_do_not_end_discovery() {
     assert!(!recorded.is_empty(), "rank 1's hellos of run 1 were seen");
     // Run 2: rank 0 first; the replay once it is listening; then rank 1.
     let started = std::time::Instant::now();
-    let rank0 = discovering(&c, 0);
+    let rank0 = discover_one(&c, PEER, 0, "rhello", "4");
     attacker.wait_for("rank 0's first hello of run 2", EVENT, |f| f.at > started && hello(f) && f.src() == 0);
     for f in &recorded {
         attacker.send(&f.forge()); // replays: not one byte changed
     }
-    let rank1 = discovering(&c, 1);
+    let rank1 = discover_one(&c, PEER, 1, "rhello", "4");
     let outcomes = [rank0.finish(0, deadline()), rank1.finish(1, deadline())];
     for o in &outcomes {
         eprintln!("run 2, node {} ({:?}):\n{}{}", o.node, o.code, o.stdout, o.stderr);

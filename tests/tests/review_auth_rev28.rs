@@ -11,25 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcd_integration_tests::attacker::{Attacker, Captured};
-use mcd_integration_tests::{cluster, other_runs_foreign};
+use mcd_integration_tests::{cluster, discover_one, other_runs_foreign};
 use mcd_vcluster::{ClusterSpec, Topology};
 
 const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
 /// Generous bound on any wait for an event.
 const EVENT: Duration = Duration::from_secs(20);
-
-/// Runs `mcd-test-peer discover 3` as rank `node` of a 2-rank job on node
-/// `node` of `c` (the cluster's key file), giving up after `timeout_s` seconds.
-fn discovering(c: &mcd_vcluster::Cluster, node: usize, timeout_s: &str) -> mcd_vcluster::Collected {
-    let mut cmd = c.command(node, PEER);
-    cmd.args(["discover", "3"]).env_remove("MCD_NODE_FILE").envs([
-        ("MCD_JOB", "r28hello"),
-        ("MCD_SIZE", "2"),
-        ("MCD_BOOTSTRAP_TIMEOUT", timeout_s),
-        ("MCD_WAIT", "block"),
-    ]);
-    mcd_vcluster::Collected::spawn(cmd).expect("starting mcd-test-peer discover")
-}
 
 /// The counter `name` (`name: N`) in `line`, if there.
 fn counter(line: &str, name: &str) -> Option<u64> {
@@ -56,7 +43,7 @@ fn root_forged_hellos_during_a_bootstrap_that_succeeds_are_counted() {
     // The control: rank 0 alone, the same forgeries; its timeout's error
     // quotes them (they reached its hello socket and were dropped there).
     let started = Instant::now();
-    let alone = discovering(&c, 0, "2");
+    let alone = discover_one(&c, PEER, 0, "r28hello", "2");
     let first = attacker.wait_for("rank 0's first hello", EVENT, |f| f.at > started && hello(f) && f.src() == 0);
     for _ in 0..FORGED {
         attacker.send(&first.forge().from(1, mac1));
@@ -70,12 +57,12 @@ fn root_forged_hellos_during_a_bootstrap_that_succeeds_are_counted() {
     );
     // The job: the same forgeries while rank 0 waits for rank 1, who then comes.
     let started = Instant::now();
-    let rank0 = discovering(&c, 0, "10");
+    let rank0 = discover_one(&c, PEER, 0, "r28hello", "10");
     let first = attacker.wait_for("rank 0's first hello", EVENT, |f| f.at > started && hello(f) && f.src() == 0);
     for _ in 0..FORGED {
         attacker.send(&first.forge().from(1, mac1));
     }
-    let rank1 = discovering(&c, 1, "10");
+    let rank1 = discover_one(&c, PEER, 1, "r28hello", "10");
     let deadline = || Instant::now() + EVENT;
     let outcomes = [rank0.finish(0, deadline()), rank1.finish(1, deadline())];
     for o in &outcomes {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use barriers::MsgKind;
 use mcd_integration_tests::attacker::{Attacker, Auth, Captured, Ended, Job};
-use mcd_integration_tests::cluster;
+use mcd_integration_tests::{cluster, discover_one};
 use mcd_vcluster::{ClusterSpec, Topology};
 
 const PEER: &str = env!("CARGO_BIN_EXE_mcd-test-peer");
@@ -257,19 +257,6 @@ fn counter(line: &str, name: &str) -> Option<u64> {
     line[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
-/// Runs `mcd-test-peer discover 3` as rank `node` of a 2-rank job on node
-/// `node` of `c` (the cluster's key file).
-fn discovering(c: &mcd_vcluster::Cluster, node: usize) -> mcd_vcluster::Collected {
-    let mut cmd = c.command(node, PEER);
-    cmd.args(["discover", "3"]).env_remove("MCD_NODE_FILE").envs([
-        ("MCD_JOB", "r29hello"),
-        ("MCD_SIZE", "2"),
-        ("MCD_BOOTSTRAP_TIMEOUT", "10"),
-        ("MCD_WAIT", "block"),
-    ]);
-    mcd_vcluster::Collected::spawn(cmd).expect("starting mcd-test-peer discover")
-}
-
 /// Finding 3 of rev29 (what goes uncounted): an earlier run's hellos
 /// replayed during a bootstrap that succeeds. As `review_auth.rs`'s
 /// `root_hellos_replayed_from_an_earlier_run_do_not_end_discovery`: run 1
@@ -291,7 +278,7 @@ fn root_an_earlier_runs_hellos_replayed_during_a_bootstrap_that_succeeds_are_cou
     let c = cluster(ClusterSpec::new("r9hel", 2).topology(Topology::Hub));
     let mut attacker = Attacker::plug(&c);
     let deadline = || Instant::now() + EVENT;
-    let run1: Vec<_> = (0..2).map(|n| discovering(&c, n)).collect();
+    let run1: Vec<_> = (0..2).map(|n| discover_one(&c, PEER, n, "r29hello", "10")).collect();
     let outcomes: Vec<_> = run1.into_iter().enumerate().map(|(n, p)| p.finish(n, deadline())).collect();
     for o in &outcomes {
         assert!(o.success() && o.stdout.contains("done"), "run 1, node {}: {}{}", o.node, o.stdout, o.stderr);
@@ -300,12 +287,12 @@ fn root_an_earlier_runs_hellos_replayed_during_a_bootstrap_that_succeeds_are_cou
     let recorded = attacker.seen(|f| hello(f) && f.src() == 1);
     assert!(!recorded.is_empty(), "rank 1's hellos of run 1 were seen");
     let started = Instant::now();
-    let rank0 = discovering(&c, 0);
+    let rank0 = discover_one(&c, PEER, 0, "r29hello", "10");
     attacker.wait_for("rank 0's first hello of run 2", EVENT, |f| f.at > started && hello(f) && f.src() == 0);
     for f in &recorded {
         attacker.send(&f.forge()); // replays: not one byte changed
     }
-    let rank1 = discovering(&c, 1);
+    let rank1 = discover_one(&c, PEER, 1, "r29hello", "10");
     let outcomes = [rank0.finish(0, deadline()), rank1.finish(1, deadline())];
     for o in &outcomes {
         assert!(o.success() && o.stdout.contains("done"), "run 2, node {}: {}{}", o.node, o.stdout, o.stderr);

@@ -66,6 +66,23 @@ pub struct MpiRun {
     pub mca: Vec<(String, String)>,
 }
 
+impl MpiRun {
+    /// The MPI's own run and the same run with the interposer (`interposer`,
+    /// built for `mpi`) preloaded, set up as the benchmarks compare them:
+    /// MPICH over TCP on the cluster's links ([`MPICH_OVER_TCP`]), Open MPI
+    /// yielding when idle.
+    pub fn own_and_interposed(mpi: Mpi, interposer: &std::path::Path) -> (MpiRun, MpiRun) {
+        let mut env: Vec<(String, String)> = Vec::new();
+        if mpi == Mpi::Mpich {
+            env.extend(MPICH_OVER_TCP.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        }
+        let own = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: env.clone(), ..MpiRun::default() };
+        env.push(("LD_PRELOAD".into(), interposer.display().to_string()));
+        let interposed = MpiRun { env, ..own.clone() };
+        (own, interposed)
+    }
+}
+
 /// `mpi`'s launcher.
 fn launcher(mpi: Mpi) -> &'static str {
     match mpi {
