@@ -378,13 +378,14 @@ pub fn run(out: &std::path::Path, iterations: usize, rounds: usize) -> Result<()
         let (on, off) = (&pair[0], &pair[1]);
         let ratios: Vec<f64> = on.round_p50_us.iter().zip(&off.round_p50_us).map(|(a, b)| a / b).collect();
         let (lo, hi) = ratios.iter().fold((f64::MAX, f64::MIN), |(lo, hi), &r| (lo.min(r), hi.max(r)));
-        let paired = (median(ratios.clone()) - 1.0) * 100.0;
+        let rounds = ratios.len();
+        let paired = (median(ratios) - 1.0) * 100.0;
         writeln!(
             md,
             "- {}: {paired:+.1}% with authentication, the median of the {} rounds' p50 ratios (from {:+.1}% to {:+.1}%); \
              pooled p50 {:+.1}%, mean {:+.1}% — goal at most +5%: {}.",
             on.what,
-            ratios.len(),
+            rounds,
             (lo - 1.0) * 100.0,
             (hi - 1.0) * 100.0,
             (on.p50_us / off.p50_us - 1.0) * 100.0,
