@@ -50,6 +50,7 @@
  * wrong ones), then exits 0, or 1 if anything was wrong. */
 #include <mpi.h>
 #include <complex.h>
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -420,12 +421,23 @@ static void compare(long call, const char *desc, const member *m, int count, con
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
-    /* Whole lines per write: under MPICH's Hydra stdout came unbuffered,
-     * and a line printed in pieces came out with another rank's inside. */
-    setvbuf(stdout, NULL, _IOLBF, 1 << 14);
     int size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    /* Each rank's lines whole: with MCD_TEST_RANK_STDOUT=PREFIX set (the
+     * tests set it), rank r writes its standard output to PREFIX.r. The
+     * launchers forward output in pieces: under MPICH's Hydra a line written
+     * in one write came out cut in two with another rank's lines between. */
+    const char *rank_stdout = getenv("MCD_TEST_RANK_STDOUT");
+    if (rank_stdout && *rank_stdout) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s.%d", rank_stdout, rank);
+        if (!freopen(path, "w", stdout)) {
+            fprintf(stderr, "coll_diff: rank %d: cannot write %s: %s\n", rank, path, strerror(errno));
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    setvbuf(stdout, NULL, _IOLBF, 1 << 14);
     if (argc < 3) {
         if (rank == 0) fprintf(stderr, "usage: coll_diff SEED CALLS [all|pairs-bcast|mixed|mismatch|nonblocking] [MAX_BYTES]\n");
         MPI_Finalize();
@@ -472,9 +484,6 @@ int main(int argc, char **argv) {
      * report then passed 4 KiB, with another rank's output). */
     int ncomms = strcmp(mode, "all") ? NCOMMS : C_SELF + 1;
     /* Each communicator's size and this rank's rank in it. */
-    /* One write, newline included: under MPICH's Hydra stdout is
-     * unbuffered, and a line written in pieces came out with another
-     * rank's line inside it. */
     char line[1024];
     int at = snprintf(line, sizeof line, "coll_diff: communicators at rank %d:", rank);
     for (int c = 0; c < ncomms && at < (int)sizeof line; c++) {

@@ -209,12 +209,25 @@ fn with_interposer(spec: ClusterSpec, program: &str, args: &[&str], env: &[(&str
 /// As [`with_interposer`], under `mpi` (Open MPI's mpirun or MPICH's Hydra),
 /// with the interposer built for it.
 fn with_interposer_of(mpi: Mpi, spec: ClusterSpec, program: &str, args: &[&str], env: &[(&str, &str)]) -> NodeOutcome {
+    interposed_run(mpi, spec, program, args, env, false)
+}
+
+/// mpi/coll_diff.c with `args` under `mpi` on `spec`, as
+/// [`with_interposer_of`], each rank's standard output read whole from its
+/// own file ([`MpiRun::stdout_per_rank`]).
+fn run_coll_diff(mpi: Mpi, spec: ClusterSpec, args: &[&str], env: &[(&str, &str)]) -> NodeOutcome {
+    let program = cbuild::build_program(mpi, "coll_diff").unwrap();
+    interposed_run(mpi, spec, program.to_str().unwrap(), args, env, true)
+}
+
+/// [`with_interposer_of`], with [`MpiRun::stdout_per_rank`] as asked.
+fn interposed_run(mpi: Mpi, spec: ClusterSpec, program: &str, args: &[&str], env: &[(&str, &str)], stdout_per_rank: bool) -> NodeOutcome {
     let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
     let preload = cbuild::build_interposer(mpi, false).unwrap_or_else(|e| panic!("building the interposer for {mpi}: {e:#}"));
     let c = cluster(spec);
     let mut vars = vec![("LD_PRELOAD".to_string(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())];
     vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, ..MpiRun::default() };
+    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, stdout_per_rank, ..MpiRun::default() };
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let out = run.output(&c, program, &args, Duration::from_secs(120)).unwrap();
     assert!(out.success(), "mpirun failed:\n{}\n{}", out.stdout, out.stderr);
@@ -499,8 +512,7 @@ fn a_solver_prints_the_same_with_the_collectives_interposer_under_loss_and_the_s
 /// failed, and returns the output.
 fn coll_diff(mpi: Mpi, spec: ClusterSpec, args: &[&str], env: &[(&str, &str)]) -> NodeOutcome {
     let n = spec.nodes;
-    let program = cbuild::build_program(mpi, "coll_diff").unwrap();
-    let out = with_interposer_of(mpi, spec, program.to_str().unwrap(), args, env);
+    let out = run_coll_diff(mpi, spec, args, env);
     for rank in 0..n {
         let line = out
             .stdout
@@ -577,14 +589,7 @@ fn types_of_one_signature_mixed_across_ranks_match_pmpi_under_mpich() {
 /// 2026-11-26 a broadcast from differing roots left every later collective
 /// failing: barriers/tests/bcast_roots.rs.)
 fn a_failed_collective_leaves_later_ones_working(mpi: Mpi, name: &str) {
-    let program = cbuild::build_program(mpi, "coll_diff").unwrap();
-    let out = with_interposer_of(
-        mpi,
-        ClusterSpec::new(name, 4),
-        program.to_str().unwrap(),
-        &["3", "100", "mismatch", "512"],
-        &[("MCD_BARRIER_TIMEOUT", "2")],
-    );
+    let out = run_coll_diff(mpi, ClusterSpec::new(name, 4), &["3", "100", "mismatch", "512"], &[("MCD_BARRIER_TIMEOUT", "2")]);
     for rank in 0..4 {
         let prefix = format!("coll_diff: rank {rank}: the calls returned ");
         let codes: Vec<&str> = out

@@ -64,7 +64,18 @@ pub struct MpiRun {
     pub env: Vec<(String, String)>,
     /// Extra `--mca NAME VALUE` pairs (Open MPI only).
     pub mca: Vec<(String, String)>,
+    /// Whether each rank writes its standard output to a file of its own
+    /// ([`RANK_STDOUT_VAR`]), which [`MpiRun::output`] reads back in rank
+    /// order: the launchers forward the ranks' output in pieces (Hydra cut a
+    /// line written in one `write` in two, with another rank's lines between
+    /// them), so a test that reads every rank's lines needs them whole.
+    pub stdout_per_rank: bool,
 }
+
+/// The variable that names, for a program that honours it (mpi/coll_diff.c),
+/// the prefix of its per-rank output files: rank `r` writes its standard
+/// output to `PREFIX.r` ([`MpiRun::stdout_per_rank`]).
+pub const RANK_STDOUT_VAR: &str = "MCD_TEST_RANK_STDOUT";
 
 impl MpiRun {
     /// The MPI's own run and the same run with the interposer (`interposer`,
@@ -174,10 +185,36 @@ pub const MPICH_OVER_TCP: [(&str, &str); 2] = [("UCX_TLS", "tcp,self"), ("UCX_NE
 impl MpiRun {
     /// Runs `program` under `mpirun` on `cluster` and collects its output;
     /// kills it after `timeout`.
+    ///
+    /// With [`MpiRun::stdout_per_rank`], the outcome's `stdout` is the ranks'
+    /// files, rank 0's first, then what the launcher itself printed; a rank
+    /// without a file is said there.
     pub fn output(&self, cluster: &Cluster, program: &str, args: &[String], timeout: Duration) -> Result<NodeOutcome> {
-        let cmd = self.command(cluster, program, args)?;
-        let child = Collected::spawn(cmd).context("starting mpirun")?;
-        Ok(child.finish(0, Instant::now() + timeout))
+        if !self.stdout_per_rank {
+            let cmd = self.command(cluster, program, args)?;
+            let child = Collected::spawn(cmd).context("starting mpirun")?;
+            return Ok(child.finish(0, Instant::now() + timeout));
+        }
+        let dir = std::env::temp_dir().join(format!("mcd-rank-stdout-{}-{}", cluster.spec().name, std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let prefix = dir.join("rank");
+        let mut run = self.clone();
+        run.stdout_per_rank = false;
+        run.env.push((RANK_STDOUT_VAR.to_string(), prefix.display().to_string()));
+        let mut out = run.output(cluster, program, args, timeout)?;
+        let ranks = self.ranks.unwrap_or(cluster.nodes() * self.ranks_per_node.max(1));
+        let mut stdout = String::new();
+        for rank in 0..ranks {
+            let file = dir.join(format!("rank.{rank}"));
+            match std::fs::read_to_string(&file) {
+                Ok(text) => stdout.push_str(&text),
+                Err(e) => stdout.push_str(&format!("(rank {rank} left no output file {}: {e})\n", file.display())),
+            }
+        }
+        stdout.push_str(&out.stdout);
+        out.stdout = stdout;
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(out)
     }
 }
 
