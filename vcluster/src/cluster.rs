@@ -826,6 +826,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn output_held_open_by_a_process_left_behind_ends_the_read_after_the_grace() {
+        // The shell prints and exits at once; the sleep it leaves keeps both
+        // outputs open for a minute.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo before; sleep 60 & exit 3"]);
+        let started = Instant::now();
+        let out = Collected::spawn(cmd).unwrap().finish(7, Instant::now() + Duration::from_secs(30));
+        let took = started.elapsed();
+        assert!(took >= OUTPUT_GRACE && took < OUTPUT_GRACE + Duration::from_secs(20), "{took:?}");
+        assert_eq!((out.node, out.code, out.timed_out), (7, Some(3), false));
+        assert_eq!(out.stdout, "before\n");
+        assert!(out.stderr.contains("still holds them"), "{}", out.stderr);
+    }
+
+    #[test]
+    fn outputs_that_end_with_the_process_are_read_whole() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo out; echo err >&2"]);
+        let out = Collected::spawn(cmd).unwrap().finish(0, Instant::now() + Duration::from_secs(30));
+        assert_eq!((out.code, out.stdout.as_str(), out.stderr.as_str()), (Some(0), "out\n", "err\n"));
+    }
+
+    #[test]
     fn names_fit_interface_limits_and_macs_differ_per_cluster() {
         let a = Cluster { spec: ClusterSpec::new("abcdef", 250).rails(4) };
         assert!(a.peer(249, 3).len() <= 15, "{}", a.peer(249, 3));
