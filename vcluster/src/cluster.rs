@@ -740,7 +740,7 @@ impl Collected {
 
     /// Waits until the child exits or `deadline` passes (then kills it);
     /// `node` labels the outcome. Its outputs are read until they end, or
-    /// for at most [`OUTPUT_GRACE`] after the child ended (then the outcome
+    /// for at most 10 s after the child ended (then the outcome
     /// says, on its standard error, that a process it left held them).
     pub fn finish(mut self, node: usize, deadline: Instant) -> NodeOutcome {
         let mut timed_out = false;
