@@ -395,12 +395,13 @@ fn replayed_keepalive(name: &str, auth: Auth) {
     }
 }
 
-/// Attack 7, a stolen switch port: on a learning switch, as the job starts,
-/// the attacker sends a frame with node 0's source MAC, so the switch sends
-/// node 0's traffic (the other nodes' join requests) to the attacker's
-/// port; it sends one again every 50 ms until a join request for node 0
-/// has come to it (the theft worked: node 0 may have announced itself
-/// before any was sent), then stops. The join timeout is 3 s. No tag stops this: what brings
+/// Attack 7, a stolen switch port: on a learning switch, the attacker
+/// sends a frame with node 0's source MAC (defended: once node 0 waits for
+/// joins, the others held until then; undefended: as the job starts), so
+/// the switch sends node 0's traffic (the other nodes' join requests) to
+/// the attacker's port; it sends one again (every millisecond defended,
+/// every 50 ms undefended) until a join request for node 0 has come to it
+/// (the theft worked), then stops. The join timeout is 3 s. No tag stops this: what brings
 /// the port back is a waiting endpoint's announcement of its MAC
 /// (`EndpointConfig::announce_every`, on whether or not frames are
 /// authenticated), so the undefended half runs as mcd did before, with
@@ -414,18 +415,43 @@ fn stolen_port(name: &str, auth: Auth) {
     steal[6..12].copy_from_slice(&mac0.0);
     steal[12..14].copy_from_slice(&mcd::wire::DEFAULT_ETHERTYPE.to_be_bytes());
     let steal = mcd_integration_tests::attacker::Forgery(steal);
-    attacker.send(&steal);
-    let job = Job::start(&c, PEER, auth, "tree2", 3, |_| {
+    // Defended, the others hold before creating the barrier and node 0
+    // creates it at once (and waits for their joins, silent but for its
+    // announcements); the attacker takes node 0's port, the others go on,
+    // and the attacker takes the port again every millisecond until a join
+    // has come to it, so that an announcement of node 0's holds the port
+    // for at most a millisecond before the joins go out, whatever the
+    // machine's load (a theft every 50 ms as the job started raced node
+    // 0's announcements, and once every node had joined none was left to
+    // divert). Undefended, the port is taken as the job starts and again
+    // every 50 ms.
+    let hold = auth == Auth::On;
+    if !hold {
+        attacker.send(&steal);
+    }
+    let mut job = Job::start(&c, PEER, auth, "tree2", 3, |node| {
         let mut env = vec![("MCD_TEST_JOIN_MS", "3000".to_string())];
+        if hold && node != 0 {
+            env.push(("MCD_TEST_HOLD", "1".to_string()));
+        }
         if auth == Auth::Off {
             env.push(("MCD_TEST_NO_ANNOUNCE", "1".to_string()));
         }
         env
     });
+    if hold {
+        for node in 1..4 {
+            job.wait_line(node, "holding", EVENT);
+        }
+        attacker.send(&steal);
+        for node in 1..4 {
+            job.go(node);
+        }
+    }
     let started = Instant::now();
     let diverted_join = |f: &Captured| f.is(MsgKind::Join) && f.frame().dst_mac() == mac0;
     let stolen = loop {
-        if let Some(f) = attacker.try_wait_for(Duration::from_millis(50), diverted_join) {
+        if let Some(f) = attacker.try_wait_for(if hold { Duration::from_millis(1) } else { Duration::from_millis(50) }, diverted_join) {
             break f;
         }
         assert!(started.elapsed() < EVENT, "no join request for node 0 ever came to the attacker");
