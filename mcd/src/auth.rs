@@ -363,7 +363,7 @@ fn new_session() -> Result<u64> {
 }
 
 /// A job secret made ready to sign and verify frames: SipHash-2-4's
-/// state after its key is loaded ([`siphash24`]), 32 bytes.
+/// state after its key is loaded, 32 bytes.
 #[derive(Clone)]
 pub struct FrameKey {
     start: SipState,
@@ -394,7 +394,7 @@ impl FrameKey {
     }
 
     /// The tag of `signed` (the bytes from the kind through the counter):
-    /// SipHash-2-4 under this key ([`siphash24`]).
+    /// SipHash-2-4 under this key, in one pass over the bytes.
     #[inline]
     pub fn tag(&self, signed: &[u8]) -> u64 {
         siphash24(&self.start, signed)
