@@ -531,7 +531,9 @@ impl Core {
     /// completed without some recovery below it, which teaches nothing, so
     /// it kept the initial 250 µs; a lost arrival waited that long.) At
     /// most one such NACK per answer gap to one peer (the peer's NACK comes
-    /// in copies).
+    /// in copies), and it counts as this node's retry: the next comes a
+    /// retry interval later (measured, 10 GbE, tree4, 8 nodes, bursty 5%/4:
+    /// 2.01× lossless when the timer NACKed again soon after, 1.92× with).
     fn arrival_proven(&mut self, from: NodeId, now: Instant, gap: Duration) {
         let just_asked = self.recovery.nacked_at.is_some_and(|(p, at)| p == from && now.saturating_duration_since(at) < gap);
         if !self.phase.running() || just_asked {
@@ -539,6 +541,10 @@ impl Core {
         }
         let sent = self.nack_missing(now, |w| w.from == from && w.tag == plan::tag::ARRIVE);
         self.stats.fast_nacks += sent;
+        if sent > 0 {
+            // (This was the retry: the next comes a retry interval later.)
+            self.recovery.next_retry = self.recovery.next_retry.max(now + self.recovery.retry_interval);
+        }
     }
 
     /// **What a status proves.** A child (in a tree whose root releases by
