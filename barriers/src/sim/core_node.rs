@@ -169,14 +169,15 @@ impl SimNode for CoreNode {
         }
     }
 
-    fn poll_transmit(&mut self) -> Option<Transmit> {
+    fn poll_transmit(&mut self, data: &mut Vec<u8>) -> Option<Transmit> {
         self.collect();
         let t = self.core.poll_transmit()?;
         let dest = match t.to {
             To::Node(n) => Dest::Node(n),
             To::All => Dest::All,
         };
-        Some(Transmit { rail: t.rail, dest, msg: t.msg, data: t.data.to_vec() })
+        data.extend_from_slice(t.data);
+        Some(Transmit { rail: t.rail, dest, msg: t.msg })
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
