@@ -114,7 +114,11 @@ impl CoreNode {
         }
     }
 
+    #[inline]
     fn collect(&mut self) {
+        if !self.core.has_event() {
+            return;
+        }
         while let Some(e) = self.core.poll_event() {
             match e {
                 Event::Joined { instance } => self.events.push_back(NodeEvent::Joined { instance }),
