@@ -6,7 +6,8 @@
 //! A step time includes the peers' lateness as well as the network. Two
 //! things keep lateness from ruining the estimate: a sample is taken only
 //! when an original message (not a re-sent answer) completes a step, so a
-//! recovered loss teaches nothing; and one sample counts for at most 1.5
+//! recovered loss teaches nothing (a step that a recovery delayed teaches
+//! the time of its last undelayed original, if any: see the engine); and one sample counts for at most 1.5
 //! times the current timeout, so a single long imbalance (a checkpoint)
 //! barely moves it, while a network that is slow every time raises it
 //! within a few dozen barriers. (Lateness that a probe exposes, a peer
@@ -35,6 +36,12 @@ impl Rto {
     /// The current timeout.
     pub fn get(&self) -> Duration {
         self.rto
+    }
+
+    /// Whether it has learned from a step yet (else it is the initial
+    /// timeout, which says nothing of the network).
+    pub fn learned(&self) -> bool {
+        self.srtt.is_some()
     }
 
     /// Learns from one step that took `took`.

@@ -190,6 +190,7 @@ impl Core {
         self.live.gave_up = None; // progress: whatever was silent is not in the way
         self.recovery.laggard = Laggard::Unknown;
         self.recovery.step_since = now;
+        self.recovery.clean_at = None;
         self.recovery.retry_interval = self.recovery.rto.get(self.run.step);
         self.recovery.next_retry = now + self.recovery.retry_interval;
         self.recovery.fast_nacked = false;

@@ -62,8 +62,10 @@ impl Core {
                 }
             }
             MsgKind::Data | MsgKind::Answer => {
-                // Node 0's release, relayed by this node's parent (asked for it).
-                let sender = if msg.kind == MsgKind::Answer && msg.tag == plan::tag::RELEASE && self.recovery.relay == Some(from) { 0 } else { from };
+                // Node 0's release, relayed by this node's parent (asked
+                // for it, or told that this node still waits for it).
+                let sender =
+                    if msg.kind == MsgKind::Answer && msg.tag == plan::tag::RELEASE && self.recovery.parent == Some(from) { 0 } else { from };
                 if !self.on_data(sender, msg, epoch, data, now) {
                     return;
                 }
@@ -99,6 +101,9 @@ impl Core {
         // yet, so nothing was lost; it is late.
         if self.phase.running() && epoch <= self.window.epoch && self.missing_any(|p| p == from) {
             self.recovery.laggard = Laggard::Late;
+        }
+        if msg.tag & status::IN_PROGRESS != 0 {
+            self.release_proven_missing(from, epoch, now);
         }
         if self.live.peers[from].status(epoch, msg, now) {
             self.live.report_pending = Some(now);
@@ -170,6 +175,18 @@ impl Core {
                 // came after a probe: then the retry was early, and the
                 // timeout must grow, or every step probes again).
                 self.recovery.rto.sample(step, now.saturating_duration_since(self.recovery.step_since));
+            } else if step == self.run.step && self.run.remaining[step] == 0 && self.recovery.laggard == Laggard::Unknown {
+                // A recovery somewhere delayed the step (a message marked
+                // RECOVERED came, here or at its last): its time teaches
+                // nothing, but the originals that came in it undelayed do:
+                // the last of them is a clean path's time.
+                let own_late = self.recovery.recovered_in.is_some_and(|e| e + 1 >= self.window.epoch);
+                if let Some(at) = self.recovery.clean_at.filter(|_| !own_late) {
+                    self.recovery.rto.sample(step, at.saturating_duration_since(self.recovery.step_since));
+                }
+            }
+            if step == self.run.step && clean {
+                self.recovery.clean_at = Some(now);
             }
             if !clean {
                 // Recovered here or upstream: a loss happened (or the

@@ -800,3 +800,58 @@ fn a_join_replayed_from_an_earlier_cycle_neither_takes_the_real_nodes_place_nor_
     drain(&mut e, &mut sent);
     assert!(sent.iter().any(|m| m.kind == MsgKind::Admit && m.arg == this_cycle as u32), "node 1's own, asking again, is admitted again");
 }
+
+/// Node `me` of 6 in a tree4 released by multicast (node 0's children are
+/// 1 to 4; node 5 is node 4's child).
+fn tree_node_of_6(me: NodeId) -> Node {
+    let tree = Algorithm::Tree { k: plan::Fanout::FOUR, release: plan::Release::Multicast };
+    assert_eq!(plan::tree_parent(5, 4, 6).map(|(p, _)| p), Some(4));
+    Node::new(me, 6, BarrierConfig::new(tree))
+}
+
+#[test]
+fn a_nack_for_the_release_proves_the_askers_arrival_went_and_it_is_nacked_at_once() {
+    let mut e = tree_node_of_6(0);
+    e.enter_split().unwrap();
+    for child in 1..4 {
+        push(&mut e, child, MsgKind::Data, 0, plan::tag::ARRIVE, Vec::new());
+    }
+    assert!(!e.test().unwrap(), "node 4's arrival is missing");
+    assert_eq!(sent_count(&e, 4, MsgKind::Nack, 0, plan::tag::ARRIVE), 0, "no retry is due yet");
+    // Node 4 asks for the release: it has sent its arrival, which was lost.
+    push(&mut e, 4, MsgKind::Nack, 0, plan::tag::RELEASE, Vec::new());
+    assert!(!e.test().unwrap());
+    assert_eq!(sent_count(&e, 4, MsgKind::Nack, 0, plan::tag::ARRIVE), 1, "{:?}", e.transport.sent);
+    assert_eq!(e.now, e.recovery.step_since, "at once, not at a retry");
+    // Its arrival comes as the answer: the release goes.
+    push(&mut e, 4, MsgKind::Answer, 0, plan::tag::ARRIVE, Vec::new());
+    assert!(e.test().unwrap());
+    assert!(sent_count(&e, 5, MsgKind::Data, 0, plan::tag::RELEASE) >= 1);
+}
+
+#[test]
+fn a_child_that_says_it_is_still_in_the_barrier_before_gets_the_release_from_its_parent() {
+    // Node 4 completes barrier 0 and enters 1.
+    let mut p = tree_node_of_6(4);
+    p.enter_split().unwrap();
+    push(&mut p, 5, MsgKind::Data, 0, plan::tag::ARRIVE, Vec::new());
+    release(&mut p, 0, 0);
+    assert!(p.test().unwrap());
+    p.enter_split().unwrap();
+    let before = p.transport.sent.len();
+    // Its child 5 answers a probe for its arrival of 1: it is still in 0.
+    p.transport.inbox.push_back(Incoming {
+        from: 5,
+        rail: 0,
+        msg: Msg { kind: MsgKind::Status, instance: INSTANCE, epoch: 0, tag: status::IN_PROGRESS, arg: 0 },
+    });
+    assert!(!p.test().unwrap());
+    let handed: Vec<_> = p.transport.sent[before..].iter().filter(|(to, m)| *to == 5 && m.kind == MsgKind::Answer).copied().collect();
+    assert!(!handed.is_empty() && handed.iter().all(|(_, m)| m.epoch == 0 && m.tag == plan::tag::RELEASE), "{handed:?}");
+    // The child takes its parent's answer as node 0's release and completes 0.
+    let mut c = tree_node_of_6(5);
+    c.enter_split().unwrap();
+    assert!(!c.test().unwrap());
+    c.transport.inbox.push_back(Incoming { from: 4, rail: 0, msg: handed[0].1 });
+    assert!(c.test().unwrap(), "the relayed release completes barrier 0");
+}
