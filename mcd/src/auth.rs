@@ -53,7 +53,6 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use siphasher::sip::SipHasher24;
 use siphasher::sip128::SipHasher24 as SipHasher128;
 
 pub use crate::wire::FrameCounter;
@@ -363,10 +362,11 @@ fn new_session() -> Result<u64> {
     Ok(u64::from_ne_bytes(bytes))
 }
 
-/// A job secret made ready to sign and verify frames.
+/// A job secret made ready to sign and verify frames: SipHash-2-4's
+/// state after its key is loaded, 32 bytes.
 #[derive(Clone)]
 pub struct FrameKey {
-    hasher: SipHasher24,
+    start: SipState,
 }
 
 impl fmt::Debug for FrameKey {
@@ -389,12 +389,15 @@ impl FrameKey {
         label[18..22].copy_from_slice(&(rail as u32).to_be_bytes());
         label[22..].copy_from_slice(&dst.0);
         let derived = u128::from(SipHasher128::new_with_key(&secret.0).hash(&label)).to_le_bytes();
-        FrameKey { hasher: SipHasher24::new_with_key(&derived) }
+        let word = |at: usize| u64::from_le_bytes(derived[at..at + 8].try_into().expect("8 of the 16 bytes"));
+        FrameKey { start: sip_keyed(word(0), word(8)) }
     }
 
-    /// The tag of `signed` (the bytes from the kind through the counter).
+    /// The tag of `signed` (the bytes from the kind through the counter):
+    /// SipHash-2-4 under this key, in one pass over the bytes.
+    #[inline]
     pub fn tag(&self, signed: &[u8]) -> u64 {
-        self.hasher.hash(signed)
+        siphash24(&self.start, signed)
     }
 
     /// Signs a frame in `frame` (of this key's job, to its destination, on
@@ -422,6 +425,73 @@ impl FrameKey {
     }
 }
 
+/// SipHash's four words of state (v0, v1, v2, v3).
+type SipState = [u64; 4];
+
+/// The state under the key (k0, k1): the key's two little-endian words
+/// XORed with the constants of the SipHash paper ("somepseudorandomlygeneratedbytes").
+fn sip_keyed(k0: u64, k1: u64) -> SipState {
+    [k0 ^ 0x736f_6d65_7073_6575, k1 ^ 0x646f_7261_6e64_6f6d, k0 ^ 0x6c79_6765_6e65_7261, k1 ^ 0x7465_6462_7974_6573]
+}
+
+/// One SipRound: additions, rotations and XORs of the four words.
+#[inline(always)]
+fn sip_round(v: &mut SipState) {
+    v[0] = v[0].wrapping_add(v[1]);
+    v[1] = v[1].rotate_left(13) ^ v[0];
+    v[0] = v[0].rotate_left(32);
+    v[2] = v[2].wrapping_add(v[3]);
+    v[3] = v[3].rotate_left(16) ^ v[2];
+    v[0] = v[0].wrapping_add(v[3]);
+    v[3] = v[3].rotate_left(21) ^ v[0];
+    v[2] = v[2].wrapping_add(v[1]);
+    v[1] = v[1].rotate_left(17) ^ v[2];
+    v[2] = v[2].rotate_left(32);
+}
+
+/// Absorbs one 8-byte word with SipHash-2-4's two compression rounds.
+#[inline(always)]
+fn sip_compress(v: &mut SipState, m: u64) {
+    v[3] ^= m;
+    sip_round(v);
+    sip_round(v);
+    v[0] ^= m;
+}
+
+/// SipHash-2-4 of `msg` from the keyed state `start`, as the SipHash
+/// paper defines it: the message's little-endian 8-byte words, then a last
+/// word of its remaining bytes with its length (mod 256) in the top byte,
+/// then four finalization rounds. One pass over the slice: each word is one
+/// unaligned load, the last partial word one more (the 8 bytes ending the
+/// message, shifted), with none of a streaming hasher's buffering of a
+/// partial word between writes (the `siphasher` crate's; it is the
+/// reference this one is tested against, and still derives the keys).
+#[inline]
+fn siphash24(start: &SipState, msg: &[u8]) -> u64 {
+    let mut v = *start;
+    let words = msg.chunks_exact(8);
+    let rest = words.remainder();
+    for word in words {
+        sip_compress(&mut v, u64::from_le_bytes(word.try_into().expect("chunks of 8")));
+    }
+    let mut last = (msg.len() as u64) << 56;
+    if !rest.is_empty() && msg.len() >= 8 {
+        // The last 8 bytes hold the rest at their end: shift off the others.
+        let end: [u8; 8] = msg[msg.len() - 8..].try_into().expect("8 bytes");
+        last |= u64::from_le_bytes(end) >> (64 - 8 * rest.len());
+    } else {
+        for (i, &b) in rest.iter().enumerate() {
+            last |= u64::from(b) << (8 * i);
+        }
+    }
+    sip_compress(&mut v, last);
+    v[2] ^= 0xff;
+    for _ in 0..4 {
+        sip_round(&mut v);
+    }
+    v[0] ^ v[1] ^ v[2] ^ v[3]
+}
+
 /// Words of a replay window's bitmap.
 const WINDOW_WORDS: usize = (REPLAY_WINDOW / 64) as usize;
 
@@ -444,6 +514,7 @@ impl ReplayWindow {
 
     /// Whether a frame with `counter` is new: above the highest seen, or
     /// within the window below it and not seen. Changes nothing.
+    #[inline]
     pub fn check(&self, counter: u64) -> bool {
         if counter > self.top {
             return true;
@@ -456,7 +527,16 @@ impl ReplayWindow {
     }
 
     /// Records `counter` as seen (after [`check`](Self::check) said it is new).
+    #[inline]
     pub fn record(&mut self, counter: u64) {
+        if self.top != 0 && self.top.checked_add(1) == Some(counter) {
+            // The next in order (nearly every frame): its slot is the one
+            // the window slides past.
+            let (word, mask) = Self::bit(counter);
+            self.bits[word] |= mask;
+            self.top = counter;
+            return;
+        }
         if counter > self.top {
             let ahead = counter - self.top;
             if ahead >= REPLAY_WINDOW || self.top == 0 {
@@ -552,10 +632,14 @@ impl SenderWindows {
 
     /// Whether a frame with `counter` is new: of a session not kept, or
     /// new to its session's window. Changes nothing.
+    #[inline]
     pub fn check(&self, counter: FrameCounter) -> bool {
         let (session, number) = (counter.session, u64::from(counter.number));
         if number == 0 {
             return false; // numbers start at 1
+        }
+        if self.is_latest_live(session) {
+            return self.live[0].window.check(number); // nearly every frame
         }
         if let Some(live) = self.live(session) {
             return self.live[live].window.check(number);
@@ -567,11 +651,13 @@ impl SenderWindows {
     }
 
     /// Records `counter` as seen (after [`check`](Self::check) said it is new).
+    #[inline]
     pub fn record(&mut self, counter: FrameCounter) {
         let (session, number) = (counter.session, u64::from(counter.number));
         self.clock += 1;
         self.last = session;
-        if let Some(live) = self.live(session) {
+        let live = if self.is_latest_live(session) { Some(0) } else { self.live(session) };
+        if let Some(live) = live {
             let slot = &mut self.live[live];
             slot.window.record(number);
             slot.taken += 1;
@@ -579,6 +665,13 @@ impl SenderWindows {
             return;
         }
         self.pool(session, number);
+    }
+
+    /// Whether `session` is the one named live last: one comparison (its
+    /// window is never empty once named).
+    #[inline]
+    fn is_latest_live(&self, session: u64) -> bool {
+        self.live[0].session == session && self.live[0].window.highest() != 0
     }
 
     /// The live slot holding `session`, if any.
@@ -589,14 +682,16 @@ impl SenderWindows {
     /// Names the session of the frame recorded last live: the receiver's
     /// engine took that frame's message as this run's. One comparison when
     /// it already is the live one.
+    #[inline]
     pub fn pin_last(&mut self) {
         self.pin(self.last);
     }
 
     /// Names `session` live (as [`pin_last`](Self::pin_last)), if it is
     /// kept: a session forgotten meanwhile stays so.
+    #[inline]
     pub fn pin(&mut self, session: u64) {
-        if self.live[0].session == session && self.live[0].window.highest() != 0 {
+        if self.is_latest_live(session) {
             return;
         }
         if self.live[1].session == session && self.live[1].window.highest() != 0 {
@@ -808,6 +903,47 @@ mod tests {
         // one job fails its tag at another job's node under the same secret.
         assert_eq!(verify(&FrameKey::for_destination(&secret, JOB ^ 1, 0, DST), &frame), None, "under another job's key");
         assert_eq!(verify(&FrameKey::for_destination(&secret, JOB, 0, DST), &frame), Some(at(7, 1)));
+    }
+
+    /// The key of bytes 0, 1, ..., 15 as SipHash's two words.
+    fn sip_key(key: &[u8; 16]) -> SipState {
+        let word = |at: usize| u64::from_le_bytes(key[at..at + 8].try_into().unwrap());
+        sip_keyed(word(0), word(8))
+    }
+
+    #[test]
+    fn siphash24_gives_the_papers_test_vector() {
+        // The SipHash paper (Aumasson and Bernstein, 2012), appendix A: key
+        // 00 01 .. 0f, the 15-byte message 00 01 .. 0e.
+        let key: [u8; 16] = std::array::from_fn(|i| i as u8);
+        let msg: Vec<u8> = (0..15).collect();
+        assert_eq!(siphash24(&sip_key(&key), &msg), 0xa129_ca61_49be_45e5);
+    }
+
+    #[test]
+    fn siphash24_agrees_with_the_siphasher_crate_for_random_keys_at_every_length_to_200() {
+        use siphasher::sip::SipHasher24;
+        let mut bytes = [0u8; 16 + 200];
+        for round in 0..64 {
+            getrandom::fill(&mut bytes).unwrap();
+            let key: [u8; 16] = bytes[..16].try_into().unwrap();
+            let (ours, reference) = (sip_key(&key), SipHasher24::new_with_key(&key));
+            for len in 0..=200 {
+                // Every alignment of the message in memory, too.
+                let msg = &bytes[16 + (round % 8).min(200 - len)..][..len];
+                assert_eq!(siphash24(&ours, msg), reference.hash(msg), "key {key:02x?}, {len} bytes");
+            }
+        }
+        // Through the frame key: the tag is SipHash-2-4 under the derived key.
+        let k = key(1);
+        let derived = {
+            let mut label = [0u8; 28];
+            label[..13].copy_from_slice(b"mcd frame key");
+            label[14..18].copy_from_slice(&JOB.to_be_bytes());
+            label[22..].copy_from_slice(&DST.0);
+            u128::from(SipHasher128::new_with_key(&[1; SECRET_LEN]).hash(&label)).to_le_bytes()
+        };
+        assert_eq!(k.tag(b"signed bytes"), SipHasher24::new_with_key(&derived).hash(b"signed bytes"));
     }
 
     #[test]

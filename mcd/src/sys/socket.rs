@@ -8,6 +8,21 @@ use super::ring::{RingGeometry, Rings};
 
 const TPACKET_V2: libc::c_int = 1;
 
+/// Where a received frame starts in its receive-ring slot: byte 128, the
+/// start of the slot's third cache line. The kernel puts it at
+/// `TPACKET_ALIGN(TPACKET2_HDRLEN + 16) - 14 + PACKET_RESERVE`, that is
+/// 80 - 14 = 66 bytes without a reserve, where a frame of 44 to 62 bytes
+/// (an unauthenticated barrier message) fits in the second line and the
+/// same message authenticated (20 bytes of trailer more, the tag at its
+/// end) spills into the third: verifying its tag read one more line, last
+/// written by the core that ran the sender's `veth` transmit. From byte
+/// 128 on, a frame of up to 64 bytes (every barrier message, signed) is in
+/// one line.
+pub const RX_FRAME_AT: usize = 128;
+/// `PACKET_RESERVE`: the bytes the kernel leaves before the frame, on top
+/// of the 66 it leaves anyway (see [`RX_FRAME_AT`]).
+const RX_RESERVE: libc::c_uint = (RX_FRAME_AT - 66) as libc::c_uint;
+
 /// The protocol that binds a packet socket to every EtherType (`ETH_P_ALL`).
 pub const ALL_PROTOCOLS: u16 = libc::ETH_P_ALL as u16;
 
@@ -166,8 +181,11 @@ impl PacketSocket {
         }
     }
 
-    /// Sets up and maps a receive and a send ring.
+    /// Sets up and maps a receive and a send ring. Each received frame
+    /// starts [`RX_FRAME_AT`] bytes into its slot, on a cache line's
+    /// boundary (`PACKET_RESERVE`).
     pub fn map_rings(&self, rx: RingGeometry, tx: RingGeometry) -> io::Result<Rings> {
+        self.set_option(libc::SOL_PACKET, libc::PACKET_RESERVE, &RX_RESERVE)?;
         self.set_option(libc::SOL_PACKET, libc::PACKET_RX_RING, &rx.request())?;
         self.set_option(libc::SOL_PACKET, libc::PACKET_TX_RING, &tx.request())?;
         let len = rx.bytes() + tx.bytes();
