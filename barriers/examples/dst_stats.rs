@@ -47,8 +47,8 @@ impl SimNode for Counted {
     fn call(&mut self, now: Instant, call: AppCall) {
         self.node.call(now, call);
     }
-    fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.node.poll_transmit()
+    fn poll_transmit(&mut self, data: &mut Vec<u8>) -> Option<Transmit> {
+        self.node.poll_transmit(data)
     }
     fn poll_timeout(&self) -> Option<Instant> {
         self.node.poll_timeout()

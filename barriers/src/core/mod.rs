@@ -347,6 +347,13 @@ impl Core {
         }
     }
 
+    /// Whether [`poll_event`](Self::poll_event) has an event (a cheap test
+    /// for a driver that polls after every input).
+    #[inline]
+    pub fn has_event(&self) -> bool {
+        !self.out.events.is_empty() || self.calls.done.is_some()
+    }
+
     /// Starts a call that may wait for peers; it ends with [`Event::Done`]
     /// (perhaps at once). One call at a time: starting another while one is
     /// pending is a usage error (its own `Done`).

@@ -362,7 +362,8 @@ impl Checker<'_> {
         (0..self.run.config.nodes).any(|y| y != x && self.silent(x, y, j, t))
     }
 
-    fn verdict(&mut self, instance: usize, call: String, node: NodeId, r: &OpRecord, allowed_mismatch: bool, restarted: bool) {
+    /// `call` names what failed (formatted only for a violation).
+    fn verdict(&mut self, instance: usize, call: impl FnOnce() -> String, node: NodeId, r: &OpRecord, allowed_mismatch: bool, restarted: bool) {
         let Outcome::Err(v) = &r.outcome else { return };
         let t = r.left.unwrap_or(0);
         // A process in a barrier that also held processes of another
@@ -425,7 +426,7 @@ impl Checker<'_> {
         };
         if let Some(why) = why {
             let error = r.error.and_then(|i| self.run.errors.get(i)).cloned().unwrap_or_default();
-            self.out.push(Violation::Verdict { instance, call, node, error, why });
+            self.out.push(Violation::Verdict { instance, call: call(), node, error, why });
         }
     }
 
@@ -478,7 +479,7 @@ impl Checker<'_> {
             // Verdicts.
             let allowed = mismatch_at.is_some_and(|m| k == m || k == m + 1) || self.crossed[j];
             for (b, r) in recs.iter().enumerate() {
-                self.verdict(j, format!("op {k}"), b, r, allowed, restarted(b));
+                self.verdict(j, || format!("op {k}"), b, r, allowed, restarted(b));
             }
             // Liveness within the bound, per epoch the call takes (a
             // collective larger than a message runs in segments, one epoch each).
@@ -509,7 +510,7 @@ impl Checker<'_> {
             self.safety(j, None, fin);
         }
         for (b, r) in fin.iter().enumerate() {
-            self.verdict(j, "finish".into(), b, r, mismatch_at.is_some() || self.crossed[j], restarted(b));
+            self.verdict(j, || "finish".into(), b, r, mismatch_at.is_some() || self.crossed[j], restarted(b));
         }
         // A finish waits for its peers' farewells: one lost for good costs
         // up to the failure timeout.
@@ -552,7 +553,7 @@ impl Checker<'_> {
     /// `compute(b)`: how long node `b` computes between entering and
     /// waiting (a split-phase barrier's): its bound counts from its wait.
     fn slow(&mut self, j: usize, op: Option<usize>, recs: &[OpRecord], bound: u64, compute: impl Fn(NodeId) -> u64) {
-        let Some(last_in) = recs.iter().map(|r| r.entered).collect::<Option<Vec<u64>>>().and_then(|v| v.into_iter().max()) else {
+        let Some(last_in) = recs.iter().try_fold(0, |m, r| r.entered.map(|e| m.max(e))) else {
             return;
         };
         for (b, r) in recs.iter().enumerate() {
@@ -580,7 +581,7 @@ pub fn check(run: &Run) -> Vec<Violation> {
         // node running another instance's script took (see `crossed`).
         let shares = |k: u64| run.joins.iter().any(|o| o.instance == join.instance && o.barrier == Some(k));
         let displaced = run.joins.iter().any(|o| o.node == join.node && o.instance != join.instance && o.barrier.is_some_and(shares));
-        c.verdict(join.instance, "join".into(), join.node, &join.record, false, join.life > 0 || displaced);
+        c.verdict(join.instance, || "join".into(), join.node, &join.record, false, join.life > 0 || displaced);
     }
     // Liveness: every node got through every instance, except where a
     // call waits for peers that ended their scripts on a mismatch in a

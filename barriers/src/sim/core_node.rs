@@ -114,7 +114,11 @@ impl CoreNode {
         }
     }
 
+    #[inline]
     fn collect(&mut self) {
+        if !self.core.has_event() {
+            return;
+        }
         while let Some(e) = self.core.poll_event() {
             match e {
                 Event::Joined { instance } => self.events.push_back(NodeEvent::Joined { instance }),
@@ -169,14 +173,15 @@ impl SimNode for CoreNode {
         }
     }
 
-    fn poll_transmit(&mut self) -> Option<Transmit> {
+    fn poll_transmit(&mut self, data: &mut Vec<u8>) -> Option<Transmit> {
         self.collect();
         let t = self.core.poll_transmit()?;
         let dest = match t.to {
             To::Node(n) => Dest::Node(n),
             To::All => Dest::All,
         };
-        Some(Transmit { rail: t.rail, dest, msg: t.msg, data: t.data.to_vec() })
+        data.extend_from_slice(t.data);
+        Some(Transmit { rail: t.rail, dest, msg: t.msg })
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

@@ -9,8 +9,9 @@ use crate::plan::{Algorithm, Dest};
 use crate::transport::{Msg, NodeId};
 use crate::{BarrierConfig, BarrierError};
 
-/// A message a node sends.
-#[derive(Clone, Debug, PartialEq)]
+/// A message a node sends (its data, if any, comes in the buffer the
+/// simulator passed to [`SimNode::poll_transmit`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Transmit {
     /// The rail.
     pub rail: usize,
@@ -18,8 +19,6 @@ pub struct Transmit {
     pub dest: Dest,
     /// The message.
     pub msg: Msg,
-    /// Its data (a collective's contribution; empty for most).
-    pub data: Vec<u8>,
 }
 
 /// What the application asks of a node.
@@ -112,8 +111,10 @@ pub trait SimNode {
     fn handle_timeout(&mut self, now: Instant);
     /// The application calls `call` at `now`.
     fn call(&mut self, now: Instant, call: AppCall);
-    /// The next message to send, if any.
-    fn poll_transmit(&mut self) -> Option<Transmit>;
+    /// The next message to send, if any; its data (a collective's
+    /// contribution; none for most) is appended to `data`, which the
+    /// simulator passes empty (a buffer it reuses: no allocation per message).
+    fn poll_transmit(&mut self, data: &mut Vec<u8>) -> Option<Transmit>;
     /// When [`handle_timeout`](Self::handle_timeout) is due next, if ever.
     fn poll_timeout(&self) -> Option<Instant>;
     /// The next event for the application, if any.

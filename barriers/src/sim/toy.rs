@@ -43,7 +43,7 @@ struct Toy {
     calls: u32,
     arrivals: BTreeMap<u32, Vec<Option<Vec<u8>>>>,
     calls_at: BTreeMap<u32, Collective>,
-    out: VecDeque<Transmit>,
+    out: VecDeque<(Transmit, Vec<u8>)>,
     events: VecDeque<NodeEvent>,
     bug: Bug,
     now: Instant,
@@ -94,7 +94,7 @@ impl Toy {
         } else {
             let msg = self.msg(0);
             self.mine.clone_from(&input);
-            self.out.push_back(Transmit { rail: 0, dest: Dest::Node(0), msg, data: input });
+            self.out.push_back((Transmit { rail: 0, dest: Dest::Node(0), msg }, input));
             if self.bug != Bug::NoRetry {
                 self.retry = Some(self.now + RETRY);
             }
@@ -107,7 +107,7 @@ impl Toy {
             // A straggler's copy: it missed the release.
             if let Some((e, r)) = self.last_release.clone().filter(|(e, _)| *e == epoch && self.bug != Bug::NoRetry) {
                 let msg = Msg { epoch: e, ..self.msg(1) };
-                self.out.push_back(Transmit { rail: 0, dest: Dest::Node(from), msg, data: r });
+                self.out.push_back((Transmit { rail: 0, dest: Dest::Node(from), msg }, r));
             }
             return;
         }
@@ -131,7 +131,7 @@ impl Toy {
                 }
             };
             let msg = self.msg(1);
-            self.out.push_back(Transmit { rail: 0, dest: Dest::All, msg, data: result.clone() });
+            self.out.push_back((Transmit { rail: 0, dest: Dest::All, msg }, result.clone()));
             self.last_release = Some((self.epoch, result.clone()));
             self.release(result);
         }
@@ -175,7 +175,7 @@ impl SimNode for Toy {
         self.now = now;
         if self.retry.is_some_and(|r| r <= now) {
             let msg = self.msg(0);
-            self.out.push_back(Transmit { rail: 0, dest: Dest::Node(0), msg, data: self.mine.clone() });
+            self.out.push_back((Transmit { rail: 0, dest: Dest::Node(0), msg }, self.mine.clone()));
             self.retry = Some(now + RETRY);
         }
     }
@@ -204,8 +204,10 @@ impl SimNode for Toy {
         }
     }
 
-    fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.out.pop_front()
+    fn poll_transmit(&mut self, data: &mut Vec<u8>) -> Option<Transmit> {
+        let (t, d) = self.out.pop_front()?;
+        data.extend_from_slice(&d);
+        Some(t)
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

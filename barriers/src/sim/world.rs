@@ -39,6 +39,9 @@ struct Proc<N> {
     /// The earliest timer event queued for it (later ones may be queued too).
     queued: Option<u64>,
     timer_gen: u64,
+    /// The last deadline read from the core, and its virtual time (a
+    /// deadline often stays as it was from one input to the next).
+    deadline: Option<(Instant, u64)>,
     app_gen: u64,
     app_due: bool,
     paused: bool,
@@ -70,7 +73,8 @@ pub struct World<F: NodeFactory> {
     bad: Vec<(bool, u64)>,
     partitions: Vec<usize>,
     procs: Vec<Proc<F::Node>>,
-    out: Vec<Transmit>,
+    /// Transmits polled from a node, each with its data.
+    out: Vec<(Transmit, Vec<u8>)>,
     events: Vec<NodeEvent>,
     /// Data buffers of delivered messages, for the next copies.
     pool: Vec<Vec<u8>>,
@@ -107,6 +111,7 @@ impl<F: NodeFactory> World<F> {
                 timer: None,
                 queued: None,
                 timer_gen: 0,
+                deadline: None,
                 app_gen: 0,
                 app_due: false,
                 paused: false,
@@ -153,8 +158,12 @@ impl<F: NodeFactory> World<F> {
         self.queue.push(t, ev);
     }
 
+    /// Keeps `ev` in the node's trace, if traces are kept (`Options::trace`).
+    #[inline]
     fn trace(&mut self, node: NodeId, ev: TraceEvent) {
-        self.run.traces[node].push(self.now, ev);
+        if self.run.config.trace > 0 {
+            self.run.traces[node].push(self.now, ev);
+        }
     }
 
     fn local_now(&self, node: NodeId) -> Instant {
@@ -176,7 +185,7 @@ impl<F: NodeFactory> World<F> {
         }
         let horizon = self.run.config.horizon_ns;
         let mut same = 0u64;
-        while let Some((t, ev)) = self.queue.pop() {
+        while let Some((t, ev)) = self.queue.peek() {
             if t > horizon {
                 break;
             }
@@ -185,7 +194,7 @@ impl<F: NodeFactory> World<F> {
                 if same > SPIN_LIMIT {
                     // Time stands still: a node whose deadline never
                     // advances, or nodes answering each other at once for ever.
-                    let who = match ev {
+                    let who = match *ev {
                         Ev::Timer { node, .. } => format!("node {node}'s deadline does not advance"),
                         Ev::Deliver { to, from, .. } => format!("messages from node {from} to node {to} at no delay"),
                         _ => "events".into(),
@@ -199,30 +208,45 @@ impl<F: NodeFactory> World<F> {
                 same = 0;
             }
             self.now = t;
-            self.run.stats.events += 1;
+            // A node's timer entry comes up before its deadline (the
+            // deadline moved later since it was queued): it goes back in
+            // the queue at the deadline, in place. The simulator's own
+            // bookkeeping: not an event of the run.
+            if let Ev::Timer { node, gen } = *ev {
+                if let Some(d) = self.early_timer(node, gen, t) {
+                    self.queue.requeue_first(d);
+                    continue;
+                }
+            }
+            let Some((_, ev)) = self.queue.pop() else { break };
             match ev {
-                Ev::Deliver { to, from, rail, msg, data } => self.deliver(to, from, rail, msg, data),
+                Ev::Deliver { to, from, rail, msg, data } => {
+                    self.run.stats.events += 1;
+                    self.deliver(to, from, rail, msg, data);
+                }
                 Ev::Timer { node, gen } => {
                     let p = &mut self.procs[node];
                     if gen != p.timer_gen {
-                        continue;
+                        continue; // (an entry of a core dropped since)
                     }
                     if p.queued == Some(t) {
                         p.queued = None;
                     }
                     match p.timer {
-                        Some(d) if d <= self.now && !p.paused && !p.down && p.core.is_some() => self.fire(node),
-                        // Paused or down: the resume fires it.
-                        Some(d) if d <= self.now => {}
-                        // The deadline moved later since: wait for it.
-                        Some(d) if p.queued.is_none_or(|q| d < q) => {
-                            p.queued = Some(d);
-                            self.push(d, Ev::Timer { node, gen });
+                        Some(d) if d <= self.now => {
+                            self.run.stats.events += 1;
+                            // Paused or down: the resume fires it.
+                            if !p.paused && !p.down && p.core.is_some() {
+                                self.fire(node);
+                            }
                         }
-                        _ => {}
+                        // An entry behind an earlier one that is still queued
+                        // (the deadline moved earlier, then later again).
+                        _ => continue,
                     }
                 }
                 Ev::App { node, gen } => {
+                    self.run.stats.events += 1;
                     if gen == self.procs[node].app_gen && !self.procs[node].down {
                         if self.procs[node].paused {
                             self.procs[node].app_due = true;
@@ -231,9 +255,18 @@ impl<F: NodeFactory> World<F> {
                         }
                     }
                 }
-                Ev::Create { node, instance } => self.create(node, instance),
-                Ev::EpisodeStart(i) => self.episode(i, true),
-                Ev::EpisodeEnd(i) => self.episode(i, false),
+                Ev::Create { node, instance } => {
+                    self.run.stats.events += 1;
+                    self.create(node, instance);
+                }
+                Ev::EpisodeStart(i) => {
+                    self.run.stats.events += 1;
+                    self.episode(i, true);
+                }
+                Ev::EpisodeEnd(i) => {
+                    self.run.stats.events += 1;
+                    self.episode(i, false);
+                }
             }
             if self.all_done() {
                 self.run.stats.completed = true;
@@ -243,6 +276,23 @@ impl<F: NodeFactory> World<F> {
         self.run.stats.end_ns = self.now;
         self.run.stages = self.procs.iter().map(|p| (p.instance, p.stage)).collect();
         self.run
+    }
+
+    /// If node `node`'s timer entry of generation `gen` at `t` comes before
+    /// its deadline, and no earlier entry is queued for it, the deadline:
+    /// the entry is queued again there (its node's `queued` says so).
+    fn early_timer(&mut self, node: NodeId, gen: u64, t: u64) -> Option<u64> {
+        let p = &mut self.procs[node];
+        let d = p.timer?;
+        if gen != p.timer_gen || d <= t {
+            return None;
+        }
+        let queued = p.queued.filter(|&q| q != t);
+        if queued.is_some_and(|q| d >= q) {
+            return None;
+        }
+        p.queued = Some(d);
+        Some(d)
     }
 
     fn all_done(&self) -> bool {
@@ -317,8 +367,13 @@ impl<F: NodeFactory> World<F> {
             let mut out = std::mem::take(&mut self.out);
             let mut events = std::mem::take(&mut self.events);
             if let Some(core) = self.procs[node].core.as_mut() {
-                while let Some(t) = core.poll_transmit() {
-                    out.push(t);
+                let mut buf = self.pool.pop().unwrap_or_default();
+                while let Some(t) = core.poll_transmit(&mut buf) {
+                    let data = if buf.is_empty() { Vec::new() } else { std::mem::replace(&mut buf, self.pool.pop().unwrap_or_default()) };
+                    out.push((t, data));
+                }
+                if buf.capacity() > 0 && self.pool.len() < POOL {
+                    self.pool.push(buf);
                 }
                 while let Some(e) = core.poll_event() {
                     events.push(e);
@@ -329,8 +384,8 @@ impl<F: NodeFactory> World<F> {
                 self.events = events;
                 break;
             }
-            for t in out.drain(..) {
-                self.send(node, t);
+            for (t, data) in out.drain(..) {
+                self.send(node, t, data);
             }
             self.out = out;
             for e in events.drain(..) {
@@ -340,8 +395,15 @@ impl<F: NodeFactory> World<F> {
         }
         let p = &mut self.procs[node];
         let due = p.core.as_ref().and_then(|c| c.poll_timeout()).map(|d| {
-            let local = d.saturating_duration_since(self.base).as_nanos() as u64;
-            p.clock.virtual_at(local).max(self.now)
+            let at = match p.deadline {
+                Some((i, at)) if i == d => at,
+                _ => {
+                    let at = p.clock.virtual_at(d.saturating_duration_since(self.base).as_nanos() as u64);
+                    p.deadline = Some((d, at));
+                    at
+                }
+            };
+            at.max(self.now)
         });
         p.timer = due;
         if let Some(d) = due {

@@ -10,17 +10,17 @@ use crate::plan::Dest;
 use crate::transport::{Msg, NodeId};
 
 impl<F: NodeFactory> World<F> {
-    pub(super) fn send(&mut self, from: NodeId, t: Transmit) {
-        self.trace(from, TraceEvent::Sent { dest: t.dest, rail: t.rail, msg: t.msg, len: t.data.len() });
+    pub(super) fn send(&mut self, from: NodeId, t: Transmit, data: Vec<u8>) {
+        self.trace(from, TraceEvent::Sent { dest: t.dest, rail: t.rail, msg: t.msg, len: data.len() });
         match t.dest {
-            Dest::Node(to) => self.send_one(from, to, t.rail, t.msg, t.data),
+            Dest::Node(to) => self.send_one(from, to, t.rail, t.msg, data),
             Dest::All => {
                 let last = if from == self.run.config.nodes - 1 { from - 1 } else { self.run.config.nodes - 1 };
                 for to in (0..last).filter(|&to| to != from) {
-                    let data = self.copy_of(&t.data);
-                    self.send_one(from, to, t.rail, t.msg, data);
+                    let copy = self.copy_of(&data);
+                    self.send_one(from, to, t.rail, t.msg, copy);
                 }
-                self.send_one(from, last, t.rail, t.msg, t.data);
+                self.send_one(from, last, t.rail, t.msg, data);
             }
         }
     }
@@ -46,7 +46,7 @@ impl<F: NodeFactory> World<F> {
         if cut || self.net.chance(loss) {
             self.run.stats.dropped += 1;
             let cause = if cut { DropCause::Partitioned } else { DropCause::Lost };
-            self.run.traces[to].push(self.now, TraceEvent::Dropped { from, msg, cause });
+            self.trace(to, TraceEvent::Dropped { from, msg, cause });
             self.recycle(data);
             return;
         }

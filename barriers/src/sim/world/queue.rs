@@ -43,6 +43,24 @@ impl<E> Queue<E> {
         self.heap.push(Reverse(u128::from(t) << 64 | u128::from(low)));
     }
 
+    /// The earliest event, and its time, without taking it.
+    pub(super) fn peek(&self) -> Option<(u64, &E)> {
+        let Reverse(key) = self.heap.peek()?;
+        let slot = (*key as u64 & ((1 << SLOT_BITS) - 1)) as usize;
+        Some(((key >> 64) as u64, self.slab[slot].as_ref().expect("a queued event")))
+    }
+
+    /// Takes the earliest event and queues it again at `t`, after every
+    /// event queued before: the same order as [`pop`](Self::pop) then
+    /// [`push`](Self::push) of the same event (same slot, next sequence
+    /// number), in one sift of the heap and with no move of the event.
+    pub(super) fn requeue_first(&mut self, t: u64) {
+        let Some(mut top) = self.heap.peek_mut() else { return };
+        let slot = top.0 as u64 & ((1 << SLOT_BITS) - 1);
+        self.seq += 1;
+        top.0 = u128::from(t) << 64 | u128::from(self.seq << SLOT_BITS | slot);
+    }
+
     /// The earliest event, and its time.
     pub(super) fn pop(&mut self) -> Option<(u64, E)> {
         let Reverse(key) = self.heap.pop()?;
@@ -72,5 +90,28 @@ mod tests {
         }
         assert_eq!(got, [(0, 'd'), (3, 'b'), (3, 'e'), (3, 'f'), (5, 'a'), (5, 'c')]);
         assert!(q.slab.len() <= 5, "slots reused: {}", q.slab.len());
+    }
+
+    #[test]
+    fn an_event_queued_again_in_place_comes_where_a_pop_and_push_would_put_it() {
+        // The same pushes into two queues; the earliest event queued again
+        // at 7 in one, popped and pushed at 7 in the other.
+        let (mut a, mut b) = (Queue::new(), Queue::new());
+        for (t, e) in [(2, 'a'), (7, 'b'), (9, 'c'), (3, 'd')] {
+            a.push(t, e);
+            b.push(t, e);
+        }
+        assert_eq!(a.peek(), Some((2, &'a')));
+        a.requeue_first(7);
+        let (_, e) = b.pop().unwrap();
+        b.push(7, e);
+        for (t, e) in [(7, 'e'), (5, 'f')] {
+            a.push(t, e);
+            b.push(t, e);
+        }
+        let drain = |q: &mut Queue<char>| std::iter::from_fn(|| q.pop()).collect::<Vec<_>>();
+        let got = drain(&mut a);
+        assert_eq!(got, drain(&mut b));
+        assert_eq!(got, [(3, 'd'), (5, 'f'), (7, 'b'), (7, 'a'), (7, 'e'), (9, 'c')]);
     }
 }
