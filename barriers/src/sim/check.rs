@@ -522,19 +522,48 @@ impl Checker<'_> {
     /// When node `b` entered operation `op` of instance `j` (`None`: the
     /// finish) in the barrier instance `j` ran: its own record's entry, or,
     /// if a process of `b` restarted in another instance held its place
-    /// there (see [`crossed`]), that process's entry of the same operation
-    /// of its own script (both run from the barrier's first epoch).
+    /// there (see [`crossed`]), that process's entry of the call of its own
+    /// script that runs the same epoch (both scripts run from the
+    /// barrier's first epoch; a finish's closing barrier is the epoch after
+    /// its script's last call, so a shorter script's finish meets a longer
+    /// one's operation: soak seed 4194497).
     fn entered(&self, j: usize, op: Option<usize>, b: NodeId, own: &OpRecord) -> Option<u64> {
         let run = self.run;
-        let record = |i: usize| match op {
-            Some(k) => run.ops.get(i).and_then(|o| o.get(k)).map(|r| &r[b]),
-            None => run.finishes.get(i).map(|r| &r[b]),
-        };
         own.entered.or_else(|| {
             let ours = |k: u64| run.joins.iter().any(|o| o.instance == j && o.barrier == Some(k));
             let other = run.joins.iter().find(|o| o.node == b && o.instance != j && o.barrier.is_some_and(ours))?;
-            record(other.instance)?.entered
+            let i = other.instance;
+            let theirs = self.call_at_epoch(i, b, self.epoch_of(j, op, b))?;
+            match theirs {
+                Some(k) => run.ops.get(i).and_then(|o| o.get(k)).map(|r| &r[b]),
+                None => run.finishes.get(i).map(|r| &r[b]),
+            }?
+            .entered
         })
+    }
+
+    /// The epoch (from the barrier's first) at which node `b`'s call `op`
+    /// of instance `j`'s script begins (`None`: the finish, whose closing
+    /// barrier follows the last call), as the calls segment (see [`epochs`]).
+    fn epoch_of(&self, j: usize, op: Option<usize>, b: NodeId) -> u64 {
+        let script = &self.run.scripts[j];
+        let upto = op.unwrap_or(script.len()).min(script.len());
+        script[..upto].iter().map(|o| epochs(&o.kind_at(b), self.run.config.max_data)).sum()
+    }
+
+    /// Node `b`'s call of instance `i`'s script that runs `epoch`: `Some(k)`
+    /// for operation `k` (the one whose segments include it), `None` for
+    /// the finish; nothing past the finish.
+    fn call_at_epoch(&self, i: usize, b: NodeId, epoch: u64) -> Option<Option<usize>> {
+        let mut start = 0;
+        for (k, o) in self.run.scripts[i].iter().enumerate() {
+            let end = start + epochs(&o.kind_at(b), self.run.config.max_data);
+            if epoch < end {
+                return Some(Some(k));
+            }
+            start = end;
+        }
+        (epoch == start).then_some(None)
     }
 
     fn safety(&mut self, j: usize, op: Option<usize>, recs: &[OpRecord]) {

@@ -457,3 +457,45 @@ fn regression_a_process_that_missed_its_peers_mismatch_does_not_wait_for_ever() 
 fn regression_a_join_names_a_node_whose_requests_node_0_never_heard() {
     campaign("mix", 3102579..3102580, Some(8));
 }
+
+/// The run of `seed` under the fault mix at `nodes` nodes, and its violations.
+fn mix_run(seed: u64, nodes: usize) -> (super::Run, Vec<super::Violation>) {
+    let o = Options { nodes: Some(nodes), faults: FaultMix::parse("mix").unwrap(), trace: 0, ..Options::default() };
+    run_seed(seed, &o)
+}
+
+/// n = 8, checker (soak seed 4194497): node 6 crashed in instance 0, and its
+/// restarted process, running instance 0's script (split barrier, barrier,
+/// finish), was admitted into the barrier its peers made for instance 1
+/// (split barrier, barrier, barrier, …). Both scripts run from the
+/// barrier's first epoch, and a finish's closing barrier is the epoch after
+/// the last call: node 6's finish (entered at 458.212 ms, `send →4 data
+/// e2`) is its entry of epoch 2, its peers' instance 1 op 2, which node 0
+/// left at 458.287 ms. The safety checker looked for node 6's entry of
+/// "op 2" of instance 0's script, which has two calls, found none and took
+/// node 6 for one that never entered. It now maps a crossing process's call
+/// by the epoch it runs. The mapping must count that finish's entry, and
+/// only it: moved after node 0 left, the checker finds the early release.
+#[test]
+fn regression_a_crossing_process_finish_is_its_entry_of_its_peers_next_barrier() {
+    campaign("mix", 4194497..4194498, Some(8));
+    let (mut run, v) = mix_run(4194497, 8);
+    assert!(v.is_empty(), "{v:?}");
+    // The situation: node 6's process of instance 0 in instance 1's barrier.
+    let of = |node: usize, instance: usize, run: &super::Run| {
+        run.joins.iter().rev().find(|a| a.node == node && a.instance == instance && a.barrier.is_some()).and_then(|a| a.barrier)
+    };
+    assert_eq!(run.scripts[0].len(), 2);
+    assert!(of(6, 0, &run).is_some() && of(6, 0, &run) == of(0, 1, &run), "node 6's restarted process is in instance 1's barrier");
+    assert_eq!(run.ops[1][2][6].entered, None);
+    let left = run.ops[1][2][0].left.expect("node 0 left instance 1's op 2");
+    let finish = run.finishes[0][6].entered.expect("node 6's process finished instance 0's script");
+    assert!(finish <= left, "node 6's closing barrier entered at {finish}, node 0 left at {left}");
+    // Entered after node 0 left: an early release, found.
+    run.finishes[0][6].entered = Some(left + 1);
+    let v = super::check::check(&run);
+    assert!(
+        v.iter().any(|x| matches!(x, super::Violation::Safety { instance: 1, op: Some(2), not_entered: 6, .. })),
+        "the safety checker misses a late entry: {v:?}"
+    );
+}
