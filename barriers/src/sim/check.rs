@@ -350,7 +350,29 @@ impl Checker<'_> {
     /// `j`: crashed, paused, partitioned from it, gone, or not there yet.
     fn silent(&self, x: NodeId, y: NodeId, j: usize, t: u64) -> bool {
         let need = self.need(y);
-        silent_to(self.run, x, y, t, need) || self.gone(x, j, t, need) || self.absent(x, j, t, need)
+        silent_to(self.run, x, y, t, need) || self.gone(x, j, t, need) || self.absent(x, j, t, need) || self.elsewhere(x, y, j, t, need)
+    }
+
+    /// Whether `x`'s processes of instance `j` were all in barriers of an
+    /// earlier process of node 0, which crashed before `y`'s barrier (the
+    /// one `y`'s process was in at `t`) began, `need` ns before `t`: node
+    /// 0's restarted process made `y`'s barrier, admitting `x` on a request
+    /// `x` sent before the earlier admission reached it (a paused node's
+    /// queue, a reordered request), but `x` runs the earlier barrier and
+    /// answers nothing of `y`'s: silent to it (PROTOCOL.md, the join: a
+    /// node admitted by an earlier process of node 0, which was restarted,
+    /// is in a barrier of that instance that never completes without it;
+    /// soak seed 4631221).
+    fn elsewhere(&self, x: NodeId, y: NodeId, j: usize, t: u64, need: u64) -> bool {
+        let joins = &self.run.joins;
+        let by_t = |a: &&super::world::JoinRecord| a.barrier.is_some() && a.record.left.is_some_and(|l| l <= t);
+        let Some(mine) = joins.iter().rev().filter(by_t).find(|a| a.node == y) else { return false };
+        let since = mine.record.left.unwrap_or(t);
+        let node0_restarted = self.run.episodes.iter().any(|e| matches!(e.kind, EpisodeKind::Crash { node: 0 }) && e.end <= since);
+        let node0s_earlier =
+            |b: Option<u64>| b != mine.barrier && joins.iter().any(|o| o.node == 0 && o.barrier == b && o.record.left.is_some_and(|l| l <= since));
+        let mut theirs = joins.iter().filter(by_t).filter(|a| a.node == x && a.instance == j).peekable();
+        node0_restarted && t.saturating_sub(since) >= need && theirs.peek().is_some() && theirs.all(|a| node0s_earlier(a.barrier))
     }
 
     /// Whether `x` was silent to some other node by time `t` in instance
