@@ -2,7 +2,9 @@
 //!
 //! - **safety**: no node completes a barrier (a split-phase barrier, a
 //!   reduction, a `finish`) before every node entered it, on the shared
-//!   virtual clock;
+//!   virtual clock (a process running another instance's script in the
+//!   barrier enters by its call that runs the same epoch: its finish's
+//!   closing barrier may meet its peers' operation);
 //! - **agreement**: every node's collective result is bitwise equal to the
 //!   reference fold ([`super::workload::reference`]);
 //! - **mismatch**: a deliberately mismatched call is an error on every
@@ -20,7 +22,8 @@
 //!   last entry (per epoch it takes: a large collective runs in segments);
 //! - **verdicts**: an error names only nodes that really were silent to the
 //!   node concerned (crashed, paused, partitioned from it, or gone: its
-//!   join failed; in a barrier that held processes of another instance,
+//!   join failed, or elsewhere: in a barrier of node 0's earlier process,
+//!   node 0 restarted and admitted it again; in a barrier that held processes of another instance,
 //!   in the instance the named node's process there runs, or in the
 //!   barrier's instances if it had none there) for
 //!   at least half its failure timeout (a report, which
