@@ -12,8 +12,8 @@
  *               (erroneous: MPI raises MPI_ERR_ROOT through the
  *               communicator's error handler) on a duplicate with an error
  *               handler of the program's own: the handler is called once
- *               per call, the class is MPI_ERR_ROOT, and a right
- *               MPI_Allreduce after works.
+ *               per call, the class is MPI_ERR_ROOT (and the same for an
+ *               MPI_Ibcast), and a right MPI_Allreduce after works.
  *   negroot     MPI_Reduce and MPI_Ireduce to root MPI_PROC_NULL, MPI_ROOT
  *               and -7 on an intra-communicator (erroneous: MPI_ERR_ROOT),
  *               MPI_ERRORS_RETURN set: an error, the receive buffer
@@ -50,7 +50,8 @@
  *               derived types: Open MPI's own refuses them, MPI_ERR_OP;
  *               this checks mcd's results where the interposer serves them.)
  *   bottom      MPI_Bcast and MPI_Ibcast from MPI_BOTTOM of a struct of
- *               absolute addresses, every root, the world and a duplicate.
+ *               absolute addresses, every root, the world and a duplicate;
+ *               an MPI_Allgather from MPI_BOTTOM into plain ints.
  *   nbmix       on one duplicate: MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier
  *               in flight with an MPI_Irecv/MPI_Isend ring, a blocking
  *               MPI_Allreduce on the same communicator between the starts
@@ -132,6 +133,12 @@ static void errhandler(void) {
     expect(rc != MPI_SUCCESS, "MPI_Reduce to root -7 returned MPI_SUCCESS");
     expect(handler_calls == 1, "MPI_Reduce with a bad root: the error handler was called %d times, not once", handler_calls);
     expect(class_of(rc) == MPI_ERR_ROOT, "MPI_Reduce with a bad root: error class %d, not MPI_ERR_ROOT (%d)", class_of(rc), MPI_ERR_ROOT);
+    MPI_Request r;
+    handler_calls = 0;
+    rc = MPI_Ibcast(&v, 1, MPI_INT, size, dup, &r);
+    if (rc == MPI_SUCCESS) MPI_Wait(&r, MPI_STATUS_IGNORE);
+    expect(handler_calls == 1, "MPI_Ibcast with a bad root: the error handler was called %d times, not once", handler_calls);
+    expect(class_of(rc) == MPI_ERR_ROOT, "MPI_Ibcast with a bad root: error class %d, not MPI_ERR_ROOT (%d)", class_of(rc), MPI_ERR_ROOT);
     /* Later collectives work. */
     int one = 1, n = 0;
     rc = MPI_Allreduce(&one, &n, 1, MPI_INT, MPI_SUM, dup);
@@ -615,6 +622,12 @@ static void bottom(void) {
     MPI_Ibcast(MPI_BOTTOM, 1, abs_t, 1, dup, &r);
     MPI_Wait(&r, MPI_STATUS_IGNORE);
     expect(x_abs == 5 && y_abs == 6, "MPI_Ibcast from MPI_BOTTOM: %d %d", x_abs, y_abs);
+    /* An allgather from MPI_BOTTOM into plain ints. */
+    x_abs = 10 * rank, y_abs = 10 * rank + 1;
+    int *all = malloc(sizeof(int) * 2 * size);
+    MPI_Allgather(MPI_BOTTOM, 1, abs_t, all, 2, MPI_INT, dup);
+    for (int i = 0; i < 2 * size; i++) expect(all[i] == 10 * (i / 2) + i % 2, "MPI_Allgather from MPI_BOTTOM: [%d] = %d", i, all[i]);
+    free(all);
     MPI_Type_free(&abs_t);
     MPI_Comm_free(&dup);
 }
