@@ -175,6 +175,28 @@ impl MpiRun {
     }
 }
 
+/// The file whose lock (`flock`, exclusive) a run holds from taking
+/// [`HOST_ADDRESS`] to its end ([`MpiRun::output`]): every cluster's rail-0
+/// bridge takes the same address, so two runs at once (two test binaries,
+/// two checkouts) would take it from each other mid-run.
+pub const BRIDGE_LOCK: &str = "/tmp/mcd-mpi.lock";
+
+/// Takes [`BRIDGE_LOCK`], waiting for the run that holds it; held until the
+/// returned file is dropped. `flock` locks belong to the open file, so
+/// threads of one process wait for each other too.
+fn lock_bridge_address() -> Result<std::fs::File> {
+    // Another user's file opens for reading only; a lock needs no more.
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(BRIDGE_LOCK)
+        .or_else(|_| std::fs::File::open(BRIDGE_LOCK))
+        .with_context(|| format!("opening {BRIDGE_LOCK}"))?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).with_context(|| format!("locking {BRIDGE_LOCK}"))?;
+    Ok(file)
+}
+
 /// How long one `mpirun` of a benchmark may take before it is killed.
 pub const MPIRUN_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -189,8 +211,12 @@ impl MpiRun {
     /// With [`MpiRun::stdout_per_rank`], the outcome's `stdout` is the ranks'
     /// files, rank 0's first, then what the launcher itself printed; a rank
     /// without a file is said there.
+    ///
+    /// Runs one at a time on the machine ([`BRIDGE_LOCK`]): the bridge
+    /// address every run takes belongs to one cluster at a time.
     pub fn output(&self, cluster: &Cluster, program: &str, args: &[String], timeout: Duration) -> Result<NodeOutcome> {
         if !self.stdout_per_rank {
+            let _one = lock_bridge_address()?;
             let cmd = self.command(cluster, program, args)?;
             let child = Collected::spawn(cmd).context("starting mpirun")?;
             return Ok(child.finish(0, Instant::now() + timeout));

@@ -591,8 +591,11 @@ impl Cluster {
         require_root()?;
         check_tools(false)?;
         let ns_prefix = format!("mcd-{name}-");
-        // Slurm's daemons first, while their namespaces still exist.
+        // Slurm's daemons first, while their namespaces still exist; then
+        // whatever else still runs in them (an MPI launcher's daemons, left
+        // when the launcher died, hold its outputs and wait without end).
         crate::slurm_state::cleanup(name);
+        commands::end_processes(&commands::pids_in_namespaces(name), Duration::from_secs(2));
         if which("nft").is_some() {
             let _ = sh("nft", &["delete", "table", "bridge", &format!("mcd_{name}")]);
         }
@@ -715,19 +718,30 @@ fn is_cluster_link(name: &str, dev: &str) -> bool {
 /// A child process whose output is collected in the background.
 pub struct Collected {
     child: std::process::Child,
-    readers: [std::thread::JoinHandle<String>; 2],
+    /// The child's standard output and error.
+    outputs: [SharedOutput; 2],
 }
+
+/// An output read so far, and whether it reached its end.
+type SharedOutput = std::sync::Arc<std::sync::Mutex<(Vec<u8>, bool)>>;
+
+/// How long, after the child ended, its outputs may stay open: a process it
+/// left running (an MPI launcher's daemons, when the launcher died) keeps
+/// them open without end.
+const OUTPUT_GRACE: Duration = Duration::from_secs(10);
 
 impl Collected {
     /// Starts `cmd` with no input and both outputs piped.
     pub fn spawn(mut cmd: Command) -> std::io::Result<Collected> {
         let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-        let readers = [read_all_in_thread(child.stdout.take().expect("piped")), read_all_in_thread(child.stderr.take().expect("piped"))];
-        Ok(Collected { child, readers })
+        let outputs = [read_all_in_thread(child.stdout.take().expect("piped")), read_all_in_thread(child.stderr.take().expect("piped"))];
+        Ok(Collected { child, outputs })
     }
 
     /// Waits until the child exits or `deadline` passes (then kills it);
-    /// `node` labels the outcome.
+    /// `node` labels the outcome. Its outputs are read until they end, or
+    /// for at most [`OUTPUT_GRACE`] after the child ended (then the outcome
+    /// says, on its standard error, that a process it left held them).
     pub fn finish(mut self, node: usize, deadline: Instant) -> NodeOutcome {
         let mut timed_out = false;
         let status = loop {
@@ -742,23 +756,44 @@ impl Collected {
                 Err(_) => break None,
             }
         };
-        let [out, err] = self.readers;
-        NodeOutcome {
-            node,
-            code: if timed_out { None } else { status.and_then(|s| s.code()) },
-            timed_out,
-            stdout: out.join().unwrap_or_default(),
-            stderr: err.join().unwrap_or_default(),
+        let ended = Instant::now();
+        let all_read = |outputs: &[SharedOutput; 2]| outputs.iter().all(|o| o.lock().map_or(true, |o| o.1));
+        while !all_read(&self.outputs) && ended.elapsed() < OUTPUT_GRACE {
+            std::thread::sleep(Duration::from_millis(5));
         }
+        let take = |o: &SharedOutput| o.lock().map(|o| String::from_utf8_lossy(&o.0).into_owned()).unwrap_or_default();
+        let mut stderr = take(&self.outputs[1]);
+        if !all_read(&self.outputs) {
+            stderr.push_str(&format!(
+                "\n(mcd-vcluster: the outputs were still open {} s after the process ended: a process it started still holds them; what they gave until then is above)\n",
+                OUTPUT_GRACE.as_secs()
+            ));
+        }
+        NodeOutcome { node, code: if timed_out { None } else { status.and_then(|s| s.code()) }, timed_out, stdout: take(&self.outputs[0]), stderr }
     }
 }
 
-fn read_all_in_thread<R: Read + Send + 'static>(mut reader: R) -> std::thread::JoinHandle<String> {
+/// Reads `reader` to its end in a thread of its own, into the returned
+/// buffer (its flag set at the end).
+fn read_all_in_thread<R: Read + Send + 'static>(mut reader: R) -> SharedOutput {
+    let shared = std::sync::Arc::new(std::sync::Mutex::new((Vec::new(), false)));
+    let filling = shared.clone();
     std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = reader.read_to_end(&mut buf);
-        String::from_utf8_lossy(&buf).into_owned()
-    })
+        let mut chunk = vec![0u8; 1 << 16];
+        loop {
+            let n = match reader.read(&mut chunk) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                read => read.unwrap_or(0),
+            };
+            let Ok(mut buf) = filling.lock() else { return };
+            if n == 0 {
+                buf.1 = true;
+                return;
+            }
+            buf.0.extend_from_slice(&chunk[..n]);
+        }
+    });
+    shared
 }
 
 /// A cluster that is taken down when the guard drops (also on panic).
@@ -789,6 +824,29 @@ impl Drop for ClusterGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_held_open_by_a_process_left_behind_ends_the_read_after_the_grace() {
+        // The shell prints and exits at once; the sleep it leaves keeps both
+        // outputs open for a minute.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo before; sleep 60 & exit 3"]);
+        let started = Instant::now();
+        let out = Collected::spawn(cmd).unwrap().finish(7, Instant::now() + Duration::from_secs(30));
+        let took = started.elapsed();
+        assert!(took >= OUTPUT_GRACE && took < OUTPUT_GRACE + Duration::from_secs(20), "{took:?}");
+        assert_eq!((out.node, out.code, out.timed_out), (7, Some(3), false));
+        assert_eq!(out.stdout, "before\n");
+        assert!(out.stderr.contains("still holds them"), "{}", out.stderr);
+    }
+
+    #[test]
+    fn outputs_that_end_with_the_process_are_read_whole() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo out; echo err >&2"]);
+        let out = Collected::spawn(cmd).unwrap().finish(0, Instant::now() + Duration::from_secs(30));
+        assert_eq!((out.code, out.stdout.as_str(), out.stderr.as_str()), (Some(0), "out\n", "err\n"));
+    }
 
     #[test]
     fn names_fit_interface_limits_and_macs_differ_per_cluster() {

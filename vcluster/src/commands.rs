@@ -3,6 +3,7 @@
 //! never their text.
 
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde::de::DeserializeOwned;
@@ -134,6 +135,35 @@ struct NftCounter {
 pub(crate) fn nft_counter_packets(listing: &str) -> Result<u64> {
     let listing: NftListing = serde_json::from_str(listing).context("reading the output of `nft -j list`")?;
     Ok(listing.nftables.iter().filter_map(|o| o.rule.as_ref()).flat_map(|r| &r.expr).filter_map(|e| e.counter.as_ref()).map(|c| c.packets).sum())
+}
+
+/// The processes in the namespaces of cluster `name`'s nodes (`ip netns pids`).
+pub(crate) fn pids_in_namespaces(name: &str) -> Vec<i32> {
+    let prefix = format!("mcd-{name}-");
+    let mut pids = Vec::new();
+    for ns in namespaces().unwrap_or_default() {
+        if !ns.strip_prefix(&prefix).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
+            continue;
+        }
+        let Ok(out) = Command::new("ip").args(["netns", "pids", &ns]).output() else { continue };
+        pids.extend(String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+    }
+    pids.retain(|&p| p > 1 && p != std::process::id() as i32);
+    pids
+}
+
+/// Ends `pids`: SIGTERM, then SIGKILL to those still running after `grace`.
+pub(crate) fn end_processes(pids: &[i32], grace: Duration) {
+    for &pid in pids {
+        let _ = mcd::host::signal_end(pid, false); // gone already: fine
+    }
+    let deadline = Instant::now() + grace;
+    while pids.iter().any(|&p| mcd::host::process_exists(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for &pid in pids.iter().filter(|&&p| mcd::host::process_exists(p)) {
+        let _ = mcd::host::signal_end(pid, true);
+    }
 }
 
 #[cfg(test)]

@@ -5,8 +5,7 @@
 //! needs the cluster).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where each cluster's Slurm directory (`NAME/`) lives: configuration,
 /// state, spool, pid files and logs. Not under /tmp, which is private to
@@ -29,18 +28,10 @@ fn slurm_pids(name: &str) -> Vec<i32> {
         .filter(|e| e.file_name().to_str().is_some_and(|n| n.ends_with(".pid")))
         .filter_map(|e| std::fs::read_to_string(e.path()).ok()?.trim().parse().ok())
         .collect();
-    let prefix = format!("mcd-{name}-");
-    let namespaces = Command::new("ip").args(["netns", "list"]).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    for ns in namespaces.lines().filter_map(|l| l.split_whitespace().next()) {
-        if !ns.strip_prefix(&prefix).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
-            continue;
-        }
-        let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() else { continue };
-        for pid in String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            if comm.starts_with("slurm") {
-                pids.push(pid);
-            }
+    for pid in crate::commands::pids_in_namespaces(name) {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.starts_with("slurm") {
+            pids.push(pid);
         }
     }
     pids.sort();
@@ -52,17 +43,7 @@ fn slurm_pids(name: &str) -> Vec<i32> {
 /// Stops the Slurm daemons of cluster `name` (TERM, then KILL after 5 s)
 /// and removes its Slurm directory. Fine if it never had one.
 pub fn cleanup(name: &str) {
-    let pids = slurm_pids(name);
-    for &pid in &pids {
-        let _ = mcd::host::signal_end(pid, false); // gone already: fine
-    }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while pids.iter().any(|&p| mcd::host::process_exists(p)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    for &pid in pids.iter().filter(|&&p| mcd::host::process_exists(p)) {
-        let _ = mcd::host::signal_end(pid, true);
-    }
+    crate::commands::end_processes(&slurm_pids(name), Duration::from_secs(5));
     let _ = std::fs::remove_dir_all(dir_of(name));
 }
 
