@@ -740,7 +740,7 @@ static comm_state *state_of(MPI_Comm comm) {
  * communicator order). */
 typedef struct {
     mcd_group *group; /* NULL: the job */
-    int rank;
+    int rank, size;
 } target;
 
 /* Whether `comm` has an mcd target (the same answer on every member: the
@@ -750,13 +750,24 @@ static int target_of(MPI_Comm comm, target *t) {
     if (comm == MPI_COMM_WORLD) {
         t->group = NULL;
         t->rank = mcd_rank(job);
+        t->size = mcd_size(job);
         return 1;
     }
     comm_state *st = state_of(comm);
     if (!st || !st->group) return 0;
     t->group = st->group;
     t->rank = mcd_group_rank(st->group);
+    t->size = st->size;
     return 1;
+}
+
+/* Whether `root` is a rank of `t` (an intra-communicator: mcd serves no
+ * other). Any other root (MPI_PROC_NULL and MPI_ROOT included: they have a
+ * meaning on inter-communicators only) is erroneous, and goes to PMPI,
+ * which raises MPI_ERR_ROOT through the communicator's error handler as
+ * MPI does. */
+static int root_in(const target *t, int root) {
+    return root >= 0 && root < t->size;
 }
 
 static int t_allreduce(const target *t, const void *in, void *out, size_t n, int dtype, int op) {
@@ -1052,21 +1063,22 @@ static int reducible(MPI_Comm comm, int count, MPI_Datatype t, MPI_Op op, long l
 
 static const size_t mcd_sizes[] = {0, 4, 8, 4, 8, 4, 8}; /* by MCD_INT32 ... MCD_DOUBLE */
 
-/* mcd's allreduce (root < 0) or reduce of `count` elements of `t`:
- * packed when `t` is not plain. */
-static int reduce_via_mcd(const target *to, const void *sendbuf, void *recvbuf, int count, MPI_Datatype t, long long bytes, int dtype, int mop, int root) {
-    int result_here = root < 0 || root == to->rank;
+/* mcd's allreduce (`all`) or reduce to `root` (a rank: root_in) of
+ * `count` elements of `t`: packed when `t` is not plain. */
+static int reduce_via_mcd(const target *to, const void *sendbuf, void *recvbuf, int count, MPI_Datatype t, long long bytes, int dtype, int mop, int all,
+                          int root) {
+    int result_here = all || root == to->rank;
     int in_place = sendbuf == MPI_IN_PLACE;
     size_t n = (size_t)bytes / mcd_sizes[dtype];
     if (plain(t)) {
         const void *in = in_place ? NULL : sendbuf;
-        return root < 0 ? t_allreduce(to, in, recvbuf, n, dtype, mop) : t_reduce(to, in, recvbuf, n, dtype, mop, root);
+        return all ? t_allreduce(to, in, recvbuf, n, dtype, mop) : t_reduce(to, in, recvbuf, n, dtype, mop, root);
     }
     char *packed;
     int rc = MCD_OK;
     if (!pack_in(in_place ? recvbuf : sendbuf, count, t, bytes, &packed)) rc = MCD_ERR_ARGUMENT;
     /* In place on the packed copy; the result unpacked where MPI wants it. */
-    if (rc == MCD_OK) rc = root < 0 ? t_allreduce(to, NULL, packed, n, dtype, mop) : t_reduce(to, result_here ? NULL : packed, result_here ? packed : NULL, n, dtype, mop, root);
+    if (rc == MCD_OK) rc = all ? t_allreduce(to, NULL, packed, n, dtype, mop) : t_reduce(to, result_here ? NULL : packed, result_here ? packed : NULL, n, dtype, mop, root);
     if (rc == MCD_OK && result_here) unpack_out(packed, bytes, recvbuf, count, t);
     free(packed);
     return rc;
@@ -1079,7 +1091,7 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
     unsigned long long t0 = now_ns();
     int ok = reducible(comm, count, datatype, op, &bytes, &dtype, &mop);
     if (ok && target_of(comm, &to)) {
-        int rc = reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, -1);
+        int rc = reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, 1, 0);
         if (rc == MCD_OK) {
             served(comm, ALLREDUCE);
             timed(comm, LAT_ALLREDUCE, t0);
@@ -1098,8 +1110,8 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
     target to;
     unsigned long long t0 = now_ns();
     int ok = reducible(comm, count, datatype, op, &bytes, &dtype, &mop);
-    if (ok && target_of(comm, &to)) {
-        int rc = reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, root);
+    if (ok && target_of(comm, &to) && root_in(&to, root)) {
+        int rc = reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, 0, root);
         if (rc == MCD_OK) {
             served(comm, REDUCE);
             timed(comm, LAT_REDUCE, t0);
@@ -1121,7 +1133,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
     unsigned long long t0 = now_ns();
     if (active && comm != MPI_COMM_NULL) bytes = bytes_of(count, datatype);
     int ok = bytes >= 0 && bytes <= max_bytes && (plain(datatype) || packs_plainly());
-    if (ok && target_of(comm, &to)) {
+    if (ok && target_of(comm, &to) && root_in(&to, root)) {
         int rc;
         if (plain(datatype)) {
             rc = t_bcast(&to, buffer, (size_t)bytes, root);
@@ -1374,12 +1386,13 @@ static nb_op *new_op(int kind, MPI_Comm comm) {
     return op;
 }
 
-/* A nonblocking reduction (root < 0: allreduce) on `to` of what MPI passed,
- * started as `op`; MPI_SUCCESS or an error (op not started). */
+/* A nonblocking allreduce (`all`) or reduce to `root` (a rank: root_in) on
+ * `to` of what MPI passed, started as `op`; MPI_SUCCESS or an error (op
+ * not started). */
 static int start_reduction(nb_op *op, const target *to, const void *sendbuf, void *recvbuf, int count, MPI_Datatype t, long long bytes,
-                           int dtype, int mop, int root) {
+                           int dtype, int mop, int all, int root) {
     int in_place = sendbuf == MPI_IN_PLACE;
-    op->result_here = root < 0 || root == to->rank;
+    op->result_here = all || root == to->rank;
     op->bytes = bytes;
     size_t n = (size_t)bytes / mcd_sizes[dtype];
     const void *input = in_place ? recvbuf : sendbuf;
@@ -1395,7 +1408,7 @@ static int start_reduction(nb_op *op, const target *to, const void *sendbuf, voi
     } else {
         op->out = op->result_here ? recvbuf : NULL;
     }
-    return start_op(op, to, root < 0 ? MCD_CALL_ALLREDUCE : MCD_CALL_REDUCE, input, n, dtype, mop, root < 0 ? 0 : root);
+    return start_op(op, to, all ? MCD_CALL_ALLREDUCE : MCD_CALL_REDUCE, input, n, dtype, mop, all ? 0 : root);
 }
 
 static int start_broadcast(nb_op *op, const target *to, void *buffer, int count, MPI_Datatype t, long long bytes, int root) {
@@ -1665,9 +1678,10 @@ static int ireduction(int kind, const void *sendbuf, void *recvbuf, int count, M
     long long bytes = -1;
     target to;
     int ok = reducible(comm, count, datatype, op_, &bytes, &dtype, &mop);
-    if (ok && nonblocking_target(comm, &to)) {
+    if (ok && nonblocking_target(comm, &to) && (kind == IALLREDUCE || root_in(&to, root))) {
         nb_op *op = new_op(kind, comm);
-        if (start_reduction(op, &to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, root) != MPI_SUCCESS) return failed_start(op, comm);
+        if (start_reduction(op, &to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, kind == IALLREDUCE, root) != MPI_SUCCESS)
+            return failed_start(op, comm);
         served(comm, kind);
         return hand_over(op, request);
     }
@@ -1677,7 +1691,7 @@ static int ireduction(int kind, const void *sendbuf, void *recvbuf, int count, M
 }
 
 int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request) {
-    return ireduction(IALLREDUCE, sendbuf, recvbuf, count, datatype, op, -1, comm, request);
+    return ireduction(IALLREDUCE, sendbuf, recvbuf, count, datatype, op, 0, comm, request);
 }
 
 int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm, MPI_Request *request) {
@@ -1696,7 +1710,7 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
     long long bytes;
     target to;
     int ok = broadcastable(comm, count, datatype, &bytes);
-    if (ok && nonblocking_target(comm, &to)) {
+    if (ok && nonblocking_target(comm, &to) && root_in(&to, root)) {
         nb_op *op = new_op(IBCAST, comm);
         if (start_broadcast(op, &to, buffer, count, datatype, bytes, root) != MPI_SUCCESS) return failed_start(op, comm);
         served(comm, IBCAST);
@@ -1778,7 +1792,7 @@ static int persistent_init(int kind, const void *sendbuf, void *recvbuf, int cou
     int dtype = 0, mop = 0, ok = 1;
     if (kind == IALLREDUCE || kind == IREDUCE) ok = reducible(comm, count, datatype, op_, &bytes, &dtype, &mop);
     else if (kind == IBCAST) ok = broadcastable(comm, count, datatype, &bytes);
-    if (!ok || !nonblocking_target(comm, &to)) {
+    if (!ok || !nonblocking_target(comm, &to) || ((kind == IREDUCE || kind == IBCAST) && !root_in(&to, root))) {
         COUNT(persistent_inits_pmpi);
         return -1;
     }
@@ -1822,7 +1836,7 @@ static int persistent_start(nb_op *op) {
             int dtype, mop;
             long long bytes;
             reducible(op->comm, op->count, op->dtype_arg, op->op_arg, &bytes, &dtype, &mop);
-            rc = start_reduction(op, &to, op->sendbuf, op->recvbuf, op->count, op->dtype_arg, bytes, dtype, mop, op->kind == IREDUCE ? op->root : -1);
+            rc = start_reduction(op, &to, op->sendbuf, op->recvbuf, op->count, op->dtype_arg, bytes, dtype, mop, op->kind == IALLREDUCE, op->root);
         }
     }
     if (rc != MPI_SUCCESS) {
@@ -1879,7 +1893,7 @@ int PERSISTENT(Barrier)(MPI_Comm comm, MPI_Info info, MPI_Request *request) {
 
 int PERSISTENT(Allreduce)(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Info info,
                           MPI_Request *request) {
-    if (persistent_init(IALLREDUCE, sendbuf, recvbuf, count, datatype, op, -1, comm, request) == MPI_SUCCESS) return MPI_SUCCESS;
+    if (persistent_init(IALLREDUCE, sendbuf, recvbuf, count, datatype, op, 0, comm, request) == MPI_SUCCESS) return MPI_SUCCESS;
     return PMPI_PERSISTENT(Allreduce)(sendbuf, recvbuf, count, datatype, op, comm, info, request);
 }
 

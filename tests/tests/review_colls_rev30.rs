@@ -106,13 +106,11 @@ fn a_negative_root_is_an_error(mpi: Mpi, name: &str) {
 }
 
 #[test]
-#[ignore = "rev30 finding 4: MPI_Reduce/MPI_Ireduce to a negative root (MPI_PROC_NULL, MPI_ROOT) on an intra-communicator runs as an allreduce, MPI_SUCCESS"]
 fn a_reduce_to_a_negative_root_is_an_error_under_open_mpi() {
     a_negative_root_is_an_error(Mpi::OpenMpi, "v30ngo");
 }
 
 #[test]
-#[ignore = "rev30 finding 4: MPI_Reduce/MPI_Ireduce to a negative root (MPI_PROC_NULL, MPI_ROOT) on an intra-communicator runs as an allreduce, MPI_SUCCESS"]
 fn a_reduce_to_a_negative_root_is_an_error_under_mpich() {
     a_negative_root_is_an_error(Mpi::Mpich, "v30ngm");
 }
