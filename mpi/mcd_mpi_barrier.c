@@ -479,6 +479,15 @@ static int mpi_error_of(int rc) {
     }
 }
 
+/* An error of the interposer's own in a call on `comm`, raised as MPI
+ * raises its errors (review rev30, finding 1): through the communicator's
+ * error handler (MPI_ERRORS_ARE_FATAL aborts, MPI_ERRORS_RETURN returns,
+ * a handler of the program's own is called once), then returned. */
+static int raise_error(MPI_Comm comm, int code) {
+    PMPI_Comm_call_errhandler(comm, code);
+    return code;
+}
+
 static void start_mcd(void) {
     int rank, size;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -1098,7 +1107,7 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Allreduce on %s failed: %s\n", comm_name(comm), mcd_last_error());
-        return mpi_error_of(rc);
+        return raise_error(comm, mpi_error_of(rc));
     }
     passed(comm, ALLREDUCE, ok, bytes);
     return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
@@ -1118,7 +1127,7 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Reduce on %s failed: %s\n", comm_name(comm), mcd_last_error());
-        return mpi_error_of(rc);
+        return raise_error(comm, mpi_error_of(rc));
     }
     passed(comm, REDUCE, ok, bytes);
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
@@ -1152,7 +1161,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Bcast on %s failed: %s\n", comm_name(comm), mcd_last_error());
-        return mpi_error_of(rc);
+        return raise_error(comm, mpi_error_of(rc));
     }
     passed(comm, BCAST, ok, bytes);
     return PMPI_Bcast(buffer, count, datatype, root, comm);
@@ -1371,7 +1380,7 @@ static int start_op(nb_op *op, const target *to, int call, const void *input, si
                        : mcd_istart(job, call, input, n, dtype, mop, root, &op->mr);
     if (rc != MCD_OK) {
         fprintf(stderr, "mcd-mpi: rank %d: %s could not start: %s\n", mcd_rank(job), kind_names[op->kind], mcd_last_error());
-        return MPI_ERR_OTHER;
+        return mpi_error_of(rc);
     }
     if (op->st && op->st != &world_state) hold_state(op->st);
     __atomic_store_n(&op->state, OP_RUNNING, __ATOMIC_RELEASE);
@@ -1441,11 +1450,13 @@ static int hand_over(nb_op *op, MPI_Request *request) {
     return MPI_SUCCESS;
 }
 
-static int failed_start(nb_op *op, MPI_Comm comm) {
+/* A nonblocking collective that did not start (`code`), raised on its
+ * communicator. */
+static int failed_start(nb_op *op, MPI_Comm comm, int code) {
     fprintf(stderr, "mcd-mpi: %s on %s failed to start\n", kind_names[op->kind], comm_name(comm));
     drop_buffers(op);
     free(op);
-    return MPI_ERR_OTHER;
+    return raise_error(comm, code);
 }
 
 /* A communicator's mcd target for a nonblocking collective: only one whose
@@ -1527,7 +1538,7 @@ static int gather_via_mcd(const void *sb, int sc, MPI_Datatype st, void *rb, int
     free(buf);
     if (rc_mcd != MCD_OK) {
         fprintf(stderr, "mcd-mpi: %s on %s failed: %s\n", root < 0 ? "MPI_Allgather" : "MPI_Gather", comm_name(comm), mcd_last_error());
-        return mpi_error_of(rc_mcd);
+        return raise_error(comm, mpi_error_of(rc_mcd));
     }
     COUNT(gathers_mcd[root < 0 ? 0 : 1]);
     return MPI_SUCCESS;
@@ -1664,7 +1675,8 @@ int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request) {
     target to;
     if (nonblocking_target(comm, &to)) {
         nb_op *op = new_op(IBARRIER, comm);
-        if (start_op(op, &to, MCD_CALL_BARRIER, NULL, 0, 0, 0, 0) != MPI_SUCCESS) return failed_start(op, comm);
+        int rc = start_op(op, &to, MCD_CALL_BARRIER, NULL, 0, 0, 0, 0);
+        if (rc != MPI_SUCCESS) return failed_start(op, comm, rc);
         served(comm, IBARRIER);
         return hand_over(op, request);
     }
@@ -1680,8 +1692,8 @@ static int ireduction(int kind, const void *sendbuf, void *recvbuf, int count, M
     int ok = reducible(comm, count, datatype, op_, &bytes, &dtype, &mop);
     if (ok && nonblocking_target(comm, &to) && (kind == IALLREDUCE || root_in(&to, root))) {
         nb_op *op = new_op(kind, comm);
-        if (start_reduction(op, &to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, kind == IALLREDUCE, root) != MPI_SUCCESS)
-            return failed_start(op, comm);
+        int rc = start_reduction(op, &to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, kind == IALLREDUCE, root);
+        if (rc != MPI_SUCCESS) return failed_start(op, comm, rc);
         served(comm, kind);
         return hand_over(op, request);
     }
@@ -1712,7 +1724,8 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
     int ok = broadcastable(comm, count, datatype, &bytes);
     if (ok && nonblocking_target(comm, &to) && root_in(&to, root)) {
         nb_op *op = new_op(IBCAST, comm);
-        if (start_broadcast(op, &to, buffer, count, datatype, bytes, root) != MPI_SUCCESS) return failed_start(op, comm);
+        int rc = start_broadcast(op, &to, buffer, count, datatype, bytes, root);
+        if (rc != MPI_SUCCESS) return failed_start(op, comm, rc);
         served(comm, IBCAST);
         return hand_over(op, request);
     }
@@ -1841,7 +1854,7 @@ static int persistent_start(nb_op *op) {
     }
     if (rc != MPI_SUCCESS) {
         fprintf(stderr, "mcd-mpi: rank %d: a start of a persistent %s failed\n", mcd_rank(job), kind_names[op->kind]);
-        return rc;
+        return raise_error(op->comm, rc);
     }
     COUNT(persistent_starts_mcd);
     served(op->comm, op->kind);
@@ -1948,7 +1961,7 @@ int MPI_Barrier(MPI_Comm comm) {
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Barrier on MPI_COMM_WORLD failed: %s\n", mcd_last_error());
-        return mpi_error_of(rc);
+        return raise_error(comm, mpi_error_of(rc));
     }
     if (active && comm != MPI_COMM_NULL) {
         comm_state *st = state_of(comm);
@@ -1961,7 +1974,7 @@ int MPI_Barrier(MPI_Comm comm) {
                     return MPI_SUCCESS;
                 }
                 fprintf(stderr, "mcd-mpi: MPI_Barrier on a communicator failed: %s\n", mcd_last_error());
-                return mpi_error_of(rc);
+                return raise_error(comm, mpi_error_of(rc));
             }
         }
     }

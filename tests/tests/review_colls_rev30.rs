@@ -85,13 +85,11 @@ fn errors_go_through_the_error_handler(mpi: Mpi, name: &str) {
 }
 
 #[test]
-#[ignore = "rev30 finding 1: mcd's errors bypass the communicator's error handler (MPI_ERRORS_ARE_FATAL ignored; MPI_ERR_ARG for a bad root)"]
 fn a_bad_root_goes_through_the_error_handler_as_mpi_err_root_under_open_mpi() {
     errors_go_through_the_error_handler(Mpi::OpenMpi, "v30eho");
 }
 
 #[test]
-#[ignore = "rev30 finding 1: mcd's errors bypass the communicator's error handler (MPI_ERRORS_ARE_FATAL ignored; MPI_ERR_ARG for a bad root)"]
 fn a_bad_root_goes_through_the_error_handler_as_mpi_err_root_under_mpich() {
     errors_go_through_the_error_handler(Mpi::Mpich, "v30ehm");
 }
