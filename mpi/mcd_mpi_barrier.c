@@ -675,12 +675,20 @@ static int signature_dtype(MPI_Datatype t, int depth) {
     return found;
 }
 
+/* Whether `t` is a predefined type (MPI_DATATYPE_NULL counts as one: it
+ * is nothing to free). */
+static int predefined(MPI_Datatype t) {
+    int ni, na, nt, combiner = MPI_COMBINER_NAMED;
+    if (t == MPI_DATATYPE_NULL) return 1;
+    PMPI_Type_get_envelope(t, &ni, &na, &nt, &combiner);
+    return combiner == MPI_COMBINER_NAMED;
+}
+
 /* Whether `t`'s memory is its signature's bytes: a predefined type without
  * gaps (the pair types whose extent exceeds their size are not). */
 static int plain(MPI_Datatype t) {
-    int ni, na, nt, combiner = -1, size = 0;
-    PMPI_Type_get_envelope(t, &ni, &na, &nt, &combiner);
-    if (combiner != MPI_COMBINER_NAMED) return 0;
+    int size = 0;
+    if (t == MPI_DATATYPE_NULL || !predefined(t)) return 0;
     MPI_Aint lb = 0, extent = 0;
     PMPI_Type_size(t, &size);
     PMPI_Type_get_extent(t, &lb, &extent);
@@ -1248,7 +1256,7 @@ typedef struct nb_op {
     MPI_Comm comm;
     const void *sendbuf;
     void *recvbuf;
-    MPI_Datatype dtype_arg;
+    MPI_Datatype dtype_arg;  /* the request's own (a dup) when not predefined */
     MPI_Op op_arg;
     int root;
     struct nb_op *prev, *next;
@@ -1816,7 +1824,11 @@ static int persistent_init(int kind, const void *sendbuf, void *recvbuf, int cou
     op->sendbuf = sendbuf;
     op->recvbuf = recvbuf;
     op->count = count;
+    /* A reference of its own (review rev30, finding 3): the program may
+     * free its type after the init (MPI: communication using it completes
+     * normally), and every start uses it. */
     op->dtype_arg = datatype;
+    if (!predefined(datatype)) PMPI_Type_dup(datatype, &op->dtype_arg);
     op->op_arg = op_;
     op->root = root;
     op->bytes = bytes;
@@ -1885,6 +1897,7 @@ int MPI_Request_free(MPI_Request *request) {
         PMPI_Test(&op->req, &flag, &status); /* takes the completion, if any */
         unregister_op(op);
         drop_buffers(op);
+        if (!predefined(op->dtype_arg)) PMPI_Type_free(&op->dtype_arg);
         free(op);
     }
     return PMPI_Request_free(request);

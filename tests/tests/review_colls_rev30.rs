@@ -145,13 +145,11 @@ fn persistent_requests_outlive_their_type(mpi: Mpi, name: &str) {
 }
 
 #[test]
-#[ignore = "rev30 finding 3: a persistent collective's start uses the datatype handle the program freed after the init"]
 fn persistent_collectives_work_after_their_type_is_freed_under_open_mpi() {
     persistent_requests_outlive_their_type(Mpi::OpenMpi, "v30tfo");
 }
 
 #[test]
-#[ignore = "rev30 finding 3: a persistent collective's start uses the datatype handle the program freed after the init"]
 fn persistent_collectives_work_after_their_type_is_freed_under_mpich() {
     persistent_requests_outlive_their_type(Mpi::Mpich, "v30tfm");
 }
