@@ -1226,7 +1226,8 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
  * arguments given at init. The handle must stay valid across starts, which
  * a generalized request cannot (it completes once): it is a persistent
  * receive of 0 bytes from this rank on a private duplicate of
- * MPI_COMM_SELF (PMPI_Recv_init), started by MPI_Start beside the mcd
+ * MPI_COMM_SELF (PMPI_Recv_init) with a tag no other live request has
+ * (take_completion), started by MPI_Start beside the mcd
  * request and completed, once the mcd request is done, by a send to self
  * from the same waiting thread; so MPI's own wait and test forms complete
  * it, and it is inactive again after. A start that failed in mcd sends one
@@ -1235,6 +1236,13 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
  * first). */
 
 enum { OP_INACTIVE, OP_RUNNING, OP_SETTLING, OP_DONE };
+
+/* A persistent request's completion: a receive of a tag on a private
+ * duplicate of MPI_COMM_SELF. */
+typedef struct {
+    MPI_Comm comm;
+    int tag;
+} completion;
 
 typedef struct nb_op {
     MPI_Request req;         /* the application's handle */
@@ -1252,7 +1260,8 @@ typedef struct nb_op {
     MPI_Datatype type;       /* dup'd when not plain */
     long long bytes;
     /* Persistent: what every start runs (else unused). */
-    int persistent, tag;
+    int persistent;
+    completion done;         /* its completion's receive: communicator and tag */
     MPI_Comm comm;
     const void *sendbuf;
     void *recvbuf;
@@ -1265,8 +1274,42 @@ typedef struct nb_op {
 static pthread_mutex_t ops_lock = PTHREAD_MUTEX_INITIALIZER;
 static nb_op *ops_first;
 static int live_ops; /* registered requests (atomic): 0, and the wait/test family is PMPI's alone */
-static MPI_Comm self_comm = MPI_COMM_NULL; /* persistent requests' completions */
-static int next_tag;
+/* Persistent requests' completions (review rev30, finding 2: a tag was a
+ * counter modulo 32767, so the 32768th request shared the first's): each
+ * live request has a tag of its own; a freed request's tag is reused, and
+ * when every tag up to MPI_TAG_UB is held by a live request, another
+ * duplicate of MPI_COMM_SELF begins anew. Under ops_lock. */
+static MPI_Comm self_comm = MPI_COMM_NULL;
+static long long next_tag, tag_ub; /* (long long: MPI_TAG_UB may be INT_MAX) */
+static completion *free_completions;
+static size_t free_count, free_cap;
+
+static completion take_completion(void) {
+    if (free_count) return free_completions[--free_count];
+    if (self_comm == MPI_COMM_NULL || next_tag > tag_ub) {
+        PMPI_Comm_dup(MPI_COMM_SELF, &self_comm);
+        /* A failed start's truncation is returned by the wait, not fatal. */
+        PMPI_Comm_set_errhandler(self_comm, MPI_ERRORS_RETURN);
+        int *ub = NULL, found = 0;
+        PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
+        tag_ub = found && ub && *ub >= 32767 ? *ub : 32767; /* MPI's least */
+        next_tag = 0;
+    }
+    return (completion){self_comm, (int)next_tag++};
+}
+
+/* Gives a freed request's completion back (if there is no room to keep
+ * it, it is never reused: still sound). */
+static void give_back_completion(completion c) {
+    if (free_count == free_cap) {
+        size_t cap = free_cap ? 2 * free_cap : 64;
+        completion *grown = realloc(free_completions, cap * sizeof *grown);
+        if (!grown) return;
+        free_completions = grown;
+        free_cap = cap;
+    }
+    free_completions[free_count++] = c;
+}
 
 static void register_op(nb_op *op) {
     pthread_mutex_lock(&ops_lock);
@@ -1352,7 +1395,7 @@ static int settle(nb_op *op, int block) {
     if (op->persistent) {
         /* A byte more than the receive takes: MPI_ERR_TRUNCATE for a failure. */
         char byte = 0;
-        PMPI_Send(&byte, rc == MCD_OK ? 0 : 1, MPI_BYTE, 0, op->tag, self_comm);
+        PMPI_Send(&byte, rc == MCD_OK ? 0 : 1, MPI_BYTE, 0, op->done.tag, op->done.comm);
     }
     comm_state *st = op->st;
     op->st = NULL;
@@ -1833,14 +1876,9 @@ static int persistent_init(int kind, const void *sendbuf, void *recvbuf, int cou
     op->root = root;
     op->bytes = bytes;
     pthread_mutex_lock(&ops_lock);
-    if (self_comm == MPI_COMM_NULL) {
-        PMPI_Comm_dup(MPI_COMM_SELF, &self_comm);
-        /* A failed start's truncation is returned by the wait, not fatal. */
-        PMPI_Comm_set_errhandler(self_comm, MPI_ERRORS_RETURN);
-    }
-    op->tag = next_tag++ % 32767;
+    op->done = take_completion();
     pthread_mutex_unlock(&ops_lock);
-    PMPI_Recv_init(NULL, 0, MPI_BYTE, 0, op->tag, self_comm, &op->req);
+    PMPI_Recv_init(NULL, 0, MPI_BYTE, 0, op->done.tag, op->done.comm, &op->req);
     *request = op->req;
     register_op(op);
     return MPI_SUCCESS;
@@ -1898,7 +1936,14 @@ int MPI_Request_free(MPI_Request *request) {
         unregister_op(op);
         drop_buffers(op);
         if (!predefined(op->dtype_arg)) PMPI_Type_free(&op->dtype_arg);
+        completion done = op->done;
         free(op);
+        int rc = PMPI_Request_free(request);
+        /* Its receive gone, its tag may serve another request. */
+        pthread_mutex_lock(&ops_lock);
+        give_back_completion(done);
+        pthread_mutex_unlock(&ops_lock);
+        return rc;
     }
     return PMPI_Request_free(request);
 }

@@ -123,13 +123,11 @@ fn persistent_requests_never_share_a_completion(mpi: Mpi, name: &str) {
 }
 
 #[test]
-#[ignore = "rev30 finding 2: the 32768th persistent request shares its completion tag with the first: MPI_Test never completes it"]
 fn persistent_requests_32767_inits_apart_complete_apart_under_open_mpi() {
     persistent_requests_never_share_a_completion(Mpi::OpenMpi, "v30pto");
 }
 
 #[test]
-#[ignore = "rev30 finding 2: the 32768th persistent request shares its completion tag with the first: MPI_Test never completes it"]
 fn persistent_requests_32767_inits_apart_complete_apart_under_mpich() {
     persistent_requests_never_share_a_completion(Mpi::Mpich, "v30ptm");
 }
