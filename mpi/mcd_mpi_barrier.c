@@ -722,6 +722,42 @@ static long long bytes_of(int count, MPI_Datatype t) {
     return (long long)count * size;
 }
 
+/* Data at MPI_BOTTOM (review rev30, finding 6): its type's displacements
+ * are absolute addresses, and MPICH's MPI_Pack and MPI_Unpack refuse the
+ * buffer MPI_BOTTOM is there (NULL). The same bytes are one element of a
+ * struct type holding the `count` x `t` at the displacement that leads
+ * from an address of this file's own back to MPI_BOTTOM (address 0 in
+ * both MPIs): `count` x `t` at `buf` as (`*at`, `*n`, `*as`), where `*as`
+ * is a type made here (free it with PMPI_Type_free) when it is not `t`.
+ * Any other buffer is itself. */
+static char bottom_anchor;
+static void rebase(const void *buf, int count, MPI_Datatype t, const void **at, int *n, MPI_Datatype *as) {
+    *at = buf;
+    *n = count;
+    *as = t;
+    if (buf != MPI_BOTTOM) return;
+    MPI_Aint anchor = 0, displacement;
+    PMPI_Get_address(&bottom_anchor, &anchor);
+    displacement = -anchor;
+    if (PMPI_Type_create_struct(1, &count, &displacement, &t, as) != MPI_SUCCESS || PMPI_Type_commit(as) != MPI_SUCCESS) {
+        *as = t; /* PMPI_Pack says what is wrong */
+        return;
+    }
+    *at = &bottom_anchor;
+    *n = 1;
+}
+
+/* PMPI_Pack of `count` x `t` at `buf` (MPI_BOTTOM too: rebase). */
+static int pack_from(const void *buf, int count, MPI_Datatype t, void *out, int out_bytes, int *position) {
+    const void *at;
+    int n;
+    MPI_Datatype as;
+    rebase(buf, count, t, &at, &n, &as);
+    int rc = PMPI_Pack(at, n, as, out, out_bytes, position, MPI_COMM_WORLD);
+    if (as != t) PMPI_Type_free(&as);
+    return rc;
+}
+
 /* A collective's data as mcd sees it: `bytes` bytes, at `buf` itself or
  * packed into `packed` (malloc'd; NULL for a plain type). */
 static int pack_in(const void *buf, int count, MPI_Datatype t, long long bytes, char **packed) {
@@ -729,7 +765,7 @@ static int pack_in(const void *buf, int count, MPI_Datatype t, long long bytes, 
     if (plain(t)) return 1;
     *packed = malloc(bytes ? bytes : 1);
     int position = 0;
-    if (PMPI_Pack(buf, count, t, *packed, (int)bytes, &position, MPI_COMM_WORLD) != MPI_SUCCESS || position != bytes) {
+    if (pack_from(buf, count, t, *packed, (int)bytes, &position) != MPI_SUCCESS || position != bytes) {
         fprintf(stderr, "mcd-mpi: packing %d elements of a datatype gave %d bytes, not %lld\n", count, position, bytes);
         return 0;
     }
@@ -737,8 +773,12 @@ static int pack_in(const void *buf, int count, MPI_Datatype t, long long bytes, 
 }
 
 static void unpack_out(const char *packed, long long bytes, void *buf, int count, MPI_Datatype t) {
-    int position = 0;
-    PMPI_Unpack(packed, (int)bytes, &position, buf, count, t, MPI_COMM_WORLD);
+    const void *at;
+    int n, position = 0;
+    MPI_Datatype as;
+    rebase(buf, count, t, &at, &n, &as);
+    PMPI_Unpack(packed, (int)bytes, &position, (void *)at, n, as, MPI_COMM_WORLD);
+    if (as != t) PMPI_Type_free(&as);
 }
 
 /* A communicator's state (its mcd group, or none: PMPI), made at the first
@@ -1576,7 +1616,7 @@ static int gather_via_mcd(const void *sb, int sc, MPI_Datatype st, void *rb, int
     }
     int ok = 1, position = 0;
     if (plain(mine_type)) memcpy(buf + (size_t)rank * b, mine, (size_t)b);
-    else ok = PMPI_Pack(mine, mine_count, mine_type, buf + (size_t)rank * b, (int)b, &position, MPI_COMM_WORLD) == MPI_SUCCESS && position == b;
+    else ok = pack_from(mine, mine_count, mine_type, buf + (size_t)rank * b, (int)b, &position) == MPI_SUCCESS && position == b;
     int rc_mcd = ok ? MCD_OK : MCD_ERR_ARGUMENT;
     if (ok) {
         rc_mcd = root < 0 ? t_allreduce(&to, NULL, buf, (size_t)words, MCD_UINT64, MCD_BOR)

@@ -158,7 +158,6 @@ fn persistent_collectives_work_after_their_type_is_freed_under_mpich() {
 /// refuses a NULL input buffer (MPI_BOTTOM is NULL there), raising the
 /// error on MPI_COMM_WORLD.
 #[test]
-#[ignore = "rev30 finding 6: MPI_Bcast from MPI_BOTTOM (absolute addresses) aborts under MPICH: PMPI_Pack refuses a NULL inbuf"]
 fn broadcasts_from_mpi_bottom_with_absolute_addresses_under_mpich() {
     same_as_pmpi(Mpi::Mpich, "v30btm", "bottom", &[]);
 }
