@@ -1270,10 +1270,10 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
  * (take_completion), started by MPI_Start beside the mcd
  * request and completed, once the mcd request is done, by a send to self
  * from the same waiting thread; so MPI's own wait and test forms complete
- * it, and it is inactive again after. A start that failed in mcd sends one
- * byte instead: the completion then returns MPI_ERR_TRUNCATE, with the
- * cause on stderr. MPI_Request_free frees it (completing an active one
- * first). */
+ * it, and it is inactive again after. A start that failed in mcd
+ * completes alike, and the wait or test form returns its error (see
+ * "Failures"), with the cause on stderr. MPI_Request_free frees it
+ * (completing an active one first). */
 
 enum { OP_INACTIVE, OP_RUNNING, OP_SETTLING, OP_DONE };
 
@@ -1328,7 +1328,7 @@ static completion take_completion(void) {
     if (free_count) return free_completions[--free_count];
     if (self_comm == MPI_COMM_NULL || next_tag > tag_ub) {
         PMPI_Comm_dup(MPI_COMM_SELF, &self_comm);
-        /* A failed start's truncation is returned by the wait, not fatal. */
+        /* Its own errors (none expected) are returned, never fatal. */
         PMPI_Comm_set_errhandler(self_comm, MPI_ERRORS_RETURN);
         int *ub = NULL, found = 0;
         PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
@@ -1386,8 +1386,12 @@ static int op_query(void *extra, MPI_Status *status) {
     PMPI_Status_set_cancelled(status, 0);
     status->MPI_SOURCE = MPI_UNDEFINED;
     status->MPI_TAG = MPI_UNDEFINED;
-    status->MPI_ERROR = op->error;
-    return op->error;
+    /* Success even for a failure: MPI would raise a generalized request's
+     * error on MPI_COMM_WORLD's handler; the wait and test forms raise it
+     * on the collective's communicator instead (see "Failures"). */
+    (void)op;
+    status->MPI_ERROR = MPI_SUCCESS;
+    return MPI_SUCCESS;
 }
 
 static void drop_buffers(nb_op *op) {
@@ -1397,8 +1401,18 @@ static void drop_buffers(nb_op *op) {
     op->type = MPI_DATATYPE_NULL;
 }
 
+/* A failed op's error is the program's now (or never will be): cleared,
+ * and its communicator's state, held until then, released. */
+static void failure_taken(nb_op *op) {
+    comm_state *st = op->st;
+    op->st = NULL;
+    op->error = MPI_SUCCESS;
+    if (st && st != &world_state) release_state(st);
+}
+
 static int op_free(void *extra) {
     nb_op *op = extra;
+    failure_taken(op);
     unregister_op(op);
     drop_buffers(op);
     free(op);
@@ -1427,21 +1441,24 @@ static int settle(nb_op *op, int block) {
     op->mr = NULL; /* freed by mcd */
     op->error = MPI_SUCCESS;
     if (rc != MCD_OK) {
-        op->error = MPI_ERR_OTHER;
+        op->error = mpi_error_of(rc);
         fprintf(stderr, "mcd-mpi: rank %d: %s failed: %s\n", mcd_rank(job), kind_names[op->kind], mcd_last_error());
     } else if (op->packed && op->result_here) {
         unpack_out(op->packed, op->bytes, op->user_buf, op->count, op->type);
     }
     if (op->persistent) {
-        /* A byte more than the receive takes: MPI_ERR_TRUNCATE for a failure. */
         char byte = 0;
-        PMPI_Send(&byte, rc == MCD_OK ? 0 : 1, MPI_BYTE, 0, op->done.tag, op->done.comm);
+        PMPI_Send(&byte, 0, MPI_BYTE, 0, op->done.tag, op->done.comm);
     }
+    /* A failure keeps its communicator's state until its error is taken
+     * (failure_taken), so that failures_in can tell whether the program
+     * freed the communicator meanwhile. */
+    int failed = op->error != MPI_SUCCESS;
     comm_state *st = op->st;
-    op->st = NULL;
+    if (!failed) op->st = NULL;
     __atomic_store_n(&op->state, op->persistent ? OP_INACTIVE : OP_DONE, __ATOMIC_RELEASE);
     if (!op->persistent) PMPI_Grequest_complete(op->req); /* MPI may free op now (op_free) */
-    if (st && st != &world_state) release_state(st);
+    if (!failed && st && st != &world_state) release_state(st);
     return 1;
 }
 
@@ -1453,15 +1470,114 @@ static void mpi_progress(nb_op *op) {
     PMPI_Test(&r, &flag, MPI_STATUS_IGNORE);
 }
 
-/* Settles what it can of `reqs`: the first of ours still running, or NULL. */
-static nb_op *settle_array(int count, MPI_Request reqs[]) {
+/* Settles what it can of `reqs`: the first of ours still running, or
+ * NULL; `*failed` counts those complete whose mcd collective failed. */
+static nb_op *settle_array(int count, MPI_Request reqs[], int *failed) {
     nb_op *pending = NULL;
+    *failed = 0;
     if (!__atomic_load_n(&live_ops, __ATOMIC_ACQUIRE) || !reqs) return NULL;
     for (int i = 0; i < count; i++) {
         nb_op *op = find_op(reqs[i]);
-        if (op && !settle(op, 0) && !pending) pending = op;
+        if (!op) continue;
+        if (!settle(op, 0)) {
+            if (!pending) pending = op;
+        } else if (op->error != MPI_SUCCESS) {
+            ++*failed;
+        }
     }
     return pending;
+}
+
+/* Failures (review rev30, finding 5). A nonblocking or persistent
+ * collective that failed in mcd completes in MPI's eyes with MPI_SUCCESS
+ * (MPI raises a generalized request's error on MPI_COMM_WORLD's handler,
+ * having no communicator: fatal by default, whatever the program set on
+ * its communicator); its error stays in its op, and the wait or test form
+ * that completes it returns it as MPI returns a request's error: the
+ * forms completing one request (MPI_Wait, MPI_Test, MPI_Waitany,
+ * MPI_Testany; MPI_Request_get_status, which leaves it to the completion
+ * too) return the error itself, with status.MPI_ERROR; those completing
+ * several return MPI_ERR_IN_STATUS, every completed status's MPI_ERROR
+ * set; raised first through the collective's communicator's error handler
+ * (MPI_COMM_WORLD's if the program freed the communicator meanwhile).
+ * Taken from the ops before the PMPI form runs (it may free them). */
+typedef struct {
+    int index, code;
+    MPI_Comm comm; /* raised on */
+    nb_op *op;     /* a persistent one's (it outlives its completion), else NULL */
+} failure;
+
+typedef struct {
+    failure *f;
+    int n;
+} failures;
+
+static failures failures_in(int count, MPI_Request reqs[], int failed) {
+    failures fs = {NULL, 0};
+    if (!failed || !(fs.f = malloc(sizeof *fs.f * (size_t)failed))) return fs;
+    for (int i = 0; i < count && fs.n < failed; i++) {
+        nb_op *op = find_op(reqs[i]);
+        if (!op || op->error == MPI_SUCCESS) continue;
+        int state = __atomic_load_n(&op->state, __ATOMIC_ACQUIRE);
+        if (state != OP_DONE && state != OP_INACTIVE) continue;
+        pthread_mutex_lock(&states_lock);
+        int freed = op->st && op->st != &world_state && op->st->freed;
+        pthread_mutex_unlock(&states_lock);
+        fs.f[fs.n++] = (failure){i, op->error, freed ? MPI_COMM_WORLD : op->comm, op->persistent ? op : NULL};
+    }
+    return fs;
+}
+
+/* The error of the request at `index`, which the PMPI form completed
+ * (MPI_SUCCESS if it did not fail), and its communicator; `take`: the
+ * program has it now. */
+static int failure_at(failures *fs, int index, MPI_Comm *comm, int take) {
+    for (int k = 0; k < fs->n; k++) {
+        failure *f = &fs->f[k];
+        if (f->index != index || f->code == MPI_SUCCESS) continue;
+        int code = f->code;
+        *comm = f->comm;
+        if (take) {
+            if (f->op) failure_taken(f->op); /* a nonblocking one's op is freed by MPI */
+            f->code = MPI_SUCCESS;
+        }
+        return code;
+    }
+    return MPI_SUCCESS;
+}
+
+/* The end of a form completing one request: `done` whether it completed
+ * (the one at `index`), PMPI's `rc`, `take` as for failure_at. */
+static int one_done(failures *fs, int done, int index, MPI_Status *status, int rc, int take) {
+    int code = MPI_SUCCESS;
+    MPI_Comm comm = MPI_COMM_WORLD;
+    if (fs->n && done && rc == MPI_SUCCESS) code = failure_at(fs, index, &comm, take);
+    free(fs->f);
+    if (code == MPI_SUCCESS) return rc;
+    if (status != MPI_STATUS_IGNORE) status->MPI_ERROR = code;
+    return raise_error(comm, code);
+}
+
+/* The end of a form completing several: `n` completed, the i-th the
+ * request at indices[i] (NULL: at i) with statuses[i]; PMPI's `rc` (when
+ * it is MPI_ERR_IN_STATUS, MPI raised it already: ours are added to the
+ * statuses). */
+static int some_done(failures *fs, int n, const int *indices, MPI_Status statuses[], int rc) {
+    int any = 0;
+    MPI_Comm first = MPI_COMM_WORLD;
+    if (fs->n && (rc == MPI_SUCCESS || rc == MPI_ERR_IN_STATUS) && n != MPI_UNDEFINED) {
+        for (int i = 0; i < n; i++) {
+            MPI_Status *s = statuses == MPI_STATUSES_IGNORE ? NULL : &statuses[i];
+            if (rc == MPI_ERR_IN_STATUS && (!s || s->MPI_ERROR == MPI_ERR_PENDING)) continue; /* not completed (or not known) */
+            MPI_Comm comm = MPI_COMM_WORLD;
+            int code = failure_at(fs, indices ? indices[i] : i, &comm, 1);
+            if (s && (rc == MPI_SUCCESS || code != MPI_SUCCESS)) s->MPI_ERROR = code;
+            if (code != MPI_SUCCESS && !any) any = 1, first = comm;
+        }
+    }
+    free(fs->f);
+    if (!any || rc == MPI_ERR_IN_STATUS) return rc;
+    return raise_error(first, MPI_ERR_IN_STATUS);
 }
 
 /* Starts `op` (filled in by the caller: kind, buffers...) on `to`:
@@ -1483,6 +1599,7 @@ static nb_op *new_op(int kind, MPI_Comm comm) {
     op->kind = kind;
     op->type = MPI_DATATYPE_NULL;
     op->st = counters_of(comm);
+    op->comm = comm;
     return op;
 }
 
@@ -1824,67 +1941,94 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
     return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
 }
 
-/* The wait and test family: ours settled first, then MPI's call. */
+/* The wait and test family: ours settled first, then MPI's call, then
+ * the failures of ours it completed (see "Failures"). */
 int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status) {
-    if (request) settle_array(1, request);
-    return PMPI_Test(request, flag, status);
+    int failed;
+    settle_array(1, request, &failed);
+    failures fs = failures_in(1, request, failed);
+    int rc = PMPI_Test(request, flag, status);
+    return one_done(&fs, *flag, 0, status, rc, 1);
 }
 
 int MPI_Wait(MPI_Request *request, MPI_Status *status) {
+    int failed;
     nb_op *pending;
-    while (request && (pending = settle_array(1, request))) {
+    while ((pending = settle_array(1, request, &failed))) {
         mpi_progress(pending);
         sched_yield();
     }
-    return PMPI_Wait(request, status);
+    failures fs = failures_in(1, request, failed);
+    return one_done(&fs, 1, 0, status, PMPI_Wait(request, status), 1);
 }
 
 int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuses[]) {
-    settle_array(count, requests);
-    return PMPI_Testall(count, requests, flag, statuses);
+    int failed;
+    settle_array(count, requests, &failed);
+    failures fs = failures_in(count, requests, failed);
+    int rc = PMPI_Testall(count, requests, flag, statuses);
+    return some_done(&fs, *flag ? count : 0, NULL, statuses, rc);
 }
 
 int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
+    int failed;
     nb_op *pending;
-    while ((pending = settle_array(count, requests))) {
+    while ((pending = settle_array(count, requests, &failed))) {
         mpi_progress(pending);
         sched_yield();
     }
-    return PMPI_Waitall(count, requests, statuses);
+    failures fs = failures_in(count, requests, failed);
+    return some_done(&fs, count, NULL, statuses, PMPI_Waitall(count, requests, statuses));
 }
 
 int MPI_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_Status *status) {
-    settle_array(count, requests);
-    return PMPI_Testany(count, requests, index, flag, status);
+    int failed;
+    settle_array(count, requests, &failed);
+    failures fs = failures_in(count, requests, failed);
+    int rc = PMPI_Testany(count, requests, index, flag, status);
+    return one_done(&fs, *flag, *index, status, rc, 1);
 }
 
 int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *status) {
-    while (settle_array(count, requests)) {
-        int flag = 0;
-        int rc = PMPI_Testany(count, requests, index, &flag, status);
-        if (rc != MPI_SUCCESS || flag) return rc;
+    for (;;) {
+        int failed, flag = 1, rc;
+        nb_op *pending = settle_array(count, requests, &failed);
+        failures fs = failures_in(count, requests, failed);
+        if (pending) rc = PMPI_Testany(count, requests, index, &flag, status);
+        else rc = PMPI_Waitany(count, requests, index, status);
+        if (rc != MPI_SUCCESS || flag) return one_done(&fs, 1, *index, status, rc, 1);
+        free(fs.f);
         sched_yield();
     }
-    return PMPI_Waitany(count, requests, index, status);
 }
 
 int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices[], MPI_Status statuses[]) {
-    settle_array(incount, requests);
-    return PMPI_Testsome(incount, requests, outcount, indices, statuses);
+    int failed;
+    settle_array(incount, requests, &failed);
+    failures fs = failures_in(incount, requests, failed);
+    int rc = PMPI_Testsome(incount, requests, outcount, indices, statuses);
+    return some_done(&fs, *outcount, indices, statuses, rc);
 }
 
 int MPI_Waitsome(int incount, MPI_Request requests[], int *outcount, int indices[], MPI_Status statuses[]) {
-    while (settle_array(incount, requests)) {
-        int rc = PMPI_Testsome(incount, requests, outcount, indices, statuses);
-        if (rc != MPI_SUCCESS || *outcount != 0) return rc;
+    for (;;) {
+        int failed, rc;
+        nb_op *pending = settle_array(incount, requests, &failed);
+        failures fs = failures_in(incount, requests, failed);
+        if (pending) rc = PMPI_Testsome(incount, requests, outcount, indices, statuses);
+        else rc = PMPI_Waitsome(incount, requests, outcount, indices, statuses);
+        if (rc != MPI_SUCCESS || !pending || *outcount != 0) return some_done(&fs, *outcount, indices, statuses, rc);
+        free(fs.f);
         sched_yield();
     }
-    return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
 }
 
 int MPI_Request_get_status(MPI_Request request, int *flag, MPI_Status *status) {
-    settle_array(1, &request);
-    return PMPI_Request_get_status(request, flag, status);
+    int failed;
+    settle_array(1, &request, &failed);
+    failures fs = failures_in(1, &request, failed);
+    int rc = PMPI_Request_get_status(request, flag, status);
+    return one_done(&fs, *flag, 0, status, rc, 0); /* the completion takes it */
 }
 
 /* Persistent collectives: the init keeps the arguments (mcd's choice made
@@ -1928,6 +2072,7 @@ static int persistent_init(int kind, const void *sendbuf, void *recvbuf, int cou
 static int persistent_start(nb_op *op) {
     target to;
     int rc = MPI_ERR_OTHER;
+    failure_taken(op); /* a failure the program never completed: gone now */
     drop_buffers(op);
     op->st = counters_of(op->comm);
     if (nonblocking_target(op->comm, &to)) {
@@ -1973,6 +2118,7 @@ int MPI_Request_free(MPI_Request *request) {
         MPI_Status status;
         int flag = 0;
         PMPI_Test(&op->req, &flag, &status); /* takes the completion, if any */
+        failure_taken(op);
         unregister_op(op);
         drop_buffers(op);
         if (!predefined(op->dtype_arg)) PMPI_Type_free(&op->dtype_arg);

@@ -28,9 +28,15 @@
  *               MPI_Ibcast whose type is freed right after the start.
  *               Every result right.
  *   nbmismatch  an MPI_Iallreduce whose count differs across ranks
- *               (erroneous) on a duplicate set to MPI_ERRORS_RETURN: an
- *               error on every rank within 30 s, never a hang or a result;
- *               then an MPI_Iallreduce and an MPI_Allreduce right.
+ *               (erroneous) on a duplicate whose error handler counts
+ *               and returns: MPI_Test gives the interposer's mismatch
+ *               error on every rank within 30 s (never a hang or a
+ *               result), in status.MPI_ERROR too, the handler called once;
+ *               another beside a right MPI_Ibarrier, by MPI_Waitall:
+ *               MPI_ERR_IN_STATUS, each status its own; a persistent one
+ *               (MPI_Wait: the error); then an MPI_Iallreduce and an
+ *               MPI_Allreduce right, the handler not called. (Only with
+ *               the interposer: MPI leaves a mismatch undefined.)
  *   many        1000 MPI_Iallreduce and 1000 MPI_Ibarrier in flight at
  *               once on MPI_COMM_WORLD, one MPI_Waitall; prints the time.
  *   inter       an inter-communicator (even and odd world ranks):
@@ -230,16 +236,30 @@ static void typefree(void) {
 #endif
 
 /* ---- nbmismatch ---- */
+/* Whether `code` is the interposer's collective mismatch (its own error
+ * string: this program has no mcd header). */
+static int is_mismatch(int code) {
+    char text[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(code, text, &len);
+    const char *want = "mcd: the ranks called different collectives";
+    return code != MPI_SUCCESS && !strncmp(text, want, strlen(want));
+}
+
 static void nbmismatch(void) {
     MPI_Comm dup;
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-    MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+    MPI_Errhandler eh;
+    MPI_Comm_create_errhandler(count_errors, &eh);
+    MPI_Comm_set_errhandler(dup, eh); /* returns, as MPI_ERRORS_RETURN does, counting */
     /* Erroneous: rank 0 reduces 2 elements, the others 3. */
     long in[3] = {rank, rank, rank}, out[3] = {-1, -1, -1};
     MPI_Request r;
+    handler_calls = 0;
     int rc = MPI_Iallreduce(in, out, rank == 0 ? 2 : 3, MPI_LONG, MPI_SUM, dup, &r);
+    MPI_Status status;
+    status.MPI_ERROR = -1;
     if (rc == MPI_SUCCESS) {
-        MPI_Status status;
         double until = now_us() + 30e6;
         int done = 0;
         while (!done && now_us() < until) rc = MPI_Test(&r, &done, &status);
@@ -247,13 +267,49 @@ static void nbmismatch(void) {
         if (!done) rc = MPI_Wait(&r, &status);
     }
     expect(rc != MPI_SUCCESS, "an MPI_Iallreduce whose count differs across ranks returned MPI_SUCCESS (out %ld %ld %ld)", out[0], out[1], out[2]);
+    expect(is_mismatch(rc), "MPI_Test of the mismatched MPI_Iallreduce: code %d is not the interposer's mismatch", rc);
+    expect(status.MPI_ERROR == rc, "MPI_Test of the mismatched MPI_Iallreduce: status.MPI_ERROR %d, returned %d", status.MPI_ERROR, rc);
+    expect(handler_calls == 1 && handler_code == rc, "MPI_Test of the mismatched MPI_Iallreduce: the error handler called %d times (code %d)",
+           handler_calls, handler_code);
+    /* A multi-request form: a mismatched one beside a right MPI_Ibarrier,
+     * completed by MPI_Waitall: MPI_ERR_IN_STATUS, each status its own. */
+    MPI_Request two[2];
+    MPI_Status statuses[2];
+    statuses[0].MPI_ERROR = statuses[1].MPI_ERROR = -1;
+    handler_calls = 0;
+    rc = MPI_Iallreduce(in, out, rank == 0 ? 3 : 1, MPI_LONG, MPI_MAX, dup, &two[0]);
+    int rc2 = MPI_Ibarrier(dup, &two[1]);
+    if (rc == MPI_SUCCESS && rc2 == MPI_SUCCESS) rc = MPI_Waitall(2, two, statuses);
+    expect(rc == MPI_ERR_IN_STATUS, "MPI_Waitall of a mismatched MPI_Iallreduce and an MPI_Ibarrier: %d, not MPI_ERR_IN_STATUS", rc);
+    expect(is_mismatch(statuses[0].MPI_ERROR), "MPI_Waitall: the mismatched one's status.MPI_ERROR %d", statuses[0].MPI_ERROR);
+    expect(statuses[1].MPI_ERROR == MPI_SUCCESS, "MPI_Waitall: the MPI_Ibarrier's status.MPI_ERROR %d", statuses[1].MPI_ERROR);
+    expect(handler_calls == 1 && handler_code == MPI_ERR_IN_STATUS, "MPI_Waitall: the error handler called %d times (code %d)", handler_calls,
+           handler_code);
+#ifdef PERSISTENT
+    /* A persistent one: its start fails in mcd, its wait says so; started
+     * again right, it is right. */
+    long p_in[3] = {rank + 1, rank + 1, rank + 1}, p_out[3] = {-1, -1, -1};
+    int p_count = rank == 0 ? 1 : 2;
+    PERSISTENT(Allreduce)(p_in, p_out, p_count, MPI_LONG, MPI_SUM, dup, MPI_INFO_NULL, &r);
+    handler_calls = 0;
+    status.MPI_ERROR = -1;
+    rc = MPI_Start(&r);
+    if (rc == MPI_SUCCESS) rc = MPI_Wait(&r, &status);
+    expect(is_mismatch(rc), "a mismatched persistent MPI_Allreduce: MPI_Wait returned %d", rc);
+    expect(status.MPI_ERROR == rc, "a mismatched persistent MPI_Allreduce: status.MPI_ERROR %d, returned %d", status.MPI_ERROR, rc);
+    expect(handler_calls == 1, "a mismatched persistent MPI_Allreduce: the error handler called %d times", handler_calls);
+    MPI_Request_free(&r);
+#endif
     /* Later collectives, nonblocking and blocking, work. */
     long x = rank + 1, s1 = -1, s2 = -1;
+    handler_calls = 0;
     rc = MPI_Iallreduce(&x, &s1, 1, MPI_LONG, MPI_SUM, dup, &r);
-    int rc2 = rc == MPI_SUCCESS ? MPI_Wait(&r, MPI_STATUS_IGNORE) : rc;
+    rc2 = rc == MPI_SUCCESS ? MPI_Wait(&r, MPI_STATUS_IGNORE) : rc;
     expect(rc2 == MPI_SUCCESS && s1 == (long)size * (size + 1) / 2, "an MPI_Iallreduce after the mismatch: rc %d, %ld", rc2, s1);
     rc = MPI_Allreduce(&x, &s2, 1, MPI_LONG, MPI_MAX, dup);
     expect(rc == MPI_SUCCESS && s2 == size, "an MPI_Allreduce after the mismatch: rc %d, %ld", rc, s2);
+    expect(handler_calls == 0, "right collectives after the mismatch called the error handler %d times", handler_calls);
+    MPI_Errhandler_free(&eh);
     MPI_Comm_free(&dup);
 }
 
