@@ -1402,8 +1402,11 @@ static void drop_buffers(nb_op *op) {
 }
 
 /* A failed op's error is the program's now (or never will be): cleared,
- * and its communicator's state, held until then, released. */
+ * and its communicator's state, held until then, released. (An op that
+ * did not fail holds nothing once settled, and an inactive persistent
+ * op's `st` is not held.) */
 static void failure_taken(nb_op *op) {
+    if (op->error == MPI_SUCCESS) return;
     comm_state *st = op->st;
     op->st = NULL;
     op->error = MPI_SUCCESS;
