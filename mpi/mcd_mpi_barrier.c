@@ -1381,7 +1381,7 @@ static nb_op *find_op(MPI_Request r) {
 
 /* The generalized request's callbacks. */
 static int op_query(void *extra, MPI_Status *status) {
-    nb_op *op = extra;
+    (void)extra;
     PMPI_Status_set_elements(status, MPI_BYTE, 0);
     PMPI_Status_set_cancelled(status, 0);
     status->MPI_SOURCE = MPI_UNDEFINED;
@@ -1389,7 +1389,6 @@ static int op_query(void *extra, MPI_Status *status) {
     /* Success even for a failure: MPI would raise a generalized request's
      * error on MPI_COMM_WORLD's handler; the wait and test forms raise it
      * on the collective's communicator instead (see "Failures"). */
-    (void)op;
     status->MPI_ERROR = MPI_SUCCESS;
     return MPI_SUCCESS;
 }
