@@ -322,6 +322,7 @@ impl<T: Transport> Engine<T> {
     /// [`poll_op`](Self::poll_op).
     pub(crate) fn start_op(&mut self, call: Collective, input: &[u8], result_here: bool) -> Result<u64, BarrierError> {
         let id = self.queue.push(call, input, result_here);
+        self.transport.in_use();
         let now = Instant::now();
         // What came already counts (the peers' arrivals, when this node is
         // the last: then it completes here, with no one left to wake).
@@ -409,6 +410,7 @@ impl<T: Transport> Engine<T> {
             return Ok(self.queue.claim(id, out));
         }
         self.agent_error()?;
+        self.transport.in_use();
         let now = Instant::now();
         self.drain(now)?;
         self.core.handle_timeout(now);
