@@ -293,8 +293,8 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     /// came already is read, and this node's arrival (with its data) is on
     /// the wire when `start` returns. When that was all this node sends
     /// for the call ([`eager_only`](Self::eager_only): a one-round plan or
-    /// a broadcast's non-root, one segment, nothing in progress before it),
-    /// the agent is not woken: the
+    /// a broadcast's non-root, one segment, and the start put it on the
+    /// wire: whatever was queued before it done), the agent is not woken: the
     /// call completes by what arrives, which the next test or wait reads
     /// from the rings, so it completes while the program computes even
     /// when no core is free for the agent (2 ranks computing on 2 cores).
@@ -315,9 +315,12 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         };
         let eager_only = self.eager_only(call, input.len());
         let (id, hurry) = self.call(|e| {
-            let alone = e.idle();
             let id = e.start_op(call, input, result_here)?;
-            Ok::<_, BarrierError>((id, !(eager_only && alone)))
+            // Everything this node sends for it has gone if its plan sends
+            // at its start only and the start put it on the wire (what was
+            // before it done: a broadcast's background end, say, which the
+            // root's next data brings).
+            Ok::<_, BarrierError>((id, !(eager_only && e.on_the_wire(id))))
         })?;
         if hurry {
             self.shared.hurry.store(true, Ordering::Release);
