@@ -749,7 +749,7 @@ impl Transport for GroupTransport {
     }
 
     /// A nonblocking collective's start or test by the application (which
-    /// reads the rings without sleeping on them, so [`poll`](Self::poll)
+    /// reads the rings without sleeping on them, so its `poll`
     /// does not claim): this group watches from now on. Else the group
     /// that last slept on the rings (an `MPI_Barrier` before a loop of
     /// `MPI_Ibarrier` and tests, say) keeps the watch, and its idle agent,
