@@ -378,9 +378,10 @@ static int complete2(int form, MPI_Request reqs[2]) {
 /* ---- one call ---- */
 enum { ALLREDUCE, REDUCE, BCAST };
 static const char *coll_name[] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast"};
-enum { C_WORLD, C_DUP, C_PARITY, C_HALVES, C_SELF, C_CREATE, C_IDUP, C_MERGED, C_SHARED, NCOMMS };
-static const char *comm_name[] = {"world",           "dup",  "parity-split",     "reversed-halves-split", "self",
-                                  "reversed-create", "idup", "merged-intercomm", "split-type-shared"};
+enum { C_WORLD, C_DUP, C_PARITY, C_HALVES, C_SELF, C_CREATE, C_IDUP, C_MERGED, C_SHARED, C_CART, C_GRAPH, C_DIST_GRAPH, C_CREATE_GROUP, NCOMMS };
+static const char *comm_name[] = {"world",      "dup",        "parity-split",      "reversed-halves-split", "self",
+                                  "reversed-create", "idup",   "merged-intercomm",  "split-type-shared",     "cart-ring",
+                                  "graph-ring", "dist-graph-ring", "parity-create-group"};
 
 static long wrong, printed;
 static int rank;
@@ -477,6 +478,34 @@ int main(int argc, char **argv) {
     MPI_Intercomm_merge(inter, rank % 2 == 0, &comms[C_MERGED]);
     MPI_Comm_free(&inter);
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &comms[C_SHARED]);
+    /* The topology constructors, each a ring of every rank (a periodic
+     * 1-D Cartesian grid, a graph, a distributed graph of its neighbours),
+     * and MPI_Comm_create_group, which only the group's members call: each
+     * rank with its parity's ranks, highest first. */
+    int dims[1] = {size}, periods[1] = {1};
+    MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &comms[C_CART]);
+    int *index = malloc(sizeof(int) * (size_t)size), *edges = malloc(sizeof(int) * 2 * (size_t)size);
+    for (int i = 0; i < size; i++) {
+        index[i] = 2 * (i + 1);
+        edges[2 * i] = (i + size - 1) % size;
+        edges[2 * i + 1] = (i + 1) % size;
+    }
+    MPI_Graph_create(MPI_COMM_WORLD, size, index, edges, 0, &comms[C_GRAPH]);
+    free(index), free(edges);
+    /* (Weights of 1, not MPI_UNWEIGHTED: GCC takes Open MPI's marker
+     * pointer for an empty array.) */
+    int neighbours[2] = {(rank + size - 1) % size, (rank + 1) % size}, weights[2] = {1, 1};
+    MPI_Dist_graph_create_adjacent(MPI_COMM_WORLD, 2, neighbours, weights, 2, neighbours, weights, MPI_INFO_NULL, 0, &comms[C_DIST_GRAPH]);
+    MPI_Group all_ranks, same_parity;
+    MPI_Comm_group(MPI_COMM_WORLD, &all_ranks);
+    int *mates = malloc(sizeof(int) * (size_t)size), nmates = 0;
+    for (int r = size - 1; r >= 0; r--)
+        if (r % 2 == rank % 2) mates[nmates++] = r;
+    MPI_Group_incl(all_ranks, nmates, mates, &same_parity);
+    MPI_Comm_create_group(MPI_COMM_WORLD, same_parity, 7, &comms[C_CREATE_GROUP]);
+    MPI_Group_free(&same_parity);
+    MPI_Group_free(&all_ranks);
+    free(mates);
     for (int c = 0; c < NCOMMS; c++) MPI_Comm_set_errhandler(comms[c], MPI_ERRORS_RETURN);
     /* The communicators the calls draw from: all but in "all", which keeps
      * the first five (its test reads every communicator's report lines on

@@ -13,14 +13,35 @@
  *    when the wait costs nothing after the computing (the barrier completed
  *    meanwhile), 0% when all of it is still to do. Each time is the mean
  *    over the ranks (as OSU reduces them), the overlap computed from those.
+ * 4. The same at the median, beside OSU's means (which a few iterations in
+ *    which the scheduler ran something else for milliseconds outweigh on a
+ *    shared machine): each rank's median of one pure iteration, of the
+ *    start (MPI_Ibarrier) and of the wait after computing, and their 99th
+ *    percentiles, averaged over the ranks; overlap_p50 = max(0, 100 - 100
+ *    (init_p50 + wait_p50) / pure_p50).
  *
  * Rank 0 prints one JSON line: {"ranks", "iterations", "pure_us",
- * "overall_us", "compute_us", "init_us", "wait_us", "overlap_pct"}. */
+ * "overall_us", "compute_us", "init_us", "wait_us", "overlap_pct",
+ * "pure_p50_us", "init_p50_us", "wait_p50_us", "pure_p99_us",
+ * "init_p99_us", "wait_p99_us", "overlap_p50_pct"}. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "test_util.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median and 99th percentile of `v[0..n]` (sorted in place). */
+static void median_p99(double *v, int n, double *p50, double *p99) {
+    qsort(v, n, sizeof *v, cmp_double);
+    int at = (int)(0.99 * n);
+    *p50 = v[n / 2];
+    *p99 = v[at < n ? at : n - 1];
+}
 
 /* Computes for `us` microseconds without calling MPI. */
 static double compute(double us) {
@@ -38,15 +59,19 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int iterations = argc > 1 ? atoi(argv[1]) : 1000;
     int warmup = argc > 2 ? atoi(argv[2]) : 100;
+    if (iterations < 1) iterations = 1;
     MPI_Request req;
-    double t = 0;
+    double t = 0, *each = malloc(sizeof(double) * iterations), *inits = malloc(sizeof(double) * iterations),
+           *waits = malloc(sizeof(double) * iterations);
     for (int i = 0; i < warmup + iterations; i++) {
         if (i == warmup) {
             MPI_Barrier(MPI_COMM_WORLD);
             t = now_us();
         }
+        double t0 = now_us();
         MPI_Ibarrier(MPI_COMM_WORLD, &req);
         MPI_Wait(&req, MPI_STATUS_IGNORE);
+        if (i >= warmup) each[i - warmup] = now_us() - t0;
     }
     double pure = (now_us() - t) / iterations;
     /* Every rank computes for the same time: the ranks' mean (as OSU). */
@@ -69,19 +94,29 @@ int main(int argc, char **argv) {
         sums[1] += computed;
         sums[2] += started - start;
         sums[3] += end - waiting;
+        if (i >= warmup) inits[i - warmup] = started - start, waits[i - warmup] = end - waiting;
     }
     double mean[4];
     for (int k = 0; k < 4; k++) mean[k] = sums[k] / iterations;
-    double all[4] = {mean[0], mean[1], mean[2], mean[3]};
-    MPI_Reduce(rank ? all : MPI_IN_PLACE, all, 4, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    /* mean overall, compute, init, wait; then the p50 and p99 of pure, init, wait */
+    double all[10] = {mean[0], mean[1], mean[2], mean[3]};
+    median_p99(each, iterations, &all[4], &all[7]);
+    median_p99(inits, iterations, &all[5], &all[8]);
+    median_p99(waits, iterations, &all[6], &all[9]);
+    MPI_Reduce(rank ? all : MPI_IN_PLACE, all, 10, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0) {
-        double overlap = 100.0 - 100.0 * (all[0] / size - all[1] / size) / pure;
+        for (int k = 0; k < 10; k++) all[k] /= size;
+        double overlap = 100.0 - 100.0 * (all[0] - all[1]) / pure;
         if (overlap < 0) overlap = 0;
+        double overlap_p50 = 100.0 - 100.0 * (all[5] + all[6]) / all[4];
+        if (overlap_p50 < 0) overlap_p50 = 0;
         printf("{\"ranks\": %d, \"iterations\": %d, \"pure_us\": %.3f, \"overall_us\": %.3f, \"compute_us\": %.3f, \"init_us\": %.3f, "
-               "\"wait_us\": %.3f, \"overlap_pct\": %.2f}\n",
-               size, iterations, pure, all[0] / size, all[1] / size, all[2] / size, all[3] / size, overlap);
+               "\"wait_us\": %.3f, \"overlap_pct\": %.2f, \"pure_p50_us\": %.3f, \"init_p50_us\": %.3f, \"wait_p50_us\": %.3f, "
+               "\"pure_p99_us\": %.3f, \"init_p99_us\": %.3f, \"wait_p99_us\": %.3f, \"overlap_p50_pct\": %.2f}\n",
+               size, iterations, pure, all[0], all[1], all[2], all[3], overlap, all[4], all[5], all[6], all[7], all[8], all[9], overlap_p50);
         fflush(stdout);
     }
+    free(each), free(inits), free(waits);
     MPI_Finalize();
     return 0;
 }

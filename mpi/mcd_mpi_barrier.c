@@ -1646,6 +1646,16 @@ int MPI_Graph_create(MPI_Comm comm, int nnodes, const int index[], const int edg
     return made(PMPI_Graph_create(comm, nnodes, index, edges, reorder, newcomm), newcomm);
 }
 int MPI_Intercomm_merge(MPI_Comm intercomm, int high, MPI_Comm *newcomm) { return made(PMPI_Intercomm_merge(intercomm, high, newcomm), newcomm); }
+int MPI_Dist_graph_create_adjacent(MPI_Comm comm, int indegree, const int sources[], const int sourceweights[], int outdegree,
+                                   const int destinations[], const int destweights[], MPI_Info info, int reorder, MPI_Comm *newcomm) {
+    return made(PMPI_Dist_graph_create_adjacent(comm, indegree, sources, sourceweights, outdegree, destinations, destweights, info, reorder,
+                                                newcomm),
+                newcomm);
+}
+int MPI_Dist_graph_create(MPI_Comm comm, int n, const int sources[], const int degrees[], const int destinations[], const int weights[],
+                          MPI_Info info, int reorder, MPI_Comm *newcomm) {
+    return made(PMPI_Dist_graph_create(comm, n, sources, degrees, destinations, weights, info, reorder, newcomm), newcomm);
+}
 
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request) {
     target to;

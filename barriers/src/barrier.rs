@@ -292,8 +292,9 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     /// The start itself takes the first step in the caller's thread: what
     /// came already is read, and this node's arrival (with its data) is on
     /// the wire when `start` returns. When that was all this node sends
-    /// for the call ([`eager_only`](Self::eager_only): a one-round plan, one
-    /// segment, nothing in progress before it), the agent is not woken: the
+    /// for the call ([`eager_only`](Self::eager_only): a one-round plan or
+    /// a broadcast's non-root, one segment, and the start put it on the
+    /// wire: whatever was queued before it done), the agent is not woken: the
     /// call completes by what arrives, which the next test or wait reads
     /// from the rings, so it completes while the program computes even
     /// when no core is free for the agent (2 ranks computing on 2 cores).
@@ -314,9 +315,12 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         };
         let eager_only = self.eager_only(call, input.len());
         let (id, hurry) = self.call(|e| {
-            let alone = e.idle();
             let id = e.start_op(call, input, result_here)?;
-            Ok::<_, BarrierError>((id, !(eager_only && alone)))
+            // Everything this node sends for it has gone if its plan sends
+            // at its start only and the start put it on the wire (what was
+            // before it done: a broadcast's background end, say, which the
+            // root's next data brings).
+            Ok::<_, BarrierError>((id, !(eager_only && e.on_the_wire(id))))
         })?;
         if hurry {
             self.shared.hurry.store(true, Ordering::Release);
@@ -330,16 +334,18 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     /// Whether a nonblocking `call` of `bytes` bytes started alone sends
     /// everything this node sends for it at its start: a barrier, or an
     /// allreduce or reduce of one segment, on a plan that sends only in its
-    /// first step (a broadcast runs its own plan, whose root sends later).
+    /// first step; or a broadcast of one segment (its own plan,
+    /// [`crate::plan::build_bcast`], whatever the algorithm) everywhere but
+    /// at a root of more than two nodes, which sends the end once every
+    /// node has entered (a non-root sends its entry at once and then only
+    /// waits; between two nodes there is no end).
     pub fn eager_only(&self, call: Collective, bytes: usize) -> bool {
-        let one_segment = match call {
-            Collective::Barrier => true,
-            Collective::Allreduce { .. } | Collective::Reduce { .. } => {
-                bytes <= self.max_data.saturating_sub(wire::HEADER_LEN) / call.element_size() * call.element_size()
-            }
-            Collective::Bcast { .. } => false,
-        };
-        self.sends_at_entry_only && one_segment
+        let one_segment = bytes <= self.max_data.saturating_sub(wire::HEADER_LEN) / call.element_size().max(1) * call.element_size().max(1);
+        match call {
+            Collective::Barrier => self.sends_at_entry_only,
+            Collective::Allreduce { .. } | Collective::Reduce { .. } => self.sends_at_entry_only && one_segment,
+            Collective::Bcast { root } => one_segment && (root != self.me || self.nodes == 2),
+        }
     }
 
     /// Ends this node's use of the barrier: one closing barrier (so every

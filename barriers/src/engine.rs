@@ -308,12 +308,13 @@ impl<T: Transport> Engine<T> {
         }
     }
 
-    /// Whether nothing is in progress: no queued collective without an
-    /// outcome, no barrier in the protocol (a broadcast completing in the
-    /// background is one). Then a started collective enters its epoch at
-    /// once ([`start_op`](Self::start_op)).
-    pub(crate) fn idle(&self) -> bool {
-        !self.queue.busy() && !self.core.in_progress()
+    /// Whether collective `id` (just started) is on the wire: every one
+    /// queued before it is done and its first segment's epoch is entered
+    /// (so what this node sends at that step has gone), or it is done
+    /// itself. A broadcast completing in the background before it (its end
+    /// comes with the root's next data) does not hold it back once it came.
+    pub(crate) fn on_the_wire(&mut self, id: u64) -> bool {
+        self.queue.running().is_none_or(|op| op.id == id && op.stage != Stage::Idle)
     }
 
     /// Queues the nonblocking collective `call` with this node's `input`
@@ -322,6 +323,7 @@ impl<T: Transport> Engine<T> {
     /// [`poll_op`](Self::poll_op).
     pub(crate) fn start_op(&mut self, call: Collective, input: &[u8], result_here: bool) -> Result<u64, BarrierError> {
         let id = self.queue.push(call, input, result_here);
+        self.transport.in_use();
         let now = Instant::now();
         // What came already counts (the peers' arrivals, when this node is
         // the last: then it completes here, with no one left to wake).
@@ -409,6 +411,7 @@ impl<T: Transport> Engine<T> {
             return Ok(self.queue.claim(id, out));
         }
         self.agent_error()?;
+        self.transport.in_use();
         let now = Instant::now();
         self.drain(now)?;
         self.core.handle_timeout(now);

@@ -19,8 +19,20 @@
 //! created here. Within a group, the barrier's own instance (agreed by the
 //! join) still separates one barrier from another.
 //!
-//! A group's multicast is one frame to every node of the job: members take
-//! it, the others drop it by its key.
+//! A group's multicast is one frame to the group's own multicast address
+//! once every member has joined the group's barrier
+//! ([`Transport::all_joined`]): a group of three or more nodes that is not
+//! the whole job has one of the job's multicast groups 1 to 253, picked
+//! from its key (the same on every member), which every member's endpoint
+//! joins when it makes the group's transport, before it sends anything of
+//! the group's. Nodes outside the group never join it, so its frames stop
+//! at their kernel's filter and wake none of their threads (without it, an
+//! idle rank's watcher woke for every multicast of every communicator it is
+//! not in: issue 28's 4-rank communicators in a job of 8). Two live groups
+//! may share an address (253 of them); a node in one and not the other then
+//! takes the other's frames and drops them by their key, as every node did
+//! before. Before the join completes, and for groups of two (one unicast
+//! does), multicasts go to every node of the job.
 //!
 //! **Progress agents.** Each group's barrier has its own progress agent. One
 //! of them at a time, the *watcher*, sleeps on the rings: that of the group
@@ -168,6 +180,9 @@ struct Hub {
     agreed_keys: HashSet<u64, std::hash::BuildHasherDefault<KeyHasher>>,
     /// The group whose agent sleeps on the rings.
     watcher: Option<u64>,
+    /// Transports and listeners here per multicast group (the endpoint is
+    /// in the group while its count is above 0).
+    in_group: [u32; 256],
     stats: RouteStats,
 }
 
@@ -216,6 +231,25 @@ impl Hub {
         Ok(())
     }
 
+    /// Puts the endpoint in multicast group `g` for one more holder.
+    fn join_group(&mut self, g: GroupId) -> Result<(), TransportError> {
+        if self.in_group[usize::from(g.0)] == 0 {
+            self.endpoint.join(g)?;
+        }
+        self.in_group[usize::from(g.0)] += 1;
+        Ok(())
+    }
+
+    /// One holder of multicast group `g` less; the last one leaves it.
+    fn leave_group(&mut self, g: GroupId) {
+        let count = &mut self.in_group[usize::from(g.0)];
+        *count = count.saturating_sub(1);
+        if *count == 0 && g != GroupId::ALL {
+            // Failing to leave only lets a few frames more in, dropped as foreign.
+            let _ = self.endpoint.leave(g);
+        }
+    }
+
     fn take(&mut self, key: u64) -> Option<Routed> {
         self.routes.get_mut(&key).and_then(|r| r.queue.pop_front())
     }
@@ -241,6 +275,12 @@ fn lock(hub: &Mutex<Hub>) -> MutexGuard<'_, Hub> {
     hub.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The multicast group of the group with key `key`: one of 1 to 253 (0 is
+/// every node, 254 the hosts' leaders, 255 the bootstrap's).
+fn own_group(key: u64) -> GroupId {
+    GroupId(1 + u8::try_from(key % 253).expect("below 253"))
+}
+
 /// The hash of a member list.
 fn members_hash(members: &[NodeId]) -> u64 {
     members.iter().fold(mix(members.len() as u64 ^ 0x6772_6F75_7073), |h, &m| mix(h ^ m as u64))
@@ -259,6 +299,7 @@ impl SharedEndpoint {
             created: HashMap::new(),
             agreed_keys: Default::default(),
             watcher: None,
+            in_group: [0; 256],
             stats: RouteStats::default(),
         };
         SharedEndpoint { hub: Arc::new(Mutex::new(hub)), me, nodes, rails }
@@ -326,6 +367,12 @@ impl SharedEndpoint {
             .into());
         }
         let readiness = Arc::new(hub.endpoint.readiness()?);
+        // Its own multicast address: for three members or more (two send
+        // one unicast instead), unless it is the whole job.
+        let own = (members.len() > 2 && members.len() < self.nodes).then(|| own_group(key));
+        if let Some(g) = own {
+            hub.join_group(g)?;
+        }
         let mut queue = VecDeque::new();
         let pending = std::mem::take(&mut hub.pending);
         for (k, from, rail, msg) in pending {
@@ -349,6 +396,8 @@ impl SharedEndpoint {
             readiness,
             everyone: members.len() == self.nodes,
             multicast_to: Destination::ALL_NODES,
+            joined: own,
+            joined_multicast: own.map(Destination::Group),
             multicast_always: false,
             dropped: 0,
             data: Vec::new(),
@@ -368,9 +417,16 @@ impl SharedEndpoint {
             return self.group(members);
         }
         let mut transport = self.group(members)?;
-        lock(&self.hub).endpoint.join(multicast)?;
+        let mut hub = lock(&self.hub);
+        if let Some(own) = transport.joined.take() {
+            hub.leave_group(own);
+        }
+        hub.join_group(multicast)?;
+        transport.joined = Some(multicast);
+        transport.joined_multicast = None;
         transport.multicast_to = Destination::Group(multicast);
         transport.everyone = false;
+        drop(hub);
         Ok(transport)
     }
 
@@ -385,7 +441,7 @@ impl SharedEndpoint {
         if hub.routes.contains_key(&key) {
             return Err(format!("group key {key:#018x} is already routed here: a member does not listen to its own group").into());
         }
-        hub.endpoint.join(multicast)?;
+        hub.join_group(multicast)?;
         let readiness = Arc::new(hub.endpoint.readiness()?);
         // No members here: it never watches the rings for an agent.
         hub.routes.insert(key, Route { queue: VecDeque::new(), app: readiness.clone(), agent: None, members: 0 });
@@ -449,8 +505,7 @@ impl Drop for GroupListener {
     fn drop(&mut self) {
         let mut hub = lock(&self.hub);
         hub.routes.remove(&self.key);
-        // Failing to leave only lets a few frames more in, dropped as foreign.
-        let _ = hub.endpoint.leave(self.multicast);
+        hub.leave_group(self.multicast);
     }
 }
 
@@ -469,6 +524,12 @@ pub struct GroupTransport {
     /// Where the group's multicasts go: every node of the job, or a named
     /// group only the members joined.
     multicast_to: Destination,
+    /// The multicast group this endpoint is in for this transport (its
+    /// own, or the named one), left when it drops.
+    joined: Option<GroupId>,
+    /// Where its multicasts go once every member has joined (its own
+    /// group, which every member's endpoint is in by then).
+    joined_multicast: Option<Destination>,
     /// Multicast even to one other member (others listen to the group).
     multicast_always: bool,
     dropped: u64,
@@ -526,23 +587,30 @@ impl GroupTransport {
         Ok(lock(&self.hub).endpoint.send(rail, to, wire::kind_byte(msg.kind), msg.epoch, &self.frame)?)
     }
 
-    /// The next frame of this group, reading the rings if none is queued;
-    /// with `claim` (a caller about to wait: not a progress agent's
-    /// non-blocking round, which would take the rings from the group in
-    /// use and wake for its every frame), this group becomes the watcher.
-    fn poll(&mut self, claim: bool) -> Result<(Option<Incoming>, mcd::wait::WaitPhases), TransportError> {
-        let mut hub = lock(&self.hub);
-        if claim && self.members.len() > 1 && hub.watcher != Some(self.key) {
-            // The group in use watches the rings once its caller is away. Its
-            // agent may be asleep on its flag (it was not the watcher when it
-            // went to sleep): wake it, or nobody would read the rings once
-            // the caller leaves, and peers would take this node for dead.
+    /// Makes this group the watcher: the group in use watches the rings
+    /// once its caller is away. Its agent may be asleep on its flag (it was
+    /// not the watcher when it went to sleep): wake it, or nobody would
+    /// read the rings once the caller leaves, and peers would take this
+    /// node for dead.
+    fn watch(&self, hub: &mut Hub) {
+        if self.members.len() > 1 && hub.watcher != Some(self.key) {
             hub.watcher = Some(self.key);
             if let Some(agent) = hub.routes.get(&self.key).and_then(|r| r.agent.clone()) {
                 if agent.on_flag.load(std::sync::atomic::Ordering::Relaxed) {
                     agent.wake();
                 }
             }
+        }
+    }
+
+    /// The next frame of this group, reading the rings if none is queued;
+    /// with `claim` (a caller about to wait: not a progress agent's
+    /// non-blocking round, which would take the rings from the group in
+    /// use and wake for its every frame), this group becomes the watcher.
+    fn poll(&mut self, claim: bool) -> Result<(Option<Incoming>, mcd::wait::WaitPhases), TransportError> {
+        let mut hub = lock(&self.hub);
+        if claim {
+            self.watch(&mut hub);
         }
         loop {
             let got = match hub.take(self.key) {
@@ -570,11 +638,8 @@ impl Drop for GroupTransport {
     fn drop(&mut self) {
         let mut hub = lock(&self.hub);
         hub.routes.remove(&self.key);
-        if let Destination::Group(g) = self.multicast_to {
-            if g != GroupId::ALL {
-                // Failing to leave only lets a few frames more in, dropped as foreign.
-                let _ = hub.endpoint.leave(g);
-            }
+        if let Some(g) = self.joined {
+            hub.leave_group(g);
         }
         if hub.watcher == Some(self.key) {
             // Another group's agent watches the rings from now on.
@@ -626,7 +691,7 @@ impl Transport for GroupTransport {
             }
             return Ok(());
         }
-        self.send_to(rail, Destination::ALL_NODES, msg, data)
+        self.send_to(rail, self.multicast_to, msg, data)
     }
 
     fn has_multicast(&self) -> bool {
@@ -674,8 +739,25 @@ impl Transport for GroupTransport {
         }
     }
 
+    /// Every member has made its transport, so its endpoint is in the
+    /// group's own multicast group: multicasts go there from now on.
     fn all_joined(&mut self) {
+        if let Some(to) = self.joined_multicast.take() {
+            self.multicast_to = to;
+        }
         lock(&self.hub).endpoint.refresh_host_load();
+    }
+
+    /// A nonblocking collective's start or test by the application (which
+    /// reads the rings without sleeping on them, so its `poll`
+    /// does not claim): this group watches from now on. Else the group
+    /// that last slept on the rings (an `MPI_Barrier` before a loop of
+    /// `MPI_Ibarrier` and tests, say) keeps the watch, and its idle agent,
+    /// asleep on the rings, wakes for every frame of this group: a wake-up
+    /// in every peer's send and a context switch on this node's cores.
+    fn in_use(&mut self) {
+        let mut hub = lock(&self.hub);
+        self.watch(&mut hub);
     }
 
     fn waker(&self) -> Result<Arc<dyn Waker>, TransportError> {

@@ -250,6 +250,13 @@ pub trait Transport {
     /// Called once every node has joined the barrier (every process of the
     /// job is up): a transport may re-read how loaded its host is.
     fn all_joined(&mut self) {}
+    /// The application drives this barrier's nonblocking collectives now
+    /// (a start, or a test in a wait loop that never sleeps in
+    /// [`recv`](Self::recv)): a transport shared by several barriers lets
+    /// this one watch the arrivals from now on, so that another barrier's
+    /// idle progress agent stops waking for frames the application reads
+    /// itself. The default: nothing.
+    fn in_use(&mut self) {}
     /// A [`Waker`] for this transport's arrivals, usable from another thread
     /// while this transport is used elsewhere. The default polls
     /// ([`TickWaker`]); transports that can sleep in the kernel should say so.

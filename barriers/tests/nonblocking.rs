@@ -169,7 +169,12 @@ fn a_one_round_start_sends_everything_and_completes_by_what_arrives() {
             assert_eq!(b.eager_only(Collective::Barrier, 0), eager[me], "{algorithm} at {n}, node {me}: a barrier");
             assert_eq!(b.eager_only(sum, 4), eager[me], "{algorithm} at {n}, node {me}: one element");
             assert!(!b.eager_only(sum, 3000 * 4), "{algorithm}: several segments need more steps");
-            assert!(!b.eager_only(Collective::Bcast { root: 0 }, 4), "{algorithm}: a broadcast runs its own plan");
+            // A broadcast runs its own plan, whatever the algorithm: a
+            // non-root sends its entry at its start and then only waits; a
+            // root of more than two nodes sends the end later.
+            let bcast = Collective::Bcast { root: 0 };
+            assert_eq!(b.eager_only(bcast, 4), me != 0 || n == 2, "{algorithm} at {n}, node {me}: a broadcast");
+            assert!(!b.eager_only(bcast, 3000), "{algorithm}: a broadcast of several segments");
             let mut at_once = Vec::new();
             for round in 0..3u32 {
                 // The nodes start one after another, in order.
@@ -210,6 +215,28 @@ fn a_one_round_start_sends_everything_and_completes_by_what_arrives() {
                     s.wait(Some(&mut out))?;
                 }
                 assert_eq!(from_u32s(&out), vec![(0..n as u32).map(|k| k + round).sum::<u32>()], "{algorithm} at {me}");
+                // A broadcast from node 0: the last node, not the root,
+                // has its data at its first test, whatever the algorithm.
+                let data = u32s(&[7 + round]);
+                let mut t = None;
+                for k in 0..n {
+                    if k == me {
+                        t = Some(b.start(bcast, &data)?);
+                    }
+                    rendezvous.wait();
+                }
+                let mut t = t.expect("started");
+                let mut got = vec![0u8; 4];
+                let mut done = false;
+                if me == n - 1 {
+                    done = t.test(Some(&mut got))?;
+                    assert!(done, "{algorithm} at {n}: the broadcast's data at the first test after the root's start");
+                    assert_eq!(got, data, "{algorithm} at {n}: the root's data");
+                }
+                rendezvous.wait();
+                if !done {
+                    t.wait(Some(&mut got))?;
+                }
             }
             Ok(at_once)
         });

@@ -27,8 +27,12 @@ use crate::{machine, today};
 
 /// The most data one frame carries (a collective's segment).
 const ONE_FRAME: usize = barriers::model::SEGMENT_BYTES;
-/// The sizes up to one frame, and the one beyond (two segments).
-const FRAME_SIZES: &str = "8,64,512,1432";
+/// The sizes up to one frame (the last one a whole segment: 1424 bytes
+/// with authentication, whose tag takes 8 bytes of the frame; this list
+/// said 1432, two segments since wire version 4), and the one beyond.
+fn frame_sizes() -> String {
+    format!("8,64,512,{ONE_FRAME}")
+}
 const BEYOND: usize = 2048;
 const KINDS: [&str; 8] = ["barrier", "allreduce", "reduce", "bcast", "ibarrier", "iallreduce", "ireduce", "ibcast"];
 /// The interposer report's name of each kind's calls.
@@ -197,7 +201,7 @@ pub fn run(out: &Path, ranks: usize, scale: f64, rounds: usize, mpis: &[Mpi], st
                 let n = iterations(mpi, interposed, scale);
                 let report = interposed.then_some(report_dir.as_path());
                 let t = Instant::now();
-                let (frame, calls) = run_once(&cluster, run, FRAME_SIZES, &KINDS.join(","), n, report)?;
+                let (frame, calls) = run_once(&cluster, run, &frame_sizes(), &KINDS.join(","), n, report)?;
                 if interposed {
                     frame_calls.entry(mpi.label()).or_default().add(&calls);
                 }

@@ -221,6 +221,9 @@ enum Bench {
         /// round with the median overlap.
         #[arg(long, default_value_t = 3, value_parser = mcd_bench::cli::at_least_one)]
         rounds: usize,
+        /// The MPIs (openmpi, mpich; comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "openmpi,mpich", value_parser = mpi_named)]
+        mpis: Vec<mcd_tools::cbuild::Mpi>,
         /// Stem of the virtual clusters' names (1 to 4 lowercase letters or digits).
         #[arg(long, default_value = "bov", value_parser = mcd_bench::cli::cluster_stem)]
         cluster: String,
@@ -345,7 +348,7 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Auth { iterations, rounds, tag_only: false } => auth::run(&out, iterations, rounds),
         Bench::Auth { tag_only: true, .. } => auth::tag_only(),
         Bench::Collectives { nodes, sizes, scale, rounds, cluster } => collectives::run(&out, &nodes, &sizes, scale, rounds, &cluster),
-        Bench::Overlap { nodes, scale, rounds, cluster } => overlap::run(&out, &nodes, scale, rounds, &cluster),
+        Bench::Overlap { nodes, scale, rounds, mpis, cluster } => overlap::run(&out, &nodes, scale, rounds, &mpis, &cluster),
         Bench::Comms { ranks, scale, rounds, mpis, cluster } => comms::run(&out, ranks, scale, rounds, &mpis, &cluster),
         Bench::Load { nodes, rounds, iterations } => load::run(&out, &nodes, rounds, iterations),
         Bench::Hierarchy { shapes, iterations } => hierarchy::run(&out, &shapes, iterations),

@@ -147,6 +147,51 @@ fn only_the_watching_groups_agent_wakes_to_announce() {
 }
 
 #[test]
+fn a_groups_nonblocking_collectives_take_the_watch_of_the_rings() {
+    // Issue 28's overlap: a program's MPI_Barrier (one group) then a loop
+    // of MPI_Ibarrier and tests (another group) left the watch with the
+    // barrier's group, whose idle agent, asleep on the rings, then woke for
+    // every frame of the other group (about one wake-up per collective).
+    // A start or a test by the application hands the watch to its group.
+    use barriers::{Barrier, Collective, Transport};
+    let n = 2;
+    let rounds = 20;
+    let c = cluster(ClusterSpec::new("gnbw", n));
+    let threads: Vec<_> = (0..n)
+        .map(|node| {
+            let mut config = c.endpoint_config();
+            config.announce_every = Some(Duration::from_millis(100));
+            let shared = barriers::SharedEndpoint::new(open_on(&c, node, config).unwrap());
+            let (first, second) = (shared.group(&[0, 1]).unwrap(), shared.group(&[0, 1]).unwrap());
+            std::thread::spawn(move || {
+                let config = BarrierConfig::new(Algorithm::ShuffleExchange);
+                let (mut blocking, mut nonblocking) = (Barrier::new(first, config).unwrap(), Barrier::new(second, config).unwrap());
+                let watches = |b: &mut Barrier<barriers::GroupTransport>| b.with_transport(|t| t.keepalive_every().is_some());
+                // Rounds in which the blocking barrier had the watch when
+                // the nonblocking one started (in every round, the node
+                // that enters the blocking barrier first sleeps on the
+                // rings for the other, and takes it).
+                let mut taken = 0;
+                for k in 0..rounds {
+                    blocking.wait().unwrap();
+                    if watches(&mut blocking) {
+                        taken += 1;
+                    }
+                    let mut r = nonblocking.start(Collective::Barrier, &[]).unwrap();
+                    while !r.test(None).unwrap() {}
+                    assert!(watches(&mut nonblocking) && !watches(&mut blocking), "node {node}, round {k}: the group the application drives watches");
+                }
+                nonblocking.finish().unwrap();
+                blocking.finish().unwrap();
+                taken
+            })
+        })
+        .collect();
+    let taken: usize = threads.into_iter().map(|t| t.join().expect("a node failed")).sum();
+    assert!(taken >= rounds, "the blocking barrier slept on the rings in {taken} node-rounds of {rounds}: at least once a round");
+}
+
+#[test]
 fn groups_on_shared_endpoints_never_count_each_others_frames() {
     // Every node's one endpoint carries four groups: two with exactly the
     // same four members (created one after the other: distinct keys) and the
@@ -249,4 +294,56 @@ fn a_group_multicasting_to_a_named_group_keeps_its_frames_from_the_other_nodes()
     assert_eq!(outsider.received, 0, "node 3 got the group's frames: {outsider:?}");
     let member = shared[1].with_endpoint(|e| e.stats()).unwrap();
     assert!(member.received >= rounds as u64, "node 1 got too few frames: {member:?}");
+}
+
+#[test]
+fn a_groups_multicasts_reach_its_members_only() {
+    // Issue 28's 4-rank communicators in a job of 8: a group's multicasts
+    // went to every node of the job, and every idle node outside it woke
+    // for each to drop it by its key. Nodes 0, 1 and 2 of 4 run barriers
+    // with a multicast release and broadcasts (multicast data) on a group
+    // of their own; node 3, in the job but not in the group, may hear the
+    // group's join (its multicasts go to every node until every member
+    // is in), and nothing of the rounds after it.
+    use barriers::Collective;
+    let n = 4;
+    let c = cluster(ClusterSpec::new("gown", n));
+    let shared: Vec<barriers::SharedEndpoint> = mcd_integration_tests::open_all(&c).into_iter().map(barriers::SharedEndpoint::new).collect();
+    let members = [0, 1, 2];
+    let rounds = 60;
+    let threads: Vec<_> = members
+        .iter()
+        .map(|&node| {
+            let transport = shared[node].group(&members).unwrap();
+            std::thread::spawn(move || {
+                let config = BarrierConfig::new(Algorithm::Tree { k: barriers::Fanout::FOUR, release: barriers::Release::Multicast });
+                let mut b = barriers::Barrier::new(transport, config).unwrap();
+                let mut timeline = barriers::check::Timeline::default();
+                for k in 0..rounds {
+                    let entered = std::time::Instant::now();
+                    b.wait().unwrap();
+                    timeline.record(entered, std::time::Instant::now());
+                    let mut data = [k as u8; 64];
+                    b.collective(Collective::Bcast { root: k % 3 }, &data.clone(), Some(&mut data)).unwrap();
+                    assert_eq!(data, [k as u8; 64], "node {node}, round {k}: the root's data");
+                }
+                b.finish().unwrap();
+                timeline
+            })
+        })
+        .collect();
+    let timelines: Vec<_> = threads.into_iter().map(|t| t.join().expect("a member failed")).collect();
+    let (violations, checked) = barriers::check::check(&timelines);
+    assert_eq!(checked, rounds);
+    assert!(violations.is_empty(), "{violations:?}");
+    // Node 3 reads its rings (a group of its own does): whatever of the
+    // group's came is routed nowhere and counted foreign.
+    use barriers::Transport;
+    let mut alone = shared[3].group(&[3]).unwrap();
+    while alone.recv(Duration::ZERO).unwrap().is_some() {}
+    let (heard, route) = (shared[3].with_endpoint(|e| e.stats()).unwrap(), shared[3].route_stats());
+    assert!(heard.ring_dropped == 0, "node 3's ring overflowed: the count below would be too low: {heard:?}");
+    assert!(route.foreign < rounds as u64 / 4, "node 3 got the group's frames after its join: {route:?}, {heard:?}");
+    let member = shared[1].with_endpoint(|e| e.stats()).unwrap();
+    assert!(member.received >= 2 * rounds as u64, "node 1 got too few frames: {member:?}");
 }

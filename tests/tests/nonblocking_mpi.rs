@@ -202,7 +202,11 @@ fn a_freed_communicator_and_a_finalize_with_collectives_pending_under_mpich() {
 
 /// mpi/coll_diff.c's nonblocking mode (issue 28's differential test): a
 /// seeded random sequence of MPI_Iallreduce, MPI_Ireduce and MPI_Ibcast on
-/// the world, a duplicate, two splits and MPI_COMM_SELF, every predefined
+/// the world, a duplicate, two splits, MPI_COMM_SELF, and communicators of
+/// MPI_Comm_create, _idup, _split_type, MPI_Intercomm_merge,
+/// MPI_Cart_create, MPI_Graph_create, MPI_Dist_graph_create_adjacent and
+/// MPI_Comm_create_group (each constructor makes the mcd state, so every
+/// call on them but the idup'd one's goes through mcd), every predefined
 /// type (pair types included) and derived ones, types of one signature
 /// mixed across ranks, every operation, counts up to twice
 /// MCD_MPI_MAX_BYTES, every root, in place and not, each started after an
