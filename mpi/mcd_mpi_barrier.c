@@ -479,6 +479,15 @@ static int mpi_error_of(int rc) {
     }
 }
 
+/* An error of the interposer's own in a call on `comm`, raised as MPI
+ * raises its errors (review rev30, finding 1): through the communicator's
+ * error handler (MPI_ERRORS_ARE_FATAL aborts, MPI_ERRORS_RETURN returns,
+ * a handler of the program's own is called once), then returned. */
+static int raise_error(MPI_Comm comm, int code) {
+    PMPI_Comm_call_errhandler(comm, code);
+    return code;
+}
+
 static void start_mcd(void) {
     int rank, size;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -666,12 +675,20 @@ static int signature_dtype(MPI_Datatype t, int depth) {
     return found;
 }
 
+/* Whether `t` is a predefined type (MPI_DATATYPE_NULL counts as one: it
+ * is nothing to free). */
+static int predefined(MPI_Datatype t) {
+    int ni, na, nt, combiner = MPI_COMBINER_NAMED;
+    if (t == MPI_DATATYPE_NULL) return 1;
+    PMPI_Type_get_envelope(t, &ni, &na, &nt, &combiner);
+    return combiner == MPI_COMBINER_NAMED;
+}
+
 /* Whether `t`'s memory is its signature's bytes: a predefined type without
  * gaps (the pair types whose extent exceeds their size are not). */
 static int plain(MPI_Datatype t) {
-    int ni, na, nt, combiner = -1, size = 0;
-    PMPI_Type_get_envelope(t, &ni, &na, &nt, &combiner);
-    if (combiner != MPI_COMBINER_NAMED) return 0;
+    int size = 0;
+    if (t == MPI_DATATYPE_NULL || !predefined(t)) return 0;
     MPI_Aint lb = 0, extent = 0;
     PMPI_Type_size(t, &size);
     PMPI_Type_get_extent(t, &lb, &extent);
@@ -705,6 +722,42 @@ static long long bytes_of(int count, MPI_Datatype t) {
     return (long long)count * size;
 }
 
+/* Data at MPI_BOTTOM (review rev30, finding 6): its type's displacements
+ * are absolute addresses, and MPICH's MPI_Pack and MPI_Unpack refuse the
+ * buffer MPI_BOTTOM is there (NULL). The same bytes are one element of a
+ * struct type holding the `count` x `t` at the displacement that leads
+ * from an address of this file's own back to MPI_BOTTOM (address 0 in
+ * both MPIs): `count` x `t` at `buf` as (`*at`, `*n`, `*as`), where `*as`
+ * is a type made here (free it with PMPI_Type_free) when it is not `t`.
+ * Any other buffer is itself. */
+static char bottom_anchor;
+static void rebase(const void *buf, int count, MPI_Datatype t, const void **at, int *n, MPI_Datatype *as) {
+    *at = buf;
+    *n = count;
+    *as = t;
+    if (buf != MPI_BOTTOM) return;
+    MPI_Aint anchor = 0, displacement;
+    PMPI_Get_address(&bottom_anchor, &anchor);
+    displacement = -anchor;
+    if (PMPI_Type_create_struct(1, &count, &displacement, &t, as) != MPI_SUCCESS || PMPI_Type_commit(as) != MPI_SUCCESS) {
+        *as = t; /* PMPI_Pack says what is wrong */
+        return;
+    }
+    *at = &bottom_anchor;
+    *n = 1;
+}
+
+/* PMPI_Pack of `count` x `t` at `buf` (MPI_BOTTOM too: rebase). */
+static int pack_from(const void *buf, int count, MPI_Datatype t, void *out, int out_bytes, int *position) {
+    const void *at;
+    int n;
+    MPI_Datatype as;
+    rebase(buf, count, t, &at, &n, &as);
+    int rc = PMPI_Pack(at, n, as, out, out_bytes, position, MPI_COMM_WORLD);
+    if (as != t) PMPI_Type_free(&as);
+    return rc;
+}
+
 /* A collective's data as mcd sees it: `bytes` bytes, at `buf` itself or
  * packed into `packed` (malloc'd; NULL for a plain type). */
 static int pack_in(const void *buf, int count, MPI_Datatype t, long long bytes, char **packed) {
@@ -712,7 +765,7 @@ static int pack_in(const void *buf, int count, MPI_Datatype t, long long bytes, 
     if (plain(t)) return 1;
     *packed = malloc(bytes ? bytes : 1);
     int position = 0;
-    if (PMPI_Pack(buf, count, t, *packed, (int)bytes, &position, MPI_COMM_WORLD) != MPI_SUCCESS || position != bytes) {
+    if (pack_from(buf, count, t, *packed, (int)bytes, &position) != MPI_SUCCESS || position != bytes) {
         fprintf(stderr, "mcd-mpi: packing %d elements of a datatype gave %d bytes, not %lld\n", count, position, bytes);
         return 0;
     }
@@ -720,8 +773,12 @@ static int pack_in(const void *buf, int count, MPI_Datatype t, long long bytes, 
 }
 
 static void unpack_out(const char *packed, long long bytes, void *buf, int count, MPI_Datatype t) {
-    int position = 0;
-    PMPI_Unpack(packed, (int)bytes, &position, buf, count, t, MPI_COMM_WORLD);
+    const void *at;
+    int n, position = 0;
+    MPI_Datatype as;
+    rebase(buf, count, t, &at, &n, &as);
+    PMPI_Unpack(packed, (int)bytes, &position, (void *)at, n, as, MPI_COMM_WORLD);
+    if (as != t) PMPI_Type_free(&as);
 }
 
 /* A communicator's state (its mcd group, or none: PMPI), made at the first
@@ -740,7 +797,7 @@ static comm_state *state_of(MPI_Comm comm) {
  * communicator order). */
 typedef struct {
     mcd_group *group; /* NULL: the job */
-    int rank;
+    int rank, size;
 } target;
 
 /* Whether `comm` has an mcd target (the same answer on every member: the
@@ -750,13 +807,24 @@ static int target_of(MPI_Comm comm, target *t) {
     if (comm == MPI_COMM_WORLD) {
         t->group = NULL;
         t->rank = mcd_rank(job);
+        t->size = mcd_size(job);
         return 1;
     }
     comm_state *st = state_of(comm);
     if (!st || !st->group) return 0;
     t->group = st->group;
     t->rank = mcd_group_rank(st->group);
+    t->size = st->size;
     return 1;
+}
+
+/* Whether `root` is a rank of `t` (an intra-communicator: mcd serves no
+ * other). Any other root (MPI_PROC_NULL and MPI_ROOT included: they have a
+ * meaning on inter-communicators only) is erroneous, and goes to PMPI,
+ * which raises MPI_ERR_ROOT through the communicator's error handler as
+ * MPI does. */
+static int root_in(const target *t, int root) {
+    return root >= 0 && root < t->size;
 }
 
 static int t_allreduce(const target *t, const void *in, void *out, size_t n, int dtype, int op) {
@@ -1052,21 +1120,22 @@ static int reducible(MPI_Comm comm, int count, MPI_Datatype t, MPI_Op op, long l
 
 static const size_t mcd_sizes[] = {0, 4, 8, 4, 8, 4, 8}; /* by MCD_INT32 ... MCD_DOUBLE */
 
-/* mcd's allreduce (root < 0) or reduce of `count` elements of `t`:
- * packed when `t` is not plain. */
-static int reduce_via_mcd(const target *to, const void *sendbuf, void *recvbuf, int count, MPI_Datatype t, long long bytes, int dtype, int mop, int root) {
-    int result_here = root < 0 || root == to->rank;
+/* mcd's allreduce (`all`) or reduce to `root` (a rank: root_in) of
+ * `count` elements of `t`: packed when `t` is not plain. */
+static int reduce_via_mcd(const target *to, const void *sendbuf, void *recvbuf, int count, MPI_Datatype t, long long bytes, int dtype, int mop, int all,
+                          int root) {
+    int result_here = all || root == to->rank;
     int in_place = sendbuf == MPI_IN_PLACE;
     size_t n = (size_t)bytes / mcd_sizes[dtype];
     if (plain(t)) {
         const void *in = in_place ? NULL : sendbuf;
-        return root < 0 ? t_allreduce(to, in, recvbuf, n, dtype, mop) : t_reduce(to, in, recvbuf, n, dtype, mop, root);
+        return all ? t_allreduce(to, in, recvbuf, n, dtype, mop) : t_reduce(to, in, recvbuf, n, dtype, mop, root);
     }
     char *packed;
     int rc = MCD_OK;
     if (!pack_in(in_place ? recvbuf : sendbuf, count, t, bytes, &packed)) rc = MCD_ERR_ARGUMENT;
     /* In place on the packed copy; the result unpacked where MPI wants it. */
-    if (rc == MCD_OK) rc = root < 0 ? t_allreduce(to, NULL, packed, n, dtype, mop) : t_reduce(to, result_here ? NULL : packed, result_here ? packed : NULL, n, dtype, mop, root);
+    if (rc == MCD_OK) rc = all ? t_allreduce(to, NULL, packed, n, dtype, mop) : t_reduce(to, result_here ? NULL : packed, result_here ? packed : NULL, n, dtype, mop, root);
     if (rc == MCD_OK && result_here) unpack_out(packed, bytes, recvbuf, count, t);
     free(packed);
     return rc;
@@ -1079,14 +1148,14 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
     unsigned long long t0 = now_ns();
     int ok = reducible(comm, count, datatype, op, &bytes, &dtype, &mop);
     if (ok && target_of(comm, &to)) {
-        int rc = reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, -1);
+        int rc = reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, 1, 0);
         if (rc == MCD_OK) {
             served(comm, ALLREDUCE);
             timed(comm, LAT_ALLREDUCE, t0);
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Allreduce on %s failed: %s\n", comm_name(comm), mcd_last_error());
-        return mpi_error_of(rc);
+        return raise_error(comm, mpi_error_of(rc));
     }
     passed(comm, ALLREDUCE, ok, bytes);
     return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
@@ -1098,15 +1167,15 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
     target to;
     unsigned long long t0 = now_ns();
     int ok = reducible(comm, count, datatype, op, &bytes, &dtype, &mop);
-    if (ok && target_of(comm, &to)) {
-        int rc = reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, root);
+    if (ok && target_of(comm, &to) && root_in(&to, root)) {
+        int rc = reduce_via_mcd(&to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, 0, root);
         if (rc == MCD_OK) {
             served(comm, REDUCE);
             timed(comm, LAT_REDUCE, t0);
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Reduce on %s failed: %s\n", comm_name(comm), mcd_last_error());
-        return mpi_error_of(rc);
+        return raise_error(comm, mpi_error_of(rc));
     }
     passed(comm, REDUCE, ok, bytes);
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
@@ -1121,7 +1190,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
     unsigned long long t0 = now_ns();
     if (active && comm != MPI_COMM_NULL) bytes = bytes_of(count, datatype);
     int ok = bytes >= 0 && bytes <= max_bytes && (plain(datatype) || packs_plainly());
-    if (ok && target_of(comm, &to)) {
+    if (ok && target_of(comm, &to) && root_in(&to, root)) {
         int rc;
         if (plain(datatype)) {
             rc = t_bcast(&to, buffer, (size_t)bytes, root);
@@ -1140,7 +1209,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Bcast on %s failed: %s\n", comm_name(comm), mcd_last_error());
-        return mpi_error_of(rc);
+        return raise_error(comm, mpi_error_of(rc));
     }
     passed(comm, BCAST, ok, bytes);
     return PMPI_Bcast(buffer, count, datatype, root, comm);
@@ -1197,15 +1266,23 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
  * arguments given at init. The handle must stay valid across starts, which
  * a generalized request cannot (it completes once): it is a persistent
  * receive of 0 bytes from this rank on a private duplicate of
- * MPI_COMM_SELF (PMPI_Recv_init), started by MPI_Start beside the mcd
+ * MPI_COMM_SELF (PMPI_Recv_init) with a tag no other live request has
+ * (take_completion), started by MPI_Start beside the mcd
  * request and completed, once the mcd request is done, by a send to self
  * from the same waiting thread; so MPI's own wait and test forms complete
- * it, and it is inactive again after. A start that failed in mcd sends one
- * byte instead: the completion then returns MPI_ERR_TRUNCATE, with the
- * cause on stderr. MPI_Request_free frees it (completing an active one
- * first). */
+ * it, and it is inactive again after. A start that failed in mcd
+ * completes alike, and the wait or test form returns its error (see
+ * "Failures"), with the cause on stderr. MPI_Request_free frees it
+ * (completing an active one first). */
 
 enum { OP_INACTIVE, OP_RUNNING, OP_SETTLING, OP_DONE };
+
+/* A persistent request's completion: a receive of a tag on a private
+ * duplicate of MPI_COMM_SELF. */
+typedef struct {
+    MPI_Comm comm;
+    int tag;
+} completion;
 
 typedef struct nb_op {
     MPI_Request req;         /* the application's handle */
@@ -1223,11 +1300,12 @@ typedef struct nb_op {
     MPI_Datatype type;       /* dup'd when not plain */
     long long bytes;
     /* Persistent: what every start runs (else unused). */
-    int persistent, tag;
+    int persistent;
+    completion done;         /* its completion's receive: communicator and tag */
     MPI_Comm comm;
     const void *sendbuf;
     void *recvbuf;
-    MPI_Datatype dtype_arg;
+    MPI_Datatype dtype_arg;  /* the request's own (a dup) when not predefined */
     MPI_Op op_arg;
     int root;
     struct nb_op *prev, *next;
@@ -1236,8 +1314,42 @@ typedef struct nb_op {
 static pthread_mutex_t ops_lock = PTHREAD_MUTEX_INITIALIZER;
 static nb_op *ops_first;
 static int live_ops; /* registered requests (atomic): 0, and the wait/test family is PMPI's alone */
-static MPI_Comm self_comm = MPI_COMM_NULL; /* persistent requests' completions */
-static int next_tag;
+/* Persistent requests' completions (review rev30, finding 2: a tag was a
+ * counter modulo 32767, so the 32768th request shared the first's): each
+ * live request has a tag of its own; a freed request's tag is reused, and
+ * when every tag up to MPI_TAG_UB is held by a live request, another
+ * duplicate of MPI_COMM_SELF begins anew. Under ops_lock. */
+static MPI_Comm self_comm = MPI_COMM_NULL;
+static long long next_tag, tag_ub; /* (long long: MPI_TAG_UB may be INT_MAX) */
+static completion *free_completions;
+static size_t free_count, free_cap;
+
+static completion take_completion(void) {
+    if (free_count) return free_completions[--free_count];
+    if (self_comm == MPI_COMM_NULL || next_tag > tag_ub) {
+        PMPI_Comm_dup(MPI_COMM_SELF, &self_comm);
+        /* Its own errors (none expected) are returned, never fatal. */
+        PMPI_Comm_set_errhandler(self_comm, MPI_ERRORS_RETURN);
+        int *ub = NULL, found = 0;
+        PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
+        tag_ub = found && ub && *ub >= 32767 ? *ub : 32767; /* MPI's least */
+        next_tag = 0;
+    }
+    return (completion){self_comm, (int)next_tag++};
+}
+
+/* Gives a freed request's completion back (if there is no room to keep
+ * it, it is never reused: still sound). */
+static void give_back_completion(completion c) {
+    if (free_count == free_cap) {
+        size_t cap = free_cap ? 2 * free_cap : 64;
+        completion *grown = realloc(free_completions, cap * sizeof *grown);
+        if (!grown) return;
+        free_completions = grown;
+        free_cap = cap;
+    }
+    free_completions[free_count++] = c;
+}
 
 static void register_op(nb_op *op) {
     pthread_mutex_lock(&ops_lock);
@@ -1269,13 +1381,16 @@ static nb_op *find_op(MPI_Request r) {
 
 /* The generalized request's callbacks. */
 static int op_query(void *extra, MPI_Status *status) {
-    nb_op *op = extra;
+    (void)extra;
     PMPI_Status_set_elements(status, MPI_BYTE, 0);
     PMPI_Status_set_cancelled(status, 0);
     status->MPI_SOURCE = MPI_UNDEFINED;
     status->MPI_TAG = MPI_UNDEFINED;
-    status->MPI_ERROR = op->error;
-    return op->error;
+    /* Success even for a failure: MPI would raise a generalized request's
+     * error on MPI_COMM_WORLD's handler; the wait and test forms raise it
+     * on the collective's communicator instead (see "Failures"). */
+    status->MPI_ERROR = MPI_SUCCESS;
+    return MPI_SUCCESS;
 }
 
 static void drop_buffers(nb_op *op) {
@@ -1285,8 +1400,21 @@ static void drop_buffers(nb_op *op) {
     op->type = MPI_DATATYPE_NULL;
 }
 
+/* A failed op's error is the program's now (or never will be): cleared,
+ * and its communicator's state, held until then, released. (An op that
+ * did not fail holds nothing once settled, and an inactive persistent
+ * op's `st` is not held.) */
+static void failure_taken(nb_op *op) {
+    if (op->error == MPI_SUCCESS) return;
+    comm_state *st = op->st;
+    op->st = NULL;
+    op->error = MPI_SUCCESS;
+    if (st && st != &world_state) release_state(st);
+}
+
 static int op_free(void *extra) {
     nb_op *op = extra;
+    failure_taken(op);
     unregister_op(op);
     drop_buffers(op);
     free(op);
@@ -1315,21 +1443,24 @@ static int settle(nb_op *op, int block) {
     op->mr = NULL; /* freed by mcd */
     op->error = MPI_SUCCESS;
     if (rc != MCD_OK) {
-        op->error = MPI_ERR_OTHER;
+        op->error = mpi_error_of(rc);
         fprintf(stderr, "mcd-mpi: rank %d: %s failed: %s\n", mcd_rank(job), kind_names[op->kind], mcd_last_error());
     } else if (op->packed && op->result_here) {
         unpack_out(op->packed, op->bytes, op->user_buf, op->count, op->type);
     }
     if (op->persistent) {
-        /* A byte more than the receive takes: MPI_ERR_TRUNCATE for a failure. */
         char byte = 0;
-        PMPI_Send(&byte, rc == MCD_OK ? 0 : 1, MPI_BYTE, 0, op->tag, self_comm);
+        PMPI_Send(&byte, 0, MPI_BYTE, 0, op->done.tag, op->done.comm);
     }
+    /* A failure keeps its communicator's state until its error is taken
+     * (failure_taken), so that failures_in can tell whether the program
+     * freed the communicator meanwhile. */
+    int failed = op->error != MPI_SUCCESS;
     comm_state *st = op->st;
-    op->st = NULL;
+    if (!failed) op->st = NULL;
     __atomic_store_n(&op->state, op->persistent ? OP_INACTIVE : OP_DONE, __ATOMIC_RELEASE);
     if (!op->persistent) PMPI_Grequest_complete(op->req); /* MPI may free op now (op_free) */
-    if (st && st != &world_state) release_state(st);
+    if (!failed && st && st != &world_state) release_state(st);
     return 1;
 }
 
@@ -1341,15 +1472,114 @@ static void mpi_progress(nb_op *op) {
     PMPI_Test(&r, &flag, MPI_STATUS_IGNORE);
 }
 
-/* Settles what it can of `reqs`: the first of ours still running, or NULL. */
-static nb_op *settle_array(int count, MPI_Request reqs[]) {
+/* Settles what it can of `reqs`: the first of ours still running, or
+ * NULL; `*failed` counts those complete whose mcd collective failed. */
+static nb_op *settle_array(int count, MPI_Request reqs[], int *failed) {
     nb_op *pending = NULL;
+    *failed = 0;
     if (!__atomic_load_n(&live_ops, __ATOMIC_ACQUIRE) || !reqs) return NULL;
     for (int i = 0; i < count; i++) {
         nb_op *op = find_op(reqs[i]);
-        if (op && !settle(op, 0) && !pending) pending = op;
+        if (!op) continue;
+        if (!settle(op, 0)) {
+            if (!pending) pending = op;
+        } else if (op->error != MPI_SUCCESS) {
+            ++*failed;
+        }
     }
     return pending;
+}
+
+/* Failures (review rev30, finding 5). A nonblocking or persistent
+ * collective that failed in mcd completes in MPI's eyes with MPI_SUCCESS
+ * (MPI raises a generalized request's error on MPI_COMM_WORLD's handler,
+ * having no communicator: fatal by default, whatever the program set on
+ * its communicator); its error stays in its op, and the wait or test form
+ * that completes it returns it as MPI returns a request's error: the
+ * forms completing one request (MPI_Wait, MPI_Test, MPI_Waitany,
+ * MPI_Testany; MPI_Request_get_status, which leaves it to the completion
+ * too) return the error itself, with status.MPI_ERROR; those completing
+ * several return MPI_ERR_IN_STATUS, every completed status's MPI_ERROR
+ * set; raised first through the collective's communicator's error handler
+ * (MPI_COMM_WORLD's if the program freed the communicator meanwhile).
+ * Taken from the ops before the PMPI form runs (it may free them). */
+typedef struct {
+    int index, code;
+    MPI_Comm comm; /* raised on */
+    nb_op *op;     /* a persistent one's (it outlives its completion), else NULL */
+} failure;
+
+typedef struct {
+    failure *f;
+    int n;
+} failures;
+
+static failures failures_in(int count, MPI_Request reqs[], int failed) {
+    failures fs = {NULL, 0};
+    if (!failed || !(fs.f = malloc(sizeof *fs.f * (size_t)failed))) return fs;
+    for (int i = 0; i < count && fs.n < failed; i++) {
+        nb_op *op = find_op(reqs[i]);
+        if (!op || op->error == MPI_SUCCESS) continue;
+        int state = __atomic_load_n(&op->state, __ATOMIC_ACQUIRE);
+        if (state != OP_DONE && state != OP_INACTIVE) continue;
+        pthread_mutex_lock(&states_lock);
+        int freed = op->st && op->st != &world_state && op->st->freed;
+        pthread_mutex_unlock(&states_lock);
+        fs.f[fs.n++] = (failure){i, op->error, freed ? MPI_COMM_WORLD : op->comm, op->persistent ? op : NULL};
+    }
+    return fs;
+}
+
+/* The error of the request at `index`, which the PMPI form completed
+ * (MPI_SUCCESS if it did not fail), and its communicator; `take`: the
+ * program has it now. */
+static int failure_at(failures *fs, int index, MPI_Comm *comm, int take) {
+    for (int k = 0; k < fs->n; k++) {
+        failure *f = &fs->f[k];
+        if (f->index != index || f->code == MPI_SUCCESS) continue;
+        int code = f->code;
+        *comm = f->comm;
+        if (take) {
+            if (f->op) failure_taken(f->op); /* a nonblocking one's op is freed by MPI */
+            f->code = MPI_SUCCESS;
+        }
+        return code;
+    }
+    return MPI_SUCCESS;
+}
+
+/* The end of a form completing one request: `done` whether it completed
+ * (the one at `index`), PMPI's `rc`, `take` as for failure_at. */
+static int one_done(failures *fs, int done, int index, MPI_Status *status, int rc, int take) {
+    int code = MPI_SUCCESS;
+    MPI_Comm comm = MPI_COMM_WORLD;
+    if (fs->n && done && rc == MPI_SUCCESS) code = failure_at(fs, index, &comm, take);
+    free(fs->f);
+    if (code == MPI_SUCCESS) return rc;
+    if (status != MPI_STATUS_IGNORE) status->MPI_ERROR = code;
+    return raise_error(comm, code);
+}
+
+/* The end of a form completing several: `n` completed, the i-th the
+ * request at indices[i] (NULL: at i) with statuses[i]; PMPI's `rc` (when
+ * it is MPI_ERR_IN_STATUS, MPI raised it already: ours are added to the
+ * statuses). */
+static int some_done(failures *fs, int n, const int *indices, MPI_Status statuses[], int rc) {
+    int any = 0;
+    MPI_Comm first = MPI_COMM_WORLD;
+    if (fs->n && (rc == MPI_SUCCESS || rc == MPI_ERR_IN_STATUS) && n != MPI_UNDEFINED) {
+        for (int i = 0; i < n; i++) {
+            MPI_Status *s = statuses == MPI_STATUSES_IGNORE ? NULL : &statuses[i];
+            if (rc == MPI_ERR_IN_STATUS && (!s || s->MPI_ERROR == MPI_ERR_PENDING)) continue; /* not completed (or not known) */
+            MPI_Comm comm = MPI_COMM_WORLD;
+            int code = failure_at(fs, indices ? indices[i] : i, &comm, 1);
+            if (s && (rc == MPI_SUCCESS || code != MPI_SUCCESS)) s->MPI_ERROR = code;
+            if (code != MPI_SUCCESS && !any) any = 1, first = comm;
+        }
+    }
+    free(fs->f);
+    if (!any || rc == MPI_ERR_IN_STATUS) return rc;
+    return raise_error(first, MPI_ERR_IN_STATUS);
 }
 
 /* Starts `op` (filled in by the caller: kind, buffers...) on `to`:
@@ -1359,7 +1589,7 @@ static int start_op(nb_op *op, const target *to, int call, const void *input, si
                        : mcd_istart(job, call, input, n, dtype, mop, root, &op->mr);
     if (rc != MCD_OK) {
         fprintf(stderr, "mcd-mpi: rank %d: %s could not start: %s\n", mcd_rank(job), kind_names[op->kind], mcd_last_error());
-        return MPI_ERR_OTHER;
+        return mpi_error_of(rc);
     }
     if (op->st && op->st != &world_state) hold_state(op->st);
     __atomic_store_n(&op->state, OP_RUNNING, __ATOMIC_RELEASE);
@@ -1371,15 +1601,17 @@ static nb_op *new_op(int kind, MPI_Comm comm) {
     op->kind = kind;
     op->type = MPI_DATATYPE_NULL;
     op->st = counters_of(comm);
+    op->comm = comm;
     return op;
 }
 
-/* A nonblocking reduction (root < 0: allreduce) on `to` of what MPI passed,
- * started as `op`; MPI_SUCCESS or an error (op not started). */
+/* A nonblocking allreduce (`all`) or reduce to `root` (a rank: root_in) on
+ * `to` of what MPI passed, started as `op`; MPI_SUCCESS or an error (op
+ * not started). */
 static int start_reduction(nb_op *op, const target *to, const void *sendbuf, void *recvbuf, int count, MPI_Datatype t, long long bytes,
-                           int dtype, int mop, int root) {
+                           int dtype, int mop, int all, int root) {
     int in_place = sendbuf == MPI_IN_PLACE;
-    op->result_here = root < 0 || root == to->rank;
+    op->result_here = all || root == to->rank;
     op->bytes = bytes;
     size_t n = (size_t)bytes / mcd_sizes[dtype];
     const void *input = in_place ? recvbuf : sendbuf;
@@ -1395,7 +1627,7 @@ static int start_reduction(nb_op *op, const target *to, const void *sendbuf, voi
     } else {
         op->out = op->result_here ? recvbuf : NULL;
     }
-    return start_op(op, to, root < 0 ? MCD_CALL_ALLREDUCE : MCD_CALL_REDUCE, input, n, dtype, mop, root < 0 ? 0 : root);
+    return start_op(op, to, all ? MCD_CALL_ALLREDUCE : MCD_CALL_REDUCE, input, n, dtype, mop, all ? 0 : root);
 }
 
 static int start_broadcast(nb_op *op, const target *to, void *buffer, int count, MPI_Datatype t, long long bytes, int root) {
@@ -1428,11 +1660,13 @@ static int hand_over(nb_op *op, MPI_Request *request) {
     return MPI_SUCCESS;
 }
 
-static int failed_start(nb_op *op, MPI_Comm comm) {
+/* A nonblocking collective that did not start (`code`), raised on its
+ * communicator. */
+static int failed_start(nb_op *op, MPI_Comm comm, int code) {
     fprintf(stderr, "mcd-mpi: %s on %s failed to start\n", kind_names[op->kind], comm_name(comm));
     drop_buffers(op);
     free(op);
-    return MPI_ERR_OTHER;
+    return raise_error(comm, code);
 }
 
 /* A communicator's mcd target for a nonblocking collective: only one whose
@@ -1501,7 +1735,7 @@ static int gather_via_mcd(const void *sb, int sc, MPI_Datatype st, void *rb, int
     }
     int ok = 1, position = 0;
     if (plain(mine_type)) memcpy(buf + (size_t)rank * b, mine, (size_t)b);
-    else ok = PMPI_Pack(mine, mine_count, mine_type, buf + (size_t)rank * b, (int)b, &position, MPI_COMM_WORLD) == MPI_SUCCESS && position == b;
+    else ok = pack_from(mine, mine_count, mine_type, buf + (size_t)rank * b, (int)b, &position) == MPI_SUCCESS && position == b;
     int rc_mcd = ok ? MCD_OK : MCD_ERR_ARGUMENT;
     if (ok) {
         rc_mcd = root < 0 ? t_allreduce(&to, NULL, buf, (size_t)words, MCD_UINT64, MCD_BOR)
@@ -1514,7 +1748,7 @@ static int gather_via_mcd(const void *sb, int sc, MPI_Datatype st, void *rb, int
     free(buf);
     if (rc_mcd != MCD_OK) {
         fprintf(stderr, "mcd-mpi: %s on %s failed: %s\n", root < 0 ? "MPI_Allgather" : "MPI_Gather", comm_name(comm), mcd_last_error());
-        return mpi_error_of(rc_mcd);
+        return raise_error(comm, mpi_error_of(rc_mcd));
     }
     COUNT(gathers_mcd[root < 0 ? 0 : 1]);
     return MPI_SUCCESS;
@@ -1661,7 +1895,8 @@ int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request) {
     target to;
     if (nonblocking_target(comm, &to)) {
         nb_op *op = new_op(IBARRIER, comm);
-        if (start_op(op, &to, MCD_CALL_BARRIER, NULL, 0, 0, 0, 0) != MPI_SUCCESS) return failed_start(op, comm);
+        int rc = start_op(op, &to, MCD_CALL_BARRIER, NULL, 0, 0, 0, 0);
+        if (rc != MPI_SUCCESS) return failed_start(op, comm, rc);
         served(comm, IBARRIER);
         return hand_over(op, request);
     }
@@ -1675,9 +1910,10 @@ static int ireduction(int kind, const void *sendbuf, void *recvbuf, int count, M
     long long bytes = -1;
     target to;
     int ok = reducible(comm, count, datatype, op_, &bytes, &dtype, &mop);
-    if (ok && nonblocking_target(comm, &to)) {
+    if (ok && nonblocking_target(comm, &to) && (kind == IALLREDUCE || root_in(&to, root))) {
         nb_op *op = new_op(kind, comm);
-        if (start_reduction(op, &to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, root) != MPI_SUCCESS) return failed_start(op, comm);
+        int rc = start_reduction(op, &to, sendbuf, recvbuf, count, datatype, bytes, dtype, mop, kind == IALLREDUCE, root);
+        if (rc != MPI_SUCCESS) return failed_start(op, comm, rc);
         served(comm, kind);
         return hand_over(op, request);
     }
@@ -1687,7 +1923,7 @@ static int ireduction(int kind, const void *sendbuf, void *recvbuf, int count, M
 }
 
 int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request) {
-    return ireduction(IALLREDUCE, sendbuf, recvbuf, count, datatype, op, -1, comm, request);
+    return ireduction(IALLREDUCE, sendbuf, recvbuf, count, datatype, op, 0, comm, request);
 }
 
 int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm, MPI_Request *request) {
@@ -1706,9 +1942,10 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
     long long bytes;
     target to;
     int ok = broadcastable(comm, count, datatype, &bytes);
-    if (ok && nonblocking_target(comm, &to)) {
+    if (ok && nonblocking_target(comm, &to) && root_in(&to, root)) {
         nb_op *op = new_op(IBCAST, comm);
-        if (start_broadcast(op, &to, buffer, count, datatype, bytes, root) != MPI_SUCCESS) return failed_start(op, comm);
+        int rc = start_broadcast(op, &to, buffer, count, datatype, bytes, root);
+        if (rc != MPI_SUCCESS) return failed_start(op, comm, rc);
         served(comm, IBCAST);
         return hand_over(op, request);
     }
@@ -1716,67 +1953,94 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
     return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
 }
 
-/* The wait and test family: ours settled first, then MPI's call. */
+/* The wait and test family: ours settled first, then MPI's call, then
+ * the failures of ours it completed (see "Failures"). */
 int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status) {
-    if (request) settle_array(1, request);
-    return PMPI_Test(request, flag, status);
+    int failed;
+    settle_array(1, request, &failed);
+    failures fs = failures_in(1, request, failed);
+    int rc = PMPI_Test(request, flag, status);
+    return one_done(&fs, *flag, 0, status, rc, 1);
 }
 
 int MPI_Wait(MPI_Request *request, MPI_Status *status) {
+    int failed;
     nb_op *pending;
-    while (request && (pending = settle_array(1, request))) {
+    while ((pending = settle_array(1, request, &failed))) {
         mpi_progress(pending);
         sched_yield();
     }
-    return PMPI_Wait(request, status);
+    failures fs = failures_in(1, request, failed);
+    return one_done(&fs, 1, 0, status, PMPI_Wait(request, status), 1);
 }
 
 int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuses[]) {
-    settle_array(count, requests);
-    return PMPI_Testall(count, requests, flag, statuses);
+    int failed;
+    settle_array(count, requests, &failed);
+    failures fs = failures_in(count, requests, failed);
+    int rc = PMPI_Testall(count, requests, flag, statuses);
+    return some_done(&fs, *flag ? count : 0, NULL, statuses, rc);
 }
 
 int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
+    int failed;
     nb_op *pending;
-    while ((pending = settle_array(count, requests))) {
+    while ((pending = settle_array(count, requests, &failed))) {
         mpi_progress(pending);
         sched_yield();
     }
-    return PMPI_Waitall(count, requests, statuses);
+    failures fs = failures_in(count, requests, failed);
+    return some_done(&fs, count, NULL, statuses, PMPI_Waitall(count, requests, statuses));
 }
 
 int MPI_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_Status *status) {
-    settle_array(count, requests);
-    return PMPI_Testany(count, requests, index, flag, status);
+    int failed;
+    settle_array(count, requests, &failed);
+    failures fs = failures_in(count, requests, failed);
+    int rc = PMPI_Testany(count, requests, index, flag, status);
+    return one_done(&fs, *flag, *index, status, rc, 1);
 }
 
 int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *status) {
-    while (settle_array(count, requests)) {
-        int flag = 0;
-        int rc = PMPI_Testany(count, requests, index, &flag, status);
-        if (rc != MPI_SUCCESS || flag) return rc;
+    for (;;) {
+        int failed, flag = 1, rc;
+        nb_op *pending = settle_array(count, requests, &failed);
+        failures fs = failures_in(count, requests, failed);
+        if (pending) rc = PMPI_Testany(count, requests, index, &flag, status);
+        else rc = PMPI_Waitany(count, requests, index, status);
+        if (rc != MPI_SUCCESS || flag) return one_done(&fs, 1, *index, status, rc, 1);
+        free(fs.f);
         sched_yield();
     }
-    return PMPI_Waitany(count, requests, index, status);
 }
 
 int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices[], MPI_Status statuses[]) {
-    settle_array(incount, requests);
-    return PMPI_Testsome(incount, requests, outcount, indices, statuses);
+    int failed;
+    settle_array(incount, requests, &failed);
+    failures fs = failures_in(incount, requests, failed);
+    int rc = PMPI_Testsome(incount, requests, outcount, indices, statuses);
+    return some_done(&fs, *outcount, indices, statuses, rc);
 }
 
 int MPI_Waitsome(int incount, MPI_Request requests[], int *outcount, int indices[], MPI_Status statuses[]) {
-    while (settle_array(incount, requests)) {
-        int rc = PMPI_Testsome(incount, requests, outcount, indices, statuses);
-        if (rc != MPI_SUCCESS || *outcount != 0) return rc;
+    for (;;) {
+        int failed, rc;
+        nb_op *pending = settle_array(incount, requests, &failed);
+        failures fs = failures_in(incount, requests, failed);
+        if (pending) rc = PMPI_Testsome(incount, requests, outcount, indices, statuses);
+        else rc = PMPI_Waitsome(incount, requests, outcount, indices, statuses);
+        if (rc != MPI_SUCCESS || !pending || *outcount != 0) return some_done(&fs, *outcount, indices, statuses, rc);
+        free(fs.f);
         sched_yield();
     }
-    return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
 }
 
 int MPI_Request_get_status(MPI_Request request, int *flag, MPI_Status *status) {
-    settle_array(1, &request);
-    return PMPI_Request_get_status(request, flag, status);
+    int failed;
+    settle_array(1, &request, &failed);
+    failures fs = failures_in(1, &request, failed);
+    int rc = PMPI_Request_get_status(request, flag, status);
+    return one_done(&fs, *flag, 0, status, rc, 0); /* the completion takes it */
 }
 
 /* Persistent collectives: the init keeps the arguments (mcd's choice made
@@ -1788,7 +2052,7 @@ static int persistent_init(int kind, const void *sendbuf, void *recvbuf, int cou
     int dtype = 0, mop = 0, ok = 1;
     if (kind == IALLREDUCE || kind == IREDUCE) ok = reducible(comm, count, datatype, op_, &bytes, &dtype, &mop);
     else if (kind == IBCAST) ok = broadcastable(comm, count, datatype, &bytes);
-    if (!ok || !nonblocking_target(comm, &to)) {
+    if (!ok || !nonblocking_target(comm, &to) || ((kind == IREDUCE || kind == IBCAST) && !root_in(&to, root))) {
         COUNT(persistent_inits_pmpi);
         return -1;
     }
@@ -1799,19 +2063,18 @@ static int persistent_init(int kind, const void *sendbuf, void *recvbuf, int cou
     op->sendbuf = sendbuf;
     op->recvbuf = recvbuf;
     op->count = count;
+    /* A reference of its own (review rev30, finding 3): the program may
+     * free its type after the init (MPI: communication using it completes
+     * normally), and every start uses it. */
     op->dtype_arg = datatype;
+    if (!predefined(datatype)) PMPI_Type_dup(datatype, &op->dtype_arg);
     op->op_arg = op_;
     op->root = root;
     op->bytes = bytes;
     pthread_mutex_lock(&ops_lock);
-    if (self_comm == MPI_COMM_NULL) {
-        PMPI_Comm_dup(MPI_COMM_SELF, &self_comm);
-        /* A failed start's truncation is returned by the wait, not fatal. */
-        PMPI_Comm_set_errhandler(self_comm, MPI_ERRORS_RETURN);
-    }
-    op->tag = next_tag++ % 32767;
+    op->done = take_completion();
     pthread_mutex_unlock(&ops_lock);
-    PMPI_Recv_init(NULL, 0, MPI_BYTE, 0, op->tag, self_comm, &op->req);
+    PMPI_Recv_init(NULL, 0, MPI_BYTE, 0, op->done.tag, op->done.comm, &op->req);
     *request = op->req;
     register_op(op);
     return MPI_SUCCESS;
@@ -1821,6 +2084,7 @@ static int persistent_init(int kind, const void *sendbuf, void *recvbuf, int cou
 static int persistent_start(nb_op *op) {
     target to;
     int rc = MPI_ERR_OTHER;
+    failure_taken(op); /* a failure the program never completed: gone now */
     drop_buffers(op);
     op->st = counters_of(op->comm);
     if (nonblocking_target(op->comm, &to)) {
@@ -1832,12 +2096,12 @@ static int persistent_start(nb_op *op) {
             int dtype, mop;
             long long bytes;
             reducible(op->comm, op->count, op->dtype_arg, op->op_arg, &bytes, &dtype, &mop);
-            rc = start_reduction(op, &to, op->sendbuf, op->recvbuf, op->count, op->dtype_arg, bytes, dtype, mop, op->kind == IREDUCE ? op->root : -1);
+            rc = start_reduction(op, &to, op->sendbuf, op->recvbuf, op->count, op->dtype_arg, bytes, dtype, mop, op->kind == IALLREDUCE, op->root);
         }
     }
     if (rc != MPI_SUCCESS) {
         fprintf(stderr, "mcd-mpi: rank %d: a start of a persistent %s failed\n", mcd_rank(job), kind_names[op->kind]);
-        return rc;
+        return raise_error(op->comm, rc);
     }
     COUNT(persistent_starts_mcd);
     served(op->comm, op->kind);
@@ -1866,9 +2130,18 @@ int MPI_Request_free(MPI_Request *request) {
         MPI_Status status;
         int flag = 0;
         PMPI_Test(&op->req, &flag, &status); /* takes the completion, if any */
+        failure_taken(op);
         unregister_op(op);
         drop_buffers(op);
+        if (!predefined(op->dtype_arg)) PMPI_Type_free(&op->dtype_arg);
+        completion done = op->done;
         free(op);
+        int rc = PMPI_Request_free(request);
+        /* Its receive gone, its tag may serve another request. */
+        pthread_mutex_lock(&ops_lock);
+        give_back_completion(done);
+        pthread_mutex_unlock(&ops_lock);
+        return rc;
     }
     return PMPI_Request_free(request);
 }
@@ -1889,7 +2162,7 @@ int PERSISTENT(Barrier)(MPI_Comm comm, MPI_Info info, MPI_Request *request) {
 
 int PERSISTENT(Allreduce)(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Info info,
                           MPI_Request *request) {
-    if (persistent_init(IALLREDUCE, sendbuf, recvbuf, count, datatype, op, -1, comm, request) == MPI_SUCCESS) return MPI_SUCCESS;
+    if (persistent_init(IALLREDUCE, sendbuf, recvbuf, count, datatype, op, 0, comm, request) == MPI_SUCCESS) return MPI_SUCCESS;
     return PMPI_PERSISTENT(Allreduce)(sendbuf, recvbuf, count, datatype, op, comm, info, request);
 }
 
@@ -1944,7 +2217,7 @@ int MPI_Barrier(MPI_Comm comm) {
             return MPI_SUCCESS;
         }
         fprintf(stderr, "mcd-mpi: MPI_Barrier on MPI_COMM_WORLD failed: %s\n", mcd_last_error());
-        return mpi_error_of(rc);
+        return raise_error(comm, mpi_error_of(rc));
     }
     if (active && comm != MPI_COMM_NULL) {
         comm_state *st = state_of(comm);
@@ -1957,7 +2230,7 @@ int MPI_Barrier(MPI_Comm comm) {
                     return MPI_SUCCESS;
                 }
                 fprintf(stderr, "mcd-mpi: MPI_Barrier on a communicator failed: %s\n", mcd_last_error());
-                return mpi_error_of(rc);
+                return raise_error(comm, mpi_error_of(rc));
             }
         }
     }
