@@ -239,7 +239,8 @@ impl MpiRun {
 fn with_output_files(cmd: Command, mpi: Mpi, dir: &std::path::Path) -> Command {
     let mut args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
     let options: Vec<std::ffi::OsString> = match mpi {
-        Mpi::OpenMpi => vec!["--output-filename".into(), dir.into()],
+        // `:nocopy`: the files only (Open MPI 4 copies to its own outputs too).
+        Mpi::OpenMpi => vec!["--output-filename".into(), format!("{}:nocopy", dir.display()).into()],
         Mpi::Mpich => {
             vec!["-outfile-pattern".into(), dir.join("rank.%r.stdout").into(), "-errfile-pattern".into(), dir.join("rank.%r.stderr").into()]
         }
