@@ -403,6 +403,63 @@ fn a_delayed_join_of_an_earlier_barrier_is_not_taken_for_the_next() {
 }
 
 #[test]
+fn a_node_admitted_by_node_0s_crashed_process_is_silent_to_the_restarted_ones_barrier() {
+    // Soak seed 4631221 (n = 3; the checker's rule `Checker::elsewhere`
+    // rests on this): node 0's first process admits node 1 (node 2's
+    // admission is lost) and crashes; a request node 1 sent before its
+    // admission reached it comes to node 0's restarted process, which then
+    // admits node 1 with node 2. Node 1 runs the first barrier and answers
+    // nothing of the second: PROTOCOL.md's join, "no barrier of that
+    // instance completes without this node". Node 0's new barrier names it
+    // silent after the failure timeout; node 2 is told so.
+    let mut config = BarrierConfig::new(Algorithm::Concurrent).timeouts(Duration::from_millis(1), Duration::from_millis(100));
+    config.join_timeout = Duration::from_secs(2);
+    let mut net = Net::new(3, config);
+    let cut = std::rc::Rc::new(std::cell::Cell::new(true));
+    let blocked = cut.clone();
+    // Node 2 is cut off from node 0 (after its first request) until healed.
+    let mut asked = false;
+    net.rule = Some(Box::new(move |from, to, msg| match (from, to) {
+        (2, 0) if msg.kind == MsgKind::Join && !std::mem::replace(&mut asked, true) => Fate::Deliver,
+        (0, 2) | (2, 0) if blocked.get() => Fate::Drop,
+        _ => Fate::Deliver,
+    }));
+    for p in 0..3 {
+        net.create(p, 100 + p as u64);
+    }
+    net.run_until(net.now + Duration::from_millis(5));
+    let first = match net.joined[1] {
+        Some(Ok(instance)) => instance,
+        ref other => panic!("node 1 was not admitted by node 0's first process: {other:?}"),
+    };
+    assert!(net.joined[2].is_none(), "node 2's admission was lost (the case under test)");
+    // Node 0 crashes and restarts; node 1's early request reaches the new process.
+    net.create(0, 200);
+    let early = Msg { kind: MsgKind::Join, instance: 101, epoch: 0, tag: 0, arg: fingerprint_of(&config, PROTOCOL) };
+    net.wire.push((net.now + LATENCY, 1, 0, 0, early, Vec::new()));
+    net.run_until(net.now + Duration::from_millis(5));
+    cut.set(false);
+    net.run_until(net.now + Duration::from_millis(100));
+    let second = match net.joined[0] {
+        Some(Ok(instance)) => instance,
+        ref other => panic!("node 0's restarted process did not admit its peers: {other:?}"),
+    };
+    assert!(matches!(net.joined[2], Some(Ok(i)) if i == second), "node 2: {:?}", net.joined[2]);
+    assert_ne!(first, second);
+    assert!(matches!(net.joined[1], Some(Ok(i)) if i == first), "node 1 stays in the first barrier: {:?}", net.joined[1]);
+    // The new barrier never completes without node 1, which answers nothing of it.
+    net.all(&[0, 2], |_| Call::Wait { deadline: None });
+    match &net.done[0] {
+        Some(Err(BarrierError::PeerSilent { silent, .. })) => assert_eq!(silent, &vec![1]),
+        other => panic!("node 0: {other:?}"),
+    }
+    match &net.done[2] {
+        Some(Err(e)) => assert!(names(e, 1), "node 2 names another node: {e}"),
+        other => panic!("node 2: {other:?}"),
+    }
+}
+
+#[test]
 fn a_new_barrier_of_a_quick_node_waits_for_node_0_to_drop_its_old_one() {
     // Issue 26: node 1 dropped its barrier without finish() and made a new
     // one on the same transport at once; node 0's old barrier, still

@@ -2,7 +2,9 @@
 //!
 //! - **safety**: no node completes a barrier (a split-phase barrier, a
 //!   reduction, a `finish`) before every node entered it, on the shared
-//!   virtual clock;
+//!   virtual clock (a process running another instance's script in the
+//!   barrier enters by its call that runs the same epoch: its finish's
+//!   closing barrier may meet its peers' operation);
 //! - **agreement**: every node's collective result is bitwise equal to the
 //!   reference fold ([`super::workload::reference`]);
 //! - **mismatch**: a deliberately mismatched call is an error on every
@@ -20,7 +22,8 @@
 //!   last entry (per epoch it takes: a large collective runs in segments);
 //! - **verdicts**: an error names only nodes that really were silent to the
 //!   node concerned (crashed, paused, partitioned from it, or gone: its
-//!   join failed; in a barrier that held processes of another instance,
+//!   join failed, or elsewhere: in a barrier of node 0's earlier process,
+//!   node 0 restarted and admitted it again; in a barrier that held processes of another instance,
 //!   in the instance the named node's process there runs, or in the
 //!   barrier's instances if it had none there) for
 //!   at least half its failure timeout (a report, which
@@ -350,7 +353,29 @@ impl Checker<'_> {
     /// `j`: crashed, paused, partitioned from it, gone, or not there yet.
     fn silent(&self, x: NodeId, y: NodeId, j: usize, t: u64) -> bool {
         let need = self.need(y);
-        silent_to(self.run, x, y, t, need) || self.gone(x, j, t, need) || self.absent(x, j, t, need)
+        silent_to(self.run, x, y, t, need) || self.gone(x, j, t, need) || self.absent(x, j, t, need) || self.elsewhere(x, y, j, t, need)
+    }
+
+    /// Whether `x`'s processes of instance `j` were all in barriers of an
+    /// earlier process of node 0, which crashed before `y`'s barrier (the
+    /// one `y`'s process was in at `t`) began, `need` ns before `t`: node
+    /// 0's restarted process made `y`'s barrier, admitting `x` on a request
+    /// `x` sent before the earlier admission reached it (a paused node's
+    /// queue, a reordered request), but `x` runs the earlier barrier and
+    /// answers nothing of `y`'s: silent to it (PROTOCOL.md, the join: a
+    /// node admitted by an earlier process of node 0, which was restarted,
+    /// is in a barrier of that instance that never completes without it;
+    /// soak seed 4631221).
+    fn elsewhere(&self, x: NodeId, y: NodeId, j: usize, t: u64, need: u64) -> bool {
+        let joins = &self.run.joins;
+        let by_t = |a: &&super::world::JoinRecord| a.barrier.is_some() && a.record.left.is_some_and(|l| l <= t);
+        let Some(mine) = joins.iter().rev().filter(by_t).find(|a| a.node == y) else { return false };
+        let since = mine.record.left.unwrap_or(t);
+        let node0_restarted = self.run.episodes.iter().any(|e| matches!(e.kind, EpisodeKind::Crash { node: 0 }) && e.end <= since);
+        let node0s_earlier =
+            |b: Option<u64>| b != mine.barrier && joins.iter().any(|o| o.node == 0 && o.barrier == b && o.record.left.is_some_and(|l| l <= since));
+        let mut theirs = joins.iter().filter(by_t).filter(|a| a.node == x && a.instance == j).peekable();
+        node0_restarted && t.saturating_sub(since) >= need && theirs.peek().is_some() && theirs.all(|a| node0s_earlier(a.barrier))
     }
 
     /// Whether `x` was silent to some other node by time `t` in instance
@@ -522,19 +547,48 @@ impl Checker<'_> {
     /// When node `b` entered operation `op` of instance `j` (`None`: the
     /// finish) in the barrier instance `j` ran: its own record's entry, or,
     /// if a process of `b` restarted in another instance held its place
-    /// there (see [`crossed`]), that process's entry of the same operation
-    /// of its own script (both run from the barrier's first epoch).
+    /// there (see [`crossed`]), that process's entry of the call of its own
+    /// script that runs the same epoch (both scripts run from the
+    /// barrier's first epoch; a finish's closing barrier is the epoch after
+    /// its script's last call, so a shorter script's finish meets a longer
+    /// one's operation: soak seed 4194497).
     fn entered(&self, j: usize, op: Option<usize>, b: NodeId, own: &OpRecord) -> Option<u64> {
         let run = self.run;
-        let record = |i: usize| match op {
-            Some(k) => run.ops.get(i).and_then(|o| o.get(k)).map(|r| &r[b]),
-            None => run.finishes.get(i).map(|r| &r[b]),
-        };
         own.entered.or_else(|| {
             let ours = |k: u64| run.joins.iter().any(|o| o.instance == j && o.barrier == Some(k));
             let other = run.joins.iter().find(|o| o.node == b && o.instance != j && o.barrier.is_some_and(ours))?;
-            record(other.instance)?.entered
+            let i = other.instance;
+            let theirs = self.call_at_epoch(i, b, self.epoch_of(j, op, b))?;
+            match theirs {
+                Some(k) => run.ops.get(i).and_then(|o| o.get(k)).map(|r| &r[b]),
+                None => run.finishes.get(i).map(|r| &r[b]),
+            }?
+            .entered
         })
+    }
+
+    /// The epoch (from the barrier's first) at which node `b`'s call `op`
+    /// of instance `j`'s script begins (`None`: the finish, whose closing
+    /// barrier follows the last call), as the calls segment (see [`epochs`]).
+    fn epoch_of(&self, j: usize, op: Option<usize>, b: NodeId) -> u64 {
+        let script = &self.run.scripts[j];
+        let upto = op.unwrap_or(script.len()).min(script.len());
+        script[..upto].iter().map(|o| epochs(&o.kind_at(b), self.run.config.max_data)).sum()
+    }
+
+    /// Node `b`'s call of instance `i`'s script that runs `epoch`: `Some(k)`
+    /// for operation `k` (the one whose segments include it), `None` for
+    /// the finish; nothing past the finish.
+    fn call_at_epoch(&self, i: usize, b: NodeId, epoch: u64) -> Option<Option<usize>> {
+        let mut start = 0;
+        for (k, o) in self.run.scripts[i].iter().enumerate() {
+            let end = start + epochs(&o.kind_at(b), self.run.config.max_data);
+            if epoch < end {
+                return Some(Some(k));
+            }
+            start = end;
+        }
+        (epoch == start).then_some(None)
     }
 
     fn safety(&mut self, j: usize, op: Option<usize>, recs: &[OpRecord]) {

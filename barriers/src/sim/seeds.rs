@@ -457,3 +457,85 @@ fn regression_a_process_that_missed_its_peers_mismatch_does_not_wait_for_ever() 
 fn regression_a_join_names_a_node_whose_requests_node_0_never_heard() {
     campaign("mix", 3102579..3102580, Some(8));
 }
+
+/// The run of `seed` under the fault mix at `nodes` nodes, and its violations.
+fn mix_run(seed: u64, nodes: usize) -> (super::Run, Vec<super::Violation>) {
+    let o = Options { nodes: Some(nodes), faults: FaultMix::parse("mix").unwrap(), trace: 0, ..Options::default() };
+    run_seed(seed, &o)
+}
+
+/// n = 8, checker (soak seed 4194497): node 6 crashed in instance 0, and its
+/// restarted process, running instance 0's script (split barrier, barrier,
+/// finish), was admitted into the barrier its peers made for instance 1
+/// (split barrier, barrier, barrier, …). Both scripts run from the
+/// barrier's first epoch, and a finish's closing barrier is the epoch after
+/// the last call: node 6's finish (entered at 458.212 ms, `send →4 data
+/// e2`) is its entry of epoch 2, its peers' instance 1 op 2, which node 0
+/// left at 458.287 ms. The safety checker looked for node 6's entry of
+/// "op 2" of instance 0's script, which has two calls, found none and took
+/// node 6 for one that never entered. It now maps a crossing process's call
+/// by the epoch it runs. The mapping must count that finish's entry, and
+/// only it: moved after node 0 left, the checker finds the early release.
+#[test]
+fn regression_a_crossing_process_finish_is_its_entry_of_its_peers_next_barrier() {
+    campaign("mix", 4194497..4194498, Some(8));
+    let (mut run, v) = mix_run(4194497, 8);
+    assert!(v.is_empty(), "{v:?}");
+    // The situation: node 6's process of instance 0 in instance 1's barrier.
+    let of = |node: usize, instance: usize, run: &super::Run| {
+        run.joins.iter().rev().find(|a| a.node == node && a.instance == instance && a.barrier.is_some()).and_then(|a| a.barrier)
+    };
+    assert_eq!(run.scripts[0].len(), 2);
+    assert!(of(6, 0, &run).is_some() && of(6, 0, &run) == of(0, 1, &run), "node 6's restarted process is in instance 1's barrier");
+    assert_eq!(run.ops[1][2][6].entered, None);
+    let left = run.ops[1][2][0].left.expect("node 0 left instance 1's op 2");
+    let finish = run.finishes[0][6].entered.expect("node 6's process finished instance 0's script");
+    assert!(finish <= left, "node 6's closing barrier entered at {finish}, node 0 left at {left}");
+    // Entered after node 0 left: an early release, found.
+    run.finishes[0][6].entered = Some(left + 1);
+    let v = super::check::check(&run);
+    assert!(
+        v.iter().any(|x| matches!(x, super::Violation::Safety { instance: 1, op: Some(2), not_entered: 6, .. })),
+        "the safety checker misses a late entry: {v:?}"
+    );
+}
+
+/// n = 3, checker, 30% loss with reordering (soak seed 4631221): node 0
+/// crashed (8.5 ms) and restarted (69.7 ms) while node 1 was paused. Node
+/// 1, resumed at 100.237 ms, sent a queued join request before taking in
+/// the admission of node 0's earlier process waiting in its queue (`send
+/// →0 join … i…96bb`, then `recv ←0 admit … i…78a1`, `TOLD joined`), and
+/// ran that barrier (…78a1), naming node 0 silent at 303.9 ms (right: that
+/// process had crashed). Node 0's restarted process had heard the request
+/// (100.277 ms) and, once node 2 asked (577.561 ms), admitted node 1 into
+/// its new barrier (…cb77) too; node 1, in …78a1, answered none of its
+/// probes (`recv ←0 nack … i…cb77`, no answer), and node 0 named it dead
+/// at 782.598 ms, its peers told so. PROTOCOL.md's join: a node admitted
+/// by an earlier process of node 0, which was restarted, is in a barrier
+/// of that instance that never completes without it; to node 0's new
+/// barrier it is silent, and the verdict is right. The checker judged
+/// silence by episodes alone; it now also takes a node whose processes of
+/// the instance were all in node 0's earlier process's barriers for silent
+/// to the restarted one's. Had node 1 been in that barrier, the verdict
+/// would be wrong, and the checker says so.
+#[test]
+fn regression_a_node_admitted_by_node_0s_earlier_process_is_silent_to_its_restarted_one() {
+    campaign("mix", 4631221..4631222, Some(3));
+    let (mut run, v) = mix_run(4631221, 3);
+    assert!(v.is_empty(), "{v:?}");
+    // The situation: node 0 named node 1, which was in node 0's earlier barrier.
+    let named = run.ops[0][0][0].outcome.clone();
+    assert!(matches!(&named, super::world::Outcome::Err(super::world::Verdict::Silent(n)) if n == &[1]), "{named:?}");
+    let last = |node: usize, run: &super::Run| run.joins.iter().rposition(|a| a.node == node && a.instance == 0 && a.barrier.is_some()).unwrap();
+    let (zero, one) = (last(0, &run), last(1, &run));
+    assert!(run.joins[zero].life > 0 && run.joins[one].life == 0);
+    assert_ne!(run.joins[zero].barrier, run.joins[one].barrier);
+    assert!(run.joins.iter().any(|a| a.node == 0 && a.life == 0 && a.barrier == run.joins[one].barrier));
+    // Node 1 in node 0's new barrier: the verdict would be wrong.
+    run.joins[one].barrier = run.joins[zero].barrier;
+    let v = super::check::check(&run);
+    assert!(
+        v.iter().any(|x| matches!(x, super::Violation::Verdict { instance: 0, node: 0, .. })),
+        "the verdict checker takes a node in the same barrier for silent: {v:?}"
+    );
+}

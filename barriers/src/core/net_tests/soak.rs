@@ -49,6 +49,30 @@ fn calls_of_different_lengths_cut_into_as_many_full_segments_disagree_at_the_las
 }
 
 #[test]
+fn a_finish_is_its_nodes_entry_of_the_epoch_its_peers_run_as_a_barrier() {
+    // Soak seed 4194497 (the safety checker's epoch mapping rests on
+    // this): a restarted process running a shorter script in the barrier
+    // its peers made for the next instance finishes where they call a
+    // barrier. Its closing barrier is the epoch after its last call: the
+    // peers' barrier waits for it, and completes once it finishes.
+    let config = BarrierConfig::new(Algorithm::Tree { k: crate::plan::Fanout::FOUR, release: crate::plan::Release::Multicast })
+        .timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    let mut net = Net::new(3, config);
+    net.all(&[0, 1, 2], |_| Call::Wait { deadline: None });
+    for p in [0, 1] {
+        net.call(p, Call::Wait { deadline: None });
+    }
+    net.run_until(net.now + Duration::from_millis(50));
+    assert!(net.done[0].is_none() && net.done[1].is_none(), "a barrier completed without node 2: {:?}", net.done);
+    net.call(2, Call::Finish);
+    net.run_until(net.now + Duration::from_millis(50));
+    for p in [0, 1] {
+        assert!(matches!(net.done[p], Some(Ok(()))), "node {p}'s barrier against node 2's finish: {:?}", net.done[p]);
+    }
+    assert!(matches!(net.done[2], Some(Ok(()))), "node 2's finish: {:?}", net.done[2]);
+}
+
+#[test]
 fn a_finish_does_not_wait_for_a_peer_that_gave_up_on_the_closing_barrier() {
     // Soak seed 12568 (and 8 more of 20,000): a node crashed in the closing
     // barrier; some nodes completed it, the others gave up naming it, and
