@@ -50,7 +50,6 @@
  * wrong ones), then exits 0, or 1 if anything was wrong. */
 #include <mpi.h>
 #include <complex.h>
-#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -425,19 +424,8 @@ int main(int argc, char **argv) {
     int size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    /* Each rank's lines whole: with MCD_TEST_RANK_STDOUT=PREFIX set (the
-     * tests set it), rank r writes its standard output to PREFIX.r. The
-     * launchers forward output in pieces: under MPICH's Hydra a line written
-     * in one write came out cut in two with another rank's lines between. */
-    const char *rank_stdout = getenv("MCD_TEST_RANK_STDOUT");
-    if (rank_stdout && *rank_stdout) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s.%d", rank_stdout, rank);
-        if (!freopen(path, "w", stdout)) {
-            fprintf(stderr, "coll_diff: rank %d: cannot write %s: %s\n", rank, path, strerror(errno));
-            MPI_Abort(MPI_COMM_WORLD, 2);
-        }
-    }
+    /* Whole lines per write (the tests read each rank's output from a
+     * file of its own: MpiRun::output_per_rank). */
     setvbuf(stdout, NULL, _IOLBF, 1 << 14);
     if (argc < 3) {
         if (rank == 0) fprintf(stderr, "usage: coll_diff SEED CALLS [all|pairs-bcast|mixed|mismatch|nonblocking] [MAX_BYTES]\n");

@@ -67,14 +67,12 @@
  *   threads     MPI_THREAD_MULTIPLE: one thread on MPI_COMM_WORLD and one
  *               on a duplicate, blocking and nonblocking collectives at once.
  *
- * With MCD_TEST_RANK_STDOUT=PREFIX, rank r writes its standard output to
- * PREFIX.r. Every rank prints "review: rank R: MODE: C checks, W wrong"
+ * Every rank prints "review: rank R: MODE: C checks, W wrong"
  * (and a line per wrong check) and exits 1 if anything was wrong. */
 #include <mpi.h>
 #ifdef OPEN_MPI
 #include <mpi-ext.h>
 #endif
-#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -823,15 +821,6 @@ int main(int argc, char **argv) {
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    const char *rank_stdout = getenv("MCD_TEST_RANK_STDOUT");
-    if (rank_stdout && *rank_stdout) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s.%d", rank_stdout, rank);
-        if (!freopen(path, "w", stdout)) {
-            fprintf(stderr, "review_colls: rank %d: cannot write %s: %s\n", rank, path, strerror(errno));
-            MPI_Abort(MPI_COMM_WORLD, 2);
-        }
-    }
     setvbuf(stdout, NULL, _IOLBF, 1 << 14);
     if (!strcmp(mode, "errhandler")) errhandler();
     else if (!strcmp(mode, "negroot")) negroot();

@@ -214,20 +214,20 @@ fn with_interposer_of(mpi: Mpi, spec: ClusterSpec, program: &str, args: &[&str],
 
 /// mpi/coll_diff.c with `args` under `mpi` on `spec`, as
 /// [`with_interposer_of`], each rank's standard output read whole from its
-/// own file ([`MpiRun::stdout_per_rank`]).
+/// own file ([`MpiRun::output_per_rank`]).
 fn run_coll_diff(mpi: Mpi, spec: ClusterSpec, args: &[&str], env: &[(&str, &str)]) -> NodeOutcome {
     let program = cbuild::build_program(mpi, "coll_diff").unwrap();
     interposed_run(mpi, spec, program.to_str().unwrap(), args, env, true)
 }
 
-/// [`with_interposer_of`], with [`MpiRun::stdout_per_rank`] as asked.
-fn interposed_run(mpi: Mpi, spec: ClusterSpec, program: &str, args: &[&str], env: &[(&str, &str)], stdout_per_rank: bool) -> NodeOutcome {
+/// [`with_interposer_of`], with [`MpiRun::output_per_rank`] as asked.
+fn interposed_run(mpi: Mpi, spec: ClusterSpec, program: &str, args: &[&str], env: &[(&str, &str)], output_per_rank: bool) -> NodeOutcome {
     let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
     let preload = cbuild::build_interposer(mpi, false).unwrap_or_else(|e| panic!("building the interposer for {mpi}: {e:#}"));
     let c = cluster(spec);
     let mut vars = vec![("LD_PRELOAD".to_string(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())];
     vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, stdout_per_rank, ..MpiRun::default() };
+    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, output_per_rank, ..MpiRun::default() };
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let out = run.output(&c, program, &args, Duration::from_secs(120)).unwrap();
     assert!(out.success(), "mpirun failed:\n{}\n{}", out.stdout, out.stderr);

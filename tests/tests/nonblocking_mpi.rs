@@ -214,7 +214,7 @@ fn differential_nonblocking(mpi: Mpi, name: &str) {
         ("MCD_MPI_REPORT".into(), "1".into()),
         ("MCD_MPI_MAX_BYTES".into(), "1024".into()),
     ];
-    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, stdout_per_rank: true, ..MpiRun::default() };
+    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, output_per_rank: true, ..MpiRun::default() };
     let args: Vec<String> = ["2029", &calls.to_string(), "nonblocking", "2048"].iter().map(|a| a.to_string()).collect();
     let out = run.output(&c, program.to_str().unwrap(), &args, Duration::from_secs(240)).unwrap();
     assert!(out.success(), "{mpi}: mpirun failed:\n{}\n{}", out.stdout, out.stderr);

@@ -36,7 +36,7 @@ fn run(mpi: Mpi, name: &str, mode: &str, interposed: bool, env: &[(&str, &str)])
     }
     vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let c = cluster(ClusterSpec::new(name, RANKS));
-    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, stdout_per_rank: true, ..MpiRun::default() };
+    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, output_per_rank: true, ..MpiRun::default() };
     run.output(&c, program.to_str().unwrap(), &[mode.to_string()], Duration::from_secs(150)).unwrap()
 }
 

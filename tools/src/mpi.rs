@@ -64,18 +64,16 @@ pub struct MpiRun {
     pub env: Vec<(String, String)>,
     /// Extra `--mca NAME VALUE` pairs (Open MPI only).
     pub mca: Vec<(String, String)>,
-    /// Whether each rank writes its standard output to a file of its own
-    /// ([`RANK_STDOUT_VAR`]), which [`MpiRun::output`] reads back in rank
-    /// order: the launchers forward the ranks' output in pieces (Hydra cut a
-    /// line written in one `write` in two, with another rank's lines between
-    /// them), so a test that reads every rank's lines needs them whole.
-    pub stdout_per_rank: bool,
+    /// Whether the launcher writes each rank's standard output and error
+    /// to files of their own (Open MPI's `--output-filename`, Hydra's
+    /// `-outfile-pattern` and `-errfile-pattern`), which [`MpiRun::output`]
+    /// reads back in rank order: forwarded to the launcher's own outputs,
+    /// the ranks' lines come in pieces (Hydra cut a line written in one
+    /// `write` in two with another rank's lines between, Open MPI a
+    /// report line on standard error), so a test that reads every rank's
+    /// lines needs them whole.
+    pub output_per_rank: bool,
 }
-
-/// The variable that names, for a program that honours it (mpi/coll_diff.c),
-/// the prefix of its per-rank output files: rank `r` writes its standard
-/// output to `PREFIX.r` ([`MpiRun::stdout_per_rank`]).
-pub const RANK_STDOUT_VAR: &str = "MCD_TEST_RANK_STDOUT";
 
 impl MpiRun {
     /// The MPI's own run and the same run with the interposer (`interposer`,
@@ -208,40 +206,75 @@ impl MpiRun {
     /// Runs `program` under `mpirun` on `cluster` and collects its output;
     /// kills it after `timeout`.
     ///
-    /// With [`MpiRun::stdout_per_rank`], the outcome's `stdout` is the ranks'
-    /// files, rank 0's first, then what the launcher itself printed; a rank
-    /// without a file is said there.
+    /// With [`MpiRun::output_per_rank`], the outcome's `stdout` and
+    /// `stderr` are the ranks' files, rank 0's first, then what the
+    /// launcher itself printed; a file that cannot be read is said there.
     ///
     /// Runs one at a time on the machine ([`BRIDGE_LOCK`]): the bridge
     /// address every run takes belongs to one cluster at a time.
     pub fn output(&self, cluster: &Cluster, program: &str, args: &[String], timeout: Duration) -> Result<NodeOutcome> {
-        if !self.stdout_per_rank {
-            let _one = lock_bridge_address()?;
-            let cmd = self.command(cluster, program, args)?;
-            let child = Collected::spawn(cmd).context("starting mpirun")?;
-            return Ok(child.finish(0, Instant::now() + timeout));
+        let dir = std::env::temp_dir().join(format!("mcd-rank-output-{}-{}", cluster.spec().name, std::process::id()));
+        let _one = lock_bridge_address()?;
+        let mut cmd = self.command(cluster, program, args)?;
+        if self.output_per_rank {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            cmd = with_output_files(cmd, self.mpi, &dir);
         }
-        let dir = std::env::temp_dir().join(format!("mcd-rank-stdout-{}-{}", cluster.spec().name, std::process::id()));
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let prefix = dir.join("rank");
-        let mut run = self.clone();
-        run.stdout_per_rank = false;
-        run.env.push((RANK_STDOUT_VAR.to_string(), prefix.display().to_string()));
-        let mut out = run.output(cluster, program, args, timeout)?;
-        let ranks = self.ranks.unwrap_or(cluster.nodes() * self.ranks_per_node.max(1));
-        let mut stdout = String::new();
-        for rank in 0..ranks {
-            let file = dir.join(format!("rank.{rank}"));
-            match std::fs::read_to_string(&file) {
-                Ok(text) => stdout.push_str(&text),
-                Err(e) => stdout.push_str(&format!("(rank {rank} left no output file {}: {e})\n", file.display())),
-            }
+        let child = Collected::spawn(cmd).context("starting mpirun")?;
+        let mut out = child.finish(0, Instant::now() + timeout);
+        if self.output_per_rank {
+            let ranks = self.ranks.unwrap_or(cluster.nodes() * self.ranks_per_node.max(1));
+            out.stdout = rank_files(self.mpi, &dir, ranks, "stdout") + &out.stdout;
+            out.stderr = rank_files(self.mpi, &dir, ranks, "stderr") + &out.stderr;
+            let _ = std::fs::remove_dir_all(&dir);
         }
-        stdout.push_str(&out.stdout);
-        out.stdout = stdout;
-        let _ = std::fs::remove_dir_all(&dir);
         Ok(out)
     }
+}
+
+/// `cmd` (a launcher's, as [`MpiRun::command`] makes it) with the options
+/// that write each rank's outputs to files under `dir`, put before the
+/// program (the launcher's options end there).
+fn with_output_files(cmd: Command, mpi: Mpi, dir: &std::path::Path) -> Command {
+    let mut args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
+    let options: Vec<std::ffi::OsString> = match mpi {
+        // `:nocopy`: the files only (Open MPI 4 copies to its own outputs too).
+        Mpi::OpenMpi => vec!["--output-filename".into(), format!("{}:nocopy", dir.display()).into()],
+        Mpi::Mpich => {
+            vec!["-outfile-pattern".into(), dir.join("rank.%r.stdout").into(), "-errfile-pattern".into(), dir.join("rank.%r.stderr").into()]
+        }
+    };
+    // The launcher's options go first: every one of ours is before `-n`/`-np`.
+    args.splice(0..0, options);
+    let mut new = Command::new(cmd.get_program());
+    new.args(args);
+    for (name, value) in cmd.get_envs() {
+        match value {
+            Some(v) => new.env(name, v),
+            None => new.env_remove(name),
+        };
+    }
+    new
+}
+
+/// The ranks' `stream` ("stdout" or "stderr") files under `dir`, rank 0's
+/// first, as `mpi`'s launcher names them (Open MPI 4: `DIR/1/rank.R/STREAM`;
+/// ours for Hydra: `DIR/rank.R.STREAM`); a rank without one is said.
+fn rank_files(mpi: Mpi, dir: &std::path::Path, ranks: usize, stream: &str) -> String {
+    let mut text = String::new();
+    for rank in 0..ranks {
+        let file = match mpi {
+            Mpi::OpenMpi => dir.join("1").join(format!("rank.{rank}")).join(stream),
+            Mpi::Mpich => dir.join(format!("rank.{rank}.{stream}")),
+        };
+        match std::fs::read_to_string(&file) {
+            Ok(t) => text.push_str(&t),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => text.push_str(&format!("(rank {rank}'s {stream} file {}: {e})\n", file.display())),
+        }
+    }
+    text
 }
 
 struct LaunchFiles {
