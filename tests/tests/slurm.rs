@@ -29,6 +29,66 @@ fn srun(slurm: &Slurm, args: &[&str], timeout: Duration) -> NodeOutcome {
     out
 }
 
+/// [`srun`] of an Open MPI `program`, run once more if (and only if) a task
+/// crashed inside Open MPI's own `MPI_Init`.
+///
+/// Open MPI 4.1.4's TCP transport, under `srun --mpi=pmix` with two tasks a
+/// node, sometimes hands a received fragment to an unregistered callback
+/// (a call through NULL from `mca_btl_tcp` in `opal_progress`, inside
+/// `ompi_mpi_init`) when peers that have left `MPI_Init` already connect:
+/// seen in about 1 run of this test in 50 (4 of 126, session 14), with
+/// "failed to TCP connect to a peer" warnings beside it, like
+/// open-mpi/ompi#3035. The interposer's code has not run in that process
+/// (its `MPI_Init` has only called `PMPI_Init`). So the tasks dump core
+/// (srun passes its core limit on, `prlimit`), into a directory of this
+/// run's (`--chdir`), and a failed run's core is read with `gdb`: a crash
+/// whose backtrace is inside `PMPI_Init` and not in the interposer's
+/// start-up is said on stderr and run again, once; anything else (another
+/// crash, no core, no gdb, a second failure) fails the test as before.
+fn srun_past_open_mpi_start_up_crash(slurm: &Slurm, program: &std::path::Path, args: &[&str], timeout: Duration) -> NodeOutcome {
+    let cores = std::env::temp_dir().join(format!("mcd-srun-cores-{}", std::process::id()));
+    for attempt in 0..2 {
+        let _ = std::fs::remove_dir_all(&cores);
+        std::fs::create_dir_all(&cores).unwrap();
+        let chdir = format!("--chdir={}", cores.display());
+        let cmd = slurm.srun_with_secret(&[&[chdir.as_str()], args].concat()).unwrap();
+        let mut with_cores = Command::new("prlimit");
+        with_cores.arg("--core=unlimited").arg(cmd.get_program()).args(cmd.get_args());
+        for (key, value) in cmd.get_envs() {
+            match value {
+                Some(value) => with_cores.env(key, value),
+                None => with_cores.env_remove(key),
+            };
+        }
+        let out = slurm.output(with_cores, timeout).expect("running srun");
+        if out.success() {
+            let _ = std::fs::remove_dir_all(&cores);
+            return out;
+        }
+        let core = cores.join("core");
+        let backtrace = Command::new("gdb")
+            .args(["-batch", "-ex", "bt"])
+            .arg(program)
+            .arg(&core)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_else(|e| format!("(no backtrace: gdb: {e})"));
+        let in_open_mpi_init =
+            core.exists() && backtrace.contains("PMPI_Init") && backtrace.contains("ompi_mpi_init") && !backtrace.contains("start_mcd");
+        assert!(
+            attempt == 0 && in_open_mpi_init,
+            "srun {} ({}):\n{}\n{}\ncore {}: {backtrace}",
+            args.join(" "),
+            out.status(),
+            out.stdout,
+            out.stderr,
+            if core.exists() { "dumped" } else { "not dumped" }
+        );
+        eprintln!("a task crashed inside Open MPI's own MPI_Init (not the interposer's code): running srun once more; its backtrace:\n{backtrace}\nits output:\n{}", out.stderr);
+    }
+    unreachable!("the second failure fails the assertion")
+}
+
 fn target() -> PathBuf {
     mcd_tools::cbuild::target_dir().expect("cargo's target directory")
 }
@@ -146,7 +206,12 @@ fn the_mpi_interposer_serves_mpi_barrier_under_srun_with_pmix() {
     // shared memory initialization", then a NULL dereference), before any
     // MPI_Barrier; this test is about mcd's interposer under srun, not that.
     let export = format!("--export=ALL,LD_PRELOAD={},MCD_MPI_REPORT=1,OMPI_MCA_btl=^vader", preload.display());
-    let out = srun(&slurm, &["--mpi=pmix", "-N", "4", "--ntasks-per-node", "2", &export, program.to_str().unwrap(), "100"], Duration::from_secs(90));
+    let out = srun_past_open_mpi_start_up_crash(
+        &slurm,
+        &program,
+        &["--mpi=pmix", "-N", "4", "--ntasks-per-node", "2", &export, program.to_str().unwrap(), "100"],
+        Duration::from_secs(90),
+    );
     assert!(out.stdout.contains("barrier_check: OK 8 ranks, 100 barriers"), "{}\n{}", out.stdout, out.stderr);
     for rank in 0..8 {
         let line = out
