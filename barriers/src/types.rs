@@ -164,6 +164,16 @@ pub struct BarrierStats {
     pub retry_timeout: Duration,
 }
 
+impl BarrierStats {
+    /// Recovery traffic, as the loss goals count it: NACKs and status
+    /// probes sent, answers, and unasked copies (what the simulator's
+    /// `recoveries` counts too). On a clean network with every peer on
+    /// time, 0.
+    pub fn recoveries(&self) -> u64 {
+        self.nacks_sent + self.answers + self.copies
+    }
+}
+
 /// What a join timeout says of frames that were dropped on the way in: the
 /// missing nodes' frames that failed authentication or were of the other
 /// authentication mode, and frames of another wire version ("" if none).

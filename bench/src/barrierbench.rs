@@ -81,7 +81,7 @@ pub struct BarrierMeasurement {
     pub p99_us: f64,
     /// Mean over nodes of each node's 99.9th percentile, µs.
     pub p999_us: f64,
-    /// Messages re-sent because a peer asked (answers to NACKs), all nodes, warm-up included: loss recovery at work.
+    /// Recovery traffic ([`barriers::BarrierStats::recoveries`]: NACKs and probes, answers, unasked copies), all nodes, warm-up included.
     pub recoveries: u64,
 }
 
@@ -117,7 +117,7 @@ pub struct NodeFigures {
     pub p999_us: f64,
     /// The whole timed loop, µs.
     pub loop_us: f64,
-    /// Re-sends and answers.
+    /// Recovery traffic (see [`BarrierMeasurement::recoveries`]).
     pub recoveries: f64,
 }
 
@@ -265,7 +265,7 @@ pub fn measure_collective(
         let before = b.stats();
         let mut times = bench.time_node(|| b.collective(call, &input, Some(&mut output)))?;
         let after = b.stats();
-        times.recoveries = after.answers - before.answers;
+        times.recoveries = after.recoveries() - before.recoveries();
         if let Some(expected) = collective_expected(call, bytes, me, n) {
             if output != expected {
                 return Err(barriers::BarrierError::Internal(format!("{call}: the last call's result on node {me} is wrong")));
@@ -415,7 +415,7 @@ fn run_rank(job: &str) -> Result<NodeFigures> {
             let mut b = barriers::HierarchicalBarrier::on_endpoint(&shared, config, host)?;
             let before = b.stats();
             let mut times = bench.time_node(|| b.wait())?;
-            times.recoveries = b.stats().answers - before.answers;
+            times.recoveries = b.stats().recoveries() - before.recoveries();
             b.finish()?;
             times
         }
@@ -423,7 +423,7 @@ fn run_rank(job: &str) -> Result<NodeFigures> {
             let mut b = barriers::Barrier::new(McdTransport::new(endpoint), config)?;
             let before = b.stats();
             let mut times = bench.time_node(|| b.wait())?;
-            times.recoveries = b.stats().answers - before.answers;
+            times.recoveries = b.stats().recoveries() - before.recoveries();
             b.finish()?;
             times
         }
@@ -540,7 +540,7 @@ pub fn measure_across_hosts(
     let before = barrier.stats();
     let mut times = bench.time_node(|| barrier.wait())?;
     let after = barrier.stats();
-    times.set_recoveries(after.answers - before.answers);
+    times.set_recoveries(after.recoveries() - before.recoveries());
     let mine = times.figures();
     // One closing barrier, then until no peer needs this node.
     barrier.finish()?;
