@@ -131,12 +131,22 @@ enum Bench {
         #[arg(long, default_value_t = 20_000, value_parser = mcd_bench::cli::at_least_one)]
         iterations: usize,
         /// Rounds (the settings alternate within each round).
-        #[arg(long, default_value_t = 5, value_parser = mcd_bench::cli::at_least_one)]
+        #[arg(long, default_value_t = 6, value_parser = mcd_bench::cli::at_least_one)]
         rounds: usize,
         /// Only the tag in isolation, printed and not recorded (no virtual
         /// cluster, no root): a quick check of the 100 ns goal.
         #[arg(long)]
         tag_only: bool,
+        /// Instead of the A/B, the 2-rank allreduce in each of these
+        /// variants, interleaved (comma-separated `on` or `off`, each
+        /// optionally followed by a number of doubles, e.g.
+        /// `on,off,off2,off3`; the endpoints open in this order); printed,
+        /// nothing written.
+        #[arg(long, conflicts_with = "tag_only")]
+        lines: Option<String>,
+        /// Name of the virtual cluster (1 to 4 lowercase letters or digits).
+        #[arg(long, default_value = "hau", value_parser = mcd_bench::cli::cluster_stem)]
+        cluster: String,
     },
     /// Load: more processes than cores, no loss. mcd's dissemination barrier
     /// (processes, yield and adaptive waiting, no MCD_LOCAL_PROCS hint)
@@ -354,8 +364,9 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Model { nodes, scale, .. } => model(&out, &nodes, scale),
         Bench::Validate { measure, nodes, scale, rounds, cluster } => validate::run(&out, measure.then_some((&nodes[..], scale, rounds)), &cluster),
         Bench::Hotpath { iterations, rounds } => hotpath::run(&out, iterations, rounds),
-        Bench::Auth { iterations, rounds, tag_only: false } => auth::run(&out, iterations, rounds),
         Bench::Auth { tag_only: true, .. } => auth::tag_only(),
+        Bench::Auth { lines: Some(spec), iterations, rounds, cluster, .. } => auth::lines(&spec, &cluster, iterations, rounds),
+        Bench::Auth { iterations, rounds, cluster, .. } => auth::run(&out, &cluster, iterations, rounds),
         Bench::Collectives { nodes, sizes, scale, rounds, cluster } => collectives::run(&out, &nodes, &sizes, scale, rounds, &cluster),
         Bench::Overlap { nodes, scale, rounds, mpis, cluster } => overlap::run(&out, &nodes, scale, rounds, &mpis, &cluster),
         Bench::Comms { ranks, scale, rounds, mpis, cluster } => comms::run(&out, ranks, scale, rounds, &mpis, &cluster),
