@@ -155,14 +155,21 @@ pub fn interposer_reports(out: &mcd_vcluster::NodeOutcome, ranks: usize) -> Vec<
 /// order, as (MPI_Allreduce, MPI_Reduce, MPI_Bcast) × (via mcd, via PMPI);
 /// panics naming a rank without one.
 pub fn collective_reports(out: &mcd_vcluster::NodeOutcome, ranks: usize) -> Vec<[u64; 6]> {
+    report_numbers(out, ranks, "collectives")
+}
+
+/// The `N` numbers of each rank's `mcd-mpi: rank R: WHAT: ...` line of the
+/// interposer's `MCD_MPI_REPORT` in `out`'s standard error, in rank order;
+/// panics naming a rank without one, or whose line has not `N` numbers.
+pub fn report_numbers<const N: usize>(out: &mcd_vcluster::NodeOutcome, ranks: usize, what: &str) -> Vec<[u64; N]> {
     (0..ranks)
         .map(|rank| {
-            let prefix = format!("mcd-mpi: rank {rank}: collectives: ");
+            let prefix = format!("mcd-mpi: rank {rank}: {what}: ");
             let line = out
                 .stderr
                 .lines()
                 .find_map(|l| l.strip_prefix(&prefix))
-                .unwrap_or_else(|| panic!("no collectives report from rank {rank}:\n{}", out.stderr));
+                .unwrap_or_else(|| panic!("no {what} report from rank {rank}:\n{}", out.stderr));
             let numbers: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
             numbers.try_into().unwrap_or_else(|_| panic!("rank {rank}: {line}"))
         })

@@ -50,18 +50,7 @@ fn nb_check(mpi: Mpi, spec: ClusterSpec, args: &[&str], env: &[(&str, &str)]) ->
 /// × (via mcd, via PMPI), persistent starts via mcd, persistent inits via
 /// PMPI, completed in MPI_Finalize.
 fn nonblocking_reports(out: &NodeOutcome) -> Vec<[u64; 11]> {
-    (0..RANKS)
-        .map(|rank| {
-            let prefix = format!("mcd-mpi: rank {rank}: nonblocking: ");
-            let line = out
-                .stderr
-                .lines()
-                .find_map(|l| l.strip_prefix(&prefix))
-                .unwrap_or_else(|| panic!("no nonblocking report from rank {rank}:\n{}", out.stderr));
-            let numbers: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
-            numbers.try_into().unwrap_or_else(|_| panic!("rank {rank}: {line}"))
-        })
-        .collect()
+    mcd_integration_tests::report_numbers(out, RANKS, "nonblocking")
 }
 
 /// Every wait and test form, mixed arrays with MPI's own requests, five
