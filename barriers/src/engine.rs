@@ -312,9 +312,11 @@ impl<T: Transport> Engine<T> {
     /// queued before it is done and its first segment's epoch is entered
     /// (so what this node sends at that step has gone), or it is done
     /// itself. A broadcast completing in the background before it (its end
-    /// comes with the root's next data) does not hold it back once it came.
-    pub(crate) fn on_the_wire(&mut self, id: u64) -> bool {
-        self.queue.running().is_none_or(|op| op.id == id && op.stage != Stage::Idle)
+    /// comes with the root's next data) does not hold it back once it came;
+    /// unless `entered`, its entry under way counts too (what came will
+    /// take it in).
+    pub(crate) fn on_the_wire(&mut self, id: u64, entered: bool) -> bool {
+        self.queue.running().is_none_or(|op| op.id == id && op.stage != Stage::Idle && !(entered && matches!(op.stage, Stage::Entering { .. })))
     }
 
     /// Queues the nonblocking collective `call` with this node's `input`
