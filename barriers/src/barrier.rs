@@ -480,6 +480,34 @@ impl<T: Transport + Send + 'static> Request<T> {
     }
 }
 
+impl<T: Transport + Send + 'static> Request<T> {
+    /// As [`wait`](Self::wait), for at most about `timeout`: true once the
+    /// collective is complete (its result into `out`), false if it is not
+    /// after `timeout` (call again). Sleeps in the transport meanwhile, so
+    /// a caller that must also drive something else (an MPI's own
+    /// progress, between two of these) leaves the cores to the peers
+    /// instead of spinning.
+    pub fn wait_for(&mut self, out: Option<&mut [u8]>, timeout: Duration) -> Result<bool, BarrierError> {
+        if self.claimed {
+            return Err(BarrierError::Misuse("this nonblocking collective has completed already".into()));
+        }
+        let until = Instant::now() + timeout;
+        let outcome = self.call(|e| e.wait_op_until(self.id, out, until));
+        match outcome {
+            Ok(None) => Ok(false),
+            Err(BarrierError::Transport(e)) => Err(BarrierError::Transport(e)),
+            Ok(Some(outcome)) => {
+                self.claimed = true;
+                outcome.map(|()| true)
+            }
+            Err(e) => {
+                self.claimed = true;
+                Err(e)
+            }
+        }
+    }
+}
+
 impl<T: Transport + Send + 'static> Drop for Request<T> {
     fn drop(&mut self) {
         if !self.claimed {

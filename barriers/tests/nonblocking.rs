@@ -316,3 +316,40 @@ fn a_broadcasts_root_and_a_reduces_nodes_leave_the_agent_asleep() {
         }
     }
 }
+
+/// `Request::wait_for` (the interposer's `MPI_Wait` sleeps in it between
+/// two turns of MPI's own progress): false once its time is up while a
+/// peer has not started, without claiming the request; true once the
+/// collective completed, with its result.
+#[test]
+fn a_bounded_wait_says_not_yet_then_completes() {
+    use std::sync::{Arc, Barrier as Rendezvous};
+    let rendezvous = Arc::new(Rendezvous::new(2));
+    let results = run_per_node(mem::network(2, 1, Faults::none()), config(Algorithm::OnePhase, Duration::from_secs(10)), move |b| {
+        let me = b.node();
+        let sum = Collective::Allreduce { op: Op::Sum, dtype: Dtype::U32 };
+        let mut out = vec![0u8; 4];
+        if me == 0 {
+            let mut r = b.start(sum, &u32s(&[5]))?;
+            let asked = Instant::now();
+            assert!(!r.wait_for(Some(&mut out), Duration::from_millis(20))?, "node 1 has not started");
+            assert!(asked.elapsed() >= Duration::from_millis(20), "it waited its time");
+            rendezvous.wait();
+            let mut turns = 0;
+            while !r.wait_for(Some(&mut out), Duration::from_millis(20))? {
+                turns += 1;
+                assert!(turns < 500, "never completed");
+            }
+            assert!(r.wait_for(None, Duration::ZERO).is_err(), "a completed request says so");
+        } else {
+            rendezvous.wait();
+            let mut r = b.start(sum, &u32s(&[7]))?;
+            r.wait(Some(&mut out))?;
+        }
+        assert_eq!(from_u32s(&out), vec![12]);
+        Ok(())
+    });
+    for r in results {
+        r.unwrap();
+    }
+}
