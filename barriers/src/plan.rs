@@ -234,17 +234,24 @@ pub(crate) mod tag {
 pub const BCAST_RESULT_STEP: usize = 1;
 
 /// The most nodes among which a reduce runs its own plan
-/// ([`build_reduce`]); beyond, it runs the algorithm's plan, as an
-/// allreduce does. The root takes in one contribution from every other
+/// ([`build_reduce`], from 3 nodes: [`reduce_gathers`]); beyond, it runs
+/// the algorithm's plan, as an allreduce does. The root takes in one contribution from every other
 /// node: o_s + L + (n−1)·o_r by the paper's formulas, which under
 /// [`crate::model::LogP::REFERENCE`] is the cheapest k-nomial gather of up
 /// to 32 nodes, and from about 48 a tree's is cheaper (a test of the
 /// model says so); each other node's own call is one send.
 pub const REDUCE_GATHER_MAX: usize = 32;
 
-/// Whether a reduce among `n` nodes runs its own plan ([`build_reduce`]).
+/// Whether a reduce among `n` nodes runs its own plan ([`build_reduce`]):
+/// from 3 nodes. Between two, every algorithm's plan is one exchange (or
+/// one message and its release), which costs each node one latency, as
+/// the gather-first plan costs its root; and with the gather-first plan the
+/// 2-rank `MPI_Reduce` rows of issue 28's comms went from 10-14 to 27-28 µs
+/// (Open MPI) and to ~100 µs (MPICH), where the allreduce's stayed (not
+/// explained; a guess: the non-root's epoch left completing in the
+/// background, whose retry timer and end wake its agent).
 pub const fn reduce_gathers(n: usize) -> bool {
-    n >= 2 && n <= REDUCE_GATHER_MAX
+    n >= 3 && n <= REDUCE_GATHER_MAX
 }
 
 /// Builds node `me`'s plan of a *gather-first* reduce to `root` among `n`
@@ -674,8 +681,8 @@ mod tests {
                 }
             }
         }
-        assert!(reduce_gathers(2) && reduce_gathers(REDUCE_GATHER_MAX));
-        assert!(!reduce_gathers(1) && !reduce_gathers(REDUCE_GATHER_MAX + 1));
+        assert!(reduce_gathers(3) && reduce_gathers(REDUCE_GATHER_MAX));
+        assert!(!reduce_gathers(2) && !reduce_gathers(REDUCE_GATHER_MAX + 1));
         assert!(build_reduce(4, 1, 4, 1).unwrap_err().contains("not both among 4"));
         assert!(build_reduce(4, 1, 0, 0).is_err());
     }
