@@ -46,6 +46,8 @@ struct Shared<T: Transport> {
     /// without waiting out its grace (the application is not polling: it
     /// computes until it tests or waits).
     hurry: AtomicBool,
+    /// How many starts set `hurry` ([`BarrierStats::agent_hurried`]).
+    hurried: AtomicU64,
 }
 
 impl<T: Transport> Shared<T> {
@@ -106,6 +108,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
             stop: AtomicBool::new(false),
             waker,
             hurry: AtomicBool::new(false),
+            hurried: AtomicU64::new(0),
         });
         let agent = if config.progress_agent && nodes > 1 {
             let shared = shared.clone();
@@ -162,7 +165,8 @@ impl<T: Transport + Send + 'static> Barrier<T> {
 
     /// The counters.
     pub fn stats(&self) -> BarrierStats {
-        self.shared.lock().stats()
+        let hurried = self.shared.hurried.load(Ordering::Relaxed);
+        BarrierStats { agent_hurried: hurried, ..self.shared.lock().stats() }
     }
 
     /// Runs `f` on the transport (for its statistics, say).
@@ -292,9 +296,10 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     /// The start itself takes the first step in the caller's thread: what
     /// came already is read, and this node's arrival (with its data) is on
     /// the wire when `start` returns. When that was all this node sends
-    /// for the call ([`eager_only`](Self::eager_only): a one-round plan or
-    /// a broadcast's non-root, one segment, and the start put it on the
-    /// wire: whatever was queued before it done), the agent is not woken: the
+    /// for the call before it is complete here ([`eager_only`](Self::eager_only):
+    /// a one-round plan, a broadcast, or a reduce on its own plan, one
+    /// segment, and the start put it on the wire: whatever was queued
+    /// before it done), the agent is not woken: the
     /// call completes by what arrives, which the next test or wait reads
     /// from the rings, so it completes while the program computes even
     /// when no core is free for the agent (2 ranks computing on 2 cores).
@@ -314,15 +319,25 @@ impl<T: Transport + Send + 'static> Barrier<T> {
             Collective::Bcast { root } => root != self.me,
         };
         let eager_only = self.eager_only(call, input.len());
+        // What this node sends goes at its entry, which may wait for the
+        // epoch before, completing in the background (a broadcast's or
+        // reduce's end, or a root's wait for the entries into it): then
+        // the agent must send it as soon as that completes, since no
+        // peer's message makes this node's next test come sooner. But a
+        // broadcast's non-root: what it waits for (the root's data) brings
+        // its root's end before, and its own entry is on nobody's path but
+        // the root's background end.
+        let entered = !matches!(call, Collective::Bcast { root } if root != self.me);
         let (id, hurry) = self.call(|e| {
             let id = e.start_op(call, input, result_here)?;
             // Everything this node sends for it has gone if its plan sends
             // at its start only and the start put it on the wire (what was
             // before it done: a broadcast's background end, say, which the
             // root's next data brings).
-            Ok::<_, BarrierError>((id, !(eager_only && e.on_the_wire(id))))
+            Ok::<_, BarrierError>((id, !(eager_only && e.on_the_wire(id, entered))))
         })?;
         if hurry {
+            self.shared.hurried.fetch_add(1, Ordering::Relaxed);
             self.shared.hurry.store(true, Ordering::Release);
             if let Some(agent) = &self.agent {
                 agent.thread().unpark();
@@ -332,19 +347,26 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     }
 
     /// Whether a nonblocking `call` of `bytes` bytes started alone sends
-    /// everything this node sends for it at its start: a barrier, or an
-    /// allreduce or reduce of one segment, on a plan that sends only in its
-    /// first step; or a broadcast of one segment (its own plan,
-    /// [`crate::plan::build_bcast`], whatever the algorithm) everywhere but
-    /// at a root of more than two nodes, which sends the end once every
-    /// node has entered (a non-root sends its entry at once and then only
-    /// waits; between two nodes there is no end).
+    /// at its start everything this node sends for it before the call is
+    /// complete here: a barrier, or an allreduce of one segment, on a plan
+    /// that sends only in its first step; a reduce of one segment on its
+    /// own plan ([`crate::plan::build_reduce`]: a non-root sends its
+    /// contribution and is done; the root waits for the others' and then
+    /// has its result) or on such a plan; a broadcast of one segment (its
+    /// own plan, [`crate::plan::build_bcast`], whatever the algorithm: the
+    /// root sends its data and is done, a non-root sends its entry and
+    /// then only waits for the data). What a broadcast's or reduce's
+    /// root sends after the call is complete (the end, once every node
+    /// entered) completes the epoch in the background, as after the
+    /// blocking call: the next call on the barrier sends it, or the agent
+    /// after its grace period.
     pub fn eager_only(&self, call: Collective, bytes: usize) -> bool {
         let one_segment = bytes <= self.max_data.saturating_sub(wire::HEADER_LEN) / call.element_size().max(1) * call.element_size().max(1);
         match call {
             Collective::Barrier => self.sends_at_entry_only,
-            Collective::Allreduce { .. } | Collective::Reduce { .. } => self.sends_at_entry_only && one_segment,
-            Collective::Bcast { root } => one_segment && (root != self.me || self.nodes == 2),
+            Collective::Allreduce { .. } => self.sends_at_entry_only && one_segment,
+            Collective::Reduce { .. } => (self.sends_at_entry_only || crate::plan::reduce_gathers(self.nodes)) && one_segment,
+            Collective::Bcast { .. } => one_segment,
         }
     }
 
@@ -455,6 +477,34 @@ impl<T: Transport + Send + 'static> Request<T> {
             self.claimed = true;
         }
         outcome
+    }
+}
+
+impl<T: Transport + Send + 'static> Request<T> {
+    /// As [`wait`](Self::wait), for at most about `timeout`: true once the
+    /// collective is complete (its result into `out`), false if it is not
+    /// after `timeout` (call again). Sleeps in the transport meanwhile, so
+    /// a caller that must also drive something else (an MPI's own
+    /// progress, between two of these) leaves the cores to the peers
+    /// instead of spinning.
+    pub fn wait_for(&mut self, out: Option<&mut [u8]>, timeout: Duration) -> Result<bool, BarrierError> {
+        if self.claimed {
+            return Err(BarrierError::Misuse("this nonblocking collective has completed already".into()));
+        }
+        let until = Instant::now() + timeout;
+        let outcome = self.call(|e| e.wait_op_until(self.id, out, until));
+        match outcome {
+            Ok(None) => Ok(false),
+            Err(BarrierError::Transport(e)) => Err(BarrierError::Transport(e)),
+            Ok(Some(outcome)) => {
+                self.claimed = true;
+                outcome.map(|()| true)
+            }
+            Err(e) => {
+                self.claimed = true;
+                Err(e)
+            }
+        }
     }
 }
 

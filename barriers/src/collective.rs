@@ -614,7 +614,7 @@ impl Contributions {
         }
         // Every message of the step must be of this very call.
         for (w, i) in step.waits.iter().zip(indices.clone()) {
-            if let Err(e) = self.agrees(&self.arrived[parity][i]) {
+            if let Err(e) = self.agrees(&self.arrived[parity][i], plan::tag::carries_data(w.tag)) {
                 if !self.reported {
                     self.error.get_or_insert(format!("node {} {e}", w.from));
                 }
@@ -625,7 +625,8 @@ impl Contributions {
                 return;
             }
         }
-        if self.call == Collective::Barrier {
+        // (An end carries no data: it only says the epoch is complete.)
+        if self.call == Collective::Barrier || step.waits.iter().all(|w| !plan::tag::carries_data(w.tag)) {
             return;
         }
         let replaces = |tag| matches!(tag, plan::tag::RELEASE | plan::tag::POST | plan::tag::BCAST_DATA);
@@ -674,8 +675,9 @@ impl Contributions {
         }
     }
 
-    /// Whether a peer's message belongs to this node's call.
-    fn agrees(&self, data: &[u8]) -> Result<(), String> {
+    /// Whether a peer's message belongs to this node's call (`data_due`:
+    /// the message is one that carries a reduction's data, not an end).
+    fn agrees(&self, data: &[u8], data_due: bool) -> Result<(), String> {
         if self.call == Collective::Barrier {
             return if data.is_empty() { Ok(()) } else { Err(format!("sent data in a collective where this node called {}", self.call)) };
         }
@@ -689,7 +691,7 @@ impl Contributions {
         if view.mismatch() {
             return Err(format!("reports that nodes called different collectives ({} here)", self.call));
         }
-        let must_have = matches!(self.call, Collective::Allreduce { .. } | Collective::Reduce { .. });
+        let must_have = data_due && matches!(self.call, Collective::Allreduce { .. } | Collective::Reduce { .. });
         if view.call() != Some(self.call) || view.count() != self.count || (must_have && !view.has_data()) {
             return Err(format!(
                 "called {} of {} element(s) where this node called {} of {}",

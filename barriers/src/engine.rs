@@ -312,9 +312,11 @@ impl<T: Transport> Engine<T> {
     /// queued before it is done and its first segment's epoch is entered
     /// (so what this node sends at that step has gone), or it is done
     /// itself. A broadcast completing in the background before it (its end
-    /// comes with the root's next data) does not hold it back once it came.
-    pub(crate) fn on_the_wire(&mut self, id: u64) -> bool {
-        self.queue.running().is_none_or(|op| op.id == id && op.stage != Stage::Idle)
+    /// comes with the root's next data) does not hold it back once it came;
+    /// unless `entered`, its entry under way counts too (what came will
+    /// take it in).
+    pub(crate) fn on_the_wire(&mut self, id: u64, entered: bool) -> bool {
+        self.queue.running().is_none_or(|op| op.id == id && op.stage != Stage::Idle && !(entered && matches!(op.stage, Stage::Entering { .. })))
     }
 
     /// Queues the nonblocking collective `call` with this node's `input`
@@ -432,11 +434,36 @@ impl<T: Transport> Engine<T> {
         }
     }
 
+    /// Collective `id`: as [`wait_op`](Self::wait_op) until `until` at
+    /// most; `Ok(None)`: no outcome yet.
+    pub(crate) fn wait_op_until(
+        &mut self,
+        id: u64,
+        mut out: Option<&mut [u8]>,
+        until: Instant,
+    ) -> Result<Option<Result<(), BarrierError>>, BarrierError> {
+        loop {
+            if let Some(outcome) = self.poll_op(id, out.as_deref_mut())? {
+                return Ok(Some(outcome));
+            }
+            if Instant::now() >= until {
+                return Ok(None);
+            }
+            self.sleep_once_until(Some(until))?;
+        }
+    }
+
     /// Sleeps in the transport's `recv` until a message comes (fed to the
     /// core) or the core's next timer.
     fn sleep_once(&mut self) -> Result<(), BarrierError> {
+        self.sleep_once_until(None)
+    }
+
+    /// As [`sleep_once`](Self::sleep_once), and until `until` at most.
+    fn sleep_once_until(&mut self, until: Option<Instant>) -> Result<(), BarrierError> {
         let now = Instant::now();
-        let wait = self.core.poll_timeout().map_or(Duration::from_millis(100), |t| t.saturating_duration_since(now));
+        let timer = self.core.poll_timeout().map_or(now + Duration::from_millis(100), |t| t);
+        let wait = until.map_or(timer, |u| u.min(timer)).saturating_duration_since(now);
         if let Some(m) = self.transport.recv(wait)? {
             self.feed(Instant::now(), m);
         }

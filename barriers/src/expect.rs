@@ -133,9 +133,13 @@ mod tests {
         for algorithm in Algorithm::all() {
             for n in [1, 2, 3, 5, 8, 13, 32] {
                 for me in 0..n {
-                    // The algorithm's plan and a broadcast's from every root.
+                    // The algorithm's plan, a broadcast's from every root,
                     let mut plans = vec![build(algorithm, n, me, 2).unwrap()];
                     plans.extend((0..n).map(|root| build_bcast(n, me, root, 2).unwrap()));
+                    // And a gather-first reduce's to every root, as the core has them.
+                    if crate::plan::reduce_gathers(n) {
+                        plans.extend((0..n).map(|root| crate::plan::build_reduce(n, me, root, 2).unwrap()));
+                    }
                     let x = Expectations::new(&plans, n).unwrap();
                     let mut seen = Bits::new(x.len());
                     for (v, plan) in plans.iter().enumerate() {

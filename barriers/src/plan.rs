@@ -212,18 +212,84 @@ pub(crate) mod tag {
     pub const BCAST_ENTERED: u16 = 5;
     /// A broadcast's end, multicast by its root once every node entered.
     pub const BCAST_DONE: u16 = 6;
+    /// A node's contribution to a gather-first reduce, sent to the root as
+    /// the node enters.
+    pub const REDUCE_GATHER: u16 = 7;
+    /// A gather-first reduce's end, multicast by its root once every
+    /// node's contribution came.
+    pub const REDUCE_DONE: u16 = 8;
     pub const ROUND: u16 = 16;
 
     /// Whether a message of this tag carries a collective's data (the
-    /// broadcast's entry and end carry only its header).
+    /// broadcast's entry and the ends carry only its header).
     pub const fn carries_data(tag: u16) -> bool {
-        !matches!(tag, BCAST_ENTERED | BCAST_DONE)
+        !matches!(tag, BCAST_ENTERED | BCAST_DONE | REDUCE_DONE)
     }
 }
 
-/// The step of a release-first broadcast plan ([`build_bcast`]) from which
-/// the node has its result: what follows only completes the epoch.
+/// The step of a release-first broadcast plan ([`build_bcast`]) or a
+/// gather-first reduce plan ([`build_reduce`]) from which the node has its
+/// result (a reduce's non-root: has sent its contribution): what follows
+/// only completes the epoch.
 pub const BCAST_RESULT_STEP: usize = 1;
+
+/// The most nodes among which a reduce runs its own plan
+/// ([`build_reduce`], from 3 nodes: [`reduce_gathers`]); beyond, it runs
+/// the algorithm's plan, as an allreduce does. The root takes in one contribution from every other
+/// node: o_s + L + (n−1)·o_r by the paper's formulas, which under
+/// [`crate::model::LogP::REFERENCE`] is the cheapest k-nomial gather of up
+/// to 32 nodes, and from about 48 a tree's is cheaper (a test of the
+/// model says so); each other node's own call is one send.
+pub const REDUCE_GATHER_MAX: usize = 32;
+
+/// Whether a reduce among `n` nodes runs its own plan ([`build_reduce`]):
+/// from 3 nodes. Between two, every algorithm's plan is one exchange (or
+/// one message and its release), which costs each node one latency, as
+/// the gather-first plan costs its root; and with the gather-first plan the
+/// 2-rank `MPI_Reduce` rows of issue 28's comms went from 10-14 to 27-28 µs
+/// (Open MPI) and to ~100 µs (MPICH), where the allreduce's stayed (not
+/// explained; a guess: the non-root's epoch left completing in the
+/// background, whose retry timer and end wake its agent).
+pub const fn reduce_gathers(n: usize) -> bool {
+    n >= 3 && n <= REDUCE_GATHER_MAX
+}
+
+/// Builds node `me`'s plan of a *gather-first* reduce to `root` among `n`
+/// nodes over `rails` rails: every other node sends its contribution to
+/// the root as it enters (step 0) and then only waits for the root's end
+/// (step 1); the root gathers every contribution (step 0), folds them in
+/// rank order (the fold of [`Algorithm::Concurrent`]: the same result
+/// whatever the root), and multicasts the end (step 1). A non-root's call
+/// returns once its contribution is sent (step [`BCAST_RESULT_STEP`]),
+/// the root's once it has the result; the end keeps the nodes within one
+/// epoch of each other (no node completes the epoch before every node has
+/// entered it) and completes in the background, as a broadcast's does. So
+/// a reduce costs its root one gather and every other node one send,
+/// where the algorithm's own plan (recursive doubling, say) makes every
+/// node wait for every stage, as an allreduce does.
+pub fn build_reduce(n: usize, me: NodeId, root: NodeId, rails: usize) -> Result<Plan, String> {
+    if me >= n || root >= n {
+        return Err(format!("node {me}, root {root}: not both among {n} node(s)"));
+    }
+    if rails == 0 {
+        return Err("a plan needs at least one rail".into());
+    }
+    if n == 1 {
+        return Ok(Plan::default());
+    }
+    let steps = if me == root {
+        vec![
+            Step { sends: vec![], waits: (0..n).filter(|&j| j != root).map(|j| Expect { from: j, tag: tag::REDUCE_GATHER }).collect() },
+            Step { sends: vec![Out { dest: Dest::All, rail: 0, tag: tag::REDUCE_DONE }], waits: vec![] },
+        ]
+    } else {
+        vec![
+            Step { sends: vec![Out { dest: Dest::Node(root), rail: me % rails, tag: tag::REDUCE_GATHER }], waits: vec![] },
+            Step { sends: vec![], waits: vec![Expect { from: root, tag: tag::REDUCE_DONE }] },
+        ]
+    };
+    Ok(Plan { steps })
+}
 
 /// Builds node `me`'s plan of a *release-first* broadcast from `root` among
 /// `n` nodes over `rails` rails: the root multicasts its data at once (step
@@ -588,6 +654,37 @@ mod tests {
         }
         assert!(build_bcast(4, 1, 4, 1).unwrap_err().contains("not both among 4"));
         assert!(build_bcast(4, 1, 0, 0).is_err());
+    }
+
+    #[test]
+    fn a_gather_first_reduce_costs_a_non_root_one_send_and_completes_after_every_entry() {
+        for n in 1..=REDUCE_GATHER_MAX + 1 {
+            for root in [0, n / 2, n - 1] {
+                for rails in [1, 2] {
+                    let plans: Vec<Plan> = (0..n).map(|me| build_reduce(n, me, root, rails).unwrap()).collect();
+                    for (me, plan) in plans.iter().enumerate().filter(|_| n > 1) {
+                        let before = &plan.steps[..BCAST_RESULT_STEP];
+                        if me == root {
+                            // The root has its result once every contribution came.
+                            assert_eq!(before[0].waits.len(), n - 1);
+                            assert!(before[0].waits.iter().all(|w| w.tag == tag::REDUCE_GATHER));
+                        } else {
+                            // A non-root's call is one send, to the root.
+                            assert_eq!(before[0].waits, vec![]);
+                            assert_eq!(before[0].sends, vec![Out { dest: Dest::Node(root), rail: me % rails, tag: tag::REDUCE_GATHER }]);
+                        }
+                    }
+                    let knows = causal_run_plans("reduce", plans, n, rails);
+                    for (me, k) in knows.iter().enumerate() {
+                        assert_eq!(k.len(), n, "reduce n={n} root={root}: node {me} completes before every node entered");
+                    }
+                }
+            }
+        }
+        assert!(reduce_gathers(3) && reduce_gathers(REDUCE_GATHER_MAX));
+        assert!(!reduce_gathers(2) && !reduce_gathers(REDUCE_GATHER_MAX + 1));
+        assert!(build_reduce(4, 1, 4, 1).unwrap_err().contains("not both among 4"));
+        assert!(build_reduce(4, 1, 0, 0).is_err());
     }
 
     #[test]

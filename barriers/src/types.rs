@@ -160,6 +160,11 @@ pub struct BarrierStats {
     /// admissions and refusals for another incarnation than its own,
     /// ignored (delayed or replayed).
     pub superseded: u64,
+    /// Nonblocking collectives whose start woke the progress agent at once
+    /// ([`Barrier::start`](crate::Barrier::start)): those whose node has
+    /// more to send than the start put on the wire (counted by the
+    /// [`Barrier`](crate::Barrier), 0 from a bare core).
+    pub agent_hurried: u64,
     /// The retry timeout learned so far.
     pub retry_timeout: Duration,
 }

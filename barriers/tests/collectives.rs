@@ -285,3 +285,51 @@ fn nodes_calling_different_collectives_get_a_clear_error() {
     assert!(matches!(&dissemination, BarrierError::AlgorithmCannot { algorithm: Algorithm::Dissemination, .. }), "{dissemination}");
     assert!(matches!(&root, BarrierError::Misuse(e) if e.contains("not one of the 2")), "{root}");
 }
+
+/// A reduce among up to `plan::REDUCE_GATHER_MAX` nodes runs its own plan,
+/// whatever the algorithm: every other node sends its contribution to the
+/// root and its call returns (one message; the epoch's end comes from the
+/// root in the background), the root gathers them and folds them in rank
+/// order. On the algorithm's plan (recursive doubling at 8 nodes: three
+/// stages, each node waiting for a partner at each) a reduce cost what an
+/// allreduce does: here the non-roots return before the root has even
+/// entered, which the algorithm's plan cannot do (their calls would fail
+/// at the deadline).
+#[test]
+fn a_reduce_costs_every_other_node_one_send_and_returns_before_the_root_enters() {
+    use std::sync::{Arc, Barrier as Rendezvous};
+    let n = 8;
+    // 1e16 + 1 + 1 − 1e16 ...: the grouping decides the sum, so the
+    // root's result shows the rank-order fold.
+    let xs = [1e16f64, 1.0, 1.0, -1e16, 1.0, 1.0, 3.0, -1.0];
+    let want = xs.iter().copied().reduce(|a, b| a + b).unwrap();
+    for algorithm in [Algorithm::ShuffleExchange, Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast }, Algorithm::OnePhase] {
+        for root in [0, 3] {
+            let rendezvous = Arc::new(Rendezvous::new(n));
+            let config = config(algorithm).deadline(Some(Duration::from_secs(5)));
+            let results = run_per_node(mem::network(n, 1, Faults::none()), config, move |b| {
+                let me = b.node();
+                let sent = b.stats().sent;
+                let mut data = [xs[me]];
+                if me != root {
+                    let returned = b.reduce(&mut data, Op::Sum, root);
+                    rendezvous.wait();
+                    returned?;
+                    assert_eq!(data, [xs[me]], "{algorithm}: a non-root keeps its data");
+                } else {
+                    rendezvous.wait();
+                    b.reduce(&mut data, Op::Sum, root)?;
+                    assert_eq!(data[0].to_bits(), want.to_bits(), "{algorithm}: the root's result is the rank-order fold");
+                }
+                let messages = b.stats().sent - sent;
+                // The next call completes the epoch (the root's end) first.
+                b.wait()?;
+                Ok(messages)
+            });
+            for (node, r) in results.into_iter().enumerate() {
+                let messages = r.unwrap_or_else(|e| panic!("{algorithm} root {root}: node {node}: {e}"));
+                assert_eq!(messages, 1, "{algorithm} root {root}: node {node} sends one message (its contribution, or the root's end)");
+            }
+        }
+    }
+}

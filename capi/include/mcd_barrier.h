@@ -786,6 +786,19 @@ int mcd_request_test(struct mcd_request *request, void *out, int *done);
 int mcd_request_wait(struct mcd_request *request, void *out);
 
 /**
+ * As [`mcd_request_wait`], for at most about `timeout_us` microseconds
+ * (sleeping in the transport meanwhile): `*done` becomes 1 once the
+ * request is complete (its result into `out`) and it is freed, else 0
+ * (call again). On an error the request is freed too. For a caller that
+ * must drive something else between two such waits (an MPI's own
+ * progress) without spinning on the cores the peers need.
+ *
+ * # Safety
+ * As [`mcd_request_test`].
+ */
+int mcd_request_wait_for(struct mcd_request *request, void *out, uint32_t timeout_us, int *done);
+
+/**
  * Frees `request` without its result: the collective still runs (the
  * other ranks count on it), its result is dropped.
  *

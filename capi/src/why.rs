@@ -8,7 +8,7 @@
 
 use barriers::model::{self, Host, Prediction, Setup};
 use barriers::policy::{CollectiveAlgorithm, HostShape};
-use barriers::{Algorithm, Collective, Dtype, JobPolicy, Op};
+use barriers::{plan, Algorithm, Collective, Dtype, JobPolicy, Op};
 
 /// How many runners-up the explanation lists beside the pick.
 const RUNNERS_UP: usize = 3;
@@ -29,7 +29,22 @@ pub(crate) fn barrier(policy: &JobPolicy, size: usize, rails: usize, host: HostS
 /// picks it: `MCD_COLLECTIVE_ALGORITHM`, else the barrier's if it was named
 /// and reduces, else `auto`'s pick among the algorithms that reduce, priced
 /// for a one-element reduction).
+/// A reduce among 3 to [`plan::REDUCE_GATHER_MAX`] ranks runs its own
+/// plan whatever the algorithm, and the text says so.
 pub(crate) fn collectives(policy: &JobPolicy, size: usize, rails: usize, host: HostShape) -> String {
+    let text = collectives_pick(policy, size, rails, host);
+    if plan::reduce_gathers(size) {
+        format!(
+            "{text}; reduce: gathers first (its own plan among 3 to {} ranks: every rank's contribution straight to the root)",
+            plan::REDUCE_GATHER_MAX
+        )
+    } else {
+        text
+    }
+}
+
+/// The collectives' algorithm and why, as [`collectives`] without the reduce's plan.
+fn collectives_pick(policy: &JobPolicy, size: usize, rails: usize, host: HostShape) -> String {
     let reduce = Collective::Allreduce { op: Op::Sum, dtype: Dtype::F64 };
     match policy.collective_algorithm {
         CollectiveAlgorithm::Named(named) => return format!("collectives {named} (named: MCD_COLLECTIVE_ALGORITHM)"),
@@ -116,10 +131,13 @@ mod tests {
         let picked = auto.collective_config(8, 1, host).algorithm;
         assert!(text.starts_with(&format!("collectives {picked} (auto:")), "{text}");
         assert!(!text.contains("dissemination"), "dissemination does not reduce: {text}");
-        assert_eq!(collectives(&named("tree4"), 8, 1, host), "collectives tree4 (the barrier's, named, and it reduces)");
+        let reduce = "; reduce: gathers first (its own plan among 3 to 32 ranks: every rank's contribution straight to the root)";
+        assert_eq!(collectives(&named("tree4"), 8, 1, host), format!("collectives tree4 (the barrier's, named, and it reduces){reduce}"));
+        assert_eq!(collectives(&named("tree4"), 2, 1, host), "collectives tree4 (the barrier's, named, and it reduces)", "not between two");
+        assert_eq!(collectives(&named("tree4"), 33, 1, host), "collectives tree4 (the barrier's, named, and it reduces)", "nor beyond 32");
         assert_eq!(barrier(&named("tree4"), 8, 1, host), "barrier tree4 (named: MCD_ALGORITHM or mcd_params.algorithm)");
         let forced = JobPolicy { collective_algorithm: CollectiveAlgorithm::Named("tree2".parse::<Algorithm>().unwrap()), ..named("tree4") };
-        assert_eq!(collectives(&forced, 8, 1, host), "collectives tree2 (named: MCD_COLLECTIVE_ALGORITHM)");
+        assert_eq!(collectives(&forced, 8, 1, host), format!("collectives tree2 (named: MCD_COLLECTIVE_ALGORITHM){reduce}"));
         // A named barrier that does not reduce: the collectives are auto's.
         let dissemination = collectives(&named("dissemination"), 8, 1, host);
         assert!(dissemination.starts_with(&format!("collectives {picked} (auto:")), "{dissemination}");

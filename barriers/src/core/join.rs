@@ -45,7 +45,11 @@ use crate::types::{mix, BarrierConfig, BarrierError};
 /// every node runs the next call's epoch: a node of 8 stopped entering
 /// epochs after a mismatch, so with a node of 9 its peers would wait for
 /// an epoch it never enters.
-pub const PROTOCOL: u32 = 9;
+/// 10 (2026-11-26, issue 28): a reduce among 3 to
+/// [`crate::plan::REDUCE_GATHER_MAX`] nodes runs its own plan
+/// ([`crate::plan::build_reduce`]: every node's contribution straight to
+/// the root, tag 7, and the root's end, tag 8), not the algorithm's.
+pub const PROTOCOL: u32 = 10;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.

@@ -239,6 +239,12 @@ impl Core {
             for root in 0..n {
                 plans.push(plan::build_bcast(n, me, root, config.rails).map_err(BarrierError::Config)?);
             }
+            // And a reduce's, where it runs its own plan.
+            if plan::reduce_gathers(n) {
+                for root in 0..n {
+                    plans.push(plan::build_reduce(n, me, root, config.rails).map_err(BarrierError::Config)?);
+                }
+            }
         }
         let expect = Expectations::new(&plans, n).map_err(BarrierError::Config)?;
         let steps = plans.iter().map(|p| p.steps.len()).max().unwrap_or(0);

@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use super::recovery::{copy_arg, Laggard};
-use super::window::{bcast_variant, parity, BASE};
+use super::window::{bcast_variant, parity, reduce_variant, BASE};
 use super::{Core, To};
 use crate::collective::{Collective, Contributions};
 use crate::plan::{self, Dest, Out};
@@ -19,8 +19,9 @@ use crate::types::BarrierError;
 
 /// The plans an epoch can run: the algorithm's ([`BASE`]), then a
 /// release-first broadcast's from each root ([`bcast_variant`]; none where
-/// the network carries no data); and what
-/// they wait for, indexed.
+/// the network carries no data), then a gather-first reduce's to each root
+/// ([`reduce_variant`]; only where a reduce gathers,
+/// [`plan::reduce_gathers`]); and what they wait for, indexed.
 #[derive(Debug)]
 pub(super) struct Plans {
     pub(super) list: Vec<crate::plan::Plan>,
@@ -93,7 +94,8 @@ impl Core {
     }
 
     /// Whether the current epoch has its result for the application: a
-    /// broadcast past its data step (the rest only completes the epoch).
+    /// broadcast past its data step, a reduce past its gather (the root)
+    /// or its send (the others): the rest only completes the epoch.
     pub(super) fn has_result(&self) -> bool {
         self.run.cur != BASE && self.run.step >= plan::BCAST_RESULT_STEP
     }
@@ -125,6 +127,11 @@ impl Core {
             Collective::Bcast { .. } if self.plans.list.len() == 1 => Err(BarrierError::NoData { call }),
             Collective::Bcast { root } if root < self.nodes() => Ok(bcast_variant(root)),
             Collective::Bcast { root } => Err(BarrierError::Misuse(format!("{call}: no node {root} among {}", self.nodes()))),
+            // A reduce runs its own plan where the core has it (data, and
+            // few enough nodes), else the algorithm's.
+            Collective::Reduce { root, .. } if root < self.nodes() && self.plans.list.len() > reduce_variant(root, self.nodes()) => {
+                Ok(reduce_variant(root, self.nodes()))
+            }
             _ => Ok(BASE),
         }
     }

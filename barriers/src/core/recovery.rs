@@ -641,10 +641,12 @@ impl Core {
     /// everything it sends in c, and node 0 has sent its release. NACK at
     /// once whatever of that the current step still misses.
     pub(super) fn nack_proven(&mut self, from: NodeId, now: Instant) {
-        // A broadcast's data and end come from its root, which sent both
-        // before any node completed the broadcast.
+        // A broadcast's data and end, and a reduce's end, come from its
+        // root, which sent them before any node completed the epoch.
         let proven = |w: &plan::Expect| {
-            w.from == from || (w.from == 0 && w.tag == plan::tag::RELEASE) || matches!(w.tag, plan::tag::BCAST_DATA | plan::tag::BCAST_DONE)
+            w.from == from
+                || (w.from == 0 && w.tag == plan::tag::RELEASE)
+                || matches!(w.tag, plan::tag::BCAST_DATA | plan::tag::BCAST_DONE | plan::tag::REDUCE_DONE)
         };
         let sent = self.nack_missing(now, proven);
         self.stats.fast_nacks += sent;

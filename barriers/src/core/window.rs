@@ -50,6 +50,12 @@ pub(super) const fn bcast_variant(root: NodeId) -> usize {
     1 + root
 }
 
+/// The plan variant of a gather-first reduce to `root` among `n` nodes
+/// (after the broadcasts').
+pub(super) const fn reduce_variant(root: NodeId, n: usize) -> usize {
+    1 + n + root
+}
+
 /// The full number of a barrier whose low 32 bits are `wire`, if it lies
 /// within c−1..=c+1 of barrier `current` = c.
 pub(super) fn place(current: u64, wire: u32) -> Option<u64> {

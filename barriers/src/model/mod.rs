@@ -677,6 +677,22 @@ mod tests {
         }
     }
 
+    /// [`plan::REDUCE_GATHER_MAX`]: up to that many nodes, a gather of
+    /// every contribution straight to the root (o_s + L + (n−1)·o_r) is the
+    /// cheapest k-nomial gather ((o_s + L + (k−1)·o_r)·⌈log_k n⌉) under the
+    /// reference machine's parameters; beyond, a tree's is cheaper.
+    #[test]
+    fn a_flat_gather_is_the_cheapest_up_to_the_reduces_own_plan_limit() {
+        let p = LogP::REFERENCE;
+        let gather = |k: usize, n: usize| (p.o_s + p.l + (k - 1) as f64 * p.o_r) * plan::ceil_log(n, k) as f64;
+        let best_tree = |n: usize| (2..n).map(|k| gather(k, n)).fold(f64::INFINITY, f64::min);
+        for n in 3..=plan::REDUCE_GATHER_MAX {
+            assert!(gather(n, n) <= best_tree(n), "n={n}: flat {} against a tree's {}", gather(n, n), best_tree(n));
+        }
+        let beyond = 2 * plan::REDUCE_GATHER_MAX;
+        assert!(gather(beyond, beyond) > best_tree(beyond), "at {beyond} nodes a tree gathers faster");
+    }
+
     #[test]
     fn auto_follows_the_parameters() {
         // With the paper's o_r, shuffle exchange beats the 4-ary tree at 16;

@@ -341,7 +341,8 @@ impl Checker<'_> {
         let Some(barrier) = self.barrier_of(node, j) else { return false };
         let crossed = run.joins.iter().any(|b| b.barrier == Some(barrier) && b.instance != j);
         let Some(before) = k.checked_sub(1) else { return false };
-        let returned_early = !run.scripts[j][before].kind_at(node).is_synchronising() && matches!(run.ops[j][before][node].outcome, Outcome::Ok(_));
+        let returned_early =
+            !run.scripts[j][before].kind_at(node).is_synchronising(run.config.nodes) && matches!(run.ops[j][before][node].outcome, Outcome::Ok(_));
         let peer_ended = run.joins.iter().filter(|b| b.barrier == Some(barrier) && b.node != node).any(|b| {
             let ops = &run.ops[b.instance];
             ops.iter().take(k).any(|recs| matches!(recs[b.node].outcome, Outcome::Err(Verdict::Mismatch)))
@@ -473,7 +474,7 @@ impl Checker<'_> {
         for (k, recs) in ops.iter().enumerate() {
             let sop = &script[k];
             // Safety.
-            if sop.kind.is_synchronising() && !sop.is_mismatch() {
+            if sop.kind.is_synchronising(n) && !sop.is_mismatch() {
                 self.safety(j, Some(k), recs);
             }
             // Agreement.
@@ -522,7 +523,7 @@ impl Checker<'_> {
         if let Some(m) = mismatch_at.filter(|&m| ops[m].iter().all(|r| r.entered.is_some())) {
             for b in (0..n).filter(|&b| !crashed_in(b)) {
                 let err = |k: usize| ops.get(k).is_some_and(|r| matches!(r[b].outcome, Outcome::Err(_)));
-                let own_sync = script[m].kind_at(b).is_synchronising();
+                let own_sync = script[m].kind_at(b).is_synchronising(n);
                 let reported = err(m) || (!own_sync && (err(m + 1) || matches!(run.finishes[j][b].outcome, Outcome::Err(_))));
                 if !reported {
                     self.out.push(Violation::MismatchUnreported { instance: j, op: m, node: b });

@@ -68,10 +68,16 @@ impl OpKind {
         }
     }
 
-    /// Whether a node that completes it has waited for every node's entry
-    /// (a broadcast's call returns with the data, before that).
-    pub fn is_synchronising(&self) -> bool {
-        !matches!(self, OpKind::Bcast { .. })
+    /// Whether a node that completes it among `nodes` nodes has waited for
+    /// every node's entry (a broadcast's call returns with the data, before
+    /// that; a reduce's on its own plan, [`crate::plan::build_reduce`],
+    /// once the node's contribution is sent).
+    pub fn is_synchronising(&self, nodes: usize) -> bool {
+        match self {
+            OpKind::Bcast { .. } => false,
+            OpKind::Reduce { .. } => !crate::plan::reduce_gathers(nodes),
+            _ => true,
+        }
     }
 
     /// The length of its input and result buffer, bytes.
@@ -422,7 +428,9 @@ pub fn reference(algorithm: Algorithm, kind: OpKind, inputs: &[Vec<u8>]) -> Opti
         OpKind::Barrier | OpKind::Split { .. } => None,
         OpKind::Bcast { root, .. } => Some(inputs[root].clone()),
         OpKind::Allreduce { op, dtype, count } | OpKind::Reduce { op, dtype, count, .. } => {
-            let shape = shape(algorithm, n)?;
+            // A reduce on its own plan folds at its root as concurrent does.
+            let own = matches!(kind, OpKind::Reduce { .. }) && crate::plan::reduce_gathers(n);
+            let shape = shape(if own { Algorithm::Concurrent } else { algorithm }, n)?;
             Some(match dtype {
                 Dtype::I32 => reduce_as::<i32>(&shape, op, inputs, count),
                 Dtype::I64 => reduce_as::<i64>(&shape, op, inputs, count),

@@ -448,12 +448,14 @@ fn call(b: &mut Barrier<Net>, c: Call) -> Result<Vec<u32>, BarrierError> {
 /// call, then (`second`) the same again. Every node must get a mismatch
 /// error, at the first call or the second (the first returned before the
 /// mismatch showed: the second reports it), and no call may wait for ever;
-/// the only result allowed from the first call is the root's very data, to
-/// a node that made its root's exact call.
+/// the only results allowed from the first call are the root's very data,
+/// to a node that made its root's exact call, and a reduce's non-root's own
+/// data unchanged (a reduce that gathers first returns at its send).
 fn mismatch_verdict(me: usize, calls: &[Call], first: &Result<Vec<u32>, BarrierError>, second: Option<&Result<Vec<u32>, BarrierError>>) -> Option<String> {
     let is_mismatch = |r: &Result<Vec<u32>, BarrierError>| matches!(r, Err(BarrierError::CollectiveMismatch { .. }));
     let legit_first = match (first, calls[me]) {
         (Ok(d), Call::Bcast(root, count)) => calls[root] == Call::Bcast(root, count) && *d == (0..count as u32).map(|i| 100 + i).collect::<Vec<_>>(),
+        (Ok(d), Call::Reduce(root)) => root != me && barriers::plan::reduce_gathers(calls.len()) && d[..] == [me as u32 + 1],
         _ => false,
     };
     if is_mismatch(first) {

@@ -390,6 +390,37 @@ pub unsafe extern "C" fn mcd_request_wait(request: *mut Request, out: *mut c_voi
     })
 }
 
+/// As [`mcd_request_wait`], for at most about `timeout_us` microseconds
+/// (sleeping in the transport meanwhile): `*done` becomes 1 once the
+/// request is complete (its result into `out`) and it is freed, else 0
+/// (call again). On an error the request is freed too. For a caller that
+/// must drive something else between two such waits (an MPI's own
+/// progress) without spinning on the cores the peers need.
+///
+/// # Safety
+/// As [`mcd_request_test`].
+#[no_mangle]
+pub unsafe extern "C" fn mcd_request_wait_for(request: *mut Request, out: *mut c_void, timeout_us: u32, done: *mut c_int) -> c_int {
+    guarded(|| {
+        if done.is_null() {
+            return Err(argument("mcd_request_wait_for: `done` is NULL"));
+        }
+        // SAFETY: forwarded contract.
+        let r = unsafe { request_handle(request) }?;
+        // SAFETY: forwarded contract on `out`.
+        let buffer = unsafe { result_buffer(r, out) };
+        let outcome = r.request.wait_for(buffer, std::time::Duration::from_micros(u64::from(timeout_us)));
+        let complete = matches!(outcome, Ok(true));
+        if outcome.is_err() || complete {
+            // SAFETY: from Box::into_raw in mcd_istart; not used again.
+            drop(unsafe { Box::from_raw(request) });
+        }
+        // SAFETY: non-null and writable per the contract.
+        unsafe { *done = c_int::from(complete) };
+        outcome.map(|_| ()).map_err(CError::from)
+    })
+}
+
 /// Frees `request` without its result: the collective still runs (the
 /// other ranks count on it), its result is dropped.
 ///

@@ -57,7 +57,7 @@ impl<F: NodeFactory> World<F> {
                         let inst = self.procs[node].instance;
                         let kind = self.run.scripts[inst][k].kind_at(node);
                         self.run.stats.ops += 1;
-                        if kind.is_synchronising() {
+                        if kind.is_synchronising(self.run.config.nodes) {
                             self.run.stats.barriers += 1;
                         }
                         self.think(node, k + 1);
