@@ -1,7 +1,10 @@
 //! A quick sweep of the real protocol under loss in the LogP simulator
 //! (`barriers::model::protocol`), for working on recovery:
-//! `cargo run --release -p barriers --example loss_sweep -- [sizes] [algorithms]`
-//! (sizes comma-separated, default 8,64,256; algorithms: tree4, auto, diss).
+//! `cargo run --release -p barriers --example loss_sweep -- [sizes] [algorithms]
+//! [losses] [scale]` (sizes comma-separated, default 8,64,256; algorithms:
+//! tree4, auto, diss; losses comma-separated, as [`Loss::parse`] reads
+//! them: `1` is 1% independent, `b5` bursty at 5% in bursts of 4 frame
+//! times, `b5:40` in bursts of 40; scale multiplies the barriers run).
 //! `mcd-bench model --protocol` records the full sweep.
 
 use barriers::model::protocol::{run, Loss, Scenario};
@@ -13,16 +16,7 @@ fn main() {
     let sizes: Vec<usize> = args.get(1).map_or(vec![8, 64, 256], |s| s.split(',').map(|x| x.parse().expect("a size")).collect());
     let algos: Vec<String> = args.get(2).map_or(vec!["tree4".into()], |s| s.split(',').map(String::from).collect());
     let losses: Vec<Loss> = match args.get(3) {
-        Some(s) => s
-            .split(',')
-            .map(|x| {
-                if let Some(b) = x.strip_prefix('b') {
-                    Loss::Bursty { average: b.parse::<f64>().expect("a rate") / 100.0, mean_burst: 4.0 }
-                } else {
-                    Loss::Independent(x.parse::<f64>().expect("a rate") / 100.0)
-                }
-            })
-            .collect(),
+        Some(s) => s.split(',').map(|x| Loss::parse(x).expect("a loss")).collect(),
         None => vec![
             Loss::NONE,
             Loss::Independent(0.01),
