@@ -9,7 +9,8 @@
 
 use std::time::Instant;
 
-use super::recovery::{copy_arg, Laggard};
+use super::copies::copy_arg;
+use super::recovery::Laggard;
 use super::window::{bcast_variant, parity, BASE};
 use super::{Core, To};
 use crate::collective::{Collective, Contributions};
@@ -104,8 +105,10 @@ impl Core {
     }
 
     /// Sends copy `k` of `copies` of `out` of step `step` of barrier
-    /// `epoch`, with what the step staged for it if collectives are in use.
-    fn send_out(&mut self, out: Out, step: usize, epoch: u64, k: u32, copies: u32) {
+    /// `epoch` (copy k `k` gaps after `now`), with what the step staged for
+    /// it if collectives are in use.
+    fn send_out(&mut self, now: Instant, out: Out, step: usize, epoch: u64, k: u32, copies: u32) {
+        let gap = self.copy_gap();
         let arg = if self.recovered() { RECOVERED } else { 0 } | if self.window.void[parity(epoch)] { MISMATCHED } else { 0 } | copy_arg(k, copies);
         let msg = crate::transport::Msg { arg, ..self.msg(MsgKind::Data, epoch, out.tag) };
         let data = self.coll.as_ref().map_or(&[][..], |c| c.sent(parity(epoch), step));
@@ -113,7 +116,7 @@ impl Core {
             Dest::Node(to) => To::Node(to),
             Dest::All => To::All,
         };
-        self.out.push(out.rail, to, msg, data);
+        self.out.push_copy(now, (k, gap), out.rail, to, msg, data);
     }
 
     /// The plan variant of `call` at this node.
@@ -206,7 +209,8 @@ impl Core {
             }
             let parity = parity(self.window.epoch);
             if !self.run.step_sent {
-                self.send_step(parity);
+                self.recovery.sent_copies[parity][self.run.step] = 0;
+                self.send_step(now, parity);
                 self.recovery.sent_at[parity][self.run.step] = Some(now);
             }
             if self.run.remaining[self.run.step] == 0 {
@@ -230,7 +234,7 @@ impl Core {
     }
 
     /// Sends the current step's messages (once).
-    fn send_step(&mut self, parity: usize) {
+    fn send_step(&mut self, now: Instant, parity: usize) {
         let sends = &self.plans.list[self.run.cur].steps[self.run.step].sends;
         if let Some(coll) = &mut self.coll {
             coll.stage(parity, self.run.step, sends.first().is_none_or(|o| plan::tag::carries_data(o.tag)));
@@ -247,8 +251,12 @@ impl Core {
                 Dest::Node(_) => self.recovery.loss.copies(1).max(if self.recovery.asked_early { 2 } else { 1 }),
             };
             for k in 0..copies {
-                self.send_out(out, self.run.step, self.window.epoch, k, copies);
+                self.send_out(now, out, self.run.step, self.window.epoch, k, copies);
             }
+            let receivers = if matches!(out.dest, Dest::All) { self.nodes() - 1 } else { 1 };
+            self.recovery.spacing.sent(receivers, copies, self.recovery.loss.rate());
+            let most = &mut self.recovery.sent_copies[parity][self.run.step];
+            *most = (*most).max(copies.min(255) as u8);
             self.stats.sent += 1;
             self.stats.copies += u64::from(copies - 1);
         }
