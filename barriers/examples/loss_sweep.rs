@@ -4,7 +4,8 @@
 //! [losses] [scale]` (sizes comma-separated, default 8,64,256; algorithms:
 //! tree4, auto, diss; losses comma-separated, as [`Loss::parse`] reads
 //! them: `1` is 1% independent, `b5` bursty at 5% in bursts of 4 frame
-//! times, `b5:40` in bursts of 40; scale multiplies the barriers run).
+//! times, `b5:40` in bursts of 40; scale multiplies the barriers run;
+//! `SEED=k` in the environment adds k to every run's seed).
 //! `mcd-bench model --protocol` records the full sweep.
 
 use barriers::model::protocol::{run, Loss, Scenario};
@@ -27,6 +28,8 @@ fn main() {
         ],
     };
     let scale: f64 = args.get(4).map_or(1.0, |s| s.parse().expect("a scale"));
+    // (SEED=k adds k to every run's seed: another draw of the same rows.)
+    let seed_offset: u64 = std::env::var("SEED").map_or(0, |s| s.parse().expect("a seed offset"));
     let setup = Setup::preset(&LogP::REFERENCE, Link::GBE_10);
     println!("| n | algorithm | loss | barriers | mean µs | median µs | p99 µs | p99.9 µs | × lossless | p99.9 / lossless median | recoveries | nacks | answers | copies | lost/delivered |");
     println!("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -43,7 +46,7 @@ fn main() {
             for &loss in &losses {
                 let b = if loss.average() >= 0.5 { barriers.min(400) } else { barriers };
                 let mut s = Scenario::new(alg, n, setup, b).loss(loss);
-                s.seed = n as u64 * 1_000_003 + (loss.average() * 1e6) as u64;
+                s.seed = n as u64 * 1_000_003 + (loss.average() * 1e6) as u64 + seed_offset;
                 let name = match loss {
                     Loss::Independent(p) => format!("{}%", p * 100.0),
                     Loss::Bursty { average, mean_burst } => format!("bursty {}%/{}", average * 100.0, mean_burst),

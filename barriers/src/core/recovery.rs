@@ -653,9 +653,10 @@ impl Core {
                     self.stats.answers += 1;
                     self.stats.copies += u64::from(copies - 1);
                     answered += 1;
-                    // A NACK for a message sent in copies that comes a retry
-                    // timeout after it went shows that the asker lost every
-                    // copy. (Counting every answered NACK, at 1% independent
+                    // A first NACK for a message sent in copies that comes a
+                    // retry timeout after it went shows that the asker lost
+                    // every copy. (A repeated one shows that a NACK or its
+                    // answer was lost.) (Counting every answered NACK, at 1% independent
                     // loss the gap grew, which made more NACKs cross the
                     // later copies, which grew it more: 64 nodes 1.14 →
                     // 1.32× lossless.)
@@ -664,7 +665,7 @@ impl Core {
                         .copied()
                         .flatten()
                         .is_some_and(|t| now.saturating_duration_since(t) >= self.recovery.rto.least());
-                    if long_ago && self.recovery.sent_copies[parity(epoch)].get(s).is_some_and(|&c| c > 1) {
+                    if long_ago && !again && self.recovery.sent_copies[parity(epoch)].get(s).is_some_and(|&c| c > 1) {
                         self.recovery.spacing.answered_whole();
                     }
                 }
