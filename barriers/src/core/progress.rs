@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use super::copies::copy_arg;
+use super::copies::{copy_arg, worth_scale};
 use super::recovery::Laggard;
 use super::window::{bcast_variant, parity, BASE};
 use super::{Core, To};
@@ -245,10 +245,14 @@ impl Core {
                 continue;
             }
             // As many copies as the loss seen makes worth it; twice at
-            // least a message that a peer already asked for.
+            // least a message that a peer already asked for. A point-to-point
+            // message lost whole holds up the whole barrier, so its copies are
+            // worth what a recovery costs every node: RECOVERY_WORTH was set
+            // at 8 nodes, and counts as many times more as the barrier has
+            // eights of nodes (`copies::worth_scale`).
             let copies = match out.dest {
                 Dest::All => self.recovery.loss.copies(self.nodes() - 1),
-                Dest::Node(_) => self.recovery.loss.copies(1).max(if self.recovery.asked_early { 2 } else { 1 }),
+                Dest::Node(_) => self.recovery.loss.copies(worth_scale(self.nodes())).max(if self.recovery.asked_early { 2 } else { 1 }),
             };
             for k in 0..copies {
                 self.send_out(now, out, self.run.step, self.window.epoch, k, copies);
