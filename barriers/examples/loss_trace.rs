@@ -3,7 +3,7 @@
 //! first NACK by what it asked for (not sent yet, lost, in flight, already
 //! had), then counts the barriers by cost against the lossless run.
 //! `cargo run --release -p barriers --example loss_trace -- N LOSS [BARRIERS] [SEED]`
-//! (LOSS: a percentage, or bN for bursty N% with bursts of 4 frames; the
+//! (LOSS as `Loss::parse` reads it: `1`, `b5`, `b5:40`; the
 //! seed defaults to the sweep's). Environment: `SHOW=k` prints the k
 //! slowest barriers' frames, losses and timers in time order (5 by
 //! default), `BARRIER=k` barrier k's, `NODE=v` only node v's lines,
@@ -20,10 +20,7 @@ use barriers::{Algorithm, Fanout, Release};
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let n: usize = args.get(1).map_or(64, |s| s.parse().expect("a size"));
-    let loss = match args.get(2).map(String::as_str).unwrap_or("1") {
-        b if b.starts_with('b') => Loss::Bursty { average: b[1..].parse::<f64>().expect("a rate") / 100.0, mean_burst: 4.0 },
-        x => Loss::Independent(x.parse::<f64>().expect("a rate") / 100.0),
-    };
+    let loss = Loss::parse(args.get(2).map_or("1", String::as_str)).expect("a loss");
     let barriers: u32 = args.get(3).map_or(300, |s| s.parse().expect("a count"));
     let setup = Setup::preset(&LogP::REFERENCE, Link::GBE_10);
     let alg = Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast };

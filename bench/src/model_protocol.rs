@@ -271,8 +271,9 @@ pub fn run(out: &Path, args: &Args) -> Result<()> {
          Costs as the plan simulator charges them: o_s and o_r on the node's CPU in turn, g per NIC, the frame's time on \
          the sender's link and on the switch's output port, L, and a receive gap g_r per NIC; the engine's own time per \
          message is charged 0 (the plan simulator charges none either). Loss is applied per delivered message (each \
-         receiver of a multicast draws its own), at the receiver's ingress: independent, or Gilbert–Elliott per receiver \
-         (a bad state that loses every frame, mean burst 4 frames, 5% of frames on average). A barrier's time is the \
+         receiver of a multicast draws its own), at the receiver's ingress: independent, or Gilbert–Elliott in time per \
+         receiving link (a bad state that loses every frame, lasting 4 frame times of the link on average, the link bad 5% \
+         of the time: 5% of frames lost on average). A barrier's time is the \
          largest over nodes of (leave − enter); mean, median, p99 and p99.9 are over the measured barriers (the first 10% \
          are warm-up); the ratio is the mean against the same algorithm's lossless mean. Recoveries = NACKs + answers + \
          copies, summed over nodes. *Wall* is this machine's time per simulated barrier (one thread).\n"

@@ -48,6 +48,7 @@ pub mod protocol {}
 
 mod calls;
 mod closing;
+mod copies;
 mod ends;
 mod heard;
 mod join;
@@ -290,6 +291,7 @@ impl Core {
     #[inline]
     pub fn handle(&mut self, now: Instant, from: NodeId, rail: usize, msg: Msg, data: &[u8]) {
         let _ = rail;
+        self.out.release(now);
         if self.member.joining.is_some() {
             self.join_handle(now, from, msg, data);
             return;
@@ -303,6 +305,8 @@ impl Core {
     /// queries, the join's requests.
     #[inline]
     pub fn handle_timeout(&mut self, now: Instant) {
+        // (Copies spaced in time that are due: see `copies`.)
+        self.out.release(now);
         if self.member.joining.is_some() {
             self.join_timeout(now);
             return;
@@ -339,6 +343,9 @@ impl Core {
             at(f.next_query);
         }
         if let Some(d) = self.calls.pending.as_ref().and_then(|p| p.deadline) {
+            at(d);
+        }
+        if let Some(d) = self.out.next_due() {
             at(d);
         }
         next
@@ -431,7 +438,7 @@ impl Core {
     /// the silent node, not this one, which goes silent now. Its last word:
     /// sent as many times as reach every peer with odds of 1 − 10⁻⁶ at 50%
     /// loss (or at the loss seen, if higher: see
-    /// `LossEstimate::last_word` in `recovery`), since nothing it sends later
+    /// `LossEstimate::last_word` in `copies`), since nothing it sends later
     /// can make up for a lost one. Poll the transmits after.
     pub fn leave(&mut self) {
         if self.live.gave_up.is_some() {

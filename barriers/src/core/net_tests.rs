@@ -15,6 +15,7 @@ use crate::types::{BarrierConfig, BarrierError};
 mod bcast;
 mod copies;
 mod soak;
+mod spacing;
 
 const INSTANCE: u64 = 0x5eed;
 const LATENCY: Duration = Duration::from_micros(20);
@@ -44,6 +45,8 @@ struct Net {
     /// Each node's join: its instance, or its error.
     joined: Vec<Option<Result<u64, BarrierError>>>,
     config: BarrierConfig,
+    /// The time at which a rule is asked about a message (its sending).
+    clock: std::rc::Rc<std::cell::Cell<Instant>>,
 }
 
 impl Net {
@@ -68,6 +71,7 @@ impl Net {
             rule: None,
             joined: (0..n).map(|_| None).collect(),
             config,
+            clock: std::rc::Rc::new(std::cell::Cell::new(now)),
         }
     }
 
@@ -85,6 +89,7 @@ impl Net {
     /// Sends what node `p` has to send, and takes its events.
     fn flush(&mut self, p: NodeId) {
         let n = self.cores.len();
+        self.clock.set(self.now);
         while let Some(t) = self.cores[p].poll_transmit() {
             if self.dead[p] {
                 continue;

@@ -1,9 +1,11 @@
 //! What a core has to send and to report, until its driver polls them: a
 //! reusable queue of messages and one data arena, cleared whenever the queue
 //! has been drained, so that sending allocates nothing in steady state; and
-//! the join's events.
+//! the join's events. Copies spaced in time ([`Outbox::push_at`]) wait in
+//! a second small queue, with an arena of their own, until they are due.
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use super::{Event, To, Transmit};
 use crate::transport::Msg;
@@ -22,6 +24,9 @@ struct Entry {
 pub(super) struct Outbox {
     queue: VecDeque<Entry>,
     data: Vec<u8>,
+    /// Copies to send later, each with its time (few: a step's copies).
+    later: Vec<(Instant, Entry)>,
+    later_data: Vec<u8>,
     /// Events other than a call's outcome (which has its own slot).
     pub(super) events: VecDeque<Event>,
 }
@@ -36,6 +41,59 @@ impl Outbox {
         let start = self.data.len();
         self.data.extend_from_slice(data);
         self.queue.push_back(Entry { rail, to, msg, start, end: self.data.len() });
+    }
+
+    /// Queues `msg` with a copy of `data` for `to` on `rail`, to go at
+    /// `due` ([`release`](Self::release)).
+    pub(super) fn push_at(&mut self, due: Instant, rail: usize, to: To, msg: Msg, data: &[u8]) {
+        if self.later.is_empty() {
+            self.later_data.clear();
+        }
+        let start = self.later_data.len();
+        self.later_data.extend_from_slice(data);
+        self.later.push((due, Entry { rail, to, msg, start, end: self.later_data.len() }));
+    }
+
+    /// Queues copy `k` of a message: the first (k = 0) at once, copy k
+    /// `k` gaps after `now` (all at once if `gap` is zero).
+    #[inline]
+    pub(super) fn push_copy(&mut self, now: Instant, (k, gap): (u32, Duration), rail: usize, to: To, msg: Msg, data: &[u8]) {
+        if k == 0 || gap.is_zero() {
+            self.push(rail, to, msg, data);
+        } else {
+            self.push_at(now + gap * k, rail, to, msg, data);
+        }
+    }
+
+    /// When the next message queued for later is due, if any.
+    #[inline]
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        self.later.iter().map(|&(due, _)| due).min()
+    }
+
+    /// Moves the messages queued for later that are due at `now` to the
+    /// transmit queue (in the order they were queued).
+    #[inline]
+    pub(super) fn release(&mut self, now: Instant) {
+        if self.later.is_empty() {
+            return;
+        }
+        let mut i = 0;
+        while i < self.later.len() {
+            let (due, e) = self.later[i];
+            if due <= now {
+                self.later.remove(i);
+                let data = &self.later_data[e.start..e.end];
+                if self.queue.is_empty() {
+                    self.data.clear();
+                }
+                let start = self.data.len();
+                self.data.extend_from_slice(data);
+                self.queue.push_back(Entry { start, end: self.data.len(), ..e });
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// The oldest message not yet polled.

@@ -9,7 +9,8 @@
 
 use std::time::Instant;
 
-use super::recovery::{copy_arg, Laggard};
+use super::copies::{copy_arg, worth_scale};
+use super::recovery::Laggard;
 use super::window::{bcast_variant, parity, reduce_variant, BASE};
 use super::{Core, To};
 use crate::collective::{Collective, Contributions};
@@ -106,8 +107,10 @@ impl Core {
     }
 
     /// Sends copy `k` of `copies` of `out` of step `step` of barrier
-    /// `epoch`, with what the step staged for it if collectives are in use.
-    fn send_out(&mut self, out: Out, step: usize, epoch: u64, k: u32, copies: u32) {
+    /// `epoch` (copy k `k` gaps after `now`), with what the step staged for
+    /// it if collectives are in use.
+    fn send_out(&mut self, now: Instant, out: Out, step: usize, epoch: u64, k: u32, copies: u32) {
+        let gap = self.copy_gap();
         let arg = if self.recovered() { RECOVERED } else { 0 } | if self.window.void[parity(epoch)] { MISMATCHED } else { 0 } | copy_arg(k, copies);
         let msg = crate::transport::Msg { arg, ..self.msg(MsgKind::Data, epoch, out.tag) };
         let data = self.coll.as_ref().map_or(&[][..], |c| c.sent(parity(epoch), step));
@@ -115,7 +118,7 @@ impl Core {
             Dest::Node(to) => To::Node(to),
             Dest::All => To::All,
         };
-        self.out.push(out.rail, to, msg, data);
+        self.out.push_copy(now, (k, gap), out.rail, to, msg, data);
     }
 
     /// The plan variant of `call` at this node.
@@ -213,7 +216,8 @@ impl Core {
             }
             let parity = parity(self.window.epoch);
             if !self.run.step_sent {
-                self.send_step(parity);
+                self.recovery.sent_copies[parity][self.run.step] = 0;
+                self.send_step(now, parity);
                 self.recovery.sent_at[parity][self.run.step] = Some(now);
             }
             if self.run.remaining[self.run.step] == 0 {
@@ -237,7 +241,7 @@ impl Core {
     }
 
     /// Sends the current step's messages (once).
-    fn send_step(&mut self, parity: usize) {
+    fn send_step(&mut self, now: Instant, parity: usize) {
         let sends = &self.plans.list[self.run.cur].steps[self.run.step].sends;
         if let Some(coll) = &mut self.coll {
             coll.stage(parity, self.run.step, sends.first().is_none_or(|o| plan::tag::carries_data(o.tag)));
@@ -248,14 +252,22 @@ impl Core {
                 continue;
             }
             // As many copies as the loss seen makes worth it; twice at
-            // least a message that a peer already asked for.
+            // least a message that a peer already asked for. A point-to-point
+            // message lost whole holds up the whole barrier, so its copies are
+            // worth what a recovery costs every node: RECOVERY_WORTH was set
+            // at 8 nodes, and counts as many times more as the barrier has
+            // eights of nodes (`copies::worth_scale`).
             let copies = match out.dest {
                 Dest::All => self.recovery.loss.copies(self.nodes() - 1),
-                Dest::Node(_) => self.recovery.loss.copies(1).max(if self.recovery.asked_early { 2 } else { 1 }),
+                Dest::Node(_) => self.recovery.loss.copies(worth_scale(self.nodes())).max(if self.recovery.asked_early { 2 } else { 1 }),
             };
             for k in 0..copies {
-                self.send_out(out, self.run.step, self.window.epoch, k, copies);
+                self.send_out(now, out, self.run.step, self.window.epoch, k, copies);
             }
+            let receivers = if matches!(out.dest, Dest::All) { self.nodes() - 1 } else { 1 };
+            self.recovery.spacing.sent(receivers, copies, self.recovery.loss.rate());
+            let most = &mut self.recovery.sent_copies[parity][self.run.step];
+            *most = (*most).max(copies.min(255) as u8);
             self.stats.sent += 1;
             self.stats.copies += u64::from(copies - 1);
         }

@@ -3,7 +3,8 @@
 
 use std::time::Instant;
 
-use super::recovery::{copy_of, Laggard};
+use super::copies::copy_of;
+use super::recovery::Laggard;
 use super::window::{ahead, parity, place};
 use super::Core;
 use crate::collective::Contributions;

@@ -48,13 +48,14 @@
 
 use std::time::{Duration, Instant};
 
+use super::copies::{copy_arg, copy_of, CopySpacing, LossEstimate};
 use super::peers::PerPeer;
 use super::window::parity;
 use super::{Core, To};
 use crate::plan::{self, Dest};
 use crate::rto::Rto;
 use crate::transport::STATUS_TAG;
-use crate::transport::{Msg, MsgKind, NodeId, COPY_MASK, COPY_SHIFT, MISMATCHED};
+use crate::transport::{Msg, MsgKind, NodeId, MISMATCHED};
 use crate::types::BarrierConfig;
 
 /// Until a probe shows that the peer is late (a status: it has not sent
@@ -68,37 +69,11 @@ const IN_BARRIER_BACKOFF: u32 = 8;
 /// a retry timeout).
 const QUIET_PROBES: u32 = 6;
 
-/// What recovering one receiver's loss costs against one more copy: a
-/// recovery takes a retry timeout and a round trip (tens of µs, a dozen
-/// message times at least) on the barrier's path, where every node waits
-/// for it, while a copy takes its sender one message time, mostly off that
-/// path (the first copy goes first). Copies are added while the expected
-/// number of receivers that miss every copy, times this, exceeds one.
-/// (Measured in the real-protocol simulator, 10 GbE, tree4, n = 8: 16 left
-/// 1% loss at 1.20× lossless, 64 at 1.11×, 200 at 1.03× with p99.9 within
-/// 3× of the lossless median; 20% and 50% loss gained too.)
-pub(super) const RECOVERY_WORTH: f64 = 200.0;
 /// Whether a multicast message is answered by multicast where the network
 /// has it (measured in the real-protocol simulator, 10 GbE, tree4: with
 /// it, n = 8 at 20% loss 3.7× lossless, without 6.3×; n = 64 at 1% 1.4×,
 /// without a storm of unicast answers at the root).
 const MULTICAST_ANSWERS: bool = true;
-/// The most copies of one message.
-pub(super) const MAX_COPIES: u32 = 8;
-/// The most times a leaving node sends its last word ([`LossEstimate::last_word`]).
-const LAST_WORD_MAX: u32 = 64;
-/// The loss estimate's memory, in frames (an exponential window). Long
-/// enough that a node that takes in few frames a barrier still sees many
-/// losses within it: a tree's leaf takes in only the release and its
-/// copies, and with 256 frames it saw about 2.5 losses in the window at 1%
-/// loss, so its estimate swung across the copies' threshold (0.5% for one
-/// receiver) and it sent its arrival once about a quarter of the time.
-/// Measured in the real-protocol simulator, 10 GbE, tree4, 64 nodes, 1%
-/// loss: 256 frames 1.27× lossless (p99.9 4.5× the lossless median), 1,024
-/// 1.18×, 4,096 1.16× (p99.9 2.7×); 8 nodes 1.05 → 1.03×, and 20% and
-/// bursty loss no worse. (It also forgets a past loss more slowly: a clean
-/// network's estimate is exactly 0 until its first loss, and decays after.)
-const LOSS_WINDOW: f64 = 4096.0;
 
 /// A NACK of the same (epoch, tag) from the same peer within this fraction
 /// of the learned retry timeout (or the shortest round trip seen, if
@@ -155,88 +130,6 @@ impl Answered {
         }
         !recent
     }
-}
-
-/// The loss rate of this node's paths, learned from what arrives: frames
-/// lost and frames that came, each decayed over [`LOSS_WINDOW`] frames
-/// (every frame counts, from the first: a first loss after many clean
-/// frames is a low rate, not one half). Frames are counted lost once
-/// proven missing ([`super::heard`]). Nothing is configured: a
-/// network that never lost a frame has a rate of exactly 0.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct LossEstimate {
-    lost: f64,
-    came: f64,
-}
-
-impl LossEstimate {
-    /// A frame arrived (of those expected): the window moves on.
-    #[inline]
-    pub(super) fn came(&mut self) {
-        let keep = 1.0 - 1.0 / LOSS_WINDOW;
-        self.lost *= keep;
-        self.came = self.came * keep + 1.0;
-    }
-
-    /// `lost` frames were lost (proven: see [`super::heard`]).
-    #[inline]
-    pub(super) fn lost(&mut self, lost: u32) {
-        self.lost += f64::from(lost);
-    }
-
-    /// The estimated fraction of frames lost.
-    #[inline]
-    pub(super) fn rate(&self) -> f64 {
-        if self.lost == 0.0 {
-            0.0
-        } else {
-            self.lost / (self.lost + self.came)
-        }
-    }
-
-    /// How many times to send a word that must reach each of `receivers`
-    /// peers though no answer can be waited for (a node's last word as it
-    /// leaves): the fewest with odds below 10⁻⁶ that some peer misses them
-    /// all, at the loss seen or 50%, whichever is higher (the worst loss the
-    /// protocol is built for; the estimate may have seen nothing of it:
-    /// a node that gives up has heard little). At 50% loss: 21 to 3
-    /// nodes, 32 to 4,096. At most [`LAST_WORD_MAX`].
-    pub(super) fn last_word(&self, receivers: usize) -> u32 {
-        let q = self.rate().clamp(0.5, 0.99);
-        let c = ((receivers.max(1) as f64 * 1e6).ln() / (1.0 / q).ln()).ceil() as u32;
-        c.clamp(1, LAST_WORD_MAX)
-    }
-
-    /// How many copies of a message for `receivers` nodes to send: the
-    /// fewest whose expected cost of recovering the receivers that miss
-    /// them all is below one more copy's.
-    #[inline]
-    pub(super) fn copies(&self, receivers: usize) -> u32 {
-        let p = self.rate();
-        if p == 0.0 {
-            return 1;
-        }
-        let mut c = 1;
-        let mut miss = p;
-        while c < MAX_COPIES && receivers as f64 * miss * RECOVERY_WORTH > 1.0 {
-            c += 1;
-            miss *= p;
-        }
-        c
-    }
-}
-
-/// The `arg` bits of copy `k` of `count`.
-#[inline]
-pub(super) fn copy_arg(k: u32, count: u32) -> u32 {
-    (k.min(COPY_MASK) | count.min(COPY_MASK) << 4) << COPY_SHIFT
-}
-
-/// The index of the copy that `arg` carries, and how many copies its
-/// sender sent (at least one).
-#[inline]
-pub(super) fn copy_of(arg: u32) -> (u32, u32) {
-    ((arg >> COPY_SHIFT) & COPY_MASK, ((arg >> (COPY_SHIFT + 4)) & COPY_MASK).max(1))
 }
 
 /// The learned retry timeouts, one per plan step ([`Rto`] each): a step
@@ -320,6 +213,8 @@ pub(super) struct Recovery {
     pub(super) fast_nacked: bool,
     /// The loss rate of this node's paths, as seen.
     pub(super) loss: LossEstimate,
+    /// The gap between a message's copies, from the bursts seen.
+    pub(super) spacing: CopySpacing,
     /// The last multicast answer or status (epoch, tag, when, whether it
     /// was the answer itself): a NACK for the same (epoch, tag) within the
     /// answer gap is served by it, and so is a peer's first NACK for it
@@ -345,6 +240,10 @@ pub(super) struct Recovery {
     pub(super) upstream_in: Option<u64>,
     /// Whether a peer this step waits for is known to be late.
     pub(super) laggard: Laggard,
+    /// How many copies of its messages each step sent (the most), per
+    /// barrier parity: an answer to a NACK for a message sent in copies
+    /// shows that they were all lost ([`CopySpacing::answered_whole`]).
+    pub(super) sent_copies: [Vec<u8>; 2],
     /// When each step's messages went out, per barrier parity: a NACK
     /// that arrives within a round trip of it crossed it.
     pub(super) sent_at: [Vec<Option<Instant>>; 2],
@@ -403,12 +302,14 @@ impl Recovery {
             rto: StepTimeouts::new(config, steps),
             fast_nacked: false,
             loss: LossEstimate::default(),
+            spacing: CopySpacing::default(),
             multicast_answer: None,
             last_answered: None,
             asked_early: false,
             recovered_in: None,
             upstream_in: None,
             sent_at: [vec![None; steps], vec![None; steps]],
+            sent_copies: [vec![0; steps], vec![0; steps]],
             reply: None,
             nacked_at: None,
             laggard: Laggard::Unknown,
@@ -487,7 +388,7 @@ impl Core {
             return;
         }
         if self.relays_for(from, msg.tag) {
-            return self.relay_release(from, epoch);
+            return self.relay_release(from, epoch, now);
         }
         let (answered, crossed) = self.answer(from, epoch, tag, now, again);
         if crossed > 0 {
@@ -571,7 +472,7 @@ impl Core {
         if self.me() == 0 {
             self.answer(from, epoch, Some(plan::tag::RELEASE), now, true);
         } else {
-            self.relay_release(from, epoch);
+            self.relay_release(from, epoch, now);
         }
         if self.phase.running() && self.missing_any(|p| p == from) {
             self.recovery.laggard = Laggard::Unknown;
@@ -601,7 +502,7 @@ impl Core {
     /// release that carries a collective's result is not relayed (its data
     /// is node 0's to send): no answer, and the child, finding its parent
     /// unanswering, asks node 0.
-    fn relay_release(&mut self, to: NodeId, epoch: u64) {
+    fn relay_release(&mut self, to: NodeId, epoch: u64, now: Instant) {
         let release = self.plans.expect.index(0, plan::tag::RELEASE);
         let has = epoch + 1 == self.window.epoch || release.is_some_and(|i| epoch == self.window.epoch && self.window.got[parity(epoch)].contains(i));
         if !has {
@@ -613,10 +514,10 @@ impl Core {
         }
         let void_here = if epoch + 1 == self.window.epoch { self.window.last_void } else { self.window.void[parity(epoch)] };
         let void = if void_here { MISMATCHED } else { 0 };
-        let copies = self.recovery.loss.copies(1);
+        let (copies, gap) = (self.recovery.loss.copies(1), self.copy_gap());
         for k in 0..copies {
             let msg = Msg { arg: void | copy_arg(k, copies), ..self.msg(MsgKind::Answer, epoch, plan::tag::RELEASE) };
-            self.out.push(0, To::Node(to), msg, &[]);
+            self.out.push_copy(now, (k, gap), 0, To::Node(to), msg, &[]);
         }
         self.stats.answers += 1;
         self.stats.copies += u64::from(copies - 1);
@@ -659,7 +560,7 @@ impl Core {
         let step = self.run.step;
         let Some(waits) = self.plans.list[self.run.cur].steps.get(step).map(|s| s.waits.len()) else { return 0 };
         let current = parity(self.window.epoch);
-        let copies = self.recovery.loss.copies(1);
+        let (copies, gap) = (self.recovery.loss.copies(1), self.copy_gap());
         let multicast_release =
             self.setup.multicast && matches!(self.config.algorithm, plan::Algorithm::Tree { release: plan::Release::Multicast, .. });
         let mut sent = 0;
@@ -690,7 +591,7 @@ impl Core {
                 let copies = if once { 1 } else { copies };
                 for k in 0..copies {
                     let nack = Msg { arg: copy_arg(k, copies), ..self.msg(MsgKind::Nack, self.window.epoch, w.tag) };
-                    self.out.push(0, To::Node(ask), nack, &[]);
+                    self.out.push_copy(now, (k, gap), 0, To::Node(ask), nack, &[]);
                 }
                 self.stats.nacks_sent += 1;
                 self.stats.copies += u64::from(copies - 1);
@@ -745,15 +646,30 @@ impl Core {
                     };
                     // (As many copies as one receiver's loss makes worth it:
                     // the others have the original, mostly.)
-                    let copies = self.recovery.loss.copies(1);
+                    let (copies, gap) = (self.recovery.loss.copies(1), self.copy_gap());
                     for k in 0..copies {
                         let msg = Msg { arg: void | copy_arg(k, copies), ..self.msg(MsgKind::Answer, epoch, out.tag) };
                         let data = self.coll.as_ref().map_or(&[][..], |c| c.sent(parity(epoch), s));
-                        self.out.push(out.rail, dest, msg, data);
+                        self.out.push_copy(now, (k, gap), out.rail, dest, msg, data);
                     }
                     self.stats.answers += 1;
                     self.stats.copies += u64::from(copies - 1);
                     answered += 1;
+                    // A first NACK for a message sent in copies that comes a
+                    // retry timeout after it went shows that the asker lost
+                    // every copy. (A repeated one shows that a NACK or its
+                    // answer was lost.) (Counting every answered NACK, at 1% independent
+                    // loss the gap grew, which made more NACKs cross the
+                    // later copies, which grew it more: 64 nodes 1.14 →
+                    // 1.32× lossless.)
+                    let long_ago = self.recovery.sent_at[parity(epoch)]
+                        .get(s)
+                        .copied()
+                        .flatten()
+                        .is_some_and(|t| now.saturating_duration_since(t) >= self.recovery.rto.least());
+                    if long_ago && !again && self.recovery.sent_copies[parity(epoch)].get(s).is_some_and(|&c| c > 1) {
+                        self.recovery.spacing.answered_whole();
+                    }
                 }
             }
         }

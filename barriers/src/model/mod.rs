@@ -32,6 +32,7 @@
 //! [`VirtualCluster`] models nodes that are processes of one machine (the
 //! virtual cluster), with bounds where they outnumber its cores.
 
+mod bursts;
 pub mod hierarchy;
 pub mod host;
 pub mod link;
