@@ -15,6 +15,7 @@ use crate::types::{BarrierConfig, BarrierError};
 mod bcast;
 mod copies;
 mod soak;
+mod told;
 
 const INSTANCE: u64 = 0x5eed;
 const LATENCY: Duration = Duration::from_micros(20);
