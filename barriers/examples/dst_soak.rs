@@ -27,6 +27,8 @@ fn main() {
     let first: u64 = args.get(2).map_or(0, |s| s.parse().expect("a seed"));
     let count: u64 = args.get(3).map_or(200, |s| s.parse().expect("a count"));
     let nodes: Option<usize> = args.get(4).map(|s| s.parse().expect("a node count"));
+    // DST_SHOW=1: every seed's explanation (with DST_TRACE), failing or not.
+    let show = std::env::var_os("DST_SHOW").is_some();
     let trace: usize = std::env::var("DST_TRACE").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
     let o = Options { nodes, faults: FaultMix::parse(faults).expect("faults"), trace, ..Options::default() };
     let (cpu0, wall) = (cpu_seconds(), Instant::now());
@@ -35,6 +37,8 @@ fn main() {
     // simulator replays each seed exactly as before; and the same without
     // the event counter (the simulator's own bookkeeping: a change to how it
     // counts events leaves the protocol's outcome, this one, as it was).
+    // DST_DIGEST=each: also each seed's digest without the event counter.
+    let each = std::env::var("DST_DIGEST").is_ok_and(|v| v == "each");
     let mut digest = std::env::var_os("DST_DIGEST").map(|_| (0xcbf2_9ce4_8422_2325u64, 0xcbf2_9ce4_8422_2325u64));
     let fold = |d: &mut u64, text: String| {
         for b in text.bytes() {
@@ -49,14 +53,22 @@ fn main() {
         if let Some((d, outcome)) = digest.as_mut() {
             fold(d, format!("{:?}{:?}{:?}{v:?}", run.stats, run.errors, run.ops));
             let stats = barriers::sim::RunStats { events: 0, ..run.stats };
-            fold(outcome, format!("{stats:?}{:?}{:?}{:?}{:?}{v:?}", run.errors, run.ops, run.finishes, run.joins));
+            let text = format!("{stats:?}{:?}{:?}{:?}{:?}{v:?}", run.errors, run.ops, run.finishes, run.joins);
+            if each {
+                let mut one = 0xcbf2_9ce4_8422_2325u64;
+                fold(&mut one, text.clone());
+                println!("seed {seed}: {one:016x} {} barriers, {} errors", run.stats.barriers / run.config.nodes as u64, run.errors.len());
+            }
+            fold(outcome, text);
         }
-        if !v.is_empty() {
+        if !v.is_empty() || show {
             println!("seed {seed}: {} violation(s): {:?}", v.len(), v.first());
             if trace > 0 {
                 println!("{}", explain(&run, &v, &o));
             }
-            failing.push(seed);
+            if !v.is_empty() {
+                failing.push(seed);
+            }
         }
         if (seed + 1 - first).is_multiple_of(10_000) {
             println!("progress: seeds {first}..{}: {} failing; {barriers} barriers", seed + 1, failing.len());

@@ -4,6 +4,10 @@
 //! `cargo run --release -p barriers --example dst_stats -- FAULTS FIRST COUNT NODES [ALGORITHM]`
 //! (faults as `mcd-bench dst` takes them, e.g. `none`, `loss`; the
 //! algorithm as `Algorithm`'s `FromStr` reads it, else each seed draws one).
+//! Then where the runs' events go, per barrier: messages handled by kind
+//! (and how many of them changed nothing the driver sees: nothing sent,
+//! nothing told, the same deadline), timeouts (by the core's state), calls,
+//! and the world's own (drops at crashed nodes, creations, episodes).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -13,14 +17,78 @@ use barriers::sim::{run_seed_with, AppCall, CoreNode, FaultMix, NodeEvent, NodeS
 use barriers::transport::{Msg, NodeId};
 use barriers::BarrierStats;
 
+/// The inputs the nodes handled, by kind: where a run's events go.
+#[derive(Clone, Copy, Debug, Default)]
+struct Inputs {
+    /// Messages handled, by kind (in `MsgKind`'s declaration order).
+    messages: [u64; 7],
+    /// Of those, the ones after which the node sent nothing, told nothing
+    /// and kept its deadline.
+    idle_messages: [u64; 7],
+    /// Timeouts handled.
+    timeouts: u64,
+    /// Of those, the ones after which the node sent nothing and told nothing.
+    idle_timeouts: u64,
+    /// Of the idle ones, the ones whose next deadline is the one before.
+    same_deadline: u64,
+    /// Timeouts by the core's state: joining, a call waiting for a barrier
+    /// in progress, a call waiting for something else (the farewell), a
+    /// barrier in progress with no call (the application computes, or was
+    /// told of a failure and has not called again), none of these.
+    timeout_states: [u64; 5],
+    /// Application calls.
+    calls: u64,
+    /// Messages sent as nodes leave (their last words).
+    last_words: u64,
+}
+
+/// What the last input was, to judge whether it changed anything.
+#[derive(Clone, Copy, Debug)]
+enum Last {
+    None,
+    Message(usize, Option<Instant>),
+    Timeout(Option<Instant>),
+}
+
 /// A core node that adds its counters to `total` when the simulator drops it.
 struct Counted {
     node: CoreNode,
     total: Rc<RefCell<BarrierStats>>,
+    inputs: Rc<RefCell<Inputs>>,
+    last: Last,
+    leaving: bool,
+}
+
+impl Counted {
+    /// A new input: the last one's verdict (it did something, or not) is final.
+    fn next_input(&mut self, last: Last) {
+        let before = std::mem::replace(&mut self.last, last);
+        let mut t = self.inputs.borrow_mut();
+        match before {
+            Last::None => {}
+            Last::Message(k, d) => {
+                if d == self.node.poll_timeout() {
+                    t.idle_messages[k] += 1;
+                }
+            }
+            Last::Timeout(d) => {
+                t.idle_timeouts += 1;
+                if d == self.node.poll_timeout() {
+                    t.same_deadline += 1;
+                }
+            }
+        }
+    }
+
+    /// The last input did something.
+    fn acted(&mut self) {
+        self.last = Last::None;
+    }
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
+        self.next_input(Last::None);
         let s = self.node.core().stats();
         let mut t = self.total.borrow_mut();
         t.completed += s.completed;
@@ -39,24 +107,52 @@ impl Drop for Counted {
 
 impl SimNode for Counted {
     fn handle_message(&mut self, now: Instant, from: NodeId, rail: usize, msg: &Msg, data: &[u8]) {
+        let k = msg.kind as usize;
+        self.next_input(Last::Message(k, self.node.poll_timeout()));
+        self.inputs.borrow_mut().messages[k] += 1;
         self.node.handle_message(now, from, rail, msg, data);
     }
     fn handle_timeout(&mut self, now: Instant) {
+        self.next_input(Last::Timeout(self.node.poll_timeout()));
+        let c = self.node.core();
+        let state = match (c.instance() == 0, c.busy(), c.in_progress()) {
+            (true, _, _) => 0,
+            (_, true, true) => 1,
+            (_, true, false) => 2,
+            (_, false, true) => 3,
+            _ => 4,
+        };
+        let mut t = self.inputs.borrow_mut();
+        t.timeouts += 1;
+        t.timeout_states[state] += 1;
+        drop(t);
         self.node.handle_timeout(now);
     }
     fn call(&mut self, now: Instant, call: AppCall) {
+        self.next_input(Last::None);
+        self.inputs.borrow_mut().calls += 1;
         self.node.call(now, call);
     }
     fn poll_transmit(&mut self, data: &mut Vec<u8>) -> Option<Transmit> {
-        self.node.poll_transmit(data)
+        let t = self.node.poll_transmit(data);
+        if t.is_some() {
+            self.inputs.borrow_mut().last_words += u64::from(self.leaving);
+            self.acted();
+        }
+        t
     }
     fn poll_timeout(&self) -> Option<Instant> {
         self.node.poll_timeout()
     }
     fn poll_event(&mut self) -> Option<NodeEvent> {
-        self.node.poll_event()
+        let e = self.node.poll_event();
+        if e.is_some() {
+            self.acted();
+        }
+        e
     }
     fn leave(&mut self) {
+        self.leaving = true;
         self.node.leave();
     }
 }
@@ -70,12 +166,21 @@ fn main() {
     let algorithm = args.get(5).map(|s| s.parse().expect("an algorithm"));
     let o = Options { faults: FaultMix::parse(faults).expect("faults"), nodes: Some(nodes), algorithm, trace: 0, ..Options::default() };
     let total = Rc::new(RefCell::new(BarrierStats::default()));
+    let inputs = Rc::new(RefCell::new(Inputs::default()));
+    let mut events = 0u64;
     let (mut barriers, mut messages, mut dropped, mut failing, mut end_ns) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut call_ns, mut calls) = (0u64, 0u64);
     for seed in first..first + count {
-        let t = total.clone();
-        let (run, v) = run_seed_with(seed, &o, move |spec: &NodeSpec, now| Counted { node: CoreNode::new(spec, now), total: t.clone() });
+        let (t, i) = (total.clone(), inputs.clone());
+        let (run, v) = run_seed_with(seed, &o, move |spec: &NodeSpec, now| Counted {
+            node: CoreNode::new(spec, now),
+            total: t.clone(),
+            inputs: i.clone(),
+            last: Last::None,
+            leaving: false,
+        });
         barriers += run.stats.barriers;
+        events += run.stats.events;
         messages += run.stats.messages;
         dropped += run.stats.dropped;
         end_ns += run.stats.end_ns;
@@ -118,5 +223,33 @@ fn main() {
         per(t.answers),
         per(t.statuses),
         per(t.duplicates)
+    );
+    // Where the events go, per barrier (one node's barrier: the soak's count).
+    let i = *inputs.borrow();
+    let per_barrier = |x: u64| x as f64 * nodes as f64 / barriers.max(1) as f64;
+    let names = ["data", "answer", "nack", "status", "join", "admit", "refuse"];
+    let handled = i.messages.iter().sum::<u64>() + i.timeouts + i.calls;
+    let mut line = format!("events per barrier {:.1}: messages", per_barrier(events));
+    for (k, name) in names.iter().enumerate() {
+        line += &format!(" {name} {:.1} (idle {:.1})", per_barrier(i.messages[k]), per_barrier(i.idle_messages[k]));
+    }
+    line += &format!(
+        "; timeouts {:.1} (idle {:.1}, deadline kept {:.1}); calls {:.1}; other (drops, creations, thinking, episodes) {:.1}",
+        per_barrier(i.timeouts),
+        per_barrier(i.idle_timeouts),
+        per_barrier(i.same_deadline),
+        per_barrier(i.calls),
+        per_barrier(events.saturating_sub(handled))
+    );
+    println!("{line}");
+    let s = i.timeout_states.map(per_barrier);
+    println!(
+        "timeouts per barrier by state: joining {:.1}, a call waiting for a barrier {:.1}, for something else {:.1}, a barrier and no call {:.1}, other {:.1}; last words sent {:.2}",
+        s[0],
+        s[1],
+        s[2],
+        s[3],
+        s[4],
+        per_barrier(i.last_words)
     );
 }

@@ -242,8 +242,10 @@ impl std::fmt::Display for PeerState {
 #[non_exhaustive]
 pub enum BarrierError {
     /// Peers this node waits for answered nothing for the failure timeout.
+    /// What is known is the silence: the text does not say "dead" (a node
+    /// admitted by an earlier process of node 0 lives, in another instance).
     #[error(
-        "barrier {epoch}: node(s) {silent:?} silent for {:.1} s though probed: dead (crashed, killed or stopped)",
+        "barrier {epoch}: node(s) {silent:?} silent for {:.1} s though probed: crashed, stopped, cut off, or running another instance",
         for_.as_secs_f64()
     )]
     PeerSilent {
@@ -256,7 +258,7 @@ pub enum BarrierError {
     },
     /// A live peer this node waits for gave up on the barrier because some
     /// node was silent.
-    #[error("barrier {epoch}: node {reporter} gave up because node {silent} is silent (dead)")]
+    #[error("barrier {epoch}: node {reporter} gave up because node {silent} is silent to it")]
     PeerFailed {
         /// The barrier's number.
         epoch: u64,

@@ -16,6 +16,7 @@ mod bcast;
 mod copies;
 mod soak;
 mod spacing;
+mod told;
 
 const INSTANCE: u64 = 0x5eed;
 const LATENCY: Duration = Duration::from_micros(20);

@@ -539,3 +539,15 @@ fn regression_a_node_admitted_by_node_0s_earlier_process_is_silent_to_its_restar
         "the verdict checker takes a node in the same barrier for silent: {v:?}"
     );
 }
+
+/// Soak seed 5540160 (n = 3, onephase, 20% loss with bursts): node 0,
+/// paused 0.5–99 ms, took in a reply to a NACK it sent before its pause
+/// and counted 98.6 ms as its shortest round trip; its answers to node 2's
+/// probes were then at least that far apart (the per-peer rate limit), two
+/// were lost, and node 2 named node 0 silent though it was alive and heard
+/// every probe. The answer gap is now at most half the longest retry
+/// interval.
+#[test]
+fn regression_a_reply_taken_in_after_a_pause_does_not_stretch_the_answer_gap() {
+    campaign("mix", 5540160..5540161, Some(3));
+}
