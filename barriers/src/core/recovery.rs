@@ -125,8 +125,18 @@ impl Answered {
     fn admit(&mut self, epoch: u64, tag: u16, now: Instant, gap: Duration) -> bool {
         let recent = self.recent.iter().flatten().any(|&(e, t, at)| e == epoch && t == tag && now.saturating_duration_since(at) < gap);
         if !recent {
-            self.recent[self.next] = Some((epoch, tag, now));
-            self.next = (self.next + 1) % ANSWER_LOG;
+            // One entry a pair: a pair asked often must not push the others
+            // out (soak seed 5569580: a peer's NACKs of one message, every
+            // 0.1 ms, pushed out its NACK of a broadcast's end, which then
+            // looked like a first NACK after the multicast answer each time
+            // and was never answered, for 400 ms).
+            match self.recent.iter().position(|r| r.is_some_and(|(e, t, _)| e == epoch && t == tag)) {
+                Some(i) => self.recent[i] = Some((epoch, tag, now)),
+                None => {
+                    self.recent[self.next] = Some((epoch, tag, now));
+                    self.next = (self.next + 1) % ANSWER_LOG;
+                }
+            }
         }
         !recent
     }

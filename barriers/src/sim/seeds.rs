@@ -551,3 +551,17 @@ fn regression_a_node_admitted_by_node_0s_earlier_process_is_silent_to_its_restar
 fn regression_a_reply_taken_in_after_a_pause_does_not_stretch_the_answer_gap() {
     campaign("mix", 5540160..5540161, Some(3));
 }
+
+/// Soak seeds 5569580 (n = 16, a barrier 401 ms slow), 5078886 (n = 8, an
+/// operation 477 ms slow) and 5023376 (n = 8, every node stuck until the
+/// horizon; also on main): a peer's NACKs of one message, many a
+/// millisecond, filled the per-peer log of the last four answers and
+/// pushed out its NACK of a broadcast's end, which then looked like its
+/// first NACK after the multicast answer every time, was taken as served
+/// by it, and was never answered. The log now keeps one entry a pair.
+#[test]
+fn regression_a_nack_asked_often_does_not_push_another_out_of_the_answer_log() {
+    campaign("mix", 5569580..5569581, Some(16));
+    campaign("mix", 5078886..5078887, Some(8));
+    campaign("mix", 5023376..5023377, Some(8));
+}
