@@ -21,7 +21,7 @@
 //! Loss is applied per delivered message (per receiver of a multicast), at
 //! the receiver's ingress, after the frame crossed the network: independent
 //! with a given probability, or Gilbert–Elliott in time ([`Loss::Bursty`],
-//! [`super::bursts`]): each receiving link (a node's port on a rail: its
+//! the private `model::bursts`): each receiving link (a node's port on a rail: its
 //! switch output queue and cable) is in a good state (no loss) or a bad one
 //! (every frame lost) for exponentially distributed intervals of virtual
 //! time, the bad one lasting `mean_burst` frame times of the link on
@@ -66,7 +66,7 @@ fn ps(us: f64) -> u64 {
 pub enum Loss {
     /// Each delivered message is lost with this probability.
     Independent(f64),
-    /// Gilbert–Elliott in time per receiving link ([`super::bursts`]): the
+    /// Gilbert–Elliott in time per receiving link (the private `model::bursts`): the
     /// bad state loses every frame and lasts `mean_burst` frame times on
     /// average; the link is bad `average` of the time, so `average` of all
     /// frames are lost in the long run.
