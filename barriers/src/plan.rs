@@ -254,6 +254,18 @@ pub const fn reduce_gathers(n: usize) -> bool {
     n >= 3 && n <= REDUCE_GATHER_MAX
 }
 
+/// The arguments every rooted plan checks: `me` and `root` among `n`
+/// nodes, and a rail at least.
+fn check_rooted(n: usize, me: NodeId, root: NodeId, rails: usize) -> Result<(), String> {
+    if me >= n || root >= n {
+        return Err(format!("node {me}, root {root}: not both among {n} node(s)"));
+    }
+    if rails == 0 {
+        return Err("a plan needs at least one rail".into());
+    }
+    Ok(())
+}
+
 /// Builds node `me`'s plan of a *gather-first* reduce to `root` among `n`
 /// nodes over `rails` rails: every other node sends its contribution to
 /// the root as it enters (step 0) and then only waits for the root's end
@@ -268,12 +280,7 @@ pub const fn reduce_gathers(n: usize) -> bool {
 /// where the algorithm's own plan (recursive doubling, say) makes every
 /// node wait for every stage, as an allreduce does.
 pub fn build_reduce(n: usize, me: NodeId, root: NodeId, rails: usize) -> Result<Plan, String> {
-    if me >= n || root >= n {
-        return Err(format!("node {me}, root {root}: not both among {n} node(s)"));
-    }
-    if rails == 0 {
-        return Err("a plan needs at least one rail".into());
-    }
+    check_rooted(n, me, root, rails)?;
     if n == 1 {
         return Ok(Plan::default());
     }
@@ -310,12 +317,7 @@ pub fn build_reduce(n: usize, me: NodeId, root: NodeId, rails: usize) -> Result<
 /// Between two nodes there is no end: the non-root completes at the data
 /// (the root has entered), the root at the entry.
 pub fn build_bcast(n: usize, me: NodeId, root: NodeId, rails: usize) -> Result<Plan, String> {
-    if me >= n || root >= n {
-        return Err(format!("node {me}, root {root}: not both among {n} node(s)"));
-    }
-    if rails == 0 {
-        return Err("a plan needs at least one rail".into());
-    }
+    check_rooted(n, me, root, rails)?;
     if n == 1 {
         return Ok(Plan::default());
     }
