@@ -472,15 +472,13 @@ impl<T: Transport + Send + 'static> Request<T> {
         if self.claimed {
             return Err(BarrierError::Misuse("this nonblocking collective has completed already".into()));
         }
-        let outcome = self.call(|e| e.wait_op(self.id, out));
+        let outcome = self.call(|e| e.wait_op(self.id, out, None)).and_then(|o| o.expect("a wait without a deadline has an outcome"));
         if !matches!(outcome, Err(BarrierError::Transport(_))) {
             self.claimed = true;
         }
         outcome
     }
-}
 
-impl<T: Transport + Send + 'static> Request<T> {
     /// As [`wait`](Self::wait), for at most about `timeout`: true once the
     /// collective is complete (its result into `out`), false if it is not
     /// after `timeout` (call again). Sleeps in the transport meanwhile, so
@@ -492,7 +490,7 @@ impl<T: Transport + Send + 'static> Request<T> {
             return Err(BarrierError::Misuse("this nonblocking collective has completed already".into()));
         }
         let until = Instant::now() + timeout;
-        let outcome = self.call(|e| e.wait_op_until(self.id, out, until));
+        let outcome = self.call(|e| e.wait_op(self.id, out, Some(until)));
         match outcome {
             Ok(None) => Ok(false),
             Err(BarrierError::Transport(e)) => Err(BarrierError::Transport(e)),

@@ -423,33 +423,23 @@ impl<T: Transport> Engine<T> {
     }
 
     /// Collective `id`: as [`poll_op`](Self::poll_op) until it has an
-    /// outcome, sleeping in the transport's `recv` until something comes or
+    /// outcome, or until `until` at most if given (`Ok(None)`: no outcome
+    /// yet), sleeping in the transport's `recv` until something comes or
     /// a timer is due.
-    pub(crate) fn wait_op(&mut self, id: u64, mut out: Option<&mut [u8]>) -> Result<(), BarrierError> {
-        loop {
-            if let Some(outcome) = self.poll_op(id, out.as_deref_mut())? {
-                return outcome;
-            }
-            self.sleep_once()?;
-        }
-    }
-
-    /// Collective `id`: as [`wait_op`](Self::wait_op) until `until` at
-    /// most; `Ok(None)`: no outcome yet.
-    pub(crate) fn wait_op_until(
+    pub(crate) fn wait_op(
         &mut self,
         id: u64,
         mut out: Option<&mut [u8]>,
-        until: Instant,
+        until: Option<Instant>,
     ) -> Result<Option<Result<(), BarrierError>>, BarrierError> {
         loop {
             if let Some(outcome) = self.poll_op(id, out.as_deref_mut())? {
                 return Ok(Some(outcome));
             }
-            if Instant::now() >= until {
+            if until.is_some_and(|u| Instant::now() >= u) {
                 return Ok(None);
             }
-            self.sleep_once_until(Some(until))?;
+            self.sleep_once_until(until)?;
         }
     }
 
