@@ -350,15 +350,32 @@ unsafe fn result_buffer<'a>(request: &Request, out: *mut c_void) -> Option<&'a m
 /// writable.
 #[no_mangle]
 pub unsafe extern "C" fn mcd_request_test(request: *mut Request, out: *mut c_void, done: *mut c_int) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { progress(request, out, done, "mcd_request_test", |r, buffer| r.test(buffer)) }
+}
+
+/// One step of progress on `request` by `step` (a test, or a wait for a
+/// while): `*done` becomes 1 once it is complete, and the request is
+/// freed then or on an error; `name` names the C function in errors.
+///
+/// # Safety
+/// As [`mcd_request_test`].
+unsafe fn progress(
+    request: *mut Request,
+    out: *mut c_void,
+    done: *mut c_int,
+    name: &str,
+    step: impl FnOnce(&mut barriers::Request<barriers::GroupTransport>, Option<&mut [u8]>) -> Result<bool, barriers::BarrierError>,
+) -> c_int {
     guarded(|| {
         if done.is_null() {
-            return Err(argument("mcd_request_test: `done` is NULL"));
+            return Err(argument(format!("{name}: `done` is NULL")));
         }
         // SAFETY: forwarded contract.
         let r = unsafe { request_handle(request) }?;
         // SAFETY: forwarded contract on `out`.
         let buffer = unsafe { result_buffer(r, out) };
-        let outcome = r.request.test(buffer);
+        let outcome = step(&mut r.request, buffer);
         let complete = matches!(outcome, Ok(true));
         if outcome.is_err() || complete {
             // SAFETY: from Box::into_raw in mcd_istart; not used again.
@@ -401,24 +418,9 @@ pub unsafe extern "C" fn mcd_request_wait(request: *mut Request, out: *mut c_voi
 /// As [`mcd_request_test`].
 #[no_mangle]
 pub unsafe extern "C" fn mcd_request_wait_for(request: *mut Request, out: *mut c_void, timeout_us: u32, done: *mut c_int) -> c_int {
-    guarded(|| {
-        if done.is_null() {
-            return Err(argument("mcd_request_wait_for: `done` is NULL"));
-        }
-        // SAFETY: forwarded contract.
-        let r = unsafe { request_handle(request) }?;
-        // SAFETY: forwarded contract on `out`.
-        let buffer = unsafe { result_buffer(r, out) };
-        let outcome = r.request.wait_for(buffer, std::time::Duration::from_micros(u64::from(timeout_us)));
-        let complete = matches!(outcome, Ok(true));
-        if outcome.is_err() || complete {
-            // SAFETY: from Box::into_raw in mcd_istart; not used again.
-            drop(unsafe { Box::from_raw(request) });
-        }
-        // SAFETY: non-null and writable per the contract.
-        unsafe { *done = c_int::from(complete) };
-        outcome.map(|_| ()).map_err(CError::from)
-    })
+    let timeout = std::time::Duration::from_micros(u64::from(timeout_us));
+    // SAFETY: forwarded contract.
+    unsafe { progress(request, out, done, "mcd_request_wait_for", |r, buffer| r.wait_for(buffer, timeout)) }
 }
 
 /// Frees `request` without its result: the collective still runs (the
