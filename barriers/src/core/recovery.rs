@@ -55,7 +55,7 @@ use super::{Core, To};
 use crate::plan::{self, Dest};
 use crate::rto::Rto;
 use crate::transport::STATUS_TAG;
-use crate::transport::{Msg, MsgKind, NodeId, MISMATCHED};
+use crate::transport::{status, Msg, MsgKind, NodeId, MISMATCHED};
 use crate::types::BarrierConfig;
 
 /// Until a probe shows that the peer is late (a status: it has not sent
@@ -415,6 +415,18 @@ impl Core {
         let (answered, crossed) = self.answer(from, epoch, tag, now, again);
         if crossed > 0 {
             // It crossed the original, which it will see.
+        } else if answered == 0 && tag.is_some() && epoch + 1 == self.window.epoch && self.window.last_void {
+            // The barrier before, void here (a mismatch), and the peer asks
+            // for a message the void barrier's plan never sends it: it runs
+            // another plan there, and nothing it waits for will come. It is
+            // a process admitted in place of one that took part (its
+            // peers completed the barrier with that one's messages), which
+            // met the mismatch: say so for that barrier, and it goes over
+            // to the void barrier, whose messages its peers still answer
+            // (soak seed 5108111: it waited for a broadcast's data for ever).
+            let msg = Msg { tag: status::MISMATCH, ..self.msg(MsgKind::Status, epoch, 0) };
+            self.stats.statuses += 1;
+            self.out.push(0, To::Node(from), msg, &[]);
         } else if answered == 0 {
             if let Some(tag) = tag.filter(|_| self.phase.running() && epoch == self.window.epoch) {
                 // The peer waits in this epoch for a message that this
