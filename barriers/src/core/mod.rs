@@ -47,6 +47,7 @@ use crate::types::{BarrierConfig, BarrierError, BarrierStats};
 #[doc = include_str!("../../PROTOCOL.md")]
 pub mod protocol {}
 
+mod answers;
 mod calls;
 mod closing;
 mod copies;
