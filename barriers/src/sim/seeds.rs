@@ -602,3 +602,26 @@ fn regression_a_process_admitted_in_place_of_one_that_met_a_mismatch_learns_it()
     let mismatch = |r: &super::world::OpRecord| matches!(r.outcome, super::world::Outcome::Err(super::world::Verdict::Mismatch));
     assert!(mismatch(&run.ops[0][0][2]) && mismatch(&run.ops[1][0][2]) && mismatch(&run.ops[1][0][0]), "{:?}", run.ops[1][0]);
 }
+
+/// n = 4, checker (soak seed 6757656, failing on main too): node 1 crashed
+/// in instance 0 and its restarted process, running instance 0's script,
+/// was admitted into the barrier its peers made for instance 1. Both
+/// scripts begin with a broadcast of 11 bytes from node 0, so nothing
+/// mismatched: the process got instance 1's data, right for the barrier it
+/// ran in, and the agreement checker compared it with instance 0's. A
+/// crossing process's result may be that of the barrier's other instance
+/// at the same call (by index from the barrier's first epoch, as the safety
+/// checker maps it), if that call is the same.
+#[test]
+fn regression_a_crossing_process_result_is_the_barrier_s_instances() {
+    let o = Options { nodes: None, faults: FaultMix::parse("mix").unwrap(), trace: 0, ..Options::default() };
+    let (run, v) = run_seed(6757656, &o);
+    assert!(v.is_empty(), "{v:?}");
+    // The situation: node 1's result of instance 0's op 0 is instance 1's root input.
+    let kind = run.scripts[1][0].kind;
+    assert_eq!(run.scripts[0][0].kind, kind);
+    let super::workload::OpKind::Bcast { root, .. } = kind else { panic!("{kind:?}") };
+    let theirs = super::workload::input(run.config.seed, 1, 0, root, kind);
+    assert!(matches!(&run.ops[0][0][1].outcome, super::world::Outcome::Ok(Some(r)) if *r == theirs), "{:?}", run.ops[0][0][1]);
+    assert_ne!(theirs, super::workload::input(run.config.seed, 0, 0, root, kind));
+}
