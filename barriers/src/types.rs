@@ -123,6 +123,11 @@ pub struct BarrierStats {
     /// Of those, NACKs sent at once because a peer's message proved the
     /// missing one was sent.
     pub fast_nacks: u64,
+    /// Retries brought forward because frames for this node were dropped
+    /// before it read them (its transport's receive ring overflowed:
+    /// [`Transport::ring_drops`](crate::Transport::ring_drops)) while it
+    /// missed a message ([`Core::frames_lost`](crate::core::Core::frames_lost)).
+    pub ring_loss_retries: u64,
     /// Messages re-sent to answer a NACK or a straggler.
     pub answers: u64,
     /// NACKs not answered: the same peer asked for the same message (epoch

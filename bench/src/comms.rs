@@ -185,7 +185,7 @@ pub fn run(out: &Path, ranks: usize, scale: f64, rounds: usize, mpis: &[Mpi], st
     anyhow::ensure!(rounds >= 1, "--rounds must be at least 1");
     let started = Instant::now();
     let mut loads = vec![format!("start: {}", load_average())];
-    let cluster = Cluster::up_guarded(ClusterSpec::new(stem, ranks))?;
+    let cluster = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name(stem), ranks))?;
     let report_dir = std::env::temp_dir().join(format!("mcd-comms-{stem}"));
     let mut lines: Vec<(&'static str, &'static str, Line)> = Vec::new();
     // Per MPI, the calls of up to one frame and beyond (mcd's runs).

@@ -264,6 +264,9 @@ pub(super) struct Recovery {
     /// The peer of the latest NACK not yet replied to, and when it went (a
     /// reply's time is measured from it).
     pub(super) nacked_at: Option<(NodeId, Instant)>,
+    /// When the last retry brought forward by dropped frames was due
+    /// ([`Core::frames_lost`]): the next comes no sooner than a round trip later.
+    pub(super) ring_loss_retry: Option<Instant>,
     /// Per peer (indexed by node), its last answers: the rate limit.
     pub(super) answered: PerPeer<Answered>,
     /// This node's parent in a tree whose root releases by multicast, if
@@ -322,6 +325,7 @@ impl Recovery {
             sent_copies: [vec![0; steps], vec![0; steps]],
             reply: None,
             nacked_at: None,
+            ring_loss_retry: None,
             laggard: Laggard::Unknown,
             answered: PerPeer::new(nodes),
             parent,
@@ -718,6 +722,31 @@ impl Core {
             }
         }
         from
+    }
+
+    /// Frames for this node were dropped before it read them (its
+    /// transport's receive ring overflowed while it was off its core, or
+    /// under a flood: [`crate::Transport::ring_drops`]). What the current
+    /// step misses may be among them, and so may the replies to its NACKs
+    /// and probes: the retry comes now, not at a timer that backed off
+    /// while this node heard nothing (peers that seemed quiet, or a retry
+    /// timeout learned from steps a descheduled node made long), and its
+    /// back-off starts again from the step's retry timeout. Drops can be
+    /// had at will (a flood): at most one such retry per round trip (the
+    /// shortest reply seen, at least the retry floor). Not while the
+    /// retries wait for a call after a failure the application was told of.
+    pub(super) fn ring_loss_retry(&mut self, now: Instant) {
+        let steps = self.plans.list[self.run.cur].steps.len();
+        if !self.phase.running() || self.run.step >= steps || self.live.told.is_some() || !self.missing_any(|_| true) {
+            return;
+        }
+        let floor = self.reply_floor(self.config.min_retry_timeout);
+        let at = self.recovery.ring_loss_retry.map_or(now, |last| (last + floor).max(now));
+        self.recovery.next_retry = self.recovery.next_retry.min(at);
+        self.recovery.ring_loss_retry = Some(self.recovery.next_retry);
+        self.recovery.laggard = Laggard::Unknown;
+        self.recovery.retry_interval = self.recovery.rto.get(self.run.step);
+        self.stats.ring_loss_retries += 1;
     }
 
     /// The retry timer at `now`: if due, NACK what is missing and back off.
