@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::{Event, To, Transmit};
-use crate::transport::Msg;
+use crate::transport::{Msg, MsgKind};
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -62,6 +62,16 @@ impl Outbox {
             self.push(rail, to, msg, data);
         } else {
             self.push_at(now + gap * k, rail, to, msg, data);
+        }
+    }
+
+    /// Drops the later copies of this node's NACKs of (`epoch`, `tag`) to
+    /// `to` (any node: `None`) not yet due: what they ask for came (no data
+    /// to move: a NACK has none).
+    #[inline]
+    pub(super) fn cancel_nacks(&mut self, epoch: u32, tag: u16, to: Option<To>) {
+        if !self.later.is_empty() {
+            self.later.retain(|(_, e)| !(e.msg.kind == MsgKind::Nack && e.msg.epoch == epoch && e.msg.tag == tag && to.is_none_or(|t| t == e.to)));
         }
     }
 
