@@ -245,3 +245,49 @@ fn a_mismatched_gather_first_reduce_fails_every_node_and_the_next_call_runs() {
         }
     }
 }
+
+/// A non-root of a gather-first reduce returns once its contribution is
+/// sent; if that contribution is lost and its process then ends without
+/// finishing (a crash right after the call), the root and every other
+/// node fail naming it, never with a result without its contribution, and
+/// never waiting for ever (the others had returned from the reduce: their
+/// next call fails, since the root never ends the reduce's epoch).
+#[test]
+fn a_non_root_that_crashes_after_its_reduce_returned_is_named_by_every_node() {
+    use barriers::mem::{Fate, Posted};
+    use barriers::threads::run_per_node_unfinished;
+    use barriers::transport::MsgKind;
+    use barriers::BarrierError;
+    use std::sync::Arc;
+    let (n, crashed) = (4, 2);
+    // Node 2's contribution to node 0 never arrives (every copy, every
+    // answer: tag 7, `plan::tag::REDUCE_GATHER`).
+    let rule: mem::SendRule = Arc::new(move |p: &Posted<'_>, _: &mut dyn FnMut() -> f64| {
+        let contribution = matches!(p.msg.kind, MsgKind::Data | MsgKind::Answer) && p.msg.tag == 7;
+        if p.from == crashed && p.to == 0 && contribution {
+            Fate::Drop
+        } else {
+            Fate::Faults
+        }
+    });
+    let config = config(Algorithm::OnePhase).timeouts(Duration::from_micros(500), Duration::from_millis(300));
+    let results = run_per_node_unfinished(mem::network_with_rule(n, 1, Faults::none(), rule), config, move |me, mut b| {
+        let mut x = [me as u64 + 1];
+        let reduce = b.reduce(&mut x, Op::Sum, 0);
+        if me == crashed {
+            assert!(reduce.is_ok(), "the non-root's reduce returns once sent: {reduce:?}");
+            drop(b); // crashes (no finish)
+            return None;
+        }
+        let next = reduce.and_then(|()| b.wait());
+        Some(next.map(|()| x[0]))
+    });
+    for (node, r) in results.into_iter().enumerate() {
+        let Some(r) = r else { continue };
+        match r {
+            Err(BarrierError::PeerSilent { silent, .. }) => assert_eq!(silent, vec![crashed], "node {node}"),
+            Err(BarrierError::PeerFailed { silent, .. }) => assert_eq!(silent, crashed, "node {node}"),
+            other => panic!("node {node}: {other:?}"),
+        }
+    }
+}
