@@ -67,7 +67,7 @@ fn nonblocking_mix(n: usize, algorithm: Algorithm, seed: u64, rounds: u64) {
     let results = run_per_node(mem::network(n, 1, lossy(seed)), config(algorithm), move |b| {
         let me = b.node();
         let mut script = Rng(seed);
-        let mut own = Rng(seed ^ (me as u64 + 1) * 0x1234_5678);
+        let mut own = Rng(seed ^ ((me as u64 + 1) * 0x1234_5678));
         for round in 0..rounds {
             let ops = 1 + script.below(5);
             let mut kinds = Vec::new();
