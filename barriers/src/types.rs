@@ -167,7 +167,8 @@ pub struct BarrierStats {
     pub superseded: u64,
     /// Nonblocking collectives whose start woke the progress agent at once
     /// ([`Barrier::start`](crate::Barrier::start)): those whose node has
-    /// more to send than the start put on the wire (counted by the
+    /// more to send than the start put on the wire, unless the application
+    /// tested or waited at once after the last such start (counted by the
     /// [`Barrier`](crate::Barrier), 0 from a bare core).
     pub agent_hurried: u64,
     /// The retry timeout learned so far.
