@@ -226,6 +226,13 @@ impl Core {
                 }
             }
         }
+        // (Mostly nothing is silent and no deadline passed: the list of
+        // peers waited for is made only when there is a verdict to give.)
+        let (timeout, since) = (self.config.failure_timeout, self.live.call_started);
+        let any_silent = self.missing_any(|p| self.live.peers[p].silent(now, timeout, since).is_some());
+        if !any_silent && deadline.is_none_or(|d| now < d) {
+            return Ok(());
+        }
         let waiting_for = self.missing_from();
         let mut silent = Vec::new();
         let mut silent_for = Duration::ZERO;

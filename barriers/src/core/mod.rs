@@ -35,6 +35,7 @@
 //! [`Core::poll_timeout`], feed what came, and call
 //! [`Core::handle_timeout`].
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::collective::{Collective, Contributions};
@@ -46,6 +47,7 @@ use crate::types::{BarrierConfig, BarrierError, BarrierStats};
 #[doc = include_str!("../../PROTOCOL.md")]
 pub mod protocol {}
 
+mod answers;
 mod calls;
 mod closing;
 mod copies;
@@ -71,7 +73,8 @@ use join::Membership;
 pub use join::PROTOCOL;
 use liveness::Liveness;
 use outbox::Outbox;
-use progress::{Phase, Plans, Run};
+pub(crate) use progress::Plans;
+use progress::{Phase, Run};
 use recovery::Recovery;
 use window::Window;
 
@@ -184,7 +187,7 @@ pub struct Core {
     setup: Setup,
     config: BarrierConfig,
     /// The plans an epoch can run, and what they wait for, indexed.
-    plans: Plans,
+    plans: Arc<Plans>,
     /// The instance, and the join until it is done.
     member: Membership,
     /// The epoch, its neighbours' arrivals, the plan each ran.
@@ -216,18 +219,23 @@ impl Core {
     /// A node's core: checks `config` against `setup` and builds the plans.
     /// No traffic until [`join`](Self::join).
     pub fn new(setup: Setup, config: BarrierConfig, now: Instant) -> Result<Core, BarrierError> {
+        let plans = Core::plans(setup, &config)?;
+        Core::with_plans(setup, config, plans, now)
+    }
+
+    /// The plans a core of `setup` and `config` runs (checked: see
+    /// [`Core::new`]). They depend on the node, the node count, the
+    /// algorithm, the rails and whether the network carries data, and never
+    /// change: cores of the same may share them ([`Core::with_plans`]; the
+    /// simulator makes thousands of cores a second, and building them was
+    /// a tenth of its time across the fault mix).
+    pub(crate) fn plans(setup: Setup, config: &BarrierConfig) -> Result<Arc<Plans>, BarrierError> {
         let (n, me) = (setup.nodes, setup.me);
         if n == 0 || me >= n {
             return Err(BarrierError::Config(format!("node {me} of {n}: not a valid node")));
         }
         if config.rails == 0 || config.rails > setup.rails {
             return Err(BarrierError::Config(format!("the barrier wants {} rail(s) but the transport has {}", config.rails, setup.rails)));
-        }
-        if config.retry_timeout.is_zero() || config.failure_timeout <= config.retry_timeout {
-            return Err(BarrierError::Config("need 0 < retry timeout < failure timeout".into()));
-        }
-        if config.first_epoch > u64::MAX / 2 {
-            return Err(BarrierError::Config(format!("first barrier number {} is too close to 2^64", config.first_epoch)));
         }
         if n > u32::MAX as usize / 2 {
             return Err(BarrierError::Config(format!("{n} nodes: too many")));
@@ -248,13 +256,36 @@ impl Core {
             }
         }
         let expect = Expectations::new(&plans, n).map_err(BarrierError::Config)?;
-        let steps = plans.iter().map(|p| p.steps.len()).max().unwrap_or(0);
+        Ok(Arc::new(Plans { list: plans, expect }))
+    }
+
+    /// A node's core running `plans`, which [`Core::plans`] made for the
+    /// same `setup` and `config`' algorithm and rails (checks `config`
+    /// against `setup`, as [`Core::new`] does).
+    pub(crate) fn with_plans(setup: Setup, config: BarrierConfig, plans: Arc<Plans>, now: Instant) -> Result<Core, BarrierError> {
+        let (n, me) = (setup.nodes, setup.me);
+        if n == 0 || me >= n {
+            return Err(BarrierError::Config(format!("node {me} of {n}: not a valid node")));
+        }
+        if config.rails == 0 || config.rails > setup.rails {
+            return Err(BarrierError::Config(format!("the barrier wants {} rail(s) but the transport has {}", config.rails, setup.rails)));
+        }
+        if config.retry_timeout.is_zero() || config.failure_timeout <= config.retry_timeout {
+            return Err(BarrierError::Config("need 0 < retry timeout < failure timeout".into()));
+        }
+        if config.first_epoch > u64::MAX / 2 {
+            return Err(BarrierError::Config(format!("first barrier number {} is too close to 2^64", config.first_epoch)));
+        }
+        if n > u32::MAX as usize / 2 {
+            return Err(BarrierError::Config(format!("{n} nodes: too many")));
+        }
+        let steps = plans.list.iter().map(|p| p.steps.len()).max().unwrap_or(0);
         Ok(Core {
             setup,
             config,
-            window: Window::new(config.first_epoch, expect.len()),
+            window: Window::new(config.first_epoch, plans.expect.len()),
             run: Run::new(steps),
-            plans: Plans { list: plans, expect },
+            plans,
             member: Membership::default(),
             phase: Phase::Idle,
             ends: Ends::Sent,

@@ -24,7 +24,7 @@ use crate::types::BarrierError;
 /// ([`reduce_variant`]; only where a reduce gathers,
 /// [`plan::reduce_gathers`]); and what they wait for, indexed.
 #[derive(Debug)]
-pub(super) struct Plans {
+pub(crate) struct Plans {
     pub(super) list: Vec<crate::plan::Plan>,
     pub(super) expect: crate::expect::Expectations,
 }

@@ -55,14 +55,15 @@
 
 use std::time::{Duration, Instant};
 
+use super::answers::Answered;
 use super::copies::{copy_arg, copy_of, CopySpacing, LossEstimate};
 use super::peers::PerPeer;
 use super::window::parity;
 use super::{Core, To};
-use crate::plan::{self, Dest};
+use crate::plan;
 use crate::rto::Rto;
 use crate::transport::STATUS_TAG;
-use crate::transport::{Msg, MsgKind, NodeId, MISMATCHED};
+use crate::transport::{status, Msg, MsgKind, NodeId, MISMATCHED};
 use crate::types::BarrierConfig;
 
 /// Until a probe shows that the peer is late (a status: it has not sent
@@ -77,18 +78,6 @@ const IN_BARRIER_BACKOFF: u32 = 8;
 /// proves itself if lost: see [`Core::retry`]).
 const QUIET_PROBES: u32 = 6;
 
-/// Whether a multicast message is answered by multicast where the network
-/// has it (measured in the real-protocol simulator, 10 GbE, tree4: with
-/// it, n = 8 at 20% loss 3.7× lossless, without 6.3×; n = 64 at 1% 1.4×,
-/// without a storm of unicast answers at the root).
-const MULTICAST_ANSWERS: bool = true;
-
-/// A NACK of the same (epoch, tag) from the same peer within this fraction
-/// of the learned retry timeout (or the shortest round trip seen, if
-/// longer: the answer is on its way) of the last answer to it is not
-/// answered. (The round trip: measured, 10 GbE, tree4, n = 64, 20% loss:
-/// 41× lossless without it, 27× with it, in 281 barriers.)
-const ANSWER_GAP_DIVISOR: u32 = 4;
 /// From this many nodes on, a tree node asks its parent for node 0's
 /// release. Measured in the real-protocol simulator, 10 GbE, 20% loss:
 /// at 64 nodes (tree4) asking node 0, whose one multicast answer serves
@@ -106,60 +95,12 @@ const RELAY_UNANSWERED: u32 = 2;
 /// missing child's arrival went (the child's NACK of the release) before
 /// its timer asks for it ([`Core::arrivals_prove_themselves`]).
 const EVIDENCE_WAITS: u32 = 2;
-/// How many recent answers are remembered per peer (a peer alternating
-/// between this many (epoch, tag) pairs or fewer is still rate-limited).
-const ANSWER_LOG: usize = 4;
-
 /// Whether `node` has children of its own in the k-nomial tree of `n`
 /// nodes (so it sends its arrival only once its own gather is done: a
 /// missing arrival of a leaf, sent as it enters, was lost; one of a node
 /// that gathers first is more likely late).
 fn gathers_first(node: NodeId, k: usize, n: usize) -> bool {
     k > 1 && node.is_multiple_of(k) && node + 1 < n
-}
-
-/// The last answers given to one peer: (epoch, tag, when), newest at
-/// `next - 1` (a ring), for the rate limit.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Answered {
-    recent: [Option<(u64, u16, Instant)>; ANSWER_LOG],
-    next: usize,
-}
-
-impl Answered {
-    /// Whether a NACK of (`epoch`, `tag`) came before (of the last few).
-    #[inline]
-    fn asked_before(&self, epoch: u64, tag: u16) -> bool {
-        self.recent.iter().flatten().any(|&(e, t, _)| e == epoch && t == tag)
-    }
-
-    /// Whether a NACK of (`epoch`, `tag`) was admitted within `within` of `now`.
-    #[inline]
-    fn admitted_within(&self, epoch: u64, tag: u16, now: Instant, within: Duration) -> bool {
-        self.recent.iter().flatten().any(|&(e, t, at)| e == epoch && t == tag && now.saturating_duration_since(at) < within)
-    }
-
-    /// Whether a NACK of (`epoch`, `tag`) at `now` may be answered (no
-    /// answer to it within `gap`); if so, it is recorded as answered.
-    #[inline]
-    fn admit(&mut self, epoch: u64, tag: u16, now: Instant, gap: Duration) -> bool {
-        let recent = self.recent.iter().flatten().any(|&(e, t, at)| e == epoch && t == tag && now.saturating_duration_since(at) < gap);
-        if !recent {
-            // One entry a pair: a pair asked often must not push the others
-            // out (soak seed 5569580: a peer's NACKs of one message, every
-            // 0.1 ms, pushed out its NACK of a broadcast's end, which then
-            // looked like a first NACK after the multicast answer each time
-            // and was never answered, for 400 ms).
-            match self.recent.iter().position(|r| r.is_some_and(|(e, t, _)| e == epoch && t == tag)) {
-                Some(i) => self.recent[i] = Some((epoch, tag, now)),
-                None => {
-                    self.recent[self.next] = Some((epoch, tag, now));
-                    self.next = (self.next + 1) % ANSWER_LOG;
-                }
-            }
-        }
-        !recent
-    }
 }
 
 /// The learned retry timeouts, one per plan step ([`Rto`] each): a step
@@ -356,39 +297,6 @@ impl Recovery {
 }
 
 impl Core {
-    /// The least time between two answers to one peer's NACKs of one
-    /// message: never more than half the longest retry interval, so that a
-    /// live peer probing at its slowest pace has every probe answered. (A
-    /// reply taken in late, this node paused, is no round trip: soak seed
-    /// 5540160, node 0 paused 99 ms measured one of 98.6 ms, answered its
-    /// peer once a 98.6 ms, and two answers lost at 20% loss got it named
-    /// silent.)
-    fn answer_gap(&self) -> Duration {
-        self.reply_floor(self.recovery.rto.least() / ANSWER_GAP_DIVISOR)
-    }
-
-    /// `gap`, or the shortest reply seen if longer, up to half the longest
-    /// retry interval (see [`Core::answer_gap`]).
-    fn reply_floor(&self, gap: Duration) -> Duration {
-        gap.max(self.recovery.reply.unwrap_or_default()).min(self.config.max_retry_interval() / 2)
-    }
-
-    /// A node not yet admitted: whether it may answer `from`'s NACK of
-    /// `instance` (any) and `tag` with a `JOINING` status, under the same
-    /// per-peer limit as an admitted node's answers (keyed by the instance
-    /// in place of the epoch: it has none yet), so that NACKs replayed from
-    /// an earlier run get a bounded number of answers (rev28, finding 6).
-    /// Suppressed ones are counted in `answers_suppressed`.
-    pub(super) fn may_answer_joining(&mut self, from: NodeId, instance: u64, tag: u16, now: Instant) -> bool {
-        // (It has learned no retry timeout yet: the configured one's quarter.)
-        let gap = self.reply_floor(self.config.retry_timeout / ANSWER_GAP_DIVISOR);
-        let may = self.recovery.answered.get(from).is_some() && self.recovery.answered[from].admit(instance, tag, now, gap);
-        if !may {
-            self.stats.answers_suppressed += 1;
-        }
-        may
-    }
-
     pub(super) fn on_nack(&mut self, from: NodeId, msg: Msg, epoch: u64, now: Instant) {
         self.live.peers[from].at_least(epoch, true);
         let gap = self.answer_gap();
@@ -440,6 +348,18 @@ impl Core {
         let (answered, crossed) = self.answer(from, epoch, tag, now, again);
         if crossed > 0 {
             // It crossed the original, which it will see.
+        } else if answered == 0 && tag.is_some() && epoch + 1 == self.window.epoch && self.window.last_void {
+            // The barrier before, void here (a mismatch), and the peer asks
+            // for a message the void barrier's plan never sends it: it runs
+            // another plan there, and nothing it waits for will come. It is
+            // a process admitted in place of one that took part (its
+            // peers completed the barrier with that one's messages), which
+            // met the mismatch: say so for that barrier, and it goes over
+            // to the void barrier, whose messages its peers still answer
+            // (soak seed 5108111: it waited for a broadcast's data for ever).
+            let msg = Msg { tag: status::MISMATCH, ..self.msg(MsgKind::Status, epoch, 0) };
+            self.stats.statuses += 1;
+            self.out.push(0, To::Node(from), msg, &[]);
         } else if answered == 0 {
             if let Some(tag) = tag.filter(|_| self.phase.running() && epoch == self.window.epoch) {
                 // The peer waits in this epoch for a message that this
@@ -579,12 +499,6 @@ impl Core {
         parent < RELAY_UNANSWERED || parent <= root + 1
     }
 
-    /// Whether this node's plan of barrier `epoch` multicasts `tag`.
-    fn multicasts(&self, epoch: u64, tag: u16) -> bool {
-        let v = self.window.variant[parity(epoch)];
-        self.plans.list[v].steps.iter().any(|s| s.sends.iter().any(|o| o.tag == tag && matches!(o.dest, Dest::All)))
-    }
-
     /// `from` is in barrier c+1, so it has completed c: it has sent this node
     /// everything it sends in c, and node 0 has sent its release. NACK at
     /// once whatever of that the current step still misses.
@@ -656,79 +570,6 @@ impl Core {
             }
         }
         sent
-    }
-
-    /// Re-sends to `to` the messages of barrier `epoch` addressed to it (one
-    /// tag, or all) that this node has already sent (a multicast one by
-    /// multicast, where the network has it); returns how many.
-    ///
-    /// **Crossings.** A NACK that arrives less than a round trip (the
-    /// shortest reply seen, [`Recovery::reply`], once measured) after the message it asks
-    /// for went out was sent before that message could have reached the
-    /// asker: it crossed the original, which the asker will see. It is not
-    /// answered (counted in `answers_suppressed`); if the original was lost
-    /// after all, the asker's next retry, a retry timeout later, is.
-    /// Returns (answered, crossed).
-    fn answer(&mut self, to: NodeId, epoch: u64, tag: Option<u16>, now: Instant, again: bool) -> (usize, usize) {
-        let v = self.window.variant[parity(epoch)];
-        let sent_steps = if epoch + 1 == self.window.epoch {
-            self.plans.list[v].steps.len()
-        } else if epoch == self.window.epoch && self.phase.running() {
-            self.run.step + usize::from(self.run.step_sent)
-        } else {
-            0
-        };
-        let (mut answered, mut crossed) = (0, 0);
-        // (Until a round trip was measured, no NACK is taken for a crossing;
-        // nor one that asks again: the original did not come.)
-        let window = if again { Duration::ZERO } else { self.recovery.reply.unwrap_or(Duration::ZERO) };
-        for s in 0..sent_steps {
-            let fresh = self.recovery.sent_at[parity(epoch)].get(s).copied().flatten().is_some_and(|t| now.saturating_duration_since(t) < window);
-            for i in 0..self.plans.list[v].steps[s].sends.len() {
-                let out = self.plans.list[v].steps[s].sends[i];
-                let for_them = matches!(out.dest, Dest::All) || out.dest == Dest::Node(to);
-                if for_them && tag.is_none_or(|t| t == out.tag) && fresh {
-                    crossed += 1;
-                    self.stats.answers_suppressed += 1;
-                } else if for_them && tag.is_none_or(|t| t == out.tag) {
-                    let void_here = if epoch + 1 == self.window.epoch { self.window.last_void } else { self.window.void[parity(epoch)] };
-                    let void = if void_here { MISMATCHED } else { 0 };
-                    let dest = if matches!(out.dest, Dest::All) && self.setup.multicast && MULTICAST_ANSWERS {
-                        self.recovery.multicast_answer = Some((epoch, out.tag, now, true));
-                        To::All
-                    } else {
-                        To::Node(to)
-                    };
-                    // (As many copies as one receiver's loss makes worth it:
-                    // the others have the original, mostly.)
-                    let (copies, gap) = (self.recovery.loss.copies(1), self.copy_gap());
-                    for k in 0..copies {
-                        let msg = Msg { arg: void | copy_arg(k, copies), ..self.msg(MsgKind::Answer, epoch, out.tag) };
-                        let data = self.coll.as_ref().map_or(&[][..], |c| c.sent(parity(epoch), s));
-                        self.out.push_copy(now, (k, gap), out.rail, dest, msg, data);
-                    }
-                    self.stats.answers += 1;
-                    self.stats.copies += u64::from(copies - 1);
-                    answered += 1;
-                    // A first NACK for a message sent in copies that comes a
-                    // retry timeout after it went shows that the asker lost
-                    // every copy. (A repeated one shows that a NACK or its
-                    // answer was lost.) (Counting every answered NACK, at 1% independent
-                    // loss the gap grew, which made more NACKs cross the
-                    // later copies, which grew it more: 64 nodes 1.14 →
-                    // 1.32× lossless.)
-                    let long_ago = self.recovery.sent_at[parity(epoch)]
-                        .get(s)
-                        .copied()
-                        .flatten()
-                        .is_some_and(|t| now.saturating_duration_since(t) >= self.recovery.rto.least());
-                    if long_ago && !again && self.recovery.sent_copies[parity(epoch)].get(s).is_some_and(|&c| c > 1) {
-                        self.recovery.spacing.answered_whole();
-                    }
-                }
-            }
-        }
-        (answered, crossed)
     }
 
     /// **Arrivals that prove themselves.** In a tree whose root releases by

@@ -485,9 +485,14 @@ impl Checker<'_> {
                     if sop.is_mismatch() || !kind.has_result_at(b) {
                         continue;
                     }
-                    let want = reference.get_or_insert_with(|| {
-                        let inputs: Vec<Vec<u8>> = (0..n).map(|x| workload::input(run.config.seed, j, k, x, kind)).collect();
-                        workload::reference(run.config.barrier.algorithm, kind, &inputs)
+                    let want = reference.get_or_insert_with(|| match kind {
+                        // A broadcast's result is its root's input (the
+                        // others' inputs are never read: not made).
+                        OpKind::Bcast { root, .. } => Some(workload::input(run.config.seed, j, k, root, kind)),
+                        _ => {
+                            let inputs: Vec<Vec<u8>> = (0..n).map(|x| workload::input(run.config.seed, j, k, x, kind)).collect();
+                            workload::reference(run.config.barrier.algorithm, kind, &inputs)
+                        }
                     });
                     if result != want {
                         let detail = match (result, want) {

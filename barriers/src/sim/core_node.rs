@@ -4,15 +4,42 @@
 //! `EnterCollective`, `WaitResult` and `collective_result` — and nothing
 //! else, so the simulator runs the protocol the applications run.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::node::{AppCall, NodeEvent, NodeSpec, SimNode, Transmit};
 use crate::collective::{wire, Collective};
-use crate::core::{Call, Core, Event, Setup, To};
+use crate::core::{Call, Core, Event, Plans, Setup, To};
 use crate::plan::Dest;
 use crate::transport::{Msg, NodeId};
 use crate::BarrierError;
+
+/// The plans a core of `setup` and `config` runs, shared by every core of
+/// this thread with the same (they never change: [`Core::plans`]). A
+/// simulated node makes a core per instance and per restart, and building
+/// its plans (one per broadcast and reduce root) cost as much as a barrier.
+fn shared_plans(setup: Setup, config: &crate::BarrierConfig) -> Arc<Plans> {
+    /// The most plan sets kept (a run uses one per node).
+    const KEPT: usize = 64;
+    type Key = (usize, usize, usize, usize, bool, crate::plan::Algorithm);
+    thread_local! {
+        static CACHE: RefCell<Vec<(Key, Arc<Plans>)>> = const { RefCell::new(Vec::new()) };
+    }
+    let key: Key = (setup.me, setup.nodes, setup.rails, config.rails, setup.max_data > 0, config.algorithm);
+    CACHE.with_borrow_mut(|cache| {
+        if let Some((_, plans)) = cache.iter().find(|(k, _)| *k == key) {
+            return Arc::clone(plans);
+        }
+        let plans = Core::plans(setup, config).expect("a valid simulated configuration");
+        if cache.len() == KEPT {
+            cache.remove(0);
+        }
+        cache.push((key, Arc::clone(&plans)));
+        plans
+    })
+}
 
 /// What the adapter waits for from the core.
 #[derive(Debug)]
@@ -43,7 +70,8 @@ impl CoreNode {
     /// A node of `spec` at `now`, joining at once.
     pub fn new(spec: &NodeSpec, now: Instant) -> CoreNode {
         let setup = Setup { me: spec.node, nodes: spec.nodes, rails: spec.rails, multicast: true, max_data: spec.max_data };
-        let mut core = Core::new(setup, spec.config, now).expect("a valid simulated configuration");
+        let plans = shared_plans(setup, &spec.config);
+        let mut core = Core::with_plans(setup, spec.config, plans, now).expect("a valid simulated configuration");
         core.join(spec.incarnation, now);
         CoreNode {
             core,
@@ -114,11 +142,17 @@ impl CoreNode {
         }
     }
 
+    /// Takes in the core's events (mostly there are none: checked inline,
+    /// the rest out of line, so that every poll does not pay its frame).
     #[inline]
     fn collect(&mut self) {
-        if !self.core.has_event() {
-            return;
+        if self.core.has_event() {
+            self.collect_events();
         }
+    }
+
+    #[inline(never)]
+    fn collect_events(&mut self) {
         while let Some(e) = self.core.poll_event() {
             match e {
                 Event::Joined { instance } => self.events.push_back(NodeEvent::Joined { instance }),

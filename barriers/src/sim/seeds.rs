@@ -603,3 +603,40 @@ fn regression_a_nack_asked_often_does_not_push_another_out_of_the_answer_log() {
     campaign("mix", 5078886..5078887, Some(8));
     campaign("mix", 5023376..5023377, Some(8));
 }
+
+/// n = 8, dissemination, 5% loss in bursts (soak seed 5108111, failing on
+/// main too): node 2 crashed in instance 0's closing barrier, and its
+/// restarted process, running instance 0's script, was admitted into the
+/// barrier its peers made for instance 1 (…3297). It called a broadcast
+/// from root 5 where they called one from root 0: barrier 0 ended void on
+/// every node (a mismatch in a crossed barrier ends every script there).
+/// Node 2's next process, for instance 1, asked to join while node 0 was
+/// still in barrier 0, and node 0, which had heard nothing directly from
+/// node 2 (the earlier process took part through its peers), admitted it
+/// in that process's place (admissions are tentative until node 0's
+/// first completion). It called instance 1's broadcast from 0 in barrier
+/// 0, which its peers had completed, void, with its predecessor's
+/// messages, and NACKed node 0 for the broadcast's data (tag 4). Node 0's
+/// void barrier had run the base plan, which never sends that: it answered
+/// with a status of barrier 1, which says nothing of barrier 0, and node 2
+/// waited for ever. Node 0 now answers such a NACK with a `MISMATCH`
+/// status of barrier 0: node 2 goes over to the void barrier, its peers
+/// answer its messages, and its broadcast ends in the mismatch its peers'
+/// did.
+#[test]
+fn regression_a_process_admitted_in_place_of_one_that_met_a_mismatch_learns_it() {
+    campaign("mix", 5108111..5108112, Some(8));
+    let (run, v) = mix_run(5108111, 8);
+    assert!(v.is_empty(), "{v:?}");
+    // The situation: node 2's processes of instances 0 (restarted) and 1
+    // in the barrier its peers made for instance 1, and that barrier's
+    // first call a mismatch for both.
+    let of = |node: usize, instance: usize| {
+        run.joins.iter().filter(|a| a.node == node && a.instance == instance && a.barrier.is_some()).map(|a| a.barrier).collect::<Vec<_>>()
+    };
+    let peers = of(0, 1);
+    assert_eq!(peers.len(), 1);
+    assert!(of(2, 0).contains(&peers[0]) && of(2, 1).contains(&peers[0]), "node 2's two processes in instance 1's barrier");
+    let mismatch = |r: &super::world::OpRecord| matches!(r.outcome, super::world::Outcome::Err(super::world::Verdict::Mismatch));
+    assert!(mismatch(&run.ops[0][0][2]) && mismatch(&run.ops[1][0][2]) && mismatch(&run.ops[1][0][0]), "{:?}", run.ops[1][0]);
+}

@@ -13,7 +13,7 @@ mod record;
 use std::time::{Duration, Instant};
 
 use super::faults::Faults;
-use super::node::{NodeEvent, NodeFactory, SimNode, Transmit};
+use super::node::{NodeEvent, NodeFactory, SimNode};
 use super::rng::Rng;
 use super::trace::{DropCause, Ring, TraceEvent};
 use super::workload::{self, OpKind, ScriptOp};
@@ -73,8 +73,6 @@ pub struct World<F: NodeFactory> {
     bad: Vec<(bool, u64)>,
     partitions: Vec<usize>,
     procs: Vec<Proc<F::Node>>,
-    /// Transmits polled from a node, each with its data.
-    out: Vec<(Transmit, Vec<u8>)>,
     events: Vec<NodeEvent>,
     /// Data buffers of delivered messages, for the next copies.
     pool: Vec<Vec<u8>>,
@@ -147,7 +145,6 @@ impl<F: NodeFactory> World<F> {
             bad: vec![(true, 0); n * n],
             partitions: Vec::new(),
             procs,
-            out: Vec::new(),
             events: Vec::new(),
             pool: Vec::new(),
             run,
@@ -362,32 +359,31 @@ impl<F: NodeFactory> World<F> {
     }
 
     /// After any input to `node`: its transmits, its events, its timer.
+    /// Each transmit is sent as it is polled (sending queues its
+    /// deliveries and never touches a core); then the events polled, each
+    /// told in turn; again until the node has neither.
     fn pump(&mut self, node: NodeId) {
         loop {
-            let mut out = std::mem::take(&mut self.out);
+            while let Some(core) = self.procs[node].core.as_mut() {
+                let mut buf = self.pool.pop().unwrap_or_default();
+                let Some(t) = core.poll_transmit(&mut buf) else {
+                    if buf.capacity() > 0 && self.pool.len() < POOL {
+                        self.pool.push(buf);
+                    }
+                    break;
+                };
+                self.send(node, t, buf);
+            }
             let mut events = std::mem::take(&mut self.events);
             if let Some(core) = self.procs[node].core.as_mut() {
-                let mut buf = self.pool.pop().unwrap_or_default();
-                while let Some(t) = core.poll_transmit(&mut buf) {
-                    let data = if buf.is_empty() { Vec::new() } else { std::mem::replace(&mut buf, self.pool.pop().unwrap_or_default()) };
-                    out.push((t, data));
-                }
-                if buf.capacity() > 0 && self.pool.len() < POOL {
-                    self.pool.push(buf);
-                }
                 while let Some(e) = core.poll_event() {
                     events.push(e);
                 }
             }
-            if out.is_empty() && events.is_empty() {
-                self.out = out;
+            if events.is_empty() {
                 self.events = events;
                 break;
             }
-            for (t, data) in out.drain(..) {
-                self.send(node, t, data);
-            }
-            self.out = out;
             for e in events.drain(..) {
                 self.told(node, e);
             }

@@ -23,6 +23,8 @@ impl<F: NodeFactory> World<F> {
     }
 
     /// The node's application is told `event`.
+    /// (Out of line: rare beside the transmits `pump` handles.)
+    #[inline(never)]
     pub(super) fn told(&mut self, node: NodeId, event: NodeEvent) {
         let now = self.now;
         match event {

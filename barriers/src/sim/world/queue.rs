@@ -114,4 +114,44 @@ mod tests {
         assert_eq!(got, drain(&mut b));
         assert_eq!(got, [(3, 'd'), (5, 'f'), (7, 'b'), (7, 'a'), (7, 'e'), (9, 'c')]);
     }
+
+    #[test]
+    fn many_events_come_in_the_order_of_a_sorted_list_whatever_the_pushes_pops_and_requeues() {
+        // A reference: every pending event by (time, the count of pushes
+        // and requeues when it was queued), the least first.
+        let (mut q, mut model) = (Queue::new(), std::collections::BTreeMap::new());
+        let (mut x, mut count, mut id, mut now) = (0x9E37_79B9_7F4A_7C15u64, 0u64, 0u64, 0u64);
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let r = next();
+            if r % 3 != 0 || model.is_empty() {
+                // Times close together (many ties) and far apart.
+                let t = now + if r & 8 == 0 { (r >> 8) % 4 } else { (r >> 8) % 10_000 };
+                (count, id) = (count + 1, id + 1);
+                q.push(t, id);
+                model.insert((t, count), id);
+            } else if r % 7 == 0 {
+                // Queued again, later: after every event queued before then.
+                let ((t, _), e) = model.pop_first().unwrap();
+                assert_eq!(q.peek(), Some((t, &e)));
+                let later = t + (r >> 8) % 50;
+                q.requeue_first(later);
+                count += 1;
+                model.insert((later, count), e);
+            } else {
+                let ((t, _), e) = model.pop_first().unwrap();
+                assert_eq!(q.pop(), Some((t, e)));
+                now = t;
+            }
+        }
+        while let Some(((t, _), e)) = model.pop_first() {
+            assert_eq!(q.pop(), Some((t, e)));
+        }
+        assert_eq!(q.pop(), None);
+    }
 }

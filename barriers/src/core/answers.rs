@@ -1,0 +1,186 @@
+//! Answers to NACKs: what a NACK is answered with (the message again, by
+//! multicast where it was multicast, unless the NACK crossed it), and the
+//! per-peer rate limit with its log of recent answers. The rules are in
+//! [`super::recovery`]'s notes ("Answers by multicast", the rate limit).
+
+use std::time::{Duration, Instant};
+
+use super::copies::copy_arg;
+use super::window::parity;
+use super::{Core, To};
+use crate::plan::Dest;
+use crate::transport::{Msg, MsgKind, NodeId, MISMATCHED};
+
+/// Whether a multicast message is answered by multicast where the network
+/// has it (measured in the real-protocol simulator, 10 GbE, tree4: with
+/// it, n = 8 at 20% loss 3.7× lossless, without 6.3×; n = 64 at 1% 1.4×,
+/// without a storm of unicast answers at the root).
+const MULTICAST_ANSWERS: bool = true;
+
+/// A NACK of the same (epoch, tag) from the same peer within this fraction
+/// of the learned retry timeout (or the shortest round trip seen, if
+/// longer: the answer is on its way) of the last answer to it is not
+/// answered. (The round trip: measured, 10 GbE, tree4, n = 64, 20% loss:
+/// 41× lossless without it, 27× with it, in 281 barriers.)
+const ANSWER_GAP_DIVISOR: u32 = 4;
+/// How many recent answers are remembered per peer (a peer alternating
+/// between this many (epoch, tag) pairs or fewer is still rate-limited).
+const ANSWER_LOG: usize = 4;
+
+/// The last answers given to one peer: (epoch, tag, when), newest at
+/// `next - 1` (a ring), for the rate limit.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Answered {
+    recent: [Option<(u64, u16, Instant)>; ANSWER_LOG],
+    next: usize,
+}
+
+impl Answered {
+    /// Whether a NACK of (`epoch`, `tag`) came before (of the last few).
+    #[inline]
+    pub(super) fn asked_before(&self, epoch: u64, tag: u16) -> bool {
+        self.recent.iter().flatten().any(|&(e, t, _)| e == epoch && t == tag)
+    }
+
+    /// Whether a NACK of (`epoch`, `tag`) was admitted within `within` of `now`.
+    #[inline]
+    pub(super) fn admitted_within(&self, epoch: u64, tag: u16, now: Instant, within: Duration) -> bool {
+        self.recent.iter().flatten().any(|&(e, t, at)| e == epoch && t == tag && now.saturating_duration_since(at) < within)
+    }
+
+    /// Whether a NACK of (`epoch`, `tag`) at `now` may be answered (no
+    /// answer to it within `gap`); if so, it is recorded as answered.
+    #[inline]
+    pub(super) fn admit(&mut self, epoch: u64, tag: u16, now: Instant, gap: Duration) -> bool {
+        let recent = self.recent.iter().flatten().any(|&(e, t, at)| e == epoch && t == tag && now.saturating_duration_since(at) < gap);
+        if !recent {
+            // One entry a pair: a pair asked often must not push the others
+            // out (soak seed 5569580: a peer's NACKs of one message, every
+            // 0.1 ms, pushed out its NACK of a broadcast's end, which then
+            // looked like a first NACK after the multicast answer each time
+            // and was never answered, for 400 ms).
+            match self.recent.iter().position(|r| r.is_some_and(|(e, t, _)| e == epoch && t == tag)) {
+                Some(i) => self.recent[i] = Some((epoch, tag, now)),
+                None => {
+                    self.recent[self.next] = Some((epoch, tag, now));
+                    self.next = (self.next + 1) % ANSWER_LOG;
+                }
+            }
+        }
+        !recent
+    }
+}
+
+impl Core {
+    /// The least time between two answers to one peer's NACKs of one
+    /// message: never more than half the longest retry interval, so that a
+    /// live peer probing at its slowest pace has every probe answered. (A
+    /// reply taken in late, this node paused, is no round trip: soak seed
+    /// 5540160, node 0 paused 99 ms measured one of 98.6 ms, answered its
+    /// peer once a 98.6 ms, and two answers lost at 20% loss got it named
+    /// silent.)
+    pub(super) fn answer_gap(&self) -> Duration {
+        self.reply_floor(self.recovery.rto.least() / ANSWER_GAP_DIVISOR)
+    }
+
+    /// `gap`, or the shortest reply seen if longer, up to half the longest
+    /// retry interval (see [`Core::answer_gap`]).
+    pub(super) fn reply_floor(&self, gap: Duration) -> Duration {
+        gap.max(self.recovery.reply.unwrap_or_default()).min(self.config.max_retry_interval() / 2)
+    }
+
+    /// A node not yet admitted: whether it may answer `from`'s NACK of
+    /// `instance` (any) and `tag` with a `JOINING` status, under the same
+    /// per-peer limit as an admitted node's answers (keyed by the instance
+    /// in place of the epoch: it has none yet), so that NACKs replayed from
+    /// an earlier run get a bounded number of answers (rev28, finding 6).
+    /// Suppressed ones are counted in `answers_suppressed`.
+    pub(super) fn may_answer_joining(&mut self, from: NodeId, instance: u64, tag: u16, now: Instant) -> bool {
+        // (It has learned no retry timeout yet: the configured one's quarter.)
+        let gap = self.reply_floor(self.config.retry_timeout / ANSWER_GAP_DIVISOR);
+        let may = self.recovery.answered.get(from).is_some() && self.recovery.answered[from].admit(instance, tag, now, gap);
+        if !may {
+            self.stats.answers_suppressed += 1;
+        }
+        may
+    }
+
+    /// Whether this node's plan of barrier `epoch` multicasts `tag`.
+    pub(super) fn multicasts(&self, epoch: u64, tag: u16) -> bool {
+        let v = self.window.variant[parity(epoch)];
+        self.plans.list[v].steps.iter().any(|s| s.sends.iter().any(|o| o.tag == tag && matches!(o.dest, Dest::All)))
+    }
+
+    /// Re-sends to `to` the messages of barrier `epoch` addressed to it (one
+    /// tag, or all) that this node has already sent (a multicast one by
+    /// multicast, where the network has it); returns how many.
+    ///
+    /// **Crossings.** A NACK that arrives less than a round trip (the
+    /// shortest reply seen, [`super::recovery::Recovery::reply`], once measured) after the message it asks
+    /// for went out was sent before that message could have reached the
+    /// asker: it crossed the original, which the asker will see. It is not
+    /// answered (counted in `answers_suppressed`); if the original was lost
+    /// after all, the asker's next retry, a retry timeout later, is.
+    /// Returns (answered, crossed).
+    pub(super) fn answer(&mut self, to: NodeId, epoch: u64, tag: Option<u16>, now: Instant, again: bool) -> (usize, usize) {
+        let v = self.window.variant[parity(epoch)];
+        let sent_steps = if epoch + 1 == self.window.epoch {
+            self.plans.list[v].steps.len()
+        } else if epoch == self.window.epoch && self.phase.running() {
+            self.run.step + usize::from(self.run.step_sent)
+        } else {
+            0
+        };
+        let (mut answered, mut crossed) = (0, 0);
+        // (Until a round trip was measured, no NACK is taken for a crossing;
+        // nor one that asks again: the original did not come.)
+        let window = if again { Duration::ZERO } else { self.recovery.reply.unwrap_or(Duration::ZERO) };
+        for s in 0..sent_steps {
+            let fresh = self.recovery.sent_at[parity(epoch)].get(s).copied().flatten().is_some_and(|t| now.saturating_duration_since(t) < window);
+            for i in 0..self.plans.list[v].steps[s].sends.len() {
+                let out = self.plans.list[v].steps[s].sends[i];
+                let for_them = matches!(out.dest, Dest::All) || out.dest == Dest::Node(to);
+                if for_them && tag.is_none_or(|t| t == out.tag) && fresh {
+                    crossed += 1;
+                    self.stats.answers_suppressed += 1;
+                } else if for_them && tag.is_none_or(|t| t == out.tag) {
+                    let void_here = if epoch + 1 == self.window.epoch { self.window.last_void } else { self.window.void[parity(epoch)] };
+                    let void = if void_here { MISMATCHED } else { 0 };
+                    let dest = if matches!(out.dest, Dest::All) && self.setup.multicast && MULTICAST_ANSWERS {
+                        self.recovery.multicast_answer = Some((epoch, out.tag, now, true));
+                        To::All
+                    } else {
+                        To::Node(to)
+                    };
+                    // (As many copies as one receiver's loss makes worth it:
+                    // the others have the original, mostly.)
+                    let (copies, gap) = (self.recovery.loss.copies(1), self.copy_gap());
+                    for k in 0..copies {
+                        let msg = Msg { arg: void | copy_arg(k, copies), ..self.msg(MsgKind::Answer, epoch, out.tag) };
+                        let data = self.coll.as_ref().map_or(&[][..], |c| c.sent(parity(epoch), s));
+                        self.out.push_copy(now, (k, gap), out.rail, dest, msg, data);
+                    }
+                    self.stats.answers += 1;
+                    self.stats.copies += u64::from(copies - 1);
+                    answered += 1;
+                    // A first NACK for a message sent in copies that comes a
+                    // retry timeout after it went shows that the asker lost
+                    // every copy. (A repeated one shows that a NACK or its
+                    // answer was lost.) (Counting every answered NACK, at 1% independent
+                    // loss the gap grew, which made more NACKs cross the
+                    // later copies, which grew it more: 64 nodes 1.14 →
+                    // 1.32× lossless.)
+                    let long_ago = self.recovery.sent_at[parity(epoch)]
+                        .get(s)
+                        .copied()
+                        .flatten()
+                        .is_some_and(|t| now.saturating_duration_since(t) >= self.recovery.rto.least());
+                    if long_ago && !again && self.recovery.sent_copies[parity(epoch)].get(s).is_some_and(|&c| c > 1) {
+                        self.recovery.spacing.answered_whole();
+                    }
+                }
+            }
+        }
+        (answered, crossed)
+    }
+}
