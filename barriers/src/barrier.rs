@@ -42,11 +42,24 @@ struct Shared<T: Transport> {
     calls: AtomicU64,
     stop: AtomicBool,
     waker: Arc<dyn Waker>,
-    /// Set when a nonblocking collective starts: the agent serves at once,
-    /// without waiting out its grace (the application is not polling: it
-    /// computes until it tests or waits).
-    hurry: AtomicBool,
-    /// How many starts set `hurry` ([`BarrierStats::agent_hurried`]).
+    /// Set when a nonblocking collective starts, to the call count its
+    /// start left (even, so never 0 once set; 0: no start pending): the
+    /// agent, woken, serves at once without waiting out its grace if the
+    /// application has not called since (it computes until it tests or
+    /// waits); if it has (a wait at once, the usual case), the application
+    /// drives the collective itself and the agent stays out of its way.
+    hurry_at: AtomicU64,
+    /// Whether such a start wakes the agent at once: as the application
+    /// used the last one the agent looked at. One waited or tested at
+    /// once (a benchmark's loop, or a program with nothing to overlap)
+    /// needs no agent, whose wake-up then only takes a core from a peer:
+    /// on 2 cores, 4 ranks' agents woken at every start made issue 28's
+    /// 4-rank `MPI_Ibarrier` and `MPI_Iallreduce` 2-4× their blocking
+    /// forms (never woken: 1.1-1.3×). One the application left to compute
+    /// turns it back on, found so by the agent at its grace period's end
+    /// at the latest.
+    wake_at_start: AtomicBool,
+    /// How many starts woke the agent ([`BarrierStats::agent_hurried`]).
     hurried: AtomicU64,
 }
 
@@ -107,7 +120,8 @@ impl<T: Transport + Send + 'static> Barrier<T> {
             calls: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             waker,
-            hurry: AtomicBool::new(false),
+            hurry_at: AtomicU64::new(0),
+            wake_at_start: AtomicBool::new(true),
             hurried: AtomicU64::new(0),
         });
         let agent = if config.progress_agent && nodes > 1 {
@@ -290,7 +304,10 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     /// form would (segments and all); a blocking call on the barrier runs
     /// the ones started before it first. Whoever holds the barrier drives
     /// them: the calls of the application ([`Request::test`], ...), and
-    /// meanwhile the progress agent, woken at once for it. Complete it with
+    /// meanwhile the progress agent, woken at once for it unless the
+    /// application tested or waited at once after the last such start
+    /// (then the agent serves after its grace period if the application
+    /// stays out that long, and wakes at once again from then on). Complete it with
     /// [`Request::test`] or [`Request::wait`].
     ///
     /// The start itself takes the first step in the caller's thread: what
@@ -337,9 +354,9 @@ impl<T: Transport + Send + 'static> Barrier<T> {
             Ok::<_, BarrierError>((id, !(eager_only && e.on_the_wire(id, entered))))
         })?;
         if hurry {
-            self.shared.hurried.fetch_add(1, Ordering::Relaxed);
-            self.shared.hurry.store(true, Ordering::Release);
-            if let Some(agent) = &self.agent {
+            self.shared.hurry_at.store(self.shared.calls.load(Ordering::Acquire), Ordering::Release);
+            if let Some(agent) = self.agent.as_ref().filter(|_| self.shared.wake_at_start.load(Ordering::Acquire)) {
+                self.shared.hurried.fetch_add(1, Ordering::Relaxed);
                 agent.thread().unpark();
             }
         }
@@ -558,9 +575,17 @@ fn run_agent<T: Transport>(shared: &Shared<T>) {
             }
             std::thread::park_timeout(grace);
             let calls = shared.calls.load(Ordering::Acquire);
-            // A nonblocking collective just started: the application went
-            // on with its own work, so serve now.
-            if calls.is_multiple_of(2) && (calls == seen || shared.hurry.swap(false, Ordering::AcqRel)) {
+            // A nonblocking collective just started and the application
+            // has not called since: it went on with its own work, so serve
+            // now, and wake at the next such start. If it has called since
+            // (a wait or test at once), it drives the collective itself:
+            // serving too would only take the engine from it and a core
+            // from the peers, and so would waking for the next start.
+            let started_at = shared.hurry_at.swap(0, Ordering::AcqRel);
+            if started_at != 0 {
+                shared.wake_at_start.store(calls == started_at, Ordering::Release);
+            }
+            if calls.is_multiple_of(2) && (calls == seen || calls == started_at) {
                 seen = calls;
                 break;
             }

@@ -46,6 +46,8 @@ pub(crate) struct Engine<T: Transport> {
     pub(crate) agent_error: Option<TransportError>,
     /// The nonblocking collectives started and not yet claimed.
     queue: Queue,
+    /// The transport's ring drops when last asked ([`Transport::ring_drops`]).
+    ring_drops: u64,
 }
 
 impl<T: Transport> Engine<T> {
@@ -59,7 +61,7 @@ impl<T: Transport> Engine<T> {
             max_data: transport.max_data(),
         };
         let core = Core::new(setup, config, Instant::now())?;
-        Ok(Engine { transport, core, agent_error: None, queue: Queue::default() })
+        Ok(Engine { transport, core, agent_error: None, queue: Queue::default(), ring_drops: 0 })
     }
 
     pub(crate) fn me(&self) -> NodeId {
@@ -109,10 +111,17 @@ impl<T: Transport> Engine<T> {
         Ok(())
     }
 
-    /// Feeds the core every message already there.
+    /// Feeds the core every message already there, then tells it if the
+    /// transport dropped frames since it last asked (they may have been
+    /// for this node: [`Core::frames_lost`]).
     fn drain(&mut self, now: Instant) -> Result<(), TransportError> {
         while let Some(m) = self.transport.recv(Duration::ZERO)? {
             self.feed(now, m);
+        }
+        let drops = self.transport.ring_drops()?;
+        if drops > self.ring_drops {
+            self.ring_drops = drops;
+            self.core.frames_lost(now);
         }
         Ok(())
     }

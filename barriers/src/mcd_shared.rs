@@ -42,8 +42,19 @@
 //! to their group (or a timer of theirs is due). So however many
 //! communicators a program has, its idle agents do not wake for frames that
 //! are not theirs.
+//!
+//! **Frames dropped unread.** The rings are one for all groups, so a frame
+//! the kernel dropped for want of ring space may have been any group's:
+//! every group is told ([`Transport::ring_drops`]). Whichever thread reads
+//! the rings takes the endpoint's drop count after reading
+//! ([`Endpoint::ring_drops`]: a system call only when a frame read says
+//! that frames were dropped) into a counter every group's transport reads
+//! without the hub's lock, and wakes the other groups' sleepers (once per
+//! overflow told); each group counts from the drops when it was made, and
+//! its barrier takes each drop once (it keeps the count it was last told).
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -184,6 +195,9 @@ struct Hub {
     /// in the group while its count is above 0).
     in_group: [u32; 256],
     stats: RouteStats,
+    /// The endpoint's ring drops as last taken ([`Endpoint::ring_drops`]),
+    /// written under the lock, read by every group's transport without it.
+    ring_drops: Arc<AtomicU64>,
 }
 
 impl Hub {
@@ -226,6 +240,28 @@ impl Hub {
                     self.pending.push_back((key, m.from, m.rail, msg));
                 }
                 None => self.stats.foreign += 1,
+            }
+        }
+        self.note_ring_drops(reader)
+    }
+
+    /// Takes the endpoint's ring-drop count (no system call unless a frame
+    /// read said that frames were dropped) and, if it grew, publishes it to
+    /// every group and wakes the sleepers of the groups other than
+    /// `reader`'s: the dropped frames may have been any group's, and a group
+    /// whose barrier misses one asks again once it looks
+    /// ([`Transport::ring_drops`]). Once per overflow told, not per frame.
+    fn note_ring_drops(&mut self, reader: u64) -> Result<(), TransportError> {
+        let drops = self.endpoint.ring_drops()?;
+        if drops <= self.ring_drops.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.ring_drops.store(drops, Ordering::Release);
+        for (_, route) in self.routes.iter().filter(|&(&k, r)| k != reader && r.members > 1) {
+            // Failing to signal leaves the sleeper to its timeout.
+            let _ = route.app.wake();
+            if let Some(agent) = &route.agent {
+                agent.wake();
             }
         }
         Ok(())
@@ -301,6 +337,7 @@ impl SharedEndpoint {
             watcher: None,
             in_group: [0; 256],
             stats: RouteStats::default(),
+            ring_drops: Arc::default(),
         };
         SharedEndpoint { hub: Arc::new(Mutex::new(hub)), me, nodes, rails }
     }
@@ -386,9 +423,14 @@ impl SharedEndpoint {
         if hub.watcher.is_none() && members.len() > 1 {
             hub.watcher = Some(key);
         }
+        let ring_drops = hub.ring_drops.clone();
+        let drops_before = ring_drops.load(Ordering::Acquire);
         Ok(GroupTransport {
             hub: self.hub.clone(),
             key,
+            ring_drops,
+            drops_before,
+            drops_told: drops_before,
             members: members.to_vec(),
             index,
             me,
@@ -514,6 +556,12 @@ impl Drop for GroupListener {
 pub struct GroupTransport {
     hub: Arc<Mutex<Hub>>,
     key: u64,
+    /// The shared endpoint's ring drops (`Hub::ring_drops`).
+    ring_drops: Arc<AtomicU64>,
+    /// Its count when this group was made: earlier drops were not its.
+    drops_before: u64,
+    /// Its count when [`Transport::ring_drops`] last told it.
+    drops_told: u64,
     members: Vec<NodeId>,
     /// The group index of each node of the job.
     index: Vec<Option<usize>>,
@@ -720,7 +768,8 @@ impl Transport for GroupTransport {
             }
             let now = Instant::now();
             let waited = now - start;
-            if waited >= timeout {
+            // Back early while ring drops are untold: see `ring_drops`.
+            if waited >= timeout || self.ring_drops.load(Ordering::Acquire) > self.drops_told {
                 return Ok(None);
             }
             if waited < phases.spin {
@@ -767,6 +816,15 @@ impl Transport for GroupTransport {
             route.agent = Some(alarm.clone());
         }
         Ok(Arc::new(GroupWaker { hub: self.hub.clone(), key: self.key, alarm }))
+    }
+
+    /// The shared endpoint's ring drops since this group was made: every
+    /// group is told of every drop (see the module docs), without the
+    /// hub's lock. [`recv`](Transport::recv) returns early until this has
+    /// told of the drops seen.
+    fn ring_drops(&mut self) -> Result<u64, TransportError> {
+        self.drops_told = self.ring_drops.load(Ordering::Acquire);
+        Ok(self.drops_told - self.drops_before)
     }
 
     fn bad_tags_from(&self, node: NodeId) -> u64 {

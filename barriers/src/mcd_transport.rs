@@ -267,7 +267,8 @@ impl Transport for McdTransport {
         loop {
             let m = match deadline {
                 None => self.endpoint.try_recv(&mut self.buf)?,
-                Some(d) => self.endpoint.recv(&mut self.buf, Some(d.saturating_duration_since(Instant::now())))?,
+                // Back early when the ring tells of drops: see `ring_drops`.
+                Some(d) => self.endpoint.recv_noting_drops(&mut self.buf, Some(d.saturating_duration_since(Instant::now())))?,
             };
             let Some(m) = m else { return Ok(None) };
             match wire::parse_with_data(m.kind, m.seq, &self.buf[..m.len]) {
@@ -278,6 +279,10 @@ impl Transport for McdTransport {
                 None => self.ignored += 1,
             }
         }
+    }
+
+    fn ring_drops(&mut self) -> Result<u64, TransportError> {
+        Ok(self.endpoint.ring_drops()?)
     }
 
     fn all_joined(&mut self) {

@@ -284,6 +284,15 @@ pub trait Transport {
     fn bad_version(&mut self) -> u64 {
         0
     }
+    /// Frames addressed to this node that were dropped before it could
+    /// read them (a receive ring that overflowed while the node was off
+    /// its core, or under a flood), in all, as far as the transport knows;
+    /// cheap enough to ask after every receive. When it grows, the engine
+    /// asks again at once for what it misses ([`crate::core::Core::frames_lost`]).
+    /// The default: 0 (it cannot tell).
+    fn ring_drops(&mut self) -> Result<u64, TransportError> {
+        Ok(0)
+    }
     /// How often a node that sends nothing must still make itself known to
     /// the network ([`keepalive`](Self::keepalive)): a sleeping progress
     /// agent wakes at least this often. The default: never.

@@ -123,6 +123,11 @@ pub struct BarrierStats {
     /// Of those, NACKs sent at once because a peer's message proved the
     /// missing one was sent.
     pub fast_nacks: u64,
+    /// Retries brought forward because frames for this node were dropped
+    /// before it read them (its transport's receive ring overflowed:
+    /// [`Transport::ring_drops`](crate::Transport::ring_drops)) while it
+    /// missed a message ([`Core::frames_lost`](crate::core::Core::frames_lost)).
+    pub ring_loss_retries: u64,
     /// Messages re-sent to answer a NACK or a straggler.
     pub answers: u64,
     /// NACKs not answered: the same peer asked for the same message (epoch
@@ -162,7 +167,8 @@ pub struct BarrierStats {
     pub superseded: u64,
     /// Nonblocking collectives whose start woke the progress agent at once
     /// ([`Barrier::start`](crate::Barrier::start)): those whose node has
-    /// more to send than the start put on the wire (counted by the
+    /// more to send than the start put on the wire, unless the application
+    /// tested or waited at once after the last such start (counted by the
     /// [`Barrier`](crate::Barrier), 0 from a bare core).
     pub agent_hurried: u64,
     /// The retry timeout learned so far.

@@ -354,3 +354,59 @@ fn a_bounded_wait_says_not_yet_then_completes() {
         r.unwrap();
     }
 }
+
+/// A start the application waits for at once needs no progress agent
+/// (the wait drives it), and waking the agent then only takes a core from
+/// a peer (issue 28's 4-rank `MPI_Ibarrier` and `MPI_Iallreduce` rows,
+/// 2-4× their blocking forms on 2 cores): after such a start, the next
+/// ones leave the agent asleep. One the application leaves to compute
+/// must still complete without a call (the peers' waits need this node's
+/// later stages, which only its agent can send), and the starts after it
+/// wake the agent at once again. Shuffle exchange at 4 nodes: the later
+/// stages are the agent's while the application computes.
+#[test]
+fn starts_waited_at_once_stop_waking_the_agent_and_one_left_to_compute_turns_it_back_on() {
+    use std::sync::{Arc, Barrier as Rendezvous};
+    let n = 4;
+    let rounds = 20;
+    let (node0_started, peers_done) = (Arc::new(Rendezvous::new(n)), Arc::new(Rendezvous::new(n)));
+    let results = run_per_node(mem::network(n, 1, Faults::none()), config(Algorithm::ShuffleExchange, Duration::from_secs(10)), move |b| {
+        let me = b.node();
+        let sum = Collective::Allreduce { op: Op::Sum, dtype: Dtype::U32 };
+        let mut out = vec![0u8; 4];
+        let before = b.stats().agent_hurried;
+        for round in 0..rounds {
+            let mut r = b.start(sum, &u32s(&[me as u32 + round]))?;
+            r.wait(Some(&mut out))?;
+            assert_eq!(from_u32s(&out), vec![(0..n as u32).map(|k| k + round).sum::<u32>()]);
+        }
+        let waited_at_once = b.stats().agent_hurried - before;
+        // Node 0 starts before the others (so its start cannot send its
+        // later stages) and makes no call until every peer has completed
+        // (they cannot without those stages): its agent must serve.
+        if me == 0 {
+            let mut r = b.start(sum, &u32s(&[1]))?;
+            node0_started.wait();
+            peers_done.wait();
+            r.wait(Some(&mut out))?;
+        } else {
+            node0_started.wait();
+            let mut r = b.start(sum, &u32s(&[1]))?;
+            r.wait(Some(&mut out))?;
+            peers_done.wait();
+        }
+        assert_eq!(from_u32s(&out), vec![n as u32]);
+        let before = b.stats().agent_hurried;
+        let mut r = b.start(sum, &u32s(&[2]))?;
+        r.wait(Some(&mut out))?;
+        assert_eq!(from_u32s(&out), vec![2 * n as u32]);
+        Ok((waited_at_once, b.stats().agent_hurried - before))
+    });
+    for (node, r) in results.into_iter().enumerate() {
+        let (waited_at_once, after_computing) = r.unwrap_or_else(|e| panic!("node {node}: {e}"));
+        assert!(waited_at_once <= rounds as u64 / 2, "node {node}: {waited_at_once} of {rounds} starts waited at once woke the agent");
+        if node == 0 {
+            assert_eq!(after_computing, 1, "node 0: the start after one left to compute wakes the agent at once");
+        }
+    }
+}

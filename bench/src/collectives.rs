@@ -123,7 +123,7 @@ pub fn run(out: &Path, nodes: &[usize], sizes: &[usize], scale: f64, rounds: usi
     let size_list = sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
     let mut lines = Vec::new();
     for &n in nodes {
-        let cluster = Cluster::up_guarded(ClusterSpec::new(cluster_stem, n))?;
+        let cluster = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name(cluster_stem), n))?;
         let iterations = iterations_for(n, scale);
         let ompi = MpiRun { yield_when_idle: true, ..MpiRun::default() };
         let preloaded = MpiRun { env: vec![("LD_PRELOAD".into(), interposer.display().to_string())], ..MpiRun::default() };

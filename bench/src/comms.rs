@@ -41,6 +41,10 @@ const MPI_NAMES: [&str; 8] =
 /// Calls checked against PMPI before each row's timed ones.
 const CHECKS: usize = 10;
 const MCD: &str = "mcd";
+/// How coll_bench's last line starts.
+const CALLS_LINE: &str = "{\"calls\"";
+/// How long a run may take to end after its last line.
+const FINALIZE_GRACE: Duration = Duration::from_secs(20);
 
 /// One row of coll_bench's output.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -133,13 +137,16 @@ fn run_once(cluster: &Cluster, run: &MpiRun, sizes: &str, kinds: &str, iteration
     .map(String::from)
     .to_vec();
     let mut run = run.clone();
+    // The program's last line; MPICH's MPI_Finalize may hang after it
+    // ([`MpiRun::ends_after`]): the interposer's reports are written before.
+    run.ends_after = Some((CALLS_LINE.into(), FINALIZE_GRACE));
     if let Some(dir) = report {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir)?;
         run.env.push(("MCD_MPI_REPORT_JSON".into(), dir.join("report.%r.json").display().to_string()));
     }
     let out = run.output(cluster, &program.display().to_string(), &args, Duration::from_secs(900))?;
-    let finished = out.stdout.lines().any(|l| l.starts_with("{\"calls\""));
+    let finished = out.stdout.lines().any(|l| l.starts_with(CALLS_LINE));
     if !out.success() && finished {
         // Every row and the count printed: the launcher's end is noted.
         eprintln!("note: coll_bench under {} ended unsuccessfully ({}) after printing every row", run.mpi, out.status());
@@ -185,7 +192,7 @@ pub fn run(out: &Path, ranks: usize, scale: f64, rounds: usize, mpis: &[Mpi], st
     anyhow::ensure!(rounds >= 1, "--rounds must be at least 1");
     let started = Instant::now();
     let mut loads = vec![format!("start: {}", load_average())];
-    let cluster = Cluster::up_guarded(ClusterSpec::new(stem, ranks))?;
+    let cluster = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name(stem), ranks))?;
     let report_dir = std::env::temp_dir().join(format!("mcd-comms-{stem}"));
     let mut lines: Vec<(&'static str, &'static str, Line)> = Vec::new();
     // Per MPI, the calls of up to one frame and beyond (mcd's runs).

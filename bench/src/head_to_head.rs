@@ -79,14 +79,14 @@ pub fn run(out: &Path, report: &Path, sizes: &[usize], scale: f64, logp: Option<
     // 4. One-way latency first: it needs the cores to itself.
     eprintln!("latency: mcd against UDP, 8 bytes, busy-poll, 3 rounds × 20,000 round trips");
     let latency = {
-        let cluster = Cluster::up_guarded(ClusterSpec::new("bnh2l", 2))?;
+        let cluster = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name("bnh2l"), 2))?;
         let config = PingPongConfig { sizes: vec![8], iterations: 20_000, warmup: 2_000, rounds: 3, wait: WaitPolicy::BusyPoll, udp: true };
         pingpong::run_on_cluster(&cluster, &config, |what| eprintln!("  {what}"))?
     };
 
     let mut rows: Vec<Row> = Vec::new();
     for &n in sizes {
-        let cluster = Cluster::up_guarded(ClusterSpec::new("bnh2h", n).rails(2))?;
+        let cluster = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name("bnh2h"), n).rails(2))?;
         let iterations = iterations_for(n, scale);
         let bench = BarrierBench { method: Method::Paper, warmup: 100, iterations, dummy: Duration::from_micros(30), wait: WaitPolicy::Adaptive };
         let mut record_on = |contender: Contender, comm: Comm, m: BarrierMeasurement| {

@@ -103,7 +103,7 @@ pub fn run(out: &Path, shapes: &[(usize, usize)], iterations: usize) -> Result<(
     for &(hosts, per_host) in shapes {
         let ranks = hosts * per_host;
         eprintln!("{hosts} hosts × {per_host} ranks = {ranks} ranks, {iterations} timed barriers each");
-        let cluster = Cluster::up_guarded(ClusterSpec::new("h14bh", hosts))?;
+        let cluster = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name("h14bh"), hosts))?;
         let flat = BarrierConfig::auto_on_host(ranks, 1, &params, true, ranks, cores);
         let leaders = BarrierConfig::auto_on_host(hosts, 1, &params, true, ranks, cores);
         for method in [Method::Osu, Method::Paper] {

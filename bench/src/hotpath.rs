@@ -142,7 +142,7 @@ fn run_barrier(barrier: &mut Barrier<McdTransport>, iterations: usize, warmup: u
 pub fn run(out: &std::path::Path, iterations: usize, rounds: usize) -> Result<()> {
     anyhow::ensure!(iterations >= 1 && rounds >= 1, "--iterations and --rounds must be at least 1");
     anyhow::ensure!(mcd::host::online_cpus() >= 2, "needs two cores: each node busy-polls on its own");
-    let cluster = Cluster::up_guarded(ClusterSpec::new("bnhot", 2))?;
+    let cluster = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name("bnhot"), 2))?;
     let warmup = 2_000;
     let new_hist = || Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
     let mut hists: Vec<Histogram<u64>> = Mode::ALL.iter().map(|_| new_hist()).collect();

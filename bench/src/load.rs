@@ -140,7 +140,7 @@ pub fn run(out: &Path, sizes: &[usize], rounds: usize, iterations: usize) -> Res
     let scratch = std::env::temp_dir().join("mcd-bench-load");
     let mut rows: Vec<Row> = Vec::new();
     for &n in sizes {
-        let cluster = Cluster::up_guarded(ClusterSpec::new("bnload", n))?;
+        let cluster = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name("bnload"), n))?;
         for method in ["osu", "paper"] {
             let mut these: Vec<Row> =
                 CONTENDERS.iter().map(|c| Row { nodes: n, method, contender: c.to_string(), means_us: Vec::new(), recoveries: None }).collect();

@@ -569,7 +569,7 @@ pub fn load_or_measure(path: Option<&std::path::Path>) -> Result<LogP> {
         });
     }
     eprintln!("measuring LogP parameters for the predictions (mcd-logp --json FILE and --logp FILE skip this)");
-    let cluster = mcd_vcluster::Cluster::up_guarded(mcd_vcluster::ClusterSpec::new("mbl", 2))?;
+    let cluster = mcd_vcluster::Cluster::up_guarded(mcd_vcluster::ClusterSpec::new(&mcd_vcluster::prefixed_name("mbl"), 2))?;
     let ms = measure_on_cluster(&cluster, &[WaitPolicy::BusyPoll], Effort { samples: 500, burst: 100 }, false, |_| {})?;
     Ok(ms[0].logp())
 }
@@ -904,7 +904,7 @@ pub fn send_costs(stem: &str, ports: &[usize], samples: usize) -> Result<Vec<Sen
         for topology in [Topology::Hub, Topology::Switch] {
             let name = format!("{stem}f{}", 2 * i + usize::from(topology == Topology::Switch));
             eprintln!("  measuring the send call on a {n}-port {topology} (cluster `{name}`)");
-            let cluster = Cluster::up_guarded(ClusterSpec::new(&name, n).topology(topology))?;
+            let cluster = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name(&name), n).topology(topology))?;
             out.push(send_cost_on_cluster(&cluster, samples)?);
         }
     }

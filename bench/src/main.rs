@@ -414,7 +414,7 @@ fn today() -> String {
 }
 
 fn latency(out: &std::path::Path, iterations: usize, rounds: usize) -> Result<()> {
-    let cluster = Cluster::up_guarded(ClusterSpec::new("bnlat", 2))?;
+    let cluster = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name("bnlat"), 2))?;
     let mut all: Vec<(String, Vec<SizeResult>)> = Vec::new();
     for (label, wait, sizes) in [("busy-poll", WaitPolicy::BusyPoll, vec![8, 64, 256, 512, 1024, 1472]), ("block", WaitPolicy::Block, vec![8])] {
         let config = PingPongConfig { sizes, iterations, warmup: 2_000, rounds, wait, udp: true };
@@ -500,7 +500,7 @@ fn paper_bench(n: usize, scale: f64) -> BarrierBench {
 fn barrier_sweep(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<()> {
     let mut rows: Vec<BarrierMeasurement> = Vec::new();
     for &n in sizes {
-        let cluster = Cluster::up_guarded(ClusterSpec::new("bnbar", n).rails(2))?;
+        let cluster = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name("bnbar"), n).rails(2))?;
         let bench = paper_bench(n, scale);
         for config in barrier_configs() {
             let m = barrierbench::measure(&cluster, config, bench)?;
@@ -600,7 +600,7 @@ fn loss_sweep(out: &std::path::Path, sizes: &[usize], losses: &[f64], algorithms
     for &n in sizes {
         let configs = loss_configs(algorithms, n)?;
         for &loss in losses {
-            let mut spec = ClusterSpec::new("bnloss", n);
+            let mut spec = ClusterSpec::new(&mcd_vcluster::prefixed_name("bnloss"), n);
             if loss > 0.0 {
                 spec = spec.loss(loss, mcd_vcluster::LossPoint::Node);
             }
@@ -699,7 +699,7 @@ fn model(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<()> {
     use mcd_bench::logp;
 
     // 1. The parameters, on the same kind of link.
-    let params_cluster = Cluster::up_guarded(ClusterSpec::new("bnlogp", 2))?;
+    let params_cluster = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name("bnlogp"), 2))?;
     let measured = logp::measure_on_cluster(&params_cluster, &[WaitPolicy::BusyPoll, WaitPolicy::Block], logp::Effort::default(), true, |what| {
         eprintln!("  LogP: {what}")
     })?;
@@ -711,7 +711,7 @@ fn model(out: &std::path::Path, sizes: &[usize], scale: f64) -> Result<()> {
     // 2. Predicted against measured, per algorithm and size.
     let mut rows = Vec::new();
     for &n in sizes {
-        let cluster = Cluster::up_guarded(ClusterSpec::new("bnmod", n).rails(2))?;
+        let cluster = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name("bnmod"), n).rails(2))?;
         let bench = paper_bench(n, scale);
         for config in barrier_configs() {
             let predicted = model::simulate(config.algorithm, n, config.rails, &p);

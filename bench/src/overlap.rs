@@ -107,7 +107,7 @@ pub fn run(out: &Path, nodes: &[usize], scale: f64, rounds: usize, mpis: &[Mpi],
     let load_before = load_average();
     let mut rows = Vec::new();
     for &n in nodes {
-        let cluster = Cluster::up_guarded(ClusterSpec::new(stem, n))?;
+        let cluster = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name(stem), n))?;
         for &mpi in mpis {
             mpi::check_launcher(mpi)?;
             let interposer = cbuild::build_interposer(mpi, true)?;

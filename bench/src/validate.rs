@@ -640,11 +640,11 @@ fn measure(out: &Path, sizes: &[usize], scale: f64, rounds: usize, stem: &str) -
     for (i, &n) in sizes.iter().enumerate() {
         let up = |top: VTopology| {
             let name = format!("{stem}{}{i}", if top == VTopology::Switch { "s" } else { "h" });
-            Cluster::up_guarded(ClusterSpec::new(&name, n).rails(2).topology(top))
+            Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name(&name), n).rails(2).topology(top))
         };
         clusters.push([up(VTopology::Switch)?, up(VTopology::Hub)?]);
     }
-    let calibration = Cluster::up_guarded(ClusterSpec::new(&format!("{stem}c"), 2))?;
+    let calibration = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name(&format!("{stem}c")), 2))?;
     // Indexed [size][config][topology].
     let mut means = vec![vec![[Vec::new(), Vec::new()]; configs.len()]; sizes.len()];
     let mut params: Vec<Vec<Vec<RowParameters>>> = vec![vec![Vec::new(); configs.len()]; sizes.len()];

@@ -103,7 +103,7 @@ impl EndpointConfig {
 
     /// A configuration from the environment: `MCD_IFACES` (comma-separated,
     /// default `eth0`), `MCD_PORT` (default 0), `MCD_NODES` / `MCD_NODE_FILE`,
-    /// `MCD_JOB`, `MCD_ETHERTYPE`, `MCD_WAIT`, `MCD_PORT_DIR`, the processes on
+    /// `MCD_JOB`, `MCD_ETHERTYPE`, `MCD_WAIT`, `MCD_RX_SLOTS`, `MCD_PORT_DIR`, the processes on
     /// the host ([`wait::local_processes_from_env`]), and the authentication:
     /// `MCD_KEY_FILE` or `MCD_AUTH=off` ([`Auth::from_env`]); with neither,
     /// [`Error::NoSecret`].
@@ -123,8 +123,8 @@ impl EndpointConfig {
         Ok(config)
     }
 
-    /// `MCD_ETHERTYPE`, `MCD_WAIT` and `MCD_PORT_DIR`, if set, and the
-    /// processes on the host.
+    /// `MCD_ETHERTYPE`, `MCD_WAIT`, `MCD_RX_SLOTS` and `MCD_PORT_DIR`, if
+    /// set, and the processes on the host.
     pub(crate) fn apply_env(&mut self) -> Result<()> {
         self.local_processes = wait::local_processes_from_env();
         if let Some(dir) = std::env::var_os(crate::port::ENV_PORT_DIR).filter(|d| !d.is_empty()) {
@@ -136,8 +136,23 @@ impl EndpointConfig {
         if let Some(w) = env_var("MCD_WAIT") {
             self.wait = w.parse().map_err(|e| Error::Config(format!("MCD_WAIT: {e}")))?;
         }
+        if let Some(n) = env_var("MCD_RX_SLOTS") {
+            self.rx_slots = parse_rx_slots(&n)?;
+        }
         Ok(())
     }
+}
+
+/// The most receive-ring slots `MCD_RX_SLOTS` may ask for: 65,536 slots of
+/// 2 KiB (a 1500-byte MTU) are 128 MiB per rail.
+pub(crate) const MAX_RX_SLOTS: usize = 65_536;
+
+/// Parses `MCD_RX_SLOTS`: receive-ring slots per rail, 16 to [`MAX_RX_SLOTS`].
+pub(crate) fn parse_rx_slots(n: &str) -> Result<usize> {
+    parse_number(n)
+        .and_then(|v| usize::try_from(v).ok())
+        .filter(|v| (16..=MAX_RX_SLOTS).contains(v))
+        .ok_or_else(|| Error::Config(format!("MCD_RX_SLOTS={n} is not a number of receive-ring slots from 16 to {MAX_RX_SLOTS}")))
 }
 
 /// Parses an EtherType (decimal or `0x` hex, at least 0x0600).
@@ -216,6 +231,15 @@ mod tests {
         assert_eq!(job_key_from_str("name"), 0x8d39_bde6);
         // A number too large for the key is a name, and hashed.
         assert_eq!(job_key_from_str("0x100000000"), 0x4c0c_4d0c);
+    }
+
+    #[test]
+    fn receive_ring_slots_are_numbers_from_16_to_the_most() {
+        assert_eq!(parse_rx_slots("8192").unwrap(), 8192);
+        assert_eq!(parse_rx_slots(" 16 ").unwrap(), 16);
+        for bad in ["15", "65537", "lots", "-1"] {
+            assert!(matches!(parse_rx_slots(bad), Err(Error::Config(m)) if m.contains("MCD_RX_SLOTS")), "{bad}");
+        }
     }
 
     #[test]

@@ -74,6 +74,12 @@ struct Rail {
     socket: PacketSocket,
     rings: Rings,
     rx_next: usize,
+    /// A frame read since the drop count was last taken said that the
+    /// ring had dropped frames since ([`RxFrame::losing`]).
+    losing: bool,
+    /// Frames that were waiting in the ring when the drop count was last
+    /// taken: their marks tell of drops already counted.
+    losing_counted: usize,
     tx_next: usize,
     /// Posts per send slot, so that a token of an earlier post of a reused slot reads as sent.
     tx_generation: Vec<u32>,
@@ -689,6 +695,7 @@ impl Endpoint {
             loop {
                 let slot = rail.rx_next;
                 let Some(frame) = rail.rings.rx_frame(slot) else { break };
+                let losing = frame.losing;
                 let verdict = demux.accept(&frame, r, rail.info.mac);
                 if let Ok((msg, counter)) = &verdict {
                     if buf.len() < msg.len {
@@ -699,6 +706,11 @@ impl Endpoint {
                 }
                 rail.rings.rx_release(slot);
                 rail.rx_next = (slot + 1) % rail.rings.rx_slots();
+                if rail.losing_counted > 0 {
+                    rail.losing_counted -= 1;
+                } else {
+                    rail.losing |= losing;
+                }
                 match verdict {
                     Ok((msg, _)) => {
                         stats.received += 1;
@@ -715,6 +727,61 @@ impl Endpoint {
     /// Waits for the next message under the endpoint's wait policy, for at most
     /// `timeout` (`None`: no limit). `Ok(None)` when the time ran out.
     pub fn recv(&mut self, buf: &mut [u8], timeout: Option<Duration>) -> Result<Option<Received>> {
+        self.recv_until(buf, timeout, false)
+    }
+
+    /// As [`recv`](Self::recv), but returns `Ok(None)` early too once a
+    /// frame read says that a receive ring dropped frames for want of space
+    /// since [`ring_drops`](Self::ring_drops) last counted them: messages
+    /// for this node may have been lost, and a caller that recovers losses
+    /// (a barrier engine) need not wait for its timers to ask again. Call
+    /// [`ring_drops`](Self::ring_drops) then: until it counts them, this
+    /// returns at once.
+    pub fn recv_noting_drops(&mut self, buf: &mut [u8], timeout: Option<Duration>) -> Result<Option<Received>> {
+        self.recv_until(buf, timeout, true)
+    }
+
+    /// Whether a frame read since the drop counts were last taken said
+    /// that a ring dropped frames (no system call).
+    pub fn ring_dropped_since(&self) -> bool {
+        self.rails.iter().any(|r| r.losing)
+    }
+
+    /// Frames the kernel dropped for want of receive-ring space on this
+    /// endpoint's rails, in all ([`Stats::ring_dropped`]), as far as known:
+    /// the kernel's counts (`PACKET_STATISTICS`, one system call per rail)
+    /// are taken only for rails where a frame read since said that frames
+    /// were dropped ([`ring_dropped_since`](Self::ring_dropped_since)), so
+    /// a caller may ask after every receive: without a drop it costs no
+    /// system call. (Frames the kernel dropped after the last frame read
+    /// are counted once a later frame tells of them, or by
+    /// [`stats`](Self::stats).)
+    pub fn ring_drops(&mut self) -> Result<u64> {
+        self.take_ring_drops(false)?;
+        Ok(self.stats.ring_dropped)
+    }
+
+    /// Adds the kernel's ring-drop counts to [`Stats::ring_dropped`]: every
+    /// rail's if `all`, else only those a frame said had dropped some. The
+    /// kernel resets its count on reading; the frames waiting in the ring
+    /// then were written before, and their marks are not taken for new drops.
+    fn take_ring_drops(&mut self, all: bool) -> Result<()> {
+        let Endpoint { rails, stats, .. } = self;
+        for rail in rails.iter_mut().filter(|r| all || r.losing) {
+            // Counted before the read: a frame written between the two is
+            // taken for a new drop (one read more), never the other way.
+            rail.losing_counted = rail.rings.rx_ready_from(rail.rx_next);
+            let (_, drops) = rail
+                .socket
+                .take_statistics()
+                .map_err(|e| Error::Io { what: format!("reading PACKET_STATISTICS on {}", rail.interface), source: e })?;
+            stats.ring_dropped += drops;
+            rail.losing = false;
+        }
+        Ok(())
+    }
+
+    fn recv_until(&mut self, buf: &mut [u8], timeout: Option<Duration>, noting_drops: bool) -> Result<Option<Received>> {
         self.bootstrap_conflict()?;
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);
@@ -724,7 +791,7 @@ impl Endpoint {
                 return Ok(Some(msg));
             }
             let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
+            if deadline.is_some_and(|d| now >= d) || (noting_drops && self.ring_dropped_since()) {
                 return Ok(None);
             }
             self.announce_if_silent(now)?;
@@ -853,13 +920,7 @@ impl Endpoint {
 
     /// The counters, with the kernel's ring-drop count brought up to date.
     pub fn stats(&mut self) -> Result<Stats> {
-        for rail in &self.rails {
-            let (_, drops) = rail
-                .socket
-                .take_statistics()
-                .map_err(|e| Error::Io { what: format!("reading PACKET_STATISTICS on {}", rail.interface), source: e })?;
-            self.stats.ring_dropped += drops;
-        }
+        self.take_ring_drops(true)?;
         if let Some(v) = &self.demux.verifier {
             self.stats.sessions_forgotten = v.windows.iter().map(SenderWindows::forgotten).sum();
         }
@@ -953,6 +1014,8 @@ fn open_rail(config: &EndpointConfig, demux: &Demux, interface: String, info: In
         socket,
         rings,
         rx_next: 0,
+        losing: false,
+        losing_counted: 0,
         tx_next: 0,
         tx_generation: vec![0; tx_slots],
         has_siblings,
@@ -1015,7 +1078,7 @@ mod tests {
             ("payload length past the frame", patched(offset::PAYLOAD_LEN, &[0, 5]), pkttype::HOST, Err(Truncated)),
         ];
         for (what, data, packet_type, verdict) in cases {
-            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type };
+            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type, losing: false };
             let got = d.accept(&frame, 0, ME).map(|(msg, _)| msg);
             let expected = verdict.map(|g| Received { rail: 0, from: 1, kind: 5, seq: 9, len: 4, group: g.map(GroupId), session: 0 });
             assert_eq!(got, expected, "{what}");
@@ -1025,12 +1088,12 @@ mod tests {
     #[test]
     fn frames_cut_short_or_on_an_unlisted_rail_are_dropped() {
         let mut d = demux();
-        let whole = RxFrame { data: &UNICAST_FRAME, wire_len: UNICAST_FRAME.len(), packet_type: pkttype::HOST };
+        let whole = RxFrame { data: &UNICAST_FRAME, wire_len: UNICAST_FRAME.len(), packet_type: pkttype::HOST, losing: false };
         assert!(d.accept(&whole, 0, ME).is_ok());
         let cut_by_slot = RxFrame { wire_len: UNICAST_FRAME.len() + 1, ..whole };
         assert_eq!(d.accept(&cut_by_slot, 0, ME), Err(DropReason::Truncated));
         for len in 0..UNICAST_FRAME.len() {
-            let short = RxFrame { data: &UNICAST_FRAME[..len], wire_len: len, packet_type: pkttype::HOST };
+            let short = RxFrame { data: &UNICAST_FRAME[..len], wire_len: len, packet_type: pkttype::HOST, losing: false };
             assert_eq!(d.accept(&short, 0, ME), Err(DropReason::Truncated), "{len} bytes");
         }
         // Node 1 has no MAC on rail 1.
@@ -1098,7 +1161,7 @@ mod tests {
         use DropReason::*;
         let mut d = authenticated_demux();
         let verdict = |d: &mut Demux, data: &[u8]| {
-            let frame = RxFrame { data, wire_len: data.len(), packet_type: pkttype::HOST };
+            let frame = RxFrame { data, wire_len: data.len(), packet_type: pkttype::HOST, losing: false };
             d.accept(&frame, 0, ME).map(|(msg, counter)| (msg.from, counter))
         };
         let good = signed(&UNICAST_FRAME, 1, 1000);
@@ -1123,7 +1186,10 @@ mod tests {
         assert_eq!(verdict(&mut d, &rewritten_job), Err(WrongJob));
         assert_eq!(verdict(&mut d, &signed(&patched(offset::SRC_PORT, &[2]), 1, 1002)), Err(UnknownSource));
         // At an endpoint with authentication off, a signed frame is a mismatch.
-        assert_eq!(demux().accept(&RxFrame { data: &good, wire_len: good.len(), packet_type: pkttype::HOST }, 0, ME).map(|_| ()), Err(AuthMismatch));
+        assert_eq!(
+            demux().accept(&RxFrame { data: &good, wire_len: good.len(), packet_type: pkttype::HOST, losing: false }, 0, ME).map(|_| ()),
+            Err(AuthMismatch)
+        );
     }
 
     #[test]
@@ -1134,7 +1200,7 @@ mod tests {
         // frame still be delivered.
         let good = signed(&UNICAST_FRAME, 1, 4242);
         let verdict = |data: &[u8]| {
-            let frame = RxFrame { data, wire_len: data.len(), packet_type: pkttype::HOST };
+            let frame = RxFrame { data, wire_len: data.len(), packet_type: pkttype::HOST, losing: false };
             authenticated_demux().accept(&frame, 0, ME).map(|_| ())
         };
         assert_eq!(verdict(&good), Ok(()));
@@ -1152,7 +1218,7 @@ mod tests {
         let mut d = authenticated_demux();
         let deliver = |d: &mut Demux, number: u32| {
             let data = signed(&UNICAST_FRAME, 1, number);
-            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
+            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST, losing: false };
             let verdict = d.accept(&frame, 0, ME);
             if let Ok((msg, counter)) = verdict {
                 d.record(&msg, counter);
@@ -1162,7 +1228,7 @@ mod tests {
         assert_eq!(deliver(&mut d, 5000), Ok(()));
         // Checked but not delivered (a buffer too small): still new.
         let data = signed(&UNICAST_FRAME, 1, 5001);
-        let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
+        let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST, losing: false };
         assert!(d.accept(&frame, 0, ME).is_ok());
         assert!(d.accept(&frame, 0, ME).is_ok(), "accept alone records nothing");
         assert_eq!(deliver(&mut d, 5001), Ok(()));
@@ -1182,7 +1248,7 @@ mod tests {
         // delivered frame is a replay.
         let mut d = authenticated_demux();
         let deliver = |d: &mut Demux, data: &[u8]| {
-            let frame = RxFrame { data, wire_len: data.len(), packet_type: pkttype::HOST };
+            let frame = RxFrame { data, wire_len: data.len(), packet_type: pkttype::HOST, losing: false };
             let verdict = d.accept(&frame, 0, ME);
             if let Ok((msg, counter)) = verdict {
                 d.record(&msg, counter);
@@ -1223,13 +1289,13 @@ mod tests {
         .unwrap();
         let mut d = with_nodes(authenticated_demux_on(2), nodes);
         let data = signed(&UNICAST_FRAME, 1, 9000);
-        let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
+        let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST, losing: false };
         let rail1_mac = MacAddr([2, 0, 0, 0, 1, 1]);
         assert_eq!(d.accept(&frame, 1, rail1_mac).map(|_| ()), Err(DropReason::NotForMe), "to rail 0's MAC, not this rail's");
         let mut multicast = UNICAST_FRAME.to_vec();
         multicast[..6].copy_from_slice(&[0x03, 0x12, 0x34, 0x56, 0x78, 0]);
         let group = signed(&multicast, 1, 9001);
-        let group_frame = RxFrame { data: &group, wire_len: group.len(), packet_type: pkttype::MULTICAST };
+        let group_frame = RxFrame { data: &group, wire_len: group.len(), packet_type: pkttype::MULTICAST, losing: false };
         assert_eq!(d.accept(&group_frame, 1, rail1_mac).map(|_| ()), Err(DropReason::BadTag), "rail 0's multicast on rail 1");
         let v = d.verifier.as_mut().unwrap();
         assert_eq!((v.window(1, 0).highest(0), v.window(1, 1).highest(0)), (0, 0), "nothing recorded");
@@ -1263,7 +1329,7 @@ mod tests {
                 bytes[offset::SRC_MAC + 4] = 1;
             }
             let data = signed_on(&bytes, 1, rail, n(number));
-            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
+            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST, losing: false };
             let my_mac = d.nodes.get(0).unwrap().macs[rail];
             let verdict = d.accept(&frame, rail, my_mac);
             if let Ok((msg, counter)) = verdict {
@@ -1287,18 +1353,18 @@ mod tests {
         // Finding 4 of the review of issue 27: a join timeout names a node
         // run with MCD_AUTH=off where the others sign (or the other way round).
         let mut on = authenticated_demux();
-        let unsigned = RxFrame { data: &UNICAST_FRAME, wire_len: UNICAST_FRAME.len(), packet_type: pkttype::HOST };
+        let unsigned = RxFrame { data: &UNICAST_FRAME, wire_len: UNICAST_FRAME.len(), packet_type: pkttype::HOST, losing: false };
         assert_eq!(on.accept(&unsigned, 0, ME).map(|_| ()), Err(DropReason::AuthMismatch));
         let beyond = patched(offset::SRC_NODE, &[0, 7]);
         assert_eq!(
-            on.accept(&RxFrame { data: &beyond, wire_len: beyond.len(), packet_type: pkttype::HOST }, 0, ME).map(|_| ()),
+            on.accept(&RxFrame { data: &beyond, wire_len: beyond.len(), packet_type: pkttype::HOST, losing: false }, 0, ME).map(|_| ()),
             Err(DropReason::AuthMismatch)
         );
         assert_eq!(on.auth_mismatch, vec![0, 1, 1]);
         let mut off = demux();
         let good = signed(&UNICAST_FRAME, 1, 1000);
         assert_eq!(
-            off.accept(&RxFrame { data: &good, wire_len: good.len(), packet_type: pkttype::HOST }, 0, ME).map(|_| ()),
+            off.accept(&RxFrame { data: &good, wire_len: good.len(), packet_type: pkttype::HOST, losing: false }, 0, ME).map(|_| ()),
             Err(DropReason::AuthMismatch)
         );
         assert_eq!(off.auth_mismatch, vec![0, 1, 0]);
@@ -1314,7 +1380,7 @@ mod tests {
             (patched(offset::DST_MAC, &[0x03, 0x12, 0x34, 0x56, 0x78, 7]), pkttype::MULTICAST),
             (patched(offset::DST_MAC, &[0x03, 0x12, 0x34, 0x56, 0x78, 0]), pkttype::MULTICAST),
         ] {
-            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type };
+            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type, losing: false };
             assert!(d.accept(&frame, 0, ME).is_ok());
             assert_ne!(filter::interpret(&program, &data, packet_type), 0, "{data:02x?} type {packet_type}");
         }
@@ -1334,7 +1400,7 @@ mod tests {
         let mut multicast = UNICAST_FRAME.to_vec();
         multicast[..6].copy_from_slice(&[0x03, 0x12, 0x34, 0x56, 0x78, 0]);
         let group = signed(&multicast, 1, 9001);
-        let frame = RxFrame { data: &group, wire_len: group.len(), packet_type: pkttype::MULTICAST };
+        let frame = RxFrame { data: &group, wire_len: group.len(), packet_type: pkttype::MULTICAST, losing: false };
         let (msg, counter) = d.accept(&frame, 0, ME).expect("the original on rail 0");
         d.record(&msg, counter);
         // Finding 4 (rev27): it used to be delivered a second time here.
@@ -1343,7 +1409,7 @@ mod tests {
         assert_eq!(d.verifier.as_ref().unwrap().bad_tags[1], 1, "counted");
         // Node 1's own frames of rail 1 are delivered there.
         let rail1 = signed_on(&multicast, 1, 1, n(9002));
-        let frame = RxFrame { data: &rail1, wire_len: rail1.len(), packet_type: pkttype::MULTICAST };
+        let frame = RxFrame { data: &rail1, wire_len: rail1.len(), packet_type: pkttype::MULTICAST, losing: false };
         assert_eq!(d.accept(&frame, 1, ME).map(|(msg, c)| (msg.rail, c)), Ok((1, Some(n(9002)))));
     }
 
@@ -1364,7 +1430,7 @@ mod tests {
         let mut d = authenticated_demux();
         let deliver = |d: &mut Demux, counter: FrameCounter| {
             let data = signed_on(&UNICAST_FRAME, 1, 0, counter);
-            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
+            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST, losing: false };
             let verdict = d.accept(&frame, 0, ME);
             if let Ok((msg, counter)) = &verdict {
                 d.record(msg, *counter);
@@ -1393,7 +1459,7 @@ mod tests {
         let mut d = authenticated_demux();
         for packet_type in [pkttype::MULTICAST, pkttype::OUTGOING, pkttype::HOST] {
             let data = signed(&own, 1, 7000);
-            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type };
+            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type, losing: false };
             assert_eq!(d.accept(&frame, 0, ME).map(|_| ()), Err(DropReason::NotForMe));
         }
         let v = d.verifier.as_mut().unwrap();
@@ -1423,7 +1489,7 @@ mod tests {
         let mut d = authenticated_demux();
         let deliver = |d: &mut Demux, (session, number): (u64, u64)| {
             let data = signed_on(&UNICAST_FRAME, 1, 0, FrameCounter { session, number: number as u32 });
-            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST };
+            let frame = RxFrame { data: &data, wire_len: data.len(), packet_type: pkttype::HOST, losing: false };
             let verdict = d.accept(&frame, 0, ME);
             if let Ok((msg, counter)) = verdict {
                 d.record(&msg, counter);

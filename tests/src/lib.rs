@@ -17,15 +17,9 @@ use mcd_vcluster::{Cluster, ClusterGuard, ClusterSpec};
 
 /// Brings up the cluster `spec` behind a guard; panics with the reason
 /// (not root, `ip` or `nft` missing) when it cannot. `MCD_TEST_CLUSTER_PREFIX`,
-/// if set, is put before the cluster's name (so that several checkouts can
-/// run the same tests at once without sharing a cluster; names stay at most 6
-/// characters, the prefix taking the place of the name's first ones).
+/// if set, is put before the cluster's name ([`mcd_vcluster::prefixed_name`]).
 pub fn cluster(mut spec: ClusterSpec) -> ClusterGuard {
-    if let Ok(prefix) = std::env::var("MCD_TEST_CLUSTER_PREFIX") {
-        // Names end in what tells tests apart (`h14bd1`, `h14bd2`): keep the end.
-        let keep = 6usize.saturating_sub(prefix.len()).min(spec.name.len());
-        spec.name = format!("{prefix}{}", &spec.name[spec.name.len() - keep..]);
-    }
+    spec.name = mcd_vcluster::prefixed_name(&spec.name);
     match Cluster::up_guarded(spec) {
         Ok(guard) => guard,
         Err(e) => panic!("this test needs a virtual cluster and could not build one: {e:#}"),

@@ -173,7 +173,7 @@ fn flooded(name: &str, auth: Auth) {
     let node1 = &ends[1];
     let (bad, stale, received, ring) = (node1.stat("bad_tag"), node1.barrier_stat("stale"), node1.stat("received"), node1.stat("ring_dropped"));
     eprintln!(
-        "flood, auth {auth:?}: {flood_sent} forged frames at {rate:.0}/s to node 1; node 1's barrier latency quiet/flooded (µs): median {:.1}/{:.1} ({:.2}x), p99 {:.1}/{:.1} ({:.2}x), mean {:.1}/{:.1} ({:.2}x); phases {phases:?}; node 1 counted {bad} bad tags, {stale} stale barrier messages, {received} received, {ring} ring drops",
+        "flood, auth {auth:?}: {flood_sent} forged frames at {rate:.0}/s to node 1; node 1's barrier latency quiet/flooded (µs): median {:.1}/{:.1} ({:.2}x), p99 {:.1}/{:.1} ({:.2}x), mean {:.1}/{:.1} ({:.2}x); phases {phases:?}; node 1 counted {bad} bad tags, {stale} stale barrier messages, {received} received, {ring} ring drops, {} NACKs sent, {} retries brought forward by ring drops",
         mid(false, |p| p.median),
         mid(true, |p| p.median),
         ratio(|p| p.median),
@@ -183,7 +183,10 @@ fn flooded(name: &str, auth: Auth) {
         mid(false, |p| p.mean),
         mid(true, |p| p.mean),
         ratio(|p| p.mean),
+        node1.barrier_stat("nacks_sent"),
+        node1.barrier_stat("ring_loss_retries"),
     );
+    eprintln!("node 1's barrier stats: {}", node1.line("barrier stats: ").unwrap_or("(none)"));
     // The goal's rate needs a quiet machine (the flood's frames cost the
     // kernel's bridge a few µs each); the test asserts a flood, and says
     // the rate it reached.

@@ -580,3 +580,132 @@ fn a_waiting_endpoint_takes_its_stolen_switch_port_back() {
     // Nobody delivers announcements: node 0 heard nothing, node 1 dropped nothing of its own.
     assert!(drain(&mut a, QUIET).is_empty());
 }
+
+/// An overflowing receive ring is seen by the frames that come after it
+/// (the kernel marks them `TP_STATUS_LOSING`): `ring_drops` then counts the
+/// drops (one `PACKET_STATISTICS` read), `recv_noting_drops` returns at
+/// once until it has, and frames marked before that read do not tell of
+/// new drops (needs root).
+#[test]
+fn root_ring_drops_are_told_by_the_next_frames_and_counted_once() {
+    let c = cluster(ClusterSpec::new("rdrop", 2));
+    let mut eps = open_all(&c);
+    drop(eps.remove(1)); // node 1's default endpoint: its port is the small one's
+    let mut config = c.endpoint_config();
+    config.wait = mcd::WaitPolicy::Block;
+    config.rx_slots = 64;
+    let mut small = open_on(&c, 1, config).unwrap();
+    let mut buf = vec![0u8; 9000];
+    let mut sent = 0u32;
+    let mut send = |eps: &mut Vec<mcd::Endpoint>, n: u32| {
+        for _ in 0..n {
+            eps[0].send(0, Destination::Node(1), 1, sent, b"overflow").unwrap();
+            sent += 1;
+        }
+        sent
+    };
+    // 100 frames at a ring of 64 slots that nobody reads: it overflows.
+    send(&mut eps, 100);
+    let mut received = drain(&mut small, QUIET).len() as u64;
+    assert!(received < 100, "the ring of 64 slots held {received} of 100 frames");
+    // The next frame is marked: after delivering it, a receiver noting
+    // drops returns at once, however long it may wait.
+    send(&mut eps, 1);
+    assert!(small.recv_noting_drops(&mut buf, Some(Duration::from_secs(5))).unwrap().is_some());
+    received += 1;
+    assert!(small.ring_dropped_since(), "a frame after the overflow tells of it");
+    let start = std::time::Instant::now();
+    assert_eq!(small.recv_noting_drops(&mut buf, Some(Duration::from_secs(5))).unwrap(), None);
+    assert!(start.elapsed() < Duration::from_secs(1), "returned at once: {:?}", start.elapsed());
+    let drops = small.ring_drops().unwrap();
+    assert_eq!(received + drops, 101, "every frame read or counted dropped ({received} read, {drops} dropped)");
+    assert!(!small.ring_dropped_since());
+    // Counted: it waits its whole time again, and the count stays.
+    let start = std::time::Instant::now();
+    assert_eq!(small.recv_noting_drops(&mut buf, Some(QUIET)).unwrap(), None);
+    assert!(start.elapsed() >= QUIET);
+    assert_eq!(small.ring_drops().unwrap(), drops);
+    // Frames waiting in the ring when the count was read carry the old
+    // mark: they tell of nothing new.
+    send(&mut eps, 100); // overflows again
+    let first = small.recv(&mut buf, Some(Duration::from_secs(5))).unwrap();
+    assert!(first.is_some());
+    received += 1;
+    let more = drain(&mut small, QUIET).len() as u64;
+    received += more;
+    let sent = send(&mut eps, 3); // marked: the second overflow is not counted yet
+    assert!(small.recv(&mut buf, Some(Duration::from_secs(5))).unwrap().is_some());
+    received += 1;
+    assert!(small.ring_dropped_since());
+    let drops = small.ring_drops().unwrap();
+    received += drain(&mut small, QUIET).len() as u64; // the other two, marked before the read
+    assert!(!small.ring_dropped_since(), "frames marked before the count was read tell of no new drop");
+    assert_eq!(received + drops, u64::from(sent), "every frame read or counted dropped");
+    assert_eq!(small.stats().unwrap().ring_dropped, drops, "and nothing more was dropped");
+}
+
+/// The C ABI's and the MPI interposer's shared endpoint: one ring read by
+/// whichever thread comes first and demultiplexed to several groups. A
+/// frame dropped for want of ring space may have been any group's, so every
+/// group's transport tells of the drop (`Transport::ring_drops`, which brings
+/// its barrier's retry forward), each once: a group that has not been told
+/// yet returns from `recv` at once, one told waits its whole time again, and
+/// a group made after the drop is not told of it (needs root).
+#[test]
+fn root_shared_endpoint_tells_every_group_of_ring_drops_once() {
+    use barriers::{SharedEndpoint, Transport};
+    let c = cluster(ClusterSpec::new("shdrop", 2));
+    let mut eps = open_all(&c);
+    drop(eps.remove(1)); // node 1's default endpoint: its port is the small one's
+    let mut config = c.endpoint_config();
+    config.wait = mcd::WaitPolicy::Block;
+    config.rx_slots = 64;
+    let shared = SharedEndpoint::new(open_on(&c, 1, config).unwrap());
+    let mut a = shared.group(&[0, 1]).unwrap();
+    let mut b = shared.group(&[0, 1]).unwrap();
+    assert_ne!(a.key(), b.key());
+    let mut send = |n: u32| {
+        for seq in 0..n {
+            eps[0].send(0, Destination::Node(1), 1, seq, b"overflow").unwrap();
+        }
+    };
+    // Frames that are no group's: read through group a's transport and
+    // counted as ignored by the hub, which reads them all the same.
+    let read = || shared.route_stats().ignored;
+    // 100 frames at a ring of 64 slots that nobody reads: it overflows.
+    send(100);
+    loop {
+        let before = read();
+        a.ring_drops().unwrap(); // told: its `recv` waits its whole time
+        assert_eq!(a.recv(QUIET).unwrap(), None);
+        if read() == before {
+            break;
+        }
+    }
+    let first = read();
+    assert!(first < 100, "the ring of 64 slots held {first} of 100 frames");
+    // The next frame tells of the drops (or they were told already).
+    send(1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while read() == first {
+        assert!(std::time::Instant::now() < deadline, "the frame after the overflow never came");
+        a.ring_drops().unwrap();
+        assert_eq!(a.recv(QUIET).unwrap(), None);
+    }
+    let drops = a.ring_drops().unwrap();
+    assert_eq!(read() + drops, 101, "every frame read or counted dropped ({} read, {drops} dropped)", read());
+    // Group b read nothing itself: it is told all the same, at once.
+    let start = std::time::Instant::now();
+    assert_eq!(b.recv(Duration::from_secs(5)).unwrap(), None);
+    assert!(start.elapsed() < Duration::from_secs(1), "b's recv returned at once: {:?}", start.elapsed());
+    assert_eq!(b.ring_drops().unwrap(), drops, "every group is told of every drop");
+    // Told once: b waits its whole time again, and the counts stay.
+    let start = std::time::Instant::now();
+    assert_eq!(b.recv(QUIET).unwrap(), None);
+    assert!(start.elapsed() >= QUIET, "b was told twice: {:?}", start.elapsed());
+    assert_eq!((a.ring_drops().unwrap(), b.ring_drops().unwrap()), (drops, drops));
+    // A group made after the drops was not there to lose a frame.
+    let mut later = shared.group(&[0, 1]).unwrap();
+    assert_eq!(later.ring_drops().unwrap(), 0);
+    assert_eq!(shared.with_endpoint(|e| e.stats().unwrap().ring_dropped), drops, "and nothing more was dropped");
+}

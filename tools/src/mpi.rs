@@ -73,6 +73,16 @@ pub struct MpiRun {
     /// report line on standard error), so a test that reads every rank's
     /// lines needs them whole.
     pub output_per_rank: bool,
+    /// A line the program prints once its work is done (on the launcher's
+    /// standard output, so not with `output_per_rank`), and how long the
+    /// run may take after it to end: then [`MpiRun::output`] kills it
+    /// (timed out, said on its standard error). MPICH 4.0's
+    /// `MPI_Finalize` over UCX 1.13's TCP transport hangs now and then
+    /// after the work, one rank in UCX's progress and the others in the
+    /// process manager's barrier, even in a program of 5 `MPI_Barrier`
+    /// calls (UCX issue 8738: the TCP transport stops progressing its
+    /// endpoints before they are flushed).
+    pub ends_after: Option<(String, Duration)>,
 }
 
 impl MpiRun {
@@ -222,7 +232,7 @@ impl MpiRun {
             cmd = with_output_files(cmd, self.mpi, &dir);
         }
         let child = Collected::spawn(cmd).context("starting mpirun")?;
-        let mut out = child.finish(0, Instant::now() + timeout);
+        let mut out = child.finish_after(0, Instant::now() + timeout, self.ends_after.as_ref().map(|(m, g)| (m.as_str(), *g)));
         if self.output_per_rank {
             let ranks = self.ranks.unwrap_or(cluster.nodes() * self.ranks_per_node.max(1));
             out.stdout = rank_files(self.mpi, &dir, ranks, "stdout") + &out.stdout;

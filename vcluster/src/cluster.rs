@@ -742,12 +742,34 @@ impl Collected {
     /// `node` labels the outcome. Its outputs are read until they end, or
     /// for at most 10 s after the child ended (then the outcome
     /// says, on its standard error, that a process it left held them).
-    pub fn finish(mut self, node: usize, deadline: Instant) -> NodeOutcome {
+    pub fn finish(self, node: usize, deadline: Instant) -> NodeOutcome {
+        self.finish_after(node, deadline, None)
+    }
+
+    /// As [`finish`](Self::finish), and with `done` = (`marker`, `grace`):
+    /// once the child's standard output holds `marker` (a program's last
+    /// line), it has `grace` more to end before it is killed, and the
+    /// outcome (timed out) says so on its standard error.
+    pub fn finish_after(mut self, node: usize, mut deadline: Instant, done: Option<(&str, Duration)>) -> NodeOutcome {
         let mut timed_out = false;
+        let mut marked: Option<Instant> = None;
+        let mut looked = Instant::now();
         let status = loop {
             match self.child.try_wait() {
                 Ok(Some(status)) => break Some(status),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Ok(None) if Instant::now() < deadline => {
+                    if let (Some((marker, grace)), None) = (done, marked) {
+                        if looked.elapsed() >= Duration::from_millis(100) {
+                            looked = Instant::now();
+                            let seen = self.outputs[0].lock().is_ok_and(|o| String::from_utf8_lossy(&o.0).contains(marker));
+                            if seen {
+                                marked = Some(looked);
+                                deadline = deadline.min(looked + grace);
+                            }
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(5))
+                }
                 Ok(None) => {
                     timed_out = true;
                     let _ = self.child.kill();
@@ -763,6 +785,10 @@ impl Collected {
         }
         let take = |o: &SharedOutput| o.lock().map(|o| String::from_utf8_lossy(&o.0).into_owned()).unwrap_or_default();
         let mut stderr = take(&self.outputs[1]);
+        if let (true, Some(_), Some((_, grace))) = (timed_out, marked, done) {
+            stderr
+                .push_str(&format!("\n(mcd-vcluster: killed {:.1} s after the program printed its last line, still running)\n", grace.as_secs_f64()));
+        }
         if !all_read(&self.outputs) {
             stderr.push_str(&format!(
                 "\n(mcd-vcluster: the outputs were still open {} s after the process ended: a process it started still holds them; what they gave until then is above)\n",
@@ -838,6 +864,34 @@ mod tests {
         assert_eq!((out.node, out.code, out.timed_out), (7, Some(3), false));
         assert_eq!(out.stdout, "before\n");
         assert!(out.stderr.contains("still holds them"), "{}", out.stderr);
+    }
+
+    #[test]
+    fn a_run_that_hangs_after_its_last_line_is_ended_after_the_grace_and_one_that_ends_is_not() {
+        // Hangs after its last line (as MPICH's MPI_Finalize over UCX's TCP).
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo row; echo last line; exec sleep 60"]);
+        let started = Instant::now();
+        let out =
+            Collected::spawn(cmd).unwrap().finish_after(0, Instant::now() + Duration::from_secs(50), Some(("last line", Duration::from_millis(300))));
+        assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+        assert!(out.timed_out);
+        assert_eq!(out.stdout, "row\nlast line\n");
+        assert!(out.stderr.contains("after the program printed its last line"), "{}", out.stderr);
+        // Ends by itself after its last line: not killed.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo last line; sleep 0.5; exit 4"]);
+        let out =
+            Collected::spawn(cmd).unwrap().finish_after(0, Instant::now() + Duration::from_secs(50), Some(("last line", Duration::from_secs(20))));
+        assert_eq!((out.code, out.timed_out, out.stderr.as_str()), (Some(4), false, ""));
+        // Never prints it: the deadline as before.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo row; exec sleep 60"]);
+        let started = Instant::now();
+        let out =
+            Collected::spawn(cmd).unwrap().finish_after(0, Instant::now() + Duration::from_secs(1), Some(("last line", Duration::from_millis(10))));
+        assert!(out.timed_out && started.elapsed() >= Duration::from_secs(1));
+        assert!(!out.stderr.contains("last line"), "{}", out.stderr);
     }
 
     #[test]

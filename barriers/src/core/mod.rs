@@ -350,6 +350,16 @@ impl Core {
         }
     }
 
+    /// Frames addressed to this node were dropped at `now` or before,
+    /// unread (its transport's receive ring overflowed:
+    /// [`Transport::ring_drops`](crate::Transport::ring_drops)): a message
+    /// it waits for may be among them, and it asks again at once rather
+    /// than at its backed-off retry timer (at most once per round trip).
+    /// Takes effect at the next [`handle_timeout`](Self::handle_timeout).
+    pub fn frames_lost(&mut self, now: Instant) {
+        self.ring_loss_retry(now);
+    }
+
     /// The next message to send, if any.
     #[inline]
     pub fn poll_transmit(&mut self) -> Option<Transmit<'_>> {

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::{Event, To, Transmit};
-use crate::transport::Msg;
+use crate::transport::{Msg, MsgKind};
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -65,6 +65,16 @@ impl Outbox {
         }
     }
 
+    /// Drops the later copies of this node's NACKs of (`epoch`, `tag`) to
+    /// `to` (any node: `None`) not yet due: what they ask for came (no data
+    /// to move: a NACK has none).
+    #[inline]
+    pub(super) fn cancel_nacks(&mut self, epoch: u32, tag: u16, to: Option<To>) {
+        if !self.later.is_empty() {
+            self.later.retain(|(_, e)| !(e.msg.kind == MsgKind::Nack && e.msg.epoch == epoch && e.msg.tag == tag && to.is_none_or(|t| t == e.to)));
+        }
+    }
+
     /// When the next message queued for later is due, if any.
     #[inline]
     pub(super) fn next_due(&self) -> Option<Instant> {
@@ -94,6 +104,36 @@ impl Outbox {
                 i += 1;
             }
         }
+        self.compact_later();
+    }
+
+    /// Drops from the arena of copies queued for later the data of those
+    /// that went (review rev31, finding 1): cleared only when a copy was
+    /// queued while none waited, it kept every copy's data for as long as
+    /// some always waited (copies spaced wider than the node's sends
+    /// apart: 3 MB after 1,000 allreduces of 800 bytes under 60 µs bursts,
+    /// without end). Compacted in place (nothing allocated) once it holds
+    /// more than twice what still waits; the entries are in the arena's
+    /// order (queued at its end, removed in order).
+    fn compact_later(&mut self) {
+        let live: usize = self.later.iter().map(|(_, e)| e.end - e.start).sum();
+        if self.later_data.len() <= 2 * live + 4096 {
+            return;
+        }
+        let mut to = 0;
+        for (_, e) in &mut self.later {
+            let len = e.end - e.start;
+            self.later_data.copy_within(e.start..e.end, to);
+            (e.start, e.end) = (to, to + len);
+            to += len;
+        }
+        self.later_data.truncate(to);
+    }
+
+    /// Bytes held in the arena of the copies queued for later (tests).
+    #[cfg(test)]
+    pub(super) fn later_bytes(&self) -> usize {
+        self.later_data.len()
     }
 
     /// The oldest message not yet polled.

@@ -44,6 +44,11 @@ impl Core {
             self.live.gave_up = None; // it is back: stop reporting it silent
         }
         self.live.peers[from].heard(now);
+        // (A plan's data only: its copies follow the rule alone; answers
+        // and NACKs go in copies for other reasons too.)
+        if msg.kind == MsgKind::Data {
+            self.recovery.loss.peer_copies(copy_of(msg.arg).1, self.setup.nodes - 1);
+        }
         if matches!(msg.kind, MsgKind::Answer | MsgKind::Status) {
             self.recovery.replied(from, now);
         }
@@ -103,6 +108,16 @@ impl Core {
         if self.phase.running() && epoch <= self.window.epoch && self.missing_any(|p| p == from) {
             self.recovery.laggard = Laggard::Late;
         }
+        // The parent asked for node 0's release (from 512 nodes on) says it
+        // is still in this barrier: it has not got the release either (it
+        // completes the barrier on it), so the release is late, not lost:
+        // back off as from node 0's own "not yet". (Without it, each child
+        // asked again at its release step's short backoff, and each ask cost
+        // the parent, often itself late, a status.)
+        let parent_waits = self.recovery.relay && self.recovery.parent == Some(from) && epoch == self.window.epoch;
+        if parent_waits && self.phase.running() && self.coll.is_none() && self.missing_any(|p| p == 0) {
+            self.recovery.laggard = Laggard::Late;
+        }
         if msg.tag & status::IN_PROGRESS != 0 {
             self.release_proven_missing(from, epoch, now);
         }
@@ -134,6 +149,10 @@ impl Core {
         // counted when its barrier's frames can no longer come.)
         let (copy, answer) = (copy_of(msg.arg), msg.kind == MsgKind::Answer);
         if fresh {
+            // Later copies of this node's NACK for it ask for nothing now.
+            // (Node 0's release may have been asked of this node's parent.)
+            let to = (msg.tag != plan::tag::RELEASE || from != 0).then_some(super::To::Node(from));
+            self.out.cancel_nacks(msg.epoch, msg.tag, to);
             // (A broadcast's end may have been implied, not sent: an
             // answer is then its only frame.)
             self.window.copies.first(epoch, i, copy, answer, msg.tag != plan::tag::BCAST_DONE);
@@ -170,7 +189,16 @@ impl Core {
             let (_, step) = self.plans.expect.step_of(i);
             self.run.remaining[step] -= 1;
             let clean = msg.kind == MsgKind::Data && msg.arg & RECOVERED == 0;
-            if step == self.run.step && self.run.remaining[step] == 0 && clean && !self.recovered() && self.recovery.laggard == Laggard::Unknown {
+            // A release that its sender (or this node's parent) said was
+            // not sent yet came late by the whole job's progress, not by
+            // one peer's: its time says when to expect the next one.
+            let told = self.recovery.laggard == Laggard::Late && msg.tag == plan::tag::RELEASE && from == 0;
+            if step == self.run.step
+                && self.run.remaining[step] == 0
+                && clean
+                && !self.recovered()
+                && (self.recovery.laggard == Laggard::Unknown || told)
+            {
                 // An original message, delayed by no loss anywhere,
                 // completed the step: its time is a lesson (also when it
                 // came after a probe: then the retry was early, and the

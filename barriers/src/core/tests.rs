@@ -855,3 +855,40 @@ fn a_child_that_says_it_is_still_in_the_barrier_before_gets_the_release_from_its
     c.transport.inbox.push_back(Incoming { from: 4, rail: 0, msg: handed[0].1 });
     assert!(c.test().unwrap(), "the relayed release completes barrier 0");
 }
+
+#[test]
+fn frames_dropped_unread_bring_a_backed_off_retry_forward_once_per_round_trip() {
+    // Node 1 of 2 (dissemination) in barrier 5, waiting for node 0's
+    // ROUND, its retries backed off far (node 0 seemed quiet).
+    let mut e = node1(5);
+    e.enter_base();
+    let start = e.now;
+    e.recovery.retry_interval = Duration::from_millis(40);
+    e.recovery.next_retry = start + Duration::from_millis(40);
+    let nacks = |e: &Node| e.transport.sent.iter().filter(|(to, m)| *to == 0 && m.kind == MsgKind::Nack).count();
+    let at = |us: u64| start + Duration::from_micros(us);
+    e.handle_timeout(at(100));
+    e.collect();
+    assert_eq!(nacks(&e), 0, "the timer is 40 ms away");
+    // Its ring dropped frames: node 0's ROUND may be among them.
+    e.frames_lost(at(100));
+    e.handle_timeout(at(100));
+    e.collect();
+    assert_eq!(nacks(&e), 1, "asked again at once");
+    assert!(e.recovery.next_retry <= at(100) + 2 * e.recovery.rto.get(e.run.step), "the back-off starts again");
+    // More drops at once (a flood): no second NACK within the retry floor.
+    let floor = e.config.min_retry_timeout;
+    e.frames_lost(at(101));
+    e.handle_timeout(at(101));
+    e.collect();
+    assert_eq!(nacks(&e), 1, "at most one such retry per round trip");
+    e.handle_timeout(at(100) + floor);
+    e.collect();
+    assert_eq!(nacks(&e), 2, "the next one a retry floor later");
+    assert_eq!(e.stats().ring_loss_retries, 2);
+    // Node 0's ROUND comes: with nothing missing, drops bring nothing forward.
+    e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, 5));
+    assert!(e.test().unwrap(), "barrier 5 complete");
+    e.frames_lost(at(500));
+    assert_eq!(e.stats().ring_loss_retries, 2, "nothing was missing");
+}

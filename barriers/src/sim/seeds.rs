@@ -477,27 +477,65 @@ fn mix_run(seed: u64, nodes: usize) -> (super::Run, Vec<super::Violation>) {
 /// by the epoch it runs. The mapping must count that finish's entry, and
 /// only it: moved after node 0 left, the checker finds the early release.
 #[test]
+#[ignore = "its seed lost the situation when loss v2's evidence-based waiting moved the protocol's timing (seed 4194497 still passes every checker); 120,000 seeds after it at n = 8 (4194497..4314497, `find_crossing_finish`) have none: a new seed is needed"]
 fn regression_a_crossing_process_finish_is_its_entry_of_its_peers_next_barrier() {
-    campaign("mix", 4194497..4194498, Some(8));
-    let (mut run, v) = mix_run(4194497, 8);
+    let seed = CROSSING_FINISH_SEED;
+    campaign("mix", seed..seed + 1, Some(8));
+    let (mut run, v) = mix_run(seed, 8);
     assert!(v.is_empty(), "{v:?}");
-    // The situation: node 6's process of instance 0 in instance 1's barrier.
-    let of = |node: usize, instance: usize, run: &super::Run| {
-        run.joins.iter().rev().find(|a| a.node == node && a.instance == instance && a.barrier.is_some()).and_then(|a| a.barrier)
-    };
-    assert_eq!(run.scripts[0].len(), 2);
-    assert!(of(6, 0, &run).is_some() && of(6, 0, &run) == of(0, 1, &run), "node 6's restarted process is in instance 1's barrier");
-    assert_eq!(run.ops[1][2][6].entered, None);
-    let left = run.ops[1][2][0].left.expect("node 0 left instance 1's op 2");
-    let finish = run.finishes[0][6].entered.expect("node 6's process finished instance 0's script");
-    assert!(finish <= left, "node 6's closing barrier entered at {finish}, node 0 left at {left}");
+    // The situation: a node's process of instance 0 in instance 1's barrier,
+    // whose finish is its entry of instance 1's op `k`.
+    let (node, k, left) = crossing_finish(&run).expect("a restarted process of instance 0 finishes in instance 1's barrier");
     // Entered after node 0 left: an early release, found.
-    run.finishes[0][6].entered = Some(left + 1);
+    run.finishes[0][node].entered = Some(left + 1);
     let v = super::check::check(&run);
     assert!(
-        v.iter().any(|x| matches!(x, super::Violation::Safety { instance: 1, op: Some(2), not_entered: 6, .. })),
+        v.iter().any(|x| matches!(x, super::Violation::Safety { instance: 1, op: Some(o), not_entered, .. } if *o == k && *not_entered == node)),
         "the safety checker misses a late entry: {v:?}"
     );
+}
+
+/// The seed of the situation above. (Soak seed 4194497 found it; a change
+/// of the protocol's timing moves it to another seed: the loss v2's
+/// evidence-based waiting did. `cargo test -p barriers --release --lib
+/// find_crossing_finish -- --ignored --nocapture` finds the next.)
+const CROSSING_FINISH_SEED: u64 = 4194497;
+
+/// In `run`, a node whose process of instance 0 was admitted into
+/// instance 1's barrier and whose finish (its closing barrier, the epoch
+/// after instance 0's script) is its entry of instance 1's op `k` (its
+/// peers' call there), entered before node 0 left it: (node, k, node 0's
+/// leave).
+fn crossing_finish(run: &super::Run) -> Option<(usize, usize, u64)> {
+    let of = |node: usize, instance: usize| {
+        run.joins.iter().rev().find(|a| a.node == node && a.instance == instance && a.barrier.is_some()).and_then(|a| a.barrier)
+    };
+    if run.scripts.len() < 2 || of(0, 1).is_none() {
+        return None;
+    }
+    let k = run.scripts[0].len();
+    (1..run.config.nodes).find_map(|node| {
+        let crossing = of(node, 0).is_some() && of(node, 0) == of(0, 1);
+        let op = run.ops[1].get(k)?;
+        let (left, finish) = (op.first()?.left?, run.finishes[0].get(node)?.entered?);
+        (crossing && op[node].entered.is_none() && finish <= left).then_some((node, k, left))
+    })
+}
+
+/// Finds seeds of the situation of
+/// `regression_a_crossing_process_finish_is_its_entry_of_its_peers_next_barrier`
+/// (from `SEED`, default its seed, `COUNT` seeds, default 20,000).
+#[test]
+#[ignore = "a search for a seed, run by hand when the protocol's timing moved the regression's seed"]
+fn find_crossing_finish() {
+    let from = std::env::var("SEED").map_or(CROSSING_FINISH_SEED, |s| s.parse().unwrap());
+    let count: u64 = std::env::var("COUNT").map_or(20_000, |s| s.parse().unwrap());
+    for seed in from..from + count {
+        let (run, v) = mix_run(seed, 8);
+        if v.is_empty() && crossing_finish(&run).is_some() {
+            println!("seed {seed}: {:?}", crossing_finish(&run));
+        }
+    }
 }
 
 /// n = 3, checker, 30% loss with reordering (soak seed 4631221): node 0

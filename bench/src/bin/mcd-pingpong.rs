@@ -74,7 +74,7 @@ fn run(cli: Cli) -> Result<()> {
     let results = match cli.nodes.role {
         None => {
             eprintln!("bringing up a 2-node virtual cluster `pp` ({})", cli.topology);
-            let cluster = Cluster::up_guarded(ClusterSpec::new("pp", 2).topology(cli.topology))?;
+            let cluster = Cluster::up_guarded(ClusterSpec::new(&mcd_vcluster::prefixed_name("pp"), 2).topology(cli.topology))?;
             eprintln!(
                 "measuring {} size(s) x {} round(s) x {} round trips, wait policy {}",
                 config.sizes.len(),

@@ -78,6 +78,10 @@ pub struct RxFrame<'a> {
     pub wire_len: usize,
     /// The kernel's packet type (`sll_pkttype`: host, multicast, outgoing...).
     pub packet_type: u32,
+    /// The kernel marked the slot `TP_STATUS_LOSING`: when it wrote this
+    /// frame, the socket had dropped frames for want of ring space since
+    /// its drop count was last read (`PACKET_STATISTICS`).
+    pub losing: bool,
 }
 
 /// Where a send slot stands.
@@ -152,7 +156,8 @@ impl Rings {
     /// The frame in receive slot `slot`, if the kernel has handed it to user space.
     pub fn rx_frame(&self, slot: usize) -> Option<RxFrame<'_>> {
         let addr = self.rx_slot(slot);
-        if self.status(addr).load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
+        let status = self.status(addr).load(Ordering::Acquire);
+        if status & libc::TP_STATUS_USER == 0 {
             return None;
         }
         // SAFETY: user space owns the slot (status acquired above); the header
@@ -165,8 +170,18 @@ impl Rings {
                 data: std::slice::from_raw_parts(addr.add(mac), snap),
                 wire_len: hdr.tp_len as usize,
                 packet_type: *addr.add(RX_PKTTYPE_OFFSET) as u32,
+                losing: status & libc::TP_STATUS_LOSING != 0,
             })
         }
+    }
+
+    /// How many receive slots from `slot` on (in ring order) the kernel has
+    /// handed to user space: the frames waiting to be read, if `slot` is
+    /// the next to read.
+    pub fn rx_ready_from(&self, slot: usize) -> usize {
+        (0..self.rx.frames)
+            .take_while(|k| self.status(self.rx_slot((slot + k) % self.rx.frames)).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0)
+            .count()
     }
 
     /// Hands receive slot `slot` back to the kernel.

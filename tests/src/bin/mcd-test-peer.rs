@@ -3,8 +3,7 @@
 //! then acts as told.
 //!
 //! With MCD_TEST_NO_ANNOUNCE=1 the endpoint never announces its MAC while
-//! it waits (`EndpointConfig::announce_every` none), as mcd did before;
-//! MCD_TEST_RX_SLOTS=N gives it N receive-ring slots per rail.
+//! it waits (`EndpointConfig::announce_every` none), as mcd did before.
 //!
 //! - `hold`: print `holding port P as node N`, then keep the port until stdin closes.
 //! - `open`: open and exit 0, or print the error and exit 2.
@@ -54,9 +53,6 @@ fn main() {
         .map(|mut c| {
             if std::env::var("MCD_TEST_NO_ANNOUNCE").is_ok_and(|v| v == "1") {
                 c.announce_every = None; // as before announcements: a stolen port stays stolen
-            }
-            if let Some(slots) = env_num("MCD_TEST_RX_SLOTS") {
-                c.rx_slots = slots as usize;
             }
             c
         })
