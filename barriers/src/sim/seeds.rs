@@ -625,20 +625,13 @@ fn regression_a_nack_asked_often_does_not_push_another_out_of_the_answer_log() {
 /// did.
 #[test]
 fn regression_a_process_admitted_in_place_of_one_that_met_a_mismatch_learns_it() {
+    // (On the tree with the evidence-based waiting of issue 29 the seed's
+    // timing differs and node 2's two processes no longer share instance
+    // 1's barrier: the situation asserted on the branch of the fix,
+    // `9ba031f`, is gone; no seed reproducing it was found in a search of
+    // seeds 5,100,000.. and 6,000,000.. at n = 8 (8 minutes). The seed
+    // stays as a run of the mix that must pass.)
     campaign("mix", 5108111..5108112, Some(8));
-    let (run, v) = mix_run(5108111, 8);
-    assert!(v.is_empty(), "{v:?}");
-    // The situation: node 2's processes of instances 0 (restarted) and 1
-    // in the barrier its peers made for instance 1, and that barrier's
-    // first call a mismatch for both.
-    let of = |node: usize, instance: usize| {
-        run.joins.iter().filter(|a| a.node == node && a.instance == instance && a.barrier.is_some()).map(|a| a.barrier).collect::<Vec<_>>()
-    };
-    let peers = of(0, 1);
-    assert_eq!(peers.len(), 1);
-    assert!(of(2, 0).contains(&peers[0]) && of(2, 1).contains(&peers[0]), "node 2's two processes in instance 1's barrier");
-    let mismatch = |r: &super::world::OpRecord| matches!(r.outcome, super::world::Outcome::Err(super::world::Verdict::Mismatch));
-    assert!(mismatch(&run.ops[0][0][2]) && mismatch(&run.ops[1][0][2]) && mismatch(&run.ops[1][0][0]), "{:?}", run.ops[1][0]);
 }
 
 /// n = 4, checker (soak seed 6757656, failing on main too): node 1 crashed
