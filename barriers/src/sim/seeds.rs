@@ -645,14 +645,11 @@ fn regression_a_process_admitted_in_place_of_one_that_met_a_mismatch_learns_it()
 /// checker maps it), if that call is the same.
 #[test]
 fn regression_a_crossing_process_result_is_the_barrier_s_instances() {
+    // (Found on `fa99708`, where node 1's result of instance 0's op 0 was
+    // instance 1's root input; on the tree merged with issue 29's
+    // evidence-based waiting the seed runs otherwise and no longer reaches
+    // that situation. It stays a run of the mix that must pass.)
     let o = Options { nodes: None, faults: FaultMix::parse("mix").unwrap(), trace: 0, ..Options::default() };
-    let (run, v) = run_seed(6757656, &o);
+    let (_, v) = run_seed(6757656, &o);
     assert!(v.is_empty(), "{v:?}");
-    // The situation: node 1's result of instance 0's op 0 is instance 1's root input.
-    let kind = run.scripts[1][0].kind;
-    assert_eq!(run.scripts[0][0].kind, kind);
-    let super::workload::OpKind::Bcast { root, .. } = kind else { panic!("{kind:?}") };
-    let theirs = super::workload::input(run.config.seed, 1, 0, root, kind);
-    assert!(matches!(&run.ops[0][0][1].outcome, super::world::Outcome::Ok(Some(r)) if *r == theirs), "{:?}", run.ops[0][0][1]);
-    assert_ne!(theirs, super::workload::input(run.config.seed, 0, 0, root, kind));
 }
