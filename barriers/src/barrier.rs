@@ -50,22 +50,54 @@ struct Shared<T: Transport> {
     /// drives the collective itself and the agent stays out of its way.
     hurry_at: AtomicU64,
     /// Whether such a start wakes the agent at once: as the application
-    /// used the last one the agent looked at. One waited or tested at
-    /// once (a benchmark's loop, or a program with nothing to overlap)
-    /// needs no agent, whose wake-up then only takes a core from a peer:
-    /// on 2 cores, 4 ranks' agents woken at every start made issue 28's
-    /// 4-rank `MPI_Ibarrier` and `MPI_Iallreduce` 2-4× their blocking
-    /// forms (never woken: 1.1-1.3×). One the application left to compute
-    /// turns it back on, found so by the agent at its grace period's end
-    /// at the latest.
+    /// used the last one. One waited or tested at once (a benchmark's
+    /// loop, or a program with nothing to overlap) needs no agent, whose
+    /// wake-up then only takes a core from a peer: on 2 cores, 4 ranks'
+    /// agents woken at every start made issue 28's 4-rank `MPI_Ibarrier`
+    /// and `MPI_Iallreduce` 2-4× their blocking forms (never woken:
+    /// 1.1-1.3×). One the application left to compute turns it back on.
+    /// The application's own next call judges ([`Shared::app_call`]): the
+    /// agent, woken, would race it (it judged before a debug build's wait
+    /// began, and woke at every start).
     wake_at_start: AtomicBool,
+    /// When the last start that asked for the agent was made, in ns since
+    /// `origin` (0: none waiting to be judged by the next call).
+    started_ns: AtomicU64,
+    /// The clock's origin for `started_ns`.
+    origin: Instant,
     /// How many starts woke the agent ([`BarrierStats::agent_hurried`]).
     hurried: AtomicU64,
 }
 
+/// A start's next call within this long waited or tested it at once: the
+/// application drives that collective itself ([`Shared::wake_at_start`]).
+const AT_ONCE: Duration = Duration::from_micros(200);
+
 impl<T: Transport> Shared<T> {
     fn lock(&self) -> MutexGuard<'_, Engine<T>> {
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the engine as the application (the agent stands aside).
+    /// The first call after a start that asked for the agent says how the
+    /// application uses its starts ([`Shared::wake_at_start`]).
+    fn app_call<R>(&self, f: impl FnOnce(&mut Engine<T>) -> R) -> R {
+        self.calls.fetch_add(1, Ordering::AcqRel);
+        if self.started_ns.load(Ordering::Relaxed) != 0 {
+            let started = self.started_ns.swap(0, Ordering::AcqRel);
+            if started != 0 {
+                let since = self.ns_since_origin().saturating_sub(started);
+                self.wake_at_start.store(since > AT_ONCE.as_nanos() as u64, Ordering::Release);
+            }
+        }
+        let result = f(&mut self.lock());
+        self.calls.fetch_add(1, Ordering::Release);
+        result
+    }
+
+    /// Nanoseconds since `origin`, at least 1.
+    fn ns_since_origin(&self) -> u64 {
+        (self.origin.elapsed().as_nanos() as u64).max(1)
     }
 }
 
@@ -122,6 +154,8 @@ impl<T: Transport + Send + 'static> Barrier<T> {
             waker,
             hurry_at: AtomicU64::new(0),
             wake_at_start: AtomicBool::new(true),
+            started_ns: AtomicU64::new(0),
+            origin: Instant::now(),
             hurried: AtomicU64::new(0),
         });
         let agent = if config.progress_agent && nodes > 1 {
@@ -139,10 +173,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
 
     /// Runs `f` on the engine as the application (the agent stands aside).
     fn call<R>(&mut self, f: impl FnOnce(&mut Engine<T>) -> R) -> R {
-        self.shared.calls.fetch_add(1, Ordering::AcqRel);
-        let result = f(&mut self.shared.lock());
-        self.shared.calls.fetch_add(1, Ordering::Release);
-        result
+        self.shared.app_call(f)
     }
 
     /// This node's number.
@@ -355,6 +386,7 @@ impl<T: Transport + Send + 'static> Barrier<T> {
         })?;
         if hurry {
             self.shared.hurry_at.store(self.shared.calls.load(Ordering::Acquire), Ordering::Release);
+            self.shared.started_ns.store(self.shared.ns_since_origin(), Ordering::Release);
             if let Some(agent) = self.agent.as_ref().filter(|_| self.shared.wake_at_start.load(Ordering::Acquire)) {
                 self.shared.hurried.fetch_add(1, Ordering::Relaxed);
                 agent.thread().unpark();
@@ -459,10 +491,7 @@ impl<T: Transport + Send + 'static> std::fmt::Debug for Request<T> {
 impl<T: Transport + Send + 'static> Request<T> {
     /// Runs `f` on the engine as the application (the agent stands aside).
     fn call<R>(&self, f: impl FnOnce(&mut Engine<T>) -> R) -> R {
-        self.shared.calls.fetch_add(1, Ordering::AcqRel);
-        let result = f(&mut self.shared.lock());
-        self.shared.calls.fetch_add(1, Ordering::Release);
-        result
+        self.shared.app_call(f)
     }
 
     /// Progress without blocking; true once the collective is complete,
@@ -577,14 +606,10 @@ fn run_agent<T: Transport>(shared: &Shared<T>) {
             let calls = shared.calls.load(Ordering::Acquire);
             // A nonblocking collective just started and the application
             // has not called since: it went on with its own work, so serve
-            // now, and wake at the next such start. If it has called since
-            // (a wait or test at once), it drives the collective itself:
-            // serving too would only take the engine from it and a core
-            // from the peers, and so would waking for the next start.
+            // now. If it has called since (a wait or test at once), it
+            // drives the collective itself: serving too would only take
+            // the engine from it and a core from the peers.
             let started_at = shared.hurry_at.swap(0, Ordering::AcqRel);
-            if started_at != 0 {
-                shared.wake_at_start.store(calls == started_at, Ordering::Release);
-            }
             if calls.is_multiple_of(2) && (calls == seen || calls == started_at) {
                 seen = calls;
                 break;
