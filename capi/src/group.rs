@@ -9,7 +9,7 @@ use barriers::{Barrier, Collective, GroupTransport, JobPolicy, PreparedBarrier, 
 use crate::collective::Collectives;
 use crate::error::argument;
 use crate::job::Closing;
-use crate::stats::{mcd_stats, stats_of};
+use crate::stats::{mcd_stats, stats_of, with_collectives};
 use crate::{CError, Communicator, Job};
 
 /// on the job's endpoint (`mcd_group` in C): prepared (its local resources
@@ -110,7 +110,9 @@ impl Group {
     /// The counters (the endpoint's are the job's).
     pub fn stats(&mut self) -> Result<mcd_stats, CError> {
         let shared = self.shared.clone();
-        stats_of(self.barrier()?.stats(), &shared)
+        let barrier = self.barrier()?.stats();
+        let collectives = self.collectives.barrier.as_ref().map(|c| c.stats());
+        stats_of(with_collectives(barrier, collectives), &shared)
     }
 
     /// Ends this node's use of the group without waiting: enters its closing

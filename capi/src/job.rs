@@ -10,7 +10,7 @@ use mcd::bootstrap::JobSettings;
 use mcd::{Endpoint, EndpointConfig, NodeList};
 
 use crate::collective::Collectives;
-use crate::stats::{mcd_stats, stats_of};
+use crate::stats::{mcd_stats, stats_of, with_collectives};
 use crate::{CError, Communicator};
 // The C functions and types the docs name.
 #[cfg(doc)]
@@ -274,7 +274,9 @@ impl Job {
 
     /// The counters.
     pub fn stats(&self) -> Result<mcd_stats, CError> {
-        stats_of(self.barrier().stats(), &self.shared)
+        let barrier = self.barrier().stats();
+        let collectives = self.collectives().barrier.as_ref().map(|c| c.stats());
+        stats_of(with_collectives(barrier, collectives), &self.shared)
     }
 
     /// The barrier that runs the job's collectives: one of its own over

@@ -32,9 +32,11 @@ pub struct mcd_stats {
     /// NACKs not answered because the same peer had asked for the same
     /// message less than a quarter of the retry timeout after its last
     /// answer (the per-peer limit on answers: a burst of NACKs, replayed
-    /// or from a buggy member, gets a bounded number of answers).
+    /// or from a buggy member, gets a bounded number of answers). The
+    /// barrier's and its collectives' barrier's.
     pub answers_suppressed: u64,
-    /// Messages of another barrier instance, dropped by the barrier, or of
+    /// Messages of another barrier instance, dropped by the barrier (or by
+    /// the barrier of its collectives), or of
     /// a communicator this process does not have, dropped by the shared
     /// endpoint: frames of an earlier run under the same secret, replayed
     /// (they verify, and are new to this run's endpoint, once), or late
@@ -42,7 +44,8 @@ pub struct mcd_stats {
     pub messages_foreign: u64,
     /// Join answers for another incarnation than this node's, ignored (an
     /// earlier run's, replayed, or delayed); at node 0, join requests that
-    /// replaced an admission not yet heard from (the same).
+    /// replaced an admission not yet heard from (the same). The barrier's
+    /// and its collectives' barrier's.
     pub joins_superseded: u64,
     /// Messages the shared endpoint dropped for want of room: a
     /// communicator's queue full (its application not calling), or join
@@ -58,6 +61,20 @@ pub struct mcd_stats {
     /// job's with this job key, or of a rank that bootstrapped again); 0 in
     /// a job nobody disturbed.
     pub hellos_stale: u64,
+}
+
+/// The counters of a job's or group's barrier `b` with those of its
+/// collectives' barrier `collectives` that tell of other runs and of
+/// attacks (messages of another instance, superseded joins, suppressed
+/// answers): since review rev31 that barrier is joined with the job or
+/// group, and a replayed frame of an earlier run's collectives lands there.
+pub(crate) fn with_collectives(mut b: BarrierStats, collectives: Option<BarrierStats>) -> BarrierStats {
+    if let Some(c) = collectives {
+        b.foreign += c.foreign;
+        b.superseded += c.superseded;
+        b.answers_suppressed += c.answers_suppressed;
+    }
+    b
 }
 
 /// The counters `b` of a barrier, and those of the shared endpoint.
@@ -81,4 +98,19 @@ pub(crate) fn stats_of(b: BarrierStats, shared: &SharedEndpoint) -> Result<mcd_s
         sessions_forgotten: e.sessions_forgotten,
         hellos_stale: e.stale_hellos,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_collectives_barriers_counters_of_other_runs_and_attacks_are_added_and_no_others() {
+        let barrier = BarrierStats { completed: 5, sent: 7, foreign: 1, superseded: 2, answers_suppressed: 3, ..BarrierStats::default() };
+        let collectives = BarrierStats { completed: 100, sent: 200, foreign: 10, superseded: 20, answers_suppressed: 30, ..BarrierStats::default() };
+        let both = with_collectives(barrier, Some(collectives));
+        assert_eq!((both.foreign, both.superseded, both.answers_suppressed), (11, 22, 33));
+        assert_eq!((both.completed, both.sent), (5, 7), "barriers and messages stay the barrier's own");
+        assert_eq!(with_collectives(barrier, None), barrier);
+    }
 }
