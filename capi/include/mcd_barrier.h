@@ -264,11 +264,13 @@ typedef struct mcd_stats {
      * NACKs not answered because the same peer had asked for the same
      * message less than a quarter of the retry timeout after its last
      * answer (the per-peer limit on answers: a burst of NACKs, replayed
-     * or from a buggy member, gets a bounded number of answers).
+     * or from a buggy member, gets a bounded number of answers). The
+     * barrier's and its collectives' barrier's.
      */
     uint64_t answers_suppressed;
     /**
-     * Messages of another barrier instance, dropped by the barrier, or of
+     * Messages of another barrier instance, dropped by the barrier (or by
+     * the barrier of its collectives), or of
      * a communicator this process does not have, dropped by the shared
      * endpoint: frames of an earlier run under the same secret, replayed
      * (they verify, and are new to this run's endpoint, once), or late
@@ -278,7 +280,8 @@ typedef struct mcd_stats {
     /**
      * Join answers for another incarnation than this node's, ignored (an
      * earlier run's, replayed, or delayed); at node 0, join requests that
-     * replaced an admission not yet heard from (the same).
+     * replaced an admission not yet heard from (the same). The barrier's
+     * and its collectives' barrier's.
      */
     uint64_t joins_superseded;
     /**
