@@ -66,8 +66,7 @@ pub struct mcd_stats {
 /// The counters of a job's or group's barrier `b` with those of its
 /// collectives' barrier `collectives` that tell of other runs and of
 /// attacks (messages of another instance, superseded joins, suppressed
-/// answers): since review rev31 that barrier is joined with the job or
-/// group, and a replayed frame of an earlier run's collectives lands there.
+/// answers): a replayed frame of an earlier run's collectives lands there.
 pub(crate) fn with_collectives(mut b: BarrierStats, collectives: Option<BarrierStats>) -> BarrierStats {
     if let Some(c) = collectives {
         b.foreign += c.foreign;
