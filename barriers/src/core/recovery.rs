@@ -659,11 +659,16 @@ impl Core {
         }
         let floor = self.reply_floor(self.config.min_retry_timeout);
         let at = self.recovery.ring_loss_retry.map_or(now, |last| (last + floor).max(now));
+        // (Counted only if it brings the retry forward: drops told again
+        // within a round trip, or with a retry due sooner anyway, do not:
+        // review rev32, finding 3.)
+        if at < self.recovery.next_retry {
+            self.stats.ring_loss_retries += 1;
+        }
         self.recovery.next_retry = self.recovery.next_retry.min(at);
         self.recovery.ring_loss_retry = Some(self.recovery.next_retry);
         self.recovery.laggard = Laggard::Unknown;
         self.recovery.retry_interval = self.recovery.rto.get(self.run.step);
-        self.stats.ring_loss_retries += 1;
     }
 
     /// The retry timer at `now`: if due, NACK what is missing and back off.
