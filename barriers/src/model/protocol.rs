@@ -303,7 +303,8 @@ pub enum Happening {
         /// The message.
         msg: Msg,
     },
-    /// `msg` from `from` was lost at the node's ingress.
+    /// `msg` from `from` was lost at the node's ingress (on the network,
+    /// or dropped by a flooded node's full receive ring).
     Lost {
         /// The sender.
         from: u32,
@@ -542,6 +543,7 @@ impl Net {
         if flooded && !self.ring_takes(t) {
             self.flood_counts.genuine_ring_drops += 1;
             self.losing = true;
+            self.note(t, to, Happening::Lost { from: from as u32, msg });
             return;
         }
         let read = t.max(self.nodes[to].cpu_free) + self.o_r;
@@ -1130,10 +1132,13 @@ mod flood_tests {
     const TREE4: Algorithm = Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast };
 
     /// This machine's per-frame costs of a forged frame (`bench/results/flood.md`,
-    /// session 16): the whole kernel path of one frame sent on veth into a
-    /// TPACKET_V2 ring (an upper bound of the receive alone), and the
-    /// endpoint's read of a slot plus a failed tag check.
+    /// session 16): the kernel's receive, as the whole path of one frame
+    /// sent on veth into a TPACKET_V2 ring (2.8 µs: an upper bound, which
+    /// includes the sender's side) or as the ring socket's own part of it
+    /// (0.6 µs: a lower one); then the endpoint's read of a slot and the
+    /// tag check that fails (0.15 µs).
     const KERNEL_US: f64 = 2.8;
+    const RING_SOCKET_US: f64 = 0.6;
     const CHECK_US: f64 = 0.15;
 
     fn ten_gbe() -> Setup {
@@ -1141,7 +1146,11 @@ mod flood_tests {
     }
 
     fn flooded(a: Algorithm, n: usize, barriers: u32, per_second: f64, seed: u64) -> Scenario {
-        let mut f = Flood::new(1, per_second, KERNEL_US, CHECK_US);
+        flooded_at(a, n, barriers, per_second, KERNEL_US, seed)
+    }
+
+    fn flooded_at(a: Algorithm, n: usize, barriers: u32, per_second: f64, kernel_us: f64, seed: u64) -> Scenario {
+        let mut f = Flood::new(1, per_second, kernel_us, CHECK_US);
         f.poisson = true;
         f.ring_slots = Some(1024);
         let mut s = Scenario::new(a, n, ten_gbe(), barriers).flood(f);
@@ -1211,27 +1220,37 @@ mod flood_tests {
     }
 
     /// The goal (issue 27) on a core per node: 100,000 forged frames a
-    /// second slow the flooded node's barriers by at most 2× (mean, median
-    /// and p99 against the same run unflooded), 2 and 8 nodes, tree4.
+    /// second slow the flooded node's barriers by at most 2× (against the
+    /// same run unflooded), 2 and 8 nodes, tree4 and Auto's pick: the mean
+    /// and the median at either cost of a forged frame, the p99 at the ring
+    /// socket's cost for all and at the upper bound for tree4. (At the
+    /// upper bound, 2.95 µs a frame, the p99 of Auto's picks, barriers of
+    /// 4.8-5.4 µs, is 2.3-2.4×: two forged frames in one barrier double
+    /// it; `flood.md`.)
     #[test]
     fn a_flood_of_100k_frames_a_second_slows_the_flooded_nodes_barriers_at_most_2x() {
+        let stat = |o: &Outcome| {
+            let mut v = o.node_us.clone();
+            (o.node_us.iter().sum::<f64>() / v.len() as f64, crate::summary::quantile(&mut v, 0.5), crate::summary::quantile(&mut v, 0.99))
+        };
         for n in [2, 8] {
-            let mut quiet = Scenario::new(TREE4, n, ten_gbe(), 2000);
-            quiet.watch = Some(1);
-            let q = run(&quiet).unwrap();
-            let mut s = flooded(TREE4, n, 2000, 100_000.0, 3);
-            s.trace = false;
-            let f = run(&s).unwrap();
-            let stat = |o: &Outcome| {
-                let mut v = o.node_us.clone();
-                (o.node_us.iter().sum::<f64>() / v.len() as f64, crate::summary::quantile(&mut v, 0.5), crate::summary::quantile(&mut v, 0.99))
-            };
-            let ((qm, q50, q99), (fm, f50, f99)) = (stat(&q), stat(&f));
-            assert!(
-                fm <= 2.0 * qm && f50 <= 2.0 * q50 && f99 <= 2.0 * q99,
-                "n={n}: mean {qm:.2} -> {fm:.2}, p50 {q50:.2} -> {f50:.2}, p99 {q99:.2} -> {f99:.2} µs"
-            );
-            assert!(f.flood.bad_tags > 0 && f.flood.forged == f.flood.bad_tags, "{:?}", f.flood);
+            for a in [TREE4, auto_with(n, 1, &ten_gbe(), true).0] {
+                let mut quiet = Scenario::new(a, n, ten_gbe(), 2000);
+                quiet.watch = Some(1);
+                let (qm, q50, q99) = stat(&run(&quiet).unwrap());
+                for kernel_us in [RING_SOCKET_US, KERNEL_US] {
+                    let mut s = flooded_at(a, n, 2000, 100_000.0, kernel_us, 3);
+                    s.trace = false;
+                    let f = run(&s).unwrap();
+                    let (fm, f50, f99) = stat(&f);
+                    let what = format!("{a} n={n}, {kernel_us} µs: mean {qm:.2} -> {fm:.2}, p50 {q50:.2} -> {f50:.2}, p99 {q99:.2} -> {f99:.2} µs");
+                    assert!(fm <= 2.0 * qm && f50 <= 2.0 * q50, "{what}");
+                    if kernel_us == RING_SOCKET_US || a == TREE4 {
+                        assert!(f99 <= 2.0 * q99, "{what}");
+                    }
+                    assert!(f.flood.bad_tags > 0 && f.flood.forged == f.flood.bad_tags, "{:?}", f.flood);
+                }
+            }
         }
     }
 
@@ -1246,6 +1265,27 @@ mod flood_tests {
         accounted(&o);
         assert!(o.flood.forged_ring_drops > 0 && o.flood.genuine_ring_drops > 0, "{:?}", o.flood);
         assert!(o.stats.ring_loss_retries > 0, "{:?}", o.stats);
+    }
+
+    /// Finding (session 16), beyond the goal's rate: 1,000,000 forged
+    /// frames a second at 2.95 µs each (three times node 1's CPU), 8
+    /// nodes, Auto's pick (one-phase), seed 1 (every seed of 1-5): node 1
+    /// fails barrier 10 after 10 s, naming node 5 "silent though probed",
+    /// while the others have gone on to barrier 11. Node 1's ring is full
+    /// (3 ms of forged frames); each retry sends 35 NACKs (7 peers × 5
+    /// messages, 95 µs of sends during which it reads nothing, so no slot
+    /// frees), and the answers arrive in that window and are dropped
+    /// (in the last second: 972 of 972 of node 5's frames dropped, 8
+    /// genuine frames taken in). tree4 at 8 nodes and every 2-node run
+    /// complete under the same flood (ms barriers).
+    #[test]
+    #[ignore = "finding (session 16): 8 nodes, one-phase, 1M forged frames/s at 2.95 µs (3x node 1's CPU), seed 1: node 1 fails barrier 10 (answers to its NACKs arrive while it sends them, its full ring drops them)"]
+    fn an_overwhelming_flood_at_8_nodes_on_autos_pick_completes() {
+        let a = auto_with(8, 1, &ten_gbe(), true).0;
+        let mut s = flooded(a, 8, 40, 1_000_000.0, 1);
+        s.trace = false;
+        let o = run(&s).unwrap();
+        assert!(o.flood.genuine_ring_drops > 0, "{:?}", o.flood);
     }
 
     /// A flood's run replays from its seed; another seed draws other
