@@ -18,6 +18,15 @@
 //! cores) are not charged; the engine's own time per message is 0 here and
 //! in the plan simulator alike.
 //!
+//! A [`Flood`] (issue 27's denial of service) sends one node forged frames
+//! whose tag fails: each reaches the node's switch port and NIC as any
+//! frame does and then takes the node's CPU for the kernel's receive into
+//! the ring and the tag check that drops it, in turn with the node's own
+//! work, and never reaches its core. With a finite receive ring, a frame
+//! that finds every slot taken is dropped by the kernel, a genuine one
+//! too, and the core is told ([`Core::frames_lost`]) when it next takes a
+//! frame out, as the endpoint tells it.
+//!
 //! Loss is applied per delivered message (per receiver of a multicast), at
 //! the receiver's ingress, after the frame crossed the network: independent
 //! with a given probability, or Gilbert–Elliott in time ([`Loss::Bursty`],
@@ -109,6 +118,61 @@ impl Loss {
     }
 }
 
+/// Forged frames arriving at one node, whose tags fail (issue 27's flood;
+/// see the module docs). A node's CPU takes `kernel_us` + `check_us` for
+/// every forged frame its receive ring takes (the kernel's receive, then
+/// the endpoint's read and the tag check that fails), in arrival order
+/// with the node's own sends, receives and timers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Flood {
+    /// The node flooded.
+    pub node: u32,
+    /// Forged frames a second.
+    pub per_second: f64,
+    /// Arrivals a Poisson process (exponential gaps, drawn from the
+    /// scenario's seed) rather than evenly spaced.
+    pub poisson: bool,
+    /// The node's CPU time per forged frame for the kernel's receive (up
+    /// to the ring, its socket filter included), µs.
+    pub kernel_us: f64,
+    /// The node's CPU time per forged frame taken out of the ring: the
+    /// slot's read and the tag check that fails, µs.
+    pub check_us: f64,
+    /// The node's receive ring, in frames (`None`: never full). A frame
+    /// arriving while this many are in it, not yet read, is dropped,
+    /// forged or genuine, and costs no CPU: the node is then busy for
+    /// `slots` frames' time, and a real host's NIC drops what its kernel
+    /// cannot take in its own ring, in hardware (the kernel's work for a
+    /// frame it takes and then finds no slot for is not charged: an
+    /// optimistic simplification, which matters only when the flood
+    /// needs more than the node's whole CPU).
+    pub ring_slots: Option<u32>,
+    /// Whether a ring drop tells the core ([`Core::frames_lost`]) as the
+    /// endpoint does (off: only its retry timer recovers a lost frame).
+    pub ring_loss_retry: bool,
+}
+
+impl Flood {
+    /// `per_second` forged frames at `node`, evenly spaced, each costing
+    /// `kernel_us` + `check_us` of its CPU, with no ring limit.
+    pub fn new(node: u32, per_second: f64, kernel_us: f64, check_us: f64) -> Flood {
+        Flood { node, per_second, poisson: false, kernel_us, check_us, ring_slots: None, ring_loss_retry: true }
+    }
+}
+
+/// What a [`Flood`] did, at its node.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FloodCounts {
+    /// Forged frames that reached the node's NIC.
+    pub forged: u64,
+    /// Of those, read from the ring and dropped for their tag.
+    pub bad_tags: u64,
+    /// Forged frames the full ring dropped.
+    pub forged_ring_drops: u64,
+    /// Genuine frames (the barrier's) the full ring dropped.
+    pub genuine_ring_drops: u64,
+}
+
 /// One run of the protocol simulator.
 #[derive(Clone, Copy, Debug)]
 pub struct Scenario {
@@ -120,6 +184,11 @@ pub struct Scenario {
     pub setup: Setup,
     /// How messages are lost.
     pub loss: Loss,
+    /// Forged frames at one node (`None`: none).
+    pub flood: Option<Flood>,
+    /// A node whose own time in each barrier [`Outcome::node_us`] records
+    /// (`None`: none), e.g. the flooded one.
+    pub watch: Option<u32>,
     /// Barriers each node runs.
     pub barriers: u32,
     /// The first barriers left out of the statistics.
@@ -151,6 +220,8 @@ impl Scenario {
             nodes,
             setup,
             loss: Loss::NONE,
+            flood: None,
+            watch: None,
             barriers,
             warmup: barriers / 10,
             work_us: 0.0,
@@ -164,6 +235,11 @@ impl Scenario {
     /// The same with `loss`.
     pub fn loss(self, loss: Loss) -> Scenario {
         Scenario { loss, ..self }
+    }
+
+    /// The same with `flood`.
+    pub fn flood(self, flood: Flood) -> Scenario {
+        Scenario { flood: Some(flood), ..self }
     }
 }
 
@@ -180,6 +256,11 @@ pub struct Outcome {
     pub deliveries: u64,
     /// Of those, lost.
     pub lost: u64,
+    /// The watched node's own time in each measured barrier (leave −
+    /// enter), µs, in order (empty without [`Scenario::watch`]).
+    pub node_us: Vec<f64>,
+    /// What the flood did (zeros without one).
+    pub flood: FloodCounts,
     /// Events handled.
     pub events: u64,
     /// Virtual time at the end, µs.
@@ -222,7 +303,8 @@ pub enum Happening {
         /// The message.
         msg: Msg,
     },
-    /// `msg` from `from` was lost at the node's ingress.
+    /// `msg` from `from` was lost at the node's ingress (on the network,
+    /// or dropped by a flooded node's full receive ring).
     Lost {
         /// The sender.
         from: u32,
@@ -270,6 +352,10 @@ enum Ev {
     Timer { node: u32, gen: u32 },
     /// `node`'s application starts its next barrier.
     App { node: u32 },
+    /// The next forged frame reaches the flooded node's switch port.
+    ForgedPort,
+    /// A forged frame is in the flooded node's memory.
+    ForgedHost,
 }
 
 struct HubFrame {
@@ -322,6 +408,19 @@ struct Net {
     cost_sum: u64,
     deliveries: u64,
     lost: u64,
+    /// The flood (see [`Flood`]): its gap between arrivals (mean, ps), its
+    /// costs (ps), the generator of its arrivals, the frames in the
+    /// flooded node's ring (when each will have been read), whether a drop
+    /// is yet to be told to the core, and its counts.
+    flood_gap: f64,
+    flood_kernel: u64,
+    flood_check: u64,
+    flood_rng: Rng,
+    ring: std::collections::VecDeque<u64>,
+    losing: bool,
+    flood_counts: FloodCounts,
+    /// The watched node's times, µs.
+    watched: Vec<f64>,
     /// Nodes that completed every barrier.
     finished: usize,
     /// The first error a node reported (the run stops).
@@ -395,6 +494,9 @@ impl Net {
                         let i = (k - self.s.warmup) as usize;
                         self.cost_max[i] = self.cost_max[i].max(c);
                         self.cost_sum += c;
+                        if self.s.watch == Some(v as u32) {
+                            self.watched.push(c as f64 / PS_PER_US);
+                        }
                     }
                     if node.done == self.s.barriers {
                         self.finished += 1;
@@ -437,12 +539,81 @@ impl Net {
             self.note(t, to, Happening::Lost { from: from as u32, msg });
             return;
         }
-        self.note(t.max(self.nodes[to].cpu_free) + self.o_r, to, Happening::Delivered { from: from as u32, msg });
-        let now = self.instant(t.max(self.nodes[to].cpu_free) + self.o_r);
+        let flooded = self.s.flood.is_some_and(|f| f.node as usize == to);
+        if flooded && !self.ring_takes(t) {
+            self.flood_counts.genuine_ring_drops += 1;
+            self.losing = true;
+            self.note(t, to, Happening::Lost { from: from as u32, msg });
+            return;
+        }
+        let read = t.max(self.nodes[to].cpu_free) + self.o_r;
+        self.note(read, to, Happening::Delivered { from: from as u32, msg });
+        let now = self.instant(read);
         let node = &mut self.nodes[to];
-        node.cpu_free = t.max(node.cpu_free) + self.o_r;
+        node.cpu_free = read;
         node.core.handle(now, from, rail, msg, &[]);
+        if flooded {
+            self.ring.push_back(read);
+            self.tell_drops(to, read);
+        }
         self.pump(to);
+    }
+
+    /// Whether the flooded node's ring has a free slot at `t` (frames
+    /// read by then have left it); a frame it has none for is dropped.
+    fn ring_takes(&mut self, t: u64) -> bool {
+        while self.ring.front().is_some_and(|&r| r <= t) {
+            self.ring.pop_front();
+        }
+        self.s.flood.and_then(|f| f.ring_slots).is_none_or(|slots| self.ring.len() < slots as usize)
+    }
+
+    /// The flooded node `v` read a frame at `read`: if the ring dropped
+    /// frames since it last read one, its core is told, as the endpoint
+    /// tells it ([`Core::frames_lost`]).
+    fn tell_drops(&mut self, v: usize, read: u64) {
+        if std::mem::take(&mut self.losing) && self.s.flood.is_some_and(|f| f.ring_loss_retry) {
+            let now = self.instant(read);
+            self.nodes[v].core.frames_lost(now);
+        }
+    }
+
+    /// A forged frame is in the flooded node's memory at `t`: the kernel's
+    /// receive, and if the ring takes it the tag check that drops it.
+    fn forged(&mut self, t: u64) {
+        let v = self.s.flood.expect("a flood").node as usize;
+        self.flood_counts.forged += 1;
+        if !self.ring_takes(t) {
+            self.flood_counts.forged_ring_drops += 1;
+            self.losing = true;
+            return;
+        }
+        self.flood_counts.bad_tags += 1;
+        let read = t.max(self.nodes[v].cpu_free) + self.flood_kernel + self.flood_check;
+        self.nodes[v].cpu_free = read;
+        self.ring.push_back(read);
+        if self.losing {
+            self.tell_drops(v, read);
+            self.pump(v);
+        }
+    }
+
+    /// When a frame reaching the switch at `t` towards `to` on `rail` is in
+    /// `to`'s memory: its output port's queue, then the NIC's receive gap.
+    fn through_port(&mut self, t: u64, to: usize, rail: usize) -> u64 {
+        let i = to * self.rails + rail;
+        let out = t.max(self.port_free[i]);
+        self.port_free[i] = out + self.ft;
+        let nic = (out + self.ft).max(self.rx_free[i]);
+        self.rx_free[i] = nic + self.g_r;
+        nic
+    }
+
+    /// The gap to the flood's next frame, ps.
+    fn flood_gap(&mut self) -> u64 {
+        let poisson = self.s.flood.is_some_and(|f| f.poisson);
+        let gap = if poisson { self.flood_rng.exp(self.flood_gap) } else { self.flood_gap };
+        (gap.round() as u64).max(1)
     }
 
     fn run(mut self) -> Outcome {
@@ -454,6 +625,10 @@ impl Net {
             self.note(0, v, Happening::Entered(0));
             self.nodes[v].core.start(now, Call::Wait { deadline: None });
             self.pump(v);
+        }
+        if self.s.flood.is_some() {
+            let first = self.flood_gap();
+            self.q.push(first, Ev::ForgedPort);
         }
         // Far beyond any recovery: a run that has not ended by then is stuck.
         let horizon = ps(600e6);
@@ -473,13 +648,25 @@ impl Net {
             end = t;
             match ev {
                 Ev::Port { to, from, rail, msg } => {
-                    let i = to as usize * self.rails + rail as usize;
-                    let out = t.max(self.port_free[i]);
-                    self.port_free[i] = out + self.ft;
-                    let nic = (out + self.ft).max(self.rx_free[i]);
-                    self.rx_free[i] = nic + self.g_r;
+                    let nic = self.through_port(t, to as usize, rail as usize);
                     self.q.push(nic, Ev::Host { to, from, rail, msg });
                 }
+                Ev::ForgedPort => {
+                    let v = self.s.flood.expect("a flood").node as usize;
+                    let nic = if self.s.setup.topology == Topology::Switch {
+                        self.through_port(t, v, 0)
+                    } else {
+                        // (On a hub the attacker's frames would take the
+                        // medium too; only the NIC's gap is charged.)
+                        let nic = t.max(self.rx_free[v * self.rails]);
+                        self.rx_free[v * self.rails] = nic + self.g_r;
+                        nic
+                    };
+                    self.q.push(nic, Ev::ForgedHost);
+                    let next = t + self.flood_gap();
+                    self.q.push(next, Ev::ForgedPort);
+                }
+                Ev::ForgedHost => self.forged(t),
                 Ev::Host { to, from, rail, msg } => self.deliver(t, to as usize, from as usize, rail as usize, msg),
                 Ev::Hub { rail } => {
                     let r = rail as usize;
@@ -549,6 +736,7 @@ impl Net {
             stats.duplicates += s.duplicates;
             stats.stale += s.stale;
             stats.early += s.early;
+            stats.ring_loss_retries += s.ring_loss_retries;
         }
         Outcome {
             times_us: self.cost_max.iter().map(|&c| c as f64 / PS_PER_US).collect(),
@@ -556,6 +744,8 @@ impl Net {
             stats,
             deliveries: self.deliveries,
             lost: self.lost,
+            node_us: self.watched,
+            flood: self.flood_counts,
             events,
             end_us: end as f64 / PS_PER_US,
             completed: self.finished == n,
@@ -573,6 +763,14 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
     }
     if s.barriers <= s.warmup {
         return Err("no barrier measured".into());
+    }
+    if s.watch.is_some_and(|w| w as usize >= n) {
+        return Err(format!("watch {:?}: not a node of the {n}", s.watch));
+    }
+    if let Some(f) = s.flood {
+        if f.node as usize >= n || !(f.per_second > 0.0 && f.per_second.is_finite()) || f.kernel_us < 0.0 || f.check_us < 0.0 {
+            return Err(format!("flood {f:?}: a node of the {n}, a positive rate and non-negative costs"));
+        }
     }
     let rails = 1;
     let mut config = BarrierConfig::new(s.algorithm).rails(rails);
@@ -632,6 +830,14 @@ pub fn run(s: &Scenario) -> Result<Outcome, String> {
         cost_sum: 0,
         deliveries: 0,
         lost: 0,
+        flood_gap: s.flood.map_or(0.0, |f| PS_PER_US * 1e6 / f.per_second),
+        flood_kernel: s.flood.map_or(0, |f| ps(f.kernel_us)),
+        flood_check: s.flood.map_or(0, |f| ps(f.check_us)),
+        flood_rng: Rng::fork(s.seed, 0xF100D),
+        ring: std::collections::VecDeque::new(),
+        losing: false,
+        flood_counts: FloodCounts::default(),
+        watched: Vec::new(),
         finished: 0,
         failed: None,
         trace: Vec::new(),
@@ -911,5 +1117,183 @@ mod hierarchy_tests {
             let want = hierarchical_cost(a, hosts, per_host, per_host, 1, &p, &shm);
             assert!((got - want).abs() / want <= 0.05, "{hosts}x{per_host}: protocol {got:.3} µs, closed {want:.3} µs");
         }
+    }
+}
+
+/// Issue 27's flood ([`Flood`]): forged frames at one node, whose cost is
+/// that node's CPU and, when its ring overflows, genuine frames.
+#[cfg(test)]
+mod flood_tests {
+    use super::*;
+    use crate::check::{check, Timeline};
+    use crate::model::{auto_with, Link, LogP};
+    use crate::plan::{Fanout, Release};
+
+    const TREE4: Algorithm = Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast };
+
+    /// This machine's per-frame costs of a forged frame (`bench/results/flood.md`,
+    /// session 16): the kernel's receive, as the whole path of one frame
+    /// sent on veth into a TPACKET_V2 ring (2.8 µs: an upper bound, which
+    /// includes the sender's side) or as the ring socket's own part of it
+    /// (0.6 µs: a lower one); then the endpoint's read of a slot and the
+    /// tag check that fails (0.15 µs).
+    const KERNEL_US: f64 = 2.8;
+    const RING_SOCKET_US: f64 = 0.6;
+    const CHECK_US: f64 = 0.15;
+
+    fn ten_gbe() -> Setup {
+        Setup::preset(&LogP::REFERENCE, Link::GBE_10)
+    }
+
+    fn flooded(a: Algorithm, n: usize, barriers: u32, per_second: f64, seed: u64) -> Scenario {
+        flooded_at(a, n, barriers, per_second, KERNEL_US, seed)
+    }
+
+    fn flooded_at(a: Algorithm, n: usize, barriers: u32, per_second: f64, kernel_us: f64, seed: u64) -> Scenario {
+        let mut f = Flood::new(1, per_second, kernel_us, CHECK_US);
+        f.poisson = true;
+        f.ring_slots = Some(1024);
+        let mut s = Scenario::new(a, n, ten_gbe(), barriers).flood(f);
+        s.seed = seed;
+        s.watch = Some(1);
+        s.trace = true;
+        s
+    }
+
+    /// The shared-clock check over the run's trace: no node left a barrier
+    /// before every node entered it. Returns the barriers checked.
+    fn safe(o: &Outcome, n: usize) -> usize {
+        let base = Instant::now();
+        let at = |t: f64| base + Duration::from_nanos((t * 1e3) as u64);
+        let mut timelines = vec![Timeline::default(); n];
+        let mut entered = vec![Vec::new(); n];
+        for t in &o.trace {
+            let v = t.node as usize;
+            match t.what {
+                Happening::Entered(k) => {
+                    assert_eq!(k as usize, entered[v].len(), "node {v} entered barrier {k} out of order");
+                    entered[v].push(at(t.t_us));
+                }
+                Happening::Left(k) => timelines[v].record(entered[v][k as usize], at(t.t_us)),
+                _ => {}
+            }
+        }
+        let (violations, checked) = check(&timelines);
+        assert!(violations.is_empty(), "{violations:?}");
+        checked
+    }
+
+    /// Every delivery is accounted for as taken in by a core, lost on the
+    /// network or dropped by the flooded node's full ring: no forged frame
+    /// is among them, and every forged frame is a bad tag or a ring drop.
+    fn accounted(o: &Outcome) {
+        let taken = o.trace.iter().filter(|t| matches!(t.what, Happening::Delivered { .. })).count() as u64;
+        assert_eq!(taken + o.lost + o.flood.genuine_ring_drops, o.deliveries, "{:?}", o.flood);
+        assert_eq!(o.flood.bad_tags + o.flood.forged_ring_drops, o.flood.forged, "{:?}", o.flood);
+    }
+
+    /// 100,000 and 300,000 forged frames a second at node 1, 2 and 8 nodes,
+    /// tree4 and Auto's pick: every barrier completes on every node, none
+    /// is left before every node entered it, every forged frame is counted
+    /// as a bad tag (the ring has room for them: none dropped), the cores
+    /// never see one, and the flood reached the rate asked.
+    #[test]
+    fn a_flood_breaks_nothing_and_every_forged_frame_is_counted_as_a_bad_tag() {
+        for n in [2, 8] {
+            for a in [TREE4, auto_with(n, 1, &ten_gbe(), true).0] {
+                for rate in [100_000.0, 300_000.0] {
+                    let o = run(&flooded(a, n, 600, rate, 7)).unwrap();
+                    assert_eq!(safe(&o, n), 600, "{a} n={n} {rate}/s");
+                    accounted(&o);
+                    assert_eq!((o.flood.forged_ring_drops, o.flood.genuine_ring_drops), (0, 0), "{a} n={n} {rate}/s: {:?}", o.flood);
+                    let expected = rate * o.end_us / 1e6;
+                    assert!(
+                        (o.flood.forged as f64 - expected).abs() <= 0.1 * expected,
+                        "{a} n={n}: {} forged in {:.0} µs at {rate}/s",
+                        o.flood.forged,
+                        o.end_us
+                    );
+                    assert_eq!(o.node_us.len(), 540);
+                }
+            }
+        }
+    }
+
+    /// The goal (issue 27) on a core per node: 100,000 forged frames a
+    /// second slow the flooded node's barriers by at most 2× (against the
+    /// same run unflooded), 2 and 8 nodes, tree4 and Auto's pick: the mean
+    /// and the median at either cost of a forged frame, the p99 at the ring
+    /// socket's cost for all and at the upper bound for tree4. (At the
+    /// upper bound, 2.95 µs a frame, the p99 of Auto's picks, barriers of
+    /// 4.8-5.4 µs, is 2.3-2.4×: two forged frames in one barrier double
+    /// it; `flood.md`.)
+    #[test]
+    fn a_flood_of_100k_frames_a_second_slows_the_flooded_nodes_barriers_at_most_2x() {
+        let stat = |o: &Outcome| {
+            let mut v = o.node_us.clone();
+            (o.node_us.iter().sum::<f64>() / v.len() as f64, crate::summary::quantile(&mut v, 0.5), crate::summary::quantile(&mut v, 0.99))
+        };
+        for n in [2, 8] {
+            for a in [TREE4, auto_with(n, 1, &ten_gbe(), true).0] {
+                let mut quiet = Scenario::new(a, n, ten_gbe(), 2000);
+                quiet.watch = Some(1);
+                let (qm, q50, q99) = stat(&run(&quiet).unwrap());
+                for kernel_us in [RING_SOCKET_US, KERNEL_US] {
+                    let mut s = flooded_at(a, n, 2000, 100_000.0, kernel_us, 3);
+                    s.trace = false;
+                    let f = run(&s).unwrap();
+                    let (fm, f50, f99) = stat(&f);
+                    let what = format!("{a} n={n}, {kernel_us} µs: mean {qm:.2} -> {fm:.2}, p50 {q50:.2} -> {f50:.2}, p99 {q99:.2} -> {f99:.2} µs");
+                    assert!(fm <= 2.0 * qm && f50 <= 2.0 * q50, "{what}");
+                    if kernel_us == RING_SOCKET_US || a == TREE4 {
+                        assert!(f99 <= 2.0 * q99, "{what}");
+                    }
+                    assert!(f.flood.bad_tags > 0 && f.flood.forged == f.flood.bad_tags, "{:?}", f.flood);
+                }
+            }
+        }
+    }
+
+    /// A flood that needs more than the node's whole CPU (1,000,000 frames
+    /// a second at 2.95 µs each) fills its ring: the kernel drops genuine
+    /// frames with forged ones, the core is told (its ring-drop retry), and
+    /// every barrier still completes, safely, if slowly (ms).
+    #[test]
+    fn an_overwhelming_flood_drops_genuine_frames_and_the_barriers_still_complete_safely() {
+        let o = run(&flooded(TREE4, 2, 200, 1_000_000.0, 11)).unwrap();
+        assert_eq!(safe(&o, 2), 200);
+        accounted(&o);
+        assert!(o.flood.forged_ring_drops > 0 && o.flood.genuine_ring_drops > 0, "{:?}", o.flood);
+        assert!(o.stats.ring_loss_retries > 0, "{:?}", o.stats);
+    }
+
+    /// Finding (session 16), beyond the goal's rate: 1,000,000 forged
+    /// frames a second at 2.95 µs each (three times node 1's CPU), 8
+    /// nodes, Auto's pick (one-phase), seed 1 (every seed of 1-5): node 1
+    /// fails barrier 10 after 10 s, naming node 5 "silent though probed",
+    /// while the others have gone on to barrier 11. Node 1's ring is full
+    /// (3 ms of forged frames); each retry sends 35 NACKs (7 peers × 5
+    /// messages, 95 µs of sends during which it reads nothing, so no slot
+    /// frees), and the answers arrive in that window and are dropped
+    /// (in the last second: 972 of 972 of node 5's frames dropped, 8
+    /// genuine frames taken in). tree4 at 8 nodes and every 2-node run
+    /// complete under the same flood (ms barriers).
+    #[test]
+    #[ignore = "finding (session 16): 8 nodes, one-phase, 1M forged frames/s at 2.95 µs (3x node 1's CPU), seed 1: node 1 fails barrier 10 (answers to its NACKs arrive while it sends them, its full ring drops them)"]
+    fn an_overwhelming_flood_at_8_nodes_on_autos_pick_completes() {
+        let a = auto_with(8, 1, &ten_gbe(), true).0;
+        let mut s = flooded(a, 8, 40, 1_000_000.0, 1);
+        s.trace = false;
+        let o = run(&s).unwrap();
+        assert!(o.flood.genuine_ring_drops > 0, "{:?}", o.flood);
+    }
+
+    /// A flood's run replays from its seed; another seed draws other
+    /// arrivals.
+    #[test]
+    fn a_flooded_run_replays_from_its_seed() {
+        let a = run(&flooded(TREE4, 8, 200, 300_000.0, 5)).unwrap();
+        assert_eq!(a, run(&flooded(TREE4, 8, 200, 300_000.0, 5)).unwrap());
+        assert_ne!(a.node_us, run(&flooded(TREE4, 8, 200, 300_000.0, 6)).unwrap().node_us);
     }
 }
