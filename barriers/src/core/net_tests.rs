@@ -15,6 +15,7 @@ use crate::types::{BarrierConfig, BarrierError};
 mod bcast;
 mod copies;
 mod joins;
+mod replaced;
 mod review_rev32;
 mod soak;
 mod spacing;

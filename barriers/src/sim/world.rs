@@ -95,6 +95,16 @@ impl<F: NodeFactory> World<F> {
                 s
             })
             .collect();
+        World::scripted(config, scripts, factory)
+    }
+
+    /// The world of `config` whose applications run `scripts` (one per
+    /// instance; `config.instances` is taken from it), not scripts drawn
+    /// from the seed: a situation constructed by hand. Everything else is
+    /// drawn from the seed as in [`World::new`].
+    pub fn scripted(mut config: SimConfig, scripts: Vec<Vec<ScriptOp>>, factory: F) -> World<F> {
+        let n = config.nodes;
+        config.instances = scripts.len();
         let ops = scripts.iter().map(|s| vec![vec![OpRecord::NONE; n]; s.len()]).collect();
         let finishes = vec![vec![OpRecord::NONE; n]; config.instances];
         let procs = config
