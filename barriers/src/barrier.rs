@@ -50,8 +50,9 @@ struct Shared<T: Transport> {
     /// drives the collective itself and the agent stays out of its way.
     hurry_at: AtomicU64,
     /// Whether such a start wakes the agent at once: as the application
-    /// used the last one. One waited or tested at once (a benchmark's
-    /// loop, or a program with nothing to overlap) needs no agent, whose
+    /// used the last one. One waited at once, or tested at once until it
+    /// completed (a benchmark's loop, or a program with nothing to
+    /// overlap), needs no agent, whose
     /// wake-up then only takes a core from a peer: on 2 cores, 4 ranks'
     /// agents woken at every start made issue 28's 4-rank `MPI_Ibarrier`
     /// and `MPI_Iallreduce` 2-4× their blocking forms (never woken:
@@ -82,16 +83,48 @@ impl<T: Transport> Shared<T> {
     /// The first call after a start that asked for the agent says how the
     /// application uses its starts ([`Shared::wake_at_start`]).
     fn app_call<R>(&self, f: impl FnOnce(&mut Engine<T>) -> R) -> R {
+        self.judged_call(f, |_| true)
+    }
+
+    /// As [`app_call`](Self::app_call), for a call that may leave the
+    /// start's use undecided: `settles` says, from its result, whether it
+    /// did decide it (a test that found the collective complete or failed;
+    /// every other call does). A call within [`AT_ONCE`] of the start (or of
+    /// such an undecided call) that settles it says "used at once"; one
+    /// that does not (MPI's idiom: start, test at once, compute, wait) hands
+    /// the judgement on to the application's next call, timed from it, so
+    /// the wait after the computation says "left to compute" (review rev32,
+    /// finding 4: the test took the judgement, and the agent stayed asleep
+    /// at every later start). Any call later than [`AT_ONCE`] says "left to
+    /// compute".
+    fn judged_call<R>(&self, f: impl FnOnce(&mut Engine<T>) -> R, settles: impl FnOnce(&R) -> bool) -> R {
         self.calls.fetch_add(1, Ordering::AcqRel);
+        let mut at_once = false;
         if self.started_ns.load(Ordering::Relaxed) != 0 {
             let started = self.started_ns.swap(0, Ordering::AcqRel);
             if started != 0 {
                 let since = self.ns_since_origin().saturating_sub(started);
-                self.wake_at_start.store(since > AT_ONCE.as_nanos() as u64, Ordering::Release);
+                at_once = since <= AT_ONCE.as_nanos() as u64;
+                if !at_once {
+                    self.wake_at_start.store(true, Ordering::Release);
+                }
             }
         }
         let result = f(&mut self.lock());
-        self.calls.fetch_add(1, Ordering::Release);
+        let undecided = at_once && !settles(&result);
+        if at_once && !undecided {
+            self.wake_at_start.store(false, Ordering::Release);
+        }
+        let calls = self.calls.fetch_add(1, Ordering::AcqRel) + 1;
+        if undecided {
+            // The next call judges, timed from this one (a start made
+            // meanwhile set its own time: it wins); and the agent, woken
+            // by the start, serves unless the application calls again
+            // ([`Shared::hurry_at`]): this call did not drive the
+            // collective to its end.
+            let _ = self.started_ns.compare_exchange(0, self.ns_since_origin(), Ordering::AcqRel, Ordering::Relaxed);
+            self.hurry_at.store(calls, Ordering::Release);
+        }
         result
     }
 
@@ -502,7 +535,7 @@ impl<T: Transport + Send + 'static> Request<T> {
         if self.claimed {
             return Err(BarrierError::Misuse("this nonblocking collective has completed already".into()));
         }
-        match self.call(|e| e.poll_op(self.id, out))? {
+        match self.shared.judged_call(|e| e.poll_op(self.id, out), |r| !matches!(r, Ok(None)))? {
             None => Ok(false),
             Some(outcome) => {
                 self.claimed = true;

@@ -24,7 +24,6 @@ fn u32s(xs: &[u32]) -> Vec<u8> {
 /// (Measured at load 15: the peers' mean wait per round 134-885 µs, woken
 /// 242-392 µs: the grace is short enough that the cost did not show.)
 #[test]
-#[ignore = "rev32-4: after 'start; test at once; compute; wait', later starts never wake the agent again: node 0 computing, its peers wait for its agent's grace (agent_hurried 1 of 20 starts)"]
 fn a_start_tested_once_at_once_then_left_to_compute_still_wakes_the_agent() {
     let n = 4;
     let rounds = 20u32;
