@@ -28,7 +28,7 @@ fn nb_check(mpi: Mpi, spec: ClusterSpec, args: &[&str], env: &[(&str, &str)]) ->
     let c = cluster(spec);
     let mut vars = vec![("LD_PRELOAD".to_string(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())];
     vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, ..MpiRun::default() };
+    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, output_per_rank: true, ..MpiRun::default() };
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let out = run.output(&c, program.to_str().unwrap(), &args, Duration::from_secs(240)).unwrap();
     assert!(out.success(), "{mpi}: mpirun failed:\n{}\n{}", out.stdout, out.stderr);
@@ -187,6 +187,50 @@ fn a_freed_communicator_and_a_finalize_with_collectives_pending_under_open_mpi()
 #[test]
 fn a_freed_communicator_and_a_finalize_with_collectives_pending_under_mpich() {
     bad_input(Mpi::Mpich, "nnbbm");
+}
+
+/// Issue 28's step 3 (nb_check's `requests` mode, MPI_THREAD_MULTIPLE):
+/// MPI_Request_get_status says "not yet" while other ranks have not
+/// entered, then "complete" without freeing; MPI_STATUSES_IGNORE in every
+/// form completing several; user operations (to PMPI) and derived types
+/// (through mcd) in the nonblocking and persistent forms; requests freed
+/// by MPI_Request_free while running, in one thread, while another waits
+/// (completed by the interposer, never by MPI_Finalize as "never
+/// completed"); a persistent one on a communicator freed in flight; and
+/// one never completed before MPI_Finalize.
+fn requests(mpi: Mpi, name: &str) {
+    let rounds = 12u64;
+    let out = nb_check(mpi, ClusterSpec::new(name, RANKS), &["requests", &rounds.to_string()], &[]);
+    for (rank, r) in nonblocking_reports(&out).iter().enumerate() {
+        // Ibarrier: get_status 1, statuses R, freed R. Iallreduce through
+        // mcd: get_status's persistent start 1, statuses R, the two
+        // derived types 2, the vector's persistent starts 3, the freed R,
+        // the persistent ones beside the waiter R, one after, the waiter's
+        // 4R, the freed communicator's 1 and the one left pending 1; to
+        // PMPI: the user operation's 2 (and its Ireduce's 2). Persistent
+        // starts: 1 + 3 + R + 2; the user operation's init to PMPI.
+        let expected = [2 * rounds + 1, 0, 7 * rounds + 9, 2, 0, 2, rounds, 0, rounds + 6, 1, 1];
+        assert_eq!(
+            r, &expected,
+            "{mpi}: rank {rank}: Ibarrier, Iallreduce, Ireduce, Ibcast via mcd and PMPI; persistent starts via mcd, inits via PMPI; finalized"
+        );
+    }
+    for rank in 0..RANKS {
+        let said = format!("mcd-mpi: rank {rank}: MPI_Finalize with a MPI_Iallreduce never completed by MPI_Wait or MPI_Test");
+        assert_eq!(out.stderr.matches(&said).count(), 1, "{mpi}: {said}: once (the persistent one left):\n{}", out.stderr);
+        let freed = format!("mcd-mpi: rank {rank}: MPI_Finalize with a MPI_Ibarrier");
+        assert!(!out.stderr.contains(&freed), "{mpi}: a freed MPI_Ibarrier was left to MPI_Finalize as never completed:\n{}", out.stderr);
+    }
+}
+
+#[test]
+fn request_status_statuses_ignored_user_ops_and_requests_freed_beside_a_waiting_thread_under_open_mpi() {
+    requests(Mpi::OpenMpi, "nnbro");
+}
+
+#[test]
+fn request_status_statuses_ignored_user_ops_and_requests_freed_beside_a_waiting_thread_under_mpich() {
+    requests(Mpi::Mpich, "nnbrm");
 }
 
 /// mpi/coll_diff.c's nonblocking mode (issue 28's differential test): a
