@@ -299,36 +299,48 @@ fn nonblocking_collectives_match_pmpi_in_the_differential_test_under_loss_under_
     differential_nonblocking(Mpi::Mpich, "nnbdm");
 }
 
-/// A third-party MPI client: Debian's mpi4py (built against the installed
-/// Open MPI) with its own Python, unmodified: comm.Ibarrier,
-/// comm.Iallreduce, comm.Ibcast, comm.Ireduce on the world, a duplicate
-/// and comm.Split halves, with MPI's own Irecv/Isend in one
-/// MPI.Request.Waitall, the blocking comm.Allreduce (also in place),
-/// comm.Bcast and comm.Reduce, and progress while computing; all through
-/// mcd.
-#[test]
-fn mpi4py_nonblocking_collectives_go_through_mcd() {
-    let python = "/usr/bin/python3";
-    let probe = std::process::Command::new(python).args(["-c", "import mpi4py"]).status();
-    assert!(probe.is_ok_and(|s| s.success()), "this test needs mpi4py for {python}: apt-get install python3-mpi4py (or sudo ./run deps)");
+/// A third-party MPI client, mpi4py with its own Python, unmodified (under
+/// Open MPI Debian's, under MPICH one built for MPICH by `./run deps`:
+/// [`mcd_integration_tests::mpi4py_env`]): comm.Ibarrier, comm.Iallreduce,
+/// comm.Ibcast, comm.Ireduce on the world, a duplicate and comm.Split
+/// halves, with MPI's own Irecv/Isend in one MPI.Request.Waitall, the
+/// blocking comm.Allreduce (also in place), comm.Bcast and comm.Reduce,
+/// and progress while computing; all through mcd.
+fn mpi4py_nonblocking(mpi: Mpi, name: &str) {
+    let mut vars = mcd_integration_tests::mpi4py_env(mpi);
     let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
-    let preload = cbuild::build_interposer(Mpi::OpenMpi, false).unwrap();
-    let c = cluster(ClusterSpec::new("nnbpy", RANKS));
-    let vars = vec![("LD_PRELOAD".to_string(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())];
-    let run = MpiRun { mpi: Mpi::OpenMpi, yield_when_idle: true, env: vars, ..MpiRun::default() };
+    let preload = cbuild::build_interposer(mpi, false).unwrap_or_else(|e| panic!("building the interposer for {mpi}: {e:#}"));
+    let c = cluster(ClusterSpec::new(name, RANKS));
+    vars.extend([("LD_PRELOAD".to_string(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())]);
+    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, output_per_rank: true, ..MpiRun::default() };
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../mpi/nb_check.py");
-    let out = run.output(&c, python, &[script.to_string(), "10".into()], Duration::from_secs(180)).unwrap();
-    assert!(out.success(), "mpirun failed:\n{}\n{}", out.stdout, out.stderr);
+    let out = run.output(&c, mcd_integration_tests::PYTHON, &[script.to_string(), "10".into()], Duration::from_secs(180)).unwrap();
+    assert!(out.success(), "{mpi}: mpirun failed:\n{}\n{}", out.stdout, out.stderr);
     for rank in 0..RANKS {
-        assert!(out.stdout.contains(&format!("nb_check.py: rank {rank}: 242 checks, 0 wrong")), "rank {rank}:\n{}\n{}", out.stdout, out.stderr);
+        assert!(
+            out.stdout.contains(&format!("nb_check.py: rank {rank}: 242 checks, 0 wrong")),
+            "{mpi}: rank {rank}:\n{}\n{}",
+            out.stdout,
+            out.stderr
+        );
     }
     for (rank, r) in nonblocking_reports(&out).iter().enumerate() {
         // 10 rounds on 3 communicators, and one more Ibarrier and Iallreduce.
-        assert_eq!(&r[..8], &[31, 0, 31, 0, 30, 0, 30, 0], "rank {rank}: Ibarrier, Iallreduce, Ireduce, Ibcast via mcd and PMPI");
+        assert_eq!(&r[..8], &[31, 0, 31, 0, 30, 0, 30, 0], "{mpi}: rank {rank}: Ibarrier, Iallreduce, Ireduce, Ibcast via mcd and PMPI");
     }
     // The blocking forms: two comm.Allreduce (one in place), one comm.Bcast
     // and one comm.Reduce per round and communicator.
     for (rank, r) in collective_reports(&out, RANKS).iter().enumerate() {
-        assert_eq!(r, &[60, 0, 30, 0, 30, 0], "rank {rank}: Allreduce, Reduce, Bcast via mcd and PMPI");
+        assert_eq!(r, &[60, 0, 30, 0, 30, 0], "{mpi}: rank {rank}: Allreduce, Reduce, Bcast via mcd and PMPI");
     }
+}
+
+#[test]
+fn mpi4py_nonblocking_collectives_go_through_mcd_under_open_mpi() {
+    mpi4py_nonblocking(Mpi::OpenMpi, "nnbpy");
+}
+
+#[test]
+fn mpi4py_nonblocking_collectives_go_through_mcd_under_mpich() {
+    mpi4py_nonblocking(Mpi::Mpich, "nnbpym");
 }
