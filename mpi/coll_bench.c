@@ -4,8 +4,8 @@
  * collectives and, with the mcd interposer preloaded, mcd's.
  *
  *   coll_bench [--sizes 8,64,...] [--iterations N] [--warmup W] [--sync]
- *              [--collectives allreduce,bcast,...] [--comm-sizes 2,4,8]
- *              [--check K]
+ *              [--pmpi-sync] [--collectives allreduce,bcast,...]
+ *              [--comm-sizes 2,4,8] [--check K]
  *
  * Collectives (--collectives; default allreduce,bcast): barrier, allreduce
  * (MPI_SUM on doubles), reduce (MPI_SUM on doubles to rank 0), bcast (from
@@ -25,7 +25,9 @@
  * For each communicator, collective and size: W warm-up calls, then N timed
  * calls (with --sync, an untimed MPI_Barrier on the communicator before
  * each, as osu_bcast does: then a call's time is how long until this rank
- * has the result, not how fast calls can follow one another). With
+ * has the result, not how fast calls can follow one another; with
+ * --pmpi-sync that barrier is PMPI_Barrier, the MPI's own, so that two
+ * contenders' timed calls start from the same barrier's exits). With
  * --check K, first K calls with inputs that change each call (every root in
  * turn for reduce and bcast), each compared with the PMPI call on copies of
  * the same inputs, exactly (the values are whole numbers, so sums of doubles
@@ -33,7 +35,8 @@
  *
  * Rank 0 prints one JSON object per row: the median, 99th percentile, mean
  * and maximum of the calls, each averaged over the communicator's ranks,
- * and whether every rank's result was right; then one line
+ * each rank's own median ("rank_p50_us", in rank order), and whether every
+ * rank's result was right; then one line
  * {"calls": {...}} with the number of calls the program made of each kind
  * that an interposer may serve (MPI_Barrier, MPI_Allreduce, ... summed over
  * the ranks; PMPI calls are not counted), so a report of the calls that went
@@ -57,7 +60,7 @@ static const char *mpi_names[KINDS] = {"MPI_Barrier",  "MPI_Allreduce",  "MPI_Re
                                        "MPI_Ibarrier", "MPI_Iallreduce", "MPI_Ireduce", "MPI_Ibcast"};
 /* Calls made of each kind (MPI_ names only). */
 static unsigned long long made[KINDS];
-static int sync_calls;
+static int sync_calls, pmpi_sync;
 
 /* One call of `kind` on `comm` through the MPI_ names (an interposer's):
  * `in` the input, `out` the result (a broadcast: `out` is the buffer). */
@@ -153,12 +156,19 @@ static void report(int kind, int bytes, double *t, int n, int ok, MPI_Comm comm,
     }
     PMPI_Reduce(mine, sums, 4, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
     PMPI_Reduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, 0, MPI_COMM_WORLD);
+    /* Each member's own p50 (the communicator's ranks are the world's
+     * first comm_size): which rank a row's time is spent at. */
+    double *each = wrank == 0 ? malloc(sizeof(double) * (size_t)wsize) : NULL;
+    PMPI_Gather(&mine[0], 1, MPI_DOUBLE, each, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (wrank == 0) {
         printf("{\"collective\":\"%s\",\"bytes\":%d,\"ranks\":%d,\"job_ranks\":%d,\"comm\":\"%s\",\"iterations\":%d,\"p50_us\":%.3f,"
-               "\"p99_us\":%.3f,\"mean_us\":%.3f,\"max_us\":%.3f,\"correct\":%s,\"sync\":%s}\n",
+               "\"p99_us\":%.3f,\"mean_us\":%.3f,\"max_us\":%.3f,\"correct\":%s,\"sync\":%s,\"rank_p50_us\":[",
                names[kind], bytes, comm_size, wsize, comm_kind, n, sums[0] / comm_size, sums[1] / comm_size, sums[2] / comm_size,
                sums[3] / comm_size, all_ok ? "true" : "false", sync_calls ? "true" : "false");
+        for (int r = 0; r < comm_size; r++) printf("%s%.1f", r ? "," : "", each[r]);
+        printf("]}\n");
         fflush(stdout);
+        free(each);
     }
 }
 
@@ -178,7 +188,8 @@ static void row(int kind, int bytes, MPI_Comm comm, int comm_size, const char *c
         for (int i = 0; i < warmup; i++) call(kind, in, out, count, 0, comm);
         for (int k = 0; k < iterations; k++) {
             if (base == BCAST && rank == 0) out[0] = k;
-            if (sync_calls) call(BARRIER, NULL, NULL, 0, 0, comm);
+            if (sync_calls && pmpi_sync) PMPI_Barrier(comm);
+            else if (sync_calls) call(BARRIER, NULL, NULL, 0, 0, comm);
             double t0 = now_us();
             call(kind, in, out, count, 0, comm);
             t[k] = now_us() - t0;
@@ -225,13 +236,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--warmup") && v) warmup = atoi(v), i++;
         else if (!strcmp(argv[i], "--check") && v) checks = atoi(v), i++;
         else if (!strcmp(argv[i], "--sync")) sync_calls = 1;
+        else if (!strcmp(argv[i], "--pmpi-sync")) sync_calls = pmpi_sync = 1;
         else if (!strcmp(argv[i], "--sizes") && v && strlen(v) < sizeof sizes) strcpy(sizes, v), i++;
         else if (!strcmp(argv[i], "--comm-sizes") && v && strlen(v) < sizeof comm_sizes) strcpy(comm_sizes, v), i++;
         else if (!strcmp(argv[i], "--collectives") && v && parse_kinds(v, on)) i++;
         else bad = 1;
         if (bad) {
             if (rank == 0)
-                fprintf(stderr, "usage: %s [--sizes 8,64,...] [--iterations N] [--warmup W] [--sync] [--collectives allreduce,bcast,...] "
+                fprintf(stderr, "usage: %s [--sizes 8,64,...] [--iterations N] [--warmup W] [--sync] [--pmpi-sync] [--collectives allreduce,bcast,...] "
                                 "[--comm-sizes 2,4,8] [--check K]\n", argv[0]);
             MPI_Finalize();
             return 2;

@@ -161,7 +161,7 @@ static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
 enum { ALLREDUCE, REDUCE, BCAST, IBARRIER, IALLREDUCE, IREDUCE, IBCAST, KINDS };
 static const char *kind_names[KINDS] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast", "MPI_Ibarrier", "MPI_Iallreduce", "MPI_Ireduce", "MPI_Ibcast"};
 #define NONBLOCKING(kind) ((kind) - ALLREDUCE + IALLREDUCE) /* of ALLREDUCE, REDUCE, BCAST */
-static unsigned long long persistent_starts_mcd, persistent_inits_pmpi, finalize_pending;
+static unsigned long long persistent_starts_mcd, persistent_inits_pmpi, finalize_pending, finalize_detached;
 static unsigned long long coll_mcd[KINDS], coll_pmpi[KINDS];
 static long long max_bytes = 65536;
 
@@ -1092,8 +1092,8 @@ static void json_write(const char *pattern) {
     fprintf(f, "},\n \"not_in_mcd\": {\"why\": \"" NOT_IN_MCD "\"");
     for (int o = 0; o < OTHERS; o++)
         if (other_pmpi[o]) fprintf(f, ", \"%s\": %llu", other_names[o], other_pmpi[o]);
-    fprintf(f, "},\n \"persistent\": {\"starts_mcd\": %llu, \"inits_pmpi\": %llu}, \"completed_in_finalize\": %llu,\n", persistent_starts_mcd,
-            persistent_inits_pmpi, finalize_pending);
+    fprintf(f, "},\n \"persistent\": {\"starts_mcd\": %llu, \"inits_pmpi\": %llu}, \"completed_in_finalize\": %llu, \"freed_running_completed_in_finalize\": %llu,\n",
+            persistent_starts_mcd, persistent_inits_pmpi, finalize_pending, finalize_detached);
     pthread_mutex_lock(&json_lock);
     fprintf(f, " \"per_communicator\": [%s]}\n", json_buf ? json_buf : "");
     pthread_mutex_unlock(&json_lock);
@@ -1256,8 +1256,8 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
  * completes (MPI_Comm_free lets pending operations complete normally).
  * MPI_Finalize with some never completed (erroneous in MPI) completes them
  * first, saying so on stderr. MPI_Cancel and MPI_Request_free of one are
- * erroneous in MPI: a cancel does nothing; a free lets it complete, and
- * MPI_Finalize completes it at the latest.
+ * erroneous in MPI: a cancel does nothing; a free lets it complete (see
+ * "Detached" below), and MPI_Finalize completes it at the latest.
  *
  * Persistent collectives. MPI_Barrier_init, MPI_Allreduce_init,
  * MPI_Reduce_init and MPI_Bcast_init (MPI 4.0: MPICH 4) and their MPIX_
@@ -1285,7 +1285,9 @@ typedef struct {
 } completion;
 
 typedef struct nb_op {
-    MPI_Request req;         /* the application's handle */
+    MPI_Request req;         /* the application's handle, found by find_op (MPI_REQUEST_NULL once detached) */
+    MPI_Request handle;      /* MPI's request (req's value at the start): completed and, once detached, freed */
+    int detached;            /* atomic: 0; 1 freed by the program while running; 2 so, and claimed by a thread settling it */
     mcd_request *mr;         /* mcd's, while running */
     comm_state *st;          /* its communicator's counters (held); NULL: none */
     int kind;                /* IBARRIER ... IBCAST */
@@ -1314,6 +1316,7 @@ typedef struct nb_op {
 static pthread_mutex_t ops_lock = PTHREAD_MUTEX_INITIALIZER;
 static nb_op *ops_first;
 static int live_ops; /* registered requests (atomic): 0, and the wait/test family is PMPI's alone */
+static int detached_ops; /* registered and detached (atomic): see "Detached" */
 /* Persistent requests' completions (review rev30, finding 2: a tag was a
  * counter modulo 32767, so the 32768th request shared the first's): each
  * live request has a tag of its own; a freed request's tag is reused, and
@@ -1412,11 +1415,15 @@ static void failure_taken(nb_op *op) {
     if (st && st != &world_state) release_state(st);
 }
 
+/* MPI calls it inside its own wait, test or free, holding its own locks:
+ * no MPI call here (MPICH under MPI_THREAD_MULTIPLE aborted in a
+ * PMPI_Type_free made here, "Assertion failed in type_free.c"): the
+ * settling thread freed op's type already (settle). */
 static int op_free(void *extra) {
     nb_op *op = extra;
     failure_taken(op);
     unregister_op(op);
-    drop_buffers(op);
+    free(op->packed);
     free(op);
     return MPI_SUCCESS;
 }
@@ -1459,6 +1466,7 @@ static int settle(nb_op *op, int block) {
     } else if (op->packed && op->result_here) {
         unpack_out(op->packed, op->bytes, op->user_buf, op->count, op->type);
     }
+    if (!op->persistent) drop_buffers(op); /* here, in the application's call: op_free may make no MPI call */
     if (op->persistent) {
         char byte = 0;
         PMPI_Send(&byte, 0, MPI_BYTE, 0, op->done.tag, op->done.comm);
@@ -1469,10 +1477,47 @@ static int settle(nb_op *op, int block) {
     int failed = op->error != MPI_SUCCESS;
     comm_state *st = op->st;
     if (!failed) op->st = NULL;
-    __atomic_store_n(&op->state, op->persistent ? OP_INACTIVE : OP_DONE, __ATOMIC_RELEASE);
-    if (!op->persistent) PMPI_Grequest_complete(op->req); /* MPI may free op now (op_free) */
+    int persistent = op->persistent, detached = __atomic_load_n(&op->detached, __ATOMIC_ACQUIRE);
+    MPI_Request handle = op->handle;
+    __atomic_store_n(&op->state, persistent ? OP_INACTIVE : OP_DONE, __ATOMIC_RELEASE);
+    if (!persistent) PMPI_Grequest_complete(handle); /* MPI may free op now (op_free) */
     if (!failed && st && st != &world_state) release_state(st);
+    if (detached) {
+        /* Nobody else has it (the program freed it, this thread claimed
+         * it): MPI's request freed now, op with it (op_free). */
+        __atomic_fetch_sub(&detached_ops, 1, __ATOMIC_RELEASE);
+        PMPI_Request_free(&handle);
+    }
     return 1;
+}
+
+/* Detached (review of issue 28, session 16). MPI_Request_free of a
+ * nonblocking collective's request while it runs is erroneous in MPI, and
+ * the MPIs differ on a generalized request freed before it completes:
+ * MPICH calls its free function at once (op_free would free the op under
+ * the running mcd request, and nobody would complete it), Open MPI 4.1
+ * only once it completes (which nobody would do but MPI_Finalize). So the
+ * interposer keeps MPI's request: the op is detached (no longer found by
+ * its handle, which MPI may give to another request only after it is
+ * freed), still registered; any later wait or test form, in whatever
+ * thread, settles the detached ones it can without waiting
+ * (settle_detached), and MPI_Finalize the rest; each, once settled,
+ * completes and frees MPI's request. A detached op is settled only by the
+ * thread that claimed it (detached 1 -> 2, under ops_lock, where it
+ * cannot be freed), so two threads never settle or free one together. */
+static void settle_detached(void) {
+    if (!__atomic_load_n(&detached_ops, __ATOMIC_ACQUIRE)) return;
+    enum { AT_ONCE = 16 };
+    nb_op *claimed[AT_ONCE];
+    int n = 0;
+    pthread_mutex_lock(&ops_lock);
+    for (nb_op *op = ops_first; op && n < AT_ONCE; op = op->next) {
+        int free_one = 1;
+        if (__atomic_compare_exchange_n(&op->detached, &free_one, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) claimed[n++] = op;
+    }
+    pthread_mutex_unlock(&ops_lock);
+    for (int i = 0; i < n; i++)
+        if (!settle(claimed[i], 0)) __atomic_store_n(&claimed[i]->detached, 1, __ATOMIC_RELEASE); /* (settled: freed) */
 }
 
 /* MPI's own progress while a wait waits for `op` (running): a test of its
@@ -1488,7 +1533,9 @@ static void mpi_progress(nb_op *op) {
 static nb_op *settle_array(int count, MPI_Request reqs[], int *failed) {
     nb_op *pending = NULL;
     *failed = 0;
-    if (!__atomic_load_n(&live_ops, __ATOMIC_ACQUIRE) || !reqs) return NULL;
+    if (!__atomic_load_n(&live_ops, __ATOMIC_ACQUIRE)) return NULL;
+    settle_detached();
+    if (!reqs) return NULL;
     for (int i = 0; i < count; i++) {
         nb_op *op = find_op(reqs[i]);
         if (!op) continue;
@@ -1666,6 +1713,7 @@ static int start_broadcast(nb_op *op, const target *to, void *buffer, int count,
 /* A started op handed to the application as a generalized request. */
 static int hand_over(nb_op *op, MPI_Request *request) {
     PMPI_Grequest_start(op_query, op_free, op_cancel, op, &op->req);
+    op->handle = op->req;
     *request = op->req;
     register_op(op);
     return MPI_SUCCESS;
@@ -2086,6 +2134,7 @@ static int persistent_init(int kind, const void *sendbuf, void *recvbuf, int cou
     op->done = take_completion();
     pthread_mutex_unlock(&ops_lock);
     PMPI_Recv_init(NULL, 0, MPI_BYTE, 0, op->done.tag, op->done.comm, &op->req);
+    op->handle = op->req;
     *request = op->req;
     register_op(op);
     return MPI_SUCCESS;
@@ -2154,6 +2203,23 @@ int MPI_Request_free(MPI_Request *request) {
         pthread_mutex_unlock(&ops_lock);
         return rc;
     }
+    if (op) {
+        /* A nonblocking one: complete already (PMPI frees it, and op), or
+         * detached, its handle the program's no more. */
+        pthread_mutex_lock(&ops_lock);
+        int running = __atomic_load_n(&op->state, __ATOMIC_ACQUIRE) != OP_DONE;
+        if (running) {
+            op->req = MPI_REQUEST_NULL;
+            __atomic_store_n(&op->detached, 2, __ATOMIC_RELEASE); /* claimed by this thread */
+            __atomic_fetch_add(&detached_ops, 1, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&ops_lock);
+        if (running) {
+            *request = MPI_REQUEST_NULL;
+            if (!settle(op, 0)) __atomic_store_n(&op->detached, 1, __ATOMIC_RELEASE);
+            return MPI_SUCCESS;
+        }
+    }
     return PMPI_Request_free(request);
 }
 
@@ -2199,6 +2265,15 @@ static void settle_all_pending(void) {
             if (__atomic_load_n(&op->state, __ATOMIC_ACQUIRE) == OP_RUNNING) found = op;
         pthread_mutex_unlock(&ops_lock);
         if (!found) return;
+        if (__atomic_load_n(&found->detached, __ATOMIC_ACQUIRE)) {
+            /* Freed by the program (see "Detached"): completed and freed
+             * here, as MPI_Request_free promised. (MPI_Finalize: no other
+             * thread settles it now.) */
+            __atomic_store_n(&found->detached, 2, __ATOMIC_RELEASE);
+            COUNT(finalize_detached);
+            settle(found, -1);
+            continue;
+        }
         COUNT(finalize_pending);
         fprintf(stderr, "mcd-mpi: rank %d: MPI_Finalize with a %s never completed by MPI_Wait or MPI_Test (erroneous in MPI): completing it\n",
                 mcd_rank(job), kind_names[found->kind]);
@@ -2276,6 +2351,8 @@ int MPI_Finalize(void) {
                     "%llu completed in MPI_Finalize\n", mcd_rank(job), coll_mcd[IBARRIER], coll_pmpi[IBARRIER], coll_mcd[IALLREDUCE],
                     coll_pmpi[IALLREDUCE], coll_mcd[IREDUCE], coll_pmpi[IREDUCE], coll_mcd[IBCAST], coll_pmpi[IBCAST], persistent_starts_mcd,
                     persistent_inits_pmpi, finalize_pending);
+            if (finalize_detached)
+                fprintf(stderr, "mcd-mpi: rank %d: freed by MPI_Request_free while running, completed in MPI_Finalize: %llu\n", mcd_rank(job), finalize_detached);
             char line[2048];
             int n = 0;
             for (int o = 0; o < OTHERS; o++)

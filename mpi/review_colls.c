@@ -33,7 +33,9 @@
  *               error on every rank within 30 s (never a hang or a
  *               result), in status.MPI_ERROR too, the handler called once;
  *               another beside a right MPI_Ibarrier, by MPI_Waitall:
- *               MPI_ERR_IN_STATUS, each status its own; a persistent one
+ *               MPI_ERR_IN_STATUS, each status its own; two more with
+ *               MPI_STATUSES_IGNORE (MPI_Waitall, MPI_Testall polled):
+ *               MPI_ERR_IN_STATUS, the handler once; a persistent one
  *               (MPI_Wait: the error); then an MPI_Iallreduce and an
  *               MPI_Allreduce right, the handler not called. (Only with
  *               the interposer: MPI leaves a mismatch undefined.)
@@ -283,6 +285,30 @@ static void nbmismatch(void) {
     expect(statuses[1].MPI_ERROR == MPI_SUCCESS, "MPI_Waitall: the MPI_Ibarrier's status.MPI_ERROR %d", statuses[1].MPI_ERROR);
     expect(handler_calls == 1 && handler_code == MPI_ERR_IN_STATUS, "MPI_Waitall: the error handler called %d times (code %d)", handler_calls,
            handler_code);
+    /* The same with MPI_STATUSES_IGNORE (through a variable: GCC warns on
+     * MPICH's constant): MPI_ERR_IN_STATUS still, the handler once; and by
+     * MPI_Testall polled. */
+    MPI_Status *volatile ignore = MPI_STATUSES_IGNORE;
+    for (int form = 0; form < 2; form++) {
+        handler_calls = 0;
+        rc = MPI_Iallreduce(in, out, rank == 0 ? 3 : 1, MPI_LONG, MPI_MAX, dup, &two[0]);
+        rc2 = MPI_Ibarrier(dup, &two[1]);
+        if (rc == MPI_SUCCESS && rc2 == MPI_SUCCESS) {
+            if (form == 0) {
+                rc = MPI_Waitall(2, two, ignore);
+            } else {
+                int flag = 0;
+                double until = now_us() + 30e6;
+                do rc = MPI_Testall(2, two, &flag, ignore);
+                while (!flag && rc == MPI_SUCCESS && now_us() < until);
+            }
+        }
+        expect(rc == MPI_ERR_IN_STATUS, "%s with MPI_STATUSES_IGNORE of a mismatched MPI_Iallreduce and an MPI_Ibarrier: %d, not MPI_ERR_IN_STATUS",
+               form ? "MPI_Testall" : "MPI_Waitall", rc);
+        expect(two[0] == MPI_REQUEST_NULL && two[1] == MPI_REQUEST_NULL, "%s with MPI_STATUSES_IGNORE left a request", form ? "MPI_Testall" : "MPI_Waitall");
+        expect(handler_calls == 1 && handler_code == MPI_ERR_IN_STATUS, "%s with MPI_STATUSES_IGNORE: the error handler called %d times (code %d)",
+               form ? "MPI_Testall" : "MPI_Waitall", handler_calls, handler_code);
+    }
 #ifdef PERSISTENT
     /* A persistent one: its start fails in mcd, its wait says so; started
      * again right, it is right. */

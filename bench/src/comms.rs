@@ -61,6 +61,10 @@ struct Line {
     max_us: f64,
     correct: bool,
     sync: bool,
+    /// Each member's own p50, µs, in rank order (which rank a row's time
+    /// is spent at).
+    #[serde(default)]
+    rank_p50_us: Vec<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -233,6 +233,10 @@ enum Bench {
         /// Rank counts.
         #[arg(long, value_delimiter = ',', default_value = "2,4", value_parser = mcd_bench::cli::node_count)]
         nodes: Vec<usize>,
+        /// The computing per iteration, in multiples of t_pure (1: OSU's;
+        /// e.g. 1,10,100: every contender at each).
+        #[arg(long, value_delimiter = ',', default_value = "1", value_parser = mcd_bench::cli::positive)]
+        compute: Vec<f64>,
         /// Scales the number of timed iterations (1.0: 2000 at 2 ranks, 500 beyond).
         #[arg(long, default_value_t = 1.0, value_parser = mcd_bench::cli::positive)]
         scale: f64,
@@ -368,7 +372,7 @@ fn run(cli: Cli) -> Result<()> {
         Bench::Auth { lines: Some(spec), iterations, rounds, cluster, .. } => auth::lines(&spec, &cluster, iterations, rounds),
         Bench::Auth { iterations, rounds, cluster, .. } => auth::run(&out, &cluster, iterations, rounds),
         Bench::Collectives { nodes, sizes, scale, rounds, cluster } => collectives::run(&out, &nodes, &sizes, scale, rounds, &cluster),
-        Bench::Overlap { nodes, scale, rounds, mpis, cluster } => overlap::run(&out, &nodes, scale, rounds, &mpis, &cluster),
+        Bench::Overlap { nodes, compute, scale, rounds, mpis, cluster } => overlap::run(&out, &nodes, &compute, scale, rounds, &mpis, &cluster),
         Bench::Comms { ranks, scale, rounds, mpis, cluster } => comms::run(&out, ranks, scale, rounds, &mpis, &cluster),
         Bench::Load { nodes, rounds, iterations } => load::run(&out, &nodes, rounds, iterations),
         Bench::Hierarchy { shapes, iterations } => hierarchy::run(&out, &shapes, iterations),

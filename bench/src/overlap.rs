@@ -22,6 +22,13 @@ use crate::{machine, today};
 struct Line {
     ranks: usize,
     iterations: usize,
+    /// The computing per iteration, in t_pure (1: OSU's).
+    #[serde(default = "one")]
+    compute_factor: f64,
+    /// Overlapped iterations timed (fewer than `iterations` when they would
+    /// compute more than 10 s).
+    #[serde(default)]
+    overlapped_iterations: usize,
     pure_us: f64,
     overall_us: f64,
     compute_us: f64,
@@ -38,6 +45,10 @@ struct Line {
     wait_p99_us: f64,
     /// 100 − 100 (init_p50 + wait_p50) / pure_p50, at least 0.
     overlap_p50_pct: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -79,9 +90,9 @@ fn algorithms_line(stderr: &str) -> Option<String> {
     stderr.lines().find_map(|l| l.split_once("algorithms on MPI_COMM_WORLD: ").map(|(_, why)| why.trim().to_string()))
 }
 
-fn run_one(cluster: &Cluster, run: &MpiRun, iterations: usize) -> Result<(Line, Option<String>)> {
+fn run_one(cluster: &Cluster, run: &MpiRun, iterations: usize, factor: f64) -> Result<(Line, Option<String>)> {
     let program = cbuild::build_program(run.mpi, "ibarrier_overlap")?;
-    let args = vec![iterations.to_string(), (iterations / 10).max(5).to_string()];
+    let args = vec![iterations.to_string(), (iterations / 10).max(5).to_string(), factor.to_string()];
     let out = run.output(cluster, &program.display().to_string(), &args, mpi::MPIRUN_TIMEOUT)?;
     let json = out.stdout.lines().find(|l| l.starts_with('{'));
     let Some(json) = json else {
@@ -102,7 +113,10 @@ fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg").map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_default()
 }
 
-pub fn run(out: &Path, nodes: &[usize], scale: f64, rounds: usize, mpis: &[Mpi], stem: &str) -> Result<()> {
+/// Runs the benchmark at each rank count of `nodes` and each computing
+/// factor of `compute` (the computing per iteration in t_pure; OSU's is 1).
+#[allow(clippy::too_many_arguments)]
+pub fn run(out: &Path, nodes: &[usize], compute: &[f64], scale: f64, rounds: usize, mpis: &[Mpi], stem: &str) -> Result<()> {
     let started = Instant::now();
     let load_before = load_average();
     let mut rows = Vec::new();
@@ -114,20 +128,22 @@ pub fn run(out: &Path, nodes: &[usize], scale: f64, rounds: usize, mpis: &[Mpi],
             let (own, interposed) = MpiRun::own_and_interposed(mpi, &interposer);
             let mut preload = interposed.env;
             preload.push(("MCD_MPI_REPORT".into(), "1".into()));
-            let mut runs = vec![(mpi.label(), own, false)];
+            let mut each = vec![(mpi.label(), own, false)];
             for (label, algorithm) in contenders(n) {
                 let mut env = preload.clone();
                 if let Some(a) = algorithm {
                     env.push(("MCD_COLLECTIVE_ALGORITHM".into(), a.into()));
                 }
-                runs.push((label, MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env, ..MpiRun::default() }, true));
+                each.push((label, MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env, ..MpiRun::default() }, true));
             }
+            let runs: Vec<(&'static str, MpiRun, bool, f64)> =
+                compute.iter().flat_map(|&f| each.iter().map(move |(l, r, i)| (*l, r.clone(), *i, f))).collect();
             let mut lines: Vec<Vec<(Line, Option<String>)>> = vec![Vec::new(); runs.len()];
             for round in 1..=rounds {
-                for (k, (label, run, interposed)) in runs.iter().enumerate() {
-                    let (line, why) = run_one(&cluster, run, iterations(mpi, *interposed, n, scale))?;
+                for (k, (label, run, interposed, factor)) in runs.iter().enumerate() {
+                    let (line, why) = run_one(&cluster, run, iterations(mpi, *interposed, n, scale), *factor)?;
                     eprintln!(
-                        "{n} ranks, {mpi}, round {round}: {label:<18} pure {:>9.1} µs, overall {:>9.1}, compute {:>9.1}, init {:>7.1}, wait {:>8.1}: overlap {:>5.1}%; p50: pure {:.1}, init {:.1}, wait {:.1}: {:.0}% (load {})",
+                        "{n} ranks, {mpi}, round {round}, compute {factor}x: {label:<18} pure {:>9.1} µs, overall {:>9.1}, compute {:>9.1}, init {:>7.1}, wait {:>8.1}: overlap {:>5.1}%; p50: pure {:.1}, init {:.1}, wait {:.1}: {:.0}% (load {})",
                         line.pure_us,
                         line.overall_us,
                         line.compute_us,
@@ -143,7 +159,7 @@ pub fn run(out: &Path, nodes: &[usize], scale: f64, rounds: usize, mpis: &[Mpi],
                     lines[k].push((line, why));
                 }
             }
-            for (k, (label, _, _)) in runs.iter().enumerate() {
+            for (k, (label, _, _, _)) in runs.iter().enumerate() {
                 let rounds: Vec<f64> = lines[k].iter().map(|(l, _)| l.overlap_pct).collect();
                 let mut order: Vec<usize> = (0..lines[k].len()).collect();
                 order.sort_by(|&a, &b| lines[k][a].0.overlap_pct.total_cmp(&lines[k][b].0.overlap_pct));
@@ -156,7 +172,7 @@ pub fn run(out: &Path, nodes: &[usize], scale: f64, rounds: usize, mpis: &[Mpi],
     let mut md = render(nodes, &rows, rounds, elapsed);
     md.push_str(&format!("\nLoad averages (1, 5, 15 min) at the start: {load_before}; at the end: {}.\n", load_average()));
     std::fs::write(out.join("overlap.md"), &md)?;
-    let json = serde_json::json!({ "date": today(), "machine": machine(), "run_seconds": elapsed.as_secs(), "scale": scale, "rounds": rounds, "load_before": load_before, "load_after": load_average(), "rows": rows });
+    let json = serde_json::json!({ "date": today(), "machine": machine(), "run_seconds": elapsed.as_secs(), "scale": scale, "compute": compute, "rounds": rounds, "load_before": load_before, "load_after": load_average(), "rows": rows });
     std::fs::write(out.join("overlap.json"), serde_json::to_string_pretty(&json)?)?;
     print!("{md}");
     eprintln!("wrote {}/overlap.{{md,json}}", out.display());
@@ -169,12 +185,12 @@ fn render(nodes: &[usize], rows: &[Row], rounds: usize, elapsed: Duration) -> St
          `mpi/ibarrier_overlap.c`, unmodified, under each MPI as is and with the interposer preloaded (`LD_PRELOAD`), one rank per \
          virtual-cluster node, {rounds} round(s), each row the round with the median overlap.\n\n\
          Overlap by the OSU micro-benchmarks' definition (`osu_ibarrier`): t_pure is the mean time of MPI_Ibarrier then MPI_Wait at once; \
-         then each iteration starts an MPI_Ibarrier, computes for t_pure with no MPI call, and waits; \
+         then each iteration starts an MPI_Ibarrier, computes for t_pure (OSU's; or the row's multiple of it, `--compute`) with no MPI call, and waits; \
          overlap = max(0, 100 − 100 (t_overall − t_compute) / t_pure), the times averaged over the ranks. \
          Beside OSU's means, the same at the median: each rank's median (p50) and 99th percentile (p99) of one pure iteration, \
          of the start (init) and of the wait after computing, averaged over the ranks; overlap at p50 = \
          max(0, 100 − 100 (init p50 + wait p50) / pure p50).\n\n\
-         | ranks | MPI | contender | t_pure µs | t_overall µs | t_compute µs | init µs | wait µs | overlap | every round | pure p50 / p99 µs | init p50 / p99 | wait p50 / p99 | overlap at p50 |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n",
+         | ranks | MPI | contender | compute | t_pure µs | t_overall µs | t_compute µs | init µs | wait µs | overlap | every round | pure p50 / p99 µs | init p50 / p99 | wait p50 / p99 | overlap at p50 |\n|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n",
         today(),
         machine(),
         elapsed.as_secs_f64()
@@ -182,10 +198,11 @@ fn render(nodes: &[usize], rows: &[Row], rounds: usize, elapsed: Duration) -> St
     for r in rows {
         let every: Vec<String> = r.rounds.iter().map(|o| format!("{o:.0}%")).collect();
         md.push_str(&format!(
-            "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | **{:.0}%** | {} | {:.1} / {:.0} | {:.1} / {:.0} | {:.1} / {:.0} | {:.0}% |\n",
+            "| {} | {} | {} | {}× | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | **{:.0}%** | {} | {:.1} / {:.0} | {:.1} / {:.0} | {:.1} / {:.0} | {:.0}% |\n",
             r.line.ranks,
             r.mpi,
             r.contender,
+            r.line.compute_factor,
             r.line.pure_us,
             r.line.overall_us,
             r.line.compute_us,
@@ -205,14 +222,14 @@ fn render(nodes: &[usize], rows: &[Row], rounds: usize, elapsed: Duration) -> St
     md.push_str("\nmcd's algorithms on the world (rank 0's `MCD_MPI_REPORT`, median round):\n\n");
     for r in rows.iter().filter(|r| r.contender.starts_with("mcd")) {
         let why = r.algorithms.as_deref().unwrap_or("(not reported)");
-        md.push_str(&format!("- {} ranks, {}, {}: {why}\n", r.line.ranks, r.mpi, r.contender));
+        md.push_str(&format!("- {} ranks, {}, {}, compute {}×: {why}\n", r.line.ranks, r.mpi, r.contender, r.line.compute_factor));
     }
     md.push_str("\n## Goal (issue 28: at least 90% for mcd)\n\n");
     for r in rows.iter().filter(|r| r.contender.starts_with("mcd")) {
         let met = if r.line.overlap_pct >= 90.0 { "met" } else { "**not met**" };
         md.push_str(&format!(
-            "- {} ranks, {}, {}: {:.0}% ({met}; at the median {:.0}%)\n",
-            r.line.ranks, r.mpi, r.contender, r.line.overlap_pct, r.line.overlap_p50_pct
+            "- {} ranks, {}, {}, compute {}×: {:.0}% ({met}; at the median {:.0}%)\n",
+            r.line.ranks, r.mpi, r.contender, r.line.compute_factor, r.line.overlap_pct, r.line.overlap_p50_pct
         ));
     }
     md.push_str(&format!(

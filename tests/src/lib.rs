@@ -180,3 +180,64 @@ pub fn other_runs_foreign(line: &str) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no foreign count in {line:?}"))
 }
+
+/// The Python the mpi4py tests run (Debian's, whose `python3-mpi4py` is
+/// built against Open MPI).
+pub const PYTHON: &str = "/usr/bin/python3";
+
+/// Where `./run deps` installs mpi4py built against MPICH (`pip install
+/// --target` from PyPI's source with `MPICC=mpicc.mpich`, version
+/// [`MPI4PY_MPICH_VERSION`]; `./run`'s `mpi4py_mpich` must say the same):
+/// Debian's mpi4py is linked to Open MPI's library and cannot run under
+/// MPICH's Hydra, so an MPICH run puts this first on `PYTHONPATH`.
+pub const MPI4PY_MPICH_DIR: &str = "/opt/mcd/mpi4py-3.1.4-mpich";
+
+/// The mpi4py version in [`MPI4PY_MPICH_DIR`] (Debian 12's own, so both
+/// MPIs' runs take the same mpi4py).
+pub const MPI4PY_MPICH_VERSION: &str = "3.1.4";
+
+/// The environment under which [`PYTHON`] imports an mpi4py linked to
+/// `mpi`'s library (for every rank of a run under `mpi`): none for Open
+/// MPI (Debian's `python3-mpi4py`), `PYTHONPATH` = [`MPI4PY_MPICH_DIR`]
+/// for MPICH. Panics, saying how to install it, when that mpi4py is
+/// missing or is linked to another MPI (read from its extension module's
+/// libraries, `ldd`).
+pub fn mpi4py_env(mpi: mcd_tools::cbuild::Mpi) -> Vec<(String, String)> {
+    use mcd_tools::cbuild::Mpi;
+    let (env, library, install) = match mpi {
+        Mpi::OpenMpi => (vec![], "libmpi.so.40", "apt-get install python3-mpi4py (or sudo ./run deps)".to_string()),
+        Mpi::Mpich => (
+            vec![("PYTHONPATH".to_string(), MPI4PY_MPICH_DIR.to_string())],
+            "libmpich.so.12",
+            format!(
+                "sudo ./run deps (it runs MPICC=mpicc.mpich {PYTHON} -m pip install --no-cache-dir --no-build-isolation --no-binary=mpi4py --target {MPI4PY_MPICH_DIR} mpi4py=={MPI4PY_MPICH_VERSION})"
+            ),
+        ),
+    };
+    // mpi4py.MPI's file, found without importing it (importing initializes MPI).
+    let find = "import importlib.util, mpi4py; print(mpi4py.__version__); print(importlib.util.find_spec('mpi4py.MPI').origin)";
+    let out = std::process::Command::new(PYTHON)
+        .args(["-c", find])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap_or_else(|e| panic!("the mpi4py tests need {PYTHON} ({e}): apt-get install python3"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    let (version, module) = (lines.next(), lines.next());
+    let (Some(version), Some(module)) = (version, module) else {
+        panic!("this test needs mpi4py built for {mpi} for {PYTHON}: {install}\n{}", String::from_utf8_lossy(&out.stderr));
+    };
+    if mpi == Mpi::Mpich {
+        assert!(
+            module.starts_with(MPI4PY_MPICH_DIR) && version == MPI4PY_MPICH_VERSION,
+            "this test needs mpi4py {MPI4PY_MPICH_VERSION} built for MPICH in {MPI4PY_MPICH_DIR}, found {version} at {module}: {install}"
+        );
+    }
+    let ldd = std::process::Command::new("ldd").arg(module).output().unwrap_or_else(|e| panic!("ldd {module}: {e}"));
+    let libraries = String::from_utf8_lossy(&ldd.stdout);
+    assert!(
+        libraries.contains(library),
+        "{module} is not linked to {mpi}'s {library}:\n{libraries}\nthis test needs mpi4py built for {mpi}: {install}"
+    );
+    env
+}

@@ -429,22 +429,32 @@ fn a_rank_that_cannot_set_up_a_communicator_costs_nobody_a_join_timeout() {
     assert!(out.stderr.contains("mcd-mpi: rank 1: creating a communicator's barrier:"), "{}", out.stderr);
 }
 
-#[test]
-fn mpi4py_gets_mcd_barriers_on_its_communicators() {
-    // A third-party MPI client: Debian's python3-mpi4py (built against the
-    // installed Open MPI), with its own Python, unmodified.
-    let python = "/usr/bin/python3";
-    let probe = Command::new(python).args(["-c", "import mpi4py"]).status();
-    assert!(probe.is_ok_and(|s| s.success()), "this test needs mpi4py for {python}: apt-get install python3-mpi4py (or sudo ./run deps)");
+/// A third-party MPI client, mpi4py with its own Python, unmodified (under
+/// Open MPI Debian's python3-mpi4py, under MPICH one built for MPICH by
+/// `./run deps`: [`mcd_integration_tests::mpi4py_env`]): barriers on the
+/// world, duplicates and comm.Split halves through mcd.
+fn mpi4py_barriers(mpi: Mpi, name: &str) {
+    let python_env = mcd_integration_tests::mpi4py_env(mpi);
+    let env: Vec<(&str, &str)> = python_env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../mpi/comm_check.py");
-    let out = with_interposer(ClusterSpec::new("mpipy", 4), python, &[script, "30"], &[]);
-    assert!(out.stdout.contains("comm_check.py: OK 4 ranks, 30 rounds, 120 barriers checked"), "{}\n{}", out.stdout, out.stderr);
+    let out = interposed_run(mpi, ClusterSpec::new(name, 4), mcd_integration_tests::PYTHON, &[script, "30"], &env, true);
+    assert!(out.stdout.contains("comm_check.py: OK 4 ranks, 30 rounds, 120 barriers checked"), "{mpi}: {}\n{}", out.stdout, out.stderr);
     // 30 rounds of world, duplicate and halves: 90 barriers through mcd,
     // on 1 + 3 duplicates and 1 half per rank.
     for line in interposer_reports(&out, 4) {
-        assert!(line.contains(": 90 MPI_Barrier via mcd") && line.contains(", 0 via PMPI") && line.contains("mcd barriers 30,"), "{line}");
-        assert!(line.contains("communicators: 4 via mcd, 0 via PMPI"), "{line}");
+        assert!(line.contains(": 90 MPI_Barrier via mcd") && line.contains(", 0 via PMPI") && line.contains("mcd barriers 30,"), "{mpi}: {line}");
+        assert!(line.contains("communicators: 4 via mcd, 0 via PMPI"), "{mpi}: {line}");
     }
+}
+
+#[test]
+fn mpi4py_gets_mcd_barriers_on_its_communicators_under_open_mpi() {
+    mpi4py_barriers(Mpi::OpenMpi, "mpipy");
+}
+
+#[test]
+fn mpi4py_gets_mcd_barriers_on_its_communicators_under_mpich() {
+    mpi4py_barriers(Mpi::Mpich, "mpipym");
 }
 
 /// Runs `program` with `args` under Open MPI's mpirun on the new cluster

@@ -28,7 +28,7 @@ fn nb_check(mpi: Mpi, spec: ClusterSpec, args: &[&str], env: &[(&str, &str)]) ->
     let c = cluster(spec);
     let mut vars = vec![("LD_PRELOAD".to_string(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())];
     vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, ..MpiRun::default() };
+    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, output_per_rank: true, ..MpiRun::default() };
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let out = run.output(&c, program.to_str().unwrap(), &args, Duration::from_secs(240)).unwrap();
     assert!(out.success(), "{mpi}: mpirun failed:\n{}\n{}", out.stdout, out.stderr);
@@ -189,6 +189,50 @@ fn a_freed_communicator_and_a_finalize_with_collectives_pending_under_mpich() {
     bad_input(Mpi::Mpich, "nnbbm");
 }
 
+/// Issue 28's step 3 (nb_check's `requests` mode, MPI_THREAD_MULTIPLE):
+/// MPI_Request_get_status says "not yet" while other ranks have not
+/// entered, then "complete" without freeing; MPI_STATUSES_IGNORE in every
+/// form completing several; user operations (to PMPI) and derived types
+/// (through mcd) in the nonblocking and persistent forms; requests freed
+/// by MPI_Request_free while running, in one thread, while another waits
+/// (completed by the interposer, never by MPI_Finalize as "never
+/// completed"); a persistent one on a communicator freed in flight; and
+/// one never completed before MPI_Finalize.
+fn requests(mpi: Mpi, name: &str) {
+    let rounds = 12u64;
+    let out = nb_check(mpi, ClusterSpec::new(name, RANKS), &["requests", &rounds.to_string()], &[]);
+    for (rank, r) in nonblocking_reports(&out).iter().enumerate() {
+        // Ibarrier: get_status 1, statuses R, freed R. Iallreduce through
+        // mcd: get_status's persistent start 1, statuses R, the two
+        // derived types 2, the vector's persistent starts 3, the freed R,
+        // the persistent ones beside the waiter R, one after, the waiter's
+        // 4R, the freed communicator's 1 and the one left pending 1; to
+        // PMPI: the user operation's 2 (and its Ireduce's 2). Persistent
+        // starts: 1 + 3 + R + 2; the user operation's init to PMPI.
+        let expected = [2 * rounds + 1, 0, 7 * rounds + 9, 2, 0, 2, rounds, 0, rounds + 6, 1, 1];
+        assert_eq!(
+            r, &expected,
+            "{mpi}: rank {rank}: Ibarrier, Iallreduce, Ireduce, Ibcast via mcd and PMPI; persistent starts via mcd, inits via PMPI; finalized"
+        );
+    }
+    for rank in 0..RANKS {
+        let said = format!("mcd-mpi: rank {rank}: MPI_Finalize with a MPI_Iallreduce never completed by MPI_Wait or MPI_Test");
+        assert_eq!(out.stderr.matches(&said).count(), 1, "{mpi}: {said}: once (the persistent one left):\n{}", out.stderr);
+        let freed = format!("mcd-mpi: rank {rank}: MPI_Finalize with a MPI_Ibarrier");
+        assert!(!out.stderr.contains(&freed), "{mpi}: a freed MPI_Ibarrier was left to MPI_Finalize as never completed:\n{}", out.stderr);
+    }
+}
+
+#[test]
+fn request_status_statuses_ignored_user_ops_and_requests_freed_beside_a_waiting_thread_under_open_mpi() {
+    requests(Mpi::OpenMpi, "nnbro");
+}
+
+#[test]
+fn request_status_statuses_ignored_user_ops_and_requests_freed_beside_a_waiting_thread_under_mpich() {
+    requests(Mpi::Mpich, "nnbrm");
+}
+
 /// mpi/coll_diff.c's nonblocking mode (issue 28's differential test): a
 /// seeded random sequence of MPI_Iallreduce, MPI_Ireduce and MPI_Ibcast on
 /// the world, a duplicate, two splits, MPI_COMM_SELF, and communicators of
@@ -255,36 +299,48 @@ fn nonblocking_collectives_match_pmpi_in_the_differential_test_under_loss_under_
     differential_nonblocking(Mpi::Mpich, "nnbdm");
 }
 
-/// A third-party MPI client: Debian's mpi4py (built against the installed
-/// Open MPI) with its own Python, unmodified: comm.Ibarrier,
-/// comm.Iallreduce, comm.Ibcast, comm.Ireduce on the world, a duplicate
-/// and comm.Split halves, with MPI's own Irecv/Isend in one
-/// MPI.Request.Waitall, the blocking comm.Allreduce (also in place),
-/// comm.Bcast and comm.Reduce, and progress while computing; all through
-/// mcd.
-#[test]
-fn mpi4py_nonblocking_collectives_go_through_mcd() {
-    let python = "/usr/bin/python3";
-    let probe = std::process::Command::new(python).args(["-c", "import mpi4py"]).status();
-    assert!(probe.is_ok_and(|s| s.success()), "this test needs mpi4py for {python}: apt-get install python3-mpi4py (or sudo ./run deps)");
+/// A third-party MPI client, mpi4py with its own Python, unmodified (under
+/// Open MPI Debian's, under MPICH one built for MPICH by `./run deps`:
+/// [`mcd_integration_tests::mpi4py_env`]): comm.Ibarrier, comm.Iallreduce,
+/// comm.Ibcast, comm.Ireduce on the world, a duplicate and comm.Split
+/// halves, with MPI's own Irecv/Isend in one MPI.Request.Waitall, the
+/// blocking comm.Allreduce (also in place), comm.Bcast and comm.Reduce,
+/// and progress while computing; all through mcd.
+fn mpi4py_nonblocking(mpi: Mpi, name: &str) {
+    let mut vars = mcd_integration_tests::mpi4py_env(mpi);
     let _one = MPI.lock().unwrap_or_else(|p| p.into_inner());
-    let preload = cbuild::build_interposer(Mpi::OpenMpi, false).unwrap();
-    let c = cluster(ClusterSpec::new("nnbpy", RANKS));
-    let vars = vec![("LD_PRELOAD".to_string(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())];
-    let run = MpiRun { mpi: Mpi::OpenMpi, yield_when_idle: true, env: vars, ..MpiRun::default() };
+    let preload = cbuild::build_interposer(mpi, false).unwrap_or_else(|e| panic!("building the interposer for {mpi}: {e:#}"));
+    let c = cluster(ClusterSpec::new(name, RANKS));
+    vars.extend([("LD_PRELOAD".to_string(), preload.display().to_string()), ("MCD_MPI_REPORT".into(), "1".into())]);
+    let run = MpiRun { mpi, yield_when_idle: mpi == Mpi::OpenMpi, env: vars, output_per_rank: true, ..MpiRun::default() };
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../mpi/nb_check.py");
-    let out = run.output(&c, python, &[script.to_string(), "10".into()], Duration::from_secs(180)).unwrap();
-    assert!(out.success(), "mpirun failed:\n{}\n{}", out.stdout, out.stderr);
+    let out = run.output(&c, mcd_integration_tests::PYTHON, &[script.to_string(), "10".into()], Duration::from_secs(180)).unwrap();
+    assert!(out.success(), "{mpi}: mpirun failed:\n{}\n{}", out.stdout, out.stderr);
     for rank in 0..RANKS {
-        assert!(out.stdout.contains(&format!("nb_check.py: rank {rank}: 242 checks, 0 wrong")), "rank {rank}:\n{}\n{}", out.stdout, out.stderr);
+        assert!(
+            out.stdout.contains(&format!("nb_check.py: rank {rank}: 242 checks, 0 wrong")),
+            "{mpi}: rank {rank}:\n{}\n{}",
+            out.stdout,
+            out.stderr
+        );
     }
     for (rank, r) in nonblocking_reports(&out).iter().enumerate() {
         // 10 rounds on 3 communicators, and one more Ibarrier and Iallreduce.
-        assert_eq!(&r[..8], &[31, 0, 31, 0, 30, 0, 30, 0], "rank {rank}: Ibarrier, Iallreduce, Ireduce, Ibcast via mcd and PMPI");
+        assert_eq!(&r[..8], &[31, 0, 31, 0, 30, 0, 30, 0], "{mpi}: rank {rank}: Ibarrier, Iallreduce, Ireduce, Ibcast via mcd and PMPI");
     }
     // The blocking forms: two comm.Allreduce (one in place), one comm.Bcast
     // and one comm.Reduce per round and communicator.
     for (rank, r) in collective_reports(&out, RANKS).iter().enumerate() {
-        assert_eq!(r, &[60, 0, 30, 0, 30, 0], "rank {rank}: Allreduce, Reduce, Bcast via mcd and PMPI");
+        assert_eq!(r, &[60, 0, 30, 0, 30, 0], "{mpi}: rank {rank}: Allreduce, Reduce, Bcast via mcd and PMPI");
     }
+}
+
+#[test]
+fn mpi4py_nonblocking_collectives_go_through_mcd_under_open_mpi() {
+    mpi4py_nonblocking(Mpi::OpenMpi, "nnbpy");
+}
+
+#[test]
+fn mpi4py_nonblocking_collectives_go_through_mcd_under_mpich() {
+    mpi4py_nonblocking(Mpi::Mpich, "nnbpym");
 }

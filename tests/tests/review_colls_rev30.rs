@@ -171,7 +171,9 @@ fn broadcasts_from_mpi_bottom_with_absolute_addresses_under_mpich() {
 /// both MPIs. Expected: the interposer's mismatch error returned on every
 /// rank (status.MPI_ERROR too, the communicator's handler called once);
 /// MPI_ERR_IN_STATUS from an MPI_Waitall of a mismatched one and a right
-/// MPI_Ibarrier, each status its own; a failed persistent start's error
+/// MPI_Ibarrier, each status its own (and with MPI_STATUSES_IGNORE, by
+/// MPI_Waitall and by MPI_Testall: MPI_ERR_IN_STATUS, the handler once,
+/// session 16); a failed persistent start's error
 /// from its MPI_Wait; the next MPI_Iallreduce and MPI_Allreduce right.
 fn a_nonblocking_failure_returns_its_error(mpi: Mpi, name: &str) {
     let out = run(mpi, name, "nbmismatch", true, &[("MCD_BARRIER_TIMEOUT", "2")]);
