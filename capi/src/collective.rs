@@ -12,18 +12,21 @@ use crate::CError;
 #[cfg(doc)]
 use crate::*;
 
-/// A job's or a group's collectives: their own barrier, made at the first
-/// collective call (which every rank makes), and a reused staging buffer.
+/// A job's or a group's collectives: their own barrier, joined with the job
+/// or the group (review rev31, finding 2: joined at the first collective
+/// call, it made a nonblocking start wait for every rank, and a rank late
+/// to its first collective fail the others), and a reused staging buffer.
 #[derive(Default)]
 pub(crate) struct Collectives {
-    /// Their barrier, made at the first collective call (which every rank makes).
+    /// Their barrier (made at the first collective call only if it could
+    /// not be joined with the job's or group's).
     pub(crate) barrier: Option<Barrier<GroupTransport>>,
     /// A collective's input, copied (so that it may be its output too).
     staged: Vec<u8>,
 }
 
 impl Collectives {
-    /// The barrier, made by `make` at the first call.
+    /// The barrier, made by `make` if there is none yet.
     pub(crate) fn barrier(&mut self, make: impl FnOnce() -> Result<Barrier<GroupTransport>, CError>) -> Result<&mut Barrier<GroupTransport>, CError> {
         if self.barrier.is_none() {
             self.barrier = Some(make()?);
@@ -31,7 +34,7 @@ impl Collectives {
         Ok(self.barrier.as_mut().expect("made above"))
     }
 
-    /// Runs `call` on the barrier (made by `make` at the first call):
+    /// Runs `call` on the barrier (made by `make` if there is none yet):
     /// `input` (`None`: in place, from `output`) into `output` (`None`
     /// where no result is wanted here), staged through a reused buffer.
     pub(crate) fn run(

@@ -226,7 +226,7 @@ impl Job {
         };
         let algorithm = CString::new(algorithm).expect("algorithm names have no NUL");
         let rank = barrier.node();
-        Ok(Job {
+        let job = Job {
             barrier: Mutex::new(barrier),
             collectives: Mutex::default(),
             shared,
@@ -238,7 +238,12 @@ impl Job {
             rails,
             host,
             closing: Closing::default(),
-        })
+        };
+        // The collectives' barrier joins here, where every rank is, not at
+        // the first collective call (see `Group::join`: review rev31,
+        // finding 2).
+        job.collectives().barrier(|| job.make_collectives())?;
+        Ok(job)
     }
 
     /// This process's node number (its rank).
@@ -276,8 +281,8 @@ impl Job {
 
     /// The barrier that runs the job's collectives: one of its own over
     /// every rank (its own instance and counters, so the job barrier's count
-    /// is of barriers only), made at the first collective call, which every
-    /// rank makes. Its algorithm: `MCD_COLLECTIVE_ALGORITHM`, else the job's
+    /// is of barriers only), made and joined with the job ([`Job::open`]:
+    /// every rank is there; review rev31, finding 2). Its algorithm: `MCD_COLLECTIVE_ALGORITHM`, else the job's
     /// if it was named and reduces, else `auto`'s pick among the algorithms
     /// that reduce ([`barriers::model::auto_collective_on_host`]).
     fn make_collectives(&self) -> Result<Barrier<GroupTransport>, CError> {
