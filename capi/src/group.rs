@@ -70,9 +70,23 @@ impl Group {
     pub fn join(&mut self) -> Result<(), CError> {
         match std::mem::replace(&mut self.state, GroupState::Gone) {
             GroupState::Prepared(prepared) => {
-                self.state = GroupState::Joined(prepared.join()?);
-                if let Some(collectives) = self.collectives_prepared.take() {
-                    self.collectives.barrier = Some(collectives.join()?);
+                // The two joins at once (a thread for the collectives'):
+                // creating a communicator takes one join's time, not two.
+                let collectives = self.collectives_prepared.take();
+                let (group, collectives) = std::thread::scope(|s| {
+                    let collectives = collectives.map(|c| std::thread::Builder::new().name("mcd-join".into()).spawn_scoped(s, move || c.join()));
+                    let group = prepared.join();
+                    let collectives = collectives.map(|c| match c {
+                        Ok(handle) => {
+                            handle.join().unwrap_or_else(|_| Err(barriers::BarrierError::Internal("the collectives' join panicked".into())))
+                        }
+                        Err(e) => Err(barriers::BarrierError::System(format!("cannot start a thread to join a group's collectives: {e}"))),
+                    });
+                    (group, collectives)
+                });
+                self.state = GroupState::Joined(group?);
+                if let Some(collectives) = collectives {
+                    self.collectives.barrier = Some(collectives?);
                 }
                 Ok(())
             }
