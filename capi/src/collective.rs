@@ -21,17 +21,34 @@ pub(crate) struct Collectives {
     /// Their barrier (made at the first collective call only if it could
     /// not be joined with the job's or group's).
     pub(crate) barrier: Option<Barrier<GroupTransport>>,
+    /// Whether a collective was called on it (see [`Collectives::closing`]).
+    used: bool,
     /// A collective's input, copied (so that it may be its output too).
     staged: Vec<u8>,
 }
 
 impl Collectives {
-    /// The barrier, made by `make` if there is none yet.
+    /// The barrier, made by `make` if there is none yet, for a call.
     pub(crate) fn barrier(&mut self, make: impl FnOnce() -> Result<Barrier<GroupTransport>, CError>) -> Result<&mut Barrier<GroupTransport>, CError> {
         if self.barrier.is_none() {
             self.barrier = Some(make()?);
         }
+        self.used = true;
         Ok(self.barrier.as_mut().expect("made above"))
+    }
+
+    /// The barrier to close with the job or the group: `None` if this rank
+    /// never called a collective on it (it is dropped, no closing barrier).
+    /// Every rank calls the same collectives on a communicator, so in a
+    /// program MPI allows, no rank called one here either: none needs
+    /// anything of this instance from another, and its closing barrier and
+    /// farewell (frames, a thread in `MPI_Finalize`, the agent's wake-ups)
+    /// would only cost each communicator's churn. (A rank that did call one
+    /// waits for a call that never comes, and names this rank silent after
+    /// the failure timeout, as for any collective a member never calls.)
+    pub(crate) fn closing(&mut self) -> Option<Barrier<GroupTransport>> {
+        let barrier = self.barrier.take();
+        barrier.filter(|_| std::mem::take(&mut self.used))
     }
 
     /// Runs `call` on the barrier (made by `make` if there is none yet):

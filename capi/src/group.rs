@@ -55,8 +55,9 @@ impl Group {
     }
 
     /// Meets the group's other members (collective over them) and starts
-    /// its progress agent; then the same for the barrier of its
-    /// collectives; a no-op once joined.
+    /// its progress agent, and with the same join the barrier of its
+    /// collectives (on an instance derived from the group's); a no-op once
+    /// joined.
     ///
     /// The collectives' barrier is joined here, where every member is,
     /// and not at the group's first collective call (review rev31,
@@ -70,23 +71,17 @@ impl Group {
     pub fn join(&mut self) -> Result<(), CError> {
         match std::mem::replace(&mut self.state, GroupState::Gone) {
             GroupState::Prepared(prepared) => {
-                // The two joins at once (a thread for the collectives'):
-                // creating a communicator takes one join's time, not two.
-                let collectives = self.collectives_prepared.take();
-                let (group, collectives) = std::thread::scope(|s| {
-                    let collectives = collectives.map(|c| std::thread::Builder::new().name("mcd-join".into()).spawn_scoped(s, move || c.join()));
-                    let group = prepared.join();
-                    let collectives = collectives.map(|c| match c {
-                        Ok(handle) => {
-                            handle.join().unwrap_or_else(|_| Err(barriers::BarrierError::Internal("the collectives' join panicked".into())))
-                        }
-                        Err(e) => Err(barriers::BarrierError::System(format!("cannot start a thread to join a group's collectives: {e}"))),
-                    });
-                    (group, collectives)
-                });
-                self.state = GroupState::Joined(group?);
-                if let Some(collectives) = collectives {
-                    self.collectives.barrier = Some(collectives?);
+                // One join for both: the collectives' barrier runs an
+                // instance derived from the one the group's join agrees
+                // (`PreparedBarrier::join_with`), so creating a
+                // communicator costs one join's frames and time.
+                match self.collectives_prepared.take() {
+                    Some(collectives) => {
+                        let (group, collectives) = prepared.join_with(*collectives)?;
+                        self.state = GroupState::Joined(group);
+                        self.collectives.barrier = Some(collectives);
+                    }
+                    None => self.state = GroupState::Joined(prepared.join()?),
                 }
                 Ok(())
             }
@@ -126,7 +121,7 @@ impl Group {
         // The collectives' barrier closes beside the group's; a barrier that
         // cannot close (one still in progress) is dropped, and the other
         // still closes.
-        let mut barriers: Vec<Barrier<GroupTransport>> = self.collectives.barrier.take().into_iter().collect();
+        let mut barriers: Vec<Barrier<GroupTransport>> = self.collectives.closing().into_iter().collect();
         if let GroupState::Joined(barrier) = self.state {
             barriers.push(barrier);
         }

@@ -242,7 +242,8 @@ impl Job {
         // The collectives' barrier joins here, where every rank is, not at
         // the first collective call (see `Group::join`: review rev31,
         // finding 2).
-        job.collectives().barrier(|| job.make_collectives())?;
+        let collectives = job.make_collectives()?;
+        job.collectives().barrier = Some(collectives);
         Ok(job)
     }
 
@@ -302,7 +303,7 @@ impl Job {
     /// at once.
     pub fn finish(&self) -> Result<(), CError> {
         // The collectives' barrier closes beside the groups.
-        if let Some(collectives) = self.collectives().barrier.take() {
+        if let Some(collectives) = self.collectives().closing() {
             self.closing.add(collectives);
         }
         self.closing.finish_all(&self.barrier)
