@@ -143,12 +143,13 @@ impl<T: Transport + Send + 'static> Barrier<T> {
 
     fn joined(mut engine: Engine<T>, waker: Arc<dyn Waker>, config: BarrierConfig) -> Result<Barrier<T>, BarrierError> {
         engine.join(None)?;
+        engine.transport.all_joined();
         Barrier::started(engine, waker, config)
     }
 
-    /// The barrier of a joined `engine`: its progress agent started.
-    fn started(mut engine: Engine<T>, waker: Arc<dyn Waker>, config: BarrierConfig) -> Result<Barrier<T>, BarrierError> {
-        engine.transport.all_joined();
+    /// The barrier of a joined `engine` (its transport told so): its
+    /// progress agent started.
+    fn started(engine: Engine<T>, waker: Arc<dyn Waker>, config: BarrierConfig) -> Result<Barrier<T>, BarrierError> {
         let (me, nodes, max_data) = (engine.me(), engine.nodes(), engine.max_data());
         let sends_at_entry_only = crate::plan::build(config.algorithm, nodes, me, config.rails)
             .is_ok_and(|plan| plan.steps.iter().skip(1).all(|step| step.sends.is_empty()));
@@ -616,8 +617,10 @@ impl<T: Transport + Send + 'static> PreparedBarrier<T> {
         }
         let mut engine = self.engine;
         engine.join(Some(&beside.config))?;
+        engine.transport.all_joined();
         let mut other = beside.engine;
         other.joined_as(crate::core::derived_instance(engine.instance()));
+        other.transport.joined_beside();
         let first = Barrier::started(engine, self.waker, self.config)?;
         let second = Barrier::started(other, beside.waker, beside.config)?;
         Ok((first, second))
