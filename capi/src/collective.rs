@@ -18,8 +18,9 @@ use crate::*;
 /// to its first collective fail the others), and a reused staging buffer.
 #[derive(Default)]
 pub(crate) struct Collectives {
-    /// Their barrier (made at the first collective call only if it could
-    /// not be joined with the job's or group's).
+    /// Their barrier (made and joined with the job or the group; the
+    /// `make` of a call only makes it if it is missing, which it never is
+    /// once the job is open or the group joined).
     pub(crate) barrier: Option<Barrier<GroupTransport>>,
     /// Whether a collective was called on it (see [`Collectives::closing`]).
     used: bool,

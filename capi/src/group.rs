@@ -118,9 +118,10 @@ impl Group {
     /// never joined is just dropped.
     pub fn close(mut self) -> Result<(), CError> {
         let closing = self.closing.clone();
-        // The collectives' barrier closes beside the group's; a barrier that
-        // cannot close (one still in progress) is dropped, and the other
-        // still closes.
+        // The collectives' barrier closes beside the group's (dropped
+        // unclosed if this rank never called a collective on it: see
+        // `Collectives::closing`); a barrier that cannot close (one still
+        // in progress) is dropped, and the other still closes.
         let mut barriers: Vec<Barrier<GroupTransport>> = self.collectives.closing().into_iter().collect();
         if let GroupState::Joined(barrier) = self.state {
             barriers.push(barrier);
@@ -138,8 +139,9 @@ impl Group {
 
     /// The barrier that runs the group's collectives: one of its own over
     /// the members, as the job's (`Job::make_collectives`), prepared with
-    /// the group and joined with it ([`Group::join`]; made here at the
-    /// first collective call only if that join failed), on an instance
+    /// the group and joined with it ([`Group::join`]: a group whose join
+    /// failed has none and serves no call; made here only if missing), on
+    /// an instance
     /// keyed by the group's key (so members may meet it in any order
     /// across their groups).
     fn make_collectives(&self) -> Result<Barrier<GroupTransport>, CError> {

@@ -302,7 +302,9 @@ impl Job {
     /// [`Group::close`]) and the job's own closing barrier and answers, all
     /// at once.
     pub fn finish(&self) -> Result<(), CError> {
-        // The collectives' barrier closes beside the groups.
+        // The collectives' barrier closes beside the groups (dropped
+        // unclosed if this rank never called a collective on it: see
+        // `Collectives::closing`).
         if let Some(collectives) = self.collectives().closing() {
             self.closing.add(collectives);
         }
