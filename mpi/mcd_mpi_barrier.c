@@ -42,7 +42,9 @@
  * MPI_COMM_WORLD (mcd_allreduce, mcd_reduce, mcd_bcast: a gather with the
  * data in the messages and a multicast result, reproducible to the bit) and
  * on every communicator that has an mcd group (mcd_group_allreduce, ...: a
- * barrier instance of the group's own, made at its first collective; the
+ * barrier instance of the group's own, joined with the group, as the job's
+ * is in MPI_Init: a rank late to its first collective is waited for, and a
+ * first nonblocking start waits for nobody (review rev31, finding 2); the
  * communicator's state is made by its first MPI_Barrier or collective
  * bound for mcd, whichever comes first), every root, for the
  * types int, long, long long, unsigned, unsigned long, unsigned long long,

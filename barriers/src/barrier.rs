@@ -175,8 +175,14 @@ impl<T: Transport + Send + 'static> Barrier<T> {
     }
 
     fn joined(mut engine: Engine<T>, waker: Arc<dyn Waker>, config: BarrierConfig) -> Result<Barrier<T>, BarrierError> {
-        engine.join()?;
+        engine.join(None)?;
         engine.transport.all_joined();
+        Barrier::started(engine, waker, config)
+    }
+
+    /// The barrier of a joined `engine` (its transport told so): its
+    /// progress agent started.
+    fn started(engine: Engine<T>, waker: Arc<dyn Waker>, config: BarrierConfig) -> Result<Barrier<T>, BarrierError> {
         let (me, nodes, max_data) = (engine.me(), engine.nodes(), engine.max_data());
         let sends_at_entry_only = crate::plan::build(config.algorithm, nodes, me, config.rails)
             .is_ok_and(|plan| plan.steps.iter().skip(1).all(|step| step.sends.is_empty()));
@@ -621,6 +627,36 @@ impl<T: Transport + Send + 'static> PreparedBarrier<T> {
     /// [`BarrierConfig::join_timeout`]) and starts the progress agent.
     pub fn join(self) -> Result<Barrier<T>, BarrierError> {
         Barrier::joined(self.engine, self.waker, self.config)
+    }
+
+    /// Joins as [`join`](Self::join), and with it `beside`: a second
+    /// barrier over the same nodes (in the same order) on a transport of
+    /// its own, made without a join of its own. It runs an instance derived
+    /// from the one this join agrees, the same on every node that joined
+    /// (node 0 admitted them all into it, and a restarted process joins
+    /// anew), and the join checks every node's configuration of it too (a
+    /// node whose differs is refused here). One join's frames and time for
+    /// two barriers: a communicator's barrier and the barrier of its
+    /// collectives (review rev31, finding 2: both are made when the
+    /// communicator is).
+    pub fn join_with(self, beside: PreparedBarrier<T>) -> Result<(Barrier<T>, Barrier<T>), BarrierError> {
+        let (me, nodes) = (self.engine.me(), self.engine.nodes());
+        if (beside.engine.me(), beside.engine.nodes()) != (me, nodes) {
+            return Err(BarrierError::Misuse(format!(
+                "join_with: the barrier beside is node {} of {}, this one node {me} of {nodes}: they must span the same nodes",
+                beside.engine.me(),
+                beside.engine.nodes()
+            )));
+        }
+        let mut engine = self.engine;
+        engine.join(Some(&beside.config))?;
+        engine.transport.all_joined();
+        let mut other = beside.engine;
+        other.joined_as(crate::core::derived_instance(engine.instance()));
+        other.transport.joined_beside();
+        let first = Barrier::started(engine, self.waker, self.config)?;
+        let second = Barrier::started(other, beside.waker, beside.config)?;
+        Ok((first, second))
     }
 }
 

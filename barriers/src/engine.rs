@@ -205,15 +205,26 @@ impl<T: Transport> Engine<T> {
     }
 
     /// Agrees on the instance with the other nodes (see [`crate::core`]).
-    pub(crate) fn join(&mut self) -> Result<(), BarrierError> {
+    /// `beside`: the configuration of a barrier made beside this one on
+    /// the instance this join agrees, derived ([`Engine::joined_as`]).
+    pub(crate) fn join(&mut self, beside: Option<&BarrierConfig>) -> Result<(), BarrierError> {
         let now = Instant::now();
-        self.core.join(new_incarnation(), now);
+        match beside {
+            Some(beside) => self.core.join_beside(new_incarnation(), now, beside),
+            None => self.core.join(new_incarnation(), now),
+        }
         let result = self.run(now, |e| match e {
             Event::Joined { .. } => Some(Ok(())),
             Event::JoinFailed(e) => Some(Err(e)),
             Event::Done(_) => None,
         })?;
         result.map_err(|e| self.explain_join(e))
+    }
+
+    /// Runs `instance` without a join: the instance derived from that of a
+    /// barrier over the same nodes that was joined beside this one.
+    pub(crate) fn joined_as(&mut self, instance: u64) {
+        self.core.joined(instance);
     }
 
     /// A join timeout, with what the transport dropped of the missing

@@ -250,6 +250,13 @@ pub trait Transport {
     /// Called once every node has joined the barrier (every process of the
     /// job is up): a transport may re-read how loaded its host is.
     fn all_joined(&mut self) {}
+    /// As [`all_joined`](Self::all_joined), for a barrier made beside
+    /// another one by that one's join ([`crate::PreparedBarrier::join_with`]),
+    /// just after its `all_joined`: the host's load was re-read a moment
+    /// ago. The default: as `all_joined`.
+    fn joined_beside(&mut self) {
+        self.all_joined();
+    }
     /// The application drives this barrier's nonblocking collectives now
     /// (a start, or a test in a wait loop that never sleeps in
     /// [`recv`](Self::recv)): a transport shared by several barriers lets

@@ -12,26 +12,47 @@ use crate::CError;
 #[cfg(doc)]
 use crate::*;
 
-/// A job's or a group's collectives: their own barrier, made at the first
-/// collective call (which every rank makes), and a reused staging buffer.
+/// A job's or a group's collectives: their own barrier, joined with the job
+/// or the group (review rev31, finding 2: joined at the first collective
+/// call, it made a nonblocking start wait for every rank, and a rank late
+/// to its first collective fail the others), and a reused staging buffer.
 #[derive(Default)]
 pub(crate) struct Collectives {
-    /// Their barrier, made at the first collective call (which every rank makes).
+    /// Their barrier (made and joined with the job or the group; the
+    /// `make` of a call only makes it if it is missing, which it never is
+    /// once the job is open or the group joined).
     pub(crate) barrier: Option<Barrier<GroupTransport>>,
+    /// Whether a collective was called on it (see [`Collectives::closing`]).
+    used: bool,
     /// A collective's input, copied (so that it may be its output too).
     staged: Vec<u8>,
 }
 
 impl Collectives {
-    /// The barrier, made by `make` at the first call.
+    /// The barrier, made by `make` if there is none yet, for a call.
     pub(crate) fn barrier(&mut self, make: impl FnOnce() -> Result<Barrier<GroupTransport>, CError>) -> Result<&mut Barrier<GroupTransport>, CError> {
         if self.barrier.is_none() {
             self.barrier = Some(make()?);
         }
+        self.used = true;
         Ok(self.barrier.as_mut().expect("made above"))
     }
 
-    /// Runs `call` on the barrier (made by `make` at the first call):
+    /// The barrier to close with the job or the group: `None` if this rank
+    /// never called a collective on it (it is dropped, no closing barrier).
+    /// Every rank calls the same collectives on a communicator, so in a
+    /// program MPI allows, no rank called one here either: none needs
+    /// anything of this instance from another, and its closing barrier and
+    /// farewell (frames, a thread in `MPI_Finalize`, the agent's wake-ups)
+    /// would only cost each communicator's churn. (A rank that did call one
+    /// waits for a call that never comes, and names this rank silent after
+    /// the failure timeout, as for any collective a member never calls.)
+    pub(crate) fn closing(&mut self) -> Option<Barrier<GroupTransport>> {
+        let barrier = self.barrier.take();
+        barrier.filter(|_| std::mem::take(&mut self.used))
+    }
+
+    /// Runs `call` on the barrier (made by `make` if there is none yet):
     /// `input` (`None`: in place, from `output`) into `output` (`None`
     /// where no result is wanted here), staged through a reused buffer.
     pub(crate) fn run(

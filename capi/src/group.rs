@@ -23,6 +23,9 @@ pub struct Group {
     size: usize,
     /// The group's collectives (see [`Group::make_collectives`]).
     collectives: Collectives,
+    /// Their barrier, prepared with the group's and joined with it
+    /// ([`Group::join`]), until then.
+    collectives_prepared: Option<Box<PreparedBarrier<GroupTransport>>>,
     /// What the group's collectives barrier is made of: the members (job
     /// ranks, in group order), the group's key, and the job's settings.
     members: Vec<usize>,
@@ -52,11 +55,34 @@ impl Group {
     }
 
     /// Meets the group's other members (collective over them) and starts
-    /// its progress agent; a no-op once joined.
+    /// its progress agent, and with the same join the barrier of its
+    /// collectives (on an instance derived from the group's); a no-op once
+    /// joined.
+    ///
+    /// The collectives' barrier is joined here, where every member is,
+    /// and not at the group's first collective call (review rev31,
+    /// finding 2): a join waits for every member, up to `MCD_JOIN_TIMEOUT`,
+    /// so a first nonblocking collective blocked until every member had
+    /// started its own (MPI: a start is local; a legal program whose peer
+    /// first waited for this rank's progress aborted), and a member more
+    /// than the timeout late to its first collective (a broadcast of what
+    /// its root read) failed the others' calls. Joined, its agent answers
+    /// for this member however late it calls, as the group's does.
     pub fn join(&mut self) -> Result<(), CError> {
         match std::mem::replace(&mut self.state, GroupState::Gone) {
             GroupState::Prepared(prepared) => {
-                self.state = GroupState::Joined(prepared.join()?);
+                // One join for both: the collectives' barrier runs an
+                // instance derived from the one the group's join agrees
+                // (`PreparedBarrier::join_with`), so creating a
+                // communicator costs one join's frames and time.
+                match self.collectives_prepared.take() {
+                    Some(collectives) => {
+                        let (group, collectives) = prepared.join_with(*collectives)?;
+                        self.state = GroupState::Joined(group);
+                        self.collectives.barrier = Some(collectives);
+                    }
+                    None => self.state = GroupState::Joined(prepared.join()?),
+                }
                 Ok(())
             }
             joined @ GroupState::Joined(_) => {
@@ -92,10 +118,11 @@ impl Group {
     /// never joined is just dropped.
     pub fn close(mut self) -> Result<(), CError> {
         let closing = self.closing.clone();
-        // The collectives' barrier closes beside the group's; a barrier that
-        // cannot close (one still in progress) is dropped, and the other
-        // still closes.
-        let mut barriers: Vec<Barrier<GroupTransport>> = self.collectives.barrier.take().into_iter().collect();
+        // The collectives' barrier closes beside the group's (dropped
+        // unclosed if this rank never called a collective on it: see
+        // `Collectives::closing`); a barrier that cannot close (one still
+        // in progress) is dropped, and the other still closes.
+        let mut barriers: Vec<Barrier<GroupTransport>> = self.collectives.closing().into_iter().collect();
         if let GroupState::Joined(barrier) = self.state {
             barriers.push(barrier);
         }
@@ -111,14 +138,14 @@ impl Group {
     }
 
     /// The barrier that runs the group's collectives: one of its own over
-    /// the members, as the job's (`Job::make_collectives`), made at the first
-    /// collective call, which every member makes, on an instance keyed by
-    /// the group's key (so members may meet it in any order across their
-    /// groups).
+    /// the members, as the job's (`Job::make_collectives`), prepared with
+    /// the group and joined with it ([`Group::join`]: a group whose join
+    /// failed has none and serves no call; made here only if missing), on
+    /// an instance
+    /// keyed by the group's key (so members may meet it in any order
+    /// across their groups).
     fn make_collectives(&self) -> Result<Barrier<GroupTransport>, CError> {
-        let transport = self.shared.group_with_key(&self.members, self.key ^ COLLECTIVES_KEY)?;
-        let config = self.policy.collective_config(self.size, self.rails, self.host);
-        Ok(Barrier::new(transport, config)?)
+        Ok(prepare_collectives(&self.shared, &self.members, self.key, &self.policy, self.rails, self.host)?.join()?)
     }
 
     /// The group's collectives, for `f`, once joined.
@@ -210,6 +237,7 @@ impl Job {
         let barrier_config = self.policy.barrier_config(ranks.len(), self.rails, self.host);
         let algorithm = CString::new(barrier_config.algorithm.to_string()).expect("algorithm names have no NUL");
         let prepared = PreparedBarrier::new(transport, barrier_config)?;
+        let collectives = prepare_collectives(&self.shared, ranks, group_key, &self.policy, self.rails, self.host)?;
         Ok(Group {
             state: GroupState::Prepared(Box::new(prepared)),
             shared: self.shared.clone(),
@@ -218,6 +246,7 @@ impl Job {
             rank,
             size: ranks.len(),
             collectives: Collectives::default(),
+            collectives_prepared: Some(Box::new(collectives)),
             members: ranks.to_vec(),
             key: group_key,
             policy: self.policy.clone(),
@@ -225,6 +254,21 @@ impl Job {
             host: self.host,
         })
     }
+}
+
+/// The barrier of the collectives of the group of `members` (job ranks)
+/// keyed `key`, prepared (no communication).
+fn prepare_collectives(
+    shared: &SharedEndpoint,
+    members: &[usize],
+    key: u64,
+    policy: &JobPolicy,
+    rails: usize,
+    host: HostShape,
+) -> Result<PreparedBarrier<GroupTransport>, CError> {
+    let transport = shared.group_with_key(members, key ^ COLLECTIVES_KEY)?;
+    let config = policy.collective_config(members.len(), rails, host);
+    Ok(PreparedBarrier::new(transport, config)?)
 }
 
 /// Mixed into a group's key for its collectives' instance.

@@ -226,7 +226,7 @@ impl Job {
         };
         let algorithm = CString::new(algorithm).expect("algorithm names have no NUL");
         let rank = barrier.node();
-        Ok(Job {
+        let job = Job {
             barrier: Mutex::new(barrier),
             collectives: Mutex::default(),
             shared,
@@ -238,7 +238,13 @@ impl Job {
             rails,
             host,
             closing: Closing::default(),
-        })
+        };
+        // The collectives' barrier joins here, where every rank is, not at
+        // the first collective call (see `Group::join`: review rev31,
+        // finding 2).
+        let collectives = job.make_collectives()?;
+        job.collectives().barrier = Some(collectives);
+        Ok(job)
     }
 
     /// This process's node number (its rank).
@@ -276,8 +282,8 @@ impl Job {
 
     /// The barrier that runs the job's collectives: one of its own over
     /// every rank (its own instance and counters, so the job barrier's count
-    /// is of barriers only), made at the first collective call, which every
-    /// rank makes. Its algorithm: `MCD_COLLECTIVE_ALGORITHM`, else the job's
+    /// is of barriers only), made and joined with the job ([`Job::open`]:
+    /// every rank is there; review rev31, finding 2). Its algorithm: `MCD_COLLECTIVE_ALGORITHM`, else the job's
     /// if it was named and reduces, else `auto`'s pick among the algorithms
     /// that reduce ([`barriers::model::auto_collective_on_host`]).
     fn make_collectives(&self) -> Result<Barrier<GroupTransport>, CError> {
@@ -296,8 +302,10 @@ impl Job {
     /// [`Group::close`]) and the job's own closing barrier and answers, all
     /// at once.
     pub fn finish(&self) -> Result<(), CError> {
-        // The collectives' barrier closes beside the groups.
-        if let Some(collectives) = self.collectives().barrier.take() {
+        // The collectives' barrier closes beside the groups (dropped
+        // unclosed if this rank never called a collective on it: see
+        // `Collectives::closing`).
+        if let Some(collectives) = self.collectives().closing() {
             self.closing.add(collectives);
         }
         self.closing.finish_all(&self.barrier)

@@ -96,8 +96,8 @@ pub trait Communicator {
     /// Progress on the entered barrier without blocking; true once it is
     /// complete (also when none was entered).
     fn test(&mut self) -> Result<bool, CError>;
-    /// Runs `call` on the barrier of the collectives (made at the first
-    /// collective call, which every rank makes): `input` (`None`: in place,
+    /// Runs `call` on the barrier of the collectives (joined with the job
+    /// or the group): `input` (`None`: in place,
     /// from `output`) into `output` (`None` where no result is wanted here).
     fn collective(&mut self, call: Collective, input: Option<&[u8]>, output: Option<&mut [u8]>) -> Result<(), CError>;
     /// Starts `call` with `input` on the barrier of the collectives, without

@@ -61,7 +61,6 @@ fn a_wait_for_a_collective_progresses_a_receive_its_peer_waits_on_under_mpich() 
 /// local). A rank whose peer first waits for this rank's MPI progress (a
 /// large send) deadlocks until the join times out, and the job aborts.
 #[test]
-#[ignore = "finding rev31-2: the first nonblocking collective on MPI_COMM_WORLD blocks in a join for every rank (30 s, then a fatal error)"]
 fn a_first_nonblocking_collective_on_the_world_starts_without_waiting_for_other_ranks_under_open_mpi() {
     holds(Mpi::OpenMpi, "r31fo", "firstnb", &[("MCD_JOIN_TIMEOUT", "5")]);
 }
@@ -71,7 +70,6 @@ fn a_first_nonblocking_collective_on_the_world_starts_without_waiting_for_other_
 /// others called theirs: their calls fail, and the job aborts (a barrier's
 /// own waits wait for live peers as long as they take).
 #[test]
-#[ignore = "finding rev31-2: a rank's first collective on MPI_COMM_WORLD more than MCD_JOIN_TIMEOUT (30 s) after the others' fails the job"]
 fn a_rank_late_to_its_first_collective_is_waited_for_under_open_mpi() {
     holds(Mpi::OpenMpi, "r31lo", "late", &[("MCD_JOIN_TIMEOUT", "1"), ("REVIEW_LATE_MS", "3000")]);
 }
@@ -79,21 +77,18 @@ fn a_rank_late_to_its_first_collective_is_waited_for_under_open_mpi() {
 /// Finding 2a on a duplicate of MPI_COMM_WORLD (its mcd group made by
 /// MPI_Comm_dup, its collectives' barrier at its first collective).
 #[test]
-#[ignore = "finding rev31-2: the first nonblocking collective on a communicator blocks in a join for every rank (then a fatal error)"]
 fn a_first_nonblocking_collective_on_a_duplicate_starts_without_waiting_for_other_ranks_under_open_mpi() {
     holds(Mpi::OpenMpi, "r31do", "firstnbdup", &[("MCD_JOIN_TIMEOUT", "5")]);
 }
 
 /// Finding 2b on a duplicate of MPI_COMM_WORLD.
 #[test]
-#[ignore = "finding rev31-2: a rank's first collective on a communicator more than MCD_JOIN_TIMEOUT (30 s) after the others' fails the job"]
 fn a_rank_late_to_its_first_collective_on_a_duplicate_is_waited_for_under_open_mpi() {
     holds(Mpi::OpenMpi, "r31eo", "latedup", &[("MCD_JOIN_TIMEOUT", "1"), ("REVIEW_LATE_MS", "3000")]);
 }
 
 /// Finding 2b under MPICH.
 #[test]
-#[ignore = "finding rev31-2: a rank's first collective on MPI_COMM_WORLD more than MCD_JOIN_TIMEOUT (30 s) after the others' fails the job"]
 fn a_rank_late_to_its_first_collective_is_waited_for_under_mpich() {
     holds(Mpi::Mpich, "r31lm", "late", &[("MCD_JOIN_TIMEOUT", "1"), ("REVIEW_LATE_MS", "3000")]);
 }

@@ -108,6 +108,16 @@ fn whom_word(incarnations: &[Option<u64>], incarnation: u64, flags: u16, max_dat
     (Msg { kind: MsgKind::Status, instance: 0, epoch: incarnation as u32, tag: status::JOINING | flags, arg: first }, data)
 }
 
+/// Mixed into a join's fingerprint when a barrier is made beside it.
+const BESIDE_FINGERPRINT: u32 = 0x6265_7369;
+
+/// The instance of a barrier made beside one whose join agreed on
+/// `instance` (see [`crate::PreparedBarrier::join_with`]): the same on every
+/// node that joined it, never that instance, never 0.
+pub(crate) fn derived_instance(instance: u64) -> u64 {
+    mix(instance ^ 0x6465_7269_7665_6421) | 1
+}
+
 /// The instance number of a set of incarnations (never 0).
 fn instance_of(incarnations: &[u64]) -> u64 {
     incarnations.iter().fold(0x6D63_645F_6261_7272, |h, &x| mix(h ^ x)) | 1
@@ -133,6 +143,9 @@ pub(super) struct Joining {
     /// What every node must agree on, hashed into a Join's `arg` (made
     /// once: a join's every frame carries or checks it).
     fingerprint: u32,
+    /// Whether a barrier is made beside this one (its configuration is in
+    /// the fingerprint).
+    beside: bool,
     side: Side,
 }
 
@@ -167,7 +180,7 @@ impl Joining {
 }
 
 impl Core {
-    pub(super) fn start_join(&mut self, incarnation: u64, now: Instant) {
+    pub(super) fn start_join(&mut self, incarnation: u64, now: Instant, beside: Option<&BarrierConfig>) {
         let n = self.nodes();
         let side = if self.me() == 0 {
             let mut incarnations = vec![None; n];
@@ -183,8 +196,15 @@ impl Core {
                 running: Vec::new(),
             }
         };
-        let fingerprint = fingerprint_of(&self.config, PROTOCOL);
-        self.member.joining = Some(Box::new(Joining { start: now, timeout: self.config.join_timeout, incarnation, fingerprint, side }));
+        // A barrier made beside this one, on the instance this join agrees
+        // ([`derived_instance`]), is checked here too: a node whose
+        // configuration of it differs is refused at this join.
+        let fingerprint = match beside {
+            Some(beside) => fingerprint_of(&self.config, PROTOCOL) ^ fingerprint_of(beside, PROTOCOL).rotate_left(13) ^ BESIDE_FINGERPRINT,
+            None => fingerprint_of(&self.config, PROTOCOL),
+        };
+        self.member.joining =
+            Some(Box::new(Joining { start: now, timeout: self.config.join_timeout, incarnation, fingerprint, beside: beside.is_some(), side }));
         self.join_progress(now);
     }
 
@@ -405,11 +425,12 @@ impl Core {
                         self.join_ask_soon(now);
                     }
                     MsgKind::Refuse if ours && msg.tag == REFUSE_CONFIG => {
+                        let beside = if j.beside { ", or of the barrier made beside it" } else { "" };
                         self.member.joining = None;
                         self.out.events.push_back(Event::JoinFailed(BarrierError::ConfigMismatch {
                             node: 0,
                             detail: format!(
-                                "node 0 runs another configuration than node {} ({} on {} rail(s) here)",
+                                "node 0 runs another configuration than node {} ({} on {} rail(s) here{beside})",
                                 self.me(),
                                 self.config.algorithm,
                                 self.config.rails

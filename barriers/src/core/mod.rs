@@ -69,6 +69,7 @@ mod window;
 use calls::Calls;
 use closing::Closing;
 use ends::Ends;
+pub(crate) use join::derived_instance;
 use join::Membership;
 pub use join::PROTOCOL;
 use liveness::Liveness;
@@ -307,7 +308,15 @@ impl Core {
     /// node 0 until admitted. Ends with [`Event::Joined`] or
     /// [`Event::JoinFailed`] (after [`BarrierConfig::join_timeout`]).
     pub fn join(&mut self, incarnation: u64, now: Instant) {
-        self.start_join(incarnation, now);
+        self.start_join(incarnation, now, None);
+    }
+
+    /// As [`join`](Self::join), for a barrier with another beside it over
+    /// the same nodes, configured as `beside`, that runs the instance this
+    /// join agrees, derived from it ([`Core::joined`]), without a join of
+    /// its own: every node's configuration of both is checked here.
+    pub fn join_beside(&mut self, incarnation: u64, now: Instant, beside: &BarrierConfig) {
+        self.start_join(incarnation, now, Some(beside));
     }
 
     /// Joins without the join: this node runs `instance` (tests and

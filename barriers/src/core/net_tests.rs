@@ -13,6 +13,7 @@ use crate::transport::{Msg, MsgKind, NodeId};
 use crate::types::{BarrierConfig, BarrierError};
 
 mod bcast;
+mod closing;
 mod copies;
 mod joins;
 mod replaced;

@@ -52,6 +52,9 @@ impl Core {
         if matches!(msg.kind, MsgKind::Answer | MsgKind::Status) {
             self.recovery.replied(from, now);
         }
+        // A message of the barrier after this node's closing barrier: its
+        // sender completed the closing barrier (see `closing_proven`).
+        let past_closing = epoch == self.window.epoch + 1 && self.closing.closing() && !self.closing.finished();
         match msg.kind {
             MsgKind::Status => self.on_status(from, msg, epoch, now),
             MsgKind::Nack => self.on_nack(from, msg, epoch, now),
@@ -77,6 +80,9 @@ impl Core {
                 }
             }
             MsgKind::Join | MsgKind::Admit | MsgKind::Refuse => unreachable!("handled above"),
+        }
+        if past_closing && epoch == self.window.epoch + 1 {
+            self.closing_proven(now);
         }
         let next_data = epoch == self.window.epoch + 1
             && self.phase.running()

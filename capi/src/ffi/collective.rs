@@ -214,8 +214,8 @@ pub unsafe extern "C" fn mcd_bcast(job: *mut Job, buf: *mut c_void, bytes: usize
 }
 
 /// As [`mcd_allreduce`], across the group's ranks: on a barrier instance
-/// of the group's own (made at the group's first collective call, which
-/// every member makes), bitwise the same on every member and in every run.
+/// of the group's own (joined with the group, in `mcd_group_join`),
+/// bitwise the same on every member and in every run.
 ///
 /// # Safety
 /// `group` is NULL or a live handle, not used by another thread meanwhile;
