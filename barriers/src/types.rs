@@ -123,6 +123,12 @@ pub struct BarrierStats {
     /// Of those, NACKs sent at once because a peer's message proved the
     /// missing one was sent.
     pub fast_nacks: u64,
+    /// Of those, probes of late peers: NACKs the retry timer sent with no
+    /// evidence that anything was lost (this node has seen no loss, or the
+    /// peer said it has not sent yet). A late peer's probe asks where it
+    /// is (liveness), not for a lost message: not counted in
+    /// [`BarrierStats::recoveries`].
+    pub probes: u64,
     /// Retries brought forward because frames for this node were dropped
     /// before it read them (its transport's receive ring overflowed:
     /// [`Transport::ring_drops`](crate::Transport::ring_drops)) while it
@@ -176,12 +182,12 @@ pub struct BarrierStats {
 }
 
 impl BarrierStats {
-    /// Recovery traffic, as the loss goals count it: NACKs and status
-    /// probes sent, answers, and unasked copies (what the simulator's
-    /// `recoveries` counts too). On a clean network with every peer on
-    /// time, 0.
+    /// Recovery traffic, as the loss goals count it: NACKs sent (but the
+    /// probes of late peers: [`BarrierStats::probes`]), answers, and
+    /// unasked copies (what the simulator's `recoveries` counts too). On a
+    /// clean network, 0, however late peers are.
     pub fn recoveries(&self) -> u64 {
-        self.nacks_sent + self.answers + self.copies
+        self.nacks_sent.saturating_sub(self.probes) + self.answers + self.copies
     }
 }
 

@@ -81,8 +81,60 @@ pub struct BarrierMeasurement {
     pub p99_us: f64,
     /// Mean over nodes of each node's 99.9th percentile, µs.
     pub p999_us: f64,
-    /// Recovery traffic ([`barriers::BarrierStats::recoveries`]: NACKs and probes, answers, unasked copies), all nodes, warm-up included.
+    /// Recovery traffic ([`barriers::BarrierStats::recoveries`]: NACKs but probes of late peers, answers, unasked copies), all nodes, warm-up included.
     pub recoveries: u64,
+    /// The same by kind, with the probes and statuses (runs in this process
+    /// only: zero where the figures were gathered from other hosts).
+    #[serde(default)]
+    pub kinds: RecoveryKinds,
+}
+
+/// Recovery traffic by kind, summed over nodes: what
+/// [`barriers::BarrierStats::recoveries`] counts, and the probes of late
+/// peers and their statuses, which it does not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RecoveryKinds {
+    /// NACKs sent, probes not counted.
+    pub nacks: u64,
+    /// Probes of late peers (NACKs with no evidence of loss: liveness).
+    pub probes: u64,
+    /// Answers to NACKs.
+    pub answers: u64,
+    /// Unasked copies.
+    pub copies: u64,
+    /// Statuses sent (answers with nothing to re-send, notices).
+    pub statuses: u64,
+}
+
+impl RecoveryKinds {
+    /// What one node counted between `before` and `after`.
+    pub fn between(before: &barriers::BarrierStats, after: &barriers::BarrierStats) -> RecoveryKinds {
+        let probes = after.probes - before.probes;
+        RecoveryKinds {
+            nacks: after.nacks_sent - before.nacks_sent - probes,
+            probes,
+            answers: after.answers - before.answers,
+            copies: after.copies - before.copies,
+            statuses: after.statuses - before.statuses,
+        }
+    }
+
+    /// The sum of `self` and `o`.
+    pub fn plus(self, o: RecoveryKinds) -> RecoveryKinds {
+        RecoveryKinds {
+            nacks: self.nacks + o.nacks,
+            probes: self.probes + o.probes,
+            answers: self.answers + o.answers,
+            copies: self.copies + o.copies,
+            statuses: self.statuses + o.statuses,
+        }
+    }
+}
+
+impl std::fmt::Display for RecoveryKinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NACKs {}, answers {}, copies {}; probes {}, statuses {}", self.nacks, self.answers, self.copies, self.probes, self.statuses)
+    }
 }
 
 /// One node's timings of a run.
@@ -91,6 +143,7 @@ pub struct NodeTimes {
     /// The node's whole timed loop (OSU's per-node mean is this / iterations).
     loop_time: Duration,
     recoveries: u64,
+    kinds: RecoveryKinds,
 }
 
 fn spin_for(d: Duration) {
@@ -191,13 +244,15 @@ impl BarrierBench {
                 spin_for(self.dummy);
             }
         }
-        Ok(NodeTimes { hist, loop_time: start.elapsed(), recoveries: 0 })
+        Ok(NodeTimes { hist, loop_time: start.elapsed(), recoveries: 0, kinds: RecoveryKinds::default() })
     }
 
     /// Combines the nodes' timings into the figures of this method.
     pub fn summarize(&self, algorithm: &str, rails: usize, nodes: &[NodeTimes]) -> BarrierMeasurement {
         let figures: Vec<NodeFigures> = nodes.iter().map(NodeTimes::figures).collect();
-        self.summarize_figures(algorithm, rails, &figures)
+        let mut m = self.summarize_figures(algorithm, rails, &figures);
+        m.kinds = nodes.iter().fold(RecoveryKinds::default(), |k, t| k.plus(t.kinds));
+        m
     }
 
     /// As [`summarize`](Self::summarize), from each node's figures (as
@@ -226,6 +281,7 @@ impl BarrierBench {
             p99_us: avg(&|f| f.p99_us),
             p999_us: avg(&|f| f.p999_us),
             recoveries: nodes.iter().map(|f| f.recoveries as u64).sum(),
+            kinds: RecoveryKinds::default(),
         }
     }
 }
@@ -266,6 +322,7 @@ pub fn measure_collective(
         let mut times = bench.time_node(|| b.collective(call, &input, Some(&mut output)))?;
         let after = b.stats();
         times.recoveries = after.recoveries() - before.recoveries();
+        times.kinds = RecoveryKinds::between(&before, &after);
         if let Some(expected) = collective_expected(call, bytes, me, n) {
             if output != expected {
                 return Err(barriers::BarrierError::Internal(format!("{call}: the last call's result on node {me} is wrong")));

@@ -614,8 +614,8 @@ fn loss_sweep(out: &std::path::Path, sizes: &[usize], losses: &[f64], algorithms
                 let mut m = barrierbench::measure(&cluster, *config, bench)?;
                 m.algorithm = name.clone();
                 eprintln!(
-                    "  n={n:<2} loss {loss:>4}% {:<14} mean {:>9.1} µs  p50 {:>8.1} µs  p99 {:>9.1} µs  recoveries {}",
-                    m.algorithm, m.mean_us, m.p50_us, m.p99_us, m.recoveries
+                    "  n={n:<2} loss {loss:>4}% {:<14} mean {:>9.1} µs  p50 {:>8.1} µs  p99 {:>9.1} µs  recoveries {} ({})",
+                    m.algorithm, m.mean_us, m.p50_us, m.p99_us, m.recoveries, m.kinds
                 );
                 rows.push((loss, m));
             }
@@ -633,9 +633,10 @@ fn loss_sweep(out: &std::path::Path, sizes: &[usize], losses: &[f64], algorithms
          multicast can reach some nodes and not others; independent losses only (nftables keeps no \
          state from one frame to the next, so bursts are the simulator's, below). Default timeouts: the \
          retry timeout is learned from clean step times, a peer is dead after 10 s of silence. `×` is \
-         the mean against the same row's lossless mean in this run. `recoveries`: NACKs and status \
-         probes sent, answers and unasked copies, all nodes, warm-up included (what the simulator \
-         counts). `auto (X)`: the algorithm a job of that many nodes on this host runs by default.\n"
+         the mean against the same row's lossless mean in this run. `recoveries`: NACKs sent (but \
+         probes of late peers: NACKs sent with no evidence of loss, which ask where a peer is), answers \
+         and unasked copies, all nodes, warm-up included (what the simulator counts); by kind in \
+         brackets, with the probes and the statuses that answered them. `auto (X)`: the algorithm a job of that many nodes on this host runs by default.\n"
     )?;
     let names: Vec<String> = {
         let mut v: Vec<String> = Vec::new();
@@ -660,7 +661,16 @@ fn loss_sweep(out: &std::path::Path, sizes: &[usize], losses: &[f64], algorithms
             write!(md, "| {name} |")?;
             for &loss in losses {
                 match at(n, name, loss) {
-                    Some(m) => write!(md, " {:.1} ({:.2}×) | {:.1} | {:.1} | {} |", m.mean_us, m.mean_us / base, m.p50_us, m.p99_us, m.recoveries)?,
+                    Some(m) => write!(
+                        md,
+                        " {:.1} ({:.2}×) | {:.1} | {:.1} | {} ({}) |",
+                        m.mean_us,
+                        m.mean_us / base,
+                        m.p50_us,
+                        m.p99_us,
+                        m.recoveries,
+                        m.kinds
+                    )?,
                     None => write!(md, " – | – | – | – |")?,
                 }
             }

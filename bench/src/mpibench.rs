@@ -83,6 +83,7 @@ pub fn measure_barrier_on(cluster: &Cluster, run: &MpiRun, bench: BarrierBench, 
         p99_us: r.p99_us,
         p999_us: r.p999_us,
         recoveries: 0,
+        kinds: Default::default(),
     })
 }
 

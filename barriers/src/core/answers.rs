@@ -27,45 +27,83 @@ const ANSWER_GAP_DIVISOR: u32 = 4;
 /// between this many (epoch, tag) pairs or fewer is still rate-limited).
 const ANSWER_LOG: usize = 4;
 
-/// The last answers given to one peer: (epoch, tag, when), newest at
-/// `next - 1` (a ring), for the rate limit.
+/// One (epoch, tag) a peer asked for: when its NACK was last admitted
+/// (answered, or served by a multicast answer), if ever, and the copy
+/// (index, count) of the last of its NACKs taken in.
+#[derive(Clone, Copy, Debug)]
+struct Asked {
+    epoch: u64,
+    tag: u16,
+    at: Option<Instant>,
+    copy: (u32, u32),
+}
+
+/// The last answers given to one peer, newest at `next - 1` (a ring), for
+/// the rate limit, and the copy of its last NACK of each (epoch, tag)
+/// taken in.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Answered {
-    recent: [Option<(u64, u16, Instant)>; ANSWER_LOG],
+    recent: [Option<Asked>; ANSWER_LOG],
     next: usize,
 }
 
 impl Answered {
-    /// Whether a NACK of (`epoch`, `tag`) came before (of the last few).
+    fn find(&self, epoch: u64, tag: u16) -> Option<usize> {
+        self.recent.iter().position(|r| r.is_some_and(|a| a.epoch == epoch && a.tag == tag))
+    }
+
+    /// The entry of (`epoch`, `tag`), made if there is none (one entry a
+    /// pair: a pair asked often must not push the others out: soak seed
+    /// 5569580: a peer's NACKs of one message, every 0.1 ms, pushed out its
+    /// NACK of a broadcast's end, which then looked like a first NACK after
+    /// the multicast answer each time and was never answered, for 400 ms).
+    fn entry(&mut self, epoch: u64, tag: u16) -> &mut Asked {
+        let i = match self.find(epoch, tag) {
+            Some(i) => i,
+            None => {
+                let i = self.next;
+                self.recent[i] = Some(Asked { epoch, tag, at: None, copy: (0, 0) });
+                self.next = (self.next + 1) % ANSWER_LOG;
+                i
+            }
+        };
+        self.recent[i].as_mut().expect("just made")
+    }
+
+    /// When a NACK of (`epoch`, `tag`) was last admitted, if one was.
     #[inline]
-    pub(super) fn asked_before(&self, epoch: u64, tag: u16) -> bool {
-        self.recent.iter().flatten().any(|&(e, t, _)| e == epoch && t == tag)
+    pub(super) fn last_admitted(&self, epoch: u64, tag: u16) -> Option<Instant> {
+        self.recent.iter().flatten().find(|a| a.epoch == epoch && a.tag == tag).and_then(|a| a.at)
     }
 
     /// Whether a NACK of (`epoch`, `tag`) was admitted within `within` of `now`.
     #[inline]
     pub(super) fn admitted_within(&self, epoch: u64, tag: u16, now: Instant, within: Duration) -> bool {
-        self.recent.iter().flatten().any(|&(e, t, at)| e == epoch && t == tag && now.saturating_duration_since(at) < within)
+        self.recent.iter().flatten().any(|a| a.epoch == epoch && a.tag == tag && a.at.is_some_and(|at| now.saturating_duration_since(at) < within))
+    }
+
+    /// A NACK of (`epoch`, `tag`) in its copy `copy` (index, count) was
+    /// taken in: whether it is a later copy of the last one taken in (the
+    /// same count, a greater index: its sender sends a NACK's copies in
+    /// order, and a retry's begin at index 0 again), which asks nothing
+    /// new however late it is taken in (PROTOCOL.md, *Evidence*: one
+    /// answer a NACK).
+    #[inline]
+    pub(super) fn later_copy(&mut self, epoch: u64, tag: u16, copy: (u32, u32)) -> bool {
+        let a = self.entry(epoch, tag);
+        let later = a.copy.1 == copy.1 && copy.0 > a.copy.0;
+        a.copy = copy;
+        later
     }
 
     /// Whether a NACK of (`epoch`, `tag`) at `now` may be answered (no
     /// answer to it within `gap`); if so, it is recorded as answered.
     #[inline]
     pub(super) fn admit(&mut self, epoch: u64, tag: u16, now: Instant, gap: Duration) -> bool {
-        let recent = self.recent.iter().flatten().any(|&(e, t, at)| e == epoch && t == tag && now.saturating_duration_since(at) < gap);
+        let a = self.entry(epoch, tag);
+        let recent = a.at.is_some_and(|at| now.saturating_duration_since(at) < gap);
         if !recent {
-            // One entry a pair: a pair asked often must not push the others
-            // out (soak seed 5569580: a peer's NACKs of one message, every
-            // 0.1 ms, pushed out its NACK of a broadcast's end, which then
-            // looked like a first NACK after the multicast answer each time
-            // and was never answered, for 400 ms).
-            match self.recent.iter().position(|r| r.is_some_and(|(e, t, _)| e == epoch && t == tag)) {
-                Some(i) => self.recent[i] = Some((epoch, tag, now)),
-                None => {
-                    self.recent[self.next] = Some((epoch, tag, now));
-                    self.next = (self.next + 1) % ANSWER_LOG;
-                }
-            }
+            a.at = Some(now);
         }
         !recent
     }
@@ -120,9 +158,18 @@ impl Core {
     /// for went out was sent before that message could have reached the
     /// asker: it crossed the original, which the asker will see. It is not
     /// answered (counted in `answers_suppressed`); if the original was lost
-    /// after all, the asker's next retry, a retry timeout later, is.
+    /// after all, the asker's next retry, a retry timeout later, is. Nor is
+    /// one taken in as this node comes back from a stall (off its CPU:
+    /// [`super::recovery::Recovery::stall`]) for a message it sent less
+    /// than a round trip before it stopped: it cannot tell when the NACK
+    /// came, so it may have crossed the original too.
+    ///
+    /// `asked`: when this peer's last NACK for the message before this one
+    /// was admitted, if one was. A NACK that asks again after one that came
+    /// once the message went is no crossing (the original did not come);
+    /// one that asks again after a "not yet" may be.
     /// Returns (answered, crossed).
-    pub(super) fn answer(&mut self, to: NodeId, epoch: u64, tag: Option<u16>, now: Instant, again: bool) -> (usize, usize) {
+    pub(super) fn answer(&mut self, to: NodeId, epoch: u64, tag: Option<u16>, now: Instant, asked: Option<Instant>) -> (usize, usize) {
         let v = self.window.variant[parity(epoch)];
         let sent_steps = if epoch + 1 == self.window.epoch {
             self.plans.list[v].steps.len()
@@ -132,11 +179,17 @@ impl Core {
             0
         };
         let (mut answered, mut crossed) = (0, 0);
-        // (Until a round trip was measured, no NACK is taken for a crossing;
-        // nor one that asks again: the original did not come.)
-        let window = if again { Duration::ZERO } else { self.recovery.reply.unwrap_or(Duration::ZERO) };
         for s in 0..sent_steps {
-            let fresh = self.recovery.sent_at[parity(epoch)].get(s).copied().flatten().is_some_and(|t| now.saturating_duration_since(t) < window);
+            let sent = self.recovery.sent_at[parity(epoch)].get(s).copied().flatten();
+            // (Until a round trip was measured, no NACK is taken for a
+            // crossing; nor one that asks again after the message went.)
+            let again = asked.is_some_and(|a| sent.is_none_or(|t| a > t));
+            let window = if again { Duration::ZERO } else { self.recovery.reply.unwrap_or(Duration::ZERO) };
+            let stalled = self
+                .recovery
+                .stall
+                .is_some_and(|(from, back)| now.saturating_duration_since(back) < window && sent.is_some_and(|t| t + window > from));
+            let fresh = stalled || sent.is_some_and(|t| now.saturating_duration_since(t) < window);
             for i in 0..self.plans.list[v].steps[s].sends.len() {
                 let out = self.plans.list[v].steps[s].sends[i];
                 let for_them = matches!(out.dest, Dest::All) || out.dest == Dest::Node(to);

@@ -98,7 +98,9 @@ impl Core {
                 if pending(self, p) {
                     let query = self.msg(MsgKind::Nack, f.last, STATUS_TAG);
                     self.out.push(0, To::Node(p), query, &[]);
+                    // ("Where are you?": liveness, a probe.)
                     self.stats.nacks_sent += 1;
+                    self.stats.probes += 1;
                     self.live.peers[p].probed(now);
                 }
             }

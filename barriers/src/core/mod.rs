@@ -331,6 +331,7 @@ impl Core {
     #[inline]
     pub fn handle(&mut self, now: Instant, from: NodeId, rail: usize, msg: Msg, data: &[u8]) {
         let _ = rail;
+        self.note_input(now);
         self.out.release(now);
         if self.member.joining.is_some() {
             self.join_handle(now, from, msg, data);
@@ -345,6 +346,7 @@ impl Core {
     /// queries, the join's requests.
     #[inline]
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.note_input(now);
         // (Copies spaced in time that are due: see `copies`.)
         self.out.release(now);
         if self.member.joining.is_some() {

@@ -111,9 +111,13 @@ impl Core {
     /// Sends copy `k` of `copies` of `out` of step `step` of barrier
     /// `epoch` (copy k `k` gaps after `now`), with what the step staged for
     /// it if collectives are in use.
-    fn send_out(&mut self, now: Instant, out: Out, step: usize, epoch: u64, k: u32, copies: u32) {
+    /// Sends copy `k` of `copies` of `out`; `marked`: whether it says so
+    /// (else it goes as the one copy of its message, a duplicate of the
+    /// others: copies sent because a peer asked early, not for loss seen).
+    fn send_out(&mut self, now: Instant, out: Out, step: usize, epoch: u64, (k, copies): (u32, u32), marked: bool) {
         let gap = self.copy_gap();
-        let arg = if self.recovered() { RECOVERED } else { 0 } | if self.window.void[parity(epoch)] { MISMATCHED } else { 0 } | copy_arg(k, copies);
+        let copy = if marked { copy_arg(k, copies) } else { copy_arg(0, 1) };
+        let arg = if self.recovered() { RECOVERED } else { 0 } | if self.window.void[parity(epoch)] { MISMATCHED } else { 0 } | copy;
         let msg = crate::transport::Msg { arg, ..self.msg(MsgKind::Data, epoch, out.tag) };
         let data = self.coll.as_ref().map_or(&[][..], |c| c.sent(parity(epoch), step));
         let to = match out.dest {
@@ -292,12 +296,19 @@ impl Core {
             // worth what a recovery costs every node: RECOVERY_WORTH was set
             // at 8 nodes, and counts as many times more as the barrier has
             // eights of nodes (`copies::worth_scale`).
-            let copies = match out.dest {
+            // (The second copy of a message asked for early, where the
+            // loss seen makes one copy enough, goes unmarked: marked, it
+            // told its receiver that this node had seen loss (a data
+            // message's copies set a floor under the receiver's estimate),
+            // and on a clean network every peer of a late node took its
+            // retries for recoveries.)
+            let for_loss = match out.dest {
                 Dest::All => self.recovery.loss.copies(self.nodes() - 1),
-                Dest::Node(_) => self.recovery.loss.copies(worth_scale(self.nodes())).max(if self.recovery.asked_early { 2 } else { 1 }),
+                Dest::Node(_) => self.recovery.loss.copies(worth_scale(self.nodes())),
             };
+            let copies = if matches!(out.dest, Dest::Node(_)) && self.recovery.asked_early { for_loss.max(2) } else { for_loss };
             for k in 0..copies {
-                self.send_out(now, out, self.run.step, self.window.epoch, k, copies);
+                self.send_out(now, out, self.run.step, self.window.epoch, (k, copies), for_loss > 1);
             }
             let receivers = if matches!(out.dest, Dest::All) { self.nodes() - 1 } else { 1 };
             self.recovery.spacing.sent(receivers, copies, self.recovery.loss.rate());

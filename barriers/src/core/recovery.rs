@@ -238,6 +238,14 @@ pub(super) struct Recovery {
     /// Whether this node asks its parent for node 0's release first (from
     /// [`RELAY_FROM_NODES`] nodes on).
     pub(super) relay: bool,
+    /// When this node last took an input (a message, a timeout, a call).
+    pub(super) active: Instant,
+    /// The last stall: this node took an input with a deadline of its own
+    /// overdue by more than the shortest retry timeout, so it was off its
+    /// CPU (descheduled, stopped) from about `.0` (its input before) to
+    /// `.1` (when it came back). What it takes in on its return may have
+    /// come any time since `.0` ([`Core::answer`]).
+    pub(super) stall: Option<(Instant, Instant)>,
 }
 
 impl Recovery {
@@ -292,11 +300,24 @@ impl Recovery {
             answered: PerPeer::new(nodes),
             parent,
             relay: nodes >= RELAY_FROM_NODES,
+            active: now,
+            stall: None,
         }
     }
 }
 
 impl Core {
+    /// An input at `now`: if a deadline of this node's is overdue by more
+    /// than the shortest retry timeout, it was off its CPU since its last
+    /// input (see [`Recovery::stall`]).
+    pub(super) fn note_input(&mut self, now: Instant) {
+        let overdue = self.poll_timeout().is_some_and(|d| now.saturating_duration_since(d) > self.recovery.rto.least());
+        if overdue {
+            self.recovery.stall = Some((self.recovery.active, now));
+        }
+        self.recovery.active = now;
+    }
+
     pub(super) fn on_nack(&mut self, from: NodeId, msg: Msg, epoch: u64, now: Instant) {
         self.live.peers[from].at_least(epoch, true);
         let gap = self.answer_gap();
@@ -318,11 +339,20 @@ impl Core {
         // each copy drew an answer of its own: 64 nodes, bursty loss, node
         // 0 sent four frames for one straggler's two-copy NACK while it
         // gathered.)
-        if copy_of(msg.arg).0 > 0 && self.recovery.answered[from].admitted_within(epoch, msg.tag, now, window) {
+        // **One answer a NACK.** A later copy of the last NACK taken in from
+        // that peer for this message (same count, greater index) is the
+        // same NACK, however late it is taken in: not answered again. (64
+        // nodes, 50% loss, seed 64500194: node 0, its CPU behind with answers
+        // in 8 copies of 2.7 µs each, took in one peer's 8-copy NACK's copies
+        // 1, 3, 5, 7 each more than the window below after the one before,
+        // answered each with 8 copies, and held barrier 40 for 4.9 ms.)
+        let later = self.recovery.answered[from].later_copy(epoch, msg.tag, copy_of(msg.arg));
+        if later || copy_of(msg.arg).0 > 0 && self.recovery.answered[from].admitted_within(epoch, msg.tag, now, window) {
             self.stats.answers_suppressed += 1;
             return;
         }
-        let again = self.recovery.answered[from].asked_before(epoch, msg.tag);
+        let asked = self.recovery.answered[from].last_admitted(epoch, msg.tag);
+        let again = asked.is_some();
         // (A peer's first NACK after the multicast answer is served by it
         // however late it is taken in here: NACKs from many peers queue at
         // this node, so the time they are taken in says little of when they
@@ -345,7 +375,7 @@ impl Core {
         if self.relays_for(from, msg.tag) {
             return self.relay_release(from, epoch, now);
         }
-        let (answered, crossed) = self.answer(from, epoch, tag, now, again);
+        let (answered, crossed) = self.answer(from, epoch, tag, now, asked);
         if crossed > 0 {
             // It crossed the original, which it will see.
         } else if answered == 0 && tag.is_some() && epoch + 1 == self.window.epoch && self.window.last_void {
@@ -407,7 +437,7 @@ impl Core {
         if !self.phase.running() || just_asked {
             return;
         }
-        let sent = self.nack_missing(now, |w| w.from == from && w.tag == plan::tag::ARRIVE);
+        let sent = self.nack_missing(now, false, |w| w.from == from && w.tag == plan::tag::ARRIVE);
         self.stats.fast_nacks += sent;
         if sent > 0 {
             // (This was the retry: the next comes a retry interval later.)
@@ -437,7 +467,7 @@ impl Core {
             return;
         }
         if self.me() == 0 {
-            self.answer(from, epoch, Some(plan::tag::RELEASE), now, true);
+            self.answer(from, epoch, Some(plan::tag::RELEASE), now, Some(now));
         } else {
             self.relay_release(from, epoch, now);
         }
@@ -510,14 +540,14 @@ impl Core {
                 || (w.from == 0 && w.tag == plan::tag::RELEASE)
                 || matches!(w.tag, plan::tag::BCAST_DATA | plan::tag::BCAST_DONE | plan::tag::REDUCE_DONE)
         };
-        let sent = self.nack_missing(now, proven);
+        let sent = self.nack_missing(now, false, proven);
         self.stats.fast_nacks += sent;
         self.recovery.fast_nacked |= sent > 0;
     }
 
     /// NACKs every message of the current step that is still missing and
     /// that `which` selects; returns how many.
-    fn nack_missing(&mut self, now: Instant, which: impl Fn(&plan::Expect) -> bool) -> u64 {
+    fn nack_missing(&mut self, now: Instant, probe: bool, which: impl Fn(&plan::Expect) -> bool) -> u64 {
         let step = self.run.step;
         let Some(waits) = self.plans.list[self.run.cur].steps.get(step).map(|s| s.waits.len()) else { return 0 };
         let current = parity(self.window.epoch);
@@ -563,6 +593,7 @@ impl Core {
                     self.out.push_copy(now, (k, gap), 0, To::Node(ask), nack, &[]);
                 }
                 self.stats.nacks_sent += 1;
+                self.stats.probes += u64::from(probe);
                 self.stats.copies += u64::from(copies - 1);
                 self.recovery.nacked_at = Some((ask, now));
                 self.live.peers[ask].probed(now);
@@ -697,7 +728,13 @@ impl Core {
             // it again, one that has not says where it is. (A message of
             // ours that was lost is NACKed by the peer that waits for it.)
             let (k, n) = (self.tree_k(), self.nodes());
-            let sent = self.nack_missing(now, |w| {
+            // **Probes.** With no evidence of loss (this node has seen none:
+            // its estimate is exactly 0; or a peer it waits for said it has
+            // not sent), a missing message is late, not lost: the NACK asks
+            // the peer where it is (liveness), and is counted as a probe,
+            // not a recovery (PROTOCOL.md, *Evidence*).
+            let probe = self.recovery.loss.rate() == 0.0 || self.recovery.laggard == Laggard::Late;
+            let sent = self.nack_missing(now, probe, |w| {
                 let child = gather && w.tag == plan::tag::ARRIVE && gathers_first(w.from, k, n);
                 let released = release && w.from == 0 && w.tag == plan::tag::RELEASE;
                 !(child || released)

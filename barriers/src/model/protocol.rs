@@ -334,9 +334,10 @@ impl Outcome {
         crate::summary::quantile(&mut self.times_us.clone(), q)
     }
 
-    /// Recoveries: NACKs sent, answers and copies, summed over nodes.
+    /// Recoveries: NACKs sent (but probes of late peers), answers and
+    /// copies, summed over nodes ([`BarrierStats::recoveries`]).
     pub fn recoveries(&self) -> u64 {
-        self.stats.nacks_sent + self.stats.answers + self.stats.copies
+        self.stats.recoveries()
     }
 }
 
@@ -731,6 +732,7 @@ impl Net {
             stats.lost_counted += s.lost_counted;
             stats.nacks_sent += s.nacks_sent;
             stats.fast_nacks += s.fast_nacks;
+            stats.probes += s.probes;
             stats.answers += s.answers;
             stats.statuses += s.statuses;
             stats.duplicates += s.duplicates;

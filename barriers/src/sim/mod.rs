@@ -29,6 +29,8 @@
 
 pub mod check;
 mod core_node;
+#[cfg(test)]
+mod descheduled;
 pub mod faults;
 pub mod node;
 pub mod rng;
