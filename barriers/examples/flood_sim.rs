@@ -13,7 +13,7 @@
 
 use barriers::model::protocol::{run, Flood, Outcome, Scenario};
 use barriers::model::{auto_with, Link, LogP, Setup};
-use barriers::{Algorithm, Fanout, Release};
+use barriers::Algorithm;
 
 fn list<T>(arg: Option<&String>, default: &[T]) -> Vec<T>
 where
@@ -55,10 +55,9 @@ fn main() {
     for &n in &sizes {
         for a in &algos {
             let alg = match a.as_str() {
-                "tree4" => Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast },
-                "diss" => Algorithm::Dissemination,
                 "auto" => auto_with(n, 1, &setup, true).0,
-                other => panic!("algorithm {other}?"),
+                "diss" => Algorithm::Dissemination,
+                name => name.parse().unwrap_or_else(|e: String| panic!("{e}")),
             };
             let mut quiet = Scenario::new(alg, n, setup, barriers);
             quiet.watch = Some(1);

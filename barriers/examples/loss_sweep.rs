@@ -10,7 +10,7 @@
 
 use barriers::model::protocol::{run, Loss, Scenario};
 use barriers::model::{auto_with, Link, LogP, Setup};
-use barriers::{Algorithm, Fanout, Release};
+use barriers::Algorithm;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -36,10 +36,9 @@ fn main() {
     for &n in &sizes {
         for a in &algos {
             let alg = match a.as_str() {
-                "tree4" => Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast },
-                "diss" => Algorithm::Dissemination,
                 "auto" => auto_with(n, 1, &setup, true).0,
-                other => panic!("algorithm {other}?"),
+                "diss" => Algorithm::Dissemination,
+                name => name.parse().unwrap_or_else(|e: String| panic!("{e}")),
             };
             let barriers = (((200_000.0 / n as f64) * scale) as u32).clamp(100, 4000);
             let (mut base, mut base_median) = (0.0, 0.0);

@@ -47,6 +47,15 @@ impl Captured {
         mcd_wire::parse_with_data(f.kind(), f.seq(), f.payload()).map(|(m, _)| m)
     }
 
+    /// The group key and barrier message a group's frame carries (the C
+    /// ABI's and the interposer's barriers run over a
+    /// [`barriers::SharedEndpoint`]: the key comes first, so [`msg`](Self::msg)
+    /// would read the key's bytes as the instance); `None` if it is not one.
+    pub fn group_msg(&self) -> Option<(u64, Msg)> {
+        let f = self.frame();
+        mcd_wire::parse_grouped_with_data(f.kind(), f.seq(), f.payload()).map(|(key, m, _)| (key, m))
+    }
+
     /// Whether it is a barrier message of `kind`.
     pub fn is(&self, kind: MsgKind) -> bool {
         self.msg().is_some_and(|m| m.kind == kind)

@@ -168,7 +168,11 @@ fn root_an_earlier_runs_frame_replayed_is_counted_in_the_c_abis_stats() {
     }
     let recorded = attacker.seen(|f| f.src() == 1 && f.is(MsgKind::Data));
     let old = recorded.last().expect("node 1's barrier messages of run 1 were seen").clone();
-    let old_instance = old.msg().expect("a barrier message").instance;
+    // The C ABI's barriers are a shared endpoint's groups: the group key
+    // comes before the message (`msg()` would read the key as the
+    // instance, the same in both runs once run 1's last frame is its job
+    // barrier's: its unused collectives barrier is dropped unclosed).
+    let old_instance = old.group_msg().expect("a group's barrier message").1.instance;
     // Run 1's processes have all exited: a frame captured from now on is
     // run 2's (the instance alone misled: a copy of run 1's parses with
     // other copy bits, and the replay went out before run 2 began).
@@ -176,7 +180,7 @@ fn root_an_earlier_runs_frame_replayed_is_counted_in_the_c_abis_stats() {
     let replayer = std::thread::spawn(move || {
         let mut attacker = attacker;
         attacker.wait_for("node 1's first barrier message of run 2", 2 * EVENT, |f| {
-            f.at > run_1_over && f.src() == 1 && f.is(MsgKind::Data) && f.msg().is_some_and(|m| m.instance != old_instance)
+            f.at > run_1_over && f.src() == 1 && f.is(MsgKind::Data) && f.group_msg().is_some_and(|(_, m)| m.instance != old_instance)
         });
         attacker.send(&old.forge()); // a replay: not one byte changed
     });
