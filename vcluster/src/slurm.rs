@@ -104,8 +104,13 @@ fn munge_answers() -> bool {
 }
 
 /// Starts the machine's `munged` unless it already answers (then leaves it).
-/// Returns whether it was started.
+/// Returns whether it was started. One caller of a process at a time:
+/// tests start Slurm clusters in parallel, and two `munged` started at once
+/// fail one another ("Failed to lock /run/munge/munge.socket.2.lock", seen
+/// in CI on a machine whose `munged` was not running yet).
 pub fn ensure_munged(log_dir: &Path) -> Result<bool> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if munge_answers() {
         return Ok(false);
     }
