@@ -45,8 +45,9 @@
  * barrier instance of the group's own, joined with the group, as the job's
  * is in MPI_Init: a rank late to its first collective is waited for, and a
  * first nonblocking start waits for nobody (review rev31, finding 2); the
- * communicator's state is made by its first MPI_Barrier or collective
- * bound for mcd, whichever comes first), every root, for the
+ * communicator's state is made where the communicator is created, or,
+ * under MCD_MPI_LAZY_COMMS=1, by its first MPI_Barrier or collective bound
+ * for mcd), every root, for the
  * types int, long, long long, unsigned, unsigned long, unsigned long long,
  * the fixed-width (u)int32/64_t, float and double, the operations MPI_SUM,
  * MPI_MIN, MPI_MAX, MPI_PROD, MPI_BAND, MPI_BOR and MPI_BXOR (bitwise ones on
