@@ -337,3 +337,65 @@ impl Waker for MemWaker {
         mailbox.ready.notify_all();
     }
 }
+
+/// Node 0 of two, played in memory for a barrier on node 1, answering at
+/// once: whatever node 1 sends (its join, a step's message), node 0's
+/// matching message is there for node 1's next receive. A barrier over it
+/// costs only the engine, no network: the hot path's "engine alone"
+/// (`mcd-bench hotpath`, and `barriers`' example `engine_alone` for a
+/// profiler). Its messages carry no data: barriers only.
+#[derive(Debug, Default)]
+pub struct Mirror {
+    queue: Option<Msg>,
+    max_data: usize,
+}
+
+impl Mirror {
+    /// The instance node 0 admits node 1 into.
+    pub const INSTANCE: u64 = 0x6d69_7272_6f72;
+
+    /// A mirror whose transport says a message carries `max_data` bytes
+    /// of data (an mcd endpoint's, say, so that the core builds the
+    /// broadcast plans it builds over one; 0: none).
+    pub fn new(max_data: usize) -> Mirror {
+        Mirror { queue: None, max_data }
+    }
+}
+
+impl Transport for Mirror {
+    fn node(&self) -> NodeId {
+        1
+    }
+
+    fn node_count(&self) -> usize {
+        2
+    }
+
+    fn rails(&self) -> usize {
+        1
+    }
+
+    fn max_data(&self) -> usize {
+        self.max_data
+    }
+
+    fn send(&mut self, _rail: usize, _to: NodeId, msg: Msg) -> Result<(), TransportError> {
+        use crate::transport::MsgKind;
+        self.queue = match msg.kind {
+            MsgKind::Join => {
+                Some(Msg { kind: MsgKind::Admit, instance: Mirror::INSTANCE, epoch: (msg.instance >> 32) as u32, tag: 0, arg: msg.instance as u32 })
+            }
+            MsgKind::Data => Some(Msg { arg: 0, ..msg }),
+            _ => None,
+        };
+        Ok(())
+    }
+
+    fn send_data(&mut self, rail: usize, to: NodeId, msg: Msg, _data: &[u8]) -> Result<(), TransportError> {
+        self.send(rail, to, msg)
+    }
+
+    fn recv(&mut self, _timeout: Duration) -> Result<Option<Incoming>, TransportError> {
+        Ok(self.queue.take().map(|msg| Incoming { from: 0, rail: 0, msg }))
+    }
+}

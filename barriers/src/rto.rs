@@ -47,8 +47,10 @@ impl Rto {
     /// Learns from one step that took `took`.
     pub fn sample(&mut self, took: Duration) {
         // (Through u64, exact below 2^53 ns: a u128's conversion is a slow
-        // library call on the hot path.)
-        let r = took.min(self.rto * 3 / 2).as_nanos() as u64 as f64;
+        // library call on the hot path; and in integer nanoseconds, which
+        // are what `Duration`'s own `* 3 / 2` gives, without its checks.)
+        let most = self.rto.as_nanos() as u64 * 3 / 2;
+        let r = u64::try_from(took.as_nanos()).map_or(most, |t| t.min(most)) as f64;
         match self.srtt {
             None => {
                 self.srtt = Some(r);

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
+use barriers::mem::Mirror;
 use barriers::{Algorithm, Barrier, BarrierConfig, McdTransport};
 use hdrhistogram::Histogram;
 use mcd::{Destination, Endpoint, WaitPolicy};
@@ -294,50 +295,11 @@ fn lineup(ep: &mut Endpoint, me: usize, failed: &AtomicBool) -> Result<bool> {
     Ok(false)
 }
 
-/// A transport that plays node 0 of two for a barrier on node 1 and answers
-/// at once, in memory: whatever node 1 sends, node 0's matching message is
-/// there for its next receive. A barrier over it costs only the engine.
-struct Mirror {
-    queue: Option<barriers::Msg>,
-}
-
-impl barriers::Transport for Mirror {
-    fn node(&self) -> barriers::NodeId {
-        1
-    }
-    fn node_count(&self) -> usize {
-        2
-    }
-    fn rails(&self) -> usize {
-        1
-    }
-    fn send(&mut self, _rail: usize, _to: barriers::NodeId, msg: barriers::Msg) -> Result<(), barriers::TransportError> {
-        use barriers::MsgKind;
-        self.queue = match msg.kind {
-            MsgKind::Join => Some(barriers::Msg {
-                kind: MsgKind::Admit,
-                instance: MIRROR_INSTANCE,
-                epoch: (msg.instance >> 32) as u32,
-                tag: 0,
-                arg: msg.instance as u32,
-            }),
-            MsgKind::Data => Some(barriers::Msg { arg: 0, ..msg }),
-            _ => None,
-        };
-        Ok(())
-    }
-    fn recv(&mut self, _timeout: std::time::Duration) -> Result<Option<barriers::Incoming>, barriers::TransportError> {
-        Ok(self.queue.take().map(|msg| barriers::Incoming { from: 0, rail: 0, msg }))
-    }
-}
-
-const MIRROR_INSTANCE: u64 = 0x6d69_7272_6f72;
-
 /// Nanoseconds per barrier of the engine alone (a [`Mirror`] transport,
-/// no progress agent), the median of `rounds` loops of `iterations`.
+/// no data, no progress agent), the median of `rounds` loops of `iterations`.
 fn engine_alone(iterations: usize, rounds: usize) -> Result<f64> {
     let config = BarrierConfig::new(Algorithm::ShuffleExchange).progress_agent(false);
-    let mut barrier = Barrier::new(Mirror { queue: None }, config)?;
+    let mut barrier = Barrier::new(Mirror::new(0), config)?;
     let mut per_round = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let start = Instant::now();

@@ -118,22 +118,42 @@ pub(super) struct Liveness {
     /// When the application's current call began: verdicts count only what
     /// happened since, so calling `wait` again after an error waits.
     pub(super) call_started: Instant,
+    /// Whether some peer's [`Peer::gave_up`] may be set (a report of giving
+    /// up came since [`completed`](Liveness::completed) last found none):
+    /// without one, a completion has no report to clear and does not visit
+    /// every peer (an O(n) walk per barrier otherwise).
+    pub(super) reports: bool,
 }
 
 impl Liveness {
     pub(super) fn new(nodes: usize, now: Instant) -> Liveness {
-        Liveness { peers: PerPeer::new(nodes), gave_up: None, told: None, report_pending: None, left_behind: false, errors: 0, call_started: now }
+        Liveness {
+            peers: PerPeer::new(nodes),
+            gave_up: None,
+            told: None,
+            report_pending: None,
+            left_behind: false,
+            errors: 0,
+            call_started: now,
+            reports: false,
+        }
     }
 
     /// Barrier `done` completed: completing it proves every node entered
     /// it, so no node was dead for it, whatever was reported.
     pub(super) fn completed(&mut self, done: u64) {
         self.gave_up = None;
+        if !self.reports {
+            return;
+        }
+        let mut left = false;
         for peer in self.peers.iter_mut() {
             if peer.gave_up.is_some_and(|(e, _, _)| e <= done) {
                 peer.gave_up = None;
             }
+            left |= peer.gave_up.is_some();
         }
+        self.reports = left;
     }
 }
 
@@ -197,7 +217,9 @@ impl Core {
     /// still complete. On giving up, tells every node, so that all of them
     /// fail naming the silent node rather than the one that gave up.
     pub(super) fn judge(&mut self, now: Instant, deadline: Option<Instant>) -> Result<(), BarrierError> {
-        for reporter in 0..self.live.peers.len() {
+        // (No report of giving up kept: no peer to visit. See `Liveness::reports`.)
+        let reporters = if self.live.reports { self.live.peers.len() } else { 0 };
+        for reporter in 0..reporters {
             if let Some((epoch, node, when)) = self.live.peers[reporter].gave_up {
                 let heard_since = self.live.peers.get(node).and_then(|p| p.last_heard).is_some_and(|t| t > when);
                 // A peer stuck in the barrier before this one (it gave up

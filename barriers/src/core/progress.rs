@@ -115,7 +115,8 @@ impl Core {
     /// (else it goes as the one copy of its message, a duplicate of the
     /// others: copies sent because a peer asked early, not for loss seen).
     fn send_out(&mut self, now: Instant, out: Out, step: usize, epoch: u64, (k, copies): (u32, u32), marked: bool) {
-        let gap = self.copy_gap();
+        // (The gap only spaces copies after the first: the first goes now.)
+        let gap = if k == 0 { std::time::Duration::ZERO } else { self.copy_gap() };
         let copy = if marked { copy_arg(k, copies) } else { copy_arg(0, 1) };
         let arg = if self.recovered() { RECOVERED } else { 0 } | if self.window.void[parity(epoch)] { MISMATCHED } else { 0 } | copy;
         let msg = crate::transport::Msg { arg, ..self.msg(MsgKind::Data, epoch, out.tag) };

@@ -128,6 +128,7 @@ impl Core {
             self.release_proven_missing(from, epoch, now);
         }
         if self.live.peers[from].status(epoch, msg, now) {
+            self.live.reports = true;
             self.live.report_pending = Some(now);
         }
         if msg.tag & status::MISMATCH != 0 && self.phase.running() && epoch == self.window.epoch {

@@ -311,7 +311,9 @@ impl Core {
     /// than the shortest retry timeout, it was off its CPU since its last
     /// input (see [`Recovery::stall`]).
     pub(super) fn note_input(&mut self, now: Instant) {
-        let overdue = self.poll_timeout().is_some_and(|d| now.saturating_duration_since(d) > self.recovery.rto.least());
+        // (Compared first: the usual input comes before its deadline, and
+        // then neither the difference nor the least timeout is worked out.)
+        let overdue = self.poll_timeout().is_some_and(|d| now > d && now.duration_since(d) > self.recovery.rto.least());
         if overdue {
             self.recovery.stall = Some((self.recovery.active, now));
         }
