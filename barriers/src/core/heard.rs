@@ -53,6 +53,7 @@ struct Slot {
 }
 
 impl Slot {
+    /// Empties the record (its words only if one was written).
     fn clear(&mut self) {
         if self.dirty {
             self.bits.fill(0);
@@ -63,11 +64,13 @@ impl Slot {
 }
 
 impl CopiesHeard {
+    /// For `expected` messages per barrier.
     pub(super) fn new(expected: usize) -> CopiesHeard {
         let slot = || Slot { at: u64::MAX, bits: vec![0u16; expected], held: 0, dirty: false };
         CopiesHeard { slots: [slot(), slot(), slot()] }
     }
 
+    /// Barrier `epoch`'s record (cleared if the slot held another barrier's).
     fn slot(&mut self, epoch: u64) -> &mut Slot {
         let slot = &mut self.slots[(epoch % 3) as usize];
         if slot.at != epoch {
@@ -77,6 +80,10 @@ impl CopiesHeard {
         slot
     }
 
+    /// Message `i` of barrier `epoch` was first heard as its copy `k` of
+    /// `count`, of an answer if `answer`: its other copies are held, and
+    /// its original if `original` (an answer's original may never have
+    /// been sent: a broadcast's end implied by the next data).
     #[inline]
     pub(super) fn first(&mut self, epoch: u64, i: usize, (k, count): (u32, u32), answer: bool, original: bool) {
         let slot = self.slot(epoch);
@@ -91,6 +98,9 @@ impl CopiesHeard {
         }
     }
 
+    /// Copy `k` of message `i` of barrier `epoch` (of an answer if
+    /// `answer`) came after another frame of it: whether it was held (it
+    /// is cleared: a duplicated frame clears nothing more).
     #[inline]
     pub(super) fn late(&mut self, epoch: u64, i: usize, k: u32, answer: bool) -> bool {
         let slot = self.slot(epoch);
@@ -107,6 +117,8 @@ impl CopiesHeard {
         held
     }
 
+    /// Barrier `epoch`'s frames can no longer come: how many are still
+    /// held (they were lost). Its record is then empty.
     pub(super) fn settle(&mut self, epoch: u64) -> u32 {
         let slot = &mut self.slots[(epoch % 3) as usize];
         if slot.at != epoch {
