@@ -16,7 +16,9 @@
  * On a duplicate of MPI_COMM_WORLD (its state made at MPI_Comm_dup, so its
  * nonblocking collectives go through mcd):
  *  - alone: ROUNDS times an MPI_Ibarrier and an MPI_Iallreduce freed at
- *    once (refused), then completed by MPI_Waitall, the sum right;
+ *    once (refused), then completed by MPI_Waitall, the sum right; and an
+ *    MPI_Ibarrier cancelled (MPI_Cancel: refused alike, MPI_ERR_REQUEST),
+ *    then completed, its status not cancelled;
  *  - beside a waiting thread: every rank but one starts an MPI_Ibarrier,
  *    hands its handle to a second thread that waits on it with MPI_Wait,
  *    sees that thread inside MPI_Wait (/proc/self/task: asleep, or two
@@ -186,6 +188,16 @@ int main(int argc, char **argv) {
         MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE);
         expect(reqs[0] == MPI_REQUEST_NULL && reqs[1] == MPI_REQUEST_NULL, "MPI_Waitall left a refused request", r);
         expect(n == size, "an MPI_Iallreduce whose free was refused", r);
+        MPI_Request c;
+        MPI_Status st;
+        int class = -1, cancelled = -1;
+        MPI_Ibarrier(twin, &c);
+        int rc = MPI_Cancel(&c);
+        MPI_Error_class(rc, &class);
+        expect(rc != MPI_SUCCESS && class == MPI_ERR_REQUEST, "MPI_Cancel of a running MPI_Ibarrier was not refused", r);
+        MPI_Wait(&c, &st);
+        MPI_Test_cancelled(&st, &cancelled);
+        expect(c == MPI_REQUEST_NULL && cancelled == 0, "an MPI_Ibarrier whose cancel was refused: not completed, or cancelled", r);
     }
     for (int r = 0; r < rounds; r++) {
         MPI_Request req;

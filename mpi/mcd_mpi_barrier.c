@@ -1259,8 +1259,8 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
  * completes (MPI_Comm_free lets pending operations complete normally).
  * MPI_Finalize with some never completed (erroneous in MPI) completes them
  * first, saying so on stderr. MPI_Cancel and MPI_Request_free of one are
- * erroneous in MPI: a cancel does nothing; a free is refused, as both
- * MPIs refuse it for their own (see "Freeing" above MPI_Request_free).
+ * erroneous in MPI: both are refused, as both MPIs refuse them for their
+ * own (see "Freeing" above MPI_Request_free).
  *
  * Persistent collectives. MPI_Barrier_init, MPI_Allreduce_init,
  * MPI_Reduce_init and MPI_Bcast_init (MPI 4.0: MPICH 4) and their MPIX_
@@ -2275,6 +2275,20 @@ int MPI_Startall(int count, MPI_Request requests[]) {
 static int refused_free(nb_op *op, const char *why) {
     fprintf(stderr, "mcd-mpi: rank %d: MPI_Request_free of %s %s refused (%s): the request is left as it was\n", mcd_rank(job),
             op->persistent ? "a persistent" : "an", kind_names[op->kind], why);
+    return raise_error(MPI_COMM_WORLD, MPI_ERR_REQUEST);
+}
+
+/* MPI_Cancel of a collective's request: erroneous (MPI 4.0, section
+ * 6.12); Open MPI 4.1 returns MPI_ERR_REQUEST and MPICH 4.0 "Attempt to
+ * cancel an unknown type of request" for their own, on MPI_COMM_WORLD's
+ * handler, and the collective completes normally, not cancelled. The
+ * interposer refuses alike (the generalized request's cancel callback,
+ * op_cancel, is then never reached by the program). */
+int MPI_Cancel(MPI_Request *request) {
+    nb_op *op = request ? find_op(*request) : NULL;
+    if (!op) return PMPI_Cancel(request);
+    fprintf(stderr, "mcd-mpi: rank %d: MPI_Cancel of %s %s refused (erroneous in MPI for a collective; Open MPI and MPICH refuse it too): "
+            "it completes normally\n", mcd_rank(job), op->persistent ? "a persistent" : "an", kind_names[op->kind]);
     return raise_error(MPI_COMM_WORLD, MPI_ERR_REQUEST);
 }
 

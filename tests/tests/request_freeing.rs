@@ -11,7 +11,8 @@
 //! a running MPI_Ibarrier or MPI_Iallreduce, alone or while another thread
 //! waits on it, and the free of a persistent request another thread waits
 //! on; each collective then completes normally, and nothing is left to
-//! MPI_Finalize.
+//! MPI_Finalize. MPI_Cancel of a running MPI_Ibarrier is refused alike (both
+//! MPIs refuse it for their own), and it completes, not cancelled.
 
 use std::time::Duration;
 
@@ -48,14 +49,17 @@ fn freeing(mpi: Mpi, name: &str) {
         assert!(!verdict.contains(": 0 checks"), "{mpi}: {verdict}");
         let said = format!("mcd-mpi: rank {rank}: MPI_Request_free of ");
         assert_eq!(out.stderr.matches(&said).count() as u64, refused, "{mpi}: rank {rank}: the interposer's refusals on stderr:\n{}", out.stderr);
+        let cancels = format!("mcd-mpi: rank {rank}: MPI_Cancel of an MPI_Ibarrier refused");
+        assert_eq!(out.stderr.matches(&cancels).count() as u64, ROUNDS, "{mpi}: rank {rank}: the refused cancels on stderr:\n{}", out.stderr);
     }
     for bad in [" failed: ", "could not start", "failed to start", "a start of a persistent", "never completed"] {
         assert!(!out.stderr.contains(bad), "{mpi}: {bad}:\n{}", out.stderr);
     }
     // Every collective through mcd, none to PMPI, none left to MPI_Finalize:
-    // MPI_Ibarrier 2 per round; MPI_Iallreduce 1 per round, the last one and
-    // the persistent one's starts (counted as MPI_Iallreduce too).
-    let expected = [2 * ROUNDS, 0, ROUNDS + 1 + persistent_rounds, 0, 0, 0, 0, 0, persistent_rounds, 0, 0];
+    // MPI_Ibarrier 3 per round (one freed, one cancelled, one beside a
+    // waiter); MPI_Iallreduce 1 per round, the last one and the persistent
+    // one's starts (counted as MPI_Iallreduce too).
+    let expected = [3 * ROUNDS, 0, ROUNDS + 1 + persistent_rounds, 0, 0, 0, 0, 0, persistent_rounds, 0, 0];
     for (rank, r) in report_numbers::<11>(&out, RANKS, "nonblocking").iter().enumerate() {
         assert_eq!(
             r, &expected,
