@@ -1319,6 +1319,7 @@ typedef struct nb_op {
 static pthread_mutex_t ops_lock = PTHREAD_MUTEX_INITIALIZER;
 static nb_op *ops_first;
 static int live_ops; /* registered requests (atomic): 0, and the wait/test family is PMPI's alone */
+static int live_persistent; /* registered persistent requests (atomic): 0, and no form holds any (see "Freeing") */
 /* Persistent requests' completions (review rev30, finding 2: a tag was a
  * counter modulo 32767, so the 32768th request shared the first's): each
  * live request has a tag of its own; a freed request's tag is reused, and
@@ -1407,7 +1408,7 @@ typedef struct {
 static void hold(held *h, int count, const MPI_Request reqs[]) {
     h->ops = h->few;
     h->n = 0;
-    if (!reqs || count <= 0 || !__atomic_load_n(&live_ops, __ATOMIC_ACQUIRE)) return;
+    if (!reqs || count <= 0 || !__atomic_load_n(&live_persistent, __ATOMIC_ACQUIRE)) return; /* (no lock on a nonblocking one's path) */
     pthread_mutex_lock(&ops_lock);
     for (int i = 0; i < count; i++) {
         nb_op *op = reqs[i] == MPI_REQUEST_NULL ? NULL : find_locked(reqs[i]);
@@ -2205,6 +2206,7 @@ static int persistent_init(int kind, const void *sendbuf, void *recvbuf, int cou
     pthread_mutex_unlock(&ops_lock);
     PMPI_Recv_init(NULL, 0, MPI_BYTE, 0, op->done.tag, op->done.comm, &op->req);
     *request = op->req;
+    __atomic_fetch_add(&live_persistent, 1, __ATOMIC_RELEASE); /* before it can be found: a form that finds it holds it */
     register_op(op);
     return MPI_SUCCESS;
 }
@@ -2303,6 +2305,7 @@ int MPI_Request_free(MPI_Request *request) {
         pthread_mutex_unlock(&ops_lock);
         if (users) return refused_free(op, "another thread is waiting on it or testing it, erroneous in MPI");
         __atomic_sub_fetch(&live_ops, 1, __ATOMIC_RELEASE);
+        __atomic_sub_fetch(&live_persistent, 1, __ATOMIC_RELEASE);
         while (!settle(op, 0)) mpi_progress(op); /* an active one completes first */
         MPI_Status status;
         int flag = 0;
