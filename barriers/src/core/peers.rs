@@ -68,8 +68,21 @@ impl<T: Copy + Default> IndexMut<NodeId> for PerPeer<T> {
     #[inline]
     fn index_mut(&mut self, i: NodeId) -> &mut T {
         assert!(i < self.len, "node {i} of {}", self.len);
-        let blank = self.blank;
-        &mut self.blocks[i / BLOCK].get_or_insert_with(|| Box::new([blank; BLOCK]))[i % BLOCK]
+        let b = i / BLOCK;
+        if self.blocks[b].is_none() {
+            self.make(b);
+        }
+        &mut self.blocks[b].as_mut().expect("a block just made")[i % BLOCK]
+    }
+}
+
+impl<T: Copy + Default> PerPeer<T> {
+    /// Makes block `b`, every entry blank (out of line: once per block and
+    /// core; the blank state is copied only here, not at every write).
+    #[cold]
+    #[inline(never)]
+    fn make(&mut self, b: usize) {
+        self.blocks[b] = Some(Box::new([self.blank; BLOCK]));
     }
 }
 
