@@ -129,11 +129,11 @@ impl Liveness {
     /// it, so no node was dead for it, whatever was reported.
     pub(super) fn completed(&mut self, done: u64) {
         self.gave_up = None;
-        for peer in self.peers.iter_mut() {
+        self.peers.for_each_mut(|peer| {
             if peer.gave_up.is_some_and(|(e, _, _)| e <= done) {
                 peer.gave_up = None;
             }
-        }
+        });
     }
 }
 

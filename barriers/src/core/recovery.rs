@@ -311,7 +311,9 @@ impl Core {
     /// than the shortest retry timeout, it was off its CPU since its last
     /// input (see [`Recovery::stall`]).
     pub(super) fn note_input(&mut self, now: Instant) {
-        let overdue = self.poll_timeout().is_some_and(|d| now.saturating_duration_since(d) > self.recovery.rto.least());
+        // (`now > d` first: a deadline still ahead, the usual case, is not
+        // overdue, and comparing instants is far cheaper than subtracting.)
+        let overdue = self.poll_timeout().is_some_and(|d| now > d && now.duration_since(d) > self.recovery.rto.least());
         if overdue {
             self.recovery.stall = Some((self.recovery.active, now));
         }
