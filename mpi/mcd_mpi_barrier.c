@@ -164,7 +164,7 @@ static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
 enum { ALLREDUCE, REDUCE, BCAST, IBARRIER, IALLREDUCE, IREDUCE, IBCAST, KINDS };
 static const char *kind_names[KINDS] = {"MPI_Allreduce", "MPI_Reduce", "MPI_Bcast", "MPI_Ibarrier", "MPI_Iallreduce", "MPI_Ireduce", "MPI_Ibcast"};
 #define NONBLOCKING(kind) ((kind) - ALLREDUCE + IALLREDUCE) /* of ALLREDUCE, REDUCE, BCAST */
-static unsigned long long persistent_starts_mcd, persistent_inits_pmpi, finalize_pending, finalize_detached;
+static unsigned long long persistent_starts_mcd, persistent_inits_pmpi, finalize_pending;
 static unsigned long long coll_mcd[KINDS], coll_pmpi[KINDS];
 static long long max_bytes = 65536;
 
@@ -1095,8 +1095,8 @@ static void json_write(const char *pattern) {
     fprintf(f, "},\n \"not_in_mcd\": {\"why\": \"" NOT_IN_MCD "\"");
     for (int o = 0; o < OTHERS; o++)
         if (other_pmpi[o]) fprintf(f, ", \"%s\": %llu", other_names[o], other_pmpi[o]);
-    fprintf(f, "},\n \"persistent\": {\"starts_mcd\": %llu, \"inits_pmpi\": %llu}, \"completed_in_finalize\": %llu, \"freed_running_completed_in_finalize\": %llu,\n",
-            persistent_starts_mcd, persistent_inits_pmpi, finalize_pending, finalize_detached);
+    fprintf(f, "},\n \"persistent\": {\"starts_mcd\": %llu, \"inits_pmpi\": %llu}, \"completed_in_finalize\": %llu,\n",
+            persistent_starts_mcd, persistent_inits_pmpi, finalize_pending);
     pthread_mutex_lock(&json_lock);
     fprintf(f, " \"per_communicator\": [%s]}\n", json_buf ? json_buf : "");
     pthread_mutex_unlock(&json_lock);
@@ -1259,8 +1259,8 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
  * completes (MPI_Comm_free lets pending operations complete normally).
  * MPI_Finalize with some never completed (erroneous in MPI) completes them
  * first, saying so on stderr. MPI_Cancel and MPI_Request_free of one are
- * erroneous in MPI: a cancel does nothing; a free lets it complete (see
- * "Detached" below), and MPI_Finalize completes it at the latest.
+ * erroneous in MPI: both are refused, as both MPIs refuse them for their
+ * own (see "Freeing" above MPI_Request_free).
  *
  * Persistent collectives. MPI_Barrier_init, MPI_Allreduce_init,
  * MPI_Reduce_init and MPI_Bcast_init (MPI 4.0: MPICH 4) and their MPIX_
@@ -1276,7 +1276,8 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
  * it, and it is inactive again after. A start that failed in mcd
  * completes alike, and the wait or test form returns its error (see
  * "Failures"), with the cause on stderr. MPI_Request_free frees it
- * (completing an active one first). */
+ * (completing an active one first), unless another thread is in a wait
+ * or test form with it (see "Freeing"). */
 
 enum { OP_INACTIVE, OP_RUNNING, OP_SETTLING, OP_DONE };
 
@@ -1288,9 +1289,8 @@ typedef struct {
 } completion;
 
 typedef struct nb_op {
-    MPI_Request req;         /* the application's handle, found by find_op (MPI_REQUEST_NULL once detached) */
-    MPI_Request handle;      /* MPI's request (req's value at the start): completed and, once detached, freed */
-    int detached;            /* atomic: 0; 1 freed by the program while running; 2 so, and claimed by a thread settling it */
+    MPI_Request req;         /* the application's handle (MPI's request), found by find_op */
+    int users;               /* persistent: wait and test forms holding it now (under ops_lock; see "Freeing") */
     mcd_request *mr;         /* mcd's, while running */
     comm_state *st;          /* its communicator's counters (held); NULL: none */
     int kind;                /* IBARRIER ... IBCAST */
@@ -1319,7 +1319,7 @@ typedef struct nb_op {
 static pthread_mutex_t ops_lock = PTHREAD_MUTEX_INITIALIZER;
 static nb_op *ops_first;
 static int live_ops; /* registered requests (atomic): 0, and the wait/test family is PMPI's alone */
-static int detached_ops; /* registered and detached (atomic): see "Detached" */
+static int live_persistent; /* registered persistent requests (atomic): 0, and no form holds any (see "Freeing") */
 /* Persistent requests' completions (review rev30, finding 2: a tag was a
  * counter modulo 32767, so the 32768th request shared the first's): each
  * live request has a tag of its own; a freed request's tag is reused, and
@@ -1366,23 +1366,72 @@ static void register_op(nb_op *op) {
     __atomic_fetch_add(&live_ops, 1, __ATOMIC_RELEASE);
 }
 
-static void unregister_op(nb_op *op) {
-    pthread_mutex_lock(&ops_lock);
+/* Takes `op` out of the list (ops_lock held); live_ops is the caller's. */
+static void unregister_locked(nb_op *op) {
     if (op->prev) op->prev->next = op->next; else if (ops_first == op) ops_first = op->next;
     if (op->next) op->next->prev = op->prev;
     op->prev = op->next = NULL;
+}
+
+static void unregister_op(nb_op *op) {
+    pthread_mutex_lock(&ops_lock);
+    unregister_locked(op);
     pthread_mutex_unlock(&ops_lock);
     __atomic_fetch_sub(&live_ops, 1, __ATOMIC_RELEASE);
+}
+
+/* The registered request `r`, if it is one of ours (ops_lock held). */
+static nb_op *find_locked(MPI_Request r) {
+    nb_op *op = ops_first;
+    while (op && op->req != r) op = op->next;
+    return op;
 }
 
 /* The registered request `r`, if it is one of ours. */
 static nb_op *find_op(MPI_Request r) {
     if (r == MPI_REQUEST_NULL || !__atomic_load_n(&live_ops, __ATOMIC_ACQUIRE)) return NULL;
     pthread_mutex_lock(&ops_lock);
-    nb_op *op = ops_first;
-    while (op && op->req != r) op = op->next;
+    nb_op *op = find_locked(r);
     pthread_mutex_unlock(&ops_lock);
     return op;
+}
+
+/* The persistent ops a wait or test form (or MPI_Start) holds while it
+ * runs, so that MPI_Request_free in another thread refuses to free them
+ * (see "Freeing"). */
+typedef struct {
+    nb_op *few[8];
+    nb_op **ops;
+    int n;
+} held;
+
+static void hold(held *h, int count, const MPI_Request reqs[]) {
+    h->ops = h->few;
+    h->n = 0;
+    if (!reqs || count <= 0 || !__atomic_load_n(&live_persistent, __ATOMIC_ACQUIRE)) return; /* (no lock on a nonblocking one's path) */
+    pthread_mutex_lock(&ops_lock);
+    for (int i = 0; i < count; i++) {
+        nb_op *op = reqs[i] == MPI_REQUEST_NULL ? NULL : find_locked(reqs[i]);
+        if (!op || !op->persistent) continue;
+        if (h->n == 8 && h->ops == h->few) {
+            nb_op **more = malloc(sizeof *more * (size_t)count);
+            if (!more) break; /* (unheld: only a racing free could misbehave) */
+            memcpy(more, h->few, sizeof h->few);
+            h->ops = more;
+        }
+        op->users++;
+        h->ops[h->n++] = op;
+    }
+    pthread_mutex_unlock(&ops_lock);
+}
+
+static int let_go(held *h, int rc) {
+    if (!h->n) return rc;
+    pthread_mutex_lock(&ops_lock);
+    for (int i = 0; i < h->n; i++) h->ops[i]->users--;
+    pthread_mutex_unlock(&ops_lock);
+    if (h->ops != h->few) free(h->ops);
+    return rc;
 }
 
 /* The generalized request's callbacks. */
@@ -1480,47 +1529,12 @@ static int settle(nb_op *op, int block) {
     int failed = op->error != MPI_SUCCESS;
     comm_state *st = op->st;
     if (!failed) op->st = NULL;
-    int persistent = op->persistent, detached = __atomic_load_n(&op->detached, __ATOMIC_ACQUIRE);
-    MPI_Request handle = op->handle;
+    int persistent = op->persistent;
+    MPI_Request handle = op->req;
     __atomic_store_n(&op->state, persistent ? OP_INACTIVE : OP_DONE, __ATOMIC_RELEASE);
     if (!persistent) PMPI_Grequest_complete(handle); /* MPI may free op now (op_free) */
     if (!failed && st && st != &world_state) release_state(st);
-    if (detached) {
-        /* Nobody else has it (the program freed it, this thread claimed
-         * it): MPI's request freed now, op with it (op_free). */
-        __atomic_fetch_sub(&detached_ops, 1, __ATOMIC_RELEASE);
-        PMPI_Request_free(&handle);
-    }
     return 1;
-}
-
-/* Detached (review of issue 28, session 16). MPI_Request_free of a
- * nonblocking collective's request while it runs is erroneous in MPI, and
- * the MPIs differ on a generalized request freed before it completes:
- * MPICH calls its free function at once (op_free would free the op under
- * the running mcd request, and nobody would complete it), Open MPI 4.1
- * only once it completes (which nobody would do but MPI_Finalize). So the
- * interposer keeps MPI's request: the op is detached (no longer found by
- * its handle, which MPI may give to another request only after it is
- * freed), still registered; any later wait or test form, in whatever
- * thread, settles the detached ones it can without waiting
- * (settle_detached), and MPI_Finalize the rest; each, once settled,
- * completes and frees MPI's request. A detached op is settled only by the
- * thread that claimed it (detached 1 -> 2, under ops_lock, where it
- * cannot be freed), so two threads never settle or free one together. */
-static void settle_detached(void) {
-    if (!__atomic_load_n(&detached_ops, __ATOMIC_ACQUIRE)) return;
-    enum { AT_ONCE = 16 };
-    nb_op *claimed[AT_ONCE];
-    int n = 0;
-    pthread_mutex_lock(&ops_lock);
-    for (nb_op *op = ops_first; op && n < AT_ONCE; op = op->next) {
-        int free_one = 1;
-        if (__atomic_compare_exchange_n(&op->detached, &free_one, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) claimed[n++] = op;
-    }
-    pthread_mutex_unlock(&ops_lock);
-    for (int i = 0; i < n; i++)
-        if (!settle(claimed[i], 0)) __atomic_store_n(&claimed[i]->detached, 1, __ATOMIC_RELEASE); /* (settled: freed) */
 }
 
 /* MPI's own progress while a wait waits for `op` (running): a test of its
@@ -1536,9 +1550,7 @@ static void mpi_progress(nb_op *op) {
 static nb_op *settle_array(int count, MPI_Request reqs[], int *failed) {
     nb_op *pending = NULL;
     *failed = 0;
-    if (!__atomic_load_n(&live_ops, __ATOMIC_ACQUIRE)) return NULL;
-    settle_detached();
-    if (!reqs) return NULL;
+    if (!reqs || !__atomic_load_n(&live_ops, __ATOMIC_ACQUIRE)) return NULL;
     for (int i = 0; i < count; i++) {
         nb_op *op = find_op(reqs[i]);
         if (!op) continue;
@@ -1716,7 +1728,6 @@ static int start_broadcast(nb_op *op, const target *to, void *buffer, int count,
 /* A started op handed to the application as a generalized request. */
 static int hand_over(nb_op *op, MPI_Request *request) {
     PMPI_Grequest_start(op_query, op_free, op_cancel, op, &op->req);
-    op->handle = op->req;
     *request = op->req;
     register_op(op);
     return MPI_SUCCESS;
@@ -2017,7 +2028,7 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
 
 /* The wait and test family: ours settled first, then MPI's call, then
  * the failures of ours it completed (see "Failures"). */
-int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status) {
+static int form_Test(MPI_Request *request, int *flag, MPI_Status *status) {
     int failed;
     settle_array(1, request, &failed);
     failures fs = failures_in(1, request, failed);
@@ -2025,7 +2036,7 @@ int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status) {
     return one_done(&fs, *flag, 0, status, rc, 1);
 }
 
-int MPI_Wait(MPI_Request *request, MPI_Status *status) {
+static int form_Wait(MPI_Request *request, MPI_Status *status) {
     int failed;
     nb_op *pending;
     while ((pending = settle_array(1, request, &failed))) {
@@ -2036,7 +2047,7 @@ int MPI_Wait(MPI_Request *request, MPI_Status *status) {
     return one_done(&fs, 1, 0, status, PMPI_Wait(request, status), 1);
 }
 
-int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuses[]) {
+static int form_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuses[]) {
     int failed;
     settle_array(count, requests, &failed);
     failures fs = failures_in(count, requests, failed);
@@ -2044,7 +2055,7 @@ int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuse
     return some_done(&fs, *flag ? count : 0, NULL, statuses, rc);
 }
 
-int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
+static int form_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
     int failed;
     nb_op *pending;
     while ((pending = settle_array(count, requests, &failed))) {
@@ -2055,7 +2066,7 @@ int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
     return some_done(&fs, count, NULL, statuses, PMPI_Waitall(count, requests, statuses));
 }
 
-int MPI_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_Status *status) {
+static int form_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_Status *status) {
     int failed;
     settle_array(count, requests, &failed);
     failures fs = failures_in(count, requests, failed);
@@ -2063,7 +2074,7 @@ int MPI_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_St
     return one_done(&fs, *flag, *index, status, rc, 1);
 }
 
-int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *status) {
+static int form_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *status) {
     for (;;) {
         int failed, flag = 1, rc;
         nb_op *pending = settle_array(count, requests, &failed);
@@ -2076,7 +2087,7 @@ int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *statu
     }
 }
 
-int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices[], MPI_Status statuses[]) {
+static int form_Testsome(int incount, MPI_Request requests[], int *outcount, int indices[], MPI_Status statuses[]) {
     int failed;
     settle_array(incount, requests, &failed);
     failures fs = failures_in(incount, requests, failed);
@@ -2084,7 +2095,7 @@ int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices
     return some_done(&fs, *outcount, indices, statuses, rc);
 }
 
-int MPI_Waitsome(int incount, MPI_Request requests[], int *outcount, int indices[], MPI_Status statuses[]) {
+static int form_Waitsome(int incount, MPI_Request requests[], int *outcount, int indices[], MPI_Status statuses[]) {
     for (;;) {
         int failed, rc;
         nb_op *pending = settle_array(incount, requests, &failed);
@@ -2097,12 +2108,69 @@ int MPI_Waitsome(int incount, MPI_Request requests[], int *outcount, int indices
     }
 }
 
-int MPI_Request_get_status(MPI_Request request, int *flag, MPI_Status *status) {
+static int form_Request_get_status(MPI_Request request, int *flag, MPI_Status *status) {
     int failed;
     settle_array(1, &request, &failed);
     failures fs = failures_in(1, &request, failed);
     int rc = PMPI_Request_get_status(request, flag, status);
     return one_done(&fs, *flag, 0, status, rc, 0); /* the completion takes it */
+}
+
+/* The forms MPI sees: each holds the persistent ops of its array while it
+ * runs (see "Freeing"). */
+
+int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status) {
+    held h;
+    hold(&h, 1, request);
+    return let_go(&h, form_Test(request, flag, status));
+}
+
+int MPI_Wait(MPI_Request *request, MPI_Status *status) {
+    held h;
+    hold(&h, 1, request);
+    return let_go(&h, form_Wait(request, status));
+}
+
+int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuses[]) {
+    held h;
+    hold(&h, count, requests);
+    return let_go(&h, form_Testall(count, requests, flag, statuses));
+}
+
+int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
+    held h;
+    hold(&h, count, requests);
+    return let_go(&h, form_Waitall(count, requests, statuses));
+}
+
+int MPI_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_Status *status) {
+    held h;
+    hold(&h, count, requests);
+    return let_go(&h, form_Testany(count, requests, index, flag, status));
+}
+
+int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *status) {
+    held h;
+    hold(&h, count, requests);
+    return let_go(&h, form_Waitany(count, requests, index, status));
+}
+
+int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices[], MPI_Status statuses[]) {
+    held h;
+    hold(&h, incount, requests);
+    return let_go(&h, form_Testsome(incount, requests, outcount, indices, statuses));
+}
+
+int MPI_Waitsome(int incount, MPI_Request requests[], int *outcount, int indices[], MPI_Status statuses[]) {
+    held h;
+    hold(&h, incount, requests);
+    return let_go(&h, form_Waitsome(incount, requests, outcount, indices, statuses));
+}
+
+int MPI_Request_get_status(MPI_Request request, int *flag, MPI_Status *status) {
+    held h;
+    hold(&h, 1, &request);
+    return let_go(&h, form_Request_get_status(request, flag, status));
 }
 
 /* Persistent collectives: the init keeps the arguments (mcd's choice made
@@ -2137,8 +2205,8 @@ static int persistent_init(int kind, const void *sendbuf, void *recvbuf, int cou
     op->done = take_completion();
     pthread_mutex_unlock(&ops_lock);
     PMPI_Recv_init(NULL, 0, MPI_BYTE, 0, op->done.tag, op->done.comm, &op->req);
-    op->handle = op->req;
     *request = op->req;
+    __atomic_fetch_add(&live_persistent, 1, __ATOMIC_RELEASE); /* before it can be found: a form that finds it holds it */
     register_op(op);
     return MPI_SUCCESS;
 }
@@ -2173,8 +2241,9 @@ static int persistent_start(nb_op *op) {
 }
 
 int MPI_Start(MPI_Request *request) {
-    nb_op *op = request ? find_op(*request) : NULL;
-    if (op && op->persistent) return persistent_start(op);
+    held h;
+    hold(&h, 1, request);
+    if (h.n) return let_go(&h, persistent_start(h.ops[0]));
     return PMPI_Start(request);
 }
 
@@ -2186,15 +2255,62 @@ int MPI_Startall(int count, MPI_Request requests[]) {
     return MPI_SUCCESS;
 }
 
+/* Freeing (issue 28, session 17). MPI makes MPI_Request_free of a
+ * request of a nonblocking collective erroneous (MPI 4.0, section 6.12,
+ * beside MPI_Cancel), and a request used by two threads at once erroneous
+ * too (section 11.6.2: two threads may not wait on one request). Both MPIs
+ * refuse the free for their own nonblocking collectives, running or not,
+ * and leave the request as it was, so that a thread waiting on it
+ * completes it normally: Open MPI 4.1 with MPI_ERR_REQUEST, MPICH 4.0 with
+ * "The supplied request was invalid (kind=10)", each raised on
+ * MPI_COMM_WORLD's error handler (measured: notes/issue28-audit.md). The
+ * interposer does the same for its own: MPI_ERR_REQUEST on MPI_COMM_WORLD,
+ * the cause on stderr, the request untouched. A persistent one is freed
+ * (an active one completed first, as README says) unless another thread
+ * holds it in a wait or test form or MPI_Start: then the free is refused
+ * alike (Open MPI refuses to free an active persistent collective of its
+ * own; MPICH frees it, and the thread waiting on it waited for ever, then
+ * MPI_Finalize aborted). Each form holds the persistent ops of its
+ * array (`users`, under ops_lock, from when it finds them until it
+ * returns); the free checks `users` and unregisters the op under the same
+ * lock, so no form finds it after. */
+static int refused_free(nb_op *op, const char *why) {
+    fprintf(stderr, "mcd-mpi: rank %d: MPI_Request_free of %s %s refused (%s): the request is left as it was\n", mcd_rank(job),
+            op->persistent ? "a persistent" : "an", kind_names[op->kind], why);
+    return raise_error(MPI_COMM_WORLD, MPI_ERR_REQUEST);
+}
+
+/* MPI_Cancel of a collective's request: erroneous (MPI 4.0, section
+ * 6.12); Open MPI 4.1 returns MPI_ERR_REQUEST and MPICH 4.0 "Attempt to
+ * cancel an unknown type of request" for their own, on MPI_COMM_WORLD's
+ * handler, and the collective completes normally, not cancelled. The
+ * interposer refuses alike (the generalized request's cancel callback,
+ * op_cancel, is then never reached by the program). */
+int MPI_Cancel(MPI_Request *request) {
+    nb_op *op = request ? find_op(*request) : NULL;
+    if (!op) return PMPI_Cancel(request);
+    fprintf(stderr, "mcd-mpi: rank %d: MPI_Cancel of %s %s refused (erroneous in MPI for a collective; Open MPI and MPICH refuse it too): "
+            "it completes normally\n", mcd_rank(job), op->persistent ? "a persistent" : "an", kind_names[op->kind]);
+    return raise_error(MPI_COMM_WORLD, MPI_ERR_REQUEST);
+}
+
 int MPI_Request_free(MPI_Request *request) {
     nb_op *op = request ? find_op(*request) : NULL;
-    if (op && op->persistent) {
+    if (op && !op->persistent)
+        return refused_free(op, "erroneous in MPI for a nonblocking collective; Open MPI and MPICH refuse it too: complete it with MPI_Wait or MPI_Test");
+    if (op) {
+        pthread_mutex_lock(&ops_lock);
+        int users = op->users;
+        if (!users) unregister_locked(op);
+        pthread_mutex_unlock(&ops_lock);
+        if (users) return refused_free(op, "another thread is waiting on it or testing it, erroneous in MPI");
+        __atomic_sub_fetch(&live_ops, 1, __ATOMIC_RELEASE);
+        __atomic_sub_fetch(&live_persistent, 1, __ATOMIC_RELEASE);
         while (!settle(op, 0)) mpi_progress(op); /* an active one completes first */
         MPI_Status status;
         int flag = 0;
         PMPI_Test(&op->req, &flag, &status); /* takes the completion, if any */
         failure_taken(op);
-        unregister_op(op);
         drop_buffers(op);
         if (!predefined(op->dtype_arg)) PMPI_Type_free(&op->dtype_arg);
         completion done = op->done;
@@ -2205,23 +2321,6 @@ int MPI_Request_free(MPI_Request *request) {
         give_back_completion(done);
         pthread_mutex_unlock(&ops_lock);
         return rc;
-    }
-    if (op) {
-        /* A nonblocking one: complete already (PMPI frees it, and op), or
-         * detached, its handle the program's no more. */
-        pthread_mutex_lock(&ops_lock);
-        int running = __atomic_load_n(&op->state, __ATOMIC_ACQUIRE) != OP_DONE;
-        if (running) {
-            op->req = MPI_REQUEST_NULL;
-            __atomic_store_n(&op->detached, 2, __ATOMIC_RELEASE); /* claimed by this thread */
-            __atomic_fetch_add(&detached_ops, 1, __ATOMIC_RELEASE);
-        }
-        pthread_mutex_unlock(&ops_lock);
-        if (running) {
-            *request = MPI_REQUEST_NULL;
-            if (!settle(op, 0)) __atomic_store_n(&op->detached, 1, __ATOMIC_RELEASE);
-            return MPI_SUCCESS;
-        }
     }
     return PMPI_Request_free(request);
 }
@@ -2268,15 +2367,6 @@ static void settle_all_pending(void) {
             if (__atomic_load_n(&op->state, __ATOMIC_ACQUIRE) == OP_RUNNING) found = op;
         pthread_mutex_unlock(&ops_lock);
         if (!found) return;
-        if (__atomic_load_n(&found->detached, __ATOMIC_ACQUIRE)) {
-            /* Freed by the program (see "Detached"): completed and freed
-             * here, as MPI_Request_free promised. (MPI_Finalize: no other
-             * thread settles it now.) */
-            __atomic_store_n(&found->detached, 2, __ATOMIC_RELEASE);
-            COUNT(finalize_detached);
-            settle(found, -1);
-            continue;
-        }
         COUNT(finalize_pending);
         fprintf(stderr, "mcd-mpi: rank %d: MPI_Finalize with a %s never completed by MPI_Wait or MPI_Test (erroneous in MPI): completing it\n",
                 mcd_rank(job), kind_names[found->kind]);
@@ -2354,8 +2444,6 @@ int MPI_Finalize(void) {
                     "%llu completed in MPI_Finalize\n", mcd_rank(job), coll_mcd[IBARRIER], coll_pmpi[IBARRIER], coll_mcd[IALLREDUCE],
                     coll_pmpi[IALLREDUCE], coll_mcd[IREDUCE], coll_pmpi[IREDUCE], coll_mcd[IBCAST], coll_pmpi[IBCAST], persistent_starts_mcd,
                     persistent_inits_pmpi, finalize_pending);
-            if (finalize_detached)
-                fprintf(stderr, "mcd-mpi: rank %d: freed by MPI_Request_free while running, completed in MPI_Finalize: %llu\n", mcd_rank(job), finalize_detached);
             char line[2048];
             int n = 0;
             for (int o = 0; o < OTHERS; o++)

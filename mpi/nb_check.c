@@ -9,7 +9,7 @@
  *   nb_check requests [ROUNDS]   MPI_Request_get_status, MPI_STATUSES_IGNORE,
  *                                user operations and derived types in the
  *                                nonblocking and persistent forms, requests
- *                                freed beside a waiting thread
+ *                                freed (refused) beside a waiting thread
  *
  * forms: on MPI_COMM_WORLD, a duplicate, a split by parity and a split into
  * halves with the ranks reversed (no blocking collective first: each
@@ -66,8 +66,8 @@
  *    a persistent MPI_Allreduce_init (mcd's), gaps untouched;
  *  - two threads at once: one starts MPI_Ibarrier and MPI_Iallreduce on
  *    its duplicate and frees them with MPI_Request_free at once
- *    (erroneous in MPI for a collective: the interposer lets them
- *    complete), then makes, starts, waits for and frees a persistent
+ *    (erroneous in MPI for a collective: refused, as both MPIs refuse it
+ *    for their own; then waited), then makes, starts, waits for and frees a persistent
  *    MPI_Allreduce_init, ROUNDS times; the other meanwhile waits for
  *    MPI_Iallreduce after MPI_Iallreduce on its own duplicate; then an
  *    MPI_Iallreduce on the first thread's duplicate is right;
@@ -547,18 +547,29 @@ typedef struct {
     int rounds;
 } freer;
 
-/* Frees requests at once, and persistent ones after their wait, while the
- * other thread waits (waiter). */
+/* MPI_Request_free of a running nonblocking collective: refused (erroneous
+ * in MPI; both MPIs refuse it for their own), MPI_ERR_REQUEST on
+ * MPI_COMM_WORLD (MPI_ERRORS_RETURN here), the handle kept; then waited. */
+static void free_refused(MPI_Request *req, int r) {
+    MPI_Request before = *req;
+    int rc = MPI_Request_free(req), class = -1;
+    MPI_Error_class(rc, &class);
+    expect(class == MPI_ERR_REQUEST && *req == before, "MPI_Request_free of a running collective was not refused", r, "thread 0's dup");
+    MPI_Wait(req, MPI_STATUS_IGNORE);
+}
+
+/* Frees requests at once (refused, then waited), and persistent ones
+ * after their wait, while the other thread waits (waiter). */
 static void *free_at_once(void *arg) {
     freer *f = arg;
     for (int r = 0; r < f->rounds; r++) {
-        static int one = 1, n; /* (live while the freed ones complete) */
+        int one = 1, n = -1;
         MPI_Request req;
         MPI_Ibarrier(f->comm, &req);
-        MPI_Request_free(&req);
-        expect(req == MPI_REQUEST_NULL, "MPI_Request_free left the handle", r, "thread 0's dup");
+        free_refused(&req, r);
         MPI_Iallreduce(&one, &n, 1, MPI_INT, MPI_SUM, f->comm, &req);
-        MPI_Request_free(&req);
+        free_refused(&req, r);
+        expect(n == size, "an MPI_Iallreduce whose free was refused", r, "thread 0's dup");
 #ifdef PERSISTENT
         int x = r + rank, sum = -1;
         MPI_Request p;
@@ -608,9 +619,11 @@ static void requests(int rounds) {
         MPI_Comm_dup(MPI_COMM_WORLD, &dups[i]);
         f[i] = (freer){dups[i], rounds};
     }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN); /* (free_refused) */
     pthread_create(&t[0], NULL, free_at_once, &f[0]);
     pthread_create(&t[1], NULL, waiter, &f[1]);
     for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     for (int i = 0; i < 2; i++) MPI_Comm_free(&dups[i]);
 #ifdef PERSISTENT
     /* A persistent one on a communicator freed in flight. */

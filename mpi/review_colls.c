@@ -5,7 +5,10 @@
  * header); it runs with the interposer preloaded or without it (then it
  * checks the MPI's own behaviour, the reference).
  *
- *   review_colls MODE
+ *   review_colls MODE [MODE ...]
+ *
+ * Several modes run one after the other in one job (one MPI start-up for
+ * them all; "threads" among them makes it MPI_THREAD_MULTIPLE).
  *
  * Modes (4 ranks or more unless said):
  *   errhandler  an MPI_Bcast and an MPI_Reduce with a root that is no rank
@@ -69,7 +72,7 @@
  *   threads     MPI_THREAD_MULTIPLE: one thread on MPI_COMM_WORLD and one
  *               on a duplicate, blocking and nonblocking collectives at once.
  *
- * Every rank prints "review: rank R: MODE: C checks, W wrong"
+ * Every rank prints "review: rank R: MODE: C checks, W wrong" per mode
  * (and a line per wrong check) and exits 1 if anything was wrong. */
 #include <mpi.h>
 #ifdef OPEN_MPI
@@ -833,9 +836,30 @@ static void threads(void) {
     MPI_Comm_free(&w[1].comm);
 }
 
+/* Runs `name`; false if there is no such mode (in this MPI). */
+static int run_mode(const char *name) {
+    if (!strcmp(name, "errhandler")) errhandler();
+    else if (!strcmp(name, "negroot")) negroot();
+#ifdef PERSISTENT
+    else if (!strcmp(name, "ptag")) ptag();
+    else if (!strcmp(name, "typefree")) typefree();
+#endif
+    else if (!strcmp(name, "inter")) inter();
+    else if (!strcmp(name, "nbmismatch")) nbmismatch();
+    else if (!strcmp(name, "many")) many();
+    else if (!strcmp(name, "self")) self();
+    else if (!strcmp(name, "types")) types();
+    else if (!strcmp(name, "bottom")) bottom();
+    else if (!strcmp(name, "nbmix")) nbmix();
+    else if (!strcmp(name, "threads")) threads();
+    else return 0;
+    return 1;
+}
+
 int main(int argc, char **argv) {
-    mode = argc > 1 ? argv[1] : "";
-    if (!strcmp(mode, "threads")) {
+    int threaded = 0;
+    for (int i = 1; i < argc; i++) threaded |= !strcmp(argv[i], "threads");
+    if (threaded) {
         int provided = 0;
         MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
         if (provided != MPI_THREAD_MULTIPLE) {
@@ -848,26 +872,18 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     setvbuf(stdout, NULL, _IOLBF, 1 << 14);
-    if (!strcmp(mode, "errhandler")) errhandler();
-    else if (!strcmp(mode, "negroot")) negroot();
-#ifdef PERSISTENT
-    else if (!strcmp(mode, "ptag")) ptag();
-    else if (!strcmp(mode, "typefree")) typefree();
-#endif
-    else if (!strcmp(mode, "inter")) inter();
-    else if (!strcmp(mode, "nbmismatch")) nbmismatch();
-    else if (!strcmp(mode, "many")) many();
-    else if (!strcmp(mode, "self")) self();
-    else if (!strcmp(mode, "types")) types();
-    else if (!strcmp(mode, "bottom")) bottom();
-    else if (!strcmp(mode, "nbmix")) nbmix();
-    else if (!strcmp(mode, "threads")) threads();
-    else {
-        fprintf(stderr, "review_colls: unknown mode '%s' (or no persistent collectives in this MPI)\n", mode);
-        MPI_Abort(MPI_COMM_WORLD, 2);
+    long any_wrong = 0;
+    for (int i = 1; i < argc || i == 1; i++) {
+        mode = i < argc ? argv[i] : "";
+        checks = wrong = 0;
+        if (!run_mode(mode)) {
+            fprintf(stderr, "review_colls: unknown mode '%s' (or no persistent collectives in this MPI)\n", mode);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        printf("review: rank %d: %s: %ld checks, %ld wrong\n", rank, mode, checks, wrong);
+        fflush(stdout);
+        any_wrong += wrong;
     }
-    printf("review: rank %d: %s: %ld checks, %ld wrong\n", rank, mode, checks, wrong);
-    fflush(stdout);
     MPI_Finalize();
-    return wrong != 0;
+    return any_wrong != 0;
 }

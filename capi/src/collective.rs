@@ -18,9 +18,8 @@ use crate::*;
 /// to its first collective fail the others), and a reused staging buffer.
 #[derive(Default)]
 pub(crate) struct Collectives {
-    /// Their barrier (made and joined with the job or the group; the
-    /// `make` of a call only makes it if it is missing, which it never is
-    /// once the job is open or the group joined).
+    /// Their barrier: made and joined with the job or the group (`None`
+    /// before the group's join, and once closing took it).
     pub(crate) barrier: Option<Barrier<GroupTransport>>,
     /// Whether a collective was called on it (see [`Collectives::closing`]).
     used: bool,
@@ -29,13 +28,15 @@ pub(crate) struct Collectives {
 }
 
 impl Collectives {
-    /// The barrier, made by `make` if there is none yet, for a call.
-    pub(crate) fn barrier(&mut self, make: impl FnOnce() -> Result<Barrier<GroupTransport>, CError>) -> Result<&mut Barrier<GroupTransport>, CError> {
-        if self.barrier.is_none() {
-            self.barrier = Some(make()?);
-        }
+    /// The barrier, for a call. Never made here: a join waits for every
+    /// member, and a call must not (see the type's doc), so one that comes
+    /// when there is none (after the job's finish or the group's close
+    /// began) is an error.
+    pub(crate) fn barrier(&mut self) -> Result<&mut Barrier<GroupTransport>, CError> {
+        let barrier =
+            self.barrier.as_mut().ok_or_else(|| argument("the collectives' barrier is closed (the job is finishing or the group closing)"))?;
         self.used = true;
-        Ok(self.barrier.as_mut().expect("made above"))
+        Ok(barrier)
     }
 
     /// The barrier to close with the job or the group: `None` if this rank
@@ -52,16 +53,10 @@ impl Collectives {
         barrier.filter(|_| std::mem::take(&mut self.used))
     }
 
-    /// Runs `call` on the barrier (made by `make` if there is none yet):
-    /// `input` (`None`: in place, from `output`) into `output` (`None`
-    /// where no result is wanted here), staged through a reused buffer.
-    pub(crate) fn run(
-        &mut self,
-        make: impl FnOnce() -> Result<Barrier<GroupTransport>, CError>,
-        call: Collective,
-        input: Option<&[u8]>,
-        output: Option<&mut [u8]>,
-    ) -> Result<(), CError> {
+    /// Runs `call` on the barrier: `input` (`None`: in place, from
+    /// `output`) into `output` (`None` where no result is wanted here),
+    /// staged through a reused buffer.
+    pub(crate) fn run(&mut self, call: Collective, input: Option<&[u8]>, output: Option<&mut [u8]>) -> Result<(), CError> {
         let mut staged = std::mem::take(&mut self.staged);
         staged.clear();
         match (input, &output) {
@@ -69,7 +64,7 @@ impl Collectives {
             (None, Some(output)) => staged.extend_from_slice(output),
             (None, None) => return Err(argument(format!("{call}: no input and no output"))),
         }
-        let result = self.barrier(make).and_then(|b| Ok(b.collective(call, &staged, output)?));
+        let result = self.barrier().and_then(|b| Ok(b.collective(call, &staged, output)?));
         self.staged = staged;
         result
     }

@@ -21,15 +21,13 @@ pub struct Group {
     algorithm: CString,
     rank: usize,
     size: usize,
-    /// The group's collectives (see [`Group::make_collectives`]).
+    /// The group's collectives: their barrier joined with the group's
+    /// ([`Group::join`]).
     collectives: Collectives,
     /// Their barrier, prepared with the group's and joined with it
     /// ([`Group::join`]), until then.
     collectives_prepared: Option<Box<PreparedBarrier<GroupTransport>>>,
-    /// What the group's collectives barrier is made of: the members (job
-    /// ranks, in group order), the group's key, and the job's settings.
-    members: Vec<usize>,
-    key: u64,
+    /// The job's settings (for `mcd_why`).
     policy: JobPolicy,
     rails: usize,
     host: HostShape,
@@ -137,26 +135,15 @@ impl Group {
         result
     }
 
-    /// The barrier that runs the group's collectives: one of its own over
-    /// the members, as the job's (`Job::make_collectives`), prepared with
-    /// the group and joined with it ([`Group::join`]: a group whose join
-    /// failed has none and serves no call; made here only if missing), on
-    /// an instance
-    /// keyed by the group's key (so members may meet it in any order
-    /// across their groups).
-    fn make_collectives(&self) -> Result<Barrier<GroupTransport>, CError> {
-        Ok(prepare_collectives(&self.shared, &self.members, self.key, &self.policy, self.rails, self.host)?.join()?)
-    }
-
-    /// The group's collectives, for `f`, once joined.
-    fn with_collectives<R>(&mut self, f: impl FnOnce(&mut Collectives, &Group) -> Result<R, CError>) -> Result<R, CError> {
+    /// The group's collectives, once joined (their barrier, one of its
+    /// own over the members as the job's, prepared with the group on an
+    /// instance keyed by the group's key, so members may meet it in any
+    /// order across their groups, and joined with it: [`Group::join`]).
+    fn collectives(&mut self) -> Result<&mut Collectives, CError> {
         if !matches!(self.state, GroupState::Joined(_)) {
             return Err(argument("the group is not joined: call mcd_group_join first"));
         }
-        let mut state = std::mem::take(&mut self.collectives);
-        let result = f(&mut state, self);
-        self.collectives = state;
-        result
+        Ok(&mut self.collectives)
     }
 }
 
@@ -190,11 +177,11 @@ impl Communicator for &mut Group {
     }
 
     fn collective(&mut self, call: Collective, input: Option<&[u8]>, output: Option<&mut [u8]>) -> Result<(), CError> {
-        self.with_collectives(|state, group| state.run(|| group.make_collectives(), call, input, output))
+        self.collectives()?.run(call, input, output)
     }
 
     fn start(&mut self, call: Collective, input: &[u8]) -> Result<barriers::Request<GroupTransport>, CError> {
-        self.with_collectives(|state, group| Ok(state.barrier(|| group.make_collectives())?.start(call, input)?))
+        Ok(self.collectives()?.barrier()?.start(call, input)?)
     }
 
     fn why(&self) -> String {
@@ -247,8 +234,6 @@ impl Job {
             size: ranks.len(),
             collectives: Collectives::default(),
             collectives_prepared: Some(Box::new(collectives)),
-            members: ranks.to_vec(),
-            key: group_key,
             policy: self.policy.clone(),
             rails: self.rails,
             host: self.host,

@@ -350,11 +350,11 @@ impl Communicator for &Job {
     }
 
     fn collective(&mut self, call: Collective, input: Option<&[u8]>, output: Option<&mut [u8]>) -> Result<(), CError> {
-        self.collectives().run(|| self.make_collectives(), call, input, output)
+        self.collectives().run(call, input, output)
     }
 
     fn start(&mut self, call: Collective, input: &[u8]) -> Result<barriers::Request<GroupTransport>, CError> {
-        Ok(self.collectives().barrier(|| self.make_collectives())?.start(call, input)?)
+        Ok(self.collectives().barrier()?.start(call, input)?)
     }
 
     fn why(&self) -> String {

@@ -1257,6 +1257,13 @@ mod tests {
         assert!(sessions.iter().any(|s| s & 0xFFFF_FFFF != sessions[0] & 0xFFFF_FFFF), "low halves all alike: {sessions:x?}");
     }
 
+    /// The fastest of nine runs of `cost`: what the code costs, not how often
+    /// the scheduler took the core from it (a time slice lost inside one
+    /// 100 µs loop made a loaded CI machine fail these comparisons).
+    fn rev28_fastest(cost: impl Fn() -> std::time::Duration) -> std::time::Duration {
+        (0..9).map(|_| cost()).min().expect("nine runs")
+    }
+
     /// Finding 4 of rev28: the time one live frame's check and record take,
     /// on average, when each is preceded by a frame of an earlier run
     /// (another session of the same sender), after one frame of each of
@@ -1286,8 +1293,8 @@ mod tests {
 
     #[test]
     fn rev28_replayed_sessions_of_earlier_runs_do_not_slow_the_live_senders_frames() {
-        let one = rev28_live_frame_cost(1);
-        let many = rev28_live_frame_cost(5000);
+        let one = rev28_fastest(|| rev28_live_frame_cost(1));
+        let many = rev28_fastest(|| rev28_live_frame_cost(5000));
         eprintln!("a live frame's check and record: {one:?} with 1 earlier session replayed, {many:?} with 5000");
         assert!(many < one * 20 + std::time::Duration::from_micros(2), "{many:?} against {one:?}: the earlier runs' sessions slow every live frame");
     }
@@ -1321,8 +1328,8 @@ mod tests {
 
     #[test]
     fn rev28_a_flood_of_earlier_runs_frames_sent_again_costs_a_tag_checks_time() {
-        let one = rev28_replayed_again_cost(1);
-        let many = rev28_replayed_again_cost(5000);
+        let one = rev28_fastest(|| rev28_replayed_again_cost(1));
+        let many = rev28_fastest(|| rev28_replayed_again_cost(5000));
         eprintln!("an earlier run's frame sent again: {one:?} with 1 earlier session, {many:?} with 5000");
         assert!(many < one * 20 + std::time::Duration::from_micros(2), "{many:?} against {one:?} per replayed frame");
     }

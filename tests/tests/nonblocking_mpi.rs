@@ -193,10 +193,10 @@ fn a_freed_communicator_and_a_finalize_with_collectives_pending_under_mpich() {
 /// MPI_Request_get_status says "not yet" while other ranks have not
 /// entered, then "complete" without freeing; MPI_STATUSES_IGNORE in every
 /// form completing several; user operations (to PMPI) and derived types
-/// (through mcd) in the nonblocking and persistent forms; requests freed
-/// by MPI_Request_free while running, in one thread, while another waits
-/// (completed by the interposer, never by MPI_Finalize as "never
-/// completed"); a persistent one on a communicator freed in flight; and
+/// (through mcd) in the nonblocking and persistent forms; MPI_Request_free
+/// of running ones in one thread while another waits (refused, then
+/// waited: never left to MPI_Finalize as "never completed"; see
+/// request_freeing.rs); a persistent one on a communicator freed in flight; and
 /// one never completed before MPI_Finalize.
 fn requests(mpi: Mpi, name: &str) {
     let rounds = 12u64;

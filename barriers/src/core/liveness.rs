@@ -147,12 +147,12 @@ impl Liveness {
             return;
         }
         let mut left = false;
-        for peer in self.peers.iter_mut() {
+        self.peers.for_each_mut(|peer| {
             if peer.gave_up.is_some_and(|(e, _, _)| e <= done) {
                 peer.gave_up = None;
             }
             left |= peer.gave_up.is_some();
-        }
+        });
         self.reports = left;
     }
 }

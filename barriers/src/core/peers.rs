@@ -40,14 +40,16 @@ impl<T: Copy + Default> PerPeer<T> {
         (i < self.len).then(|| &self[i])
     }
 
-    /// Every entry written so far (and the blank others of its block).
-    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+    /// `f` on every entry written so far (and the blank others of its
+    /// block). (Nested loops, not a chain of iterator adapters: this runs at
+    /// every completed barrier.)
+    pub(super) fn for_each_mut(&mut self, mut f: impl FnMut(&mut T)) {
         let len = self.len;
-        self.blocks
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(b, block)| block.as_mut().map(|entries| (b, entries)))
-            .flat_map(move |(b, entries)| entries.iter_mut().take(len - b * BLOCK))
+        for (b, block) in self.blocks.iter_mut().enumerate() {
+            if let Some(entries) = block {
+                entries[..(len - b * BLOCK).min(BLOCK)].iter_mut().for_each(&mut f);
+            }
+        }
     }
 }
 
@@ -68,8 +70,21 @@ impl<T: Copy + Default> IndexMut<NodeId> for PerPeer<T> {
     #[inline]
     fn index_mut(&mut self, i: NodeId) -> &mut T {
         assert!(i < self.len, "node {i} of {}", self.len);
-        let blank = self.blank;
-        &mut self.blocks[i / BLOCK].get_or_insert_with(|| Box::new([blank; BLOCK]))[i % BLOCK]
+        let b = i / BLOCK;
+        if self.blocks[b].is_none() {
+            self.make(b);
+        }
+        &mut self.blocks[b].as_mut().expect("a block just made")[i % BLOCK]
+    }
+}
+
+impl<T: Copy + Default> PerPeer<T> {
+    /// Makes block `b`, every entry blank (out of line: once per block and
+    /// core; the blank state is copied only here, not at every write).
+    #[cold]
+    #[inline(never)]
+    fn make(&mut self, b: usize) {
+        self.blocks[b] = Some(Box::new([self.blank; BLOCK]));
     }
 }
 
@@ -88,10 +103,10 @@ mod tests {
         assert_eq!((t[17], t[16], t[39], t.get(39)), (5, 0, 7, Some(&7)));
         // Blocks 16..32 and 32..40 exist; 0..16 does not.
         assert_eq!(t.blocks.iter().filter(|b| b.is_some()).count(), 2);
-        assert_eq!(t.iter_mut().count(), 16 + 8, "the last block stops at the last node");
-        for x in t.iter_mut() {
-            *x += 1;
-        }
+        let mut count = 0;
+        t.for_each_mut(|_| count += 1);
+        assert_eq!(count, 16 + 8, "the last block stops at the last node");
+        t.for_each_mut(|x| *x += 1);
         assert_eq!((t[17], t[16], t[39], t[0]), (6, 1, 8, 0));
     }
 

@@ -311,8 +311,8 @@ impl Core {
     /// than the shortest retry timeout, it was off its CPU since its last
     /// input (see [`Recovery::stall`]).
     pub(super) fn note_input(&mut self, now: Instant) {
-        // (Compared first: the usual input comes before its deadline, and
-        // then neither the difference nor the least timeout is worked out.)
+        // (`now > d` first: a deadline still ahead, the usual case, is not
+        // overdue, and comparing instants is far cheaper than subtracting.)
         let overdue = self.poll_timeout().is_some_and(|d| now > d && now.duration_since(d) > self.recovery.rto.least());
         if overdue {
             self.recovery.stall = Some((self.recovery.active, now));

@@ -473,6 +473,16 @@ impl Checker<'_> {
         // A restarted process that was admitted again, in place of one that
         // had taken part, finds its peers barriers ahead: refused.
         let restarted = |b: NodeId| run.joins.iter().any(|r| r.node == b && r.instance == j && r.life > 0);
+        // Node `x`'s input of instance `i`'s op `k` as `kind`: the one its
+        // application called with, if it called (drawn again otherwise).
+        let input_of = |i: usize, k: usize, x: NodeId, kind: OpKind| {
+            let kept = &run.inputs[i][k][x];
+            if !kept.is_empty() && run.scripts[i][k].kind_at(x) == kind {
+                kept.clone()
+            } else {
+                workload::input(run.config.seed, i, k, x, kind)
+            }
+        };
         for (k, recs) in ops.iter().enumerate() {
             let sop = &script[k];
             // Safety.
@@ -490,9 +500,9 @@ impl Checker<'_> {
                     let want = reference.get_or_insert_with(|| match kind {
                         // A broadcast's result is its root's input (the
                         // others' inputs are never read: not made).
-                        OpKind::Bcast { root, .. } => Some(workload::input(run.config.seed, j, k, root, kind)),
+                        OpKind::Bcast { root, .. } => Some(input_of(j, k, root, kind)),
                         _ => {
-                            let inputs: Vec<Vec<u8>> = (0..n).map(|x| workload::input(run.config.seed, j, k, x, kind)).collect();
+                            let inputs: Vec<Vec<u8>> = (0..n).map(|x| input_of(j, k, x, kind)).collect();
                             workload::reference(run.config.barrier.algorithm, kind, &inputs)
                         }
                     });
@@ -505,9 +515,9 @@ impl Checker<'_> {
                     let theirs = |other: usize| {
                         let Some(sop) = run.scripts[other].get(k).filter(|o| o.kind_at(b) == kind && !o.is_mismatch()) else { return false };
                         let other_ref = match sop.kind_at(b) {
-                            OpKind::Bcast { root, .. } => Some(workload::input(run.config.seed, other, k, root, kind)),
+                            OpKind::Bcast { root, .. } => Some(input_of(other, k, root, kind)),
                             _ => {
-                                let inputs: Vec<Vec<u8>> = (0..n).map(|x| workload::input(run.config.seed, other, k, x, kind)).collect();
+                                let inputs: Vec<Vec<u8>> = (0..n).map(|x| input_of(other, k, x, kind)).collect();
                                 workload::reference(run.config.barrier.algorithm, kind, &inputs)
                             }
                         };

@@ -401,21 +401,31 @@ macro_rules! float_num {
 float_num!(f32);
 float_num!(f64);
 
-fn eval<T: Num>(shape: &Shape, op: Op, inputs: &[Vec<u8>], at: usize) -> T {
+/// The fold of `shape` for every element at once: each element's value is
+/// made by the same operations in the same order as a fold of that element
+/// alone, so the result is bitwise the same (floats included); one pass per
+/// node of the shape rather than one walk of the shape per element.
+fn eval<T: Num>(shape: &Shape, op: Op, inputs: &[Vec<u8>], count: usize) -> Vec<T> {
     match shape {
-        Shape::Leaf(r) => T::read(&inputs[*r][at..at + T::SIZE]),
+        Shape::Leaf(r) => inputs[*r][..count * T::SIZE].chunks_exact(T::SIZE).map(T::read).collect(),
         Shape::Fold(parts) => {
             let mut it = parts.iter();
-            let first = eval::<T>(it.next().expect("a fold of something"), op, inputs, at);
-            it.fold(first, |acc, p| T::apply(op, acc, eval::<T>(p, op, inputs, at)))
+            let mut acc = eval::<T>(it.next().expect("a fold of something"), op, inputs, count);
+            for p in it {
+                let part = eval::<T>(p, op, inputs, count);
+                for (a, b) in acc.iter_mut().zip(part) {
+                    *a = T::apply(op, *a, b);
+                }
+            }
+            acc
         }
     }
 }
 
 fn reduce_as<T: Num>(shape: &Shape, op: Op, inputs: &[Vec<u8>], count: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(count * T::SIZE);
-    for e in 0..count {
-        eval::<T>(shape, op, inputs, e * T::SIZE).write(&mut out);
+    for v in eval::<T>(shape, op, inputs, count) {
+        v.write(&mut out);
     }
     out
 }

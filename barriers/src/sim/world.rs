@@ -107,6 +107,7 @@ impl<F: NodeFactory> World<F> {
         config.instances = scripts.len();
         let ops = scripts.iter().map(|s| vec![vec![OpRecord::NONE; n]; s.len()]).collect();
         let finishes = vec![vec![OpRecord::NONE; n]; config.instances];
+        let inputs = scripts.iter().map(|s| vec![vec![Vec::new(); n]; s.len()]).collect();
         let procs = config
             .clocks
             .iter()
@@ -133,6 +134,7 @@ impl<F: NodeFactory> World<F> {
             scripts,
             ops,
             finishes,
+            inputs,
             joins: Vec::new(),
             joins_heard: Vec::new(),
             spans: vec![(u64::MAX, 0); config.instances],

@@ -44,7 +44,7 @@ mod socket;
 pub use affinity::pin_current_thread;
 pub use event::{dup, poll_readable, EventFd, POLL_MAX};
 pub use iface::{interface_info, interface_names};
-pub use lock::{record_lock_holder, try_lock_record};
+pub use lock::{record_lock_holder, try_flock_exclusive, try_lock_record, try_read_lock_record, RecordHolder};
 pub use netns::{current_netns_id, NetnsGuard};
 pub use process::{close_inherited_descriptors_on_exec, effective_uid, effective_uid_is_root, monotonic_clock, process_exists, signal_end};
 pub use ring::{RingGeometry, Rings, RxFrame, TxStatus};

@@ -176,7 +176,14 @@ impl<F: NodeFactory> World<F> {
                 let kind = self.run.scripts[inst][k].kind_at(node);
                 let call = match kind {
                     OpKind::Split { .. } => AppCall::Enter,
-                    _ => AppCall::Collective { call: kind.collective(), input: workload::input(self.run.config.seed, inst, k, node, kind) },
+                    _ => {
+                        let input = workload::input(self.run.config.seed, inst, k, node, kind);
+                        let kept = &mut self.run.inputs[inst][k][node];
+                        if kept.is_empty() {
+                            kept.extend_from_slice(&input);
+                        }
+                        AppCall::Collective { call: kind.collective(), input }
+                    }
                 };
                 (call, if matches!(kind, OpKind::Split { .. }) { Stage::Entered(k) } else { Stage::InOp(k) })
             }

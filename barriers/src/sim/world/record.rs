@@ -153,6 +153,11 @@ pub struct Run {
     pub ops: Vec<Vec<Vec<OpRecord>>>,
     /// `finishes[instance][node]`.
     pub finishes: Vec<Vec<OpRecord>>,
+    /// `inputs[instance][op][node]`: the input the node's application
+    /// called the operation with (empty: it never called it, or the
+    /// operation takes none), kept for the checker's reference fold so that
+    /// it need not draw them again (they are [`super::super::workload::input`]'s).
+    pub inputs: Vec<Vec<Vec<Vec<u8>>>>,
     /// Every join.
     pub joins: Vec<JoinRecord>,
     /// When node 0's joining process of each instance first heard a
