@@ -427,3 +427,69 @@ fn a_restarted_process_admitted_beside_does_not_complete_its_peers_barrier_again
         );
     }
 }
+
+#[test]
+fn a_closing_barrier_proven_complete_still_reports_the_mismatch_its_peers_met() {
+    // A finish against a broadcast (node 2 finishes, nodes 0 and 1 call a
+    // broadcast from node 0: a plan mismatch) ends as a void barrier at
+    // every node, and every node's call of it reports the mismatch
+    // (PROTOCOL.md, Plan mismatch). Nodes 0 and 1 learn it from node 2's
+    // base message and go over; what they then send node 2 of barrier 0
+    // (their base messages, marked MISMATCHED, and their MISMATCH
+    // statuses) is lost (answers to node 2's NACKs are not). As soon as
+    // their broadcasts end they call a barrier (1), whose messages reach
+    // node 2 before its first retry: `closing_proven` completes node 2's
+    // closing barrier. Its finish must still say that the barrier was
+    // void, as its peers' broadcasts did.
+    for algorithm in [Algorithm::Concurrent, Algorithm::OnePhase] {
+        let config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+        let mut net = Net::new(3, config);
+        net.rule = Some(Box::new(|from, to, msg: &Msg| {
+            if to == 2 && from != 2 && msg.epoch == 0 && matches!(msg.kind, MsgKind::Data | MsgKind::Status) {
+                Fate::Drop
+            } else {
+                Fate::Deliver
+            }
+        }));
+        net.call(2, Call::Finish);
+        let input = [7u8; 8];
+        for p in [0, 1] {
+            net.call(p, Call::EnterCollective { call: Collective::Bcast { root: 0 }, count: 8, more: false, input: &input, deadline: None });
+            net.call(p, Call::WaitResult { deadline: None });
+        }
+        let mut peers: Vec<Option<String>> = vec![None, None];
+        let limit = net.now + Duration::from_millis(300);
+        while net.now < limit && net.done[2].is_none() {
+            for p in [0, 1] {
+                if peers[p].is_none() {
+                    if let Some(done) = net.done[p].take() {
+                        let result = done.and_then(|()| net.cores[p].collective_result(None));
+                        peers[p] = Some(format!("{result:?}"));
+                        net.call(p, Call::Wait { deadline: None });
+                    }
+                }
+            }
+            let step = net.now + Duration::from_micros(5);
+            net.run_until(step);
+        }
+        // (A broadcast's result may come before the mismatch is known: the
+        // call after it reports it as it ends, here only once the peers'
+        // barrier 1, which node 2 never enters, fails.)
+        let finish = net.done[2].take();
+        net.run_until(net.now + config.failure_timeout * 3);
+        let peers: Vec<String> = peers.into_iter().zip([0, 1]).map(|(r, p)| format!("{}, then {:?}", r.unwrap_or_default(), net.done[p])).collect();
+        for p in [0, 1] {
+            assert!(
+                net.cores[p].protocol_epoch() >= 1 && net.cores[p].window.last_void,
+                "{algorithm}: node {p} did not complete barrier 0 void: {peers:?}"
+            );
+        }
+        net.done[2] = finish;
+        eprintln!("{algorithm}: peers' broadcasts {peers:?}; node 2's finish {:?}", net.done[2]);
+        assert!(
+            matches!(net.done[2], Some(Err(BarrierError::CollectiveMismatch { .. }))),
+            "{algorithm}: node 2's finish, in a barrier void at its peers ({peers:?}): {:?}",
+            net.done[2]
+        );
+    }
+}
