@@ -117,6 +117,13 @@ pub const COPY_SHIFT: u32 = 8;
 /// (after [`COPY_SHIFT`] + 4).
 pub const COPY_MASK: u32 = 0xF;
 
+/// In a [`MsgKind::Nack`]'s `arg`, bits 16..24: which of its sender's NACKs
+/// this is (a number the copies of one NACK share, and a retry does not,
+/// modulo 256): a receiver tells a later copy of a NACK it took in from a
+/// retry whose first copy was lost (review rev33, finding 1). 0 from a
+/// sender that does not number them (the farewell's queries).
+pub const NACK_ID_SHIFT: u32 = 16;
+
 /// A barrier message: tiny, and the same on every transport.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Msg {

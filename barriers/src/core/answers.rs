@@ -29,13 +29,15 @@ const ANSWER_LOG: usize = 4;
 
 /// One (epoch, tag) a peer asked for: when its NACK was last admitted
 /// (answered, or served by a multicast answer), if ever, and the copy
-/// (index, count) of the last of its NACKs taken in.
+/// (index, count) and number (its sender's, `NACK_ID_SHIFT`) of the last
+/// of its NACKs taken in.
 #[derive(Clone, Copy, Debug)]
 struct Asked {
     epoch: u64,
     tag: u16,
     at: Option<Instant>,
     copy: (u32, u32),
+    id: u32,
 }
 
 /// The last answers given to one peer, newest at `next - 1` (a ring), for
@@ -62,7 +64,7 @@ impl Answered {
             Some(i) => i,
             None => {
                 let i = self.next;
-                self.recent[i] = Some(Asked { epoch, tag, at: None, copy: (0, 0) });
+                self.recent[i] = Some(Asked { epoch, tag, at: None, copy: (0, 0), id: 0 });
                 self.next = (self.next + 1) % ANSWER_LOG;
                 i
             }
@@ -82,17 +84,20 @@ impl Answered {
         self.recent.iter().flatten().any(|a| a.epoch == epoch && a.tag == tag && a.at.is_some_and(|at| now.saturating_duration_since(at) < within))
     }
 
-    /// A NACK of (`epoch`, `tag`) in its copy `copy` (index, count) was
-    /// taken in: whether it is a later copy of the last one taken in (the
-    /// same count, a greater index: its sender sends a NACK's copies in
-    /// order, and a retry's begin at index 0 again), which asks nothing
-    /// new however late it is taken in (PROTOCOL.md, *Evidence*: one
-    /// answer a NACK).
+    /// A NACK of (`epoch`, `tag`) in its copy `copy` (index, count),
+    /// numbered `id` by its sender, was taken in: whether it is a later
+    /// copy of the last one taken in (the same number and count, a greater
+    /// index: its sender sends a NACK's copies in order), which asks
+    /// nothing new however late it is taken in (PROTOCOL.md, *Evidence*:
+    /// one answer a NACK). (Without the number, a retry whose copy 0 was
+    /// lost, its copy 1 taken in after the last NACK's copy 0, was taken
+    /// for a later copy of that NACK and not answered, though that NACK's
+    /// answer was lost: review rev33, finding 1.)
     #[inline]
-    pub(super) fn later_copy(&mut self, epoch: u64, tag: u16, copy: (u32, u32)) -> bool {
+    pub(super) fn later_copy(&mut self, epoch: u64, tag: u16, copy: (u32, u32), id: u32) -> bool {
         let a = self.entry(epoch, tag);
-        let later = a.copy.1 == copy.1 && copy.0 > a.copy.0;
-        a.copy = copy;
+        let later = a.id == id && a.copy.1 == copy.1 && copy.0 > a.copy.0;
+        (a.copy, a.id) = (copy, id);
         later
     }
 

@@ -3,10 +3,11 @@
 //! the closing barrier where they are, until each is known to be past it,
 //! has gone silent (having left), or says it gave up on the closing barrier
 //! (its application was told a failure). No blind linger. A node still in
-//! its closing barrier that hears a peer's message of the barrier after it
-//! completes it there ([`Core::closing_proven`]): that peer completed it, so
-//! every node entered it (a node stalled past the farewell's silence is not
-//! left behind for a message lost before its peers left).
+//! its closing barrier that hears a peer's farewell word of the barrier
+//! after it completes it there ([`Core::closing_proven`]): that peer
+//! completed it, so every node entered it (a node stalled past the
+//! farewell's silence is not left behind for a message lost before its
+//! peers left).
 
 use std::time::{Duration, Instant};
 

@@ -36,7 +36,7 @@
 use std::time::Duration;
 
 use super::Core;
-use crate::transport::{COPY_MASK, COPY_SHIFT};
+use crate::transport::{COPY_MASK, COPY_SHIFT, NACK_ID_SHIFT};
 
 /// What recovering one receiver's loss costs against one more copy: a
 /// recovery takes a retry timeout and a round trip (tens of µs, a dozen
@@ -188,6 +188,19 @@ pub(super) fn copy_arg(k: u32, count: u32) -> u32 {
 #[inline]
 pub(super) fn copy_of(arg: u32) -> (u32, u32) {
     ((arg >> COPY_SHIFT) & COPY_MASK, ((arg >> (COPY_SHIFT + 4)) & COPY_MASK).max(1))
+}
+
+/// The `arg` bits that number a NACK (all its copies alike): its sender's
+/// `nacks` NACKs sent before it, modulo 256 ([`NACK_ID_SHIFT`]).
+#[inline]
+pub(super) fn nack_id_arg(nacks: u64) -> u32 {
+    ((nacks & 0xFF) as u32) << NACK_ID_SHIFT
+}
+
+/// The number of the NACK whose copy `arg` carries ([`nack_id_arg`]).
+#[inline]
+pub(super) fn nack_id_of(arg: u32) -> u32 {
+    (arg >> NACK_ID_SHIFT) & 0xFF
 }
 
 /// How many times [`RECOVERY_WORTH`] a plan's point-to-point message of a

@@ -18,6 +18,7 @@ mod copies;
 mod joins;
 mod replaced;
 mod review_rev32;
+mod review_rev33;
 mod soak;
 mod spacing;
 mod told;

@@ -2,7 +2,7 @@
 //! moving through every step whose waits are met, to the epoch's end.
 //!
 //! **Safety.** A node leaves barrier k only after its plan's waits for k are
-//! met, or (its closing barrier only) once a peer is known to be past k
+//! met, or (its closing barrier only) once a peer's farewell shows it past k
 //! ([`Core::closing_proven`]: that peer's exit followed every entry), and a
 //! message of k is only ever sent by a node that has reached the
 //! sending step of k. The plans guarantee that every exit causally follows
@@ -213,11 +213,19 @@ impl Core {
         self.recovery.fast_nacked = false;
     }
 
-    /// **A peer past the closing barrier proves it complete.** A message
-    /// of the barrier after this node's closing barrier comes from a peer
-    /// that completed the closing barrier, which it could only once every
-    /// node had entered it: this node's is complete too, whatever of its
-    /// plan's messages it still misses. It sends the steps it has not sent
+    /// **A peer past the closing barrier proves it complete.** A farewell's
+    /// word (a `FINISHED` status, a "where are you?" query) of the barrier
+    /// after this node's closing barrier comes from a peer that completed
+    /// the closing barrier, which it could only once every node had
+    /// entered it: this node's is complete too, whatever of its plan's
+    /// messages it still misses. (Only a farewell's: a finish whose
+    /// closing barrier ends void (a peer called a collective there instead)
+    /// reports the mismatch and says no farewell, so the closing barrier
+    /// it proves was not void. Any message of the barrier after proves it
+    /// complete, but not whether it was void: a peer that called a
+    /// broadcast against this node's finish went on to its next call, and
+    /// its messages of it, taken for the proof, made this node's finish
+    /// return Ok where every peer's call failed: review rev33, finding 3.) It sends the steps it has not sent
     /// (a peer may still wait for them), and [`advance`](Self::advance)
     /// completes the barrier. (A node stalled in its closing barrier for
     /// longer than the farewell's silence, its frames unread, while a

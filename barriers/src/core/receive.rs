@@ -9,7 +9,7 @@ use super::window::{ahead, parity, place};
 use super::Core;
 use crate::collective::Contributions;
 use crate::plan;
-use crate::transport::{status, Msg, MsgKind, NodeId, MISMATCHED, RECOVERED};
+use crate::transport::{status, Msg, MsgKind, NodeId, MISMATCHED, RECOVERED, STATUS_TAG};
 
 impl Core {
     /// Takes in a message (after the join) with its `data`.
@@ -52,9 +52,16 @@ impl Core {
         if matches!(msg.kind, MsgKind::Answer | MsgKind::Status) {
             self.recovery.replied(from, now);
         }
-        // A message of the barrier after this node's closing barrier: its
-        // sender completed the closing barrier (see `closing_proven`).
-        let past_closing = epoch == self.window.epoch + 1 && self.closing.closing() && !self.closing.finished();
+        // A farewell's word (a `FINISHED` status, a "where are you?"
+        // query) of the barrier after this node's closing barrier: its
+        // sender completed the closing barrier, and without a mismatch
+        // (see `closing_proven`).
+        let farewell = match msg.kind {
+            MsgKind::Status => msg.tag & status::FINISHED != 0,
+            MsgKind::Nack => msg.tag == STATUS_TAG,
+            _ => false,
+        };
+        let past_closing = farewell && epoch == self.window.epoch + 1 && self.closing.closing() && !self.closing.finished();
         match msg.kind {
             MsgKind::Status => self.on_status(from, msg, epoch, now),
             MsgKind::Nack => self.on_nack(from, msg, epoch, now),

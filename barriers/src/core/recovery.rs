@@ -56,7 +56,7 @@
 use std::time::{Duration, Instant};
 
 use super::answers::Answered;
-use super::copies::{copy_arg, copy_of, CopySpacing, LossEstimate};
+use super::copies::{copy_arg, copy_of, nack_id_arg, nack_id_of, CopySpacing, LossEstimate};
 use super::peers::PerPeer;
 use super::window::parity;
 use super::{Core, To};
@@ -348,7 +348,7 @@ impl Core {
         // in 8 copies of 2.7 µs each, took in one peer's 8-copy NACK's copies
         // 1, 3, 5, 7 each more than the window below after the one before,
         // answered each with 8 copies, and held barrier 40 for 4.9 ms.)
-        let later = self.recovery.answered[from].later_copy(epoch, msg.tag, copy_of(msg.arg));
+        let later = self.recovery.answered[from].later_copy(epoch, msg.tag, copy_of(msg.arg), nack_id_of(msg.arg));
         if later || copy_of(msg.arg).0 > 0 && self.recovery.answered[from].admitted_within(epoch, msg.tag, now, window) {
             self.stats.answers_suppressed += 1;
             return;
@@ -590,8 +590,11 @@ impl Core {
                 let late = self.recovery.laggard == Laggard::Late && (1.0 - p) * (1.0 - p) >= 0.9;
                 let once = late || first && ask == 0 && multicast_release && w.tag == plan::tag::RELEASE;
                 let copies = if once { 1 } else { copies };
+                // (Its copies numbered alike, a retry's otherwise: one
+                // answer a NACK, `Answered::later_copy`.)
+                let id = nack_id_arg(self.stats.nacks_sent);
                 for k in 0..copies {
-                    let nack = Msg { arg: copy_arg(k, copies), ..self.msg(MsgKind::Nack, self.window.epoch, w.tag) };
+                    let nack = Msg { arg: copy_arg(k, copies) | id, ..self.msg(MsgKind::Nack, self.window.epoch, w.tag) };
                     self.out.push_copy(now, (k, gap), 0, To::Node(ask), nack, &[]);
                 }
                 self.stats.nacks_sent += 1;
