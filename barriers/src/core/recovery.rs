@@ -15,8 +15,11 @@
 //! it is sent (a tree's child that gathers first asks this node for the
 //! release once it has sent its arrival), the timer waits longer for it
 //! ([`Core::arrivals_prove_themselves`]); a "not yet" about a release
-//! marks it late and its time is learned; and a NACK's later copies are
-//! dropped once what it asked for came (PROTOCOL.md, *Evidence*).
+//! marks it late (and its time is learned where a lost release proves
+//! itself); a NACK's later copies are dropped once what it asked for
+//! came; and a NACK carries an echo by which its answerer tells that it
+//! crossed the original ([`Core::answer`]; PROTOCOL.md, *Evidence*,
+//! *Crossings*).
 //!
 //! **Copies, from the loss seen.** Each node estimates the loss rate of its
 //! paths from what arrives ([`LossEstimate`]): every message carries its
