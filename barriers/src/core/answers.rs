@@ -27,8 +27,8 @@ const ANSWER_GAP_DIVISOR: u32 = 4;
 /// between this many (epoch, tag) pairs or fewer is still rate-limited).
 const ANSWER_LOG: usize = 4;
 
-/// The echo's mantissa bits (of its 24: see [`ECHO_SHIFT`]).
-const ECHO_MANTISSA: u32 = 19;
+/// The echo's mantissa bits (of its 16: see [`ECHO_SHIFT`]).
+const ECHO_MANTISSA: u32 = 11;
 
 /// A NACK's echo (see [`ECHO_SHIFT`]) of `took`, rounded up (so an echo
 /// never makes a NACK look sent sooner than it was), in place in `arg`;
@@ -39,7 +39,7 @@ pub(super) fn echo_arg(took: Option<Duration>) -> u32 {
     let limit = 1u64 << ECHO_MANTISSA;
     let word = match (0..32u32).find(|&e| ns.div_ceil(1 << e) < limit) {
         Some(e) => e << ECHO_MANTISSA | ns.div_ceil(1 << e) as u32,
-        None => (1 << 24) - 1,
+        None => (1 << 16) - 1,
     };
     (word & 0xFF) | (word >> 8) << ECHO_SHIFT
 }
@@ -292,14 +292,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_echo_is_rounded_up_within_four_millionths_and_zero_means_none() {
+    fn an_echo_is_rounded_up_within_a_thousandth_and_zero_means_none() {
         assert_eq!(echo_of(echo_arg(None)), None);
-        assert_eq!(echo_of(0xFF00), None, "bits 8..16 are the copies'");
+        assert_eq!(echo_of(0x00FF_FF00), None, "bits 8..24 are the copies' and the NACK's number");
         for ns in [1u64, 7, 2047, 2048, 2049, 40_019, 524_287, 524_289, 1_000_009, 123_456_789, 5_000_000_000] {
             let d = Duration::from_nanos(ns);
             let back = echo_of(echo_arg(Some(d))).expect("an echo");
-            assert!(back >= d && back <= d + d / (1 << 18) + Duration::from_nanos(1), "{d:?} came back as {back:?}");
-            assert_eq!(echo_arg(Some(d)) & 0xFF00, 0, "not the copies' bits");
+            assert!(back >= d && back <= d + d / (1 << 10) + Duration::from_nanos(1), "{d:?} came back as {back:?}");
+            assert_eq!(echo_arg(Some(d)) & 0x00FF_FF00, 0, "only bits 0..8 and 24..32");
         }
         assert_eq!(echo_of(echo_arg(Some(Duration::ZERO))), Some(Duration::from_nanos(1)), "0 ns is 1 ns, not unknown");
         let most = echo_of(echo_arg(Some(Duration::from_secs(1 << 20)))).expect("saturates");
