@@ -9,7 +9,7 @@ use super::copies::copy_arg;
 use super::window::parity;
 use super::{Core, To};
 use crate::plan::Dest;
-use crate::transport::{Msg, MsgKind, NodeId, MISMATCHED};
+use crate::transport::{Msg, MsgKind, NodeId, ECHO_SHIFT, MISMATCHED};
 
 /// Whether a multicast message is answered by multicast where the network
 /// has it (measured in the real-protocol simulator, 10 GbE, tree4: with
@@ -26,6 +26,30 @@ const ANSWER_GAP_DIVISOR: u32 = 4;
 /// How many recent answers are remembered per peer (a peer alternating
 /// between this many (epoch, tag) pairs or fewer is still rate-limited).
 const ANSWER_LOG: usize = 4;
+
+/// The echo's mantissa bits (of its 16: see [`ECHO_SHIFT`]).
+const ECHO_MANTISSA: u32 = 11;
+
+/// A NACK's echo (see [`ECHO_SHIFT`]) of `took`, rounded up (so an echo
+/// never makes a NACK look sent sooner than it was), in place in `arg`;
+/// `None`: 0, unknown.
+pub(super) fn echo_arg(took: Option<Duration>) -> u32 {
+    let Some(took) = took else { return 0 };
+    let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
+    let limit = 1u64 << ECHO_MANTISSA;
+    let word = match (0..32u32).find(|&e| ns.div_ceil(1 << e) < limit) {
+        Some(e) => e << ECHO_MANTISSA | ns.div_ceil(1 << e) as u32,
+        None => (1 << 16) - 1,
+    };
+    (word & 0xFF) | (word >> 8) << ECHO_SHIFT
+}
+
+/// The echo a NACK's `arg` carries, if any (see [`ECHO_SHIFT`]).
+pub(super) fn echo_of(arg: u32) -> Option<Duration> {
+    let word = (arg & 0xFF) | (arg >> ECHO_SHIFT) << 8;
+    let (e, m) = (word >> ECHO_MANTISSA, u64::from(word & ((1 << ECHO_MANTISSA) - 1)));
+    (word != 0).then(|| Duration::from_nanos(m << e))
+}
 
 /// One (epoch, tag) a peer asked for: when its NACK was last admitted
 /// (answered, or served by a multicast answer), if ever, and the copy
@@ -169,12 +193,35 @@ impl Core {
     /// than a round trip before it stopped: it cannot tell when the NACK
     /// came, so it may have crossed the original too.
     ///
+    /// **Echoes.** A NACK's echo (`echo`, see [`ECHO_SHIFT`]) says how long
+    /// before sending it the asker took in this node's same message of the
+    /// barrier before. If that message went at `t'` and this one at `t`,
+    /// and both took the same time `l` to reach the asker, the NACK went at
+    /// `t' + l + echo`, and this message reaches the asker at `t + l`: the
+    /// NACK crossed it if `echo < t − t'`, whatever `l` is and however late
+    /// this node takes the NACK in. No round trip need be measured (on a
+    /// clean network none ever is: node 0 of a tree never NACKs, so it
+    /// answered by multicast the release that every node's timer asked for
+    /// as it went, whenever one node was descheduled around its call:
+    /// review rev32, finding 5). An asker sends no echo where it cannot
+    /// vouch for its time (the message came as an answer, as a later copy,
+    /// or as it came back from a stall).
+    ///
     /// `asked`: when this peer's last NACK for the message before this one
     /// was admitted, if one was. A NACK that asks again after one that came
-    /// once the message went is no crossing (the original did not come);
-    /// one that asks again after a "not yet" may be.
+    /// once the message went is no crossing by the round trip (the original
+    /// did not come); one that asks again after a "not yet" may be. (Its
+    /// echo still tells.)
     /// Returns (answered, crossed).
-    pub(super) fn answer(&mut self, to: NodeId, epoch: u64, tag: Option<u16>, now: Instant, asked: Option<Instant>) -> (usize, usize) {
+    pub(super) fn answer(
+        &mut self,
+        to: NodeId,
+        epoch: u64,
+        tag: Option<u16>,
+        now: Instant,
+        asked: Option<Instant>,
+        echo: Option<Duration>,
+    ) -> (usize, usize) {
         let v = self.window.variant[parity(epoch)];
         let sent_steps = if epoch + 1 == self.window.epoch {
             self.plans.list[v].steps.len()
@@ -185,7 +232,13 @@ impl Core {
         };
         let (mut answered, mut crossed) = (0, 0);
         for s in 0..sent_steps {
-            let sent = self.recovery.sent_at[parity(epoch)].get(s).copied().flatten();
+            let sent_at = |e: u64| self.recovery.sent_at[parity(e)].get(s).copied().flatten().filter(|&(at, _)| at == e).map(|(_, t)| t);
+            let sent = sent_at(epoch);
+            let before = epoch.checked_sub(1).and_then(sent_at);
+            let echoed = match (echo, before, sent) {
+                (Some(echo), Some(before), Some(t)) => echo < t.saturating_duration_since(before),
+                _ => false,
+            };
             // (Until a round trip was measured, no NACK is taken for a
             // crossing; nor one that asks again after the message went.)
             let again = asked.is_some_and(|a| sent.is_none_or(|t| a > t));
@@ -194,7 +247,7 @@ impl Core {
                 .recovery
                 .stall
                 .is_some_and(|(from, back)| now.saturating_duration_since(back) < window && sent.is_some_and(|t| t + window > from));
-            let fresh = stalled || sent.is_some_and(|t| now.saturating_duration_since(t) < window);
+            let fresh = echoed || stalled || sent.is_some_and(|t| now.saturating_duration_since(t) < window);
             for i in 0..self.plans.list[v].steps[s].sends.len() {
                 let out = self.plans.list[v].steps[s].sends[i];
                 let for_them = matches!(out.dest, Dest::All) || out.dest == Dest::Node(to);
@@ -228,11 +281,7 @@ impl Core {
                     // loss the gap grew, which made more NACKs cross the
                     // later copies, which grew it more: 64 nodes 1.14 →
                     // 1.32× lossless.)
-                    let long_ago = self.recovery.sent_at[parity(epoch)]
-                        .get(s)
-                        .copied()
-                        .flatten()
-                        .is_some_and(|t| now.saturating_duration_since(t) >= self.recovery.rto.least());
+                    let long_ago = sent.is_some_and(|t| now.saturating_duration_since(t) >= self.recovery.rto.least());
                     if long_ago && !again && self.recovery.sent_copies[parity(epoch)].get(s).is_some_and(|&c| c > 1) {
                         self.recovery.spacing.answered_whole();
                     }
@@ -240,5 +289,25 @@ impl Core {
             }
         }
         (answered, crossed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_echo_is_rounded_up_within_a_thousandth_and_zero_means_none() {
+        assert_eq!(echo_of(echo_arg(None)), None);
+        assert_eq!(echo_of(0x00FF_FF00), None, "bits 8..24 are the copies' and the NACK's number");
+        for ns in [1u64, 7, 2047, 2048, 2049, 40_019, 524_287, 524_289, 1_000_009, 123_456_789, 5_000_000_000] {
+            let d = Duration::from_nanos(ns);
+            let back = echo_of(echo_arg(Some(d))).expect("an echo");
+            assert!(back >= d && back <= d + d / (1 << 10) + Duration::from_nanos(1), "{d:?} came back as {back:?}");
+            assert_eq!(echo_arg(Some(d)) & 0x00FF_FF00, 0, "only bits 0..8 and 24..32");
+        }
+        assert_eq!(echo_of(echo_arg(Some(Duration::ZERO))), Some(Duration::from_nanos(1)), "0 ns is 1 ns, not unknown");
+        let most = echo_of(echo_arg(Some(Duration::from_secs(1 << 20)))).expect("saturates");
+        assert!(most >= Duration::from_secs(4000), "{most:?}");
     }
 }

@@ -77,7 +77,7 @@ use outbox::Outbox;
 pub(crate) use progress::Plans;
 use progress::{Phase, Run};
 use recovery::Recovery;
-use window::Window;
+use window::{Window, BASE};
 
 /// What a core needs to know of its network: the facts a
 /// [`crate::Transport`] reports.
@@ -281,6 +281,8 @@ impl Core {
             return Err(BarrierError::Config(format!("{n} nodes: too many")));
         }
         let steps = plans.list.iter().map(|p| p.steps.len()).max().unwrap_or(0);
+        // (The algorithm's own plan's waits are indexed first.)
+        let base_waits = plans.list[BASE].steps.len().checked_sub(1).map_or(0, |last| plans.expect.of_step(BASE, last).end);
         Ok(Core {
             setup,
             config,
@@ -290,7 +292,7 @@ impl Core {
             member: Membership::default(),
             phase: Phase::Idle,
             ends: Ends::Sent,
-            recovery: Recovery::new(&config, setup.me, n, steps, now),
+            recovery: Recovery::new(&config, setup.me, n, steps, base_waits, now),
             live: Liveness::new(n, now),
             closing: Closing::Open,
             coll: None,

@@ -15,8 +15,11 @@
 //! it is sent (a tree's child that gathers first asks this node for the
 //! release once it has sent its arrival), the timer waits longer for it
 //! ([`Core::arrivals_prove_themselves`]); a "not yet" about a release
-//! marks it late and its time is learned; and a NACK's later copies are
-//! dropped once what it asked for came (PROTOCOL.md, *Evidence*).
+//! marks it late (and its time is learned where a lost release proves
+//! itself); a NACK's later copies are dropped once what it asked for
+//! came; and a NACK carries an echo by which its answerer tells that it
+//! crossed the original ([`Core::answer`]; PROTOCOL.md, *Evidence*,
+//! *Crossings*).
 //!
 //! **Copies, from the loss seen.** Each node estimates the loss rate of its
 //! paths from what arrives ([`LossEstimate`]): every message carries its
@@ -55,7 +58,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::answers::Answered;
+use super::answers::{echo_arg, echo_of, Answered};
 use super::copies::{copy_arg, copy_of, nack_id_arg, nack_id_of, CopySpacing, LossEstimate};
 use super::peers::PerPeer;
 use super::window::parity;
@@ -216,9 +219,18 @@ pub(super) struct Recovery {
     /// barrier parity: an answer to a NACK for a message sent in copies
     /// shows that they were all lost ([`CopySpacing::answered_whole`]).
     pub(super) sent_copies: [Vec<u8>; 2],
-    /// When each step's messages went out, per barrier parity: a NACK
-    /// that arrives within a round trip of it crossed it.
-    pub(super) sent_at: [Vec<Option<Instant>>; 2],
+    /// When each step's messages went out (the barrier, the time), per
+    /// barrier parity: a NACK that arrives within a round trip of it
+    /// crossed it, and so does one whose echo is shorter than the time
+    /// between the step's sending in the barrier before and in this one
+    /// ([`Core::answer`]).
+    pub(super) sent_at: [Vec<Option<(u64, Instant)>>; 2],
+    /// When each message of the algorithm's own plan (indexed as
+    /// [`crate::expect::Expectations`] does; its indices come first) was
+    /// last taken in as an original (copy 0 of a `Data`, not on a return
+    /// from a stall), and of which barrier: a NACK for the next barrier's
+    /// carries the time since as its echo ([`crate::transport::ECHO_SHIFT`]).
+    pub(super) heard_at: Vec<Option<(u64, Instant)>>,
     /// The shortest time from a NACK to its reply (an answer or a status)
     /// seen: a round trip, with the peer's time to turn a NACK around (the
     /// least: a NACK that came sooner after the original surely crossed it).
@@ -270,7 +282,8 @@ impl Recovery {
         }
     }
 
-    pub(super) fn new(config: &BarrierConfig, me: NodeId, nodes: usize, steps: usize, now: Instant) -> Recovery {
+    /// `base_waits`: how many messages the algorithm's own plan waits for.
+    pub(super) fn new(config: &BarrierConfig, me: NodeId, nodes: usize, steps: usize, base_waits: usize, now: Instant) -> Recovery {
         let parent = match config.algorithm {
             plan::Algorithm::Tree { k, release: plan::Release::Multicast } => {
                 plan::tree_parent(me, k.get(), nodes).map(|(p, _)| p).filter(|&p| p != 0)
@@ -293,6 +306,7 @@ impl Recovery {
             upstream_in: None,
             sent_at: [vec![None; steps], vec![None; steps]],
             sent_copies: [vec![0; steps], vec![0; steps]],
+            heard_at: vec![None; base_waits],
             reply: None,
             nacked_at: None,
             ring_loss_retry: None,
@@ -377,7 +391,7 @@ impl Core {
         if self.relays_for(from, msg.tag) {
             return self.relay_release(from, epoch, now);
         }
-        let (answered, crossed) = self.answer(from, epoch, tag, now, asked);
+        let (answered, crossed) = self.answer(from, epoch, tag, now, asked, echo_of(msg.arg));
         if crossed > 0 {
             // It crossed the original, which it will see.
         } else if answered == 0 && tag.is_some() && epoch + 1 == self.window.epoch && self.window.last_void {
@@ -469,7 +483,7 @@ impl Core {
             return;
         }
         if self.me() == 0 {
-            self.answer(from, epoch, Some(plan::tag::RELEASE), now, Some(now));
+            self.answer(from, epoch, Some(plan::tag::RELEASE), now, Some(now), None);
         } else {
             self.relay_release(from, epoch, now);
         }
@@ -590,11 +604,22 @@ impl Core {
                 let late = self.recovery.laggard == Laggard::Late && (1.0 - p) * (1.0 - p) >= 0.9;
                 let once = late || first && ask == 0 && multicast_release && w.tag == plan::tag::RELEASE;
                 let copies = if once { 1 } else { copies };
+                // (The echo: how long ago the same message of the barrier
+                // before came, if asked of its sender and heard clean.)
+                let i = self.plans.expect.of_step(self.run.cur, step).start + j;
+                let echo = self
+                    .recovery
+                    .heard_at
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .filter(|&(e, _)| ask == w.from && e + 1 == self.window.epoch)
+                    .map(|(_, at)| now.saturating_duration_since(at));
                 // (Its copies numbered alike, a retry's otherwise: one
                 // answer a NACK, `Answered::later_copy`.)
                 let id = nack_id_arg(self.stats.nacks_sent);
                 for k in 0..copies {
-                    let nack = Msg { arg: copy_arg(k, copies) | id, ..self.msg(MsgKind::Nack, self.window.epoch, w.tag) };
+                    let nack = Msg { arg: copy_arg(k, copies) | id | echo_arg(echo), ..self.msg(MsgKind::Nack, self.window.epoch, w.tag) };
                     self.out.push_copy(now, (k, gap), 0, To::Node(ask), nack, &[]);
                 }
                 self.stats.nacks_sent += 1;
@@ -637,7 +662,7 @@ impl Core {
     /// 1% loss about 1,100 NACKs crossed a release as it went, and each
     /// parent handed it on to each child in copies, for tens of µs of its
     /// CPU, while the next barrier's gather waited.)
-    fn release_proves_itself(&self) -> bool {
+    pub(super) fn release_proves_itself(&self) -> bool {
         let tree = matches!(self.config.algorithm, plan::Algorithm::Tree { release: plan::Release::Multicast, .. });
         tree && self.recovery.relay && self.coll.is_none() && self.me() != 0
     }

@@ -127,6 +127,14 @@ fn descheduled_nodes_on_a_clean_network_are_probed_not_recovered() {
             assert!(s.probes > 0, "{algorithm}, seed {seed}: descheduled peers, and none probed? {s:?}");
             assert_eq!(s.lost_counted, 0, "{algorithm}, seed {seed}: loss counted on a clean network: {s:?}");
             let recovered = s.nacks_sent - s.probes + s.answers;
+            eprintln!(
+                "{algorithm}, seed {seed}: NACKs but probes {}, answers {}, copies {}; probes {}, statuses {}",
+                s.nacks_sent - s.probes,
+                s.answers,
+                s.copies,
+                s.probes,
+                s.statuses
+            );
             assert!(
                 recovered * 5 < s.probes,
                 "{algorithm}, seed {seed}: NACKs but probes and answers {recovered} on a clean network, probes {}: {s:?}",
