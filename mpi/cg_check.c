@@ -8,13 +8,15 @@
  * checksum reduced to rank 1 (MPI_Reduce, MPI_IN_PLACE at the root), bitwise
  * operations on unsigned ints and a float product.
  *
- *   cg_check [N_PER_RANK] [DIGITS]
+ *   cg_check [N_PER_RANK] [DIGITS[,DIGITS]...]
  *
  * Rank 0 prints what it computed, doubles with DIGITS significant digits
  * (default 10): the same with and without the interposer (whose sums
  * associate differently from MPI's, in the last bits), and, with DIGITS 17,
- * bitwise the same in every run with it. It exits 0, or 1 if the solver did
- * not converge. */
+ * bitwise the same in every run with it. With several DIGITS, the whole
+ * report once per DIGITS, each after the first following a line
+ * "cg_check: again with DIGITS digits" (one run, several precisions). It
+ * exits 0, or 1 if the solver did not converge. */
 #include <inttypes.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -43,7 +45,7 @@ int main(int argc, char **argv) {
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int digits = argc > 2 ? atoi(argv[2]) : 10;
+    const char *digits_list = argc > 2 ? argv[2] : "10";
 
     /* Parameters from the last rank. */
     int params[2] = {argc > 1 ? atoi(argv[1]) : 50, 200}; /* rows per rank, iteration limit */
@@ -65,7 +67,10 @@ int main(int argc, char **argv) {
     double rr = dot(n, r, r), norm_b = rr;
     int iterations = 0;
     int64_t work = 0;
-    if (rank == 0) printf("cg_check: %d ranks, %d rows each\n", size, n);
+    /* Rank 0's report is printed at the end (once per DIGITS): the
+     * residuals of every fifth iteration are kept for it. */
+    double *said_rr = malloc(sizeof(double) * (limit / 5 + 1)), *said_max = malloc(sizeof(double) * (limit / 5 + 1));
+    int said = 0;
     for (;;) {
         matvec(n, p, ap);
         double alpha = rr / dot(n, p, ap);
@@ -86,7 +91,7 @@ int main(int argc, char **argv) {
          * the last bits; with mcd's they never do). */
         int go_on = rank == 0 ? (rr_new > tolerance * tolerance * norm_b && iterations < limit) : -1;
         MPI_Bcast(&go_on, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        if (rank == 0 && iterations % 5 == 0) printf("iteration %d: residual^2 %.*e, max %.*e\n", iterations, digits - 1, rr_new, digits - 1, local_max);
+        if (rank == 0 && iterations % 5 == 0) said_rr[said] = rr_new, said_max[said++] = local_max;
         double beta = rr_new / rr;
         rr = rr_new;
         for (int i = 0; i < n; i++) p[i] = r[i] + beta * p[i];
@@ -120,12 +125,19 @@ int main(int argc, char **argv) {
     MPI_Type_free(&pair);
 
     int converged = rr <= tolerance * tolerance * norm_b;
-    if (rank == 0) {
+    for (const char *d = digits_list; rank == 0 && *d;) {
+        int digits = atoi(d);
+        if (d != digits_list) printf("cg_check: again with %d digits\n", digits);
+        printf("cg_check: %d ranks, %d rows each\n", size, n);
+        for (int i = 0; i < said; i++) printf("iteration %d: residual^2 %.*e, max %.*e\n", 5 * (i + 1), digits - 1, said_rr[i], digits - 1, said_max[i]);
         printf("converged %s after %d iterations, %" PRId64 " rows of work\n", converged ? "yes" : "no", iterations, work);
         printf("checksum %.*e, %.*e\n", digits - 1, sums[0], digits - 1, sums[1]);
         printf("or %08x %08x %08x, and %08x %08x %08x, xor %08x %08x %08x\n", ors[0], ors[1], ors[2], ands[0], ands[1], ands[2], xors[0], xors[1], xors[2]);
         printf("min %lld %lld, max %lld %lld, product %.*e, pair %d %d\n", lo[0], lo[1], hi[0], hi[1], digits - 1, (double)product, two[0], two[1]);
+        while (*d && *d != ',') d++;
+        if (*d == ',') d++;
     }
+    free(said_rr), free(said_max);
     free(pattern), free(b), free(x), free(r), free(p), free(ap);
     MPI_Finalize();
     return converged ? 0 : 1;

@@ -26,11 +26,16 @@
  *                               run ROUNDS barriers with GAP_MS gaps on a
  *                               communicator without it, then free theirs.
  *
+ * Several scenarios, separated by "+", run one after the other in one job
+ * (early-exit last: a rank finalizes in it), e.g.
+ * "comm_stress churn 50 + shapes 20"; MPI_THREAD_MULTIPLE if one is mt.
+ *
  * Records (communicator id, barrier number, members, enter, leave) on
  * CLOCK_MONOTONIC (shared by the virtual cluster's ranks); rank 0 gathers
  * them and checks that every barrier was seen by all its members and that
  * no member left it before every member had entered it. Prints
- * "comm_stress: OK MODE N ranks, B barriers checked" or "comm_stress: FAILED ...". */
+ * "comm_stress: OK MODE N ranks, B barriers checked" or "comm_stress: FAILED MODE ..."
+ * per scenario (MODE "slow-sub dup" or "slow-sub world" for slow-sub). */
 #include <dirent.h>
 #include <mpi.h>
 #include <pthread.h>
@@ -329,50 +334,74 @@ static void run_slow_sub(int gap_ms, int on_world) {
     if (!on_world) MPI_Comm_free(&y);
 }
 
+/* Runs one scenario (MODE ROUNDS [ARGS]: argv[0..argc)) and checks it,
+ * labelled `label`; returns its status, or -1 if this rank has finalized
+ * (early-exit's last rank). */
+static int run_one(int argc, char **argv, int provided, char *label, size_t label_size) {
+    const char *mode = argv[0];
+    rounds = argc > 1 ? atoi(argv[1]) : 20;
+    snprintf(label, label_size, "%s", mode);
+    nrecs = 0; /* each scenario checks its own barriers */
+    if (!strcmp(mode, "churn")) {
+        run_churn();
+    } else if (!strcmp(mode, "mt")) {
+        if (provided != MPI_THREAD_MULTIPLE) {
+            if (rank == 0) printf("comm_stress: FAILED mt: thread level %d, not MPI_THREAD_MULTIPLE\n", provided);
+            return 1;
+        }
+        run_mt();
+    } else if (!strcmp(mode, "shapes")) {
+        if (size < 4) {
+            if (rank == 0) printf("comm_stress: FAILED shapes: needs 4 ranks or more\n");
+            return 1;
+        }
+        run_shapes();
+    } else if (!strcmp(mode, "slow-sub")) {
+        int on_world = argc > 3 && !strcmp(argv[3], "world");
+        /* Named by its Y, so that two of them in one job tell apart. */
+        snprintf(label, label_size, "slow-sub %s", on_world ? "world" : "dup");
+        run_slow_sub(argc > 2 ? atoi(argv[2]) : 3000, on_world);
+    } else if (!strcmp(mode, "early-exit")) {
+        return run_early_exit(argc > 2 ? atoi(argv[2]) : 100);
+    } else {
+        if (rank == 0) fprintf(stderr, "comm_stress: unknown mode %s\n", mode);
+        return 2;
+    }
+    return check(MPI_COMM_WORLD, label);
+}
+
 int main(int argc, char **argv) {
-    const char *mode = argc > 1 ? argv[1] : "";
-    rounds = argc > 2 ? atoi(argv[2]) : 20;
+    /* Scenarios separated by "+", run one after the other in this job. */
+    int starts[64], ends[64], n = 0, needs_mt = 0, bad = argc < 2;
+    for (int i = 1; i < argc && n < 64;) {
+        starts[n] = i;
+        while (i < argc && strcmp(argv[i], "+")) i++;
+        ends[n] = i++;
+        if (ends[n] == starts[n]) bad = 1;
+        else if (!strcmp(argv[starts[n]], "mt")) needs_mt = 1;
+        else if (!strcmp(argv[starts[n]], "early-exit") && i < argc) bad = 1; /* a rank finalizes in it: last only */
+        n++;
+    }
     int provided = MPI_THREAD_SINGLE;
-    if (!strcmp(mode, "mt"))
+    if (needs_mt)
         MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     else
         MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int status;
-    if (!strcmp(mode, "churn")) {
-        run_churn();
-        status = check(MPI_COMM_WORLD, mode);
-    } else if (!strcmp(mode, "mt")) {
-        if (provided != MPI_THREAD_MULTIPLE) {
-            if (rank == 0) printf("comm_stress: FAILED: thread level %d, not MPI_THREAD_MULTIPLE\n", provided);
-            MPI_Finalize();
-            return 1;
-        }
-        run_mt();
-        status = check(MPI_COMM_WORLD, mode);
-    } else if (!strcmp(mode, "shapes")) {
-        if (size < 4) {
-            if (rank == 0) printf("comm_stress: FAILED: shapes needs 4 ranks or more\n");
-            MPI_Finalize();
-            return 1;
-        }
-        run_shapes();
-        status = check(MPI_COMM_WORLD, mode);
-    } else if (!strcmp(mode, "slow-sub")) {
-        run_slow_sub(argc > 3 ? atoi(argv[3]) : 3000, argc > 4 && !strcmp(argv[4], "world"));
-        status = check(MPI_COMM_WORLD, mode);
-    } else if (!strcmp(mode, "early-exit")) {
-        status = run_early_exit(argc > 3 ? atoi(argv[3]) : 100);
-        if (status < 0) return 0;
-        double t = now_us();
-        MPI_Finalize();
-        printf("comm_stress: rank %d: MPI_Finalize took %.1f ms\n", rank, (now_us() - t) / 1e3);
-        return status;
-    } else {
-        fprintf(stderr, "usage: comm_stress churn|mt|shapes|early-exit ROUNDS [GAP_MS]\n");
+    if (bad) {
+        if (rank == 0)
+            fprintf(stderr, "usage: comm_stress SCENARIO [+ SCENARIO]...; SCENARIO: churn|mt|shapes ROUNDS, slow-sub ROUNDS GAP_MS [world], "
+                            "early-exit ROUNDS GAP_MS (last only)\n");
         MPI_Finalize();
         return 2;
+    }
+    int status = 0;
+    for (int k = 0; k < n; k++) {
+        char label[64];
+        int st = run_one(ends[k] - starts[k], argv + starts[k], provided, label, sizeof label);
+        if (st < 0) return status; /* this rank finalized in early-exit */
+        if (st) status = st;
     }
     double t = now_us();
     MPI_Finalize();
