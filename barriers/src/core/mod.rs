@@ -52,6 +52,7 @@ mod calls;
 mod closing;
 mod copies;
 mod ends;
+mod evidence;
 mod heard;
 mod join;
 mod liveness;
@@ -62,6 +63,7 @@ mod peers;
 mod progress;
 mod receive;
 mod recovery;
+mod relay;
 #[cfg(test)]
 mod tests;
 mod window;

@@ -31,7 +31,7 @@
 //! missing then are counted lost. From that rate, a message (data,
 //! answer or NACK) goes as many times as make the expected cost of
 //! recovering its receivers' losses (a retry timeout and a round trip each,
-//! [`RECOVERY_WORTH`] frames) no more than the cost of one more copy: on a
+//! [`RECOVERY_WORTH`](super::copies::RECOVERY_WORTH) frames) no more than the cost of one more copy: on a
 //! clean network (nothing ever lost) every message goes once. A message a
 //! peer asked for before it was sent goes twice at least; a first NACK
 //! asking node 0 for its multicast release goes once (many nodes ask at
@@ -60,13 +60,14 @@ use std::time::{Duration, Instant};
 
 use super::answers::{echo_arg, echo_of, Answered};
 use super::copies::{copy_arg, copy_of, nack_id_arg, nack_id_of, CopySpacing, LossEstimate};
+use super::evidence::{gathers_first, EVIDENCE_WAITS};
 use super::peers::PerPeer;
 use super::window::parity;
 use super::{Core, To};
 use crate::plan;
 use crate::rto::Rto;
 use crate::transport::STATUS_TAG;
-use crate::transport::{status, Msg, MsgKind, NodeId, MISMATCHED};
+use crate::transport::{status, Msg, MsgKind, NodeId};
 use crate::types::BarrierConfig;
 
 /// Until a probe shows that the peer is late (a status: it has not sent
@@ -88,23 +89,7 @@ const QUIET_PROBES: u32 = 6;
 /// parent 67 µs; at 512 nodes 147 against 117 µs, and at 4,096 (tree8)
 /// asking node 0 does not end 100 barriers in 300 s of simulation (a NACK
 /// implosion at node 0), asking the parent gives 4.4 ms.
-const RELAY_FROM_NODES: usize = 512;
-/// A tree node asks node 0 itself for the release (in turn with its
-/// parent) once its parent left this many of its probes in a row
-/// unanswered (the parent may be dead, or hold a collective's result it
-/// does not relay).
-const RELAY_UNANSWERED: u32 = 2;
-/// How many of its retry timeouts a gather waits for evidence that a
-/// missing child's arrival went (the child's NACK of the release) before
-/// its timer asks for it ([`Core::arrivals_prove_themselves`]).
-const EVIDENCE_WAITS: u32 = 2;
-/// Whether `node` has children of its own in the k-nomial tree of `n`
-/// nodes (so it sends its arrival only once its own gather is done: a
-/// missing arrival of a leaf, sent as it enters, was lost; one of a node
-/// that gathers first is more likely late).
-fn gathers_first(node: NodeId, k: usize, n: usize) -> bool {
-    k > 1 && node.is_multiple_of(k) && node + 1 < n
-}
+pub(super) const RELAY_FROM_NODES: usize = 512;
 
 /// The learned retry timeouts, one per plan step ([`Rto`] each): a step
 /// learns from its own times only. The steps of one plan wait for very
@@ -435,135 +420,9 @@ impl Core {
         }
     }
 
-    /// **What a NACK proves.** A node asks for the release only in the step
-    /// in which it has sent its arrival (every plan with a release: a tree,
-    /// concurrent). So a NACK for the current barrier's release from a
-    /// peer whose arrival this node still misses proves that the arrival
-    /// went and was lost (or is still on its way): it is NACKed at once,
-    /// not at this node's retry. (That retry may never be learned: node 0's
-    /// gather at 1,024 nodes, or under bursty loss at 64, is rarely
-    /// completed without some recovery below it, which teaches nothing, so
-    /// it kept the initial 250 µs; a lost arrival waited that long.) At
-    /// most one such NACK per answer gap to one peer (the peer's NACK comes
-    /// in copies), and it counts as this node's retry: the next comes a
-    /// retry interval later (measured, 10 GbE, tree4, 8 nodes, bursty 5%/4:
-    /// 2.01× lossless when the timer NACKed again soon after, 1.92× with).
-    fn arrival_proven(&mut self, from: NodeId, now: Instant, gap: Duration) {
-        let just_asked = self.recovery.nacked_at.is_some_and(|(p, at)| p == from && now.saturating_duration_since(at) < gap);
-        if !self.phase.running() || just_asked {
-            return;
-        }
-        let sent = self.nack_missing(now, false, |w| w.from == from && w.tag == plan::tag::ARRIVE);
-        self.stats.fast_nacks += sent;
-        if sent > 0 {
-            // (This was the retry: the next comes a retry interval later.)
-            self.recovery.next_retry = self.recovery.next_retry.max(now + self.recovery.retry_interval);
-        }
-    }
-
-    /// **What a status proves.** A child (in a tree whose root releases by
-    /// multicast) that says it is still in barrier `epoch`, the one before
-    /// this node's, lacks only node 0's release of it (it has sent every
-    /// other message of it), which this node has: it is handed on at once,
-    /// as an answer ([`Core::relay_release`]; node 0 answers with it),
-    /// rather than left to the child's own retry (bursty loss takes the
-    /// release's copies and node 0's multicast answer together; the child
-    /// then asked node 0 only at its release step's retry, and its parent,
-    /// waiting for its arrival, backed off: it was late). What it owes this
-    /// node may then come any moment: the retry comes soon again. Rate
-    /// limited as answers are.
-    pub(super) fn release_proven_missing(&mut self, from: NodeId, epoch: u64, now: Instant) {
-        let tree = matches!(self.config.algorithm, plan::Algorithm::Tree { release: plan::Release::Multicast, .. });
-        let child = self.plans.expect.index(from, plan::tag::ARRIVE).is_some();
-        if !tree || !child || epoch + 1 != self.window.epoch {
-            return;
-        }
-        let gap = self.answer_gap();
-        if !self.recovery.answered[from].admit(epoch, plan::tag::RELEASE, now, gap) {
-            return;
-        }
-        if self.me() == 0 {
-            self.answer(from, epoch, Some(plan::tag::RELEASE), now, Some(now), None);
-        } else {
-            self.relay_release(from, epoch, now);
-        }
-        if self.phase.running() && self.missing_any(|p| p == from) {
-            self.recovery.laggard = Laggard::Unknown;
-            self.recovery.retry_interval = self.recovery.rto.get(self.run.step);
-            self.recovery.next_retry = now + self.recovery.retry_interval;
-        }
-    }
-
-    /// Whether a NACK from `from` for `tag` asks this node for node 0's
-    /// release on node 0's behalf: `from` is its child in a tree whose
-    /// root releases by multicast.
-    fn relays_for(&self, from: NodeId, tag: u16) -> bool {
-        tag == plan::tag::RELEASE
-            && self.me() != 0
-            && matches!(self.config.algorithm, plan::Algorithm::Tree { release: plan::Release::Multicast, .. })
-            && self.plans.expect.index(from, plan::tag::ARRIVE).is_some()
-    }
-
-    /// **The nearest holder answers.** A tree node's child asks it (not
-    /// node 0) for node 0's release: each node then answers its own few
-    /// children, where node 0 alone would take in a NACK from every node
-    /// whose release was lost or merely late (thousands at once, at 4,096
-    /// nodes: a NACK implosion). Re-sends node 0's release of `epoch` to
-    /// `to` if this node has it (it completed that barrier, or the release
-    /// of the current one came), as an answer; otherwise says by a status
-    /// that it has not got it either (it is asking its own parent). A
-    /// release that carries a collective's result is not relayed (its data
-    /// is node 0's to send): no answer, and the child, finding its parent
-    /// unanswering, asks node 0.
-    fn relay_release(&mut self, to: NodeId, epoch: u64, now: Instant) {
-        let release = self.plans.expect.index(0, plan::tag::RELEASE);
-        let has = epoch + 1 == self.window.epoch || release.is_some_and(|i| epoch == self.window.epoch && self.window.got[parity(epoch)].contains(i));
-        if !has {
-            self.send_status(Some(to));
-            return;
-        }
-        if self.coll.is_some() {
-            return;
-        }
-        let void_here = if epoch + 1 == self.window.epoch { self.window.last_void } else { self.window.void[parity(epoch)] };
-        let void = if void_here { MISMATCHED } else { 0 };
-        let (copies, gap) = (self.recovery.loss.copies(1), self.copy_gap());
-        for k in 0..copies {
-            let msg = Msg { arg: void | copy_arg(k, copies), ..self.msg(MsgKind::Answer, epoch, plan::tag::RELEASE) };
-            self.out.push_copy(now, (k, gap), 0, To::Node(to), msg, &[]);
-        }
-        self.stats.answers += 1;
-        self.stats.copies += u64::from(copies - 1);
-    }
-
-    /// Whether to ask parent `p` for node 0's release (else node 0): yes
-    /// while it answers; once it left [`RELAY_UNANSWERED`] probes in a row
-    /// unanswered, node 0 and it in turn (node 0 is probed, so a dead
-    /// parent costs a retry, and the parent too, so it is heard again).
-    fn relay_answers(&self, p: NodeId) -> bool {
-        let (parent, root) = (self.live.peers[p].unanswered(), self.live.peers[0].unanswered());
-        parent < RELAY_UNANSWERED || parent <= root + 1
-    }
-
-    /// `from` is in barrier c+1, so it has completed c: it has sent this node
-    /// everything it sends in c, and node 0 has sent its release. NACK at
-    /// once whatever of that the current step still misses.
-    pub(super) fn nack_proven(&mut self, from: NodeId, now: Instant) {
-        // A broadcast's data and end, and a reduce's end, come from its
-        // root, which sent them before any node completed the epoch.
-        let proven = |w: &plan::Expect| {
-            w.from == from
-                || (w.from == 0 && w.tag == plan::tag::RELEASE)
-                || matches!(w.tag, plan::tag::BCAST_DATA | plan::tag::BCAST_DONE | plan::tag::REDUCE_DONE)
-        };
-        let sent = self.nack_missing(now, false, proven);
-        self.stats.fast_nacks += sent;
-        self.recovery.fast_nacked |= sent > 0;
-    }
-
     /// NACKs every message of the current step that is still missing and
     /// that `which` selects; returns how many.
-    fn nack_missing(&mut self, now: Instant, probe: bool, which: impl Fn(&plan::Expect) -> bool) -> u64 {
+    pub(super) fn nack_missing(&mut self, now: Instant, probe: bool, which: impl Fn(&plan::Expect) -> bool) -> u64 {
         let step = self.run.step;
         let Some(waits) = self.plans.list[self.run.cur].steps.get(step).map(|s| s.waits.len()) else { return 0 };
         let current = parity(self.window.epoch);
@@ -631,63 +490,6 @@ impl Core {
             }
         }
         sent
-    }
-
-    /// **Arrivals that prove themselves.** In a tree whose root releases by
-    /// multicast, a child that has sent its arrival waits for the release,
-    /// and asks for it at its own retry timeout; where it asks this node
-    /// (node 0, or its parent from [`RELAY_FROM_NODES`] nodes on, outside
-    /// collectives, whose releases are node 0's to send), that NACK proves
-    /// the arrival went, and this node NACKs a missing one at once
-    /// ([`Core::arrival_proven`]). A missing arrival with no such NACK is
-    /// late, not lost (its copies make a whole loss improbable): its sender
-    /// is still gathering. So the gather's timer does not ask for it until
-    /// the step has waited [`EVIDENCE_WAITS`] retry timeouts (a fallback for
-    /// a child that stopped, or whose NACK was lost too). Asked at the
-    /// timer, a late child answered with a status; at 1,024 nodes and 1%
-    /// loss node 0's gather timed out in most barriers while its largest
-    /// subtrees were merely late, and each NACK, in copies, cost its CPU a
-    /// send gap (2.7 µs at 10 GbE) before it could release.
-    /// **A release that proves itself.** From [`RELAY_FROM_NODES`] nodes on
-    /// (outside collectives), a node that lost node 0's release learns that
-    /// it went from the next barrier: its children's arrivals of it (which
-    /// NACK the release at once, [`Core::nack_proven`]), or, for a leaf, its
-    /// parent's probe of its arrival there, answered by a status that it is
-    /// still in the barrier before, on which the parent hands the release on
-    /// at once ([`Core::release_proven_missing`]). Without such evidence a
-    /// missing release is late, not lost (it goes in copies to every node):
-    /// the timer asks for it only once the step has waited
-    /// [`EVIDENCE_WAITS`] retry timeouts. (Every node's release timer fired
-    /// together whenever the release was a little late: at 1,024 nodes and
-    /// 1% loss about 1,100 NACKs crossed a release as it went, and each
-    /// parent handed it on to each child in copies, for tens of µs of its
-    /// CPU, while the next barrier's gather waited.)
-    pub(super) fn release_proves_itself(&self) -> bool {
-        let tree = matches!(self.config.algorithm, plan::Algorithm::Tree { release: plan::Release::Multicast, .. });
-        tree && self.recovery.relay && self.coll.is_none() && self.me() != 0
-    }
-
-    /// The tree's fanout (0: not a tree).
-    fn tree_k(&self) -> usize {
-        match self.config.algorithm {
-            plan::Algorithm::Tree { k, .. } => k.get(),
-            _ => 0,
-        }
-    }
-
-    /// Whether what the current step misses proves itself if lost: the
-    /// arrivals where they do ([`Core::arrivals_prove_themselves`]), or,
-    /// in a tree whose root releases by multicast, node 0's release alone
-    /// (its children's next arrivals, or its parent's probe of its own,
-    /// show that it went).
-    fn lost_proves_itself(&self) -> bool {
-        let tree = matches!(self.config.algorithm, plan::Algorithm::Tree { release: plan::Release::Multicast, .. });
-        self.arrivals_prove_themselves() || (tree && !self.missing_any(|p| p != 0))
-    }
-
-    pub(super) fn arrivals_prove_themselves(&self) -> bool {
-        let tree = matches!(self.config.algorithm, plan::Algorithm::Tree { release: plan::Release::Multicast, .. });
-        tree && (self.me() == 0 || (self.recovery.relay && self.coll.is_none()))
     }
 
     /// Whether `pred` holds for the sender of one of the current step's
