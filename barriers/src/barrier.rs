@@ -654,6 +654,7 @@ impl<T: Transport + Send + 'static> PreparedBarrier<T> {
         let mut other = beside.engine;
         other.joined_as(crate::core::derived_instance(engine.instance()));
         other.transport.joined_beside();
+        engine.pair_with(&mut other);
         let first = Barrier::started(engine, self.waker, self.config)?;
         let second = Barrier::started(other, beside.waker, beside.config)?;
         Ok((first, second))

@@ -9,6 +9,8 @@
 //! everything else already there), and tell the core the time.
 
 use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::collective::{wire, Collective};
@@ -48,6 +50,39 @@ pub(crate) struct Engine<T: Transport> {
     queue: Queue,
     /// The transport's ring drops when last asked ([`Transport::ring_drops`]).
     ring_drops: u64,
+    /// Node 0 of a pair made by a join with a barrier beside
+    /// ([`crate::PreparedBarrier::join_with`]): what the barrier beside
+    /// tells the joined one.
+    pair: Option<Pair>,
+}
+
+/// What node 0's barrier beside another saw of its instance, for the one
+/// joined (review rev33-2): which nodes it heard, and whether it completed a
+/// barrier. Node 0 of the joined barrier admits another incarnation of a
+/// node in place of the admitted one only if that node took part in neither
+/// instance ([`Core::took_part_beside`]); the cores cannot see each other.
+#[derive(Debug)]
+struct BesideWord {
+    completed: AtomicBool,
+    heard: Vec<AtomicBool>,
+}
+
+impl BesideWord {
+    fn new(nodes: usize) -> BesideWord {
+        BesideWord { completed: AtomicBool::new(false), heard: (0..nodes).map(|_| AtomicBool::new(false)).collect() }
+    }
+
+    fn took_part(&self, p: NodeId) -> bool {
+        self.completed.load(Ordering::Acquire) || self.heard.get(p).is_some_and(|h| h.load(Ordering::Acquire))
+    }
+}
+
+/// An engine's side of a pair ([`BesideWord`]).
+enum Pair {
+    /// The joined barrier: reads the word before each `Join`.
+    Joined(Arc<BesideWord>),
+    /// The barrier beside: writes it (`true` once it told a completion).
+    Beside(Arc<BesideWord>, bool),
 }
 
 impl<T: Transport> Engine<T> {
@@ -61,7 +96,7 @@ impl<T: Transport> Engine<T> {
             max_data: transport.max_data(),
         };
         let core = Core::new(setup, config, Instant::now())?;
-        Ok(Engine { transport, core, agent_error: None, queue: Queue::default(), ring_drops: 0 })
+        Ok(Engine { transport, core, agent_error: None, queue: Queue::default(), ring_drops: 0, pair: None })
     }
 
     pub(crate) fn me(&self) -> NodeId {
@@ -97,6 +132,12 @@ impl<T: Transport> Engine<T> {
 
     /// Sends everything the core has to send.
     fn flush(&mut self) -> Result<(), TransportError> {
+        if let Some(Pair::Beside(word, told @ false)) = &mut self.pair {
+            if self.core.completed_any() {
+                word.completed.store(true, Ordering::Release);
+                *told = true;
+            }
+        }
         while let Some(t) = self.core.poll_transmit() {
             // Data and answers go as data (even empty); the rest as plain
             // messages (a transport may route the two differently).
@@ -131,7 +172,17 @@ impl<T: Transport> Engine<T> {
     /// ([`Transport::confirm_live`]).
     #[inline]
     fn feed(&mut self, now: Instant, m: Incoming) {
+        if let Some(Pair::Joined(word)) = &self.pair {
+            if m.msg.kind == MsgKind::Join && word.took_part(m.from) {
+                self.core.took_part_beside(m.from);
+            }
+        }
         self.core.handle(now, m.from, m.rail, m.msg, self.transport.data());
+        if let Some(Pair::Beside(word, _)) = &self.pair {
+            if word.heard.get(m.from).is_some_and(|h| !h.load(Ordering::Relaxed)) && self.core.heard_in_instance(m.from) {
+                word.heard[m.from].store(true, Ordering::Release);
+            }
+        }
         let instance = self.core.instance();
         if instance != 0 && m.msg.instance == instance && !matches!(m.msg.kind, MsgKind::Join | MsgKind::Admit | MsgKind::Refuse) {
             self.transport.confirm_live(m.from, m.rail);
@@ -225,6 +276,17 @@ impl<T: Transport> Engine<T> {
     /// barrier over the same nodes that was joined beside this one.
     pub(crate) fn joined_as(&mut self, instance: u64) {
         self.core.joined(instance);
+    }
+
+    /// Node 0 of a pair made by a join with a barrier beside: `self` the
+    /// joined barrier, `beside` the barrier beside it, which tells it the
+    /// nodes that took part in its instance (review rev33-2).
+    pub(crate) fn pair_with(&mut self, beside: &mut Engine<T>) {
+        if self.core.me() == 0 {
+            let word = Arc::new(BesideWord::new(self.core.nodes()));
+            self.pair = Some(Pair::Joined(word.clone()));
+            beside.pair = Some(Pair::Beside(word, false));
+        }
     }
 
     /// A join timeout, with what the transport dropped of the missing

@@ -79,3 +79,50 @@ fn a_node_whose_barrier_beside_is_configured_otherwise_is_refused_at_the_join() 
         assert!(r.is_err(), "node {p} joined without node 2");
     }
 }
+
+#[test]
+fn a_process_restarted_into_a_pair_whose_barrier_beside_ran_is_refused() {
+    // Review rev33-2, through the driver: the communicator's own barrier
+    // (the joined one) is never used, its collectives' barrier (beside)
+    // runs 3 allreduces. Node 3's process is then restarted and joins the
+    // pair again: node 0 must refuse it (its predecessor took part beside),
+    // not admit it in place, where it would run barrier 0 beside again.
+    let n = 4;
+    let mut config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_millis(400));
+    config.join_timeout = Duration::from_millis(600);
+    let beside = BarrierConfig { algorithm: Algorithm::ShuffleExchange, ..config };
+    let (a, b) = (mem::network(n, 1, Faults::none()), mem::network(n, 1, Faults::none()));
+    let threads: Vec<_> = a
+        .into_iter()
+        .zip(b)
+        .enumerate()
+        .map(|(p, (ta, tb))| {
+            std::thread::spawn(move || -> Result<Option<BarrierError>, String> {
+                let pair = |ta, tb| -> Result<_, BarrierError> { PreparedBarrier::new(ta, config)?.join_with(PreparedBarrier::new(tb, beside)?) };
+                let (x, mut y) = pair(ta, tb).map_err(|e| format!("node {p}'s join: {e}"))?;
+                for _ in 0..3 {
+                    let mut data = [p as u64 + 1];
+                    y.allreduce(&mut data, Op::Sum).map_err(|e| format!("node {p}'s allreduce: {e}"))?;
+                    assert_eq!(data[0], 10, "node {p}");
+                }
+                if p == 3 {
+                    let (ta, tb) = (x.into_transport(), y.into_transport());
+                    return match pair(ta, tb) {
+                        Ok(_) => Err("node 3's restarted process was admitted into the pair".into()),
+                        Err(e) => Ok(Some(e)),
+                    };
+                }
+                // Node 0's agent answers the restarted process's join meanwhile.
+                std::thread::sleep(config.join_timeout + Duration::from_millis(400));
+                drop((x, y));
+                Ok(None)
+            })
+        })
+        .collect();
+    for (p, t) in threads.into_iter().enumerate() {
+        let outcome = t.join().expect("a node panicked").unwrap_or_else(|e| panic!("{e}"));
+        if p == 3 {
+            assert!(matches!(outcome, Some(BarrierError::Refused { .. })), "node 3's restarted process: {outcome:?}");
+        }
+    }
+}

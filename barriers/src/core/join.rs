@@ -130,6 +130,10 @@ pub(super) struct Membership {
     pub(super) instance: u64,
     /// Node 0: each node's admitted incarnation.
     pub(super) admitted: Vec<u64>,
+    /// Node 0 of a barrier joined with one beside it: the nodes that took
+    /// part in the instance beside ([`Core::took_part_beside`]; empty until
+    /// one did).
+    pub(super) took_part_beside: Vec<bool>,
     /// The join, until it is done.
     pub(super) joining: Option<Box<Joining>>,
 }
@@ -496,10 +500,12 @@ impl Core {
             // It lives, though it cannot answer probes until admitted.
             self.live.peers[from].joining();
             self.send_admission(from, MsgKind::Admit, echo)
-        } else if !self.live.peers[from].ever_heard() && self.stats.completed == 0 {
+        } else if !self.live.peers[from].ever_heard() && self.stats.completed == 0 && !self.member.took_part_beside.get(from).is_some_and(|&b| b) {
             // Another incarnation of a node never heard from in this
             // instance, before this node completed any barrier (which needs
-            // every node's entry): admissions are tentative until then. The
+            // every node's entry), nor heard or a barrier completed in the
+            // instance beside, if one runs (its driver tells this core:
+            // review rev33-2): admissions are tentative until then. The
             // one admitted may be a delayed request of that process's
             // earlier barrier, or a Join recorded in an earlier run and
             // replayed here (its admission, echoing it, is ignored), and so

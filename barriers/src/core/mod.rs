@@ -331,6 +331,38 @@ impl Core {
         self.member.instance = instance;
     }
 
+    /// Whether node `p`'s messages of this instance ever came here (a
+    /// barrier beside another, for the driver of the pair:
+    /// [`took_part_beside`](Self::took_part_beside)).
+    pub fn heard_in_instance(&self, p: NodeId) -> bool {
+        self.live.peers.get(p).is_some_and(|peer| peer.ever_heard())
+    }
+
+    /// Whether this node completed a barrier of this instance (each needs
+    /// every node's entry).
+    pub fn completed_any(&self) -> bool {
+        self.stats.completed > 0
+    }
+
+    /// Node 0 of a barrier joined with one beside it
+    /// ([`join_beside`](Self::join_beside)): node `p` took part in the
+    /// instance beside (node 0's barrier there heard it, or completed a
+    /// barrier), so its admission is no longer tentative: another
+    /// incarnation of it is refused, as when it took part in this instance
+    /// (review rev33-2). The driver, which holds both barriers, tells this
+    /// core before it hands it a `Join` of `p`; this core cannot see the
+    /// other instance.
+    pub fn took_part_beside(&mut self, p: NodeId) {
+        let n = self.nodes();
+        if p >= n {
+            return;
+        }
+        if self.member.took_part_beside.len() != n {
+            self.member.took_part_beside = vec![false; n];
+        }
+        self.member.took_part_beside[p] = true;
+    }
+
     /// A message arrived at `now` from node `from` on `rail`, with `data`.
     #[inline]
     pub fn handle(&mut self, now: Instant, from: NodeId, rail: usize, msg: Msg, data: &[u8]) {
