@@ -87,12 +87,6 @@
 
 #include "test_util.h"
 
-#if MPI_VERSION >= 4
-#define PERSISTENT(name) MPI_##name##_init
-#elif defined(OMPI_HAVE_MPI_EXT_PCOLLREQ)
-#define PERSISTENT(name) MPIX_##name##_init
-#endif
-
 static int rank, size;
 static long checks, wrong;
 static const char *mode;

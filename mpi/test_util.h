@@ -8,6 +8,16 @@
 #include <stdlib.h>
 #include <time.h>
 
+#ifdef MPI_VERSION
+/* The persistent collectives' names where the MPI has them: MPI 4.0's, or
+ * Open MPI 4.1's extension (include mpi-ext.h before this header). */
+#if MPI_VERSION >= 4
+#define PERSISTENT(name) MPI_##name##_init
+#elif defined(OMPI_HAVE_MPI_EXT_PCOLLREQ)
+#define PERSISTENT(name) MPIX_##name##_init
+#endif
+#endif
+
 /* Microseconds on CLOCK_MONOTONIC: the virtual cluster's ranks share one
  * machine's clock, so times from different ranks compare. */
 static inline double now_us(void) {
