@@ -19,6 +19,7 @@ mod joins;
 mod replaced;
 mod review_rev32;
 mod review_rev33;
+mod review_rev34;
 mod soak;
 mod spacing;
 mod told;
