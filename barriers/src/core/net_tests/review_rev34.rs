@@ -142,7 +142,6 @@ fn an_echo_over_a_long_gap_between_barriers_tolerates_clocks_of_different_rates(
 }
 
 #[test]
-#[ignore = "rev34-3: a node that closed (close(), no finish) says its farewell from its progress agent when its closing barrier completes, void or not; a peer in its closing barrier that lost every word of the mismatch takes that farewell for proof and its finish returns Ok, where the broadcasters' calls failed (review rev33's 'left open', still open after rev33-3's fix)"]
 fn a_farewell_said_after_close_of_a_void_closing_barrier_proves_nothing() {
     // rev33-3's fix: only a farewell's word of the barrier after proves a
     // closing barrier complete, because a finish whose closing barrier
