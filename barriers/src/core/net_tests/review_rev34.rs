@@ -47,7 +47,11 @@ fn warm_pair(config: BarrierConfig) -> Net {
 /// named silent by node 0 in `e − 1`, rightly, and node 0 calls again.)
 fn lost_after_an_idle_absence(away: Duration, failure: Duration) -> (Option<Result<(), BarrierError>>, Duration, Duration) {
     let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), failure);
-    let mut net = warm_pair(config);
+    lost_after_an_idle_absence_in(warm_pair(config), away, failure)
+}
+
+/// As [`lost_after_an_idle_absence`], on `net` as it is.
+fn lost_after_an_idle_absence_in(mut net: Net, away: Duration, failure: Duration) -> (Option<Result<(), BarrierError>>, Duration, Duration) {
     // Barrier e − 1: node 0 calls; node 1 is away, and calls on its return.
     net.paused[1] = true;
     net.call(0, Call::Wait { deadline: None });
@@ -186,4 +190,45 @@ fn a_farewell_said_after_close_of_a_void_closing_barrier_proves_nothing() {
             net.done[3]
         );
     }
+}
+
+#[test]
+#[ignore = "rev34-4 (older than session 17): a round trip measured from a NACK that an absent peer answered only on its return (ms, not 40 us) becomes node 0's crossing window and answer gap: rev34-1's scenario with no round trip measured before, a loss in the next barrier cost 2.68 ms (50 and 300 ms away; 0.76-2.77 ms with 10 barriers of warm-up), retry timeout 22 us, echoes or not"]
+fn a_round_trip_is_not_measured_from_a_nack_an_absent_peer_answered_on_its_return() {
+    // `Recovery::replied`: the time from this node's latest NACK to the
+    // peer's reply is a round trip. A peer not driven (its application
+    // away) replies when it comes back: node 0's first sample is then
+    // the time since its last probe, and the shortest sample is both the
+    // window in which a NACK is taken for a crossing and the floor of the
+    // per-peer answer gap (`Core::reply_floor`).
+    let mut results = Vec::new();
+    for (away, failure) in [(Duration::from_millis(50), Duration::from_secs(2)), (Duration::from_millis(300), Duration::from_millis(200))] {
+        let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), failure);
+        let mut net = Net::new(2, config);
+        for _ in 0..11 {
+            net.all(&[0, 1], |_| Call::Wait { deadline: None });
+        }
+        let (done, took, rto) = lost_after_an_idle_absence_in(net, away, failure);
+        results.push((away, done, took, rto));
+    }
+    eprintln!("{results:?}");
+    for (away, done, took, rto) in &results {
+        assert!(matches!(done, Some(Ok(()))), "away {away:?}: {done:?}");
+        assert!(*took < *rto * 10, "away {away:?}: one lost message took {took:?} to recover (retry timeout {rto:?})");
+    }
+}
+
+#[test]
+#[ignore = "rev34-5: a NACK that asks again is still taken for a crossing by its echo, so an echo that is wrong (the simulator's clocks at 1/2 to 2x; rev34-1's and rev34-2's errors beyond their bounds) keeps every retry unanswered until the live peer is named silent: node 1's clock at half speed, 600 ms between barriers, failure timeout 200 ms: PeerSilent naming node 0 after 404 ms (DST seed 73011023 of pause,partition,mismatch,loss,dup,reorder,skew: a false verdict; passes with the echo rule disabled)"]
+fn a_nack_that_asks_again_is_answered_whatever_its_echo() {
+    // The round trip's crossing window is zero for a NACK that asks again
+    // after one admitted once the message went (the original did not
+    // come); the echo's rule was not: an echo too short by more than the
+    // failure timeout left every retry unanswered. An echo can be wrong
+    // (a clock's rate, the dating of the original), so at most the first
+    // NACK may be taken for a crossing by it.
+    let (done, took, rto) = lost_after_a_long_gap(-500_000, Duration::from_millis(600), Duration::from_millis(200));
+    eprintln!("node 1's clock at half speed, 600 ms gap: {done:?} in {took:?} (retry timeout {rto:?})");
+    assert!(matches!(done, Some(Ok(()))), "node 1, its peer live and answering: {done:?} after {took:?}");
+    assert!(took < rto * 40, "one lost message took {took:?} to recover (retry timeout {rto:?})");
 }
