@@ -222,9 +222,9 @@ impl Core {
     ///
     /// `asked`: when this peer's last NACK for the message before this one
     /// was admitted, if one was. A NACK that asks again after one that came
-    /// once the message went is no crossing by the round trip (the original
-    /// did not come); one that asks again after a "not yet" may be. (Its
-    /// echo still tells.)
+    /// once the message went is no crossing (the original did not come), by
+    /// the round trip or by its echo (an echo may be wrong: review rev34,
+    /// finding 5); one that asks again after a "not yet" may be.
     /// Returns (answered, crossed).
     pub(super) fn answer(
         &mut self,
@@ -248,16 +248,24 @@ impl Core {
             let sent_at = |e: u64| self.recovery.sent_at[parity(e)].get(s).copied().flatten().filter(|&(at, _)| at == e).map(|(_, t)| t);
             let sent = sent_at(epoch);
             let before = epoch.checked_sub(1).and_then(sent_at);
-            let echoed = match (echo, before, sent) {
-                (Some(echo), Some(before), Some(t)) => {
-                    let between = t.saturating_duration_since(before);
-                    echo + between / CLOCK_RATES_APART < between
-                }
-                _ => false,
-            };
             // (Until a round trip was measured, no NACK is taken for a
             // crossing; nor one that asks again after the message went.)
             let again = asked.is_some_and(|a| sent.is_none_or(|t| a > t));
+            // (Nor by its echo: an echo may be wrong, its asker's clock
+            // running at another rate or its original dated late, and a
+            // NACK taken for a crossing is also an unanswered probe. Had
+            // the retries been judged by it too, a wrong echo left every
+            // one unanswered until the live peer was named silent: review
+            // rev34, finding 5, DST seed 73011023 with clocks at 1/2 and 2×.
+            // So a wrong echo costs one retry at most.)
+            let echoed = !again
+                && match (echo, before, sent) {
+                    (Some(echo), Some(before), Some(t)) => {
+                        let between = t.saturating_duration_since(before);
+                        echo + between / CLOCK_RATES_APART < between
+                    }
+                    _ => false,
+                };
             let window = if again { Duration::ZERO } else { self.recovery.reply.unwrap_or(Duration::ZERO) };
             let stalled = self
                 .recovery

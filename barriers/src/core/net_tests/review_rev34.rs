@@ -219,7 +219,6 @@ fn a_round_trip_is_not_measured_from_a_nack_an_absent_peer_answered_on_its_retur
 }
 
 #[test]
-#[ignore = "rev34-5: a NACK that asks again is still taken for a crossing by its echo, so an echo that is wrong (the simulator's clocks at 1/2 to 2x; rev34-1's and rev34-2's errors beyond their bounds) keeps every retry unanswered until the live peer is named silent: node 1's clock at half speed, 600 ms between barriers, failure timeout 200 ms: PeerSilent naming node 0 after 404 ms (DST seed 73011023 of pause,partition,mismatch,loss,dup,reorder,skew: a false verdict; passes with the echo rule disabled)"]
 fn a_nack_that_asks_again_is_answered_whatever_its_echo() {
     // The round trip's crossing window is zero for a NACK that asks again
     // after one admitted once the message went (the original did not
