@@ -30,6 +30,18 @@ const ANSWER_LOG: usize = 4;
 /// The echo's mantissa bits (of its 16: see [`ECHO_SHIFT`]).
 const ECHO_MANTISSA: u32 = 11;
 
+/// How far apart two nodes' clock rates may be, as a fraction (1/1024:
+/// about 1,000 ppm, a crystal's tolerance and an NTP slew's 500 ppm): an
+/// echo is a time on the asker's clock, compared with one on this node's
+/// over the time between two barriers, so a NACK is taken for a crossing
+/// only if its echo falls short by more than that fraction of it. (Without
+/// it, clocks 100 ppm apart and barriers 10 s apart made a NACK sent up to
+/// 1 ms after the original should have come look like a crossing, and 500
+/// ppm over 30 minutes had a live peer named silent: review rev34,
+/// finding 2.) Where barriers come fast, as when crossings are many, it
+/// is a thousandth of their interval, the echo's own resolution.
+const CLOCK_RATES_APART: u32 = 1024;
+
 /// A NACK's echo (see [`ECHO_SHIFT`]) of `took`, rounded up (so an echo
 /// never makes a NACK look sent sooner than it was), in place in `arg`;
 /// `None`: 0, unknown.
@@ -199,7 +211,8 @@ impl Core {
     /// and both took the same time `l` to reach the asker, the NACK went at
     /// `t' + l + echo`, and this message reaches the asker at `t + l`: the
     /// NACK crossed it if `echo < t − t'`, whatever `l` is and however late
-    /// this node takes the NACK in. No round trip need be measured (on a
+    /// this node takes the NACK in (less a thousandth of `t − t'` for the
+    /// two clocks' rates: [`CLOCK_RATES_APART`]). No round trip need be measured (on a
     /// clean network none ever is: node 0 of a tree never NACKs, so it
     /// answered by multicast the release that every node's timer asked for
     /// as it went, whenever one node was descheduled around its call:
@@ -209,9 +222,9 @@ impl Core {
     ///
     /// `asked`: when this peer's last NACK for the message before this one
     /// was admitted, if one was. A NACK that asks again after one that came
-    /// once the message went is no crossing by the round trip (the original
-    /// did not come); one that asks again after a "not yet" may be. (Its
-    /// echo still tells.)
+    /// once the message went is no crossing (the original did not come), by
+    /// the round trip or by its echo (an echo may be wrong: review rev34,
+    /// finding 5); one that asks again after a "not yet" may be.
     /// Returns (answered, crossed).
     pub(super) fn answer(
         &mut self,
@@ -235,13 +248,24 @@ impl Core {
             let sent_at = |e: u64| self.recovery.sent_at[parity(e)].get(s).copied().flatten().filter(|&(at, _)| at == e).map(|(_, t)| t);
             let sent = sent_at(epoch);
             let before = epoch.checked_sub(1).and_then(sent_at);
-            let echoed = match (echo, before, sent) {
-                (Some(echo), Some(before), Some(t)) => echo < t.saturating_duration_since(before),
-                _ => false,
-            };
             // (Until a round trip was measured, no NACK is taken for a
             // crossing; nor one that asks again after the message went.)
             let again = asked.is_some_and(|a| sent.is_none_or(|t| a > t));
+            // (Nor by its echo: an echo may be wrong, its asker's clock
+            // running at another rate or its original dated late, and a
+            // NACK taken for a crossing is also an unanswered probe. Had
+            // the retries been judged by it too, a wrong echo left every
+            // one unanswered until the live peer was named silent: review
+            // rev34, finding 5, DST seed 73011023 with clocks at 1/2 and 2×.
+            // So a wrong echo costs one retry at most.)
+            let echoed = !again
+                && match (echo, before, sent) {
+                    (Some(echo), Some(before), Some(t)) => {
+                        let between = t.saturating_duration_since(before);
+                        echo + between / CLOCK_RATES_APART < between
+                    }
+                    _ => false,
+                };
             let window = if again { Duration::ZERO } else { self.recovery.reply.unwrap_or(Duration::ZERO) };
             let stalled = self
                 .recovery

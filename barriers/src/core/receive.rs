@@ -173,9 +173,18 @@ impl Core {
             self.recovery.loss.came();
             // When the original came, for the echo of a NACK for the next
             // barrier's (not if this node cannot vouch for the time: an
-            // answer, a later copy, taken in on its return from a stall).
+            // answer, a later copy, taken in on its return from a stall,
+            // or while no timer of its own ran, which is the only way a
+            // stall shows: a node that is not running a barrier, or whose
+            // application was told a failure, may not be driven at all, its
+            // application away and its frames waiting until it calls, and
+            // took in late, an echo looks short: its peer took NACKs for the
+            // next barrier's lost message for crossings for as long, and a
+            // node away longer than the failure timeout named its live
+            // peer silent: review rev34, finding 1).
             let stalled = self.recovery.stall.is_some_and(|(_, back)| now.saturating_duration_since(back) < self.recovery.rto.least());
-            let clean = !answer && copy.0 == 0 && !stalled;
+            let driven = self.phase.running() && self.live.told.is_none();
+            let clean = !answer && copy.0 == 0 && !stalled && driven;
             if let Some(heard) = self.recovery.heard_at.get_mut(i) {
                 *heard = clean.then_some((epoch, now));
             }
