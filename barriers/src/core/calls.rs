@@ -361,8 +361,17 @@ impl Core {
             }
         } else if self.closing.closing() {
             // The closing barrier complete (the application closed and went
-            // away): the farewell goes on here.
+            // away): the farewell goes on here. Not after a void one (a
+            // peer called a collective against it): a farewell's words
+            // prove the closing barrier complete and not void to a peer
+            // stalled in it (`closing_proven`), which would finish without
+            // the mismatch; the application's `try_finish` or `finish`
+            // reports it instead, and says no farewell, as a finish whose
+            // closing barrier ends void does (review rev33, *Left open*).
             if !self.closing.finished() {
+                if self.window.last_void {
+                    return;
+                }
                 self.begin_farewell(now);
             }
             self.farewell_step(now);
