@@ -12,8 +12,9 @@
 //! The two barriers have transports of their own: here the one beside
 //! sends on rails `rails..2·rails` of the one simulated network (the same
 //! links, losses and partitions), and what comes on those goes to it.
-//! Frames beside that come before the join completes wait (as in the
-//! transport's ring) and are taken in once it has.
+//! Until the join completes, the one beside waits for it
+//! ([`Core::await_join`]: it keeps what comes and answers probes that it
+//! is alive), served beside the join as the driver's `join_with` serves it.
 //!
 //! Node 0 does what the blocking driver's pair does ([`crate::engine`],
 //! `BesideWord`, review rev33-2): after each input to the core beside it
@@ -31,9 +32,6 @@ use super::node::{AppCall, NodeEvent, NodeSpec, SimNode, Transmit};
 use crate::collective::Collective;
 use crate::transport::{Msg, MsgKind, NodeId};
 use crate::BarrierError;
-
-/// The most frames beside kept before the join completes.
-const EARLY: usize = 4096;
 
 /// Which core an event comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,9 +63,10 @@ pub struct PairNode {
     rails: usize,
     /// Node 0: what the barrier beside tells the joined one.
     word: Option<BesideWord>,
-    /// The barrier beside runs (the join completed): until then its frames wait in `early`.
+    /// The barrier beside runs (the join completed): until then it waits for it.
     running: bool,
-    early: Vec<(Instant, NodeId, usize, Msg, Vec<u8>)>,
+    /// The time of the last input.
+    now: Instant,
     /// This process called a collective (so its finish closes the barrier beside too).
     used: bool,
     /// The barrier beside was dropped unclosed (finish, never used).
@@ -81,13 +80,15 @@ impl PairNode {
     /// A node of `spec` at `now`: its joined barrier joins at once, for both.
     pub fn new(spec: &NodeSpec, now: Instant) -> PairNode {
         let beside_config = spec.config;
+        let mut beside = CoreNode::unjoined(spec, now);
+        beside.core_mut().await_join(now);
         PairNode {
             joined: CoreNode::joining_beside(spec, now, &beside_config),
-            beside: CoreNode::unjoined(spec, now),
+            beside,
             rails: spec.rails,
             word: (spec.node == 0).then(|| BesideWord { completed: false, heard: vec![false; spec.nodes] }),
             running: false,
-            early: Vec::new(),
+            now,
             used: false,
             dropped: false,
             finishing: None,
@@ -105,6 +106,7 @@ impl PairNode {
         &self.beside
     }
 
+    /// The barrier beside runs its instance (not dropped).
     fn beside_live(&self) -> bool {
         self.running && !self.dropped
     }
@@ -133,13 +135,17 @@ impl PairNode {
         if let NodeEvent::Joined { instance } = e {
             if side == Side::Joined && !self.running {
                 self.running = true;
-                self.beside.core_mut().joined(crate::core::derived_instance(instance));
-                for (now, from, rail, msg, data) in std::mem::take(&mut self.early) {
-                    self.beside_handle(now, from, rail, &msg, &data);
-                }
+                let now = self.now;
+                self.beside.core_mut().joined_beside(crate::core::derived_instance(instance), now);
+                self.note_beside(None);
             }
             self.events.push_back(NodeEvent::Joined { instance });
             return;
+        }
+        if side == Side::Joined && !self.running {
+            // The join failed: `join_with` fails, and the barrier beside,
+            // which waited for it, is dropped with it (it answers nothing).
+            self.dropped = true;
         }
         if let Some((left, error)) = self.finishing.as_mut() {
             if let NodeEvent::Failed(e) = e {
@@ -170,6 +176,7 @@ impl PairNode {
 
 impl SimNode for PairNode {
     fn handle_message(&mut self, now: Instant, from: NodeId, rail: usize, msg: &Msg, data: &[u8]) {
+        self.now = now;
         if rail < self.rails {
             if let Some(word) = &self.word {
                 if msg.kind == MsgKind::Join && word.took_part(from) {
@@ -178,20 +185,13 @@ impl SimNode for PairNode {
             }
             return self.joined.handle_message(now, from, rail, msg, data);
         }
-        let rail = rail - self.rails;
-        if self.dropped {
-            return;
+        if !self.dropped {
+            self.beside_handle(now, from, rail - self.rails, msg, data);
         }
-        if !self.running {
-            if self.early.len() < EARLY {
-                self.early.push((now, from, rail, *msg, data.to_vec()));
-            }
-            return;
-        }
-        self.beside_handle(now, from, rail, msg, data);
     }
 
     fn handle_timeout(&mut self, now: Instant) {
+        self.now = now;
         self.joined.handle_timeout(now);
         if self.beside_live() {
             self.beside.handle_timeout(now);
@@ -200,6 +200,7 @@ impl SimNode for PairNode {
     }
 
     fn call(&mut self, now: Instant, call: AppCall) {
+        self.now = now;
         match call {
             AppCall::Collective { call: Collective::Barrier, .. } | AppCall::Enter | AppCall::Wait => {
                 self.joined.call(now, call);

@@ -718,9 +718,10 @@ fn dst_seeds_of_pairs_with_crashes_admit_and_refuse_restarted_processes() {
 /// failure timeout (node 2: "node(s) [10] silent for 0.1 s though probed"),
 /// a live node. Seeds 602, 1068, 1100, 1115, 1120, 1447, 1596, 1846 of
 /// `dst_soak pair,loss,burst,dup,reorder,partition,pause,crash,skew,mismatch,b2b,mix 0 2000`,
-/// every one a collective first and its named node joined late.
+/// every one a collective first and its named node joined late. Fixed:
+/// the barrier beside waits for the join ([`crate::core::Core::await_join`]),
+/// answering probes, served beside it (`Engine::join_paired`).
 #[test]
-#[ignore = "j-1: a pair's barrier beside does not answer its peers' probes while the joined barrier's join is pending: a live node is named silent"]
 fn regression_a_pair_whose_join_is_late_is_not_named_silent_beside() {
     seed("pair,loss,burst,dup,reorder,partition,pause,crash,skew,mismatch,b2b,mix", 1068);
 }

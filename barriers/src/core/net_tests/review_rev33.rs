@@ -567,3 +567,54 @@ fn after_close_a_void_closing_barrier_says_no_farewell() {
         );
     }
 }
+
+/// Finding j-1 (session 18, the simulator's pairs): the barrier beside a
+/// joining one (`join_with`) was not running until the join completed, so
+/// a peer admitted first, probing it in its first collective, heard
+/// nothing and named it silent. Waiting for the join ([`Core::await_join`])
+/// it answers a probe that it is alive, only not admitted (a `JOINING`
+/// status, as the joining barrier does), and once given its instance it
+/// takes in what came meanwhile. Returns the `JOINING` statuses node 2 sent while it
+/// waited, and whether every node then completed barrier 0.
+fn beside_waiting_for_its_join(waits: bool) -> (usize, bool) {
+    let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    let mut net = Net::new(3, config);
+    let setup = Setup { me: 2, nodes: 3, rails: config.rails, multicast: true, max_data: 1000 };
+    net.cores[2] = Core::new(setup, config, net.now).unwrap();
+    if waits {
+        net.cores[2].await_join(net.now);
+    }
+    let alive = Rc::new(Cell::new(0usize));
+    let seen = alive.clone();
+    net.rule = Some(Box::new(move |from, _, msg: &Msg| {
+        if from == 2 && msg.kind == MsgKind::Status && msg.tag & crate::transport::status::JOINING != 0 {
+            seen.set(seen.get() + 1);
+        }
+        Fate::Deliver
+    }));
+    for p in [0, 1] {
+        net.call(p, Call::Wait { deadline: None });
+    }
+    net.run_until(net.now + Duration::from_millis(5));
+    let answered = alive.get();
+    // The join beside agreed: node 2 runs the instance, and calls.
+    let now = net.now;
+    if waits {
+        net.cores[2].joined_beside(INSTANCE, now);
+    } else {
+        net.cores[2].joined(INSTANCE);
+    }
+    net.call(2, Call::Wait { deadline: None });
+    net.run_until(net.now + Duration::from_millis(50));
+    (answered, net.done.iter().all(|d| matches!(d, Some(Ok(())))))
+}
+
+#[test]
+fn a_barrier_beside_a_join_answers_probes_while_it_waits_and_takes_in_what_came() {
+    let (answered, completed) = beside_waiting_for_its_join(true);
+    assert!(answered > 0, "node 2, waiting for the join beside, answered no probe: its peers would name it silent");
+    assert!(completed, "barrier 0 did not complete once node 2 had its instance");
+    // Not waiting (as before the fix), it said nothing.
+    let (answered, _) = beside_waiting_for_its_join(false);
+    assert_eq!(answered, 0, "a barrier not waiting for a join answers nothing");
+}
