@@ -649,9 +649,9 @@ impl<T: Transport + Send + 'static> PreparedBarrier<T> {
             )));
         }
         let mut engine = self.engine;
-        engine.join(Some(&beside.config))?;
-        engine.transport.all_joined();
         let mut other = beside.engine;
+        engine.join_paired(&mut other)?;
+        engine.transport.all_joined();
         other.joined_as(crate::core::derived_instance(engine.instance()));
         other.transport.joined_beside();
         engine.pair_with(&mut other);

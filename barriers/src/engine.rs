@@ -40,6 +40,13 @@ fn incarnation_at(since_epoch: std::time::Duration, random: u64) -> u64 {
     (millis << 20) | (random & 0xF_FFFF) | 1
 }
 
+/// How long a join sleeps in its transport's `recv` at most while it
+/// serves a barrier beside it ([`Engine::join_paired`]), whose arrivals
+/// it cannot wait for in the same call: a probe there is answered within
+/// this (its asker retries a retry timeout later, and names no one silent
+/// before a failure timeout of silence).
+const BESIDE_POLL: Duration = Duration::from_millis(1);
+
 /// One node's barrier: its protocol core driven over transport `T`.
 pub(crate) struct Engine<T: Transport> {
     pub(crate) transport: T,
@@ -191,15 +198,28 @@ impl<T: Transport> Engine<T> {
 
     /// Runs the core from `now` until an event that `take` accepts,
     /// sleeping in `recv` until the core's next deadline.
-    fn run<R>(&mut self, now: Instant, mut take: impl FnMut(Event) -> Option<R>) -> Result<R, BarrierError> {
-        let result = self.run_inner(now, &mut take);
+    fn run<R>(&mut self, now: Instant, take: impl FnMut(Event) -> Option<R>) -> Result<R, BarrierError> {
+        self.run_beside(now, None, take)
+    }
+
+    /// As [`run`](Self::run), serving `beside` too if given (a barrier
+    /// waiting for this one's join: [`Engine::join_paired`]): what came
+    /// for it, its timers; this loop then sleeps in this transport's
+    /// `recv` for [`BESIDE_POLL`] at most.
+    fn run_beside<R>(&mut self, now: Instant, beside: Option<&mut Engine<T>>, mut take: impl FnMut(Event) -> Option<R>) -> Result<R, BarrierError> {
+        let result = self.run_inner(now, beside, &mut take);
         if result.is_err() {
             self.core.cancel();
         }
         result?
     }
 
-    fn run_inner<R>(&mut self, mut now: Instant, take: &mut impl FnMut(Event) -> Option<R>) -> Result<Result<R, BarrierError>, TransportError> {
+    fn run_inner<R>(
+        &mut self,
+        mut now: Instant,
+        mut beside: Option<&mut Engine<T>>,
+        take: &mut impl FnMut(Event) -> Option<R>,
+    ) -> Result<Result<R, BarrierError>, TransportError> {
         loop {
             self.flush()?;
             if let Some(r) = self.take_event(take) {
@@ -209,6 +229,11 @@ impl<T: Transport> Engine<T> {
             // timer (this thread may have been descheduled for long).
             self.drain(now)?;
             self.flush()?;
+            if let Some(b) = beside.as_deref_mut() {
+                b.drain(now)?;
+                b.core.handle_timeout(now);
+                b.flush()?;
+            }
             if let Some(r) = self.take_event(take) {
                 return Ok(Ok(r));
             }
@@ -217,7 +242,10 @@ impl<T: Transport> Engine<T> {
             if let Some(r) = self.take_event(take) {
                 return Ok(Ok(r));
             }
-            let wait = self.core.poll_timeout().map_or(Duration::from_secs(3600), |t| t.saturating_duration_since(now));
+            let mut wait = self.core.poll_timeout().map_or(Duration::from_secs(3600), |t| t.saturating_duration_since(now));
+            if beside.is_some() {
+                wait = wait.min(BESIDE_POLL);
+            }
             let incoming = self.transport.recv(wait)?;
             now = Instant::now();
             if let Some(m) = incoming {
@@ -272,10 +300,34 @@ impl<T: Transport> Engine<T> {
         result.map_err(|e| self.explain_join(e))
     }
 
+    /// Joins as [`join`](Self::join) with `beside` made beside this one
+    /// (over the same nodes), serving it meanwhile: until the join agrees,
+    /// `beside` keeps what comes and answers its peers' probes that it is
+    /// alive ([`Core::await_join`]; else peers admitted first, running
+    /// their first collective there, name it silent while node 0 is out of
+    /// reach: finding j-1). Then [`joined_as`](Self::joined_as) gives it
+    /// its instance.
+    pub(crate) fn join_paired(&mut self, beside: &mut Engine<T>) -> Result<(), BarrierError> {
+        let now = Instant::now();
+        beside.core.await_join(now);
+        let config = *beside.core.config();
+        self.core.join_beside(new_incarnation(), now, &config);
+        let result = self.run_beside(now, Some(beside), |e| match e {
+            Event::Joined { .. } => Some(Ok(())),
+            Event::JoinFailed(e) => Some(Err(e)),
+            Event::Done(_) => None,
+        })?;
+        result.map_err(|e| self.explain_join(e))
+    }
+
     /// Runs `instance` without a join: the instance derived from that of a
-    /// barrier over the same nodes that was joined beside this one.
+    /// barrier over the same nodes that was joined beside this one (which
+    /// it waited for: [`join_paired`](Self::join_paired)); what came for it
+    /// meanwhile is taken in now.
     pub(crate) fn joined_as(&mut self, instance: u64) {
-        self.core.joined(instance);
+        let now = Instant::now();
+        self.core.joined_beside(instance, now);
+        let _ = self.flush();
     }
 
     /// Node 0 of a pair made by a join with a barrier beside: `self` the

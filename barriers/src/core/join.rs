@@ -150,6 +150,10 @@ pub(super) struct Joining {
     /// Whether a barrier is made beside this one (its configuration is in
     /// the fingerprint).
     beside: bool,
+    /// This is the barrier beside ([`Core::await_join`]): it asks no one
+    /// and never times out; it keeps what comes early and answers probes
+    /// until its instance is given ([`Core::joined_beside`]).
+    passive: bool,
     side: Side,
 }
 
@@ -173,12 +177,13 @@ enum Side {
 }
 
 impl Joining {
-    /// When the join next needs time.
-    pub(super) fn next_timeout(&self) -> Instant {
+    /// When the join next needs time (never, for a barrier beside).
+    pub(super) fn next_timeout(&self) -> Option<Instant> {
         let end = self.start + self.timeout;
         match &self.side {
-            Side::Admitting { .. } => end,
-            Side::Asking { next_request, .. } => end.min(*next_request),
+            _ if self.passive => None,
+            Side::Admitting { .. } => Some(end),
+            Side::Asking { next_request, .. } => Some(end.min(*next_request)),
         }
     }
 }
@@ -207,14 +212,65 @@ impl Core {
             Some(beside) => fingerprint_of(&self.config, PROTOCOL) ^ fingerprint_of(beside, PROTOCOL).rotate_left(13) ^ BESIDE_FINGERPRINT,
             None => fingerprint_of(&self.config, PROTOCOL),
         };
-        self.member.joining =
-            Some(Box::new(Joining { start: now, timeout: self.config.join_timeout, incarnation, fingerprint, beside: beside.is_some(), side }));
+        self.member.joining = Some(Box::new(Joining {
+            start: now,
+            timeout: self.config.join_timeout,
+            incarnation,
+            fingerprint,
+            beside: beside.is_some(),
+            passive: false,
+            side,
+        }));
         self.join_progress(now);
+    }
+
+    /// The barrier beside one that joins ([`Core::join_beside`]), until
+    /// that join gives it its instance ([`Core::joined_beside`]): it keeps
+    /// the frames that come (peers admitted first may run their first
+    /// collective already) and answers a peer's probe that it is alive,
+    /// only not admitted yet, as the joining barrier does (else its peers,
+    /// probing it beside, name it silent while node 0 is out of reach:
+    /// finding j-1 of the simulator's pairs).
+    pub(super) fn await_join_beside(&mut self, now: Instant) {
+        let side = Side::Asking {
+            interval: self.config.retry_timeout,
+            next_request: now,
+            early: Vec::new(),
+            refused: false,
+            waits: None,
+            running: Vec::new(),
+        };
+        self.member.joining = Some(Box::new(Joining {
+            start: now,
+            timeout: self.config.join_timeout,
+            incarnation: 0,
+            fingerprint: 0,
+            beside: false,
+            passive: true,
+            side,
+        }));
+    }
+
+    /// The barrier beside is given its instance: it runs it, and takes in
+    /// what came while it waited.
+    pub(super) fn end_wait_beside(&mut self, instance: u64, now: Instant) {
+        let early = match self.member.joining.take().map(|j| j.side) {
+            Some(Side::Asking { early, .. }) => early,
+            _ => Vec::new(),
+        };
+        self.member.instance = instance;
+        for (from, msg, data) in early {
+            self.receive(from, msg, &data, now);
+        }
     }
 
     /// Completes the join if it can, asks node 0 if due, fails at the timeout.
     fn join_progress(&mut self, now: Instant) {
         let Some(mut j) = self.member.joining.take() else { return };
+        if j.passive {
+            self.member.joining = Some(j);
+            return;
+        }
         let n = self.nodes();
         let waited = now.saturating_duration_since(j.start);
         let (incarnation, fingerprint) = (j.incarnation, j.fingerprint);
@@ -319,7 +375,7 @@ impl Core {
         let n = self.nodes();
         let first = self.config.first_epoch as u32;
         let Some(j) = self.member.joining.as_mut() else { return };
-        let (incarnation, fingerprint) = (j.incarnation, j.fingerprint);
+        let (incarnation, fingerprint, passive) = (j.incarnation, j.fingerprint, j.passive);
         match &mut j.side {
             Side::Admitting { incarnations, mismatched } => {
                 if msg.kind != MsgKind::Join || from == 0 || from >= n {
@@ -351,14 +407,17 @@ impl Core {
                 self.join_say_whom(from);
             }
             Side::Asking { early, refused, waits, running, .. } => {
-                // Node 0's answers name the whole incarnation (rev28, finding 2).
-                let ours = from == 0 && msg.arg == incarnation as u32 && msg.epoch == (incarnation >> 32) as u32;
+                // Node 0's answers name the whole incarnation (rev28, finding
+                // 2). (A barrier beside is given its instance: none is its.)
+                let ours = !passive && from == 0 && msg.arg == incarnation as u32 && msg.epoch == (incarnation >> 32) as u32;
                 let answered = parse_incarnation(data).filter(|&(i, _)| i == incarnation);
                 let joining = msg.kind == MsgKind::Status && msg.tag & status::JOINING != 0;
                 match msg.kind {
                     // Node 0 waits for others to ask: it names them (and, if
                     // it gave up, the join has failed).
-                    MsgKind::Status if joining && from == 0 && msg.instance == 0 && msg.epoch == incarnation as u32 && answered.is_some() => {
+                    MsgKind::Status
+                        if joining && !passive && from == 0 && msg.instance == 0 && msg.epoch == incarnation as u32 && answered.is_some() =>
+                    {
                         let data = answered.map_or(&[][..], |(_, rest)| rest);
                         let mut nodes: Vec<NodeId> = data.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as NodeId).collect();
                         if nodes.is_empty() || !data.len().is_multiple_of(4) {
@@ -426,7 +485,9 @@ impl Core {
                         // this node's admission was lost, and its peers
                         // probe it (it cannot answer them until admitted).
                         // Ask node 0 again now, not after a long backoff.
-                        self.join_ask_soon(now);
+                        if !passive {
+                            self.join_ask_soon(now);
+                        }
                     }
                     MsgKind::Refuse if ours && msg.tag == REFUSE_CONFIG => {
                         let beside = if j.beside { ", or of the barrier made beside it" } else { "" };

@@ -331,6 +331,27 @@ impl Core {
         self.member.instance = instance;
     }
 
+    /// A barrier to run beside one that joins now ([`join_beside`](Self::join_beside)
+    /// on another core, over the same nodes): until that join gives it its
+    /// instance ([`joined_beside`](Self::joined_beside)), it keeps what
+    /// comes and answers a peer's probe that it is alive, only not
+    /// admitted yet (its peers, admitted first, may run their first
+    /// collective: they must not name it silent). It asks nothing and
+    /// never times out: the join beside does.
+    pub fn await_join(&mut self, now: Instant) {
+        self.await_join_beside(now);
+    }
+
+    /// The barrier beside, waiting ([`await_join`](Self::await_join)):
+    /// the join beside agreed, and this barrier runs `instance` (derived
+    /// from that join's); what came meanwhile is taken in now.
+    pub fn joined_beside(&mut self, instance: u64, now: Instant) {
+        self.note_input(now);
+        self.end_wait_beside(instance, now);
+        self.advance(now);
+        self.drive(now, false);
+    }
+
     /// Whether node `p`'s messages of this instance ever came here (a
     /// barrier beside another, for the driver of the pair:
     /// [`took_part_beside`](Self::took_part_beside)).
@@ -419,7 +440,7 @@ impl Core {
     #[inline]
     pub fn poll_timeout(&self) -> Option<Instant> {
         if let Some(j) = &self.member.joining {
-            return Some(j.next_timeout());
+            return j.next_timeout();
         }
         let mut next = None;
         let mut at = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));

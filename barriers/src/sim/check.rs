@@ -352,6 +352,47 @@ impl Checker<'_> {
         crossed && returned_early && peer_ended
     }
 
+    /// Whether `node`, at the run's end in instance `j`'s call at `stage`,
+    /// runs pairs ([`super::PairNode`]) and waits on one barrier of its
+    /// pair for a peer whose application was told an error on the other
+    /// barrier, ended its script there, and never made this call. The
+    /// error is told in the barrier it happened in (its statuses say
+    /// `FAILED` there, and a peer waiting there fails too), not in the one
+    /// beside, which waits for the call as for any call a peer never
+    /// makes: PROTOCOL.md's liveness is for calls every node makes. (An
+    /// MPI job whose rank was told an error in its communicator's barrier
+    /// and left its program hangs in the collective after it, unless the
+    /// rank exits: its silence then fails the collective.)
+    fn waits_beside_a_failure(&self, node: NodeId, j: usize, stage: Stage) -> bool {
+        let run = self.run;
+        if !run.config.pair {
+            return false;
+        }
+        // (A finish closes both barriers: it waits on either.)
+        let (k, side) = match stage {
+            Stage::InOp(k) | Stage::Entered(k) => (k, Some(workload::on_joined(&run.scripts[j][k].kind_at(node)))),
+            Stage::Finishing => (run.scripts[j].len(), None),
+            _ => return false,
+        };
+        let Some(barrier) = self.barrier_of(node, j) else { return false };
+        // A barrier that also holds a process running another instance's
+        // script (see `crossed`): its calls and its peers' may be on
+        // different barriers of the pair at the same index, and never meet
+        // (with one barrier, they are a mismatch).
+        if run.joins.iter().any(|b| b.barrier == Some(barrier) && b.instance != j) {
+            return true;
+        }
+        run.joins.iter().filter(|b| b.barrier == Some(barrier) && b.node != node).any(|b| {
+            let (i, x) = (b.instance, b.node);
+            let ops = &run.ops[i];
+            let failed_beside = ops.iter().enumerate().any(|(m, recs)| {
+                matches!(recs[x].outcome, Outcome::Err(_)) && side.is_none_or(|s| workload::on_joined(&run.scripts[i][m].kind_at(x)) != s)
+            });
+            let never_called = ops.get(k).map_or(run.finishes[i][x].entered.is_none(), |recs| recs[x].entered.is_none());
+            failed_beside && never_called && run.stages.get(x).is_some_and(|&(_, s)| s == Stage::Lingering)
+        })
+    }
+
     /// Whether `x` was silent to `y` for `need` ns by time `t` in instance
     /// `j`: crashed, paused, partitioned from it, gone, or not there yet.
     fn silent(&self, x: NodeId, y: NodeId, j: usize, t: u64) -> bool {
@@ -561,7 +602,16 @@ impl Checker<'_> {
             for b in (0..n).filter(|&b| !crashed_in(b)) {
                 let err = |k: usize| ops.get(k).is_some_and(|r| matches!(r[b].outcome, Outcome::Err(_)));
                 let own_sync = script[m].kind_at(b).is_synchronising(n);
-                let reported = err(m) || (!own_sync && (err(m + 1) || matches!(run.finishes[j][b].outcome, Outcome::Err(_))));
+                let mut reported = err(m) || (!own_sync && (err(m + 1) || matches!(run.finishes[j][b].outcome, Outcome::Err(_))));
+                if run.config.pair && !own_sync && !reported {
+                    // A pair's barrier beside reports it at its next call
+                    // (or the finish's close of it): unreported only if
+                    // that call returned without it.
+                    let side = workload::on_joined(&script[m].kind_at(b));
+                    let next = (m + 1..ops.len()).find(|&k| workload::on_joined(&script[k].kind_at(b)) == side);
+                    let record = next.map_or(&run.finishes[j][b], |k| &ops[k][b]);
+                    reported = !matches!(record.outcome, Outcome::Ok(_));
+                }
                 if !reported {
                     self.out.push(Violation::MismatchUnreported { instance: j, op: m, node: b });
                 }
@@ -596,7 +646,8 @@ impl Checker<'_> {
             let ours = |k: u64| run.joins.iter().any(|o| o.instance == j && o.barrier == Some(k));
             let other = run.joins.iter().find(|o| o.node == b && o.instance != j && o.barrier.is_some_and(ours))?;
             let i = other.instance;
-            let theirs = self.call_at_epoch(i, b, self.epoch_of(j, op, b))?;
+            let side = self.side_of(j, op, b);
+            let theirs = self.call_at_epoch(i, b, self.epoch_of(j, op, b), side)?;
             match theirs {
                 Some(k) => run.ops.get(i).and_then(|o| o.get(k)).map(|r| &r[b]),
                 None => run.finishes.get(i).map(|r| &r[b]),
@@ -611,15 +662,31 @@ impl Checker<'_> {
     fn epoch_of(&self, j: usize, op: Option<usize>, b: NodeId) -> u64 {
         let script = &self.run.scripts[j];
         let upto = op.unwrap_or(script.len()).min(script.len());
-        script[..upto].iter().map(|o| epochs(&o.kind_at(b), self.run.config.max_data)).sum()
+        let side = self.side_of(j, op, b);
+        script[..upto]
+            .iter()
+            .filter(|o| side.is_none_or(|s| workload::on_joined(&o.kind_at(b)) == s))
+            .map(|o| epochs(&o.kind_at(b), self.run.config.max_data))
+            .sum()
+    }
+
+    /// In a run of pairs ([`super::PairNode`]), which barrier node `b`'s
+    /// call `op` of instance `j` runs on (`true`: the one joined; a finish
+    /// is judged on it); each counts its own epochs. `None`: one barrier.
+    fn side_of(&self, j: usize, op: Option<usize>, b: NodeId) -> Option<bool> {
+        self.run.config.pair.then(|| op.and_then(|k| self.run.scripts[j].get(k)).is_none_or(|o| workload::on_joined(&o.kind_at(b))))
     }
 
     /// Node `b`'s call of instance `i`'s script that runs `epoch`: `Some(k)`
     /// for operation `k` (the one whose segments include it), `None` for
-    /// the finish; nothing past the finish.
-    fn call_at_epoch(&self, i: usize, b: NodeId, epoch: u64) -> Option<Option<usize>> {
+    /// the finish; nothing past the finish. (`side`: of a pair's barrier
+    /// only, see [`Checker::side_of`].)
+    fn call_at_epoch(&self, i: usize, b: NodeId, epoch: u64, side: Option<bool>) -> Option<Option<usize>> {
         let mut start = 0;
         for (k, o) in self.run.scripts[i].iter().enumerate() {
+            if side.is_some_and(|s| workload::on_joined(&o.kind_at(b)) != s) {
+                continue;
+            }
             let end = start + epochs(&o.kind_at(b), self.run.config.max_data);
             if epoch < end {
                 return Some(Some(k));
@@ -627,6 +694,55 @@ impl Checker<'_> {
             start = end;
         }
         (epoch == start).then_some(None)
+    }
+
+    /// Node 0's admissions in place (PROTOCOL.md, *Join*; review rev33-2
+    /// for a pair): a process of a node admitted into a barrier that had
+    /// already admitted another of the same node replaced it, which node 0
+    /// may do only while that node took part in neither the barrier nor
+    /// the one beside it (node 0 heard none of its messages there, and
+    /// completed no barrier there); and node 0 refuses a process in place
+    /// of an admitted one only once that node took part.
+    fn admissions(&mut self) {
+        let run = self.run;
+        for r in &run.joins {
+            let (Some(barrier), Some(created)) = (r.barrier, r.record.entered) else { continue };
+            let replaced = run
+                .joins
+                .iter()
+                .any(|q| !std::ptr::eq(q, r) && q.node == r.node && q.barrier == Some(barrier) && q.record.left.is_some_and(|l| l < created));
+            if !replaced {
+                continue;
+            }
+            let heard = run.heard_by_0.iter().find(|&&(b, x, t)| b == barrier && x == r.node && t < created);
+            let completed = run.completed_by_0.iter().find(|&&(b, t)| b == barrier && t < created);
+            let why = match (heard, completed) {
+                (Some(&(_, _, t)), _) => format!("node 0 had heard node {} there at {:.3} ms", r.node, ms(t)),
+                (None, Some(&(_, t))) => format!("node 0 had completed a barrier there at {:.3} ms", ms(t)),
+                (None, None) => continue,
+            };
+            self.out.push(Violation::Verdict {
+                instance: r.instance,
+                call: "join".into(),
+                node: r.node,
+                error: format!("admitted (life {}, created at {:.3} ms) in place of a process of its own", r.life, ms(created)),
+                why: format!("{why}: a restarted process must be refused in place of one that took part"),
+            });
+        }
+        for &(barrier, x, t, completed) in &run.refused_by_0 {
+            if completed || run.heard_by_0.iter().any(|&(b, y, at)| b == barrier && y == x && at <= t) {
+                continue;
+            }
+            let instance = run.joins.iter().find(|j| j.node == 0 && j.barrier == Some(barrier)).map_or(0, |j| j.instance);
+            self.out.push(Violation::Verdict {
+                instance,
+                call: "join".into(),
+                node: x,
+                error: format!("node 0 refused a process of node {x} at {:.3} ms", ms(t)),
+                why: "node 0 had neither heard that node in its barrier (or the one beside) nor completed a barrier there: it must admit it in place"
+                    .into(),
+            });
+        }
     }
 
     fn safety(&mut self, j: usize, op: Option<usize>, recs: &[OpRecord]) {
@@ -668,6 +784,7 @@ pub fn check(run: &Run) -> Vec<Violation> {
     for j in 0..run.config.instances {
         c.instance(j);
     }
+    c.admissions();
     for join in &run.joins {
         // A restarted process, or one whose place a process of the same
         // node running another instance's script took (see `crossed`).
@@ -686,7 +803,10 @@ pub fn check(run: &Run) -> Vec<Violation> {
     let not_through: Vec<(NodeId, usize, Stage)> =
         run.stages.iter().enumerate().filter(|(_, &(i, _))| i < run.config.instances).map(|(node, &(i, s))| (node, i, s)).collect();
     let excused = not_through.iter().any(|&(_, _, s)| waiting(s))
-        && not_through.iter().filter(|&&(_, _, s)| waiting(s)).all(|&(node, i, s)| c.waits_for_ended_scripts(node, i, s));
+        && not_through
+            .iter()
+            .filter(|&&(_, _, s)| waiting(s))
+            .all(|&(node, i, s)| c.waits_for_ended_scripts(node, i, s) || c.waits_beside_a_failure(node, i, s));
     if !excused {
         for (node, instance, stage) in not_through {
             c.out.push(Violation::Stuck { node, instance, stage });

@@ -73,10 +73,26 @@ pub struct CoreNode {
 impl CoreNode {
     /// A node of `spec` at `now`, joining at once.
     pub fn new(spec: &NodeSpec, now: Instant) -> CoreNode {
+        let mut node = CoreNode::unjoined(spec, now);
+        node.core.join(spec.incarnation, now);
+        node
+    }
+
+    /// A node of `spec` at `now`, joining at once for itself and for a
+    /// barrier configured as `beside` that runs beside it
+    /// ([`Core::join_beside`]; see [`super::PairNode`]).
+    pub(crate) fn joining_beside(spec: &NodeSpec, now: Instant, beside: &crate::BarrierConfig) -> CoreNode {
+        let mut node = CoreNode::unjoined(spec, now);
+        node.core.join_beside(spec.incarnation, now, beside);
+        node
+    }
+
+    /// A node of `spec` at `now` that does not join: it runs the instance
+    /// it is told ([`Core::joined`]), as a barrier made beside another.
+    pub(crate) fn unjoined(spec: &NodeSpec, now: Instant) -> CoreNode {
         let setup = Setup { me: spec.node, nodes: spec.nodes, rails: spec.rails, multicast: true, max_data: spec.max_data };
         let plans = shared_plans(setup, &spec.config);
-        let mut core = Core::with_plans(setup, spec.config, plans, now).expect("a valid simulated configuration");
-        core.join(spec.incarnation, now);
+        let core = Core::with_plans(setup, spec.config, plans, now).expect("a valid simulated configuration");
         CoreNode {
             core,
             now,
@@ -92,6 +108,11 @@ impl CoreNode {
     /// The core (its counters, its epoch).
     pub fn core(&self) -> &Core {
         &self.core
+    }
+
+    /// The core, for the driver of a pair ([`super::PairNode`]).
+    pub(crate) fn core_mut(&mut self) -> &mut Core {
+        &mut self.core
     }
 
     fn fail(&mut self, e: BarrierError) {
@@ -233,5 +254,9 @@ impl SimNode for CoreNode {
 
     fn leave(&mut self) {
         self.core.leave();
+    }
+
+    fn completed_any(&self) -> bool {
+        self.core.completed_any()
     }
 }

@@ -32,10 +32,17 @@ pub enum FaultKind {
     /// Instances created right after the last one's `finish` on each node,
     /// without waiting for the others.
     BackToBack,
+    /// Not a fault: every node runs a pair of barriers joined as
+    /// [`crate::PreparedBarrier::join_with`] joins them (a communicator's
+    /// barrier and its collectives' beside it: [`super::PairNode`]). Never
+    /// drawn by `mix` (not in [`FaultKind::ALL`], so the mix's seeds run as
+    /// before), and kept in every seed of a list with it, subset or not.
+    Pair,
 }
 
 impl FaultKind {
-    /// Every kind.
+    /// Every fault kind (what `mix` draws from; [`FaultKind::Pair`], a way
+    /// of running rather than a fault, is apart).
     pub const ALL: [FaultKind; 10] = [
         FaultKind::Loss,
         FaultKind::Burst,
@@ -67,6 +74,7 @@ impl FaultKind {
             FaultKind::Skew => "skew",
             FaultKind::Mismatch => "mismatch",
             FaultKind::BackToBack => "b2b",
+            FaultKind::Pair => "pair",
         }
     }
 }
@@ -80,10 +88,10 @@ impl fmt::Display for FaultKind {
 impl std::str::FromStr for FaultKind {
     type Err = String;
     fn from_str(s: &str) -> Result<FaultKind, String> {
-        FaultKind::ALL
-            .into_iter()
+        let known = || FaultKind::ALL.into_iter().chain([FaultKind::Pair]);
+        known()
             .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown fault `{s}` (one of: {})", FaultKind::ALL.map(|k| k.name()).join(", ")))
+            .ok_or_else(|| format!("unknown fault `{s}` (one of: {})", known().map(|k| k.name()).collect::<Vec<_>>().join(", ")))
     }
 }
 
@@ -321,6 +329,8 @@ mod tests {
         assert_eq!(m.to_string(), "loss,crash,mix");
         assert!(FaultMix::parse("loss,flood").unwrap_err().contains("unknown fault `flood`"));
         assert_eq!(FaultMix::parse("none").unwrap(), FaultMix::none());
+        assert_eq!(FaultMix::parse("pair,crash,mix").unwrap().to_string(), "pair,crash,mix");
+        assert!(!FaultMix::mix().kinds.contains(&FaultKind::Pair), "the mix's seeds run as before");
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod core_node;
 mod descheduled;
 pub mod faults;
 pub mod node;
+mod pair_node;
 pub mod rng;
 #[cfg(test)]
 mod seeds;
@@ -47,6 +48,7 @@ pub use check::Violation;
 pub use core_node::CoreNode;
 pub use faults::{Burst, Episode, EpisodeKind, FaultKind, FaultMix, Faults};
 pub use node::{AppCall, NodeEvent, NodeFactory, NodeSpec, SimNode, Transmit};
+pub use pair_node::PairNode;
 pub use workload::{OpKind, WorkloadMix};
 pub use world::{Clock, Run, RunStats, World};
 
@@ -129,6 +131,10 @@ pub struct SimConfig {
     pub workload: WorkloadMix,
     /// The fault kinds drawn.
     pub kinds: Vec<FaultKind>,
+    /// Every node runs a pair of barriers joined by one join
+    /// ([`FaultKind::Pair`], [`PairNode`]): the scripts' barriers on the
+    /// one joined, their collectives on the one beside.
+    pub pair: bool,
     /// The message faults.
     pub faults: Faults,
     /// The episodes.
@@ -151,7 +157,8 @@ impl SimConfig {
         let nodes = options.nodes.unwrap_or_else(|| rng.between(2, options.max_nodes.max(2)));
         let algorithm = options.algorithm.unwrap_or_else(|| *rng.pick(&Algorithm::all()));
         let kinds: Vec<FaultKind> = if options.faults.subset {
-            options.faults.kinds.iter().copied().filter(|_| rng.chance(0.4)).collect()
+            // (A pair is kept without a draw: the other lists draw as before.)
+            options.faults.kinds.iter().copied().filter(|&k| k == FaultKind::Pair || rng.chance(0.4)).collect()
         } else {
             options.faults.kinds.clone()
         };
@@ -180,6 +187,7 @@ impl SimConfig {
             max_data: *rng.pick(&[64usize, 256, 1472]),
             instances,
             back_to_back: kinds.contains(&FaultKind::BackToBack),
+            pair: kinds.contains(&FaultKind::Pair),
             workload,
             kinds,
             faults,
@@ -195,9 +203,10 @@ impl SimConfig {
     pub fn summary(&self) -> String {
         let kinds: Vec<String> = self.kinds.iter().map(|k| k.to_string()).collect();
         format!(
-            "seed {}: {} nodes, {} on {} rail(s), failure timeout {} ms, max data {} B, {} instance(s){}, faults [{}]",
+            "seed {}: {} nodes{}, {} on {} rail(s), failure timeout {} ms, max data {} B, {} instance(s){}, faults [{}]",
             self.seed,
             self.nodes,
+            if self.pair { " (each a pair of barriers)" } else { "" },
             self.barrier.algorithm,
             self.barrier.rails,
             self.barrier.failure_timeout.as_millis(),
@@ -209,9 +218,13 @@ impl SimConfig {
     }
 }
 
-/// Runs seed `seed` under `options` on the engine's core, and checks it.
+/// Runs seed `seed` under `options` on the engine's core (a pair of cores
+/// a node if the seed runs pairs: [`SimConfig::pair`]), and checks it.
 pub fn run_seed(seed: u64, options: &Options) -> (Run, Vec<Violation>) {
-    run_seed_with(seed, options, CoreNode::new)
+    let config = SimConfig::draw(seed, options);
+    let run = if config.pair { World::new(config, PairNode::new).run() } else { World::new(config, CoreNode::new).run() };
+    let violations = check::check(&run);
+    (run, violations)
 }
 
 /// Runs seed `seed` under `options` with nodes made by `factory`, and checks it.

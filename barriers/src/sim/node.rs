@@ -122,6 +122,12 @@ pub trait SimNode {
     /// The application drops the node (after its finish, or after an
     /// error): a last word to peers, if it has one, is polled after.
     fn leave(&mut self) {}
+    /// Whether the node completed a barrier of its instance (of either
+    /// barrier of a pair): node 0 then refuses a restarted process in
+    /// place of any node (the checkers judge its refusals by it).
+    fn completed_any(&self) -> bool {
+        false
+    }
 }
 
 /// Makes a node: the simulator calls it at every instance's start, and

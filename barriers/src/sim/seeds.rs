@@ -661,3 +661,67 @@ fn regression_a_crossing_process_result_is_the_barrier_s_instances() {
     let (_, v) = run_seed(6757656, &o);
     assert!(v.is_empty(), "{v:?}");
 }
+
+// Pairs (session 18, helper j): every node runs a communicator's barrier
+// and its collectives' beside it, joined as `PreparedBarrier::join_with`
+// joins them (`FaultKind::Pair`, `PairNode`).
+
+#[test]
+fn dst_seeds_of_pairs() {
+    campaign("pair,dup,reorder,skew,b2b,mix", 0..120, None);
+}
+
+#[test]
+fn dst_seeds_of_pairs_with_loss_and_mismatches() {
+    campaign("pair,loss,burst,mismatch,mix", 0..120, None);
+}
+
+/// Node 0 admits a restarted process in place of the one it admitted only
+/// while that node took part in neither barrier of the pair (review
+/// rev33-2: the checkers' `admissions` judges each admission in place and
+/// each refusal by what node 0's process took in of either instance). The
+/// seeds must exercise the refusals (an admission in place needs a crash
+/// before node 0 heard the node at all: none in these seeds).
+#[test]
+fn dst_seeds_of_pairs_with_crashes_admit_and_refuse_restarted_processes() {
+    let o = Options { faults: FaultMix::parse("pair,crash,dup,b2b,mix").unwrap(), trace: 0, ..Options::default() };
+    let (mut in_place, mut refused, mut failing) = (0, 0, Vec::new());
+    for seed in 0..300 {
+        let (run, v) = run_seed(seed, &o);
+        if !v.is_empty() {
+            failing.push(seed);
+        }
+        refused += run.refused_by_0.len();
+        in_place += run
+            .joins
+            .iter()
+            .filter(|r| {
+                r.barrier.is_some()
+                    && run
+                        .joins
+                        .iter()
+                        .any(|q| !std::ptr::eq(q, *r) && q.node == r.node && q.barrier == r.barrier && q.record.left < r.record.entered)
+            })
+            .count();
+    }
+    assert!(failing.is_empty(), "failing seeds {failing:?} (run one with `seed`)");
+    assert!(refused > 0, "admissions in place {in_place}, refusals {refused}: the seeds do not exercise the rule");
+}
+
+/// Finding (session 18, helper j): a node whose admission is late (node 0
+/// paused 6 to 181 ms at n = 11, 30% loss) has a joined barrier that
+/// answers its peers' probes (it is alive, only not admitted yet: they
+/// name node 0, PROTOCOL.md, *Join*), but its barrier beside is not
+/// running before the join completes (`join_with` makes it only then), so
+/// its frames wait unread. Its admitted peers' first call is a collective,
+/// beside: they probe it there, hear nothing, and name it silent after the
+/// failure timeout (node 2: "node(s) [10] silent for 0.1 s though probed"),
+/// a live node. Seeds 602, 1068, 1100, 1115, 1120, 1447, 1596, 1846 of
+/// `dst_soak pair,loss,burst,dup,reorder,partition,pause,crash,skew,mismatch,b2b,mix 0 2000`,
+/// every one a collective first and its named node joined late. Fixed:
+/// the barrier beside waits for the join ([`crate::core::Core::await_join`]),
+/// answering probes, served beside it (`Engine::join_paired`).
+#[test]
+fn regression_a_pair_whose_join_is_late_is_not_named_silent_beside() {
+    seed("pair,loss,burst,dup,reorder,partition,pause,crash,skew,mismatch,b2b,mix", 1068);
+}

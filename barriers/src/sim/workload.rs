@@ -230,6 +230,30 @@ pub fn script(rng: &mut Rng, n: usize, algorithm: Algorithm, mix: &WorkloadMix) 
         .collect()
 }
 
+/// Whether a call of `kind` runs on the barrier joined of a pair (a
+/// barrier, split-phase or not), not on the collectives' barrier beside it
+/// ([`super::PairNode`]).
+pub fn on_joined(kind: &OpKind) -> bool {
+    matches!(kind, OpKind::Barrier | OpKind::Split { .. })
+}
+
+/// A script run by pairs ([`super::PairNode`]): a mismatch only between
+/// calls on the same barrier of the pair. A barrier on some nodes against
+/// a collective on others runs on two barriers that never meet (an
+/// erroneous MPI program, which waits for ever, as MPI's own would): a
+/// barrier's mismatch is dropped, and a collective's other call made
+/// another collective.
+pub fn pair_mismatches(script: &mut [ScriptOp]) {
+    for op in script.iter_mut().filter(|o| o.is_mismatch() && on_joined(&o.kind) != on_joined(&o.other)) {
+        if on_joined(&op.kind) {
+            op.mismatched.clear();
+            op.other = op.kind;
+        } else {
+            op.other = OpKind::Bcast { root: 0, len: 1 + op.kind.bytes() };
+        }
+    }
+}
+
 /// Node `node`'s input of an operation (native-endian elements; a
 /// broadcast's non-root gets zeros), drawn from its own stream.
 pub fn input(seed: u64, instance: usize, op: usize, node: NodeId, kind: OpKind) -> Vec<u8> {

@@ -76,6 +76,9 @@ pub struct World<F: NodeFactory> {
     events: Vec<NodeEvent>,
     /// Data buffers of delivered messages, for the next copies.
     pool: Vec<Vec<u8>>,
+    /// Node 0's process's barrier (its agreed instance), once joined, and
+    /// the nodes it heard in it ([`Run::heard_by_0`]).
+    barrier0: Option<(u64, Vec<bool>)>,
     run: Run,
 }
 
@@ -87,6 +90,9 @@ impl<F: NodeFactory> World<F> {
         let scripts: Vec<Vec<ScriptOp>> = (0..config.instances)
             .map(|_| {
                 let mut s = workload::script(&mut rng, n, config.barrier.algorithm, &config.workload);
+                if config.pair {
+                    workload::pair_mismatches(&mut s);
+                }
                 // After a deliberate mismatch: one barrier, then finish.
                 if let Some(k) = s.iter().position(|o| o.is_mismatch()) {
                     s.truncate(k + 1);
@@ -137,6 +143,9 @@ impl<F: NodeFactory> World<F> {
             inputs,
             joins: Vec::new(),
             joins_heard: Vec::new(),
+            heard_by_0: Vec::new(),
+            completed_by_0: Vec::new(),
+            refused_by_0: Vec::new(),
             spans: vec![(u64::MAX, 0); config.instances],
             episodes: config.episodes.clone(),
             errors: Vec::new(),
@@ -159,6 +168,7 @@ impl<F: NodeFactory> World<F> {
             procs,
             events: Vec::new(),
             pool: Vec::new(),
+            barrier0: None,
             run,
         }
     }
@@ -338,6 +348,9 @@ impl<F: NodeFactory> World<F> {
             return;
         }
         self.trace(to, TraceEvent::Received { from, msg, len: data.len() });
+        if to == 0 {
+            self.heard_by_0(from, &msg);
+        }
         if to == 0 && msg.kind == MsgKind::Join && self.procs[0].stage == Stage::Joining {
             let j = self.procs[0].instance;
             if !self.run.joins_heard.iter().any(|&(i, x, _)| i == j && x == from) {
@@ -350,6 +363,33 @@ impl<F: NodeFactory> World<F> {
         }
         self.recycle(data);
         self.pump(to);
+    }
+
+    /// Node 0 takes in `msg` from `from`: the first of its barrier's
+    /// instance (or the instance beside) from that node is recorded.
+    fn heard_by_0(&mut self, from: NodeId, msg: &Msg) {
+        let Some((barrier, heard)) = self.barrier0.as_mut() else { return };
+        let kind_counts = match msg.kind {
+            MsgKind::Join | MsgKind::Admit | MsgKind::Refuse => false,
+            MsgKind::Status => msg.tag & crate::transport::status::JOINING == 0,
+            _ => true,
+        };
+        if kind_counts
+            && heard.get(from).is_some_and(|&h| !h)
+            && (msg.instance == *barrier || msg.instance == crate::core::derived_instance(*barrier))
+        {
+            heard[from] = true;
+            self.run.heard_by_0.push((*barrier, from, self.now));
+        }
+    }
+
+    /// Node 0 sends `t`: a refusal of a process in place of an admitted one is recorded.
+    fn refusal_by_0(&mut self, t: &super::node::Transmit) {
+        let (MsgKind::Refuse, crate::plan::Dest::Node(to), Some((barrier, _))) = (t.msg.kind, t.dest, self.barrier0.as_ref()) else { return };
+        if t.msg.tag == 0 {
+            let completed = self.procs[0].core.as_ref().is_some_and(|c| c.completed_any());
+            self.run.refused_by_0.push((*barrier, to, self.now, completed));
+        }
     }
 
     /// A copy of a message's data, in a buffer of the pool.
@@ -384,6 +424,9 @@ impl<F: NodeFactory> World<F> {
                     }
                     break;
                 };
+                if node == 0 && t.msg.kind == MsgKind::Refuse {
+                    self.refusal_by_0(&t);
+                }
                 self.send(node, t, buf);
             }
             let mut events = std::mem::take(&mut self.events);

@@ -503,3 +503,118 @@ fn a_closing_barrier_proven_complete_still_reports_the_mismatch_its_peers_met() 
         );
     }
 }
+
+/// Review rev33, *Left open* (session 18, helper j): node 1 closes
+/// (`close()`, no `finish()`: its progress agent goes on alone), node 2
+/// finishes, node 0 calls a broadcast from itself, then a barrier: a plan
+/// mismatch, so the closing barrier ends void at every node (PROTOCOL.md,
+/// *Plan mismatch*). Node 1's core is served as its agent serves it.
+/// Every epoch-0 message to node 2 is lost, so node 2
+/// can learn nothing of its closing barrier but from a peer's word of the
+/// barrier after it. Runs 100 ms (half the failure timeout); returns
+/// `(node 1's try_finish then, node 2's finish by then)`.
+fn close_against_a_broadcast(algorithm: Algorithm) -> (Result<bool, BarrierError>, Option<Result<(), BarrierError>>) {
+    let config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    let mut net = Net::new(3, config);
+    net.rule = Some(Box::new(|from, to, msg: &Msg| if to == 2 && from != 2 && msg.epoch == 0 { Fate::Drop } else { Fate::Deliver }));
+    net.call(1, Call::Close);
+    assert!(matches!(net.done[1].take(), Some(Ok(()))), "close returns at once");
+    net.call(2, Call::Finish);
+    let input = [7u8; 8];
+    net.call(0, Call::EnterCollective { call: Collective::Bcast { root: 0 }, count: 8, more: false, input: &input, deadline: None });
+    net.call(0, Call::WaitResult { deadline: None });
+    let limit = net.now + Duration::from_millis(100);
+    let mut node0 = 0;
+    while net.now < limit {
+        if node0 < 2 && net.done[0].take().is_some() {
+            node0 += 1;
+            net.call(0, Call::Wait { deadline: None });
+        }
+        let step = net.now + Duration::from_micros(5);
+        net.run_until(step);
+        // Node 1's progress agent serves at every arrival, not only at its
+        // timers (`Engine::serve`: what came, then `handle_timeout`).
+        let now = net.now;
+        net.cores[1].handle_timeout(now);
+        net.flush(1);
+    }
+    assert!(net.cores[1].protocol_epoch() >= 1 && net.cores[1].window.last_void, "{algorithm}: node 1's closing barrier did not complete void");
+    let now = net.now;
+    let closed = net.cores[1].try_finish(now);
+    net.flush(1);
+    (closed, net.done[2].take())
+}
+
+#[test]
+fn after_close_a_void_closing_barrier_says_no_farewell() {
+    // `Core::serve` began the farewell once the closing barrier of a
+    // `close()` was complete, void or not. A farewell's words prove the
+    // closing barrier complete *and not void* (rev33-3), so node 2, which
+    // hears nothing else of it, took node 1's farewell for that proof: its
+    // finish returned Ok though every node's closing barrier was void. And
+    // node 1's own try_finish, its farewell begun, skipped the barrier's
+    // report and returned Ok too: neither application was told.
+    for algorithm in [Algorithm::Concurrent, Algorithm::OnePhase] {
+        let (closed, finish) = close_against_a_broadcast(algorithm);
+        eprintln!("{algorithm}: node 1's try_finish after close {closed:?}; node 2's finish {finish:?}");
+        assert!(
+            matches!(closed, Err(BarrierError::CollectiveMismatch { .. })),
+            "{algorithm}: node 1's try_finish after close(), its closing barrier void: {closed:?}"
+        );
+        assert!(
+            !matches!(finish, Some(Ok(()))),
+            "{algorithm}: node 2's finish, its closing barrier void at every peer, returned Ok (node 1's farewell taken for proof that it was not void)"
+        );
+    }
+}
+
+/// Finding j-1 (session 18, the simulator's pairs): the barrier beside a
+/// joining one (`join_with`) was not running until the join completed, so
+/// a peer admitted first, probing it in its first collective, heard
+/// nothing and named it silent. Waiting for the join ([`Core::await_join`])
+/// it answers a probe that it is alive, only not admitted (a `JOINING`
+/// status, as the joining barrier does), and once given its instance it
+/// takes in what came meanwhile. Returns the `JOINING` statuses node 2 sent while it
+/// waited, and whether every node then completed barrier 0.
+fn beside_waiting_for_its_join(waits: bool) -> (usize, bool) {
+    let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    let mut net = Net::new(3, config);
+    let setup = Setup { me: 2, nodes: 3, rails: config.rails, multicast: true, max_data: 1000 };
+    net.cores[2] = Core::new(setup, config, net.now).unwrap();
+    if waits {
+        net.cores[2].await_join(net.now);
+    }
+    let alive = Rc::new(Cell::new(0usize));
+    let seen = alive.clone();
+    net.rule = Some(Box::new(move |from, _, msg: &Msg| {
+        if from == 2 && msg.kind == MsgKind::Status && msg.tag & crate::transport::status::JOINING != 0 {
+            seen.set(seen.get() + 1);
+        }
+        Fate::Deliver
+    }));
+    for p in [0, 1] {
+        net.call(p, Call::Wait { deadline: None });
+    }
+    net.run_until(net.now + Duration::from_millis(5));
+    let answered = alive.get();
+    // The join beside agreed: node 2 runs the instance, and calls.
+    let now = net.now;
+    if waits {
+        net.cores[2].joined_beside(INSTANCE, now);
+    } else {
+        net.cores[2].joined(INSTANCE);
+    }
+    net.call(2, Call::Wait { deadline: None });
+    net.run_until(net.now + Duration::from_millis(50));
+    (answered, net.done.iter().all(|d| matches!(d, Some(Ok(())))))
+}
+
+#[test]
+fn a_barrier_beside_a_join_answers_probes_while_it_waits_and_takes_in_what_came() {
+    let (answered, completed) = beside_waiting_for_its_join(true);
+    assert!(answered > 0, "node 2, waiting for the join beside, answered no probe: its peers would name it silent");
+    assert!(completed, "barrier 0 did not complete once node 2 had its instance");
+    // Not waiting (as before the fix), it said nothing.
+    let (answered, _) = beside_waiting_for_its_join(false);
+    assert_eq!(answered, 0, "a barrier not waiting for a join answers nothing");
+}

@@ -34,6 +34,9 @@ impl<F: NodeFactory> World<F> {
                 if let Some(j) = self.run.joins.iter_mut().rev().find(|j| j.node == node && j.instance == inst && j.life == life) {
                     j.barrier = Some(barrier);
                 }
+                if node == 0 {
+                    self.barrier0 = Some((barrier, vec![false; self.run.config.nodes]));
+                }
                 if let Some(r) = self.record(node) {
                     r.left = Some(now);
                     r.outcome = Outcome::Ok(None);
@@ -61,6 +64,11 @@ impl<F: NodeFactory> World<F> {
                         self.run.stats.ops += 1;
                         if kind.is_synchronising(self.run.config.nodes) {
                             self.run.stats.barriers += 1;
+                            if let Some((barrier, _)) = self.barrier0.as_ref().filter(|_| node == 0) {
+                                if !self.run.completed_by_0.iter().any(|&(b, _)| b == *barrier) {
+                                    self.run.completed_by_0.push((*barrier, now));
+                                }
+                            }
                         }
                         self.think(node, k + 1);
                     }
@@ -244,6 +252,9 @@ impl<F: NodeFactory> World<F> {
             max_data: self.run.config.max_data,
         };
         let now_local = self.local_now(node);
+        if node == 0 {
+            self.barrier0 = None;
+        }
         self.trace(node, TraceEvent::Created { instance, incarnation });
         let core = self.factory.make(&spec, now_local);
         self.procs[node].core = Some(core);
@@ -263,6 +274,9 @@ impl<F: NodeFactory> World<F> {
         p.timer = None;
         p.queued = None;
         p.timer_gen += 1;
+        if node == 0 {
+            self.barrier0 = None;
+        }
     }
 
     /// When every node is done with the instance most are in, the next begins.

@@ -114,6 +114,9 @@ impl<F: NodeFactory> World<F> {
             EpisodeKind::Crash { node } => {
                 if start {
                     self.trace(node, TraceEvent::Fault { what: "crashed" });
+                    if node == 0 {
+                        self.barrier0 = None;
+                    }
                     let p = &mut self.procs[node];
                     p.core = None;
                     p.down = true;

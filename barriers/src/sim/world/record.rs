@@ -164,6 +164,19 @@ pub struct Run {
     /// node's join request: (instance, node, ns). (With loss, a live node
     /// may go unheard: a join that times out names it, rightly.)
     pub joins_heard: Vec<(usize, NodeId, u64)>,
+    /// When node 0's process in a barrier (by its agreed instance) first
+    /// took in a message of a node's in that barrier's instance, or in the
+    /// instance of the barrier beside it (a pair's), other than a join's
+    /// or a `JOINING` status: (barrier, node, ns). Node 0 must refuse a
+    /// process of that node in place of the one it admitted from then on.
+    pub heard_by_0: Vec<(u64, NodeId, u64)>,
+    /// When node 0's process in a barrier first completed a synchronising
+    /// call (of either barrier of a pair): (barrier, ns).
+    pub completed_by_0: Vec<(u64, u64)>,
+    /// Node 0's refusals of a process in place of the one it admitted:
+    /// (barrier, node, ns, whether node 0 had completed a barrier of the
+    /// instance then, by its own count).
+    pub refused_by_0: Vec<(u64, NodeId, u64, bool)>,
     /// When each instance began (its first creation) and ended (the last node done), ns.
     pub spans: Vec<(u64, u64)>,
     /// The episodes.
