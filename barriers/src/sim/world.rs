@@ -76,6 +76,8 @@ pub struct World<F: NodeFactory> {
     events: Vec<NodeEvent>,
     /// Data buffers of delivered messages, for the next copies.
     pool: Vec<Vec<u8>>,
+    /// The buffer a node's next transmit's data is written into (empty).
+    scratch: Vec<u8>,
     run: Run,
 }
 
@@ -159,6 +161,7 @@ impl<F: NodeFactory> World<F> {
             procs,
             events: Vec::new(),
             pool: Vec::new(),
+            scratch: Vec::new(),
             run,
         }
     }
@@ -376,25 +379,27 @@ impl<F: NodeFactory> World<F> {
     /// told in turn; again until the node has neither.
     fn pump(&mut self, node: NodeId) {
         loop {
+            // Each transmit's data is written into `scratch`, which goes
+            // with it if it holds any (a pool buffer takes its place);
+            // a message without data goes with none.
             while let Some(core) = self.procs[node].core.as_mut() {
-                let mut buf = self.pool.pop().unwrap_or_default();
-                let Some(t) = core.poll_transmit(&mut buf) else {
-                    if buf.capacity() > 0 && self.pool.len() < POOL {
-                        self.pool.push(buf);
-                    }
-                    break;
+                let Some(t) = core.poll_transmit(&mut self.scratch) else { break };
+                let data = if self.scratch.is_empty() {
+                    Vec::new()
+                } else {
+                    let next = self.pool.pop().unwrap_or_default();
+                    std::mem::replace(&mut self.scratch, next)
                 };
-                self.send(node, t, buf);
+                self.send(node, t, data);
             }
+            // (Mostly there is no event: the list is taken only for one.)
+            let Some(first) = self.procs[node].core.as_mut().and_then(|core| core.poll_event()) else { break };
             let mut events = std::mem::take(&mut self.events);
+            events.push(first);
             if let Some(core) = self.procs[node].core.as_mut() {
                 while let Some(e) = core.poll_event() {
                     events.push(e);
                 }
-            }
-            if events.is_empty() {
-                self.events = events;
-                break;
             }
             for e in events.drain(..) {
                 self.told(node, e);
