@@ -22,6 +22,8 @@ use crate::transport::{Msg, MsgKind, NodeId};
 
 /// More events than this at one virtual time is a spin (a violation).
 const SPIN_LIMIT: u64 = 200_000;
+/// Pending events a run's queue has room for at first (it grows beyond).
+const QUEUED: usize = 1024;
 /// The most data buffers kept for reuse.
 const POOL: usize = 256;
 
@@ -152,7 +154,7 @@ impl<F: NodeFactory> World<F> {
             factory,
             base: Instant::now(),
             now: 0,
-            queue: queue::Queue::new(),
+            queue: queue::Queue::with_capacity(QUEUED),
             net: Rng::fork(run.config.seed, 2),
             app: Rng::fork(run.config.seed, 3),
             faults: run.config.faults,
