@@ -268,21 +268,31 @@ pub fn input(seed: u64, instance: usize, op: usize, node: NodeId, kind: OpKind) 
             }
         }
         OpKind::Allreduce { dtype, count, .. } | OpKind::Reduce { dtype, count, .. } => {
-            for _ in 0..count {
-                let r = rng.next_u64();
-                match dtype {
-                    // Small values sometimes, so that products and sums stay varied.
-                    Dtype::I32 => out.extend_from_slice(&(if r & 1 == 0 { (r >> 8) as i32 % 100 } else { (r >> 8) as i32 }).to_ne_bytes()),
-                    Dtype::U32 => out.extend_from_slice(&(if r & 1 == 0 { (r >> 8) as u32 % 100 } else { (r >> 8) as u32 }).to_ne_bytes()),
-                    Dtype::I64 => out.extend_from_slice(&(r as i64).to_ne_bytes()),
-                    Dtype::U64 => out.extend_from_slice(&(if r & 1 == 0 { r % 1000 } else { r }).to_ne_bytes()),
-                    Dtype::F32 => out.extend_from_slice(&(float(&mut rng, r) as f32).to_ne_bytes()),
-                    Dtype::F64 => out.extend_from_slice(&float(&mut rng, r).to_ne_bytes()),
-                }
+            out.resize(count * dtype.size(), 0);
+            // Each element from the next draw (one loop per type, the
+            // type's match out of the loop). Small values sometimes, so
+            // that products and sums stay varied.
+            let r = &mut rng;
+            match dtype {
+                Dtype::I32 => fill(&mut out, r, |_, r| (if r & 1 == 0 { (r >> 8) as i32 % 100 } else { (r >> 8) as i32 }).to_ne_bytes()),
+                Dtype::U32 => fill(&mut out, r, |_, r| (if r & 1 == 0 { (r >> 8) as u32 % 100 } else { (r >> 8) as u32 }).to_ne_bytes()),
+                Dtype::I64 => fill(&mut out, r, |_, r| (r as i64).to_ne_bytes()),
+                Dtype::U64 => fill(&mut out, r, |_, r| (if r & 1 == 0 { r % 1000 } else { r }).to_ne_bytes()),
+                Dtype::F32 => fill(&mut out, r, |rng, r| (float(rng, r) as f32).to_ne_bytes()),
+                Dtype::F64 => fill(&mut out, r, |rng, r| float(rng, r).to_ne_bytes()),
             }
         }
     }
     out
+}
+
+/// Fills `out` element by element (`W` bytes each) with `element` of the
+/// generator and its next draw.
+fn fill<const W: usize>(out: &mut [u8], rng: &mut Rng, mut element: impl FnMut(&mut Rng, u64) -> [u8; W]) {
+    for chunk in out.chunks_exact_mut(W) {
+        let r = rng.next_u64();
+        chunk.copy_from_slice(&element(rng, r));
+    }
 }
 
 /// A float whose magnitude varies widely (so the order of a sum shows in

@@ -22,6 +22,8 @@ use crate::transport::{Msg, MsgKind, NodeId};
 
 /// More events than this at one virtual time is a spin (a violation).
 const SPIN_LIMIT: u64 = 200_000;
+/// Pending events a run's queue has room for at first (it grows beyond).
+const QUEUED: usize = 1024;
 /// The most data buffers kept for reuse.
 const POOL: usize = 256;
 
@@ -79,6 +81,8 @@ pub struct World<F: NodeFactory> {
     /// Node 0's process's barrier (its agreed instance), once joined, and
     /// the nodes it heard in it ([`Run::heard_by_0`]).
     barrier0: Option<(u64, Vec<bool>)>,
+    /// The buffer a node's next transmit's data is written into (empty).
+    scratch: Vec<u8>,
     run: Run,
 }
 
@@ -159,7 +163,7 @@ impl<F: NodeFactory> World<F> {
             factory,
             base: Instant::now(),
             now: 0,
-            queue: queue::Queue::new(),
+            queue: queue::Queue::with_capacity(QUEUED),
             net: Rng::fork(run.config.seed, 2),
             app: Rng::fork(run.config.seed, 3),
             faults: run.config.faults,
@@ -169,6 +173,7 @@ impl<F: NodeFactory> World<F> {
             events: Vec::new(),
             pool: Vec::new(),
             barrier0: None,
+            scratch: Vec::new(),
             run,
         }
     }
@@ -416,28 +421,30 @@ impl<F: NodeFactory> World<F> {
     /// told in turn; again until the node has neither.
     fn pump(&mut self, node: NodeId) {
         loop {
+            // Each transmit's data is written into `scratch`, which goes
+            // with it if it holds any (a pool buffer takes its place);
+            // a message without data goes with none.
             while let Some(core) = self.procs[node].core.as_mut() {
-                let mut buf = self.pool.pop().unwrap_or_default();
-                let Some(t) = core.poll_transmit(&mut buf) else {
-                    if buf.capacity() > 0 && self.pool.len() < POOL {
-                        self.pool.push(buf);
-                    }
-                    break;
+                let Some(t) = core.poll_transmit(&mut self.scratch) else { break };
+                let data = if self.scratch.is_empty() {
+                    Vec::new()
+                } else {
+                    let next = self.pool.pop().unwrap_or_default();
+                    std::mem::replace(&mut self.scratch, next)
                 };
                 if node == 0 && t.msg.kind == MsgKind::Refuse {
                     self.refusal_by_0(&t);
                 }
-                self.send(node, t, buf);
+                self.send(node, t, data);
             }
+            // (Mostly there is no event: the list is taken only for one.)
+            let Some(first) = self.procs[node].core.as_mut().and_then(|core| core.poll_event()) else { break };
             let mut events = std::mem::take(&mut self.events);
+            events.push(first);
             if let Some(core) = self.procs[node].core.as_mut() {
                 while let Some(e) = core.poll_event() {
                     events.push(e);
                 }
-            }
-            if events.is_empty() {
-                self.events = events;
-                break;
             }
             for e in events.drain(..) {
                 self.told(node, e);

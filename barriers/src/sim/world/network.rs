@@ -32,12 +32,7 @@ impl<F: NodeFactory> World<F> {
         let link = from * self.run.config.nodes + to;
         let mut loss = f.loss;
         if let Some(b) = f.burst {
-            let (mut bad, mut until) = self.bad[link];
-            while until <= self.now {
-                bad = !bad;
-                let mean = if bad { b.bad_ns } else { b.good_ns };
-                until += 1 + self.net.exp(mean as f64) as u64;
-            }
+            let (bad, until) = b.advance(&mut self.net, self.bad[link], self.now);
             self.bad[link] = (bad, until);
             if bad {
                 loss = b.loss;

@@ -21,8 +21,10 @@ pub(super) struct Queue<E> {
 }
 
 impl<E> Queue<E> {
-    pub(super) fn new() -> Queue<E> {
-        Queue { heap: BinaryHeap::new(), slab: Vec::new(), free: Vec::new(), seq: 0 }
+    /// An empty queue with room for `events` pending (a run's queue grew
+    /// from nothing by doubling, every seed).
+    pub(super) fn with_capacity(events: usize) -> Queue<E> {
+        Queue { heap: BinaryHeap::with_capacity(events), slab: Vec::with_capacity(events), free: Vec::with_capacity(events), seq: 0 }
     }
 
     /// Queues `ev` at time `t`, after every event queued before at `t`.
@@ -77,7 +79,7 @@ mod tests {
 
     #[test]
     fn events_come_by_time_then_in_the_order_queued_and_slots_are_reused() {
-        let mut q = Queue::new();
+        let mut q = Queue::with_capacity(0);
         for (t, e) in [(5, 'a'), (3, 'b'), (5, 'c'), (0, 'd'), (3, 'e')] {
             q.push(t, e);
         }
@@ -96,7 +98,7 @@ mod tests {
     fn an_event_queued_again_in_place_comes_where_a_pop_and_push_would_put_it() {
         // The same pushes into two queues; the earliest event queued again
         // at 7 in one, popped and pushed at 7 in the other.
-        let (mut a, mut b) = (Queue::new(), Queue::new());
+        let (mut a, mut b) = (Queue::with_capacity(0), Queue::with_capacity(0));
         for (t, e) in [(2, 'a'), (7, 'b'), (9, 'c'), (3, 'd')] {
             a.push(t, e);
             b.push(t, e);
@@ -119,7 +121,7 @@ mod tests {
     fn many_events_come_in_the_order_of_a_sorted_list_whatever_the_pushes_pops_and_requeues() {
         // A reference: every pending event by (time, the count of pushes
         // and requeues when it was queued), the least first.
-        let (mut q, mut model) = (Queue::new(), std::collections::BTreeMap::new());
+        let (mut q, mut model) = (Queue::with_capacity(0), std::collections::BTreeMap::new());
         let (mut x, mut count, mut id, mut now) = (0x9E37_79B9_7F4A_7C15u64, 0u64, 0u64, 0u64);
         let mut next = || {
             x ^= x << 13;
