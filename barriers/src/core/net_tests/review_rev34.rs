@@ -193,7 +193,6 @@ fn a_farewell_said_after_close_of_a_void_closing_barrier_proves_nothing() {
 }
 
 #[test]
-#[ignore = "rev34-4 (older than session 17): a round trip measured from a NACK that an absent peer answered only on its return (ms, not 40 us) becomes node 0's crossing window and answer gap: rev34-1's scenario with no round trip measured before, a loss in the next barrier cost 2.68 ms (50 and 300 ms away; 0.76-2.77 ms with 10 barriers of warm-up), retry timeout 22 us, echoes or not"]
 fn a_round_trip_is_not_measured_from_a_nack_an_absent_peer_answered_on_its_return() {
     // `Recovery::replied`: the time from this node's latest NACK to the
     // peer's reply is a round trip. A peer not driven (its application
