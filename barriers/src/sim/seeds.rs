@@ -743,9 +743,12 @@ fn regression_a_pair_whose_join_is_late_is_not_named_silent_beside() {
 ///   took in the message of the barrier before, on its own clock: about
 ///   half the real time), node 4 places each NACK before it sent the
 ///   message, a crossing, until about 215 ms: after the verdict.
+/// - Seed 29621 of the same soak (n = 8, tree3, node 3's clock at 1/2):
+///   node 5 sent segments 0 and 1 of an allreduce beside 278 ms apart;
+///   node 3's NACKs of segment 1 are never answered.
 /// The echo's crossing rule judged across an interval this long at clock
-/// rates 2 to 4 apart: the area of review rev34 (helpers l and v). Both
-/// seeds fail before the j-1 fix too.
+/// rates 2 to 4 apart: the area of review rev34 (helpers l and v). Seeds
+/// 4867 and 14971 fail before the j-1 fix too.
 #[test]
 #[ignore = "j-2: the echo's crossing rule across a long interval under clock skew: NACKs never answered (pair seeds 4867, 14971)"]
 fn regression_a_nack_across_a_long_interval_under_clock_skew_is_answered() {
