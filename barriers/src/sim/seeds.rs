@@ -726,7 +726,8 @@ fn regression_a_pair_whose_join_is_late_is_not_named_silent_beside() {
     seed("pair,loss,burst,dup,reorder,partition,pause,crash,skew,mismatch,b2b,mix", 1068);
 }
 
-/// Finding j-2 (session 18, helper j; not fixed): a NACK never answered,
+/// Finding j-2 (session 18, helper j; not fixed on h9-j, fixed by h9-v
+/// 8e39cba, review rev34 finding 5): a NACK never answered,
 /// a live node named silent or a call far past its bound, under clock
 /// skew, where a node's two sends of a message are far apart in time.
 /// - Seed 4867 (n = 10, tree2-p2p, 30% loss, clocks at 1/2 and 2/1): a
@@ -746,9 +747,11 @@ fn regression_a_pair_whose_join_is_late_is_not_named_silent_beside() {
 /// - Seed 29621 of the same soak (n = 8, tree3, node 3's clock at 1/2):
 ///   node 5 sent segments 0 and 1 of an allreduce beside 278 ms apart;
 ///   node 3's NACKs of segment 1 are never answered.
+///
 /// The echo's crossing rule judged across an interval this long at clock
-/// rates 2 to 4 apart: the area of review rev34 (helpers l and v). Seeds
-/// 4867 and 14971 fail before the j-1 fix too.
+/// rates 2 to 4 apart: review rev34's finding 5 (h9-v 8e39cba), with
+/// which merged all three pass. Seeds 4867 and 14971 fail before the j-1
+/// fix too.
 #[test]
 #[ignore = "j-2: the echo's crossing rule across a long interval under clock skew: NACKs never answered (pair seeds 4867, 14971)"]
 fn regression_a_nack_across_a_long_interval_under_clock_skew_is_answered() {
