@@ -750,10 +750,9 @@ fn regression_a_pair_whose_join_is_late_is_not_named_silent_beside() {
 ///
 /// The echo's crossing rule judged across an interval this long at clock
 /// rates 2 to 4 apart: review rev34's finding 5 (h9-v 8e39cba), with
-/// which merged all three pass. Seeds 4867 and 14971 fail before the j-1
-/// fix too.
+/// which merged all three pass (fixed there: a NACK that asks again is no
+/// crossing by its echo). Seeds 4867 and 14971 fail before the j-1 fix too.
 #[test]
-#[ignore = "j-2: the echo's crossing rule across a long interval under clock skew: NACKs never answered (pair seeds 4867, 14971)"]
 fn regression_a_nack_across_a_long_interval_under_clock_skew_is_answered() {
     seed("pair,loss,burst,dup,reorder,partition,pause,crash,skew,mismatch,b2b,mix", 4867);
     seed("pair,loss,burst,dup,reorder,partition,pause,crash,skew,mismatch,b2b,mix", 14971);
