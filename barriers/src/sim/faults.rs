@@ -168,42 +168,6 @@ pub struct Burst {
     pub loss: f64,
 }
 
-impl Burst {
-    /// A link's state at `now` (in a burst, and until when, ns), from its
-    /// state `(bad, until)` as last drawn: the state flips at `until`,
-    /// each state lasting an exponential time of its mean.
-    ///
-    /// A link quiet for many of those times (a node paused, crashed or
-    /// waiting out a failure timeout; every link at its first message)
-    /// would take one draw per flip. After one flip, the state at `now`
-    /// is drawn instead from the chain's law given the state at the flip:
-    /// a two-state chain leaving good at rate `a` and bad at rate `b` is in
-    /// its bad state `Δ` later with probability `π + (x − π)·e^(−(a+b)Δ)`,
-    /// `π = a/(a+b)` and `x` 1 if it was bad; and the time left in the state
-    /// it is in at `now` is exponential of its mean whatever came before
-    /// (memoryless). The same process, in one draw or two.
-    pub fn advance(&self, rng: &mut Rng, (mut bad, mut until): (bool, u64), now: u64) -> (bool, u64) {
-        let mean = |bad: bool| if bad { self.bad_ns } else { self.good_ns } as f64;
-        if until > now {
-            return (bad, until);
-        }
-        bad = !bad;
-        until += 1 + rng.exp(mean(bad)) as u64;
-        if until > now {
-            return (bad, until);
-        }
-        // A second flip at `until`; what happened between it and `now`
-        // is drawn at once.
-        bad = !bad;
-        let (to_bad, to_good) = (1.0 / self.good_ns as f64, 1.0 / self.bad_ns as f64);
-        let pi = to_bad / (to_bad + to_good);
-        let since = (now - until) as f64;
-        let p_bad = pi + (f64::from(u8::from(bad)) - pi) * (-(to_bad + to_good) * since).exp();
-        bad = rng.unit() < p_bad;
-        (bad, now + 1 + rng.exp(mean(bad)) as u64)
-    }
-}
-
 /// The message faults of a run, drawn from its seed.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Faults {
@@ -367,44 +331,6 @@ mod tests {
         assert_eq!(FaultMix::parse("none").unwrap(), FaultMix::none());
         assert_eq!(FaultMix::parse("pair,crash,mix").unwrap().to_string(), "pair,crash,mix");
         assert!(!FaultMix::mix().kinds.contains(&FaultKind::Pair), "the mix's seeds run as before");
-    }
-
-    #[test]
-    fn a_links_burst_state_drawn_after_a_quiet_spell_has_the_chains_law() {
-        // The chain stepped flip by flip (its definition) and `advance`,
-        // each looked at every `gap` ns: the share of looks in a burst, and
-        // of bursts still on at the next look, agree with each other and
-        // with the law `advance` draws from. (At 50 µs and 1 ms most looks
-        // come after two flips or more: `advance` draws the state at once.)
-        let b = Burst { good_ns: 100_000, bad_ns: 20_000, loss: 1.0 };
-        let mean = |bad: bool| if bad { b.bad_ns } else { b.good_ns } as f64;
-        let pi = 20.0 / 120.0;
-        for gap in [5_000u64, 50_000, 1_000_000] {
-            let stay = pi + (1.0 - pi) * (-(gap as f64) * (1.0 / 100_000.0 + 1.0 / 20_000.0)).exp();
-            let (mut stepped, mut drawn) = ((Rng::new(1), (true, 0u64)), (Rng::new(2), (true, 0u64)));
-            let mut counts = [[0u32; 3]; 2]; // looks in a burst, and after one, still in one; looks after one
-            let looks = 200_000u64;
-            for i in 1..=looks {
-                let now = i * gap;
-                let (rng, (bad, until)) = &mut stepped;
-                let was = [*bad, drawn.1 .0];
-                while *until <= now {
-                    *bad = !*bad;
-                    *until += 1 + rng.exp(mean(*bad)) as u64;
-                }
-                drawn.1 = b.advance(&mut drawn.0, drawn.1, now);
-                for (c, (was, is)) in counts.iter_mut().zip(was.into_iter().zip([stepped.1 .0, drawn.1 .0])) {
-                    c[0] += u32::from(is);
-                    c[1] += u32::from(was && is);
-                    c[2] += u32::from(was);
-                }
-            }
-            for c in counts {
-                let (share, stays) = (f64::from(c[0]) / looks as f64, f64::from(c[1]) / f64::from(c[2]));
-                assert!((share - pi).abs() < 0.02, "gap {gap}: in a burst {share:.3}, the law {pi:.3}");
-                assert!((stays - stay).abs() < 0.03, "gap {gap}: a burst still on {stays:.3}, the law {stay:.3}");
-            }
-        }
     }
 
     #[test]

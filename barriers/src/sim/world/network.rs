@@ -32,7 +32,12 @@ impl<F: NodeFactory> World<F> {
         let link = from * self.run.config.nodes + to;
         let mut loss = f.loss;
         if let Some(b) = f.burst {
-            let (bad, until) = b.advance(&mut self.net, self.bad[link], self.now);
+            let (mut bad, mut until) = self.bad[link];
+            while until <= self.now {
+                bad = !bad;
+                let mean = if bad { b.bad_ns } else { b.good_ns };
+                until += 1 + self.net.exp(mean as f64) as u64;
+            }
             self.bad[link] = (bad, until);
             if bad {
                 loss = b.loss;
