@@ -246,7 +246,7 @@ impl Core {
                 let parity = parity(self.window.epoch);
                 self.recovery.sent_copies[parity][self.run.step] = 0;
                 self.send_step(now, parity);
-                self.recovery.sent_at[parity][self.run.step] = Some((self.window.epoch, now));
+                self.recovery.step_sent(self.window.epoch, self.run.step, now);
             }
             self.run.step += 1;
             self.run.step_sent = false;
@@ -266,7 +266,7 @@ impl Core {
             if !self.run.step_sent {
                 self.recovery.sent_copies[parity][self.run.step] = 0;
                 self.send_step(now, parity);
-                self.recovery.sent_at[parity][self.run.step] = Some((self.window.epoch, now));
+                self.recovery.step_sent(self.window.epoch, self.run.step, now);
             }
             if self.run.remaining[self.run.step] == 0 {
                 if let Some(coll) = &mut self.coll {

@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use super::answers::Timed;
 use super::copies::copy_of;
 use super::recovery::Laggard;
 use super::window::{ahead, parity, place};
@@ -177,7 +178,7 @@ impl Core {
             let stalled = self.recovery.stall.is_some_and(|(_, back)| now.saturating_duration_since(back) < self.recovery.rto.least());
             let clean = !answer && copy.0 == 0 && !stalled;
             if let Some(heard) = self.recovery.heard_at.get_mut(i) {
-                *heard = clean.then_some((epoch, now));
+                *heard = clean.then(|| Timed::after(*heard, epoch, now));
             }
         } else if self.window.copies.late(epoch, i, copy.0, answer) {
             self.recovery.loss.came();

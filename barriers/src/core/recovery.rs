@@ -58,7 +58,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::answers::{echo_arg, echo_of, Answered};
+use super::answers::{echo_arg, echo_of, Answered, Echo, Timed};
 use super::copies::{copy_arg, copy_of, nack_id_arg, nack_id_of, CopySpacing, LossEstimate};
 use super::evidence::{gathers_first, EVIDENCE_WAITS};
 use super::peers::PerPeer;
@@ -204,18 +204,19 @@ pub(super) struct Recovery {
     /// barrier parity: an answer to a NACK for a message sent in copies
     /// shows that they were all lost ([`CopySpacing::answered_whole`]).
     pub(super) sent_copies: [Vec<u8>; 2],
-    /// When each step's messages went out (the barrier, the time), per
-    /// barrier parity: a NACK that arrives within a round trip of it
-    /// crossed it, and so does one whose echo is shorter than the time
-    /// between the step's sending in the barrier before and in this one
+    /// When each step's messages went out (the barrier, the time, the time
+    /// since the barrier before's), per barrier parity: a NACK that arrives
+    /// within a round trip of it crossed it, and so does one whose echo
+    /// shows it sent before this barrier's could have reached its asker
     /// ([`Core::answer`]).
-    pub(super) sent_at: [Vec<Option<(u64, Instant)>>; 2],
+    pub(super) sent_at: [Vec<Option<Timed>>; 2],
     /// When each message of the algorithm's own plan (indexed as
     /// [`crate::expect::Expectations`] does; its indices come first) was
     /// last taken in as an original (copy 0 of a `Data`, not on a return
-    /// from a stall), and of which barrier: a NACK for the next barrier's
-    /// carries the time since as its echo ([`crate::transport::ECHO_SHIFT`]).
-    pub(super) heard_at: Vec<Option<(u64, Instant)>>,
+    /// from a stall), of which barrier, and the time since the barrier
+    /// before's if that came so too: a NACK for the next barrier's carries
+    /// their difference as its echo ([`crate::transport::ECHO_SHIFT`]).
+    pub(super) heard_at: Vec<Option<Timed>>,
     /// The shortest time from a NACK to its reply (an answer or a status)
     /// seen: a round trip, with the peer's time to turn a NACK around (the
     /// least: a NACK that came sooner after the original surely crossed it).
@@ -246,6 +247,13 @@ pub(super) struct Recovery {
 }
 
 impl Recovery {
+    /// Step `step`'s messages of barrier `epoch` went at `now`.
+    #[inline]
+    pub(super) fn step_sent(&mut self, epoch: u64, step: usize, now: Instant) {
+        let before = self.sent_at[parity(epoch + 1)].get(step).copied().flatten();
+        self.sent_at[parity(epoch)][step] = Some(Timed::after(before, epoch, now));
+    }
+
     /// How many probes in a row a live peer may leave unanswered by chance
     /// at the estimated loss rate (a probe or its answer lost each time,
     /// with odds below 1%): past that, it is quiet.
@@ -472,8 +480,8 @@ impl Core {
                     .get(i)
                     .copied()
                     .flatten()
-                    .filter(|&(e, _)| ask == w.from && e + 1 == self.window.epoch)
-                    .map(|(_, at)| now.saturating_duration_since(at));
+                    .filter(|h| ask == w.from && h.epoch + 1 == self.window.epoch)
+                    .map(|h| Echo::of(now.saturating_duration_since(h.at), h.since));
                 // (Its copies numbered alike, a retry's otherwise: one
                 // answer a NACK, `Answered::later_copy`.)
                 let id = nack_id_arg(self.stats.nacks_sent);
