@@ -33,7 +33,8 @@
 //! recovering its receivers' losses (a retry timeout and a round trip each,
 //! [`RECOVERY_WORTH`](super::copies::RECOVERY_WORTH) frames) no more than the cost of one more copy: on a
 //! clean network (nothing ever lost) every message goes once. A message a
-//! peer asked for before it was sent goes twice at least; a first NACK
+//! peer asked for before it was sent goes twice at least once any loss was
+//! seen; a first NACK
 //! asking node 0 for its multicast release goes once (many nodes ask at
 //! once, and one multicast answer serves them all).
 //!
@@ -186,7 +187,8 @@ pub(super) struct Recovery {
     pub(super) last_answered: Option<(u64, usize)>,
     /// Whether a peer asked for a message of this barrier before this node
     /// had sent it: it waits already, so point-to-point messages go twice
-    /// (a loss now would cost it a long-backed-off retry).
+    /// where any loss was seen (a loss now would cost it a long-backed-off
+    /// retry).
     pub(super) asked_early: bool,
     /// This node recovered a loss of its own (an answer came first) in
     /// barrier `recovered_in`: its messages carry
