@@ -30,6 +30,18 @@ const ANSWER_LOG: usize = 4;
 /// The mantissa bits of an echo's float (of its 16: see [`ECHO_SHIFT`]),
 /// under an implied leading 1: a size within a 1024th.
 const ECHO_MANTISSA: u32 = 10;
+/// How far apart two nodes' clock rates may be, as a fraction (1/1024:
+/// about 1,000 ppm, a crystal's tolerance and an NTP slew's 500 ppm): an
+/// echo is a time on the asker's clock, compared with one on this node's
+/// over the time between two barriers, so a NACK is taken for a crossing
+/// only if its echo falls short by more than that fraction of it. (Without
+/// it, clocks 100 ppm apart and barriers 10 s apart made a NACK sent up to
+/// 1 ms after the original should have come look like a crossing, and 500
+/// ppm over 30 minutes had a live peer named silent: review rev34,
+/// finding 2.) Where barriers come fast, as when crossings are many, it
+/// is a thousandth of their interval, the echo's own resolution.
+const CLOCK_RATES_APART: u32 = 1024;
+
 /// A NACK's echo is its change from the interval before if that is this
 /// many times shorter than the whole at least (see [`Echo::of`]): where
 /// the barriers keep their pace. The change rests on one more time taken
@@ -74,10 +86,17 @@ impl Echo {
     /// Whether a NACK with this echo was sent before this barrier's message
     /// could have reached its asker: the message went `d` after the barrier
     /// before's, which went `i` (if known) after the one before that.
+    /// Each falls short by more than the clocks' rates allow
+    /// ([`CLOCK_RATES_APART`]): the asker measured `E` (or `E − I`) on its
+    /// clock, so it may be off by a 1024th of itself; a change, short where
+    /// the pace is kept, needs a far smaller margin than the whole.
     fn crossed(self, i: Option<Duration>, d: Duration) -> bool {
         match self {
-            Echo::Whole(e) => e < d,
-            Echo::Change(c) => i.is_some_and(|i| i128::from(c) + i128::from(ns(i)) < i128::from(ns(d))),
+            Echo::Whole(e) => e + d / CLOCK_RATES_APART < d,
+            Echo::Change(c) => i.is_some_and(|i| {
+                let rates = i128::from(c.unsigned_abs() / u64::from(CLOCK_RATES_APART));
+                i128::from(c) + rates + i128::from(ns(i)) < i128::from(ns(d))
+            }),
         }
     }
 }
@@ -327,7 +346,8 @@ impl Core {
     /// `t`, and both took the same time `l` to reach the asker, the NACK
     /// went at `t' + l + E`, and this message reaches the asker at `t + l`:
     /// the NACK crossed it if `E < t − t'`, whatever `l` is and however late
-    /// this node takes the NACK in. No round trip need be measured (on a
+    /// this node takes the NACK in (less a 1024th of `t − t'` for the two
+    /// clocks' rates: [`CLOCK_RATES_APART`]). No round trip need be measured (on a
     /// clean network none ever is: node 0 of a tree never NACKs, so it
     /// answered by multicast the release that every node's timer asked for
     /// as it went, whenever one node was descheduled around its call:
@@ -346,9 +366,9 @@ impl Core {
     ///
     /// `asked`: when this peer's last NACK for the message before this one
     /// was admitted, if one was. A NACK that asks again after one that came
-    /// once the message went is no crossing by the round trip (the original
-    /// did not come); one that asks again after a "not yet" may be. (Its
-    /// echo still tells.)
+    /// once the message went is no crossing (the original did not come), by
+    /// the round trip or by its echo (an echo may be wrong: review rev34,
+    /// finding 5); one that asks again after a "not yet" may be.
     /// Returns (answered, crossed).
     pub(super) fn answer(
         &mut self,
@@ -372,16 +392,24 @@ impl Core {
             let sent_at = |e: u64| self.recovery.sent_at[parity(e)].get(s).copied().flatten().filter(|t| t.epoch == e);
             let timed = sent_at(epoch);
             let sent = timed.map(|t| t.at);
-            // (This barrier's interval D and the one before's I: the NACK
-            // went echo + I after the message before reached the asker.)
+            // (The interval before, I, between the barrier before's message
+            // and the one before that: a change's echo is E − I.)
             let before = epoch.checked_sub(1).and_then(sent_at).and_then(|t| t.since);
-            let echoed = match (echo, timed.and_then(|t| t.since)) {
-                (Some(echo), Some(d)) => echo.crossed(before, d),
-                _ => false,
-            };
             // (Until a round trip was measured, no NACK is taken for a
             // crossing; nor one that asks again after the message went.)
             let again = asked.is_some_and(|a| sent.is_none_or(|t| a > t));
+            // (Nor by its echo: an echo may be wrong, its asker's clock
+            // running at another rate or its original dated late, and a
+            // NACK taken for a crossing is also an unanswered probe. Had
+            // the retries been judged by it too, a wrong echo left every
+            // one unanswered until the live peer was named silent: review
+            // rev34, finding 5, DST seed 73011023 with clocks at 1/2 and 2×.
+            // So a wrong echo costs one retry at most.)
+            let echoed = !again
+                && match (echo, timed.and_then(|t| t.since)) {
+                    (Some(echo), Some(d)) => echo.crossed(before, d),
+                    _ => false,
+                };
             let window = if again { Duration::ZERO } else { self.recovery.reply.unwrap_or(Duration::ZERO) };
             let stalled = self
                 .recovery
@@ -489,6 +517,12 @@ mod tests {
         assert!(Echo::of(ms, Some(ms)).crossed(i, d), "sent 9 ns before the message came");
         assert!(!Echo::of(ms + Duration::from_nanos(9), Some(ms)).crossed(i, d), "sent as it came");
         assert!(!Echo::Change(0).crossed(None, d), "no interval known here: no judgment");
-        assert!(Echo::Whole(ms).crossed(None, d));
+        // The clocks' rates: a whole echo must fall short by a 1024th of the
+        // interval (about 1 µs here), a change by a 1024th of itself.
+        assert!(!Echo::Whole(ms).crossed(None, d), "short by 9 ns of 1 ms: within the clocks' rates");
+        assert!(Echo::Whole(ms - 2 * us).crossed(None, d));
+        let (i, d) = (Some(ms), ms + 100 * us + Duration::from_nanos(200));
+        assert!(Echo::of(ms + 100 * us, Some(ms)).crossed(i, d), "short by 200 ns, more than 100 us / 1024");
+        assert!(!Echo::of(ms + 100 * us + Duration::from_nanos(150), Some(ms)).crossed(i, d), "short by 50 ns, not more");
     }
 }

@@ -361,8 +361,16 @@ impl Core {
             }
         } else if self.closing.closing() {
             // The closing barrier complete (the application closed and went
-            // away): the farewell goes on here.
-            if !self.closing.finished() {
+            // away): the farewell goes on here, unless the barrier ended
+            // void. A farewell's word proves to a peer still in its closing
+            // barrier that the barrier completed without a mismatch
+            // (`Core::closing_proven`), as a finish says none after a void
+            // one: said here regardless, a peer that lost every word of the
+            // mismatch returned Ok from its finish where every other call of
+            // the barrier failed (review rev34, finding 3). This node then
+            // only answers, as any node does; its application's `finish`
+            // reports the mismatch.
+            if !self.closing.finished() && !self.window.last_void && !self.coll.as_ref().is_some_and(|c| c.has_error()) {
                 self.begin_farewell(now);
             }
             self.farewell_step(now);

@@ -19,6 +19,7 @@ mod joins;
 mod replaced;
 mod review_rev32;
 mod review_rev33;
+mod review_rev34;
 mod soak;
 mod spacing;
 mod told;
@@ -53,6 +54,11 @@ struct Net {
     config: BarrierConfig,
     /// The time at which a rule is asked about a message (its sending).
     clock: std::rc::Rc<std::cell::Cell<Instant>>,
+    /// Each node's clock rate, off true time by this many millionths
+    /// (positive: fast), counted from `start`.
+    ppm: Vec<i64>,
+    /// When the net was made: where every node's clock agrees.
+    start: Instant,
 }
 
 impl Net {
@@ -78,7 +84,34 @@ impl Net {
             joined: (0..n).map(|_| None).collect(),
             config,
             clock: std::rc::Rc::new(std::cell::Cell::new(now)),
+            ppm: vec![0; n],
+            start: now,
         }
+    }
+
+    /// Node `p`'s clock at true time `t`.
+    fn local(&self, p: NodeId, t: Instant) -> Instant {
+        let ppm = i128::from(self.ppm[p]);
+        if ppm == 0 {
+            return t;
+        }
+        let d = (t - self.start).as_nanos() as i128;
+        self.start + Duration::from_nanos((d + d * ppm / 1_000_000) as u64)
+    }
+
+    /// The true time at which node `p`'s clock reads `t` (at the earliest
+    /// such nanosecond: a deadline never fires early).
+    fn global(&self, p: NodeId, t: Instant) -> Instant {
+        let ppm = i128::from(self.ppm[p]);
+        if ppm == 0 || t <= self.start {
+            return t;
+        }
+        let d = (t - self.start).as_nanos() as i128;
+        let mut g = self.start + Duration::from_nanos((d * 1_000_000 / (1_000_000 + ppm)) as u64);
+        while self.local(p, g) < t {
+            g += Duration::from_nanos(1);
+        }
+        g
     }
 
     /// Node `p` makes a new barrier (its old core is dropped unfinished)
@@ -126,7 +159,8 @@ impl Net {
     /// Node `p` starts `call` now.
     fn call(&mut self, p: NodeId, call: Call<'_>) {
         self.done[p] = None;
-        self.cores[p].start(self.now, call);
+        let local = self.local(p, self.now);
+        self.cores[p].start(local, call);
         self.flush(p);
     }
 
@@ -135,7 +169,7 @@ impl Net {
         loop {
             let live = |p: &NodeId| !self.dead[*p] && !self.paused[*p];
             let next_msg = self.wire.iter().filter(|w| !self.paused[w.2]).map(|w| w.0).min();
-            let next_timer = (0..self.cores.len()).filter(live).filter_map(|p| self.cores[p].poll_timeout()).min();
+            let next_timer = (0..self.cores.len()).filter(live).filter_map(|p| self.cores[p].poll_timeout().map(|t| self.global(p, t))).min();
             let Some(next) = [next_msg, next_timer].into_iter().flatten().min() else { break };
             if next > until {
                 break;
@@ -147,16 +181,18 @@ impl Net {
             self.wire = rest;
             for (_, from, to, rail, msg, data) in due {
                 if !self.dead[to] {
-                    self.cores[to].handle(now, from, rail, msg, &data);
+                    let local = self.local(to, now);
+                    self.cores[to].handle(local, from, rail, msg, &data);
                     self.flush(to);
                 }
             }
             for p in 0..self.cores.len() {
-                if !self.dead[p] && !self.paused[p] && self.cores[p].poll_timeout().is_some_and(|t| t <= now) {
-                    self.cores[p].handle_timeout(now);
+                let local = self.local(p, now);
+                if !self.dead[p] && !self.paused[p] && self.cores[p].poll_timeout().is_some_and(|t| t <= local) {
+                    self.cores[p].handle_timeout(local);
                     self.flush(p);
                     let again = self.cores[p].poll_timeout();
-                    assert!(again.is_none_or(|t| t > now), "node {p} asks for a timeout at {now:?} again: a driver would spin");
+                    assert!(again.is_none_or(|t| t > local), "node {p} asks for a timeout at {local:?} again: a driver would spin");
                 }
             }
         }

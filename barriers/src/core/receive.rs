@@ -44,6 +44,8 @@ impl Core {
         if self.live.gave_up == Some(from) {
             self.live.gave_up = None; // it is back: stop reporting it silent
         }
+        // (Probes it left unanswered until now: see the round trip below.)
+        let unanswered = self.live.peers[from].unanswered();
         self.live.peers[from].heard(now);
         // (A plan's data only: its copies follow the rule alone; answers
         // and NACKs go in copies for other reasons too.)
@@ -51,7 +53,16 @@ impl Core {
             self.recovery.loss.peer_copies(copy_of(msg.arg).1, self.setup.nodes - 1);
         }
         if matches!(msg.kind, MsgKind::Answer | MsgKind::Status) {
-            self.recovery.replied(from, now);
+            // A reply after two or more NACKs unanswered may be a peer that
+            // was away (not driven) answering on its return: no round trip
+            // (review rev34, finding 4: node 0's first sample, 2.7 ms where
+            // the network's is 40 us, was its crossing window and answer
+            // gap, and its peer's next loss cost 2.7 ms).
+            if unanswered <= 1 {
+                self.recovery.replied(from, now);
+            } else {
+                self.recovery.nacked_at.take_if(|(p, _)| *p == from);
+            }
         }
         // A farewell's word (a `FINISHED` status, a "where are you?"
         // query) of the barrier after this node's closing barrier: its
@@ -174,9 +185,18 @@ impl Core {
             self.recovery.loss.came();
             // When the original came, for the echo of a NACK for the next
             // barrier's (not if this node cannot vouch for the time: an
-            // answer, a later copy, taken in on its return from a stall).
+            // answer, a later copy, taken in on its return from a stall,
+            // or while no timer of its own ran, which is the only way a
+            // stall shows: a node that is not running a barrier, or whose
+            // application was told a failure, may not be driven at all, its
+            // application away and its frames waiting until it calls, and
+            // took in late, an echo looks short: its peer took NACKs for the
+            // next barrier's lost message for crossings for as long, and a
+            // node away longer than the failure timeout named its live
+            // peer silent: review rev34, finding 1).
             let stalled = self.recovery.stall.is_some_and(|(_, back)| now.saturating_duration_since(back) < self.recovery.rto.least());
-            let clean = !answer && copy.0 == 0 && !stalled;
+            let driven = self.phase.running() && self.live.told.is_none();
+            let clean = !answer && copy.0 == 0 && !stalled && driven;
             if let Some(heard) = self.recovery.heard_at.get_mut(i) {
                 *heard = clean.then(|| Timed::after(*heard, epoch, now));
             }
