@@ -127,14 +127,18 @@ pub const NACK_ID_SHIFT: u32 = 16;
 /// In a [`MsgKind::Nack`]'s `arg`, bits 0..8 and 24..32 (the low and the
 /// high byte of 16 bits; bits 16..24 are the NACK's own): the *echo*, how
 /// long before sending it the asker took in the original of the same
-/// message (same sender, same `tag`) of the barrier before, if it did (0:
-/// unknown). A float of nanoseconds, rounded up (so an echo never makes a
-/// crossing look likelier): a 5-bit exponent `e` above an 11-bit mantissa
-/// `m`, the time `m << e` ns (within a thousandth). The asked node, which
-/// knows when it sent both barriers' messages, tells from it whether the
-/// NACK was sent before the message it asks for could have come (it
-/// crossed it: not answered), with no round trip measured (see
-/// `core::answers`).
+/// message (same sender, same `tag`) of the barrier before (0: unknown),
+/// whole (bit 15 clear) or, where the pace is kept, as its change from the
+/// time between its taking in the original of the barrier before that and
+/// that one (bit 15 set; bit 14: negative). Floats of nanoseconds, rounded
+/// up (so an echo never makes a crossing look likelier): a 5-bit (whole)
+/// or 4-bit (change) exponent `e` over a 10-bit mantissa `m`, the size `m`
+/// if `e` is 0, else `(1024 + m) << (e − 1)` (within a 1024th). The asked
+/// node, which knows when it sent those barriers' messages, tells from it
+/// whether the NACK was sent before the message it asks for could have
+/// come (it crossed it: not answered), with no round trip measured (see
+/// `core::answers`). Protocol 11 (10's echo was the whole time, in
+/// another float).
 pub const ECHO_SHIFT: u32 = 24;
 
 /// A barrier message: tiny, and the same on every transport.

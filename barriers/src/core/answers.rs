@@ -27,9 +27,9 @@ const ANSWER_GAP_DIVISOR: u32 = 4;
 /// between this many (epoch, tag) pairs or fewer is still rate-limited).
 const ANSWER_LOG: usize = 4;
 
-/// The echo's mantissa bits (of its 16: see [`ECHO_SHIFT`]).
-const ECHO_MANTISSA: u32 = 11;
-
+/// The mantissa bits of an echo's float (of its 16: see [`ECHO_SHIFT`]),
+/// under an implied leading 1: a size within a 1024th.
+const ECHO_MANTISSA: u32 = 10;
 /// How far apart two nodes' clock rates may be, as a fraction (1/1024:
 /// about 1,000 ppm, a crystal's tolerance and an NTP slew's 500 ppm): an
 /// echo is a time on the asker's clock, compared with one on this node's
@@ -42,25 +42,160 @@ const ECHO_MANTISSA: u32 = 11;
 /// is a thousandth of their interval, the echo's own resolution.
 const CLOCK_RATES_APART: u32 = 1024;
 
-/// A NACK's echo (see [`ECHO_SHIFT`]) of `took`, rounded up (so an echo
-/// never makes a NACK look sent sooner than it was), in place in `arg`;
-/// `None`: 0, unknown.
-pub(super) fn echo_arg(took: Option<Duration>) -> u32 {
-    let Some(took) = took else { return 0 };
-    let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
-    let limit = 1u64 << ECHO_MANTISSA;
-    let word = match (0..32u32).find(|&e| ns.div_ceil(1 << e) < limit) {
-        Some(e) => e << ECHO_MANTISSA | ns.div_ceil(1 << e) as u32,
-        None => (1 << 16) - 1,
+/// A NACK's echo is its change from the interval before if that is this
+/// many times shorter than the whole at least (see [`Echo::of`]): where
+/// the barriers keep their pace. The change rests on one more time taken
+/// in at the asker, which may be late (the asker off its CPU as the frame
+/// came, unseen: no deadline of its own was overdue), and a change as
+/// large as the whole is as coarse. (In the simulator's descheduled
+/// nodes, `sim::descheduled`, any shorter change: 3 answers more in 4
+/// seeds of tree4, each to a NACK whose change put it a millisecond after
+/// the message it asked for, which it had crossed; an eighth: 1 fewer than
+/// with whole echoes.)
+const CHANGE_FINER: u64 = 8;
+/// Set in an echo's 16 bits: the echo is a [`Echo::Change`].
+const ECHO_CHANGE: u32 = 1 << 15;
+/// Set in a [`Echo::Change`]'s 16 bits: it is negative (or 0).
+const ECHO_NEGATIVE: u32 = 1 << 14;
+
+/// What a NACK's echo says (see [`ECHO_SHIFT`]): how long before sending it
+/// the asker took in the same message of the barrier before (`E`), whole
+/// or as its change from the interval between that one and the one of the
+/// barrier before that (`E − I`), the change where it is much shorter (a
+/// float keeps a share of what it carries, so the shorter is the finer:
+/// [`CHANGE_FINER`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Echo {
+    /// `E`.
+    Whole(Duration),
+    /// `E − I`, in signed ns.
+    Change(i64),
+}
+
+impl Echo {
+    /// The echo of a NACK sent `took` after the barrier before's message
+    /// came, `interval` after the one of the barrier before that, if known.
+    pub(super) fn of(took: Duration, interval: Option<Duration>) -> Echo {
+        let change = interval.map(|i| ns(took).saturating_sub(ns(i)));
+        match change {
+            Some(c) if c.unsigned_abs() <= ns(took).unsigned_abs() / CHANGE_FINER && float_up(c.unsigned_abs(), 4).is_some() => Echo::Change(c),
+            _ => Echo::Whole(took),
+        }
+    }
+
+    /// Whether a NACK with this echo was sent before this barrier's message
+    /// could have reached its asker: the message went `d` after the barrier
+    /// before's, which went `i` (if known) after the one before that.
+    /// Each falls short by more than the clocks' rates allow
+    /// ([`CLOCK_RATES_APART`]): the asker measured `E` (or `E − I`) on its
+    /// clock, so it may be off by a 1024th of itself; a change, short where
+    /// the pace is kept, needs a far smaller margin than the whole.
+    fn crossed(self, i: Option<Duration>, d: Duration) -> bool {
+        match self {
+            Echo::Whole(e) => e + d / CLOCK_RATES_APART < d,
+            Echo::Change(c) => i.is_some_and(|i| {
+                let rates = i128::from(c.unsigned_abs() / u64::from(CLOCK_RATES_APART));
+                i128::from(c) + rates + i128::from(ns(i)) < i128::from(ns(d))
+            }),
+        }
+    }
+}
+
+/// The float of `exponents` exponent bits over [`ECHO_MANTISSA`] bits
+/// that is the least at least `size` (`None`: none is), as its bits.
+fn float_up(size: u64, exponents: u32) -> Option<u32> {
+    let first = 1u64 << ECHO_MANTISSA;
+    if size < first {
+        return Some(size as u32);
+    }
+    // (The least exponent whose significand, rounded up, fits.)
+    let e = (1..1 << exponents).find(|&e| size.div_ceil(1 << (e - 1)) < 2 * first)?;
+    Some(e << ECHO_MANTISSA | (size.div_ceil(1 << (e - 1)) - first) as u32)
+}
+
+/// The float of `exponents` exponent bits over [`ECHO_MANTISSA`] bits
+/// that is the most at most `size` (the largest if none is larger), as
+/// its bits.
+fn float_down(size: u64, exponents: u32) -> u32 {
+    let first = 1u64 << ECHO_MANTISSA;
+    let most = (2 * first - 1) << ((1 << exponents) - 2);
+    let size = size.min(most);
+    if size < first {
+        return size as u32;
+    }
+    let e = 64 - size.leading_zeros() - ECHO_MANTISSA;
+    e << ECHO_MANTISSA | ((size >> (e - 1)) - first) as u32
+}
+
+/// The size of a float's bits (exponent above [`ECHO_MANTISSA`] bits).
+fn float_value(bits: u32) -> u64 {
+    let (e, m) = (bits >> ECHO_MANTISSA, u64::from(bits & ((1 << ECHO_MANTISSA) - 1)));
+    if e == 0 {
+        m
+    } else {
+        ((1 << ECHO_MANTISSA) + m) << (e - 1)
+    }
+}
+
+/// When one of a node's messages of barrier `epoch` went (or came, at the
+/// asker), and the time since the same message of the barrier before went
+/// (came) if that was known: what a NACK's echo is measured against
+/// (see [`echo_arg`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Timed {
+    pub(super) epoch: u64,
+    pub(super) at: Instant,
+    /// Since the same message of barrier `epoch − 1`.
+    pub(super) since: Option<Duration>,
+}
+
+impl Timed {
+    /// The message of `epoch` at `at`, after `before` (the same message's
+    /// last record, if any).
+    #[inline]
+    pub(super) fn after(before: Option<Timed>, epoch: u64, at: Instant) -> Timed {
+        let since = before.filter(|b| b.epoch + 1 == epoch).map(|b| at.saturating_duration_since(b.at));
+        Timed { epoch, at, since }
+    }
+}
+
+/// Signed nanoseconds of `d` (saturating).
+#[inline]
+fn ns(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// A NACK's echo (see [`ECHO_SHIFT`]), in place in `arg`, rounded up (so
+/// that an echo never makes a NACK look sent sooner than it was). 16 bits:
+/// a [`Echo::Whole`] is bit 15 clear, a 5-bit exponent and a 10-bit
+/// mantissa (its ns; at least 1, since 0 is none; about 2,200 s at most);
+/// a [`Echo::Change`] is bit 15 set, a sign (bit 14: negative), a 4-bit
+/// exponent and a 10-bit mantissa, of its size (0 as the negative 0; a
+/// negative one larger than the largest, about 33.5 ms, as that, still
+/// rounded up). A float of `e` over `m`: `m` if `e` is 0, else `(1024 +
+/// m) << (e − 1)`, within a 1024th. `None` (or a whole echo too large to
+/// be rounded up): 0, unknown.
+pub(super) fn echo_arg(echo: Option<Echo>) -> u32 {
+    let word = match echo {
+        None => 0,
+        Some(Echo::Whole(took)) => float_up(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1), 5).unwrap_or(0),
+        Some(Echo::Change(c)) if c > 0 => float_up(c.unsigned_abs(), 4).map_or(0, |f| ECHO_CHANGE | f),
+        Some(Echo::Change(c)) => ECHO_CHANGE | ECHO_NEGATIVE | float_down(c.unsigned_abs(), 4),
     };
     (word & 0xFF) | (word >> 8) << ECHO_SHIFT
 }
 
-/// The echo a NACK's `arg` carries, if any (see [`ECHO_SHIFT`]).
-pub(super) fn echo_of(arg: u32) -> Option<Duration> {
-    let word = (arg & 0xFF) | (arg >> ECHO_SHIFT) << 8;
-    let (e, m) = (word >> ECHO_MANTISSA, u64::from(word & ((1 << ECHO_MANTISSA) - 1)));
-    (word != 0).then(|| Duration::from_nanos(m << e))
+/// The echo a NACK's `arg` carries, if any (see [`echo_arg`]).
+pub(super) fn echo_of(arg: u32) -> Option<Echo> {
+    let word = (arg & 0xFF) | ((arg >> ECHO_SHIFT) & 0xFF) << 8;
+    if word == 0 {
+        None
+    } else if word & ECHO_CHANGE == 0 {
+        Some(Echo::Whole(Duration::from_nanos(float_value(word))))
+    } else {
+        let size = float_value(word & (ECHO_NEGATIVE - 1)) as i64;
+        Some(Echo::Change(if word & ECHO_NEGATIVE != 0 { -size } else { size }))
+    }
 }
 
 /// One (epoch, tag) a peer asked for: when its NACK was last admitted
@@ -207,18 +342,27 @@ impl Core {
     ///
     /// **Echoes.** A NACK's echo (`echo`, see [`ECHO_SHIFT`]) says how long
     /// before sending it the asker took in this node's same message of the
-    /// barrier before. If that message went at `t'` and this one at `t`,
-    /// and both took the same time `l` to reach the asker, the NACK went at
-    /// `t' + l + echo`, and this message reaches the asker at `t + l`: the
-    /// NACK crossed it if `echo < t − t'`, whatever `l` is and however late
-    /// this node takes the NACK in (less a thousandth of `t − t'` for the
-    /// two clocks' rates: [`CLOCK_RATES_APART`]). No round trip need be measured (on a
+    /// barrier before (`E`). If that message went at `t'` and this one at
+    /// `t`, and both took the same time `l` to reach the asker, the NACK
+    /// went at `t' + l + E`, and this message reaches the asker at `t + l`:
+    /// the NACK crossed it if `E < t − t'`, whatever `l` is and however late
+    /// this node takes the NACK in (less a 1024th of `t − t'` for the two
+    /// clocks' rates: [`CLOCK_RATES_APART`]). No round trip need be measured (on a
     /// clean network none ever is: node 0 of a tree never NACKs, so it
     /// answered by multicast the release that every node's timer asked for
     /// as it went, whenever one node was descheduled around its call:
-    /// review rev32, finding 5). An asker sends no echo where it cannot
+    /// review rev32, finding 5). Where the barriers keep their pace, the
+    /// echo is `E − I` instead ([`Echo::Change`]), `I` the time between the
+    /// asker's taking in the message of the barrier before that (`t''`) and
+    /// of the barrier before: with the same latency, `I = t' − t''`, and
+    /// the NACK crossed if `E − I < (t − t') − (t' − t'')`. (16 bits keep a
+    /// 1024th to a 2048th of what they carry, and `E` is the whole time
+    /// between barriers: with `E` whole, of about 1 ms, NACKs that crossed
+    /// by 9 and 180 ns were answered, 2 of that finding's 40 pauses; their
+    /// `E − I` was 0 and 120 µs.) An asker sends no echo where it cannot
     /// vouch for its time (the message came as an answer, as a later copy,
-    /// or as it came back from a stall).
+    /// or as it came back from a stall), and no change where it cannot
+    /// vouch for both.
     ///
     /// `asked`: when this peer's last NACK for the message before this one
     /// was admitted, if one was. A NACK that asks again after one that came
@@ -233,7 +377,7 @@ impl Core {
         tag: Option<u16>,
         now: Instant,
         asked: Option<Instant>,
-        echo: Option<Duration>,
+        echo: Option<Echo>,
     ) -> (usize, usize) {
         let v = self.window.variant[parity(epoch)];
         let sent_steps = if epoch + 1 == self.window.epoch {
@@ -245,9 +389,12 @@ impl Core {
         };
         let (mut answered, mut crossed) = (0, 0);
         for s in 0..sent_steps {
-            let sent_at = |e: u64| self.recovery.sent_at[parity(e)].get(s).copied().flatten().filter(|&(at, _)| at == e).map(|(_, t)| t);
-            let sent = sent_at(epoch);
-            let before = epoch.checked_sub(1).and_then(sent_at);
+            let sent_at = |e: u64| self.recovery.sent_at[parity(e)].get(s).copied().flatten().filter(|t| t.epoch == e);
+            let timed = sent_at(epoch);
+            let sent = timed.map(|t| t.at);
+            // (The interval before, I, between the barrier before's message
+            // and the one before that: a change's echo is E − I.)
+            let before = epoch.checked_sub(1).and_then(sent_at).and_then(|t| t.since);
             // (Until a round trip was measured, no NACK is taken for a
             // crossing; nor one that asks again after the message went.)
             let again = asked.is_some_and(|a| sent.is_none_or(|t| a > t));
@@ -259,11 +406,8 @@ impl Core {
             // rev34, finding 5, DST seed 73011023 with clocks at 1/2 and 2×.
             // So a wrong echo costs one retry at most.)
             let echoed = !again
-                && match (echo, before, sent) {
-                    (Some(echo), Some(before), Some(t)) => {
-                        let between = t.saturating_duration_since(before);
-                        echo + between / CLOCK_RATES_APART < between
-                    }
+                && match (echo, timed.and_then(|t| t.since)) {
+                    (Some(echo), Some(d)) => echo.crossed(before, d),
                     _ => false,
                 };
             let window = if again { Duration::ZERO } else { self.recovery.reply.unwrap_or(Duration::ZERO) };
@@ -321,17 +465,64 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_echo_is_rounded_up_within_a_thousandth_and_zero_means_none() {
+    fn an_echo_is_rounded_up_within_a_1024th_and_zero_means_none() {
         assert_eq!(echo_of(echo_arg(None)), None);
         assert_eq!(echo_of(0x00FF_FF00), None, "bits 8..24 are the copies' and the NACK's number");
-        for ns in [1u64, 7, 2047, 2048, 2049, 40_019, 524_287, 524_289, 1_000_009, 123_456_789, 5_000_000_000] {
-            let d = Duration::from_nanos(ns);
-            let back = echo_of(echo_arg(Some(d))).expect("an echo");
-            assert!(back >= d && back <= d + d / (1 << 10) + Duration::from_nanos(1), "{d:?} came back as {back:?}");
-            assert_eq!(echo_arg(Some(d)) & 0x00FF_FF00, 0, "only bits 0..8 and 24..32");
+        assert_eq!(echo_of(echo_arg(Some(Echo::Change(0)))), Some(Echo::Change(0)), "0 is an echo, not none");
+        assert_eq!(echo_of(echo_arg(Some(Echo::Whole(Duration::ZERO)))), Some(Echo::Whole(Duration::from_nanos(1))), "0 ns whole is 1 ns");
+        let change_most = 2047i64 << 14;
+        for size in [1i64, 7, 1023, 1024, 1025, 2047, 2048, 2049, 40_019, 524_287, 524_289, 1_000_009, 20_000_009, change_most] {
+            let d = Duration::from_nanos(size as u64);
+            match echo_of(echo_arg(Some(Echo::Whole(d)))) {
+                Some(Echo::Whole(back)) => assert!(back >= d && back <= d + d / 1024, "{d:?} came back as {back:?}"),
+                other => panic!("{d:?} came back as {other:?}"),
+            }
+            for c in [size, -size] {
+                match echo_of(echo_arg(Some(Echo::Change(c)))) {
+                    Some(Echo::Change(back)) => assert!(back >= c && back <= c + size / 1024, "{c} ns came back as {back} ns"),
+                    other => panic!("{c} came back as {other:?}"),
+                }
+                assert_eq!(echo_arg(Some(Echo::Change(c))) & 0x00FF_FF00, 0, "only bits 0..8 and 24..32");
+            }
         }
-        assert_eq!(echo_of(echo_arg(Some(Duration::ZERO))), Some(Duration::from_nanos(1)), "0 ns is 1 ns, not unknown");
-        let most = echo_of(echo_arg(Some(Duration::from_secs(1 << 20)))).expect("saturates");
-        assert!(most >= Duration::from_secs(4000), "{most:?}");
+        // Exact below 1024 ns; a change over about 33.5 ms: none if positive
+        // (it cannot be rounded up), the most if negative (rounded up).
+        assert_eq!(echo_of(echo_arg(Some(Echo::Change(-1023)))), Some(Echo::Change(-1023)));
+        assert_eq!(echo_of(echo_arg(Some(Echo::Change(change_most + 1)))), None);
+        assert_eq!(echo_of(echo_arg(Some(Echo::Change(-change_most - 1_000_000)))), Some(Echo::Change(-change_most)));
+        let most = echo_of(echo_arg(Some(Echo::Whole(Duration::from_secs(2000))))).expect("a whole echo up to about 2,200 s");
+        assert!(matches!(most, Echo::Whole(d) if d >= Duration::from_secs(2000)), "{most:?}");
+        // Every word decodes to a value that encodes to itself.
+        for word in 1u32..1 << 16 {
+            let arg = (word & 0xFF) | (word >> 8) << ECHO_SHIFT;
+            let echo = echo_of(arg).expect("an echo");
+            assert_eq!(echo_of(echo_arg(Some(echo))), Some(echo), "word {word:#x}");
+        }
+    }
+
+    #[test]
+    fn an_echo_is_the_change_from_the_interval_before_where_that_is_finer() {
+        let ms = Duration::from_millis(1);
+        let us = Duration::from_micros(1);
+        assert_eq!(Echo::of(ms + 3 * us, Some(ms)), Echo::Change(3_000));
+        assert_eq!(Echo::of(ms, Some(ms + 20 * us)), Echo::Change(-20_000));
+        assert_eq!(Echo::of(ms, None), Echo::Whole(ms), "no interval before");
+        assert_eq!(Echo::of(ms, Some(10 * ms)), Echo::Whole(ms), "the whole is shorter");
+        assert_eq!(Echo::of(ms, Some(ms - 200 * us)), Echo::Whole(ms), "a change over an eighth of the whole");
+        assert_eq!(Echo::of(400 * ms, Some(360 * ms)), Echo::Whole(400 * ms), "a change beyond 33.5 ms");
+        // Crossed: the NACK went before the message could come (the same
+        // latency for the three messages). The message went 1 ms + 9 ns
+        // after the one before, which went 1 ms after its own before.
+        let (i, d) = (Some(ms), ms + Duration::from_nanos(9));
+        assert!(Echo::of(ms, Some(ms)).crossed(i, d), "sent 9 ns before the message came");
+        assert!(!Echo::of(ms + Duration::from_nanos(9), Some(ms)).crossed(i, d), "sent as it came");
+        assert!(!Echo::Change(0).crossed(None, d), "no interval known here: no judgment");
+        // The clocks' rates: a whole echo must fall short by a 1024th of the
+        // interval (about 1 µs here), a change by a 1024th of itself.
+        assert!(!Echo::Whole(ms).crossed(None, d), "short by 9 ns of 1 ms: within the clocks' rates");
+        assert!(Echo::Whole(ms - 2 * us).crossed(None, d));
+        let (i, d) = (Some(ms), ms + 100 * us + Duration::from_nanos(200));
+        assert!(Echo::of(ms + 100 * us, Some(ms)).crossed(i, d), "short by 200 ns, more than 100 us / 1024");
+        assert!(!Echo::of(ms + 100 * us + Duration::from_nanos(150), Some(ms)).crossed(i, d), "short by 50 ns, not more");
     }
 }

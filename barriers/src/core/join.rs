@@ -49,7 +49,11 @@ use crate::types::{mix, BarrierConfig, BarrierError};
 /// [`crate::plan::REDUCE_GATHER_MAX`] nodes runs its own plan
 /// ([`crate::plan::build_reduce`]: every node's contribution straight to
 /// the root, tag 7, and the root's end, tag 8), not the algorithm's.
-pub const PROTOCOL: u32 = 10;
+/// 11 (2026-11-27, issue 29): a NACK's echo is the time since the barrier
+/// before's message less the interval before that, signed
+/// ([`crate::transport::ECHO_SHIFT`]): a node of 10 would read it as the
+/// whole time, unsigned, and take NACKs that did not cross for crossings.
+pub const PROTOCOL: u32 = 11;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.

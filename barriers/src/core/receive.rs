@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use super::answers::Timed;
 use super::copies::copy_of;
 use super::recovery::Laggard;
 use super::window::{ahead, parity, place};
@@ -197,7 +198,7 @@ impl Core {
             let driven = self.phase.running() && self.live.told.is_none();
             let clean = !answer && copy.0 == 0 && !stalled && driven;
             if let Some(heard) = self.recovery.heard_at.get_mut(i) {
-                *heard = clean.then_some((epoch, now));
+                *heard = clean.then(|| Timed::after(*heard, epoch, now));
             }
         } else if self.window.copies.late(epoch, i, copy.0, answer) {
             self.recovery.loss.came();

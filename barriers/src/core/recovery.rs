@@ -33,7 +33,8 @@
 //! recovering its receivers' losses (a retry timeout and a round trip each,
 //! [`RECOVERY_WORTH`](super::copies::RECOVERY_WORTH) frames) no more than the cost of one more copy: on a
 //! clean network (nothing ever lost) every message goes once. A message a
-//! peer asked for before it was sent goes twice at least; a first NACK
+//! peer asked for before it was sent goes twice at least once any loss was
+//! seen; a first NACK
 //! asking node 0 for its multicast release goes once (many nodes ask at
 //! once, and one multicast answer serves them all).
 //!
@@ -58,7 +59,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::answers::{echo_arg, echo_of, Answered};
+use super::answers::{echo_arg, echo_of, Answered, Echo, Timed};
 use super::copies::{copy_arg, copy_of, nack_id_arg, nack_id_of, CopySpacing, LossEstimate};
 use super::evidence::{gathers_first, EVIDENCE_WAITS};
 use super::peers::PerPeer;
@@ -186,7 +187,8 @@ pub(super) struct Recovery {
     pub(super) last_answered: Option<(u64, usize)>,
     /// Whether a peer asked for a message of this barrier before this node
     /// had sent it: it waits already, so point-to-point messages go twice
-    /// (a loss now would cost it a long-backed-off retry).
+    /// where any loss was seen (a loss now would cost it a long-backed-off
+    /// retry).
     pub(super) asked_early: bool,
     /// This node recovered a loss of its own (an answer came first) in
     /// barrier `recovered_in`: its messages carry
@@ -204,18 +206,19 @@ pub(super) struct Recovery {
     /// barrier parity: an answer to a NACK for a message sent in copies
     /// shows that they were all lost ([`CopySpacing::answered_whole`]).
     pub(super) sent_copies: [Vec<u8>; 2],
-    /// When each step's messages went out (the barrier, the time), per
-    /// barrier parity: a NACK that arrives within a round trip of it
-    /// crossed it, and so does one whose echo is shorter than the time
-    /// between the step's sending in the barrier before and in this one
+    /// When each step's messages went out (the barrier, the time, the time
+    /// since the barrier before's), per barrier parity: a NACK that arrives
+    /// within a round trip of it crossed it, and so does one whose echo
+    /// shows it sent before this barrier's could have reached its asker
     /// ([`Core::answer`]).
-    pub(super) sent_at: [Vec<Option<(u64, Instant)>>; 2],
+    pub(super) sent_at: [Vec<Option<Timed>>; 2],
     /// When each message of the algorithm's own plan (indexed as
     /// [`crate::expect::Expectations`] does; its indices come first) was
     /// last taken in as an original (copy 0 of a `Data`, not on a return
-    /// from a stall), and of which barrier: a NACK for the next barrier's
-    /// carries the time since as its echo ([`crate::transport::ECHO_SHIFT`]).
-    pub(super) heard_at: Vec<Option<(u64, Instant)>>,
+    /// from a stall), of which barrier, and the time since the barrier
+    /// before's if that came so too: a NACK for the next barrier's carries
+    /// their difference as its echo ([`crate::transport::ECHO_SHIFT`]).
+    pub(super) heard_at: Vec<Option<Timed>>,
     /// The shortest time from a NACK to its reply (an answer or a status)
     /// seen: a round trip, with the peer's time to turn a NACK around (the
     /// least: a NACK that came sooner after the original surely crossed it).
@@ -246,6 +249,13 @@ pub(super) struct Recovery {
 }
 
 impl Recovery {
+    /// Step `step`'s messages of barrier `epoch` went at `now`.
+    #[inline]
+    pub(super) fn step_sent(&mut self, epoch: u64, step: usize, now: Instant) {
+        let before = self.sent_at[parity(epoch + 1)].get(step).copied().flatten();
+        self.sent_at[parity(epoch)][step] = Some(Timed::after(before, epoch, now));
+    }
+
     /// How many probes in a row a live peer may leave unanswered by chance
     /// at the estimated loss rate (a probe or its answer lost each time,
     /// with odds below 1%): past that, it is quiet.
@@ -472,8 +482,8 @@ impl Core {
                     .get(i)
                     .copied()
                     .flatten()
-                    .filter(|&(e, _)| ask == w.from && e + 1 == self.window.epoch)
-                    .map(|(_, at)| now.saturating_duration_since(at));
+                    .filter(|h| ask == w.from && h.epoch + 1 == self.window.epoch)
+                    .map(|h| Echo::of(now.saturating_duration_since(h.at), h.since));
                 // (Its copies numbered alike, a retry's otherwise: one
                 // answer a NACK, `Answered::later_copy`.)
                 let id = nack_id_arg(self.stats.nacks_sent);

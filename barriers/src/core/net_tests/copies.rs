@@ -30,8 +30,15 @@ fn a_lossless_network_that_reorders_frames_costs_no_copies_and_no_recoveries() {
     // lost, and copies reordered by the network are heard out of order: a
     // late node (whose messages a peer asked for go twice) set off copies,
     // whose reordering raised the estimate, which sent more copies, for
-    // the rest of the instance. Nothing is lost here: after the late node's
-    // barrier, no copy, NACK or answer may be sent, and no frame counted lost.
+    // the rest of the instance. Nothing is lost here but one frame to node
+    // 5 after a warm-up: after the late node's barrier, no copy, NACK or
+    // answer may be sent, and no frame but that one counted lost. (That
+    // frame: a late node's asked-for messages go twice only once some loss
+    // was seen. One loss in some 300 frames leaves node 5's estimate below
+    // the copies' threshold, so what it sends twice is only what it was
+    // asked for early. Lost in the first barrier, it made node 5 send
+    // everything in copies, which its peers took up as a floor under their
+    // own estimates: copies for thousands of barriers, as they should.)
     for (algorithm, seed) in [
         (Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast }, 1),
         (Algorithm::Dissemination, 2),
@@ -43,15 +50,31 @@ fn a_lossless_network_that_reorders_frames_costs_no_copies_and_no_recoveries() {
         // not the copies'. A floor above the slowest step keeps it out.)
         config.min_retry_timeout = Duration::from_micros(500);
         let mut net = Net::new(8, config);
-        net.rule = Some(jitter(LATENCY * 2, seed));
+        // (0: not yet; 1: the next data frame to node 5 is dropped; 2: done.)
+        let dropped = Rc::new(Cell::new(0u32));
+        let (d, mut jittered) = (dropped.clone(), jitter(LATENCY * 2, seed));
+        net.rule = Some(Box::new(move |from, to, msg| {
+            if to == 5 && msg.kind == MsgKind::Data && d.get() == 1 {
+                d.set(2);
+                return Fate::Drop;
+            }
+            jittered(from, to, msg)
+        }));
         let everyone: Vec<NodeId> = (0..8).collect();
         let barrier = |net: &mut Net, nodes: &[NodeId]| {
             net.all(nodes, |_| Call::Wait { deadline: None });
             assert!(nodes.iter().all(|&p| matches!(net.done[p], Some(Ok(())))), "{algorithm}: {:?}", net.done);
         };
-        for _ in 0..20 {
+        for _ in 0..300 {
             barrier(&mut net, &everyone); // the retry timeouts learn the steps' times
         }
+        dropped.set(1);
+        for _ in 0..3 {
+            barrier(&mut net, &everyone); // the frame is recovered, and counted lost
+        }
+        let (warm, five) = (totals(&net), &net.cores[5].recovery.loss);
+        assert!(dropped.get() == 2 && warm.3 == 1, "{algorithm}: the one frame dropped was not counted lost: {warm:?}");
+        assert!(five.rate() > 0.0 && five.copies(1) == 1, "{algorithm}: node 5 loss rate {} (copies {})", five.rate(), five.copies(1));
         // Node 5 enters 10 ms late: its peers ask for its messages, which it
         // then sends twice (insurance, not a loss).
         let others: Vec<NodeId> = everyone.iter().copied().filter(|&p| p != 5).collect();
@@ -62,7 +85,7 @@ fn a_lossless_network_that_reorders_frames_costs_no_copies_and_no_recoveries() {
         barrier(&mut net, &[5]);
         net.run_until(net.now + Duration::from_millis(1));
         assert!(others.iter().all(|&p| matches!(net.done[p], Some(Ok(())))), "{algorithm}: {:?}", net.done);
-        let (copies, ..) = totals(&net);
+        let copies = totals(&net).0 - warm.0;
         assert!(copies > 0, "{algorithm}: the late node sent no copy: the test no longer sets off the chain");
         for _ in 0..3 {
             barrier(&mut net, &everyone); // the late barrier's echoes die out
@@ -72,13 +95,74 @@ fn a_lossless_network_that_reorders_frames_costs_no_copies_and_no_recoveries() {
             barrier(&mut net, &everyone);
         }
         let after = totals(&net);
-        let (copies, nacks, answers, lost) = (after.0 - before.0, after.1 - before.1, after.2 - before.2, after.3);
+        let (copies, nacks, answers, lost) = (after.0 - before.0, after.1 - before.1, after.2 - before.2, after.3 - warm.3);
         assert_eq!(
             (copies, nacks, answers, lost),
             (0, 0, 0, 0),
-            "{algorithm}: 300 lossless barriers sent (copies, NACKs, answers) and counted lost (in all): {:?}",
+            "{algorithm}: 300 lossless barriers sent (copies, NACKs, answers) and counted lost (since the warm-up): {:?}",
             (copies, nacks, answers, lost)
         );
+    }
+}
+
+#[test]
+fn copies_reordered_on_a_network_that_lost_one_frame_are_never_counted_lost() {
+    // Issue 29's chain, where it starts now: copies go (marked) only once
+    // loss was seen. One data frame to node 5 is lost in the second
+    // barrier, when node 5 has taken in few: its estimate is high, it
+    // sends everything in copies, and its peers take that up as a floor
+    // under their own (node 0's release goes in copies too). The network
+    // delays every frame by its own jitter, so copies are heard out of
+    // order. None of them may be counted lost (only the one frame is),
+    // nothing asked for or answered, and the copies must fall, not
+    // sustain themselves. (Counting a copy heard after a later one as
+    // lost, `heard::CopiesHeard::late` clearing nothing, fails it.)
+    for (algorithm, seed) in [
+        (Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast }, 1),
+        (Algorithm::Dissemination, 2),
+        (Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast }, 3),
+    ] {
+        let mut config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_millis(500));
+        // (As above: a floor above the slowest step keeps the retry timer out.)
+        config.min_retry_timeout = Duration::from_micros(500);
+        let mut net = Net::new(8, config);
+        let dropped = Rc::new(Cell::new(0u32));
+        let (d, mut jittered) = (dropped.clone(), jitter(LATENCY * 2, seed));
+        net.rule = Some(Box::new(move |from, to, msg| {
+            if to == 5 && msg.kind == MsgKind::Data && d.get() == 1 {
+                d.set(2);
+                return Fate::Drop;
+            }
+            jittered(from, to, msg)
+        }));
+        let everyone: Vec<NodeId> = (0..8).collect();
+        let barrier = |net: &mut Net| {
+            net.all(&everyone, |_| Call::Wait { deadline: None });
+            assert!(everyone.iter().all(|&p| matches!(net.done[p], Some(Ok(())))), "{algorithm}: {:?}", net.done);
+        };
+        barrier(&mut net);
+        dropped.set(1);
+        for _ in 0..4 {
+            barrier(&mut net); // the frame is recovered, and counted lost
+        }
+        let start = totals(&net);
+        assert_eq!((dropped.get(), start.3), (2, 1), "{algorithm}: the one frame dropped, counted lost once");
+        let mut copies = Vec::new();
+        for _ in 0..3 {
+            let before = totals(&net).0;
+            for _ in 0..200 {
+                barrier(&mut net);
+            }
+            copies.push(totals(&net).0 - before);
+        }
+        let end = totals(&net);
+        eprintln!("{algorithm}: copies a 200 barriers {copies:?}, (copies, NACKs, answers, lost) {end:?}");
+        assert_eq!(end.3, 1, "{algorithm}: reordered copies counted lost ({} frames in all, 1 lost)", end.3);
+        assert_eq!((end.1 - start.1, end.2 - start.2), (0, 0), "{algorithm}: NACKs and answers on a lossless network");
+        assert!(copies[0] > 0, "{algorithm}: no copies: the test no longer sets them off");
+        // (They fall as the estimates decay, frame by frame: at 8 nodes, 1
+        // or 9 copies a barrier after 200, over thousands of barriers.)
+        assert!(copies[2] <= copies[1] && copies[1] < copies[0], "{algorithm}: copies a 200 barriers {copies:?}: they sustain themselves");
     }
 }
 
