@@ -180,6 +180,14 @@ enum Side {
     },
 }
 
+impl Side {
+    /// A node other than node 0 that has asked nothing yet: its first
+    /// request goes at `now`, the next after `interval`.
+    fn asking(interval: Duration, now: Instant) -> Side {
+        Side::Asking { interval, next_request: now, early: Vec::new(), refused: false, waits: None, running: Vec::new() }
+    }
+}
+
 impl Joining {
     /// When the join next needs time (never, for a barrier beside).
     pub(super) fn next_timeout(&self) -> Option<Instant> {
@@ -200,14 +208,7 @@ impl Core {
             incarnations[0] = Some(incarnation);
             Side::Admitting { incarnations, mismatched: Vec::new() }
         } else {
-            Side::Asking {
-                interval: self.config.retry_timeout,
-                next_request: now,
-                early: Vec::new(),
-                refused: false,
-                waits: None,
-                running: Vec::new(),
-            }
+            Side::asking(self.config.retry_timeout, now)
         };
         // A barrier made beside this one, on the instance this join agrees
         // ([`derived_instance`]), is checked here too: a node whose
@@ -236,14 +237,7 @@ impl Core {
     /// probing it beside, name it silent while node 0 is out of reach:
     /// finding j-1 of the simulator's pairs).
     pub(super) fn await_join_beside(&mut self, now: Instant) {
-        let side = Side::Asking {
-            interval: self.config.retry_timeout,
-            next_request: now,
-            early: Vec::new(),
-            refused: false,
-            waits: None,
-            running: Vec::new(),
-        };
+        let side = Side::asking(self.config.retry_timeout, now);
         self.member.joining = Some(Box::new(Joining {
             start: now,
             timeout: self.config.join_timeout,

@@ -24,6 +24,35 @@ fn totals(net: &Net) -> (u64, u64, u64, u64) {
     net.cores.iter().map(Core::stats).fold((0, 0, 0, 0), |t, s| (t.0 + s.copies, t.1 + s.nacks_sent, t.2 + s.answers, t.3 + s.lost_counted))
 }
 
+/// The algorithms the jittered tests run, each with its jitter's seed.
+const JITTERED: [(Algorithm, u64); 3] = [
+    (Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast }, 1),
+    (Algorithm::Dissemination, 2),
+    (Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast }, 3),
+];
+
+/// 8 nodes on a network that delays every frame by its own jitter
+/// (`seed`) and loses nothing but one data frame to node 5, once the
+/// returned switch is set to 1 (0: not yet; 1: the next one is dropped;
+/// 2: done). (A retry timeout learned below the jitter's tail NACKs late
+/// frames, answered as recoveries: that is the retry timer's matter, not
+/// the copies'. A floor above the slowest step keeps it out.)
+fn jittered_losing_one_frame_to_node_5(algorithm: Algorithm, seed: u64) -> (Net, Rc<Cell<u32>>) {
+    let mut config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_millis(500));
+    config.min_retry_timeout = Duration::from_micros(500);
+    let mut net = Net::new(8, config);
+    let dropped = Rc::new(Cell::new(0u32));
+    let (d, mut jittered) = (dropped.clone(), jitter(LATENCY * 2, seed));
+    net.rule = Some(Box::new(move |from, to, msg| {
+        if to == 5 && msg.kind == MsgKind::Data && d.get() == 1 {
+            d.set(2);
+            return Fate::Drop;
+        }
+        jittered(from, to, msg)
+    }));
+    (net, dropped)
+}
+
 #[test]
 fn a_lossless_network_that_reorders_frames_costs_no_copies_and_no_recoveries() {
     // Issue 29: a message first heard as its copy k was counted as k frames
@@ -39,27 +68,8 @@ fn a_lossless_network_that_reorders_frames_costs_no_copies_and_no_recoveries() {
     // asked for early. Lost in the first barrier, it made node 5 send
     // everything in copies, which its peers took up as a floor under their
     // own estimates: copies for thousands of barriers, as they should.)
-    for (algorithm, seed) in [
-        (Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast }, 1),
-        (Algorithm::Dissemination, 2),
-        (Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast }, 3),
-    ] {
-        let mut config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_millis(500));
-        // (A retry timeout learned below the jitter's tail NACKs late
-        // frames, answered as recoveries: that is the retry timer's matter,
-        // not the copies'. A floor above the slowest step keeps it out.)
-        config.min_retry_timeout = Duration::from_micros(500);
-        let mut net = Net::new(8, config);
-        // (0: not yet; 1: the next data frame to node 5 is dropped; 2: done.)
-        let dropped = Rc::new(Cell::new(0u32));
-        let (d, mut jittered) = (dropped.clone(), jitter(LATENCY * 2, seed));
-        net.rule = Some(Box::new(move |from, to, msg| {
-            if to == 5 && msg.kind == MsgKind::Data && d.get() == 1 {
-                d.set(2);
-                return Fate::Drop;
-            }
-            jittered(from, to, msg)
-        }));
+    for (algorithm, seed) in JITTERED {
+        let (mut net, dropped) = jittered_losing_one_frame_to_node_5(algorithm, seed);
         let everyone: Vec<NodeId> = (0..8).collect();
         let barrier = |net: &mut Net, nodes: &[NodeId]| {
             net.all(nodes, |_| Call::Wait { deadline: None });
@@ -117,24 +127,8 @@ fn copies_reordered_on_a_network_that_lost_one_frame_are_never_counted_lost() {
     // nothing asked for or answered, and the copies must fall, not
     // sustain themselves. (Counting a copy heard after a later one as
     // lost, `heard::CopiesHeard::late` clearing nothing, fails it.)
-    for (algorithm, seed) in [
-        (Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast }, 1),
-        (Algorithm::Dissemination, 2),
-        (Algorithm::Tree { k: Fanout::TWO, release: Release::Multicast }, 3),
-    ] {
-        let mut config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_millis(500));
-        // (As above: a floor above the slowest step keeps the retry timer out.)
-        config.min_retry_timeout = Duration::from_micros(500);
-        let mut net = Net::new(8, config);
-        let dropped = Rc::new(Cell::new(0u32));
-        let (d, mut jittered) = (dropped.clone(), jitter(LATENCY * 2, seed));
-        net.rule = Some(Box::new(move |from, to, msg| {
-            if to == 5 && msg.kind == MsgKind::Data && d.get() == 1 {
-                d.set(2);
-                return Fate::Drop;
-            }
-            jittered(from, to, msg)
-        }));
+    for (algorithm, seed) in JITTERED {
+        let (mut net, dropped) = jittered_losing_one_frame_to_node_5(algorithm, seed);
         let everyone: Vec<NodeId> = (0..8).collect();
         let barrier = |net: &mut Net| {
             net.all(&everyone, |_| Call::Wait { deadline: None });

@@ -38,6 +38,20 @@ fn warm_pair(config: BarrierConfig) -> Net {
     net
 }
 
+/// Nodes 0 and 1 enter the next barrier together, node 0's message of it
+/// to node 1 lost: node 1's outcome, how long it took, and its retry
+/// timeout before it.
+fn lose_node_0s_message_of_the_next_barrier(net: &mut Net, failure: Duration) -> (Option<Result<(), BarrierError>>, Duration, Duration) {
+    let epoch = net.cores[0].protocol_epoch() as u32;
+    net.rule =
+        Some(Box::new(move |from, _, msg| if from == 0 && msg.kind == MsgKind::Data && msg.epoch == epoch { Fate::Drop } else { Fate::Deliver }));
+    let rto = net.cores[1].recovery.rto.least();
+    net.call(0, Call::Wait { deadline: None });
+    net.call(1, Call::Wait { deadline: None });
+    let took = settle_within(net, &[1], 3 * failure);
+    (net.done[1].take(), took, rto)
+}
+
 /// rev34-1's scenario: 2 nodes (dissemination), warmed up; in barrier
 /// `e − 1` node 1 is away for `away` (its core not driven: no progress
 /// agent, the application computing) and takes in node 0's message when it
@@ -68,14 +82,7 @@ fn lost_after_an_idle_absence_in(mut net: Net, away: Duration, failure: Duration
     settle_within(&mut net, &[0, 1], failure);
     assert!((0..2).all(|p| matches!(net.done[p], Some(Ok(())))), "{:?}", net.done);
     // Barrier e: together; node 0's message to node 1 lost.
-    let epoch = net.cores[0].protocol_epoch() as u32;
-    net.rule =
-        Some(Box::new(move |from, _, msg| if from == 0 && msg.kind == MsgKind::Data && msg.epoch == epoch { Fate::Drop } else { Fate::Deliver }));
-    let rto = net.cores[1].recovery.rto.least();
-    net.call(0, Call::Wait { deadline: None });
-    net.call(1, Call::Wait { deadline: None });
-    let took = settle_within(&mut net, &[1], 3 * failure);
-    (net.done[1].take(), took, rto)
+    lose_node_0s_message_of_the_next_barrier(&mut net, failure)
 }
 
 #[test]
@@ -107,14 +114,7 @@ fn lost_after_a_long_gap(ppm: i64, gap: Duration, failure: Duration) -> (Option<
     net.ppm[1] = ppm;
     warm_up(&mut net);
     net.run_until(net.now + gap);
-    let epoch = net.cores[0].protocol_epoch() as u32;
-    net.rule =
-        Some(Box::new(move |from, _, msg| if from == 0 && msg.kind == MsgKind::Data && msg.epoch == epoch { Fate::Drop } else { Fate::Deliver }));
-    let rto = net.cores[1].recovery.rto.least();
-    net.call(0, Call::Wait { deadline: None });
-    net.call(1, Call::Wait { deadline: None });
-    let took = settle_within(&mut net, &[1], 3 * failure);
-    (net.done[1].take(), took, rto)
+    lose_node_0s_message_of_the_next_barrier(&mut net, failure)
 }
 
 #[test]
