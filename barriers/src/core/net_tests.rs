@@ -20,6 +20,7 @@ mod replaced;
 mod review_rev32;
 mod review_rev33;
 mod review_rev34;
+mod review_rev35;
 mod soak;
 mod spacing;
 mod told;
