@@ -20,6 +20,7 @@ mod replaced;
 mod review_rev32;
 mod review_rev33;
 mod review_rev34;
+mod review_rev35;
 mod soak;
 mod spacing;
 mod told;
@@ -57,6 +58,10 @@ struct Net {
     /// Each node's clock rate, off true time by this many millionths
     /// (positive: fast), counted from `start`.
     ppm: Vec<i64>,
+    /// A change of a node's clock rate (as an NTP daemon's slew starts or
+    /// stops): from true time `at` on, its clock runs `ppm` millionths off
+    /// true time in place of [`Net::ppm`] (continuous: no step).
+    rate_change: Vec<Option<(Instant, i64)>>,
     /// When the net was made: where every node's clock agrees.
     start: Instant,
 }
@@ -85,12 +90,17 @@ impl Net {
             config,
             clock: std::rc::Rc::new(std::cell::Cell::new(now)),
             ppm: vec![0; n],
+            rate_change: vec![None; n],
             start: now,
         }
     }
 
     /// Node `p`'s clock at true time `t`.
     fn local(&self, p: NodeId, t: Instant) -> Instant {
+        if let Some((at, ppm)) = self.rate_change[p].filter(|&(at, _)| t > at) {
+            let d = (t - at).as_nanos() as i128;
+            return self.local(p, at) + Duration::from_nanos((d + d * i128::from(ppm) / 1_000_000) as u64);
+        }
         let ppm = i128::from(self.ppm[p]);
         if ppm == 0 {
             return t;
@@ -102,6 +112,20 @@ impl Net {
     /// The true time at which node `p`'s clock reads `t` (at the earliest
     /// such nanosecond: a deadline never fires early).
     fn global(&self, p: NodeId, t: Instant) -> Instant {
+        if self.rate_change[p].is_some() && t > self.start {
+            // (Clocks are monotonic: the least true time whose reading is
+            // at least `t`, by bisection.)
+            let (mut lo, mut hi) = (self.start, self.start + (t - self.start) * 4 + Duration::from_micros(1));
+            while hi - lo > Duration::from_nanos(1) {
+                let mid = lo + (hi - lo) / 2;
+                if self.local(p, mid) < t {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            return if self.local(p, lo) >= t { lo } else { hi };
+        }
         let ppm = i128::from(self.ppm[p]);
         if ppm == 0 || t <= self.start {
             return t;
