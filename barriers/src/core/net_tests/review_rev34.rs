@@ -7,7 +7,7 @@
 use super::*;
 
 /// Runs until every node in `nodes` is done (`limit` at most); the time it took.
-fn settle_within(net: &mut Net, nodes: &[NodeId], limit: Duration) -> Duration {
+pub(super) fn settle_within(net: &mut Net, nodes: &[NodeId], limit: Duration) -> Duration {
     let start = net.now;
     while nodes.iter().any(|&p| net.done[p].is_none()) && net.now < start + limit {
         let step = net.now + Duration::from_micros(10);
@@ -32,7 +32,7 @@ fn warm_up(net: &mut Net) {
 }
 
 /// 2 nodes (dissemination) running `config`, warmed up ([`warm_up`]).
-fn warm_pair(config: BarrierConfig) -> Net {
+pub(super) fn warm_pair(config: BarrierConfig) -> Net {
     let mut net = Net::new(2, config);
     warm_up(&mut net);
     net

@@ -4,30 +4,7 @@
 
 use super::*;
 
-/// Runs until every node in `nodes` is done (`limit` at most); the time it took.
-fn settle_within(net: &mut Net, nodes: &[NodeId], limit: Duration) -> Duration {
-    let start = net.now;
-    while nodes.iter().any(|&p| net.done[p].is_none()) && net.now < start + limit {
-        let step = net.now + Duration::from_micros(10);
-        net.run_until(step);
-    }
-    net.now - start
-}
-
-/// 2 nodes (dissemination), ten barriers 1 ms apart, in one of which each
-/// node's message is lost once (a round trip measured at both).
-fn warm_pair(config: BarrierConfig) -> Net {
-    let mut net = Net::new(2, config);
-    for b in 0..11 {
-        let epoch = net.cores[0].protocol_epoch() as u32;
-        net.rule = (b == 5)
-            .then(|| -> Rule { Box::new(move |_, _, msg| if msg.kind == MsgKind::Data && msg.epoch == epoch { Fate::Drop } else { Fate::Deliver }) });
-        net.all(&[0, 1], |_| Call::Wait { deadline: None });
-        assert!((0..2).all(|p| matches!(net.done[p], Some(Ok(())))), "{:?}", net.done);
-    }
-    net.rule = None;
-    net
-}
+use super::review_rev34::{settle_within, warm_pair};
 
 /// Barrier `e − 1` (1 ms after the one before, as every barrier here) with
 /// node 0's message to node 1 `late` on the wire (or node 1 takes it in so
