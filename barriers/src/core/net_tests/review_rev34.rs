@@ -41,7 +41,7 @@ pub(super) fn warm_pair(config: BarrierConfig) -> Net {
 /// Nodes 0 and 1 enter the next barrier together, node 0's message of it
 /// to node 1 lost: node 1's outcome, how long it took, and its retry
 /// timeout before it.
-fn lose_node_0s_message_of_the_next_barrier(net: &mut Net, failure: Duration) -> (Option<Result<(), BarrierError>>, Duration, Duration) {
+pub(super) fn lose_node_0s_message_of_the_next_barrier(net: &mut Net, failure: Duration) -> (Option<Result<(), BarrierError>>, Duration, Duration) {
     let epoch = net.cores[0].protocol_epoch() as u32;
     net.rule =
         Some(Box::new(move |from, _, msg| if from == 0 && msg.kind == MsgKind::Data && msg.epoch == epoch { Fate::Drop } else { Fate::Deliver }));

@@ -4,7 +4,15 @@
 
 use super::*;
 
-use super::review_rev34::{settle_within, warm_pair};
+use super::review_rev34::{lose_node_0s_message_of_the_next_barrier, settle_within, warm_pair};
+
+/// [`lose_node_0s_message_of_the_next_barrier`] (failure timeout 200 ms),
+/// and how many NACKs node 0 took for crossings meanwhile.
+fn lose_the_next_and_count_crossings(net: &mut Net) -> (Option<Result<(), BarrierError>>, Duration, Duration, u64) {
+    let suppressed = net.cores[0].stats.answers_suppressed;
+    let (done, took, rto) = lose_node_0s_message_of_the_next_barrier(net, Duration::from_millis(200));
+    (done, took, rto, net.cores[0].stats.answers_suppressed - suppressed)
+}
 
 /// Barrier `e − 1` (1 ms after the one before, as every barrier here) with
 /// node 0's message to node 1 `late` on the wire (or node 1 takes it in so
@@ -25,15 +33,7 @@ fn lost_after_one_late_message(late: Duration) -> (Option<Result<(), BarrierErro
     ));
     net.all(&[0, 1], |_| Call::Wait { deadline: None });
     assert!((0..2).all(|p| matches!(net.done[p], Some(Ok(())))), "{:?}", net.done);
-    let epoch = net.cores[0].protocol_epoch() as u32;
-    net.rule =
-        Some(Box::new(move |from, _, msg| if from == 0 && msg.kind == MsgKind::Data && msg.epoch == epoch { Fate::Drop } else { Fate::Deliver }));
-    let rto = net.cores[1].recovery.rto.least();
-    let suppressed = net.cores[0].stats.answers_suppressed;
-    net.call(0, Call::Wait { deadline: None });
-    net.call(1, Call::Wait { deadline: None });
-    let took = settle_within(&mut net, &[1], Duration::from_millis(600));
-    (net.done[1].take(), took, rto, net.cores[0].stats.answers_suppressed - suppressed)
+    lose_the_next_and_count_crossings(&mut net)
 }
 
 /// 2 nodes (dissemination), warmed up; in barrier `e − 1` node 1 is
@@ -54,15 +54,7 @@ fn lost_after_a_pause_in_the_barrier_before(pause: Duration) -> (Option<Result<(
     assert!((0..2).all(|p| matches!(net.done[p], Some(Ok(())))), "{:?}", net.done);
     assert!(net.cores[1].recovery.stall.is_none(), "a pause of {pause:?} seen as a stall");
     net.run_until(net.now + Duration::from_millis(1) - pause);
-    let epoch = net.cores[0].protocol_epoch() as u32;
-    net.rule =
-        Some(Box::new(move |from, _, msg| if from == 0 && msg.kind == MsgKind::Data && msg.epoch == epoch { Fate::Drop } else { Fate::Deliver }));
-    let rto = net.cores[1].recovery.rto.least();
-    let suppressed = net.cores[0].stats.answers_suppressed;
-    net.call(0, Call::Wait { deadline: None });
-    net.call(1, Call::Wait { deadline: None });
-    let took = settle_within(&mut net, &[1], Duration::from_millis(600));
-    (net.done[1].take(), took, rto, net.cores[0].stats.answers_suppressed - suppressed)
+    lose_the_next_and_count_crossings(&mut net)
 }
 
 #[test]
@@ -117,15 +109,7 @@ fn lost_after_a_rate_change(pace: Duration, ppm: i64) -> (Option<Result<(), Barr
     }
     net.rate_change[1] = Some((net.now, ppm));
     net.run_until(net.now + pace);
-    let epoch = net.cores[0].protocol_epoch() as u32;
-    net.rule =
-        Some(Box::new(move |from, _, msg| if from == 0 && msg.kind == MsgKind::Data && msg.epoch == epoch { Fate::Drop } else { Fate::Deliver }));
-    let rto = net.cores[1].recovery.rto.least();
-    let suppressed = net.cores[0].stats.answers_suppressed;
-    net.call(0, Call::Wait { deadline: None });
-    net.call(1, Call::Wait { deadline: None });
-    let took = settle_within(&mut net, &[1], Duration::from_millis(600));
-    (net.done[1].take(), took, rto, net.cores[0].stats.answers_suppressed - suppressed)
+    lose_the_next_and_count_crossings(&mut net)
 }
 
 #[test]
