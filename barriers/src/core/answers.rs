@@ -138,15 +138,17 @@ fn float_value(bits: u32) -> u64 {
 }
 
 /// When one of a node's messages of barrier `epoch` went (or came, at the
-/// asker), and the time since the same message of the barrier before went
-/// (came) if that was known: what a NACK's echo is measured against
-/// (see [`echo_arg`]).
+/// asker), and when the same message of the barrier before went (came) if
+/// that was known: what a NACK's echo is measured against (see
+/// [`echo_arg`]). The interval between them is worked out only when a NACK
+/// needs it ([`Timed::since`]): recorded at every sending and every
+/// original taken in, it would cost a clock subtraction a frame.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Timed {
     pub(super) epoch: u64,
     pub(super) at: Instant,
-    /// Since the same message of barrier `epoch − 1`.
-    pub(super) since: Option<Duration>,
+    /// When the same message of barrier `epoch − 1` went (came).
+    before: Option<Instant>,
 }
 
 impl Timed {
@@ -154,8 +156,13 @@ impl Timed {
     /// last record, if any).
     #[inline]
     pub(super) fn after(before: Option<Timed>, epoch: u64, at: Instant) -> Timed {
-        let since = before.filter(|b| b.epoch + 1 == epoch).map(|b| at.saturating_duration_since(b.at));
-        Timed { epoch, at, since }
+        Timed { epoch, at, before: before.filter(|b| b.epoch + 1 == epoch).map(|b| b.at) }
+    }
+
+    /// The time since the same message of the barrier before, if known.
+    #[inline]
+    pub(super) fn since(&self) -> Option<Duration> {
+        self.before.map(|b| self.at.saturating_duration_since(b))
     }
 }
 
@@ -394,7 +401,7 @@ impl Core {
             let sent = timed.map(|t| t.at);
             // (The interval before, I, between the barrier before's message
             // and the one before that: a change's echo is E − I.)
-            let before = epoch.checked_sub(1).and_then(sent_at).and_then(|t| t.since);
+            let before = epoch.checked_sub(1).and_then(sent_at).and_then(|t| t.since());
             // (Until a round trip was measured, no NACK is taken for a
             // crossing; nor one that asks again after the message went.)
             let again = asked.is_some_and(|a| sent.is_none_or(|t| a > t));
@@ -406,7 +413,7 @@ impl Core {
             // rev34, finding 5, DST seed 73011023 with clocks at 1/2 and 2×.
             // So a wrong echo costs one retry at most.)
             let echoed = !again
-                && match (echo, timed.and_then(|t| t.since)) {
+                && match (echo, timed.and_then(|t| t.since())) {
                     (Some(echo), Some(d)) => echo.crossed(before, d),
                     _ => false,
                 };

@@ -483,7 +483,7 @@ impl Core {
                     .copied()
                     .flatten()
                     .filter(|h| ask == w.from && h.epoch + 1 == self.window.epoch)
-                    .map(|h| Echo::of(now.saturating_duration_since(h.at), h.since));
+                    .map(|h| Echo::of(now.saturating_duration_since(h.at), h.since()));
                 // (Its copies numbered alike, a retry's otherwise: one
                 // answer a NACK, `Answered::later_copy`.)
                 let id = nack_id_arg(self.stats.nacks_sent);
