@@ -23,7 +23,7 @@ fn main() {
     let loss = Loss::parse(args.get(2).map_or("1", String::as_str)).expect("a loss");
     let barriers: u32 = args.get(3).map_or(300, |s| s.parse().expect("a count"));
     let setup = Setup::preset(&LogP::REFERENCE, Link::GBE_10);
-    let alg = Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast };
+    let alg = std::env::var("ALG").map_or(Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast }, |a| a.parse().expect("an algorithm"));
     let clean = run(&Scenario::new(alg, n, setup, barriers)).expect("lossless run");
     let mut s = Scenario::new(alg, n, setup, barriers).loss(loss);
     s.seed = args.get(4).map_or(n as u64 * 1_000_003 + (loss.average() * 1e6) as u64, |x| x.parse().expect("a seed"));
