@@ -1,5 +1,5 @@
 //! Where the time goes under loss, in the real-protocol simulator: runs one
-//! tree4 scenario on 10 GbE with [`Scenario::trace`] and classes every
+//! scenario (tree4 unless `ALG` says) on 10 GbE with [`Scenario::trace`] and classes every
 //! first NACK by what it asked for (not sent yet, lost, in flight, already
 //! had), then counts the barriers by cost against the lossless run.
 //! `cargo run --release -p barriers --example loss_trace -- N LOSS [BARRIERS] [SEED]`
@@ -7,7 +7,8 @@
 //! seed defaults to the sweep's). Environment: `SHOW=k` prints the k
 //! slowest barriers' frames, losses and timers in time order (5 by
 //! default), `BARRIER=k` barrier k's, `NODE=v` only node v's lines,
-//! `COPIES=1` every copy too, `LIST=1` the barriers over 1.5× lossless.
+//! `COPIES=1` every copy too, `LIST=1` the barriers over 1.5× lossless,
+//! `ALG=onephase` (any algorithm `Algorithm` parses) instead of tree4.
 //! The trace grows with the run: keep BARRIERS small at 1,024 nodes.
 
 use std::collections::HashMap;
