@@ -1,5 +1,5 @@
 //! Where the time goes under loss, in the real-protocol simulator: runs one
-//! tree4 scenario on 10 GbE with [`Scenario::trace`] and classes every
+//! scenario (tree4 unless `ALG` says) on 10 GbE with [`Scenario::trace`] and classes every
 //! first NACK by what it asked for (not sent yet, lost, in flight, already
 //! had), then counts the barriers by cost against the lossless run.
 //! `cargo run --release -p barriers --example loss_trace -- N LOSS [BARRIERS] [SEED]`
@@ -7,7 +7,8 @@
 //! seed defaults to the sweep's). Environment: `SHOW=k` prints the k
 //! slowest barriers' frames, losses and timers in time order (5 by
 //! default), `BARRIER=k` barrier k's, `NODE=v` only node v's lines,
-//! `COPIES=1` every copy too, `LIST=1` the barriers over 1.5× lossless.
+//! `COPIES=1` every copy too, `LIST=1` the barriers over 1.5× lossless,
+//! `ALG=onephase` (any algorithm `Algorithm` parses) instead of tree4.
 //! The trace grows with the run: keep BARRIERS small at 1,024 nodes.
 
 use std::collections::HashMap;
@@ -23,7 +24,7 @@ fn main() {
     let loss = Loss::parse(args.get(2).map_or("1", String::as_str)).expect("a loss");
     let barriers: u32 = args.get(3).map_or(300, |s| s.parse().expect("a count"));
     let setup = Setup::preset(&LogP::REFERENCE, Link::GBE_10);
-    let alg = Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast };
+    let alg = std::env::var("ALG").map_or(Algorithm::Tree { k: Fanout::FOUR, release: Release::Multicast }, |a| a.parse().expect("an algorithm"));
     let clean = run(&Scenario::new(alg, n, setup, barriers)).expect("lossless run");
     let mut s = Scenario::new(alg, n, setup, barriers).loss(loss);
     s.seed = args.get(4).map_or(n as u64 * 1_000_003 + (loss.average() * 1e6) as u64, |x| x.parse().expect("a seed"));

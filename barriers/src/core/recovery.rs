@@ -384,9 +384,16 @@ impl Core {
             return;
         }
         if self.relays_for(from, msg.tag) {
-            return self.relay_release(from, epoch, now);
+            if self.relay_release(from, epoch, now) {
+                self.recovery.answered[from].drew(epoch, msg.tag);
+            }
+            return;
         }
         let (answered, crossed) = self.answer(from, epoch, tag, now, asked, echo_of(msg.arg));
+        if answered > 0 || crossed > 0 {
+            // (Its later copies ask nothing new: see `Answered::later_copy`.)
+            self.recovery.answered[from].drew(epoch, msg.tag);
+        }
         if crossed > 0 {
             // It crossed the original, which it will see.
         } else if answered == 0 && tag.is_some() && epoch + 1 == self.window.epoch && self.window.last_void {

@@ -45,7 +45,7 @@ impl Core {
         if self.me() == 0 {
             self.answer(from, epoch, Some(plan::tag::RELEASE), now, Some(now), None);
         } else {
-            self.relay_release(from, epoch, now);
+            let _ = self.relay_release(from, epoch, now);
         }
         if self.phase.running() && self.missing_any(|p| p == from) {
             self.recovery.laggard = Laggard::Unknown;
@@ -74,16 +74,16 @@ impl Core {
     /// that it has not got it either (it is asking its own parent). A
     /// release that carries a collective's result is not relayed (its data
     /// is node 0's to send): no answer, and the child, finding its parent
-    /// unanswering, asks node 0.
-    pub(super) fn relay_release(&mut self, to: NodeId, epoch: u64, now: Instant) {
+    /// unanswering, asks node 0. Returns whether it re-sent the release.
+    pub(super) fn relay_release(&mut self, to: NodeId, epoch: u64, now: Instant) -> bool {
         let release = self.plans.expect.index(0, plan::tag::RELEASE);
         let has = epoch + 1 == self.window.epoch || release.is_some_and(|i| epoch == self.window.epoch && self.window.got[parity(epoch)].contains(i));
         if !has {
             self.send_status(Some(to));
-            return;
+            return false;
         }
         if self.coll.is_some() {
-            return;
+            return false;
         }
         let void_here = if epoch + 1 == self.window.epoch { self.window.last_void } else { self.window.void[parity(epoch)] };
         let void = if void_here { MISMATCHED } else { 0 };
@@ -94,6 +94,7 @@ impl Core {
         }
         self.stats.answers += 1;
         self.stats.copies += u64::from(copies - 1);
+        true
     }
 
     /// Whether to ask parent `p` for node 0's release (else node 0): yes
