@@ -8,7 +8,6 @@ use barriers::mem::{self, Faults};
 use barriers::{Algorithm, BarrierConfig, BarrierError, Op, PreparedBarrier};
 
 #[test]
-#[ignore = "rev36-2: through the driver: nodes 0 to 2's allreduce beside, waiting for node 3's dead process, fails only when node 3's restarted (refused) process's join times out (3 s), not a failure timeout (400 ms) after its death: its barrier beside, waiting for the join, answers every probe JOINING"]
 fn a_restart_refused_at_join_with_does_not_hold_its_peers_beside() {
     let n = 4;
     let mut config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_millis(400));
