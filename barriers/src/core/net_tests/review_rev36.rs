@@ -244,3 +244,95 @@ fn a_refused_restart_does_not_keep_its_peers_waiting_beside() {
         "nodes 0 to 2, waiting beside for node 3's dead process, told at {told:?} after its death (failure timeout 200 ms, join timeout 5 s)"
     );
 }
+
+/// 2 nodes (dissemination), warmed up; node 1's clock then runs `ppm`
+/// millionths off from now on (continuous), and barriers come `pace`
+/// apart, `losses` times: node 0's message of the next barrier is lost.
+/// Returns each loss's outcome at node 1, time to recover, retry timeout.
+fn losses_under_a_clock_rate(ppm: i64, pace: Duration, losses: usize) -> Vec<(Option<Result<(), BarrierError>>, Duration, Duration)> {
+    use super::review_rev34::{lose_node_0s_message_of_the_next_barrier, warm_pair};
+    let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    let mut net = warm_pair(config);
+    net.rate_change[1] = Some((net.now, ppm));
+    let mut out = Vec::new();
+    for _ in 0..losses {
+        net.run_until(net.now + pace);
+        out.push(lose_node_0s_message_of_the_next_barrier(&mut net, Duration::from_millis(200)));
+        net.rule = None;
+        net.run_until(net.now + pace);
+        net.all(&[0, 1], |_| Call::Wait { deadline: None });
+        assert!((0..2).all(|p| matches!(net.done[p], Some(Ok(())))), "{:?}", net.done);
+    }
+    out
+}
+
+#[test]
+fn echoes_under_extreme_clock_rates_cost_a_retry_at_most() {
+    // What held: a clock 10% or 50% slow or fast (far past the 1/1024 the
+    // echo allows for: a VM's clock, a broken TSC), barriers 1 ms to 1 s
+    // apart. A wrong echo makes one NACK a crossing, never a retry (review
+    // rev34, finding 5): each loss recovers within a few retry timeouts
+    // and never becomes a verdict.
+    let mut worst = Duration::ZERO;
+    for ppm in [-500_000, -100_000, -2_000, 2_000, 100_000, 1_000_000] {
+        for pace in [Duration::from_millis(1), Duration::from_millis(30), Duration::from_secs(1)] {
+            for (i, (done, took, rto)) in losses_under_a_clock_rate(ppm, pace, 3).into_iter().enumerate() {
+                assert!(matches!(done, Some(Ok(()))), "{ppm} ppm, {pace:?} apart, loss {i}: {done:?} after {took:?}");
+                assert!(took < Duration::from_micros(400), "{ppm} ppm, {pace:?} apart, loss {i}: {took:?} (retry timeout {rto:?})");
+                worst = worst.max(took);
+            }
+        }
+    }
+    eprintln!("the slowest recovery: {worst:?}");
+}
+
+/// 8 nodes running `algorithm` from barrier `first`: 20 clean barriers
+/// (the retry timeouts learned), then 20 each with a data frame to one
+/// node lost. Returns the slowest of those 20 and the last barrier number.
+fn one_loss_a_barrier_from(algorithm: Algorithm, first: u64) -> (Duration, u64) {
+    let mut config = BarrierConfig::new(algorithm).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    config.first_epoch = first;
+    let mut net = Net::new(8, config);
+    let everyone: Vec<NodeId> = (0..8).collect();
+    let mut slowest = Duration::ZERO;
+    for b in 0..40u32 {
+        let epoch = net.cores[0].protocol_epoch() as u32;
+        let victim = (b as usize % 7) + 1;
+        net.rule =
+            Some(Box::new(
+                move |_, to, msg| {
+                    if b >= 20 && to == victim && msg.kind == MsgKind::Data && msg.epoch == epoch {
+                        Fate::Drop
+                    } else {
+                        Fate::Deliver
+                    }
+                },
+            ));
+        for &p in &everyone {
+            net.call(p, Call::Wait { deadline: None });
+        }
+        let took = settle_within(&mut net, &everyone, Duration::from_millis(100));
+        assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "{algorithm}, barrier {b} after {first}: {:?}", net.done);
+        if b >= 20 {
+            slowest = slowest.max(took);
+        }
+        net.run_until(net.now + Duration::from_millis(1));
+    }
+    (slowest, net.cores[0].protocol_epoch())
+}
+
+#[test]
+fn barrier_numbers_across_the_32_bit_wire_wrap_recover_losses() {
+    // What held: the wire carries a barrier's low 32 bits (`window::place`);
+    // the echo's records, the answers' log and the NACK's number are kept
+    // by the full 64-bit number. Barriers 2^32 − 6 to 2^32 + 14, each with
+    // a message lost (8 nodes, each algorithm; the echo's crossings judged
+    // across the wrap): each recovers as fast as far from the wrap.
+    for algorithm in ALGORITHMS {
+        let (wrap, last) = one_loss_a_barrier_from(algorithm, (1 << 32) - 26);
+        let (far, _) = one_loss_a_barrier_from(algorithm, 1000);
+        eprintln!("{algorithm}: slowest barrier with a loss across the wrap {wrap:?}, far from it {far:?}");
+        assert!(last > 1 << 32, "{algorithm}: did not cross the wrap");
+        assert!(wrap <= far + Duration::from_micros(20), "{algorithm}: across the wrap {wrap:?}, far from it {far:?}");
+    }
+}
