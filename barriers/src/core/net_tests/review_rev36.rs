@@ -249,7 +249,7 @@ fn a_refused_restart_does_not_keep_its_peers_waiting_beside() {
 /// millionths off from now on (continuous), and barriers come `pace`
 /// apart, `losses` times: node 0's message of the next barrier is lost.
 /// Returns each loss's outcome at node 1, time to recover, retry timeout.
-fn losses_under_a_clock_rate(ppm: i64, pace: Duration, losses: usize) -> Vec<(Option<Result<(), BarrierError>>, Duration, Duration)> {
+fn losses_under_a_clock_rate(ppm: i64, pace: Duration, losses: usize) -> Vec<(Outcome, Duration, Duration)> {
     use super::review_rev34::{lose_node_0s_message_of_the_next_barrier, warm_pair};
     let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_millis(200));
     let mut net = warm_pair(config);
