@@ -3,7 +3,6 @@
 
 use std::time::Instant;
 
-use super::answers::Timed;
 use super::copies::copy_of;
 use super::recovery::Laggard;
 use super::window::{ahead, parity, place};
@@ -197,9 +196,7 @@ impl Core {
             let stalled = self.recovery.stall.is_some_and(|(_, back)| now.saturating_duration_since(back) < self.recovery.rto.least());
             let driven = self.phase.running() && self.live.told.is_none();
             let clean = !answer && copy.0 == 0 && !stalled && driven;
-            if let Some(heard) = self.recovery.heard_at.get_mut(i) {
-                *heard = clean.then(|| Timed::after(*heard, epoch, now));
-            }
+            self.recovery.heard_at.heard(i, epoch, now, clean);
         } else if self.window.copies.late(epoch, i, copy.0, answer) {
             self.recovery.loss.came();
         }
