@@ -7,8 +7,9 @@
 //! before's; the interval between the two, what a [`Timed`] carries, is
 //! put together only when a NACK needs it. (A record that carried the
 //! time before as well, looked up at every sending and taking in, made a
-//! 2-node barrier cost 2,107 instructions in the engine alone, against
-//! 2,023 before the echo's interval: bench/results/hotpath.md, session 19.)
+//! 2-node barrier cost 2,107 instructions in the engine alone, these
+//! 2,086, and 2,023 before the echo's interval: bench/results/hotpath.md,
+//! session 19.)
 
 use std::time::Instant;
 
@@ -19,9 +20,8 @@ use super::window::parity;
 type Dated = Option<(u64, Instant)>;
 
 /// How many barriers' sendings a step keeps: a NACK is answered for the
-/// current barrier or the one before (`e`), judged by when `e`'s message
-/// went, `e − 1`'s and `e − 2`'s; and while the current barrier's has not
-/// gone yet, `e` is the one before, 3 before the current.
+/// current barrier `w` or the one before, and judged by when that
+/// barrier's message went and the two before it: `w − 3` to `w`.
 const SENT_KEPT: usize = 4;
 
 /// When each step's messages went, in each of the last [`SENT_KEPT`]
