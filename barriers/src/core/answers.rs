@@ -137,26 +137,25 @@ fn float_value(bits: u32) -> u64 {
     }
 }
 
-/// When one of a node's messages of barrier `epoch` went (or came, at the
+/// When one of a node's messages of a barrier went (or came, at the
 /// asker), and when the same message of the barrier before went (came) if
 /// that was known: what a NACK's echo is measured against (see
-/// [`echo_arg`]). The interval between them is worked out only when a NACK
-/// needs it ([`Timed::since`]): recorded at every sending and every
-/// original taken in, it would cost a clock subtraction a frame.
+/// [`echo_arg`]). Put together only when a NACK needs it, from the times
+/// kept ([`super::times`]), and so is the interval between them
+/// ([`Timed::since`]): at every sending and every original taken in, it
+/// would cost a clock subtraction and more a frame.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Timed {
-    pub(super) epoch: u64,
     pub(super) at: Instant,
-    /// When the same message of barrier `epoch − 1` went (came).
+    /// When the same message of the barrier before went (came).
     before: Option<Instant>,
 }
 
 impl Timed {
-    /// The message of `epoch` at `at`, after `before` (the same message's
-    /// last record, if any).
-    #[inline]
-    pub(super) fn after(before: Option<Timed>, epoch: u64, at: Instant) -> Timed {
-        Timed { epoch, at, before: before.filter(|b| b.epoch + 1 == epoch).map(|b| b.at) }
+    /// The message at `at`, after the same message of the barrier before
+    /// at `before`, if known.
+    pub(super) fn new(at: Instant, before: Option<Instant>) -> Timed {
+        Timed { at, before }
     }
 
     /// The time since the same message of the barrier before, if known.
@@ -418,7 +417,7 @@ impl Core {
         };
         let (mut answered, mut crossed) = (0, 0);
         for s in 0..sent_steps {
-            let sent_at = |e: u64| self.recovery.sent_at[parity(e)].get(s).copied().flatten().filter(|t| t.epoch == e);
+            let sent_at = |e: u64| self.recovery.sent_at.timed(e, s);
             let timed = sent_at(epoch);
             let sent = timed.map(|t| t.at);
             // (The interval before, I, between the barrier before's message

@@ -66,6 +66,7 @@ mod recovery;
 mod relay;
 #[cfg(test)]
 mod tests;
+mod times;
 mod window;
 
 use calls::Calls;

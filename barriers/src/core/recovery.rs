@@ -59,10 +59,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::answers::{echo_arg, echo_of, Answered, Echo, Timed};
+use super::answers::{echo_arg, echo_of, Answered, Echo};
 use super::copies::{copy_arg, copy_of, nack_id_arg, nack_id_of, CopySpacing, LossEstimate};
 use super::evidence::{gathers_first, EVIDENCE_WAITS};
 use super::peers::PerPeer;
+use super::times::{HeardTimes, SentTimes};
 use super::window::parity;
 use super::{Core, To};
 use crate::plan;
@@ -206,19 +207,20 @@ pub(super) struct Recovery {
     /// barrier parity: an answer to a NACK for a message sent in copies
     /// shows that they were all lost ([`CopySpacing::answered_whole`]).
     pub(super) sent_copies: [Vec<u8>; 2],
-    /// When each step's messages went out (the barrier, the time, the time
-    /// since the barrier before's), per barrier parity: a NACK that arrives
+    /// When each step's messages went out, in the last few barriers
+    /// ([`SentTimes`]): a NACK that arrives
     /// within a round trip of it crossed it, and so does one whose echo
     /// shows it sent before this barrier's could have reached its asker
     /// ([`Core::answer`]).
-    pub(super) sent_at: [Vec<Option<Timed>>; 2],
+    pub(super) sent_at: SentTimes,
     /// When each message of the algorithm's own plan (indexed as
     /// [`crate::expect::Expectations`] does; its indices come first) was
     /// last taken in as an original (copy 0 of a `Data`, not on a return
-    /// from a stall), of which barrier, and the time since the barrier
-    /// before's if that came so too: a NACK for the next barrier's carries
-    /// their difference as its echo ([`crate::transport::ECHO_SHIFT`]).
-    pub(super) heard_at: Vec<Option<Timed>>,
+    /// from a stall), in its last two barriers ([`HeardTimes`]): a NACK
+    /// for the next barrier's carries how long ago, or its change from the
+    /// interval between the two, as its echo
+    /// ([`crate::transport::ECHO_SHIFT`]).
+    pub(super) heard_at: HeardTimes,
     /// The shortest time from a NACK to its reply (an answer or a status)
     /// seen: a round trip, with the peer's time to turn a NACK around (the
     /// least: a NACK that came sooner after the original surely crossed it).
@@ -252,8 +254,7 @@ impl Recovery {
     /// Step `step`'s messages of barrier `epoch` went at `now`.
     #[inline]
     pub(super) fn step_sent(&mut self, epoch: u64, step: usize, now: Instant) {
-        let before = self.sent_at[parity(epoch + 1)].get(step).copied().flatten();
-        self.sent_at[parity(epoch)][step] = Some(Timed::after(before, epoch, now));
+        self.sent_at.sent(epoch, step, now);
     }
 
     /// How many probes in a row a live peer may leave unanswered by chance
@@ -299,9 +300,9 @@ impl Recovery {
             asked_early: false,
             recovered_in: None,
             upstream_in: None,
-            sent_at: [vec![None; steps], vec![None; steps]],
+            sent_at: SentTimes::new(steps),
             sent_copies: [vec![0; steps], vec![0; steps]],
-            heard_at: vec![None; base_waits],
+            heard_at: HeardTimes::new(base_waits),
             reply: None,
             nacked_at: None,
             ring_loss_retry: None,
@@ -483,13 +484,9 @@ impl Core {
                 // (The echo: how long ago the same message of the barrier
                 // before came, if asked of its sender and heard clean.)
                 let i = self.plans.expect.of_step(self.run.cur, step).start + j;
-                let echo = self
-                    .recovery
-                    .heard_at
-                    .get(i)
-                    .copied()
-                    .flatten()
-                    .filter(|h| ask == w.from && h.epoch + 1 == self.window.epoch)
+                let echo = (self.window.epoch.checked_sub(1))
+                    .and_then(|before| self.recovery.heard_at.timed(i, before))
+                    .filter(|_| ask == w.from)
                     .map(|h| Echo::of(now.saturating_duration_since(h.at), h.since()));
                 // (Its copies numbered alike, a retry's otherwise: one
                 // answer a NACK, `Answered::later_copy`.)
