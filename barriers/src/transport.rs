@@ -118,11 +118,21 @@ pub const COPY_SHIFT: u32 = 8;
 pub const COPY_MASK: u32 = 0xF;
 
 /// In a [`MsgKind::Nack`]'s `arg`, bits 16..24: which of its sender's NACKs
-/// this is (a number the copies of one NACK share, and a retry does not,
-/// modulo 256): a receiver tells a later copy of a NACK it took in from a
-/// retry whose first copy was lost (review rev33, finding 1). 0 from a
-/// sender that does not number them (the farewell's queries).
+/// this is (1 to 255, a number the copies of one NACK share, and a retry
+/// does not): a receiver tells a later copy of a NACK it took in from a
+/// retry whose first copy was lost (review rev33, finding 1), and its
+/// reply says which NACK drew it ([`REPLY_ID_SHIFT`]). 0 from a sender
+/// that does not number them (the farewell's queries).
 pub const NACK_ID_SHIFT: u32 = 16;
+
+/// In a [`MsgKind::Answer`]'s or [`MsgKind::Status`]'s `arg`, bits 24..32:
+/// the number ([`NACK_ID_SHIFT`]) of the NACK that drew it, 0 if none did
+/// (a status told unasked, a release handed on because a status proved it
+/// missing). Its asker measures a round trip from that NACK only, not from
+/// its latest one (a reply to an earlier NACK, or a multicast one drawn by
+/// another node's, taken in just after a NACK went, measured a round trip
+/// of 0, and the crossings it judges were gone: PROTOCOL 12).
+pub const REPLY_ID_SHIFT: u32 = 24;
 
 /// In a [`MsgKind::Nack`]'s `arg`, bits 0..8 and 24..32 (the low and the
 /// high byte of 16 bits; bits 16..24 are the NACK's own): the *echo*, how

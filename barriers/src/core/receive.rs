@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::answers::Timed;
-use super::copies::copy_of;
+use super::copies::{copy_of, reply_id_of};
 use super::recovery::Laggard;
 use super::window::{ahead, parity, place};
 use super::Core;
@@ -59,9 +59,9 @@ impl Core {
             // the network's is 40 us, was its crossing window and answer
             // gap, and its peer's next loss cost 2.7 ms).
             if unanswered <= 1 {
-                self.recovery.replied(from, now);
+                self.recovery.replied(from, reply_id_of(msg.arg), now);
             } else {
-                self.recovery.nacked_at.take_if(|(p, _)| *p == from);
+                self.recovery.nacked_at.take_if(|(p, _, _)| *p == from);
             }
         }
         // A farewell's word (a `FINISHED` status, a "where are you?"
@@ -198,6 +198,7 @@ impl Core {
             let driven = self.phase.running() && self.live.told.is_none();
             let clean = !answer && copy.0 == 0 && !stalled && driven;
             if let Some(heard) = self.recovery.heard_at.get_mut(i) {
+                self.recovery.heard_before[i] = *heard;
                 *heard = clean.then(|| Timed::after(*heard, epoch, now));
             }
         } else if self.window.copies.late(epoch, i, copy.0, answer) {
