@@ -139,16 +139,18 @@ pub const REPLY_ID_SHIFT: u32 = 24;
 /// long before sending it the asker took in the original of the same
 /// message (same sender, same `tag`) of the barrier before (0: unknown),
 /// whole (bit 15 clear) or, where the pace is kept, as its change from the
-/// time between its taking in the original of the barrier before that and
-/// that one (bit 15 set; bit 14: negative). Floats of nanoseconds, rounded
-/// up (so an echo never makes a crossing look likelier): a 5-bit (whole)
-/// or 4-bit (change) exponent `e` over a 10-bit mantissa `m`, the size `m`
-/// if `e` is 0, else `(1024 + m) << (e − 1)` (within a 1024th). The asked
+/// time between its taking in the originals of two barriers before (bit 15
+/// set; bit 14: negative; bit 13: from the barriers three and two before,
+/// else two and one before). Floats of nanoseconds, rounded up (so an echo
+/// never makes a crossing look likelier): a 5-bit exponent `e` over a
+/// 10-bit mantissa `m` (whole), the size `m` if `e` is 0, else `(1024 + m)
+/// << (e − 1)` (within a 1024th), or a 4-bit one over a 9-bit mantissa
+/// (change: `512 + m`, within a 512th). The asked
 /// node, which knows when it sent those barriers' messages, tells from it
 /// whether the NACK was sent before the message it asks for could have
 /// come (it crossed it: not answered), with no round trip measured (see
-/// `core::answers`). Protocol 11 (10's echo was the whole time, in
-/// another float).
+/// `core::answers`). Protocol 12 (11's change was from the last interval
+/// only, with a 10-bit mantissa; 10's echo was the whole time).
 pub const ECHO_SHIFT: u32 = 24;
 
 /// A barrier message: tiny, and the same on every transport.

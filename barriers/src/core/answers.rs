@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::copies::{copy_arg, reply_id_arg};
+use super::copies::{copy_arg, nack_id_of, reply_id_arg};
 use super::window::parity;
 use super::{Core, To};
 use crate::plan::Dest;
@@ -399,7 +399,7 @@ impl Core {
     /// than a round trip before it stopped: it cannot tell when the NACK
     /// came, so it may have crossed the original too.
     ///
-    /// **Echoes.** A NACK's echo (`echo`, see [`ECHO_SHIFT`]) says how long
+    /// **Echoes.** A NACK's echo (in `nack`, see [`ECHO_SHIFT`]) says how long
     /// before sending it the asker took in this node's same message of the
     /// barrier before (`E`). If that message went at `t'` and this one at
     /// `t`, and both took the same time `l` to reach the asker, the NACK
@@ -414,7 +414,11 @@ impl Core {
     /// echo is `E − I` instead ([`Echo::Change`]), `I` the time between the
     /// asker's taking in the message of the barrier before that (`t''`) and
     /// of the barrier before: with the same latency, `I = t' − t''`, and
-    /// the NACK crossed if `E − I < (t − t') − (t' − t'')`. (16 bits keep a
+    /// the NACK crossed if `E − I < (t − t') − (t' − t'')`; or, where the
+    /// pace held one barrier longer, `I` from the barrier before that
+    /// ([`Echo::Paced`]: `E − I < (t − t') − (t'' − t''')`), in which a late
+    /// intake of the barrier before's message counts once, not twice
+    /// (review rev35, finding 1). (16 bits keep a
     /// 1024th to a 2048th of what they carry, and `E` is the whole time
     /// between barriers: with `E` whole, of about 1 ms, NACKs that crossed
     /// by 9 and 180 ns were answered, 2 of that finding's 40 pauses; their
@@ -427,20 +431,13 @@ impl Core {
     /// was admitted, if one was. A NACK that asks again after one that came
     /// once the message went is no crossing (the original did not come), by
     /// the round trip or by its echo (an echo may be wrong: review rev34,
-    /// finding 5); one that asks again after a "not yet" may be. `id`: the
-    /// NACK's number, which the answer carries (see
-    /// [`crate::transport::REPLY_ID_SHIFT`]; 0: drawn by no NACK).
+    /// finding 5); one that asks again after a "not yet" may be. `nack`:
+    /// the NACK's `arg` (0: drawn by none), its echo (`echo` above) and its
+    /// number, which the answer carries (see
+    /// [`crate::transport::REPLY_ID_SHIFT`]).
     /// Returns (answered, crossed).
-    pub(super) fn answer(
-        &mut self,
-        to: NodeId,
-        epoch: u64,
-        tag: Option<u16>,
-        now: Instant,
-        asked: Option<Instant>,
-        echo: Option<Echo>,
-        id: u32,
-    ) -> (usize, usize) {
+    pub(super) fn answer(&mut self, to: NodeId, epoch: u64, tag: Option<u16>, now: Instant, asked: Option<Instant>, nack: u32) -> (usize, usize) {
+        let (echo, id) = (echo_of(nack), nack_id_of(nack));
         let v = self.window.variant[parity(epoch)];
         let sent_steps = if epoch + 1 == self.window.epoch {
             self.plans.list[v].steps.len()

@@ -59,7 +59,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::answers::{echo_arg, echo_of, Answered, Echo, Timed};
+use super::answers::{echo_arg, Answered, Echo, Timed};
 use super::copies::{copy_arg, copy_of, nack_id, nack_id_arg, nack_id_of, CopySpacing, LossEstimate};
 use super::evidence::{gathers_first, EVIDENCE_WAITS};
 use super::peers::PerPeer;
@@ -426,7 +426,7 @@ impl Core {
         if self.relays_for(from, msg.tag) {
             return self.relay_release(from, epoch, now, id);
         }
-        let (answered, crossed) = self.answer(from, epoch, tag, now, asked, echo_of(msg.arg), id);
+        let (answered, crossed) = self.answer(from, epoch, tag, now, asked, msg.arg);
         if crossed > 0 {
             // It crossed the original, which it will see.
         } else if answered == 0 && tag.is_some() && epoch + 1 == self.window.epoch && self.window.last_void {

@@ -43,7 +43,7 @@ impl Core {
             return;
         }
         if self.me() == 0 {
-            self.answer(from, epoch, Some(plan::tag::RELEASE), now, Some(now), None, 0);
+            self.answer(from, epoch, Some(plan::tag::RELEASE), now, Some(now), 0);
         } else {
             self.relay_release(from, epoch, now, 0);
         }
