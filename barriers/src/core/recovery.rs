@@ -429,6 +429,9 @@ impl Core {
         let (answered, crossed) = self.answer(from, epoch, tag, now, asked, msg.arg);
         if crossed > 0 {
             // It crossed the original, which it will see.
+            if answered == 0 {
+                self.recovery.answered[from].crossed(epoch, msg.tag);
+            }
         } else if answered == 0 && tag.is_some() && epoch + 1 == self.window.epoch && self.window.last_void {
             // The barrier before, void here (a mismatch), and the peer asks
             // for a message the void barrier's plan never sends it: it runs
