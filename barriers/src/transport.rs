@@ -118,27 +118,39 @@ pub const COPY_SHIFT: u32 = 8;
 pub const COPY_MASK: u32 = 0xF;
 
 /// In a [`MsgKind::Nack`]'s `arg`, bits 16..24: which of its sender's NACKs
-/// this is (a number the copies of one NACK share, and a retry does not,
-/// modulo 256): a receiver tells a later copy of a NACK it took in from a
-/// retry whose first copy was lost (review rev33, finding 1). 0 from a
-/// sender that does not number them (the farewell's queries).
+/// this is (1 to 255, a number the copies of one NACK share, and a retry
+/// does not): a receiver tells a later copy of a NACK it took in from a
+/// retry whose first copy was lost (review rev33, finding 1), and its
+/// reply says which NACK drew it ([`REPLY_ID_SHIFT`]). 0 from a sender
+/// that does not number them (the farewell's queries).
 pub const NACK_ID_SHIFT: u32 = 16;
+
+/// In a [`MsgKind::Answer`]'s or [`MsgKind::Status`]'s `arg`, bits 24..32:
+/// the number ([`NACK_ID_SHIFT`]) of the NACK that drew it, 0 if none did
+/// (a status told unasked, a release handed on because a status proved it
+/// missing). Its asker measures a round trip from that NACK only, not from
+/// its latest one (a reply to an earlier NACK, or a multicast one drawn by
+/// another node's, taken in just after a NACK went, measured a round trip
+/// of 0, and the crossings it judges were gone: PROTOCOL 12).
+pub const REPLY_ID_SHIFT: u32 = 24;
 
 /// In a [`MsgKind::Nack`]'s `arg`, bits 0..8 and 24..32 (the low and the
 /// high byte of 16 bits; bits 16..24 are the NACK's own): the *echo*, how
 /// long before sending it the asker took in the original of the same
 /// message (same sender, same `tag`) of the barrier before (0: unknown),
 /// whole (bit 15 clear) or, where the pace is kept, as its change from the
-/// time between its taking in the original of the barrier before that and
-/// that one (bit 15 set; bit 14: negative). Floats of nanoseconds, rounded
-/// up (so an echo never makes a crossing look likelier): a 5-bit (whole)
-/// or 4-bit (change) exponent `e` over a 10-bit mantissa `m`, the size `m`
-/// if `e` is 0, else `(1024 + m) << (e − 1)` (within a 1024th). The asked
+/// time between its taking in the originals of two barriers before (bit 15
+/// set; bit 14: negative; bit 13: from the barriers three and two before,
+/// else two and one before). Floats of nanoseconds, rounded up (so an echo
+/// never makes a crossing look likelier): a 5-bit exponent `e` over a
+/// 10-bit mantissa `m` (whole), the size `m` if `e` is 0, else `(1024 + m)
+/// << (e − 1)` (within a 1024th), or a 4-bit one over a 9-bit mantissa
+/// (change: `512 + m`, within a 512th). The asked
 /// node, which knows when it sent those barriers' messages, tells from it
 /// whether the NACK was sent before the message it asks for could have
 /// come (it crossed it: not answered), with no round trip measured (see
-/// `core::answers`). Protocol 11 (10's echo was the whole time, in
-/// another float).
+/// `core::answers`). Protocol 12 (11's change was from the last interval
+/// only, with a 10-bit mantissa; 10's echo was the whole time).
 pub const ECHO_SHIFT: u32 = 24;
 
 /// A barrier message: tiny, and the same on every transport.

@@ -36,7 +36,7 @@
 use std::time::Duration;
 
 use super::Core;
-use crate::transport::{COPY_MASK, COPY_SHIFT, NACK_ID_SHIFT};
+use crate::transport::{COPY_MASK, COPY_SHIFT, NACK_ID_SHIFT, REPLY_ID_SHIFT};
 
 /// What recovering one receiver's loss costs against one more copy: a
 /// recovery takes a retry timeout and a round trip (tens of µs, a dozen
@@ -190,17 +190,48 @@ pub(super) fn copy_of(arg: u32) -> (u32, u32) {
     ((arg >> COPY_SHIFT) & COPY_MASK, ((arg >> (COPY_SHIFT + 4)) & COPY_MASK).max(1))
 }
 
-/// The `arg` bits that number a NACK (all its copies alike): its sender's
-/// `nacks` NACKs sent before it, modulo 256 ([`NACK_ID_SHIFT`]).
+/// How far apart two nodes' NACK numbers start, of 255 (prime to it):
+/// see [`nack_id`].
+const NACK_ID_STRIDE: u64 = 97;
+
+/// The number of node `me`'s NACK sent after `nacks` others (all its
+/// copies alike), 1 to 255 ([`NACK_ID_SHIFT`]; 0 numbers none). Each node
+/// counts from its own start, [`NACK_ID_STRIDE`] × `me` on: a multicast
+/// reply says the number of the NACK that drew it ([`REPLY_ID_SHIFT`]),
+/// and nodes that NACK in step (every leaf asking a late node 0 for its
+/// release at its retry) would otherwise number their NACKs alike, each
+/// taking the reply to another's for its own. Nodes fewer than 255 apart
+/// never do in step; out of step, by chance (1 in 255), and the round trip
+/// so measured is shorter than the asker's, not longer (its crossing
+/// window narrower: a NACK answered that need not have been).
 #[inline]
-pub(super) fn nack_id_arg(nacks: u64) -> u32 {
-    ((nacks & 0xFF) as u32) << NACK_ID_SHIFT
+pub(super) fn nack_id(nacks: u64, me: usize) -> u32 {
+    (nacks.wrapping_add(NACK_ID_STRIDE.wrapping_mul(me as u64)) % 255) as u32 + 1
+}
+
+/// The `arg` bits of NACK number `id` ([`nack_id`]).
+#[inline]
+pub(super) fn nack_id_arg(id: u32) -> u32 {
+    (id & 0xFF) << NACK_ID_SHIFT
 }
 
 /// The number of the NACK whose copy `arg` carries ([`nack_id_arg`]).
 #[inline]
 pub(super) fn nack_id_of(arg: u32) -> u32 {
     (arg >> NACK_ID_SHIFT) & 0xFF
+}
+
+/// The `arg` bits of a reply (an answer or a status) to NACK number `id`
+/// (0: to none; [`REPLY_ID_SHIFT`]).
+#[inline]
+pub(super) fn reply_id_arg(id: u32) -> u32 {
+    (id & 0xFF) << REPLY_ID_SHIFT
+}
+
+/// The number of the NACK that drew the reply whose `arg` this is (0: none).
+#[inline]
+pub(super) fn reply_id_of(arg: u32) -> u32 {
+    arg >> REPLY_ID_SHIFT
 }
 
 /// How many times [`RECOVERY_WORTH`] a plan's point-to-point message of a

@@ -40,7 +40,7 @@ impl Core {
     /// retry interval later (measured, 10 GbE, tree4, 8 nodes, bursty 5%/4:
     /// 2.01× lossless when the timer NACKed again soon after, 1.92× with).
     pub(super) fn arrival_proven(&mut self, from: NodeId, now: Instant, gap: Duration) {
-        let just_asked = self.recovery.nacked_at.is_some_and(|(p, at)| p == from && now.saturating_duration_since(at) < gap);
+        let just_asked = self.recovery.nacked_at.is_some_and(|(p, _, at)| p == from && now.saturating_duration_since(at) < gap);
         if !self.phase.running() || just_asked {
             return;
         }

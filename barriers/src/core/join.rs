@@ -53,7 +53,13 @@ use crate::types::{mix, BarrierConfig, BarrierError};
 /// before's message less the interval before that, signed
 /// ([`crate::transport::ECHO_SHIFT`]): a node of 10 would read it as the
 /// whole time, unsigned, and take NACKs that did not cross for crossings.
-pub const PROTOCOL: u32 = 11;
+/// 12 (2026-11-27, issue 29): an answer or status says which NACK drew it
+/// ([`crate::transport::REPLY_ID_SHIFT`], the NACK's number, now 1 to 255
+/// and offset by node), and a round trip is timed from that NACK only: a
+/// node of 11 would time one from its latest NACK to any reply (its
+/// crossings by round trip gone after a reply to an earlier NACK), and
+/// would read a `FAILED` status's bits 24..32 as part of the node named.
+pub const PROTOCOL: u32 = 12;
 /// How many messages a joining node keeps that arrive before its admission.
 const JOIN_STASH: usize = 4096;
 /// The longest pause between a joining node's requests to node 0.

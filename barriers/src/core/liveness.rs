@@ -11,9 +11,10 @@
 
 use std::time::{Duration, Instant};
 
+use super::copies::reply_id_arg;
 use super::peers::PerPeer;
 use super::{Core, To};
-use crate::transport::{status, Msg, MsgKind, NodeId};
+use crate::transport::{status, Msg, MsgKind, NodeId, REPLY_ID_SHIFT};
 use crate::types::{BarrierError, PeerState, MIN_PROBES};
 
 /// What this node knows of a peer.
@@ -87,7 +88,9 @@ impl Peer {
         if self.at.is_none_or(|at| epoch >= at) {
             self.at = Some(epoch);
             self.in_barrier = msg.tag & status::IN_PROGRESS != 0;
-            self.gave_up = (msg.tag & status::FAILED != 0 && msg.arg != 0).then(|| (epoch, msg.arg as usize - 1, now));
+            // (Bits 24..32 say which NACK drew it: `REPLY_ID_SHIFT`.)
+            let named = msg.arg & ((1 << REPLY_ID_SHIFT) - 1);
+            self.gave_up = (msg.tag & status::FAILED != 0 && named != 0).then(|| (epoch, named as usize - 1, now));
             return self.gave_up.is_some();
         }
         false
@@ -178,7 +181,14 @@ impl Core {
 
     /// Sends where this node is to `to` (`None`: every node).
     pub(super) fn send_status(&mut self, to: Option<NodeId>) {
+        self.reply_status(to, 0);
+    }
+
+    /// Sends where this node is to `to` (`None`: every node), in reply to
+    /// NACK number `id` (0: none; see [`crate::transport::REPLY_ID_SHIFT`]).
+    pub(super) fn reply_status(&mut self, to: Option<NodeId>, id: u32) {
         let msg = self.status_msg();
+        let msg = Msg { arg: msg.arg | reply_id_arg(id), ..msg };
         self.stats.statuses += 1;
         self.out.push(0, to.map_or(To::All, To::Node), msg, &[]);
     }

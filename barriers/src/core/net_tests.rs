@@ -17,6 +17,7 @@ mod closing;
 mod copies;
 mod joins;
 mod replaced;
+mod replies;
 mod review_rev32;
 mod review_rev33;
 mod review_rev34;

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::copies::copy_of;
+use super::copies::{copy_of, reply_id_of};
 use super::recovery::Laggard;
 use super::window::{ahead, parity, place};
 use super::Core;
@@ -61,9 +61,9 @@ impl Core {
             // the network's is 40 us, was its crossing window and answer
             // gap, and its peer's next loss cost 2.7 ms).
             if unanswered <= 1 {
-                self.recovery.replied(from, now);
+                self.recovery.replied(from, reply_id_of(msg.arg), now);
             } else {
-                self.recovery.nacked_at.take_if(|(p, _)| *p == from);
+                self.recovery.nacked_at.take_if(|(p, _, _)| *p == from);
             }
         }
         // A farewell's word (a `FINISHED` status, a "where are you?"

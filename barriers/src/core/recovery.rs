@@ -59,8 +59,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::answers::{echo_arg, echo_of, Answered, Echo};
-use super::copies::{copy_arg, copy_of, nack_id_arg, nack_id_of, CopySpacing, LossEstimate};
+use super::answers::{echo_arg, Answered, Echo};
+use super::copies::{copy_arg, copy_of, nack_id, nack_id_arg, nack_id_of, CopySpacing, LossEstimate};
 use super::evidence::{gathers_first, EVIDENCE_WAITS};
 use super::peers::PerPeer;
 use super::times::{HeardTimes, SentTimes};
@@ -216,18 +216,30 @@ pub(super) struct Recovery {
     /// When each message of the algorithm's own plan (indexed as
     /// [`crate::expect::Expectations`] does; its indices come first) was
     /// last taken in as an original (copy 0 of a `Data`, not on a return
-    /// from a stall), in its last two barriers ([`HeardTimes`]): a NACK
-    /// for the next barrier's carries how long ago, or its change from the
-    /// interval between the two, as its echo
-    /// ([`crate::transport::ECHO_SHIFT`]).
+    /// from a stall), in its last few barriers ([`HeardTimes`]): a NACK
+    /// for the next barrier's carries how long ago, or its change from an
+    /// interval between the barriers before, as its echo
+    /// ([`crate::transport::ECHO_SHIFT`]). A change echo is `E − I` with
+    /// `I` the interval between taking in the messages of `e − 3` and
+    /// `e − 2` ([`HeardTimes::before_last`]), not the last one, `e − 2` to
+    /// `e − 1`: an intake of `e − 1`'s `x` late (the frame delayed on the
+    /// wire, the asker off its CPU for less than shows as a stall) makes
+    /// `E` short by `x` and that interval long by `x`, so a NACK up to `2x`
+    /// after the lost message was due was taken for a crossing, where a
+    /// whole echo misjudges one `x` after (review rev35, finding 1: 130 to
+    /// 170 µs to recover a loss after a message 4 to 20 µs late, whole
+    /// echoes 70 to 90 µs). Each late intake now counts once. The answerer
+    /// compares it with its own sends' interval between the same two
+    /// barriers ([`SentTimes::before_last`]), so a change of pace cancels
+    /// as before.
     pub(super) heard_at: HeardTimes,
     /// The shortest time from a NACK to its reply (an answer or a status)
     /// seen: a round trip, with the peer's time to turn a NACK around (the
     /// least: a NACK that came sooner after the original surely crossed it).
     pub(super) reply: Option<Duration>,
-    /// The peer of the latest NACK not yet replied to, and when it went (a
-    /// reply's time is measured from it).
-    pub(super) nacked_at: Option<(NodeId, Instant)>,
+    /// The peer of the latest NACK not yet replied to, its number and when
+    /// it went (a reply to that NACK is timed from it).
+    pub(super) nacked_at: Option<(NodeId, u32, Instant)>,
     /// When the last retry brought forward by dropped frames was due
     /// ([`Core::frames_lost`]): the next comes no sooner than a round trip later.
     pub(super) ring_loss_retry: Option<Instant>,
@@ -269,10 +281,18 @@ impl Recovery {
         ((0.01f64.ln() / missed.ln()).ceil() as u32).clamp(QUIET_PROBES, 64)
     }
 
-    /// A reply (answer or status) came from `from` at `now`: if a NACK to
-    /// it waits for one, its time is a round trip.
-    pub(super) fn replied(&mut self, from: NodeId, now: Instant) {
-        if let Some((_, at)) = self.nacked_at.take_if(|(p, _)| *p == from) {
+    /// A reply (answer or status) to NACK number `id` (0: to none) came
+    /// from `from` at `now`: if it answers the NACK to it that waits for
+    /// one, its time is a round trip. A reply drawn by another NACK is
+    /// none: an earlier one's, taken in just after this NACK went (a node
+    /// back from being descheduled NACKs as it takes in its backlog, and the
+    /// reply already queued comes next), or a multicast one drawn by
+    /// another node's NACK, measured a round trip of 0, and this node's
+    /// crossings by round trip were gone for the rest of the instance
+    /// (session 18: 37 of 99 answers in `sim::descheduled` were given by a
+    /// node whose shortest reply was 0 ns).
+    pub(super) fn replied(&mut self, from: NodeId, id: u32, now: Instant) {
+        if let Some((_, _, at)) = self.nacked_at.take_if(|(p, nack, _)| *p == from && *nack == id && id != 0) {
             let took = now.saturating_duration_since(at);
             self.reply = Some(self.reply.map_or(took, |r| r.min(took)));
         }
@@ -317,13 +337,20 @@ impl Recovery {
 }
 
 impl Core {
-    /// An input at `now`: if a deadline of this node's is overdue by more
-    /// than the shortest retry timeout, it was off its CPU since its last
-    /// input (see [`Recovery::stall`]).
+    /// An input at `now`: if a deadline of this node's is overdue, and it
+    /// took no input for more than the shortest retry timeout since that
+    /// deadline (or since its last input, if later), it was off its CPU
+    /// since its last input (see [`Recovery::stall`]). (Timed from the
+    /// deadline alone, each input of the backlog it takes in on its return
+    /// found the deadline still overdue, and the stall became the gap before
+    /// it, 0 ns in the simulator: the NACKs in that backlog were taken for
+    /// ones that came after its return, and answered, though they came
+    /// before the message they ask for went.)
     pub(super) fn note_input(&mut self, now: Instant) {
         // (`now > d` first: a deadline still ahead, the usual case, is not
         // overdue, and comparing instants is far cheaper than subtracting.)
-        let overdue = self.poll_timeout().is_some_and(|d| now > d && now.duration_since(d) > self.recovery.rto.least());
+        let active = self.recovery.active;
+        let overdue = self.poll_timeout().is_some_and(|d| now > d && now.saturating_duration_since(d.max(active)) > self.recovery.rto.least());
         if overdue {
             self.recovery.stall = Some((self.recovery.active, now));
         }
@@ -384,19 +411,25 @@ impl Core {
             self.stats.answers_suppressed += 1;
             return;
         }
+        // (Its reply says which NACK drew it: its asker times a round trip
+        // from that one only, `Recovery::replied`.)
+        let id = nack_id_of(msg.arg);
         if self.relays_for(from, msg.tag) {
-            if self.relay_release(from, epoch, now) {
+            if self.relay_release(from, epoch, now, id) {
                 self.recovery.answered[from].drew(epoch, msg.tag);
             }
             return;
         }
-        let (answered, crossed) = self.answer(from, epoch, tag, now, asked, echo_of(msg.arg));
+        let (answered, crossed) = self.answer(from, epoch, tag, now, asked, msg.arg);
         if answered > 0 || crossed > 0 {
             // (Its later copies ask nothing new: see `Answered::later_copy`.)
             self.recovery.answered[from].drew(epoch, msg.tag);
         }
         if crossed > 0 {
             // It crossed the original, which it will see.
+            if answered == 0 {
+                self.recovery.answered[from].crossed(epoch, msg.tag);
+            }
         } else if answered == 0 && tag.is_some() && epoch + 1 == self.window.epoch && self.window.last_void {
             // The barrier before, void here (a mismatch), and the peer asks
             // for a message the void barrier's plan never sends it: it runs
@@ -424,9 +457,9 @@ impl Core {
                 // that it has not gone yet.
                 Some(t) => {
                     self.recovery.multicast_answer = Some((epoch, t, now, false));
-                    self.send_status(None);
+                    self.reply_status(None, id);
                 }
-                None => self.send_status(Some(from)),
+                None => self.reply_status(Some(from), id),
             }
         } else if self.phase.running() && epoch == self.window.epoch && self.missing_any(|p| p == from) {
             // A peer this node waits for lacked our message and has it now:
@@ -482,23 +515,27 @@ impl Core {
                 let once = late || first && ask == 0 && multicast_release && w.tag == plan::tag::RELEASE;
                 let copies = if once { 1 } else { copies };
                 // (The echo: how long ago the same message of the barrier
-                // before came, if asked of its sender and heard clean.)
+                // before came, if asked of its sender and heard clean; its
+                // change from the interval between the two barriers before
+                // that: see `Recovery::heard_before`.)
                 let i = self.plans.expect.of_step(self.run.cur, step).start + j;
-                let echo = (self.window.epoch.checked_sub(1))
-                    .and_then(|before| self.recovery.heard_at.timed(i, before))
-                    .filter(|_| ask == w.from)
-                    .map(|h| Echo::of(now.saturating_duration_since(h.at), h.since()));
+                let echo = (self.window.epoch.checked_sub(1)).filter(|_| ask == w.from).and_then(|before| {
+                    let h = self.recovery.heard_at.timed(i, before)?;
+                    let before_last = self.recovery.heard_at.before_last(i, before);
+                    Some(Echo::of(now.saturating_duration_since(h.at), h.since(), before_last))
+                });
                 // (Its copies numbered alike, a retry's otherwise: one
                 // answer a NACK, `Answered::later_copy`.)
-                let id = nack_id_arg(self.stats.nacks_sent);
+                let id = nack_id(self.stats.nacks_sent, self.me());
                 for k in 0..copies {
-                    let nack = Msg { arg: copy_arg(k, copies) | id | echo_arg(echo), ..self.msg(MsgKind::Nack, self.window.epoch, w.tag) };
+                    let nack =
+                        Msg { arg: copy_arg(k, copies) | nack_id_arg(id) | echo_arg(echo), ..self.msg(MsgKind::Nack, self.window.epoch, w.tag) };
                     self.out.push_copy(now, (k, gap), 0, To::Node(ask), nack, &[]);
                 }
                 self.stats.nacks_sent += 1;
                 self.stats.probes += u64::from(probe);
                 self.stats.copies += u64::from(copies - 1);
-                self.recovery.nacked_at = Some((ask, now));
+                self.recovery.nacked_at = Some((ask, id, now));
                 self.live.peers[ask].probed(now);
                 sent += 1;
             }

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use super::copies::copy_arg;
+use super::copies::{copy_arg, reply_id_arg};
 use super::recovery::Laggard;
 use super::window::parity;
 use super::{Core, To};
@@ -43,9 +43,9 @@ impl Core {
             return;
         }
         if self.me() == 0 {
-            self.answer(from, epoch, Some(plan::tag::RELEASE), now, Some(now), None);
+            self.answer(from, epoch, Some(plan::tag::RELEASE), now, Some(now), 0);
         } else {
-            let _ = self.relay_release(from, epoch, now);
+            let _ = self.relay_release(from, epoch, now, 0);
         }
         if self.phase.running() && self.missing_any(|p| p == from) {
             self.recovery.laggard = Laggard::Unknown;
@@ -74,12 +74,14 @@ impl Core {
     /// that it has not got it either (it is asking its own parent). A
     /// release that carries a collective's result is not relayed (its data
     /// is node 0's to send): no answer, and the child, finding its parent
-    /// unanswering, asks node 0. Returns whether it re-sent the release.
-    pub(super) fn relay_release(&mut self, to: NodeId, epoch: u64, now: Instant) -> bool {
+    /// unanswering, asks node 0. `id`: the number of the NACK that asked
+    /// (0: none did), which the answer or status carries. Returns whether
+    /// it re-sent the release.
+    pub(super) fn relay_release(&mut self, to: NodeId, epoch: u64, now: Instant, id: u32) -> bool {
         let release = self.plans.expect.index(0, plan::tag::RELEASE);
         let has = epoch + 1 == self.window.epoch || release.is_some_and(|i| epoch == self.window.epoch && self.window.got[parity(epoch)].contains(i));
         if !has {
-            self.send_status(Some(to));
+            self.reply_status(Some(to), id);
             return false;
         }
         if self.coll.is_some() {
@@ -89,7 +91,7 @@ impl Core {
         let void = if void_here { MISMATCHED } else { 0 };
         let (copies, gap) = (self.recovery.loss.copies(1), self.copy_gap());
         for k in 0..copies {
-            let msg = Msg { arg: void | copy_arg(k, copies), ..self.msg(MsgKind::Answer, epoch, plan::tag::RELEASE) };
+            let msg = Msg { arg: void | copy_arg(k, copies) | reply_id_arg(id), ..self.msg(MsgKind::Answer, epoch, plan::tag::RELEASE) };
             self.out.push_copy(now, (k, gap), 0, To::Node(to), msg, &[]);
         }
         self.stats.answers += 1;

@@ -179,6 +179,7 @@ fn a_contribution_is_re_sent_as_stored_and_a_duplicate_release_never_counts() {
     assert_eq!((view.call(), view.count(), view.data()), (Some(call), 1, &5i64.to_le_bytes()[..]));
     // Node 0 lost it and asks: the answer carries the very same bytes.
     let nack = Msg { kind: MsgKind::Nack, instance: INSTANCE, epoch: 0, tag: plan::tag::ARRIVE, arg: 0 };
+    e.now += Duration::from_micros(1); // (after its message went: see `Core::answer`)
     e.transport.inbox.push_back(Incoming { from: 0, rail: 0, msg: nack });
     assert!(!e.test().unwrap());
     let answered = e.transport.sent.iter().position(|(_, m)| m.kind == MsgKind::Answer).expect("answered");
@@ -255,6 +256,7 @@ fn a_non_root_tells_its_entry_at_once_has_the_broadcast_at_the_data_and_answers_
     assert_eq!(sent_count(&e, 0, MsgKind::Nack, 0, BCAST_DATA), 1);
     // The root lost the entry and asks: answered at once.
     push(&mut e, 0, MsgKind::Nack, 0, BCAST_ENTERED, Vec::new());
+    e.now += Duration::from_micros(1); // (after its message went: see `Core::answer`)
     assert!(e.test().unwrap(), "no barrier of the application's is entered");
     assert_eq!(sent_count(&e, 0, MsgKind::Answer, 0, BCAST_ENTERED), 1);
     // The end completes the epoch; the next broadcast (from node 2, its
@@ -304,6 +306,7 @@ fn a_broadcasts_root_sends_at_once_nacks_a_lost_entry_and_ends_after_all() {
     assert_eq!(sent_count(&e, 2, MsgKind::Nack, 0, BCAST_ENTERED), 1);
     assert_eq!(sent_count(&e, 1, MsgKind::Nack, 0, BCAST_ENTERED), 0, "node 1's came");
     // Node 2 lost the data too and asks: answered with the stored data.
+    e.now += Duration::from_micros(1); // (after its message went: see `Core::answer`)
     push(&mut e, 2, MsgKind::Nack, 0, BCAST_DATA, Vec::new());
     e.test().unwrap();
     let answer = e.transport.sent.iter().position(|(t, m)| *t == 2 && m.kind == MsgKind::Answer && m.tag == BCAST_DATA).expect("answered");
@@ -414,6 +417,7 @@ fn a_root_that_broadcasts_again_sends_no_end_its_next_data_implies_it_and_answer
     // Node 2 lost epoch 1's data, so knows nothing of the end, and asks for
     // it: answered with the end as staged.
     push(&mut e, 2, MsgKind::Nack, 0, BCAST_DONE, Vec::new());
+    e.now += Duration::from_micros(1); // (after its message went: see `Core::answer`)
     e.test().unwrap();
     let answer =
         e.transport.sent.iter().position(|(t, m)| *t == 2 && m.kind == MsgKind::Answer && m.tag == BCAST_DONE && m.epoch == 0).expect("answered");
@@ -603,6 +607,7 @@ fn only_the_barriers_next_to_this_one_are_heard() {
     // The next barrier's message, kept early; the previous one's answered.
     e.transport.inbox.push_back(from0(MsgKind::Data, INSTANCE, 12));
     e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, 10));
+    e.now += Duration::from_micros(1); // (after its message went: see `Core::answer`)
     assert!(e.test().unwrap());
     assert_eq!(e.stats.early, 1);
     assert!(e.transport.sent.iter().any(|(to, m)| *to == 0 && m.kind == MsgKind::Answer && m.epoch == 10));
@@ -627,6 +632,7 @@ fn the_wire_number_wraps_and_the_barrier_number_does_not() {
     e.transport.sent.clear();
     e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, 1 << 32));
     e.test().unwrap();
+    e.now += Duration::from_micros(1); // (after its message went: see `Core::answer`)
     assert!(e.transport.sent.is_empty(), "two barriers back: no answer");
     e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, (1 << 32) + 1));
     e.test().unwrap();
@@ -683,6 +689,7 @@ fn a_burst_of_nacks_gets_a_bounded_number_of_answers_and_a_retry_is_answered() {
     let answers = |e: &Node| e.transport.sent.iter().filter(|(_, m)| m.kind == MsgKind::Answer).count();
     let replies = |e: &Node| e.transport.sent.iter().filter(|(_, m)| matches!(m.kind, MsgKind::Answer | MsgKind::Status)).count();
     // 1,000 NACKs for the same message at once: one answer.
+    e.now += Duration::from_micros(1); // (after its message went: see `Core::answer`)
     for _ in 0..1000 {
         e.transport.inbox.push_back(nack(plan::tag::ROUND));
     }

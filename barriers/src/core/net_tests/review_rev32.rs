@@ -341,7 +341,7 @@ fn echoes_keep_the_crossings_of_a_descheduled_node_from_being_answered() {
 }
 
 #[test]
-fn a_node_descheduled_around_the_evidence_wait_on_a_lossless_network_costs_no_recovery() {
+fn a_node_descheduled_around_the_evidence_wait_on_a_lossless_network_costs_no_recovery_beyond_a_rate_changes_margin() {
     // Issue 29's goal (the lead's note of session 15): on a clean network a
     // node descheduled for a few retry timeouts must not set off
     // recoveries (messages sent again). n = 16, tree4, lossless: before
@@ -351,7 +351,13 @@ fn a_node_descheduled_around_the_evidence_wait_on_a_lossless_network_costs_no_re
     // before echoes; 2 with echoes of the whole time since the barrier
     // before's message, 0.5-1 us coarse, whose NACKs crossed by 9 and 180
     // ns; none with echoes of its difference from the interval before,
-    // protocol 11: the crossing by 9 ns had an echo of exactly 0.)
+    // protocol 11: the crossing by 9 ns had an echo of exactly 0.) Protocol
+    // 12 allows for the asker's clock rate changing by 500 ppm between the
+    // two intervals a change compares (review rev35, finding 2), 0.5 us at
+    // this 1 ms pace: the two NACKs that crossed node 0's release by 9 and
+    // 268 ns (node 1 paused 20 us, node 0 160 us) are within it and
+    // answered (a margin errs toward an answer, not toward a lost message
+    // left to its asker's retry). Every other crossing clears it.
     let report = descheduled_around_the_evidence_wait();
-    assert!(report.is_empty(), "recoveries on a lossless network:\n{}", report.join("\n"));
+    assert!(report.len() <= 2, "recoveries on a lossless network:\n{}", report.join("\n"));
 }
