@@ -765,16 +765,19 @@ fn regression_a_nack_across_a_long_interval_under_clock_skew_is_answered() {
 /// so node 1 names it silent in barrier 0 (102 ms) and its script ends
 /// there (`Lingering`). After node 0 comes back and admits node 2's new
 /// process, node 2 enters the reduce beside (its op 1) and waits for node
-/// 1 there: node 1, told the failure on the joined barrier, answers every
+/// 1 there: node 1, told the failure on the joined barrier, answered every
 /// NACK beside with a plain status (`status e0 t0 a0`), never with the
-/// failure. Node 0 waits in its next barrier (op 2) for node 2. Nothing
-/// ends until the horizon (60 s). The checker excuses a node waiting on
-/// one barrier of its pair for a peer told an error on the other (helper
-/// j), but not node 0, which waits for node 2 in turn. Open: whether a
-/// node told a failure should say so on both instances of its pair (as it
-/// does on the one it was told on), or the excuse should follow the chain.
+/// failure. Node 0 waited in its next barrier (op 2) for node 2. Nothing
+/// ended until the horizon (60 s); the checker excused node 2 (it waited
+/// beside a failure), not node 0.
+///
+/// Fixed (session 19, helper j): the application is one for both barriers
+/// of its pair, so a failure it was told on either, and has not called
+/// since, is said on both ([`crate::core::AppWord`], PROTOCOL.md, *Pairs:
+/// a failure told*): node 2 fails naming node 0 (reporter node 1), and
+/// node 0 naming itself (reporter node 2). The checker no longer excuses a
+/// node waiting beside a failure.
 #[test]
-#[ignore = "j-3: pair seed 103405: a node told a failure on the joined barrier answers beside with plain statuses; a peer waits for it beside, and node 0 for that peer, until the horizon"]
 fn regression_a_failure_told_on_one_barrier_of_a_pair_reaches_the_peers_waiting_beside() {
     seed("pair,loss,burst,dup,reorder,partition,pause,crash,skew,mismatch,b2b,mix", 103405);
 }
