@@ -781,3 +781,27 @@ fn regression_a_nack_across_a_long_interval_under_clock_skew_is_answered() {
 fn regression_a_failure_told_on_one_barrier_of_a_pair_reaches_the_peers_waiting_beside() {
     seed("pair,loss,burst,dup,reorder,partition,pause,crash,skew,mismatch,b2b,mix", 103405);
 }
+
+/// Finding j-4 (session 19's pair soak, helper j: 1 of seeds
+/// 110,000..120,000 of the full pair list; it fails before j-3's fix too,
+/// and nothing in it is particular to pairs). 11 nodes, dissemination.
+/// Node 5's first process takes part in barriers 0 and 1 (its messages of
+/// both reach its peers) and crashes at 0.69 ms; its restarted process
+/// joins at 13.7 ms and node 0 admits it in place (15.0 ms): node 0, which
+/// in a dissemination hears node 5 only through others, had not heard it,
+/// nor completed a barrier. The new process enters barrier 0 and asks node
+/// 1 for its barrier-0 message (sent to the first process) from 15.9 ms;
+/// node 1 is at barrier 2 by then, two ahead, and drops each such NACK as
+/// stale, unanswered. Nothing of barrier 2 reaches node 5 (the nodes that
+/// wait for it are at barrier 1), so it never learns it is left behind
+/// (`Refused`, PROTOCOL.md, *Judge* 0): it names node 1 silent at 117.7
+/// ms, alive, and its report fails 7 peers' calls naming node 1. A
+/// candidate fix: a node answers a NACK from two or more barriers behind
+/// with its status (a process the instance counts is never there; a
+/// delayed NACK's sender, now at most one behind, takes the status in its
+/// window), so the asker finds itself left behind.
+#[test]
+#[ignore = "j-4: pair seed 113429: a restarted process admitted in place, two barriers behind, NACKs a peer that drops the NACKs as stale, and names it silent"]
+fn regression_a_restarted_process_two_barriers_behind_learns_it_from_a_nacked_peer() {
+    seed("pair,loss,burst,dup,reorder,partition,pause,crash,skew,mismatch,b2b,mix", 113429);
+}
