@@ -141,7 +141,9 @@ pub(super) struct Liveness {
     pub(super) told: Option<NodeId>,
     /// The silent node named by the error the application was last told by
     /// the barrier beside this one (a pair: [`AppWord`]), until it calls
-    /// either barrier again: this one's statuses say so too.
+    /// either barrier again: this one's statuses say so too, unless the
+    /// application has a call here in progress (a nonblocking collective
+    /// the driver runs, say, or a barrier it entered).
     pub(super) told_beside: Option<NodeId>,
     /// The application's calls of this barrier (wrapping), for the one
     /// beside it ([`AppWord`]).
@@ -209,7 +211,11 @@ impl Core {
         if self.phase.running() {
             flags |= status::IN_PROGRESS;
         }
-        let failed = self.live.gave_up.or(self.live.told).or(self.live.told_beside);
+        // (The failure told beside only while the application has no call
+        // here: one it waits for, or a barrier it entered, is its word
+        // that it goes on here.)
+        let beside = self.live.told_beside.filter(|_| self.calls.pending.is_none() && !self.phase.entered());
+        let failed = self.live.gave_up.or(self.live.told).or(beside);
         if failed.is_some() {
             flags |= status::FAILED;
         }

@@ -112,3 +112,33 @@ fn a_failure_told_on_the_barrier_beside_is_said_here_until_the_application_calls
     net.run_until(net.now + failure);
     assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "{:?}", net.done);
 }
+
+/// The failure told beside is not said while the application has a call
+/// in progress here: it goes on here (a nonblocking collective its driver
+/// runs, a barrier it waits for), so a peer waiting for it waits.
+#[test]
+fn a_failure_told_beside_is_not_said_while_a_call_here_is_in_progress() {
+    use super::super::AppWord;
+    let failure = Duration::from_millis(100);
+    let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), failure);
+    let mut net = Net::new(3, config);
+    let start = net.now;
+    // Node 0's messages to node 1 come late: node 1 waits in round 1, and
+    // node 0 for node 1's round 2, probing it (node 1 answers statuses).
+    let clock = net.clock.clone();
+    net.rule = Some(Box::new(move |from, to, msg| {
+        if from == 0 && to == 1 && matches!(msg.kind, MsgKind::Data | MsgKind::Answer) && clock.get() < start + 3 * failure {
+            return Fate::Delay(3 * failure);
+        }
+        Fate::Deliver
+    }));
+    for p in 0..3 {
+        net.call(p, Call::Wait { deadline: None });
+    }
+    // Node 1's application, its wait here in progress (on another thread,
+    // or a nonblocking collective here), is told on the barrier beside
+    // that node 0 is silent.
+    net.cores[1].beside_word(start, AppWord { calls: 1, told: Some(0) });
+    net.run_until(start + 5 * failure);
+    assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "{:?}", net.done);
+}
