@@ -780,6 +780,10 @@ fn regression_a_nack_across_a_long_interval_under_clock_skew_is_answered() {
 #[test]
 fn regression_a_failure_told_on_one_barrier_of_a_pair_reaches_the_peers_waiting_beside() {
     seed("pair,loss,burst,dup,reorder,partition,pause,crash,skew,mismatch,b2b,mix", 103405);
+    // Three more that failed the same way on main (reviewer v, session 19).
+    campaign("pair,crash,pause,loss,b2b", 700065..700066, Some(3));
+    campaign("pair,partition,pause,skew,b2b", 829646..829647, Some(5));
+    seed("pair,loss,burst,dup,reorder,partition,pause,crash,skew,mismatch,b2b,mix", 1027478);
 }
 
 /// Finding j-4 (session 19's pair soak, helper j: 1 of seeds
