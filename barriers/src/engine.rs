@@ -274,6 +274,9 @@ impl<T: Transport> Engine<T> {
             self.drain(now)?;
             self.flush()?;
             if let Some(b) = beside.as_deref_mut() {
+                // (Refused, this join asks on and answers no probe: nor
+                // does the barrier beside. Review rev36, finding 2.)
+                b.core.beside_refused(self.core.join_refused());
                 b.drain(now)?;
                 b.core.handle_timeout(now);
                 b.flush()?;

@@ -249,6 +249,20 @@ impl Core {
         }));
     }
 
+    /// Whether this join (not a barrier beside one) was refused by node 0
+    /// and asks on (see [`Core::join_refused`]).
+    pub(super) fn join_refused_now(&self) -> bool {
+        self.member.joining.as_ref().is_some_and(|j| !j.passive && matches!(j.side, Side::Asking { refused: true, .. }))
+    }
+
+    /// The barrier beside, waiting: its join was refused (`refused`) or
+    /// not (see [`Core::beside_refused`]).
+    pub(super) fn set_beside_refused(&mut self, refused: bool) {
+        if let Some(Joining { passive: true, side: Side::Asking { refused: r, .. }, .. }) = self.member.joining.as_deref_mut() {
+            *r = refused;
+        }
+    }
+
     /// The barrier beside is given its instance: it runs it, and takes in
     /// what came while it waited.
     pub(super) fn end_wait_beside(&mut self, instance: u64, now: Instant) {

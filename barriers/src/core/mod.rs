@@ -369,6 +369,27 @@ impl Core {
         self.take_beside_word(now, word);
     }
 
+    /// Whether this join was refused by node 0 (another process runs in
+    /// this node's place, or node 0 runs an earlier barrier still): it asks
+    /// on until the join timeout, and answers no probe meanwhile (a peer
+    /// waiting for the process in its place names that one silent). The
+    /// driver of a pair tells the barrier beside
+    /// ([`beside_refused`](Self::beside_refused)).
+    pub fn join_refused(&self) -> bool {
+        self.join_refused_now()
+    }
+
+    /// The barrier beside, waiting ([`await_join`](Self::await_join)):
+    /// whether the join beside it is refused now
+    /// ([`join_refused`](Self::join_refused)). While it is, this barrier
+    /// answers no probe either: its `JOINING` word would keep the peers
+    /// waiting there for the process in its place until this join times
+    /// out (review rev36, finding 2: 5.25 s where a failure timeout, 200
+    /// ms, names the dead process).
+    pub fn beside_refused(&mut self, refused: bool) {
+        self.set_beside_refused(refused);
+    }
+
     /// Whether node `p`'s messages of this instance ever came here (a
     /// barrier beside another, for the driver of the pair:
     /// [`took_part_beside`](Self::took_part_beside)).

@@ -21,6 +21,7 @@ mod review_rev32;
 mod review_rev33;
 mod review_rev34;
 mod review_rev35;
+mod review_rev36;
 mod soak;
 mod spacing;
 mod told;

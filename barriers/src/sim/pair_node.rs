@@ -141,6 +141,13 @@ impl PairNode {
     }
 
     fn beside_handle(&mut self, now: Instant, from: NodeId, rail: usize, msg: &Msg, data: &[u8]) {
+        if !self.running {
+            // While node 0 refuses the join, the barrier beside answers no
+            // probe either, as the driver's `join_paired` tells it (review
+            // rev36, finding 2).
+            let refused = self.joined.core().join_refused();
+            self.beside.core_mut().beside_refused(refused);
+        }
         self.beside.handle_message(now, from, rail, msg, data);
         self.note_beside(Some(from));
     }

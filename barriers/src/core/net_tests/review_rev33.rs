@@ -250,7 +250,7 @@ fn a_retry_whose_first_copy_is_lost_is_answered() {
 
 /// Node `p`'s new process (its old core dropped) joins `net` with
 /// `incarnation`, a barrier beside configured `beside` with it.
-fn create_beside(net: &mut Net, p: NodeId, incarnation: u64, beside: &BarrierConfig) {
+pub(super) fn create_beside(net: &mut Net, p: NodeId, incarnation: u64, beside: &BarrierConfig) {
     let n = net.cores.len();
     let setup = Setup { me: p, nodes: n, rails: net.config.rails, multicast: true, max_data: 1000 };
     net.cores[p] = Core::new(setup, net.config, net.now).unwrap();
@@ -262,7 +262,7 @@ fn create_beside(net: &mut Net, p: NodeId, incarnation: u64, beside: &BarrierCon
 /// A pair as `PreparedBarrier::join_with` makes it: `n` nodes joined
 /// (`primary`) beside a barrier on the derived instance (`beside`, no
 /// join of its own).
-fn joined_pair(n: usize, config: BarrierConfig) -> (Net, Net, u64) {
+pub(super) fn joined_pair(n: usize, config: BarrierConfig) -> (Net, Net, u64) {
     let mut primary = Net::new(n, config);
     for p in 0..n {
         create_beside(&mut primary, p, 100 + p as u64, &config);
@@ -284,7 +284,7 @@ fn joined_pair(n: usize, config: BarrierConfig) -> (Net, Net, u64) {
 /// word) before the joined barrier's core takes a `Join` of node `p`: tells
 /// it whether `p` took part in the instance beside (heard there, or a
 /// barrier there completed).
-fn tell_took_part_beside(primary: &mut Net, beside: &Net, p: NodeId) {
+pub(super) fn tell_took_part_beside(primary: &mut Net, beside: &Net, p: NodeId) {
     if beside.cores[0].completed_any() || beside.cores[0].heard_in_instance(p) {
         primary.cores[0].took_part_beside(p);
     }
