@@ -9,12 +9,12 @@
 //! everything else already there), and tell the core the time.
 
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::collective::{wire, Collective};
-use crate::core::{Call, Core, Event, Setup, To};
+use crate::core::{AppWord, Call, Core, Event, Setup, To};
 use crate::queue::{Queue, Stage};
 use crate::transport::{Incoming, MsgKind, NodeId, Transport, TransportError};
 use crate::types::{BarrierConfig, BarrierError, BarrierStats};
@@ -57,10 +57,9 @@ pub(crate) struct Engine<T: Transport> {
     queue: Queue,
     /// The transport's ring drops when last asked ([`Transport::ring_drops`]).
     ring_drops: u64,
-    /// Node 0 of a pair made by a join with a barrier beside
-    /// ([`crate::PreparedBarrier::join_with`]): what the barrier beside
-    /// tells the joined one.
-    pair: Option<Pair>,
+    /// One barrier of a pair made by a join with a barrier beside
+    /// ([`crate::PreparedBarrier::join_with`]): what each tells the other.
+    pair: Option<Box<Pair>>,
 }
 
 /// What node 0's barrier beside another saw of its instance, for the one
@@ -84,12 +83,51 @@ impl BesideWord {
     }
 }
 
-/// An engine's side of a pair ([`BesideWord`]).
-enum Pair {
+/// Node 0's side of a pair ([`BesideWord`]).
+enum Side {
     /// The joined barrier: reads the word before each `Join`.
     Joined(Arc<BesideWord>),
     /// The barrier beside: writes it (`true` once it told a completion).
     Beside(Arc<BesideWord>, bool),
+}
+
+/// One barrier of a pair: on every node, what the application did on each
+/// barrier ([`AppWord`], in bits: slot 0 the joined barrier's, 1 the one
+/// beside), which the other's core takes before each message (finding j-3:
+/// a failure told on either, not called since, is said on both); on node
+/// 0, also the word of [`BesideWord`].
+struct Pair {
+    words: Arc<[AtomicU64; 2]>,
+    /// This barrier's slot.
+    mine: usize,
+    /// This core's word, as last written.
+    written: u64,
+    /// The other's word, as last taken.
+    taken: u64,
+    side: Option<Side>,
+}
+
+impl Pair {
+    /// Before the core takes a message: the word of the barrier beside,
+    /// if it changed (its application called there, or was told a failure).
+    #[inline]
+    fn take_word(&mut self, core: &mut Core, now: Instant) {
+        let word = self.words[1 - self.mine].load(Ordering::Acquire);
+        if word != self.taken {
+            self.taken = word;
+            core.beside_word(now, AppWord::from_bits(word));
+        }
+    }
+
+    /// After the core ran: its word for the barrier beside, if it changed.
+    #[inline]
+    fn write_word(&mut self, core: &Core) {
+        let word = core.app_word().to_bits();
+        if word != self.written {
+            self.written = word;
+            self.words[self.mine].store(word, Ordering::Release);
+        }
+    }
 }
 
 impl<T: Transport> Engine<T> {
@@ -139,10 +177,13 @@ impl<T: Transport> Engine<T> {
 
     /// Sends everything the core has to send.
     fn flush(&mut self) -> Result<(), TransportError> {
-        if let Some(Pair::Beside(word, told @ false)) = &mut self.pair {
-            if self.core.completed_any() {
-                word.completed.store(true, Ordering::Release);
-                *told = true;
+        if let Some(pair) = self.pair.as_deref_mut() {
+            pair.write_word(&self.core);
+            if let Some(Side::Beside(word, told @ false)) = &mut pair.side {
+                if self.core.completed_any() {
+                    word.completed.store(true, Ordering::Release);
+                    *told = true;
+                }
             }
         }
         while let Some(t) = self.core.poll_transmit() {
@@ -179,13 +220,16 @@ impl<T: Transport> Engine<T> {
     /// ([`Transport::confirm_live`]).
     #[inline]
     fn feed(&mut self, now: Instant, m: Incoming) {
-        if let Some(Pair::Joined(word)) = &self.pair {
-            if m.msg.kind == MsgKind::Join && word.took_part(m.from) {
-                self.core.took_part_beside(m.from);
+        if let Some(pair) = self.pair.as_deref_mut() {
+            pair.take_word(&mut self.core, now);
+            if let Some(Side::Joined(word)) = &pair.side {
+                if m.msg.kind == MsgKind::Join && word.took_part(m.from) {
+                    self.core.took_part_beside(m.from);
+                }
             }
         }
         self.core.handle(now, m.from, m.rail, m.msg, self.transport.data());
-        if let Some(Pair::Beside(word, _)) = &self.pair {
+        if let Some(Pair { side: Some(Side::Beside(word, _)), .. }) = self.pair.as_deref() {
             if word.heard.get(m.from).is_some_and(|h| !h.load(Ordering::Relaxed)) && self.core.heard_in_instance(m.from) {
                 word.heard[m.from].store(true, Ordering::Release);
             }
@@ -333,15 +377,22 @@ impl<T: Transport> Engine<T> {
         let _ = self.flush();
     }
 
-    /// Node 0 of a pair made by a join with a barrier beside: `self` the
-    /// joined barrier, `beside` the barrier beside it, which tells it the
-    /// nodes that took part in its instance (review rev33-2).
+    /// A pair made by a join with a barrier beside: `self` the joined
+    /// barrier, `beside` the barrier beside it. Each tells the other what
+    /// the application did on it ([`AppWord`], finding j-3); on node 0,
+    /// `beside` also tells `self` the nodes that took part in its instance
+    /// (review rev33-2).
     pub(crate) fn pair_with(&mut self, beside: &mut Engine<T>) {
+        let words = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let (mut joined, mut other) =
+            (Pair { words: words.clone(), mine: 0, written: 0, taken: 0, side: None }, Pair { words, mine: 1, written: 0, taken: 0, side: None });
         if self.core.me() == 0 {
             let word = Arc::new(BesideWord::new(self.core.nodes()));
-            self.pair = Some(Pair::Joined(word.clone()));
-            beside.pair = Some(Pair::Beside(word, false));
+            joined.side = Some(Side::Joined(word.clone()));
+            other.side = Some(Side::Beside(word, false));
         }
+        self.pair = Some(Box::new(joined));
+        beside.pair = Some(Box::new(other));
     }
 
     /// A join timeout, with what the transport dropped of the missing

@@ -126,3 +126,78 @@ fn a_process_restarted_into_a_pair_whose_barrier_beside_ran_is_refused() {
         }
     }
 }
+
+#[test]
+fn a_failure_told_on_the_joined_barrier_ends_a_peers_wait_beside() {
+    // Finding j-3, through the driver: node 1's application is told on the
+    // joined barrier that node 0 is silent (cut off from it there), and
+    // makes no call after. Nodes 0 and 2 then run an allreduce beside,
+    // which waits for node 1's call. Node 1's barrier beside says the
+    // failure too (the driver hands it the joined one's word), so both
+    // fail naming node 0, rather than wait for a call that never comes
+    // (here: until the deadline, `Deadline`).
+    let n = 3;
+    let mut config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    config.deadline = Some(Duration::from_secs(4));
+    let beside = BarrierConfig { algorithm: Algorithm::ShuffleExchange, ..config };
+    let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rule: mem::SendRule = {
+        let cut = cut.clone();
+        std::sync::Arc::new(move |m, _| {
+            if cut.load(std::sync::atomic::Ordering::SeqCst) && (m.from == 0 || m.to == 0) {
+                mem::Fate::Drop
+            } else {
+                mem::Fate::Faults
+            }
+        })
+    };
+    let (a, b) = (mem::network_with_rule(n, 1, Faults::none(), rule), mem::network(n, 1, Faults::none()));
+    let gate = std::sync::Arc::new(std::sync::Barrier::new(n));
+    let threads: Vec<_> = a
+        .into_iter()
+        .zip(b)
+        .enumerate()
+        .map(|(p, (ta, tb))| {
+            let (gate, cut) = (gate.clone(), cut.clone());
+            std::thread::spawn(move || -> Result<Option<BarrierError>, String> {
+                let (mut x, mut y) = PreparedBarrier::new(ta, config)
+                    .and_then(|a| a.join_with(PreparedBarrier::new(tb, beside)?))
+                    .map_err(|e| format!("node {p}'s join: {e}"))?;
+                gate.wait();
+                if p == 0 {
+                    cut.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                gate.wait();
+                if p == 1 {
+                    match x.wait() {
+                        Err(BarrierError::PeerSilent { silent, .. }) if silent.contains(&0) => {}
+                        other => return Err(format!("node 1's barrier, node 0 cut off: {other:?}")),
+                    }
+                }
+                gate.wait();
+                if p == 0 {
+                    cut.store(false, std::sync::atomic::Ordering::SeqCst);
+                }
+                gate.wait();
+                let outcome = if p == 1 {
+                    None // told a failure: no call after (its agent answers)
+                } else {
+                    let mut data = [p as u64];
+                    y.allreduce(&mut data, Op::Sum).err()
+                };
+                gate.wait();
+                drop((x, y));
+                Ok(outcome)
+            })
+        })
+        .collect();
+    for (p, t) in threads.into_iter().enumerate() {
+        let outcome = t.join().expect("a node panicked").unwrap_or_else(|e| panic!("{e}"));
+        if p != 1 {
+            match outcome {
+                Some(BarrierError::PeerFailed { silent: 0, .. }) => {}
+                other => panic!("node {p}'s allreduce beside: {other:?}"),
+            }
+        }
+    }
+}

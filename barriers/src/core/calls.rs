@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use super::closing::Closing;
 use super::ends::Ends;
+use super::liveness::AppWord;
 use super::progress::Phase;
 use super::{Call, Core, Event};
 use crate::collective::Collective;
@@ -378,10 +379,33 @@ impl Core {
     }
 
     /// The application calls again: its statuses stop saying it was told
-    /// of a failure, and the retries it held back go now.
+    /// of a failure (here or on the barrier beside), and the retries it
+    /// held back go now.
     fn calls_again(&mut self, now: Instant) {
         self.retry_soon(now);
         self.live.told = None;
+        self.live.told_beside = None;
+        self.live.calls = self.live.calls.wrapping_add(1);
+    }
+
+    /// The application's word on the barrier beside this one (a pair,
+    /// [`AppWord`]): a call made there since the last word is a call made
+    /// again (this barrier's statuses stop saying the failure its
+    /// application was told here), and the failure it was told there and
+    /// has not called since, this barrier's statuses say too (finding j-3:
+    /// a peer waiting here for its next call, which may never come, fails
+    /// naming the silent node, rather than waiting for ever, and with it
+    /// every node that waits for that peer).
+    pub(super) fn take_beside_word(&mut self, now: Instant, word: AppWord) {
+        let last = std::mem::replace(&mut self.live.beside, word);
+        if word == last {
+            return;
+        }
+        if word.calls != last.calls {
+            self.retry_soon(now);
+            self.live.told = None;
+        }
+        self.live.told_beside = word.told;
     }
 
     /// After a failure the application was told of, the retries waited a

@@ -97,6 +97,40 @@ impl Peer {
     }
 }
 
+/// What a pair's application (two barriers over the same nodes, made by
+/// [`crate::PreparedBarrier::join_with`]) did on one barrier, for the
+/// other (finding j-3 of the simulator's pairs): how many calls it made
+/// there, and the silent node named by the error it was last told there
+/// and has not called since. The application is one: told a failure on
+/// either barrier, it may never call again, so the barrier beside says
+/// `FAILED` too (a peer waiting there for this node's next call fails,
+/// naming the silent node, as on the barrier it was told on); and a call
+/// of either barrier shows it goes on, so neither says it any longer. The
+/// driver of the pair carries each core's [`Core::app_word`] to the other
+/// ([`Core::beside_word`]); [`to_bits`](AppWord::to_bits) packs it in one
+/// word, for a driver whose barriers run on two threads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AppWord {
+    /// The application's calls of the barrier (wrapping).
+    pub calls: u32,
+    /// The silent node named by the error it was last told there, if it
+    /// has not called that barrier since.
+    pub told: Option<NodeId>,
+}
+
+impl AppWord {
+    /// The word in 64 bits: the calls above, the node told + 1 (0: none) below.
+    pub fn to_bits(self) -> u64 {
+        (u64::from(self.calls) << 32) | self.told.map_or(0, |n| n as u64 + 1)
+    }
+
+    /// The word of [`to_bits`](AppWord::to_bits).
+    pub fn from_bits(bits: u64) -> AppWord {
+        let told = (bits as u32).checked_sub(1).map(|n| n as NodeId);
+        AppWord { calls: (bits >> 32) as u32, told }
+    }
+}
+
 /// What this node knows of its peers, and its verdicts.
 #[derive(Debug)]
 pub(super) struct Liveness {
@@ -108,6 +142,17 @@ pub(super) struct Liveness {
     /// waiting for it waits for a call that may never come), even once the
     /// barrier completed here in the background or the silent node is back.
     pub(super) told: Option<NodeId>,
+    /// The silent node named by the error the application was last told by
+    /// the barrier beside this one (a pair: [`AppWord`]), until it calls
+    /// either barrier again: this one's statuses say so too, unless the
+    /// application has a call here in progress (a nonblocking collective
+    /// the driver runs, say, or a barrier it entered).
+    pub(super) told_beside: Option<NodeId>,
+    /// The application's calls of this barrier (wrapping), for the one
+    /// beside it ([`AppWord`]).
+    pub(super) calls: u32,
+    /// The last word taken from the barrier beside ([`Core::beside_word`]).
+    pub(super) beside: AppWord,
     /// A peer's "gave up" report arrived (when) since the last verdict.
     pub(super) report_pending: Option<Instant>,
     /// A peer's message of this instance came from two or more barriers
@@ -134,6 +179,9 @@ impl Liveness {
             peers: PerPeer::new(nodes),
             gave_up: None,
             told: None,
+            told_beside: None,
+            calls: 0,
+            beside: AppWord::default(),
             report_pending: None,
             left_behind: false,
             errors: 0,
@@ -166,7 +214,11 @@ impl Core {
         if self.phase.running() {
             flags |= status::IN_PROGRESS;
         }
-        let failed = self.live.gave_up.or(self.live.told);
+        // (The failure told beside only while the application has no call
+        // here: one it waits for, or a barrier it entered, is its word
+        // that it goes on here.)
+        let beside = self.live.told_beside.filter(|_| self.calls.pending.is_none() && !self.phase.entered());
+        let failed = self.live.gave_up.or(self.live.told).or(beside);
         if failed.is_some() {
             flags |= status::FAILED;
         }

@@ -75,6 +75,7 @@ use ends::Ends;
 pub(crate) use join::derived_instance;
 use join::Membership;
 pub use join::PROTOCOL;
+pub use liveness::AppWord;
 use liveness::Liveness;
 use outbox::Outbox;
 pub(crate) use progress::Plans;
@@ -351,6 +352,22 @@ impl Core {
         self.end_wait_beside(instance, now);
         self.advance(now);
         self.drive(now, false);
+    }
+
+    /// The application's word on this barrier, for the one beside it (a
+    /// pair: see [`AppWord`]): its calls here, and the failure it was told
+    /// here and has not called since.
+    pub fn app_word(&self) -> AppWord {
+        AppWord { calls: self.live.calls, told: self.live.told }
+    }
+
+    /// The [`app_word`](Self::app_word) of the barrier beside this one (a
+    /// pair), whenever it changes (a word already taken changes nothing):
+    /// a call made there clears the failure told here from this barrier's
+    /// statuses, and a failure told there and not called since, they say
+    /// too (finding j-3; see [`AppWord`]).
+    pub fn beside_word(&mut self, now: Instant, word: AppWord) {
+        self.take_beside_word(now, word);
     }
 
     /// Whether this join was refused by node 0 (another process runs in

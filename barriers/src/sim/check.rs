@@ -353,44 +353,26 @@ impl Checker<'_> {
     }
 
     /// Whether `node`, at the run's end in instance `j`'s call at `stage`,
-    /// runs pairs ([`super::PairNode`]) and waits on one barrier of its
-    /// pair for a peer whose application was told an error on the other
-    /// barrier, ended its script there, and never made this call. The
-    /// error is told in the barrier it happened in (its statuses say
-    /// `FAILED` there, and a peer waiting there fails too), not in the one
-    /// beside, which waits for the call as for any call a peer never
-    /// makes: PROTOCOL.md's liveness is for calls every node makes. (An
-    /// MPI job whose rank was told an error in its communicator's barrier
-    /// and left its program hangs in the collective after it, unless the
-    /// rank exits: its silence then fails the collective.)
-    fn waits_beside_a_failure(&self, node: NodeId, j: usize, stage: Stage) -> bool {
+    /// runs pairs ([`super::PairNode`]) in a barrier that also holds a
+    /// process running another instance's script (see `crossed`): its
+    /// calls and its peers' may be on different barriers of the pair at the
+    /// same index, and never meet (with one barrier, they are a mismatch).
+    ///
+    /// (Until finding j-3 it also excused a node waiting on one barrier of
+    /// its pair for a peer whose application was told an error on the
+    /// other and ended its script there: that peer's barrier beside
+    /// answered with plain statuses, so the node waited for ever, and so
+    /// did every node that waited for it in turn (pair seed 103405). Now a
+    /// failure told on either barrier, the application not having called
+    /// since, is said on both ([`crate::core::AppWord`]): the node fails,
+    /// naming the silent node, as beside the barrier it was told on.)
+    fn waits_beside_a_crossed_script(&self, node: NodeId, j: usize, stage: Stage) -> bool {
         let run = self.run;
-        if !run.config.pair {
+        if !run.config.pair || !matches!(stage, Stage::InOp(_) | Stage::Entered(_) | Stage::Finishing) {
             return false;
         }
-        // (A finish closes both barriers: it waits on either.)
-        let (k, side) = match stage {
-            Stage::InOp(k) | Stage::Entered(k) => (k, Some(workload::on_joined(&run.scripts[j][k].kind_at(node)))),
-            Stage::Finishing => (run.scripts[j].len(), None),
-            _ => return false,
-        };
         let Some(barrier) = self.barrier_of(node, j) else { return false };
-        // A barrier that also holds a process running another instance's
-        // script (see `crossed`): its calls and its peers' may be on
-        // different barriers of the pair at the same index, and never meet
-        // (with one barrier, they are a mismatch).
-        if run.joins.iter().any(|b| b.barrier == Some(barrier) && b.instance != j) {
-            return true;
-        }
-        run.joins.iter().filter(|b| b.barrier == Some(barrier) && b.node != node).any(|b| {
-            let (i, x) = (b.instance, b.node);
-            let ops = &run.ops[i];
-            let failed_beside = ops.iter().enumerate().any(|(m, recs)| {
-                matches!(recs[x].outcome, Outcome::Err(_)) && side.is_none_or(|s| workload::on_joined(&run.scripts[i][m].kind_at(x)) != s)
-            });
-            let never_called = ops.get(k).map_or(run.finishes[i][x].entered.is_none(), |recs| recs[x].entered.is_none());
-            failed_beside && never_called && run.stages.get(x).is_some_and(|&(_, s)| s == Stage::Lingering)
-        })
+        run.joins.iter().any(|b| b.barrier == Some(barrier) && b.instance != j)
     }
 
     /// Whether `x` was silent to `y` for `need` ns by time `t` in instance
@@ -506,7 +488,7 @@ impl Checker<'_> {
         let ops = &run.ops[j];
         let mismatch_at = script.iter().position(|o| o.is_mismatch());
         // An instance that never ended lasts to the end of the run (a pair's
-        // whose node waits beside a failure, `waits_beside_a_failure`: a
+        // whose node waited beside a failure, before finding j-3's fix: a
         // node that crashed in it is excused its mismatch's report: seed
         // 11996 of the pairs' soak).
         let span = if run.spans[j].1 < run.spans[j].0 { (run.spans[j].0, u64::MAX) } else { run.spans[j] };
@@ -808,7 +790,7 @@ pub fn check(run: &Run) -> Vec<Violation> {
         && not_through
             .iter()
             .filter(|&&(_, _, s)| waiting(s))
-            .all(|&(node, i, s)| c.waits_for_ended_scripts(node, i, s) || c.waits_beside_a_failure(node, i, s));
+            .all(|&(node, i, s)| c.waits_for_ended_scripts(node, i, s) || c.waits_beside_a_crossed_script(node, i, s));
     if !excused {
         for (node, instance, stage) in not_through {
             c.out.push(Violation::Stuck { node, instance, stage });

@@ -125,7 +125,29 @@ impl PairNode {
         }
     }
 
+    /// Carries each core's word on what the application did there to the
+    /// other ([`crate::core::AppWord`]), as the driver's pair does before
+    /// each input: a failure told on either barrier and not called since is
+    /// said on both, and a call of either clears both (finding j-3).
+    fn words(&mut self) {
+        if !self.beside_live() {
+            return;
+        }
+        let now = self.now;
+        let joined = self.joined.core().app_word();
+        self.beside.core_mut().beside_word(now, joined);
+        let beside = self.beside.core().app_word();
+        self.joined.core_mut().beside_word(now, beside);
+    }
+
     fn beside_handle(&mut self, now: Instant, from: NodeId, rail: usize, msg: &Msg, data: &[u8]) {
+        if !self.running {
+            // While node 0 refuses the join, the barrier beside answers no
+            // probe either, as the driver's `join_paired` tells it (review
+            // rev36, finding 2).
+            let refused = self.joined.core().join_refused();
+            self.beside.core_mut().beside_refused(refused);
+        }
         self.beside.handle_message(now, from, rail, msg, data);
         self.note_beside(Some(from));
     }
@@ -164,43 +186,8 @@ impl PairNode {
         self.events.push_back(e);
     }
 
-    fn collect(&mut self) {
-        while let Some(e) = self.joined.poll_event() {
-            self.event(Side::Joined, e);
-        }
-        while let Some(e) = self.beside.poll_event() {
-            self.event(Side::Beside, e);
-        }
-    }
-}
-
-impl SimNode for PairNode {
-    fn handle_message(&mut self, now: Instant, from: NodeId, rail: usize, msg: &Msg, data: &[u8]) {
-        self.now = now;
-        if rail < self.rails {
-            if let Some(word) = &self.word {
-                if msg.kind == MsgKind::Join && word.took_part(from) {
-                    self.joined.core_mut().took_part_beside(from);
-                }
-            }
-            return self.joined.handle_message(now, from, rail, msg, data);
-        }
-        if !self.dropped {
-            self.beside_handle(now, from, rail - self.rails, msg, data);
-        }
-    }
-
-    fn handle_timeout(&mut self, now: Instant) {
-        self.now = now;
-        self.joined.handle_timeout(now);
-        if self.beside_live() {
-            self.beside.handle_timeout(now);
-            self.note_beside(None);
-        }
-    }
-
-    fn call(&mut self, now: Instant, call: AppCall) {
-        self.now = now;
+    /// The application's call, on the barrier it runs on.
+    fn call_one(&mut self, now: Instant, call: AppCall) {
         match call {
             AppCall::Collective { call: Collective::Barrier, .. } | AppCall::Enter | AppCall::Wait => {
                 self.joined.call(now, call);
@@ -226,6 +213,50 @@ impl SimNode for PairNode {
                 self.joined.call(now, AppCall::Finish);
             }
         }
+    }
+
+    fn collect(&mut self) {
+        while let Some(e) = self.joined.poll_event() {
+            self.event(Side::Joined, e);
+        }
+        while let Some(e) = self.beside.poll_event() {
+            self.event(Side::Beside, e);
+        }
+    }
+}
+
+impl SimNode for PairNode {
+    fn handle_message(&mut self, now: Instant, from: NodeId, rail: usize, msg: &Msg, data: &[u8]) {
+        self.now = now;
+        self.words();
+        if rail < self.rails {
+            if let Some(word) = &self.word {
+                if msg.kind == MsgKind::Join && word.took_part(from) {
+                    self.joined.core_mut().took_part_beside(from);
+                }
+            }
+            return self.joined.handle_message(now, from, rail, msg, data);
+        }
+        if !self.dropped {
+            self.beside_handle(now, from, rail - self.rails, msg, data);
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.now = now;
+        self.words();
+        self.joined.handle_timeout(now);
+        if self.beside_live() {
+            self.beside.handle_timeout(now);
+            self.note_beside(None);
+        }
+    }
+
+    fn call(&mut self, now: Instant, call: AppCall) {
+        self.now = now;
+        self.words();
+        self.call_one(now, call);
+        self.words();
     }
 
     fn poll_transmit(&mut self, data: &mut Vec<u8>) -> Option<Transmit> {

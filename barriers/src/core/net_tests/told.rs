@@ -67,3 +67,78 @@ fn a_node_told_of_a_failure_probes_once_a_failure_timeout_until_it_calls_again()
         assert_eq!(net.cores[p].protocol_epoch(), before + 1, "node {p} completed barrier {before} in the background");
     }
 }
+
+/// Finding j-3 (pair seed 103405): a pair's application told a failure on
+/// one barrier (here: node 0 silent, on the barrier joined) and gone from
+/// its program says so on the barrier beside too ([`super::super::AppWord`]),
+/// so a peer waiting there for its next call fails naming the silent node
+/// (before, it answered with plain statuses, and the peer, and every node
+/// waiting for that peer, waited for ever). Once the application calls
+/// either barrier again, neither says it.
+#[test]
+fn a_failure_told_on_the_barrier_beside_is_said_here_until_the_application_calls_again() {
+    use super::super::AppWord;
+    let failure = Duration::from_millis(100);
+    let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), failure);
+    // This net is the barrier beside; node 1's application was told on the
+    // one joined that node 0 is silent, and makes no call here. (Each node
+    // waits for node 1 in the first round of the dissemination: it hears
+    // node 1's statuses itself.)
+    let mut net = Net::new(3, config);
+    let start = net.now;
+    net.cores[1].beside_word(start, AppWord { calls: 1, told: Some(0) });
+    net.call(0, Call::Wait { deadline: None });
+    net.call(2, Call::Wait { deadline: None });
+    net.run_until(start + 3 * failure);
+    for p in [0, 2] {
+        match &net.done[p] {
+            Some(Err(error @ BarrierError::PeerFailed { reporter, .. })) => {
+                assert!(names(error, 0) && [1, 2].contains(reporter), "node {p}: {error}")
+            }
+            other => panic!("node {p} still waits for node 1, whose application was told a failure beside: {other:?}"),
+        }
+    }
+    // Node 1's application calls the barrier joined again: it goes on, and
+    // this barrier no longer says the failure. Nodes 0 and 2 call again and
+    // wait (a report would fail them once they waited a failure timeout)
+    // until node 1 makes its call here, and the barrier completes.
+    let again = net.now;
+    net.cores[1].beside_word(again, AppWord { calls: 2, told: None });
+    net.call(0, Call::Wait { deadline: None });
+    net.call(2, Call::Wait { deadline: None });
+    net.run_until(again + 3 * failure);
+    assert!(net.done[0].is_none() && net.done[2].is_none(), "nodes 0 and 2 did not wait: {:?}", net.done);
+    net.call(1, Call::Wait { deadline: None });
+    net.run_until(net.now + failure);
+    assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "{:?}", net.done);
+}
+
+/// The failure told beside is not said while the application has a call
+/// in progress here: it goes on here (a nonblocking collective its driver
+/// runs, a barrier it waits for), so a peer waiting for it waits.
+#[test]
+fn a_failure_told_beside_is_not_said_while_a_call_here_is_in_progress() {
+    use super::super::AppWord;
+    let failure = Duration::from_millis(100);
+    let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), failure);
+    let mut net = Net::new(3, config);
+    let start = net.now;
+    // Node 0's messages to node 1 come late: node 1 waits in round 1, and
+    // node 0 for node 1's round 2, probing it (node 1 answers statuses).
+    let clock = net.clock.clone();
+    net.rule = Some(Box::new(move |from, to, msg| {
+        if from == 0 && to == 1 && matches!(msg.kind, MsgKind::Data | MsgKind::Answer) && clock.get() < start + 3 * failure {
+            return Fate::Delay(3 * failure);
+        }
+        Fate::Deliver
+    }));
+    for p in 0..3 {
+        net.call(p, Call::Wait { deadline: None });
+    }
+    // Node 1's application, its wait here in progress (on another thread,
+    // or a nonblocking collective here), is told on the barrier beside
+    // that node 0 is silent.
+    net.cores[1].beside_word(start, AppWord { calls: 1, told: Some(0) });
+    net.run_until(start + 5 * failure);
+    assert!(net.done.iter().all(|d| matches!(d, Some(Ok(())))), "{:?}", net.done);
+}
