@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::copies::{copy_of, reply_id_of};
 use super::recovery::Laggard;
-use super::window::{ahead, parity, place};
+use super::window::{ahead, behind, parity, place};
 use super::Core;
 use crate::collective::Contributions;
 use crate::plan;
@@ -34,6 +34,18 @@ impl Core {
             if ahead(self.window.epoch, msg.epoch) {
                 self.live.left_behind = true;
                 self.live.report_pending = Some(now); // judged at once
+            } else if msg.kind == MsgKind::Nack && behind(self.window.epoch, msg.epoch) {
+                // Its asker is two or more barriers behind: nothing it asks
+                // for is kept, and unanswered it would name this live node
+                // silent. This node's status (two or more barriers ahead of
+                // it) tells it that it is left behind, if it is (a
+                // restarted process admitted in place of one that took part
+                // further on; else a late copy, and the status says
+                // nothing new). Finding j-4, pair seed 113429: node 5's new
+                // process NACKed node 1 from barrier 0 while node 1 was at
+                // barrier 2, and named it silent 100 ms later, failing 7
+                // peers with it.
+                self.send_status(Some(from));
             }
             return;
         };

@@ -73,6 +73,14 @@ pub(super) fn ahead(current: u64, wire: u32) -> bool {
     wire.wrapping_sub(current as u32) as i32 >= 2
 }
 
+/// Whether the barrier whose low 32 bits are `wire` lies two or more
+/// barriers behind `current` (its sender, if counted in this node's place,
+/// is left behind: see [`ahead`]).
+#[inline]
+pub(super) fn behind(current: u64, wire: u32) -> bool {
+    (current as u32).wrapping_sub(wire) as i32 >= 2
+}
+
 /// The parity slot of barrier `epoch` (the current and the next barrier's
 /// state live side by side).
 pub(super) const fn parity(epoch: u64) -> usize {

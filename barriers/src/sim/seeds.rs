@@ -799,19 +799,12 @@ fn regression_a_failure_told_on_one_barrier_of_a_pair_reaches_the_peers_waiting_
 /// stale, unanswered. Nothing of barrier 2 reaches node 5 (the nodes that
 /// wait for it are at barrier 1), so it never learns it is left behind
 /// (`Refused`, PROTOCOL.md, *Judge* 0): it names node 1 silent at 117.7
-/// ms, alive, and its report fails 7 peers' calls naming node 1. A
-/// candidate fix: a node answers a NACK from two or more barriers behind
-/// with its status (a process the instance counts is never there; a
-/// delayed NACK's sender, now at most one behind, takes the status in its
-/// window), so the asker finds itself left behind. Tried (not committed:
-/// the answer rules are helper l's this session, and it changes every
-/// list's digests): this seed passes, pair seeds 110,000..130,000 and
-/// 1,000 seeds of each of three other lists pass, and one unit test that
-/// asserts the old rule ("two barriers back: no answer",
-/// `the_wire_number_wraps_and_the_barrier_number_does_not`) fails; the
-/// patch is in `bench/results/dst.md`, session 19 (helper j).
+/// ms, alive, and its report fails 7 peers' calls naming node 1. Fixed
+/// (the lead, session 19, helper j's patch): a node answers a NACK from
+/// two or more barriers behind with its status (a process the instance
+/// counts is never there; a delayed NACK's sender, now at most one behind,
+/// takes the status in its window), so the asker finds itself left behind.
 #[test]
-#[ignore = "j-4: pair seed 113429: a restarted process admitted in place, two barriers behind, NACKs a peer that drops the NACKs as stale, and names it silent"]
 fn regression_a_restarted_process_two_barriers_behind_learns_it_from_a_nacked_peer() {
     seed("pair,loss,burst,dup,reorder,partition,pause,crash,skew,mismatch,b2b,mix", 113429);
 }
