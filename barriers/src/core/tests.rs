@@ -633,8 +633,8 @@ fn the_wire_number_wraps_and_the_barrier_number_does_not() {
     e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, 1 << 32));
     e.test().unwrap();
     e.now += Duration::from_micros(1); // (after its message went: see `Core::answer`)
-    // Two barriers back: nothing to answer with, but where this node is
-    // (finding j-4: an asker left behind learns it so).
+                                       // Two barriers back: nothing to answer with, but where this node is
+                                       // (finding j-4: an asker left behind learns it so).
     assert_eq!(e.transport.sent.len(), 1, "two barriers back: one status");
     assert_eq!(e.transport.sent[0].1.kind, MsgKind::Status, "two barriers back: no answer, a status");
     e.transport.sent.clear();
