@@ -7,6 +7,8 @@ use std::time::Duration;
 use barriers::mem::{self, Faults};
 use barriers::{Algorithm, BarrierConfig, BarrierError, Op, PreparedBarrier};
 
+include!("support/pair_net.rs");
+
 /// Each of `n` nodes prepares a barrier on network `a` with `first` and
 /// one on network `b` with `second(node)`, and joins them together.
 fn join_pairs(
@@ -88,10 +90,7 @@ fn a_process_restarted_into_a_pair_whose_barrier_beside_ran_is_refused() {
     // pair again: node 0 must refuse it (its predecessor took part beside),
     // not admit it in place, where it would run barrier 0 beside again.
     let n = 4;
-    let mut config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_millis(400));
-    config.join_timeout = Duration::from_millis(600);
-    let beside = BarrierConfig { algorithm: Algorithm::ShuffleExchange, ..config };
-    let (a, b) = (mem::network(n, 1, Faults::none()), mem::network(n, 1, Faults::none()));
+    let (config, beside, a, b) = pair_of_networks(n, Duration::from_millis(600));
     let threads: Vec<_> = a
         .into_iter()
         .zip(b)

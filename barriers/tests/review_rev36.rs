@@ -7,13 +7,12 @@ use std::time::{Duration, Instant};
 use barriers::mem::{self, Faults};
 use barriers::{Algorithm, BarrierConfig, BarrierError, Op, PreparedBarrier};
 
+include!("support/pair_net.rs");
+
 #[test]
 fn a_restart_refused_at_join_with_does_not_hold_its_peers_beside() {
     let n = 4;
-    let mut config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_millis(400));
-    config.join_timeout = Duration::from_secs(3);
-    let beside = BarrierConfig { algorithm: Algorithm::ShuffleExchange, ..config };
-    let (a, b) = (mem::network(n, 1, Faults::none()), mem::network(n, 1, Faults::none()));
+    let (config, beside, a, b) = pair_of_networks(n, Duration::from_secs(3));
     let start = std::sync::Arc::new(std::sync::Barrier::new(n));
     let threads: Vec<_> = a
         .into_iter()
