@@ -96,7 +96,7 @@ pub(super) enum Echo {
     /// `E − I`, in signed ns, `I` the interval before the last (`e − 3` to
     /// `e − 2`), where the pace held over the three: a late intake of `e −
     /// 1`'s counts once, in `E`, as in a whole echo
-    /// ([`super::recovery::Recovery::heard_before`]).
+    /// ([`super::times::HeardTimes::before_last`]).
     Paced(i64),
 }
 
@@ -493,7 +493,7 @@ impl Core {
             let sent = timed.map(|t| t.at);
             // (The intervals between the messages of the barriers before:
             // a change's echo is E − I, I the last, `e − 2` to `e − 1`, or
-            // the one before it, `Recovery::heard_before`.)
+            // the one before it, `SentTimes::before_last`.)
             let last = epoch.checked_sub(1).and_then(sent_at).and_then(|t| t.since());
             let before_last = self.recovery.sent_at.before_last(epoch, s);
             // (Until a round trip was measured, no NACK is taken for a

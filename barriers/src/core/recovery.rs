@@ -517,7 +517,7 @@ impl Core {
                 // (The echo: how long ago the same message of the barrier
                 // before came, if asked of its sender and heard clean; its
                 // change from the interval between the two barriers before
-                // that: see `Recovery::heard_before`.)
+                // that: see `HeardTimes::before_last`.)
                 let i = self.plans.expect.of_step(self.run.cur, step).start + j;
                 let echo = (self.window.epoch.checked_sub(1)).filter(|_| ask == w.from).and_then(|before| {
                     let h = self.recovery.heard_at.timed(i, before)?;
