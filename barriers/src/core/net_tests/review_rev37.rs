@@ -1,0 +1,76 @@
+//! Review rev37 (session 19): the session's protocol changes at their
+//! edges in virtual time: the j-4 status to a NACK from two or more
+//! barriers behind (`notes/review-rev37.md`).
+
+use super::*;
+
+use super::super::copies::{copy_arg, nack_id_arg};
+use super::review_rev34::warm_pair;
+
+/// A NACK from node 1 of barrier `epoch` (its copy `k` of `count`,
+/// numbered `id`), as node 1's core sends one.
+fn nack_of(epoch: u32, k: u32, count: u32, id: u32) -> Msg {
+    Msg { kind: MsgKind::Nack, instance: INSTANCE, epoch, tag: 0, arg: copy_arg(k, count) | nack_id_arg(id) }
+}
+
+/// 2 nodes (dissemination), warmed up and idle at barrier `e`; `nacks`
+/// (each a list of copies) from node 1 of barrier `e − behind` taken in at
+/// node 0 one after the other (copies 1 us apart): how many statuses node
+/// 0 sent for them.
+fn statuses_for_stale_nacks(behind: u32, nacks: &[(u32, u32)]) -> u64 {
+    let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    let mut net = warm_pair(config);
+    let epoch = (net.cores[0].protocol_epoch() as u32).wrapping_sub(behind);
+    let before = net.cores[0].stats.statuses;
+    let mut at = net.now + LATENCY;
+    for &(count, id) in nacks {
+        for k in 0..count {
+            net.wire.push((at, 1, 0, 0, nack_of(epoch, k, count, id), Vec::new()));
+            at += Duration::from_micros(1);
+        }
+    }
+    net.run_until(at + Duration::from_micros(100));
+    net.cores[0].stats.statuses - before
+}
+
+#[test]
+#[ignore = "rev37-1: every copy of a NACK from two or more barriers behind draws a status of its own (one NACK of 8 copies: 8 statuses), where one answer a NACK is the rule elsewhere"]
+fn a_stale_nack_in_copies_draws_one_status() {
+    // j-4's status (core/receive.rs) is sent for each frame that `place`
+    // rejects as two or more barriers behind, before `Answered::later_copy`
+    // and the answer gap are asked: a left-behind process's NACK, sent in
+    // copies under loss (up to 8), draws a status per copy from each peer
+    // (cost: n − 1 peers × copies frames per retry, toward a process that
+    // needs one). Expected: one status per NACK number.
+    let statuses = statuses_for_stale_nacks(2, &[(8, 5)]);
+    assert_eq!(statuses, 1, "one NACK of 8 copies drew {statuses} statuses");
+}
+
+#[test]
+fn a_stale_nack_draws_a_status_and_a_live_peer_one_behind_is_not_told_it_is_left_behind() {
+    // What held: a NACK copy of barrier e − 2 (a late duplicate of a live
+    // peer's, which is at e − 1 or later) draws one status of barrier e;
+    // the peer, at e, takes it as a status of its own barrier, is not
+    // left behind, and the next barriers complete.
+    let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_millis(200));
+    let mut net = warm_pair(config);
+    for behind in [2u32, 3, 1000, 1 << 30] {
+        let epoch = (net.cores[0].protocol_epoch() as u32).wrapping_sub(behind);
+        let before = net.cores[0].stats.statuses;
+        net.wire.push((net.now + LATENCY, 1, 0, 0, nack_of(epoch, 0, 1, 7), Vec::new()));
+        net.run_until(net.now + Duration::from_micros(200));
+        assert_eq!(net.cores[0].stats.statuses - before, 1, "{behind} behind");
+        assert!(!net.cores[1].live.left_behind, "{behind} behind: node 1 told it is left behind");
+        for _ in 0..3 {
+            net.all(&[0, 1], |_| Call::Wait { deadline: None });
+            assert!((0..2).all(|p| matches!(net.done[p], Some(Ok(())))), "{behind} behind: {:?}", net.done);
+        }
+    }
+    // Half the 32-bit space away is neither ahead nor behind: dropped.
+    let epoch = (net.cores[0].protocol_epoch() as u32).wrapping_sub(1 << 31);
+    let before = net.cores[0].stats.statuses;
+    net.wire.push((net.now + LATENCY, 1, 0, 0, nack_of(epoch, 0, 1, 7), Vec::new()));
+    net.run_until(net.now + Duration::from_micros(200));
+    assert_eq!(net.cores[0].stats.statuses - before, 0);
+    assert!(!net.cores[0].live.left_behind && !net.cores[1].live.left_behind);
+}
