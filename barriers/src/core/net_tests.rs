@@ -23,6 +23,7 @@ mod review_rev33;
 mod review_rev34;
 mod review_rev35;
 mod review_rev36;
+mod review_rev37;
 mod soak;
 mod spacing;
 mod told;
