@@ -349,6 +349,11 @@ impl Core {
             // it", rather than waiting for a call that may never come.)
             BarrierError::PeerFailed { silent, .. } => self.live.told = Some(*silent),
             BarrierError::PeerSilent { silent, .. } => self.live.told = silent.first().copied(),
+            // (Left behind: its application may never call again either,
+            // and on a pair the barrier beside must say so too, or a peer
+            // waiting there for its next call waits for ever: review rev37,
+            // finding 2.)
+            BarrierError::Refused { node } => self.live.told = Some(*node),
             _ => {}
         }
     }

@@ -628,7 +628,7 @@ fn the_wire_number_wraps_and_the_barrier_number_does_not() {
         assert!(e.test().unwrap(), "barrier {expected}");
         assert_eq!(e.protocol_epoch(), expected + 1);
     }
-    // A NACK from a peer still in barrier 2^32 (wire 0) is answered for it.
+    // A NACK from a peer still in barrier 2^32 (wire 0): two barriers back.
     e.transport.sent.clear();
     e.transport.inbox.push_back(from0(MsgKind::Nack, INSTANCE, 1 << 32));
     e.test().unwrap();

@@ -24,10 +24,10 @@ fn totals(net: &Net) -> (u64, u64, u64, u64) {
     net.cores.iter().map(Core::stats).fold((0, 0, 0, 0), |t, s| (t.0 + s.copies, t.1 + s.nacks_sent, t.2 + s.answers, t.3 + s.lost_counted))
 }
 
-/// A network that drops about one frame in five (a fixed-seed xorshift)
-/// while the returned switch is on, and delivers everything once it is
-/// off; `log` sees each frame first.
-fn lossy_while(seed: u64, mut log: impl FnMut(NodeId, NodeId, &Msg) + 'static) -> (Rule, Rc<Cell<bool>>) {
+/// A network that drops about one frame in `one_in` (a fixed-seed
+/// xorshift) while the returned switch is on, and delivers everything once
+/// it is off; `log` sees each frame first.
+fn lossy_while(seed: u64, one_in: u64, mut log: impl FnMut(NodeId, NodeId, &Msg) + 'static) -> (Rule, Rc<Cell<bool>>) {
     let lossy = Rc::new(Cell::new(true));
     let drop = lossy.clone();
     let mut x = seed;
@@ -36,7 +36,7 @@ fn lossy_while(seed: u64, mut log: impl FnMut(NodeId, NodeId, &Msg) + 'static) -
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        if drop.get() && x.is_multiple_of(5) {
+        if drop.get() && x.is_multiple_of(one_in) {
             Fate::Drop
         } else {
             Fate::Deliver
@@ -200,7 +200,7 @@ fn a_first_nack_for_a_late_release_goes_once_and_later_ones_in_copies() {
     // (node, copies) of every NACK to node 0 for its release, in order.
     let asked: Rc<RefCell<Vec<(NodeId, u32)>>> = Rc::default();
     let log = asked.clone();
-    let (rule, lossy) = lossy_while(7, move |from, to, msg| {
+    let (rule, lossy) = lossy_while(7, 5, move |from, to, msg| {
         if to == 0 && msg.kind == MsgKind::Nack && msg.tag == 1 {
             log.borrow_mut().push((from, ((msg.arg >> (COPY_SHIFT + 4)) & COPY_MASK).max(1)));
         }
@@ -255,7 +255,7 @@ fn a_later_copy_of_a_nack_answered_not_yet_is_answered_once_the_message_went() {
     // node 1's other NACKs until then and node 0's message are lost.
     let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_millis(500));
     let mut net = Net::new(2, config);
-    let (rule, lossy) = lossy_while(11, |_, _, _| {});
+    let (rule, lossy) = lossy_while(11, 5, |_, _, _| {});
     net.rule = Some(rule);
     for _ in 0..40 {
         net.all(&[0, 1], |_| Call::Wait { deadline: None });

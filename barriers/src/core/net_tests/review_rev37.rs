@@ -176,7 +176,6 @@ fn a_retrys_second_copy_is_answered_once_the_true_round_trip_was_measured() {
 /// says nothing of it, so a peer waiting there for its next call waits for
 /// ever, though its peers on the first barrier name it silent.
 #[test]
-#[ignore = "rev37-2: a pair's application told Refused (left behind) on one barrier is not said beside: peers waiting beside for its next call wait for ever (AppWord carries only PeerFailed/PeerSilent)"]
 fn a_refusal_told_on_the_barrier_joined_is_said_beside() {
     let failure = Duration::from_millis(100);
     let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), failure);
