@@ -31,17 +31,6 @@ impl Draw {
     }
 }
 
-/// Runs until every node in `nodes` is done (5 s at most); the time it took.
-fn settle(net: &mut Net, nodes: &[NodeId]) -> Duration {
-    let start = net.now;
-    let limit = start + Duration::from_secs(5);
-    while nodes.iter().any(|&p| net.done[p].is_none()) && net.now < limit {
-        let step = net.now + Duration::from_micros(10);
-        net.run_until(step);
-    }
-    net.now - start
-}
-
 /// Every node finishes (the closing barrier, then the farewell) at a time
 /// of its own, some nodes stalled (their cores not driven, their frames
 /// waiting) for up to `stall_ms` once they are in the closing barrier,
@@ -180,6 +169,18 @@ fn a_retry_whose_first_copy_is_lost_is_answered() {
     // NACK 1: copy 0 comes, copy 1 is lost; its answer is lost. NACK 2
     // (a retry timeout later): copy 0 lost, copy 1 comes. Node 0 must
     // answer it (its answer of NACK 1 was lost: nothing else will come).
+    let (retries, _, _) = a_retrys_second_copy(None);
+    assert!(retries >= 2, "node 1 did not retry (the case under test)");
+    assert_eq!(retries, 2, "NACK 2 (its copy 1 came) was not answered: node 1 asked {retries} times");
+}
+
+/// The rev33-1 set-up ([`a_retry_whose_first_copy_is_lost_is_answered`]):
+/// 2 nodes (dissemination), node 1's NACKs in 2 copies; node 0's message
+/// to node 1 lost; NACK 1's copy 0 comes, its answer is lost; NACK 2's
+/// copy 0 is lost, its copy 1 comes. `reply`: node 0's shortest round
+/// trip seen, set before the barrier (None: as measured). Returns how many
+/// NACKs node 1 sent and how long the barrier took at node 1.
+pub(super) fn a_retrys_second_copy(reply: Option<Duration>) -> (u32, Duration, Duration) {
     let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_secs(2));
     let mut net = Net::new(2, config);
     for _ in 0..10 {
@@ -190,9 +191,10 @@ fn a_retry_whose_first_copy_is_lost_is_answered() {
         net.cores[1].recovery.loss.came();
     }
     assert_eq!(net.cores[1].recovery.loss.copies(1), 2, "node 1's NACKs go in 2 copies (the case under test)");
-    assert_eq!(net.cores[0].recovery.loss.copies(1), 1);
+    if reply.is_some() {
+        net.cores[0].recovery.reply = reply;
+    }
     let epoch = net.cores[0].protocol_epoch() as u32;
-    // (NACK number, copy index, delivered) as they went; answers sent.
     let nacks = Rc::new(RefCell::new(Vec::<(u32, u32, bool)>::new()));
     let answers = Rc::new(Cell::new(0u32));
     let (log, told) = (nacks.clone(), answers.clone());
@@ -232,20 +234,17 @@ fn a_retry_whose_first_copy_is_lost_is_answered() {
         }
     }));
     let rto = net.cores[1].recovery.rto.get(0);
-    let start = net.now;
     for p in [0, 1] {
         net.call(p, Call::Wait { deadline: None });
     }
-    let took = settle(&mut net, &[0, 1]);
+    let took = super::review_rev34::settle_within(&mut net, &[0, 1], Duration::from_secs(3));
     assert!((0..2).all(|p| matches!(net.done[p], Some(Ok(())))), "{:?}", net.done);
     let log = nacks.borrow();
-    let retries = log.iter().map(|&(n, _, _)| n).max().unwrap_or(0);
     eprintln!(
-        "node 1's NACKs (number, copy, delivered): {log:?}; node 0's answers {}; node 1 done after {took:?} (retry timeout {rto:?}, from {start:?})",
+        "reply {reply:?}: node 1's NACKs (number, copy, delivered): {log:?}; node 0's answers {}; took {took:?} (node 1's retry timeout {rto:?})",
         answers.get()
     );
-    assert!(retries >= 2, "node 1 did not retry (the case under test): {log:?}");
-    assert_eq!(retries, 2, "NACK 2 (its copy 1 came) was not answered: node 1 asked {retries} times: {log:?}");
+    (log.iter().map(|&(n, _, _)| n).max().unwrap_or(0), took, rto)
 }
 
 /// Node `p`'s new process (its old core dropped) joins `net` with

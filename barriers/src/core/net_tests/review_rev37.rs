@@ -75,88 +75,6 @@ fn a_stale_nack_draws_a_status_and_a_live_peer_one_behind_is_not_told_it_is_left
     assert!(!net.cores[0].live.left_behind && !net.cores[1].live.left_behind);
 }
 
-/// The rev33-1 set-up (`review_rev33::a_retry_whose_first_copy_is_lost_is_answered`):
-/// 2 nodes (dissemination), node 1's NACKs in 2 copies; node 0's message
-/// to node 1 lost; NACK 1's copy 0 comes, its answer is lost; NACK 2's
-/// copy 0 is lost, its copy 1 comes. `reply`: node 0's shortest round
-/// trip seen, set before the barrier (None: as measured). Returns how many
-/// NACKs node 1 sent and how long the barrier took at node 1.
-fn a_retrys_second_copy(reply: Option<Duration>) -> (u32, Duration, Duration) {
-    use std::cell::{Cell, RefCell};
-    use std::rc::Rc;
-    let config = BarrierConfig::new(Algorithm::Dissemination).timeouts(Duration::from_millis(1), Duration::from_secs(2));
-    let mut net = Net::new(2, config);
-    for _ in 0..10 {
-        net.all(&[0, 1], |_| Call::Wait { deadline: None });
-    }
-    net.cores[1].recovery.loss.lost(1);
-    for _ in 0..19 {
-        net.cores[1].recovery.loss.came();
-    }
-    assert_eq!(net.cores[1].recovery.loss.copies(1), 2, "node 1's NACKs go in 2 copies (the case under test)");
-    if reply.is_some() {
-        net.cores[0].recovery.reply = reply;
-    }
-    let epoch = net.cores[0].protocol_epoch() as u32;
-    let nacks = Rc::new(RefCell::new(Vec::<(u32, u32, bool)>::new()));
-    let answers = Rc::new(Cell::new(0u32));
-    let (log, told) = (nacks.clone(), answers.clone());
-    let mut number = 0;
-    net.rule = Some(Box::new(move |from, _, msg| {
-        if msg.epoch != epoch {
-            return Fate::Deliver;
-        }
-        match (from, msg.kind) {
-            (0, MsgKind::Data) => Fate::Drop,
-            (0, MsgKind::Answer) => {
-                told.set(told.get() + 1);
-                if told.get() == 1 {
-                    Fate::Drop
-                } else {
-                    Fate::Deliver
-                }
-            }
-            (1, MsgKind::Nack) => {
-                let (k, _) = crate::core::copies::copy_of(msg.arg);
-                if k == 0 {
-                    number += 1;
-                }
-                let deliver = match number {
-                    1 => k == 0,
-                    2 => k == 1,
-                    _ => true,
-                };
-                log.borrow_mut().push((number, k, deliver));
-                if deliver {
-                    Fate::Deliver
-                } else {
-                    Fate::Drop
-                }
-            }
-            _ => Fate::Deliver,
-        }
-    }));
-    let rto = net.cores[1].recovery.rto.get(0);
-    for p in [0, 1] {
-        net.call(p, Call::Wait { deadline: None });
-    }
-    let took = super::review_rev34::settle_within(&mut net, &[0, 1], Duration::from_secs(3));
-    assert!((0..2).all(|p| matches!(net.done[p], Some(Ok(())))), "{:?}", net.done);
-    let log = nacks.borrow();
-    eprintln!(
-        "reply {reply:?}: node 1's NACKs (number, copy, delivered): {log:?}; node 0's answers {}; took {took:?} (node 1's retry timeout {rto:?})",
-        answers.get()
-    );
-    (log.iter().map(|&(n, _, _)| n).max().unwrap_or(0), took, rto)
-}
-
-#[test]
-fn a_retrys_second_copy_is_answered_as_measured() {
-    // What held: the rev33-1 case with node 0's round trip as measured.
-    let (nacks, _, _) = a_retrys_second_copy(None);
-    assert_eq!(nacks, 2);
-}
-
 #[test]
 fn a_retrys_second_copy_is_answered_once_the_true_round_trip_was_measured() {
     // What held: node 0's shortest round trip set to the true one (2 ×
@@ -166,7 +84,7 @@ fn a_retrys_second_copy_is_answered_once_the_true_round_trip_was_measured() {
     // at 500 us. No way to such a sample was found: a sample needs at most
     // one probe unanswered, and node 0's retry comes within a round trip:
     // `notes/review-rev37.md`.)
-    let (nacks, took, rto) = a_retrys_second_copy(Some(2 * LATENCY));
+    let (nacks, took, rto) = super::review_rev33::a_retrys_second_copy(Some(2 * LATENCY));
     assert_eq!(nacks, 2, "NACK 2 (its copy 1 came) not answered: took {took:?}, retry timeout {rto:?}");
 }
 
