@@ -97,16 +97,10 @@ fn a_process_restarted_into_a_pair_whose_barrier_beside_ran_is_refused() {
         .enumerate()
         .map(|(p, (ta, tb))| {
             std::thread::spawn(move || -> Result<Option<BarrierError>, String> {
-                let pair = |ta, tb| -> Result<_, BarrierError> { PreparedBarrier::new(ta, config)?.join_with(PreparedBarrier::new(tb, beside)?) };
-                let (x, mut y) = pair(ta, tb).map_err(|e| format!("node {p}'s join: {e}"))?;
-                for _ in 0..3 {
-                    let mut data = [p as u64 + 1];
-                    y.allreduce(&mut data, Op::Sum).map_err(|e| format!("node {p}'s allreduce: {e}"))?;
-                    assert_eq!(data[0], 10, "node {p}");
-                }
+                let (x, y) = join_and_allreduce(p, ta, tb, config, beside)?;
                 if p == 3 {
                     let (ta, tb) = (x.into_transport(), y.into_transport());
-                    return match pair(ta, tb) {
+                    return match join_pair(ta, tb, config, beside) {
                         Ok(_) => Err("node 3's restarted process was admitted into the pair".into()),
                         Err(e) => Ok(Some(e)),
                     };

@@ -21,20 +21,14 @@ fn a_restart_refused_at_join_with_does_not_hold_its_peers_beside() {
         .map(|(p, (ta, tb))| {
             let start = start.clone();
             std::thread::spawn(move || -> Result<(Option<BarrierError>, Duration), String> {
-                let pair = |ta, tb| -> Result<_, BarrierError> { PreparedBarrier::new(ta, config)?.join_with(PreparedBarrier::new(tb, beside)?) };
-                let (x, mut y) = pair(ta, tb).map_err(|e| format!("node {p}'s join: {e}"))?;
-                for _ in 0..3 {
-                    let mut data = [p as u64 + 1];
-                    y.allreduce(&mut data, Op::Sum).map_err(|e| format!("node {p}'s allreduce: {e}"))?;
-                    assert_eq!(data[0], 10, "node {p}");
-                }
+                let (x, mut y) = join_and_allreduce(p, ta, tb, config, beside)?;
                 start.wait();
                 let t = Instant::now();
                 if p == 3 {
                     // Its process dies, and a new one joins the pair again.
                     let (ta, tb) = (x.into_transport(), y.into_transport());
                     std::thread::sleep(Duration::from_millis(50));
-                    return match pair(ta, tb) {
+                    return match join_pair(ta, tb, config, beside) {
                         Ok(_) => Err("node 3's restarted process was admitted into the pair".into()),
                         Err(e) => Ok((Some(e), t.elapsed())),
                     };

@@ -16,3 +16,34 @@ fn pair_of_networks(
     let beside = BarrierConfig { algorithm: Algorithm::ShuffleExchange, ..config };
     (config, beside, mem::network(n, 1, Faults::none()), mem::network(n, 1, Faults::none()))
 }
+
+/// Node `p` of 4 joins its pair over `ta` and `tb` and runs 3 allreduces
+/// of `p + 1` on the barrier beside, each checked (1 + 2 + 3 + 4).
+#[allow(clippy::type_complexity)]
+fn join_and_allreduce(
+    p: usize,
+    ta: barriers::mem::MemTransport,
+    tb: barriers::mem::MemTransport,
+    config: barriers::BarrierConfig,
+    beside: barriers::BarrierConfig,
+) -> Result<(barriers::Barrier<barriers::mem::MemTransport>, barriers::Barrier<barriers::mem::MemTransport>), String> {
+    let (x, mut y) = join_pair(ta, tb, config, beside).map_err(|e| format!("node {p}'s join: {e}"))?;
+    for _ in 0..3 {
+        let mut data = [p as u64 + 1];
+        y.allreduce(&mut data, barriers::Op::Sum).map_err(|e| format!("node {p}'s allreduce: {e}"))?;
+        assert_eq!(data[0], 10, "node {p}");
+    }
+    Ok((x, y))
+}
+
+/// A node's pair over `ta` (the joined barrier, `config`) and `tb` (the
+/// one beside, `beside`), joined together.
+#[allow(clippy::type_complexity)]
+fn join_pair(
+    ta: barriers::mem::MemTransport,
+    tb: barriers::mem::MemTransport,
+    config: barriers::BarrierConfig,
+    beside: barriers::BarrierConfig,
+) -> Result<(barriers::Barrier<barriers::mem::MemTransport>, barriers::Barrier<barriers::mem::MemTransport>), barriers::BarrierError> {
+    barriers::PreparedBarrier::new(ta, config)?.join_with(barriers::PreparedBarrier::new(tb, beside)?)
+}

@@ -70,24 +70,23 @@ fn a_message_of_the_barrier_before_taken_in_late_counts_once_against_a_nack() {
     // 2x. (24 to 44 us late: whole echoes misjudge it too, as they did
     // before protocol 11; not asked here.)
     let mut slow = Vec::new();
-    for us in (4..=20).step_by(4) {
-        let (done, took, rto, crossed) = lost_after_one_late_message(Duration::from_micros(us));
-        assert!(matches!(done, Some(Ok(()))), "{us} us late: {done:?}");
-        eprintln!("barrier before's message {us} us late: a loss took {took:?} (retry timeout {rto:?}), {crossed} NACKs not answered");
+    // (Each case: its outcome must be Ok; over 100 us is slow.)
+    let mut judge = |case: String, (done, took, rto, crossed): (Option<Result<(), BarrierError>>, Duration, Duration, u64)| {
+        assert!(matches!(done, Some(Ok(()))), "{case}: {done:?}");
+        let line = format!("{case}: the next barrier's loss took {took:?} (retry timeout {rto:?}), {crossed} NACKs not answered");
+        eprintln!("{line}");
         if took > Duration::from_micros(100) {
-            slow.push(format!("{us} us late: the next barrier's loss took {took:?} (retry timeout {rto:?}), {crossed} NACKs not answered"));
+            slow.push(line);
         }
+    };
+    for us in (4..=20).step_by(4) {
+        judge(format!("barrier before's message {us} us late"), lost_after_one_late_message(Duration::from_micros(us)));
     }
     // The same, node 1 off its CPU as the message came (descheduled, its
     // retry deadline not overdue by a retry timeout: no stall seen): 25
     // to 40 us, whole echoes 70 to 90 us (45 us: whole echoes too).
     for us in (25..=40).step_by(5) {
-        let (done, took, rto, crossed) = lost_after_a_pause_in_the_barrier_before(Duration::from_micros(us));
-        assert!(matches!(done, Some(Ok(()))), "paused {us} us: {done:?}");
-        eprintln!("node 1 off its CPU {us} us in the barrier before: a loss took {took:?} (retry timeout {rto:?}), {crossed} NACKs not answered");
-        if took > Duration::from_micros(100) {
-            slow.push(format!("paused {us} us: the next barrier's loss took {took:?} (retry timeout {rto:?}), {crossed} NACKs not answered"));
-        }
+        judge(format!("node 1 off its CPU {us} us in the barrier before"), lost_after_a_pause_in_the_barrier_before(Duration::from_micros(us)));
     }
     assert!(slow.is_empty(), "{} of 9: {slow:#?}", slow.len());
 }
